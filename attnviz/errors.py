@@ -1,0 +1,23 @@
+"""The few named errors attnviz raises; the CLI turns each into one line and exit code 2."""
+
+
+class AttnvizError(Exception):
+    """Base class: a problem the user can fix, reported as one line."""
+
+    exit_code = 2
+
+
+class InputError(AttnvizError):
+    """Bad text, file, layer/head choice or option value."""
+
+
+class ModelLoadError(AttnvizError):
+    """The model or tokenizer could not be found or loaded."""
+
+
+class UnsupportedModelError(AttnvizError):
+    """The model's architecture is not one attnviz knows how to read."""
+
+
+class OutputError(AttnvizError):
+    """The output location cannot be written."""

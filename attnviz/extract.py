@@ -1,0 +1,236 @@
+"""Attention extraction: text in, one `[layer, head, query, key]` array out, plus its word view.
+
+Every array here follows one shape convention: attention weights are
+`[layer, head, query, key]`, and every row (fixed layer, head, query) sums to 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from attnviz.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from attnviz.models import LoadedModel, ModelInfo
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One text as the model's tokenizer cut it, ready for a forward pass."""
+
+    text: str
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    special: tuple[bool, ...]
+    words: tuple[int, ...]  # word index of each token; special tokens are words of their own
+    word_labels: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True, eq=False)
+class Attention:
+    """Attention of one text: `weights[layer, head, query, key]` over `tokens`."""
+
+    text: str
+    tokens: tuple[str, ...]
+    special: np.ndarray  # (T,) bool
+    weights: np.ndarray  # (L, H, T, T) float32
+    info: ModelInfo
+    unit: str  # "token" or "word"
+    words: tuple[int, ...]
+    word_labels: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+def encode(loaded: LoadedModel, text: str, truncate: bool = False) -> Encoded:
+    """Tokenise one text, refusing empty text and text longer than the model takes."""
+    if not text.strip():
+        raise InputError("text is empty: give a sentence with at least one word")
+    tokenizer = loaded.tokenizer
+    limit = loaded.info.max_tokens
+    notes: list[str] = []
+    enc = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    n_tokens = len(enc["input_ids"])
+    if n_tokens > limit:
+        if not truncate:
+            raise InputError(
+                f"text is {n_tokens} tokens long; this model takes at most {limit} "
+                "(pass --truncate to cut it)"
+            )
+        enc = tokenizer(
+            text,
+            return_offsets_mapping=True,
+            return_special_tokens_mask=True,
+            truncation=True,
+            max_length=limit,
+        )
+        kept_chars = max((end for _, end in enc["offset_mapping"]), default=0)
+        notes.append(
+            f"truncated: kept the first {limit} of {n_tokens} tokens "
+            f"(text cut after character {kept_chars} of {len(text)})"
+        )
+
+    ids = tuple(int(i) for i in enc["input_ids"])
+    special = tuple(bool(s) for s in enc["special_tokens_mask"])
+    offsets = [tuple(o) for o in enc["offset_mapping"]]
+    raw = tokenizer.convert_ids_to_tokens(list(ids))
+    byte_level = _is_byte_level(tokenizer)
+    tokens = tuple(
+        (text[start:end].strip() or "␣") if byte_level and not is_special else token
+        for token, is_special, (start, end) in zip(raw, special, offsets)
+    )
+    words, word_labels = _group_words(text, raw, special, offsets, enc.word_ids())
+    return Encoded(text, ids, tokens, special, words, word_labels, tuple(notes))
+
+
+def _is_byte_level(tokenizer) -> bool:
+    """GPT-2-style byte-level BPE shows bytes as odd characters ('Ġcat'); we label with the text."""
+    from tokenizers import decoders
+
+    return isinstance(tokenizer.backend_tokenizer.decoder, decoders.ByteLevel)
+
+
+def _group_words(text, raw, special, offsets, word_ids):
+    """Give each token a word index: consecutive pieces of one word share it."""
+    words: list[int] = []
+    labels: list[str] = []
+    spans: list[list[int]] = []
+    previous = object()
+    for token, is_special, (start, end), word_id in zip(raw, special, offsets, word_ids):
+        if is_special or word_id is None or word_id != previous:
+            labels.append(token if is_special or word_id is None else "")
+            spans.append([start, end])
+        else:
+            spans[-1][1] = end
+        words.append(len(labels) - 1)
+        previous = None if is_special else word_id
+    for index, (start, end) in enumerate(spans):
+        if not labels[index]:
+            labels[index] = text[start:end].strip() or text[start:end]
+    return tuple(words), tuple(labels)
+
+
+def attend(loaded: LoadedModel, batch: Sequence[Encoded]) -> list[Attention]:
+    """Run one padded forward pass and return each text's attention cropped to its own tokens."""
+    import torch
+
+    width = max(len(e) for e in batch)
+    pad_id = loaded.tokenizer.pad_token_id or 0
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, encoded in enumerate(batch):
+        input_ids[row, : len(encoded)] = torch.tensor(encoded.ids)
+        mask[row, : len(encoded)] = 1
+    with torch.inference_mode():
+        out = loaded.model(
+            input_ids=input_ids.to(loaded.device),
+            attention_mask=mask.to(loaded.device),
+            output_attentions=True,
+        )
+    stacked = torch.stack(out.attentions, dim=1)  # (B, L, H, T, T)
+    stacked = stacked.float().cpu().numpy()
+
+    import numpy as np
+
+    results = []
+    for row, encoded in enumerate(batch):
+        n = len(encoded)
+        weights = np.ascontiguousarray(stacked[row, :, :, :n, :n])  # (L, H, n, n)
+        results.append(
+            Attention(
+                text=encoded.text,
+                tokens=encoded.tokens,
+                special=np.array(encoded.special, dtype=bool),
+                weights=weights,
+                info=loaded.info,
+                unit="token",
+                words=encoded.words,
+                word_labels=encoded.word_labels,
+                notes=encoded.notes,
+            )
+        )
+    return results
+
+
+def extract(loaded: LoadedModel, text: str, truncate: bool = False) -> Attention:
+    """Attention of one text, `[layer, head, query, key]`."""
+    return attend(loaded, [encode(loaded, text, truncate)])[0]
+
+
+def extract_many(
+    loaded: LoadedModel, encoded: Iterable[Encoded], batch_size: int = 8
+) -> Iterator[Attention]:
+    """Attention of many encoded texts, in order, with forward passes batched by `batch_size`."""
+    batch: list[Encoded] = []
+    for item in encoded:
+        batch.append(item)
+        if len(batch) == batch_size:
+            yield from attend(loaded, batch)
+            batch = []
+    if batch:
+        yield from attend(loaded, batch)
+
+
+def word_view(att: Attention) -> Attention:
+    """Merge word pieces into words.
+
+    Attention *to* a word sums over its pieces; attention *from* a word averages its pieces'
+    rows. Rows still sum to 1.
+    """
+    import numpy as np
+
+    if att.unit == "word":
+        return att
+    groups = np.array(att.words)
+    n_words = len(att.word_labels)
+    member = np.zeros((len(groups), n_words))  # (T, W) one-hot token -> word
+    member[np.arange(len(groups)), groups] = 1.0
+    counts = member.sum(axis=0)  # (W,)
+    to_words = att.weights.astype(np.float64) @ member  # (L, H, T, W)
+    merged = np.einsum("tw,lhtv->lhwv", member, to_words) / counts[:, None]  # (L, H, W, W)
+    special = np.array([att.special[groups == w].all() for w in range(n_words)])
+    return replace(
+        att,
+        tokens=att.word_labels,
+        special=special,
+        weights=merged.astype(np.float32),
+        unit="word",
+        words=tuple(range(n_words)),
+        notes=att.notes + ("word view: pieces merged into words",),
+    )
+
+
+def hide_special(att: Attention) -> Attention:
+    """Drop special tokens ([CLS], [SEP], BOS…) as queries and keys, renormalising each row."""
+    import numpy as np
+
+    keep = ~att.special
+    if keep.all():
+        return replace(att, notes=att.notes + ("no special tokens to hide",))
+    if not keep.any():
+        raise InputError("the text has only special tokens; nothing is left once they are hidden")
+    weights = att.weights[:, :, keep][:, :, :, keep].astype(np.float64)  # (L, H, t, t)
+    kept_share = weights.sum(axis=-1, keepdims=True)  # (L, H, t, 1)
+    weights = weights / np.where(kept_share > 0, kept_share, 1.0)
+    removed = 1.0 - float(kept_share.mean())
+    kept_words = [w for w, k in zip(att.words, keep) if k]
+    return replace(
+        att,
+        tokens=tuple(t for t, k in zip(att.tokens, keep) if k),
+        special=att.special[keep],
+        weights=weights.astype(np.float32),
+        words=tuple(sorted(set(kept_words)).index(w) for w in kept_words),
+        word_labels=tuple(att.word_labels[w] for w in sorted(set(kept_words))),
+        notes=att.notes
+        + (
+            f"special tokens hidden ({int((~keep).sum())} of {len(keep)}); they held "
+            f"{removed:.0%} of attention on average, and each row was renormalised",
+        ),
+    )

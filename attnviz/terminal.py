@@ -1,0 +1,174 @@
+"""Terminal views (rich): compact map of all heads, detail table, and a heatmap in the terminal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from attnviz.extract import Attention
+    from attnviz.summary import HeadSummary
+
+# Viridis at five stops: the same colour scale as the images, 0 (dark) to 1 (yellow).
+_RAMP = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
+
+
+def colour(weight: float) -> str:
+    """Hex colour of an attention weight in [0, 1] on the viridis ramp."""
+    x = min(max(weight, 0.0), 1.0) * (len(_RAMP) - 1)
+    i = min(int(x), len(_RAMP) - 2)
+    f = x - i
+    rgb = [round(a + (b - a) * f) for a, b in zip(_RAMP[i], _RAMP[i + 1])]
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
+def text_colour(weight: float) -> str:
+    """Colour for text showing a weight: the ramp minus its dark end, readable on dark screens."""
+    return colour(0.3 + 0.7 * min(max(weight, 0.0), 1.0))
+
+
+def _fit(label: str, width: int) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def print_header(console: Console, att: Attention) -> None:
+    info = att.info
+    console.print(
+        f"[bold]{info.name}[/] · {info.architecture} · {info.n_layers}×{info.n_heads} heads"
+        f" · d_model {info.d_model} · d_head {info.d_head}",
+        highlight=False,
+    )
+    console.print(f"{len(att.tokens)} {att.unit}s: " + " ".join(att.tokens), highlight=False)
+    for note in att.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+def print_head_map(
+    console: Console, summaries: Sequence[HeadSummary], layers: list[int], heads: list[int]
+) -> None:
+    """Layers × heads grid: in each cell the token the head attends to most, coloured by its share.
+
+    Special tokens are left out of the cells (they would fill most of them) and their share is
+    reported above the grid instead.
+    """
+    shares = [s.special_share for s in summaries]
+    has_special = max(shares) > 0
+    title = "Most-attended token per head (mean attention over queries)"
+    if has_special:
+        title = "Most-attended non-special token per head (mean attention over queries)"
+        console.print(
+            f"Special tokens take {sum(shares) / len(shares):.0%} of attention on average "
+            f"({min(shares):.0%}–{max(shares):.0%} per head); "
+            "--hide-special renormalises without them.",
+            highlight=False,
+        )
+    table = Table(
+        title=title, title_justify="left", box=None, padding=(0, 1, 0, 0), show_edge=False
+    )
+    table.add_column("", style="bold", no_wrap=True)
+    for head in heads:
+        table.add_column(f"H{head}", width=5, no_wrap=True, justify="left")
+    by_position = {(s.layer, s.head): s for s in summaries}
+    for layer in layers:
+        cells = []
+        for head in heads:
+            summary = by_position[(layer, head)]
+            top = summary.top_other if has_special else summary.top[0]
+            if top is None:
+                cells.append(Text("—", style="dim"))
+                continue
+            cell = Text(_fit(top.token, 5), style=f"bold {text_colour(top.weight)}")
+            cell.append("\n" + f"{top.weight:.2f}".replace("0.", ".", 1), style="dim")
+            cells.append(cell)
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+    console.print(
+        "[dim]Weights are shares of a head's attention (each head's shares sum to 1). "
+        "Pick heads with --layer/--head for the top tokens and strongest links.[/]"
+    )
+
+
+def print_head_details(console: Console, summaries: Sequence[HeadSummary]) -> None:
+    """One row per head: its top-k tokens with weights and its strongest query→key link."""
+    table = Table(title="What each head attends to", title_justify="left", show_lines=False)
+    table.add_column("L", justify="right")
+    table.add_column("H", justify="right")
+    table.add_column("top tokens (mean attention received)")
+    table.add_column("strongest link (query → key)")
+    for s in summaries:
+        top = Text()
+        for rank, target in enumerate(s.top):
+            if rank:
+                top.append(" · ", style="dim")
+            top.append(target.token, style=f"bold {text_colour(target.weight)}")
+            top.append(" " + f"{target.weight:.2f}".replace("0.", ".", 1))
+        link = s.link
+        table.add_row(
+            str(s.layer),
+            str(s.head),
+            top,
+            Text.assemble(
+                link.query_token,
+                (f" #{link.query}", "dim"),
+                " → ",
+                link.key_token,
+                (f" #{link.key}", "dim"),
+                " " + f"{link.weight:.2f}".replace("0.", ".", 1),
+            ),
+        )
+    console.print(table)
+
+
+_SHADES = " ░▒▓█"
+
+
+def _cell(console: Console, weight: float) -> Text:
+    """Two character cells: a colour block, or shade characters where the output has no colour."""
+    if console.color_system is None:
+        shade = _SHADES[min(int(weight * len(_SHADES)), len(_SHADES) - 1)]
+        return Text(shade * 2)
+    return Text("  ", style=f"on {colour(weight)}")
+
+
+def print_heatmap(console: Console, att: Attention, layer: int, head: int) -> bool:
+    """Draw one head's `[query, key]` weights as cells; False if the terminal is too narrow."""
+    grid = att.weights[layer, head]  # (T, T)
+    n = len(att.tokens)
+    label_width = min(12, max(len(t) for t in att.tokens))
+    row_prefix = 5 + label_width
+    if row_prefix + 2 * n > console.width:
+        console.print(
+            f"[yellow]note:[/] the terminal heatmap of {n} {att.unit}s needs "
+            f"{row_prefix + 2 * n} columns and this terminal has {console.width}; "
+            "see the per-head image instead"
+        )
+        return False
+    console.print(
+        f"[bold]layer {layer} · head {head}[/]: each row is a query {att.unit}, "
+        "each column the key it attends to (index on top)",
+        highlight=False,
+    )
+    if n > 10:
+        tens = Text(" " * row_prefix, style="dim")
+        for key in range(n):
+            tens.append(f"{key // 10:>2}" if key >= 10 else "  ")
+        console.print(tens)
+    units = Text(" " * row_prefix, style="dim")
+    for key in range(n):
+        units.append(f"{key % 10:>2}")
+    console.print(units)
+    for query in range(n):
+        row = Text(f"{query:>3} {_fit(att.tokens[query], label_width):<{label_width}} ")
+        for key in range(n):
+            row.append_text(_cell(console, float(grid[query, key])))
+        console.print(row, highlight=False)
+    scale = Text(" " * row_prefix + "scale 0 ")
+    for step in range(11):
+        scale.append_text(_cell(console, step / 10))
+    scale.append(" 1")
+    console.print(scale)
+    return True

@@ -1,0 +1,158 @@
+"""Shared fixtures: tiny random models of every supported architecture, saved to disk once.
+
+The hub is switched off for the whole suite: nothing here may touch the network.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+TINY = dict(hidden=32, layers=2, heads=4, intermediate=37, positions=64)
+ARCHITECTURES = ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "gpt2")
+
+
+def _wordpiece_tokenizer():
+    from transformers import AutoTokenizer
+
+    from attnviz.models import bundled_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_path())
+    tokenizer.model_max_length = TINY["positions"]
+    return tokenizer
+
+
+def _byte_level_tokenizer():
+    """A GPT-2-style byte-level BPE tokenizer trained in memory on a few sentences."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    corpus = ["The cat sat on the mat.", "A quick brown fox jumps over the lazy dog!"] * 10
+    tk.train_from_iterator(corpus, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        model_max_length=TINY["positions"],
+    )
+
+
+def _tiny_model(arch: str, vocab: int):
+    import transformers as tf
+
+    h, n_layers, n_heads = TINY["hidden"], TINY["layers"], TINY["heads"]
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=h,
+        num_hidden_layers=n_layers,
+        num_attention_heads=n_heads,
+        intermediate_size=TINY["intermediate"],
+        max_position_embeddings=TINY["positions"],
+    )
+    if arch == "bert":
+        return tf.BertModel(tf.BertConfig(**common))
+    if arch == "roberta":
+        return tf.RobertaModel(
+            tf.RobertaConfig(**{**common, "max_position_embeddings": TINY["positions"] + 2})
+        )
+    if arch == "xlm-roberta":
+        return tf.XLMRobertaModel(
+            tf.XLMRobertaConfig(**{**common, "max_position_embeddings": TINY["positions"] + 2})
+        )
+    if arch == "albert":
+        return tf.AlbertModel(tf.AlbertConfig(**common, embedding_size=16))
+    if arch == "electra":
+        return tf.ElectraModel(tf.ElectraConfig(**common, embedding_size=16))
+    if arch == "distilbert":
+        return tf.DistilBertModel(
+            tf.DistilBertConfig(
+                vocab_size=vocab,
+                dim=h,
+                n_layers=n_layers,
+                n_heads=n_heads,
+                hidden_dim=TINY["intermediate"],
+                max_position_embeddings=TINY["positions"],
+            )
+        )
+    if arch == "gpt2":
+        return tf.GPT2Model(
+            tf.GPT2Config(
+                vocab_size=vocab,
+                n_embd=h,
+                n_layer=n_layers,
+                n_head=n_heads,
+                n_positions=TINY["positions"],
+                bos_token_id=0,
+                eos_token_id=0,
+            )
+        )
+    raise ValueError(arch)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Directories holding a tiny random model (and tokenizer) of each architecture."""
+    import torch
+
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("tiny-models")
+    wordpiece = _wordpiece_tokenizer()
+    byte_level = _byte_level_tokenizer()
+    dirs = {}
+    for arch in ARCHITECTURES:
+        tokenizer = byte_level if arch == "gpt2" else wordpiece
+        model = _tiny_model(arch, len(tokenizer))
+        folder = root / arch
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        dirs[arch] = folder
+    return dirs
+
+
+@pytest.fixture(scope="session")
+def loaded_tiny(tiny_model_dirs):
+    """Loaded tiny models, by architecture, shared by the tests that only read them."""
+    from attnviz.models import load_model
+
+    return {arch: load_model(str(path), "cpu") for arch, path in tiny_model_dirs.items()}
+
+
+@pytest.fixture(scope="session")
+def bundled():
+    """The bundled pretrained encoder, loaded once."""
+    from attnviz.models import load_model
+
+    return load_model(None, "cpu")
+
+
+def synthetic_attention(weights, tokens, special=None, words=None, word_labels=None):
+    """An Attention built by hand from a `[layer, head, query, key]` array."""
+    from attnviz.extract import Attention
+    from attnviz.models import ModelInfo
+
+    weights = np.asarray(weights, dtype=np.float32)
+    n_layers, n_heads, n, _ = weights.shape
+    info = ModelInfo(
+        "synthetic", "Synthetic", "bert", n_layers, n_heads, 8 * n_heads, 8, 512, False
+    )
+    special = np.zeros(n, bool) if special is None else np.asarray(special, bool)
+    words = tuple(range(n)) if words is None else tuple(words)
+    word_labels = tuple(tokens) if word_labels is None else tuple(word_labels)
+    return Attention(
+        "synthetic", tuple(tokens), special, weights, info, "token", words, word_labels
+    )

@@ -1,0 +1,159 @@
+"""Attention extraction: real properties of real outputs, for every architecture."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnviz.errors import InputError, ModelLoadError, UnsupportedModelError
+from attnviz.extract import attend, encode, extract, hide_special, word_view
+from tests.conftest import ARCHITECTURES, TINY, synthetic_attention
+
+SENTENCES = ["The cat sat on the mat.", "A quick brown fox jumps over the lazy dog, twice!"]
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_rows_sum_to_one_and_shape(loaded_tiny, arch):
+    loaded = loaded_tiny[arch]
+    att = extract(loaded, SENTENCES[1])
+    n = len(att.tokens)
+    assert att.weights.shape == (TINY["layers"], TINY["heads"], n, n)
+    assert np.allclose(att.weights.sum(-1), 1.0, atol=1e-5)
+    assert (att.weights >= 0).all()
+    assert (
+        loaded.info.n_heads == TINY["heads"]
+        and loaded.info.d_head == TINY["hidden"] // TINY["heads"]
+    )
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_causal_models_never_look_ahead(loaded_tiny, arch):
+    att = extract(loaded_tiny[arch], SENTENCES[1])
+    above = np.triu(np.ones(att.weights.shape[-2:], bool), k=1)
+    future = att.weights[..., above]
+    if loaded_tiny[arch].info.causal:
+        assert arch == "gpt2"
+        assert (future == 0).all()
+    else:
+        assert future.max() > 1e-3  # encoders do look ahead; the test above can fail
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_batched_equals_unbatched(loaded_tiny, arch):
+    loaded = loaded_tiny[arch]
+    encoded = [encode(loaded, s) for s in SENTENCES]
+    assert len(encoded[0]) != len(encoded[1])  # so the shorter one is padded
+    batched = attend(loaded, encoded)
+    for item, together in zip(encoded, batched):
+        alone = attend(loaded, [item])[0]
+        assert together.weights.shape == alone.weights.shape
+        np.testing.assert_allclose(together.weights, alone.weights, atol=1e-5)
+
+
+def test_bundled_model_facts_and_tokens(bundled):
+    info = bundled.info
+    assert (info.n_layers, info.n_heads, info.d_model, info.d_head) == (6, 12, 384, 32)
+    assert info.max_tokens == 512 and not info.causal
+    att = extract(bundled, "Unbelievably, the cat sat.")
+    assert att.tokens[0] == "[CLS]" and att.tokens[-1] == "[SEP]"
+    assert "##ly" in att.tokens or any(t.startswith("##") for t in att.tokens)
+    assert att.special.tolist() == [True] + [False] * (len(att.tokens) - 2) + [True]
+    assert np.allclose(att.weights.sum(-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["bert", "gpt2"])
+def test_accents_cjk_and_emoji(loaded_tiny, bundled, arch):
+    loaded = bundled if arch == "bert" else loaded_tiny[arch]
+    text = "Héllo 世界 🙂 naïve café"
+    att = word_view(extract(loaded, text))
+    content = [w for w, s in zip(att.tokens, att.special) if not s]
+    # BERT's basic tokenizer splits CJK characters apart; byte-level BPE keeps the run together.
+    cjk = ["世", "界"] if arch == "bert" else ["世界"]
+    assert content == ["Héllo", *cjk, "🙂", "naïve", "café"]
+    assert np.allclose(att.weights.sum(-1), 1.0, atol=1e-5)
+
+
+def test_byte_level_tokens_are_labelled_with_text(loaded_tiny):
+    att = extract(loaded_tiny["gpt2"], "The cat sat")
+    assert att.tokens == ("The", "cat", "sat")  # raw BPE pieces would read 'ĠThe', 'Ġcat'…
+
+
+def test_word_view_sums_to_words_and_averages_from_words():
+    # Three tokens; tokens 1 and 2 are pieces of one word.
+    weights = np.array([[[[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.4, 0.4, 0.2]]]])
+    att = synthetic_attention(weights, ["a", "b", "##c"], words=[0, 1, 1], word_labels=["a", "bc"])
+    words = word_view(att)
+    assert words.tokens == ("a", "bc") and words.unit == "word"
+    expected = np.array(
+        [
+            [0.5, 0.3 + 0.2],  # from "a": to "a", to "bc" (sum of its pieces)
+            [(0.1 + 0.4) / 2, (0.6 + 0.3 + 0.4 + 0.2) / 2],  # from "bc": mean of its pieces' rows
+        ]
+    )
+    np.testing.assert_allclose(words.weights[0, 0], expected, atol=1e-6)
+    assert np.allclose(words.weights.sum(-1), 1.0)
+
+
+def test_hide_special_renormalises_and_says_so():
+    weights = np.array(
+        [[[[0.6, 0.1, 0.2, 0.1], [0.5, 0.2, 0.2, 0.1], [0.2, 0.3, 0.3, 0.2], [0.1, 0.1, 0.1, 0.7]]]]
+    )
+    att = synthetic_attention(
+        weights, ["[CLS]", "x", "y", "[SEP]"], special=[True, False, False, True]
+    )
+    hidden = hide_special(att)
+    assert hidden.tokens == ("x", "y")
+    np.testing.assert_allclose(hidden.weights[0, 0], [[0.5, 0.5], [0.5, 0.5]], atol=1e-6)
+    assert any("special tokens hidden (2 of 4)" in note for note in hidden.notes)
+
+
+def test_hide_special_on_real_model_keeps_rows_summing_to_one(bundled):
+    att = hide_special(word_view(extract(bundled, "The committee approved the budget.")))
+    assert "[CLS]" not in att.tokens and "[SEP]" not in att.tokens
+    assert np.allclose(att.weights.sum(-1), 1.0, atol=1e-5)
+
+
+def test_empty_text_is_refused(loaded_tiny):
+    for text in ["", "   \n\t"]:
+        with pytest.raises(InputError, match="empty"):
+            encode(loaded_tiny["bert"], text)
+
+
+def test_overlong_text_names_both_lengths_or_is_truncated_with_a_note(loaded_tiny):
+    loaded = loaded_tiny["bert"]
+    text = " ".join(["word"] * 100)
+    with pytest.raises(InputError, match=r"102 tokens long; this model takes at most 64"):
+        encode(loaded, text)
+    cut = encode(loaded, text, truncate=True)
+    assert len(cut) == 64 and cut.tokens[-1] == "[SEP]"
+    assert "kept the first 64 of 102 tokens" in cut.notes[0]
+
+
+def test_unknown_model_path_and_offline_hub_id(tmp_path):
+    from attnviz.models import load_model
+
+    with pytest.raises(ModelLoadError, match="no model directory"):
+        load_model(str(tmp_path / "missing"))
+    with pytest.raises(ModelLoadError, match="not in the Hugging Face cache"):
+        load_model("nobody-here/not-a-real-model")
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_model(str(tmp_path))
+
+
+def test_unsupported_architecture_names_supported_ones(tmp_path):
+    from transformers import T5Config
+
+    from attnviz.models import load_model
+
+    T5Config(d_model=16, num_layers=1, num_heads=2).save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedModelError, match="supported: bert, roberta"):
+        load_model(str(tmp_path))
+
+
+def test_layer_and_head_ranges(bundled):
+    assert bundled.info.pick_layers(None) == list(range(6))
+    assert bundled.info.pick_heads([3, 1, 3]) == [1, 3]
+    with pytest.raises(InputError, match="layer 6 out of range: this model has layers 0–5"):
+        bundled.info.pick_layers([6])
+    with pytest.raises(InputError, match="head -1 out of range: this model has heads 0–11"):
+        bundled.info.pick_heads([-1])
