@@ -24,7 +24,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) bench/run.py
+	$(PY) bench/bench_show.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench
