@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from attnviz.errors import AttnvizError
+from attnviz.errors import AttnvizError, InputError
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -160,6 +160,54 @@ def show(
         console.print(
             f"wrote {len(result.images)} images to [bold]{result.folder}/[/]", highlight=False
         )
+
+
+@app.command()
+def check(
+    text: Annotated[str, typer.Argument(help="The sentence to run through the model.")],
+    layer: Annotated[
+        list[int] | None,
+        typer.Option("--layer", "-l", help="Layer to check (repeatable). Default: all layers."),
+    ] = None,
+    all_layers: Annotated[
+        bool, typer.Option("--all-layers", help="Check every layer (the default).")
+    ] = False,
+    tolerance: Annotated[
+        float, typer.Option(min=0.0, help="Largest absolute error that still passes.")
+    ] = 1e-5,
+    model: ModelOpt = None,
+    truncate: TruncateOpt = False,
+    device: DeviceOpt = Device.auto,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recompute attention layers from scratch (textbook formulas) and compare with the model.
+
+    For each head h: Q_h = X W_Q^h + b, K_h, V_h alike; softmax(Q_h K_hᵀ / √d_k + mask) V_h;
+    heads concatenated and multiplied by W_O. Compares each head's attention probabilities
+    and the block's output (after W_O, before residual and LayerNorm) with the model's own.
+    Exit code 0 when everything is within the tolerance, 1 on a mismatch.
+    """
+    from attnviz import terminal
+    from attnviz.check import check as run_check
+
+    if layer and all_layers:
+        raise _fail(InputError("give either --layer or --all-layers, not both"))
+    try:
+        result = run_check(
+            text,
+            model=model,
+            layers=layer,
+            tolerance=tolerance,
+            truncate=truncate,
+            device=device.value,
+        )
+    except AttnvizError as error:
+        raise _fail(error) from None
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        terminal.print_check(out_console, result)
+    raise typer.Exit(0 if result.passed else 1)
 
 
 def main() -> None:

@@ -117,8 +117,12 @@ def _group_words(text, raw, special, offsets, word_ids):
     return tuple(words), tuple(labels)
 
 
-def attend(loaded: LoadedModel, batch: Sequence[Encoded]) -> list[Attention]:
-    """Run one padded forward pass and return each text's attention cropped to its own tokens."""
+def pad(loaded: LoadedModel, batch: Sequence[Encoded]) -> dict:
+    """Model inputs for a batch: token ids padded on the right, and the attention mask (B, T).
+
+    Right padding keeps every text's positions 0…n-1, so its cropped attention equals its
+    unbatched attention, for causal models too.
+    """
     import torch
 
     width = max(len(e) for e in batch)
@@ -128,12 +132,15 @@ def attend(loaded: LoadedModel, batch: Sequence[Encoded]) -> list[Attention]:
     for row, encoded in enumerate(batch):
         input_ids[row, : len(encoded)] = torch.tensor(encoded.ids)
         mask[row, : len(encoded)] = 1
+    return {"input_ids": input_ids.to(loaded.device), "attention_mask": mask.to(loaded.device)}
+
+
+def attend(loaded: LoadedModel, batch: Sequence[Encoded]) -> list[Attention]:
+    """Run one padded forward pass and return each text's attention cropped to its own tokens."""
+    import torch
+
     with torch.inference_mode():
-        out = loaded.model(
-            input_ids=input_ids.to(loaded.device),
-            attention_mask=mask.to(loaded.device),
-            output_attentions=True,
-        )
+        out = loaded.model(**pad(loaded, batch), output_attentions=True)
     stacked = torch.stack(out.attentions, dim=1)  # (B, L, H, T, T)
     stacked = stacked.float().cpu().numpy()
 

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from attnviz.check import CheckResult
     from attnviz.extract import Attention
     from attnviz.summary import HeadSummary
 
@@ -172,3 +173,56 @@ def print_heatmap(console: Console, att: Attention, layer: int, head: int) -> bo
     scale.append(" 1")
     console.print(scale)
     return True
+
+
+def _error_text(error: float, tolerance: float) -> Text:
+    return Text(f"{error:.1e}", style="green" if error <= tolerance else "bold red")
+
+
+def print_check(console: Console, result: CheckResult) -> None:
+    """Per-head and output errors of the from-scratch MHA against the model, shapes, verdict."""
+    tol = result.tolerance
+    info = result.info
+    console.print(
+        f"[bold]{info.name}[/] · {info.architecture} · {len(result.tokens)} tokens · "
+        f"d_model {info.d_model} = {info.n_heads} heads × d_k {info.d_head} · computed in float64",
+        highlight=False,
+    )
+    shapes = Table(title="From-scratch multi-head attention, step by step", title_justify="left")
+    shapes.add_column("step")
+    shapes.add_column("formula")
+    shapes.add_column("shape", justify="right")
+    for name, formula, shape in result.shapes:
+        shapes.add_row(name, formula, " × ".join(str(d) for d in shape))
+    console.print(shapes)
+
+    errors = Table(
+        title="Max |model − from-scratch|: attention probabilities per head, and block output",
+        title_justify="left",
+    )
+    errors.add_column("")
+    for lc in result.layers:
+        errors.add_column(f"L{lc.layer}", justify="right")
+    for head in range(info.n_heads):
+        errors.add_row(
+            f"head {head}", *(_error_text(lc.head_errors[head], tol) for lc in result.layers)
+        )
+    errors.add_section()
+    errors.add_row("output", *(_error_text(lc.output_error, tol) for lc in result.layers))
+    console.print(errors)
+
+    if result.passed:
+        console.print(
+            f"[bold green]PASS[/]: {len(result.layers)} layer(s), every head and output within "
+            f"{tol:.0e} (largest error {result.max_error:.1e})",
+            highlight=False,
+        )
+        return
+    for lc in result.layers:
+        if not lc.passed(tol):
+            heads = lc.failing_heads(tol)
+            console.print(
+                f"[bold red]MISMATCH[/] in layer {lc.layer}: heads {heads or 'none'}, "
+                f"output error {lc.output_error:.1e} (tolerance {tol:.0e})",
+                highlight=False,
+            )
