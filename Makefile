@@ -25,6 +25,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench_show.py
+	$(PY) bench/bench_export.py
+	$(PY) bench/bench_export_memory.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench

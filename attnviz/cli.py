@@ -210,5 +210,138 @@ def check(
     raise typer.Exit(0 if result.passed else 1)
 
 
+class FigureKind(str, Enum):
+    overview = "overview"
+    layers = "layers"
+    heads = "heads"
+
+
+@app.command()
+def export(
+    sentences: Annotated[
+        list[str] | None,
+        typer.Argument(help="Sentences to export (or use --file).", show_default=False),
+    ] = None,
+    file: Annotated[
+        str | None,
+        typer.Option("--file", "-f", help="Text file, one sentence per line; - reads stdin."),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path(
+        "attnviz-out/export"
+    ),
+    model: ModelOpt = None,
+    layer: Annotated[
+        list[int] | None, typer.Option("--layers", "-l", help="Layer to draw (repeatable).")
+    ] = None,
+    head: Annotated[
+        list[int] | None, typer.Option("--heads", "-h", help="Head to draw (repeatable).")
+    ] = None,
+    figures: Annotated[
+        list[FigureKind] | None,
+        typer.Option("--figures", help="Which figures (repeatable). Default: all three."),
+    ] = None,
+    fmt: FormatOpt = ImageFormat.png,
+    dpi: DpiOpt = 100,
+    cmap: CmapOpt = "viridis",
+    words: WordsOpt = False,
+    hide_special: HideOpt = False,
+    truncate: TruncateOpt = False,
+    save_raw: Annotated[
+        bool, typer.Option("--save-raw", help="Also write attention.npz [layer, head, q, k].")
+    ] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Rendering processes.")] = 1,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", "-b", min=1, help="Sentences per forward pass.")
+    ] = 8,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Redo sentences that are already complete.")
+    ] = False,
+    device: DeviceOpt = Device.auto,
+) -> None:
+    """Write heatmaps for many sentences: one folder each, plus manifest.json and manifest.csv.
+
+    Each folder `NNNN-slug/` holds overview, one grid per layer and one figure per head.
+    Blank lines are skipped and counted. A re-run skips sentences already complete with the
+    same settings and finishes the rest; an interrupted run leaves no half-written file.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from attnviz.export import ExportOptions, read_sentences
+    from attnviz.export import export as run_export
+
+    def warn(message: str) -> None:
+        err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+    try:
+        chosen = read_sentences(file, sentences)
+        options = ExportOptions(
+            layers=tuple(layer) if layer else None,
+            heads=tuple(head) if head else None,
+            figures=tuple(k.value for k in figures) if figures else ("overview", "layers", "heads"),
+            words=words,
+            hide_special=hide_special,
+            truncate=truncate,
+            save_raw=save_raw,
+            fmt=fmt.value,
+            dpi=dpi,
+            cmap=cmap,
+        )
+        progress = Progress(
+            TextColumn("[bold]export"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rates]}"),
+            TimeElapsedColumn(),
+            console=err_console,
+        )
+        with progress:
+            task = progress.add_task("export", total=len(chosen.items), rates="")
+            counted = {"figures": 0}
+
+            def advance(record, n_figures: int) -> None:
+                counted["figures"] += n_figures
+                elapsed = max(progress.tasks[0].elapsed or 0.0, 1e-9)
+                done = progress.tasks[0].completed + 1
+                figures_rate = counted["figures"] / elapsed
+                rates = f"{done / elapsed:.2f} sentences/s · {figures_rate:.0f} figures/s"
+                progress.update(task, advance=1, rates=rates)
+
+            summary = run_export(
+                chosen,
+                out,
+                model=model,
+                options=options,
+                batch_size=batch_size,
+                jobs=jobs,
+                overwrite=overwrite,
+                device=device.value,
+                on_progress=advance,
+                on_warning=warn,
+            )
+    except AttnvizError as error:
+        raise _fail(error) from None
+
+    parts = [
+        f"{summary.sentences} sentences",
+        f"{summary.written} written",
+        f"{summary.complete} already complete",
+        f"{summary.too_long} too long (skipped)",
+        f"{summary.truncated} truncated",
+        f"{summary.blank} blank lines skipped",
+        f"{summary.figures} figures",
+        f"{summary.seconds:.1f} s",
+    ]
+    out_console.print(" · ".join(parts), highlight=False)
+    if summary.interrupted:
+        err_console.print(
+            f"[bold red]interrupted[/]: {summary.written + summary.complete} of "
+            f"{summary.sentences} sentences are complete; run the same command again to finish"
+        )
+        raise typer.Exit(130)
+    out_console.print(
+        f"manifest: {summary.out / 'manifest.json'} and manifest.csv", highlight=False
+    )
+
+
 def main() -> None:
     app()

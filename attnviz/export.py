@@ -1,0 +1,372 @@
+"""`attnviz export`: heatmap files for many sentences, batched, parallel, resumable.
+
+Each sentence gets a folder `NNNN-slug/` with its figures and, written last, `done.json`.
+A folder whose `done.json` records the same settings is complete and is skipped on a re-run;
+anything else in it is redone. Every file is written atomically, so an interrupted run
+leaves whole files or none.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnviz.errors import InputError
+from attnviz.files import prepare_dir, slug, write_atomic, write_text_atomic
+
+if TYPE_CHECKING:
+    from attnviz.extract import Attention
+    from attnviz.figures import Style
+
+FIGURE_KINDS = ("overview", "layers", "heads")
+DONE = "done.json"
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One input sentence: its position among the sentences and its line in the input."""
+
+    index: int
+    line: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Sentences:
+    """The sentences read from the input, and how many blank lines were skipped."""
+
+    items: tuple[Sentence, ...]
+    blank: int
+    source: str
+
+
+def read_sentences(file: str | None, texts: list[str] | None) -> Sentences:
+    """Sentences from a file (one per line; '-' is stdin) or from the command line."""
+    if texts and file:
+        raise InputError("give sentences as arguments or --file, not both")
+    if texts:
+        raw_lines = [t.encode("utf-8") for t in texts]
+        source = "arguments"
+    elif file == "-":
+        raw_lines = sys.stdin.buffer.read().splitlines()
+        source = "stdin"
+    elif file:
+        path = Path(file)
+        if path.is_dir():
+            raise InputError(f"{file} is a folder; give a text file with one sentence per line")
+        if not path.exists():
+            raise InputError(f"no such file: {file}")
+        raw_lines = path.read_bytes().splitlines()
+        source = file
+    else:
+        raise InputError("give sentences as arguments, or --file FILE (one sentence per line)")
+
+    items, blank = [], 0
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"{source}, line {number}: not valid UTF-8 (byte {exc.start + 1}); "
+                "save the file as UTF-8"
+            ) from None
+        if not text.strip():
+            blank += 1
+            continue
+        items.append(Sentence(len(items) + 1, number, text.strip()))
+    if not items:
+        raise InputError(f"{source} has no sentences ({blank} blank lines)")
+    return Sentences(tuple(items), blank, source)
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Everything that decides what an export writes (and so whether a folder is complete)."""
+
+    layers: tuple[int, ...] | None = None
+    heads: tuple[int, ...] | None = None
+    figures: tuple[str, ...] = FIGURE_KINDS
+    words: bool = False
+    hide_special: bool = False
+    truncate: bool = False
+    save_raw: bool = False
+    fmt: str = "png"
+    dpi: int = 100
+    cmap: str = "viridis"
+
+
+@dataclass
+class Record:
+    """What happened to one sentence."""
+
+    index: int
+    line: int
+    text: str
+    folder: str
+    status: str  # written | complete (skipped) | too long (skipped)
+    tokens: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ExportSummary:
+    """Counts and time of one export run."""
+
+    out: Path
+    sentences: int = 0
+    written: int = 0
+    complete: int = 0
+    blank: int = 0
+    too_long: int = 0
+    truncated: int = 0
+    figures: int = 0
+    seconds: float = 0.0
+    render_seconds: float = 0.0  # after the model was loaded: forward passes and figures
+    interrupted: bool = False
+    records: list[Record] = field(default_factory=list)
+
+
+Progress = Callable[[Record, int], None]  # (record, figures written for it)
+
+
+def _folder_name(sentence: Sentence, width: int) -> str:
+    return f"{sentence.index:0{width}d}-{slug(sentence.text, 32)}"
+
+
+def _settings(model_name: str, sentence: Sentence, options: ExportOptions) -> dict[str, Any]:
+    return {"model": model_name, "text": sentence.text, **asdict(options)}
+
+
+def _completed(folder: Path, settings: dict[str, Any]) -> Record | None:
+    """The record of a folder finished earlier with the same settings, else None."""
+    try:
+        done = json.loads((folder / DONE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if done.get("settings") != json.loads(json.dumps(settings)):
+        return None
+    record = Record(**done["record"])
+    record.status = "complete"
+    return record
+
+
+def render_sentence(
+    att: Attention,
+    folder: Path,
+    layers: list[int],
+    heads: list[int],
+    style: Style,
+    options: ExportOptions,
+    record: Record,
+    settings: dict[str, Any],
+) -> Record:
+    """Write one sentence's figures (and raw array), then `done.json`; runs in a worker too."""
+    from attnviz.figures import render_text
+
+    folder.mkdir(parents=True, exist_ok=True)
+    _clear_previous(folder)
+    written = render_text(att, folder, layers, heads, style, kinds=options.figures)
+    if options.save_raw:
+        written.append(_save_raw(att, folder / "attention.npz", layers, heads))
+    record.files = [str(path.relative_to(folder.parent)) for path in written]
+    done = {"settings": settings, "record": asdict(record)}
+    write_text_atomic(folder / DONE, json.dumps(done, ensure_ascii=False, indent=1))
+    return record
+
+
+def _clear_previous(folder: Path) -> None:
+    """Before a redo: drop the files an earlier run listed, and temp files of a killed run."""
+    try:
+        previous = json.loads((folder / DONE).read_text(encoding="utf-8"))["record"]["files"]
+    except (OSError, ValueError, KeyError):
+        previous = []
+    (folder / DONE).unlink(missing_ok=True)
+    for name in previous:
+        (folder.parent / name).unlink(missing_ok=True)
+    for stale in folder.glob(".*.part"):
+        stale.unlink()
+
+
+def _save_raw(att: Attention, path: Path, layers: list[int], heads: list[int]) -> Path:
+    import numpy as np
+
+    weights = att.weights[np.ix_(layers, heads)]  # (layers, heads, T, T)
+    return write_atomic(
+        path,
+        lambda handle: np.savez(
+            handle,
+            attention=weights,
+            tokens=np.array(att.tokens),
+            special=att.special,
+            layers=np.array(layers),
+            heads=np.array(heads),
+        ),
+    )
+
+
+def export(
+    sentences: Sentences,
+    out: Path,
+    model: str | None = None,
+    options: ExportOptions | None = None,
+    batch_size: int = 8,
+    jobs: int = 1,
+    overwrite: bool = False,
+    device: str = "auto",
+    on_progress: Progress | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> ExportSummary:
+    """Export heatmaps for every sentence under `out`, skipping complete folders."""
+    from attnviz.extract import encode, extract_many, hide_special, word_view
+    from attnviz.figures import Style, check_cmap
+    from attnviz.models import load_model
+
+    options = options or ExportOptions()
+    warn = on_warning or (lambda message: None)
+    started = time.perf_counter()
+    prepare_dir(out)
+    style = Style(options.fmt, options.dpi, check_cmap(options.cmap))
+    loaded = load_model(model, device)
+    layers = loaded.info.pick_layers(list(options.layers) if options.layers else None)
+    heads = loaded.info.pick_heads(list(options.heads) if options.heads else None)
+    width = max(4, len(str(len(sentences.items))))
+    loaded_at = time.perf_counter()
+    summary = ExportSummary(out=out, sentences=len(sentences.items), blank=sentences.blank)
+
+    def report(record: Record) -> None:
+        summary.records.append(record)
+        if on_progress:
+            on_progress(record, len(record.files) if record.status == "written" else 0)
+
+    def pending() -> Iterator[tuple[Any, Record, dict[str, Any]]]:
+        """Encoded sentences still to do; complete and too-long ones are reported here."""
+        for sentence in sentences.items:
+            folder = out / _folder_name(sentence, width)
+            settings = _settings(loaded.info.name, sentence, options)
+            if not overwrite and (record := _completed(folder, settings)) is not None:
+                summary.complete += 1
+                report(record)
+                continue
+            record = Record(sentence.index, sentence.line, sentence.text, folder.name, "written")
+            try:
+                encoded = encode(loaded, sentence.text, options.truncate)
+            except InputError as error:
+                if "tokens long" not in str(error):
+                    raise
+                warn(f"{sentences.source}, line {sentence.line}: skipped, {error}")
+                record.status = "too long (skipped)"
+                summary.too_long += 1
+                report(record)
+                continue
+            if encoded.notes:
+                summary.truncated += 1
+                warn(f"{sentences.source}, line {sentence.line}: {encoded.notes[0]}")
+            yield encoded, record, settings
+
+    queue: deque = deque()
+    in_order = pending()
+
+    def encoded_only() -> Iterator[Any]:
+        for encoded, record, settings in in_order:
+            queue.append((record, settings))
+            yield encoded
+
+    renderer = _Renderer(jobs)
+    try:
+        for att in extract_many(loaded, encoded_only(), batch_size):
+            record, settings = queue.popleft()
+            if options.words:
+                att = word_view(att)
+            if options.hide_special:
+                att = hide_special(att)
+            record.tokens = list(att.tokens)
+            record.notes = list(att.notes)
+            job = (att, out / record.folder, layers, heads, style, options, record, settings)
+            for done in renderer.submit(job):
+                summary.written += 1
+                summary.figures += len(done.files)
+                report(done)
+        for done in renderer.finish():
+            summary.written += 1
+            summary.figures += len(done.files)
+            report(done)
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        renderer.cancel()
+    finally:
+        summary.seconds = time.perf_counter() - started
+        summary.render_seconds = time.perf_counter() - loaded_at
+        summary.records.sort(key=lambda r: r.index)
+        write_manifest(summary)
+    return summary
+
+
+class _Renderer:
+    """Renders in this process (jobs=1) or in a pool, keeping at most 2×jobs sentences in flight.
+
+    The bound keeps memory flat however many sentences there are.
+    """
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.pool = None
+        self.flight: deque = deque()
+        if jobs > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # spawn: workers must not inherit torch's threads and the model from this process.
+            self.pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+
+    def submit(self, job: tuple) -> list[Record]:
+        if self.pool is None:
+            return [render_sentence(*job)]
+        self.flight.append(self.pool.submit(render_sentence, *job))
+        finished = []
+        while len(self.flight) >= 2 * self.jobs or (self.flight and self.flight[0].done()):
+            finished.append(self.flight.popleft().result())
+        return finished
+
+    def finish(self) -> list[Record]:
+        finished = [future.result() for future in self.flight]
+        self.flight.clear()
+        if self.pool is not None:
+            self.pool.shutdown()
+        return finished
+
+    def cancel(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def write_manifest(summary: ExportSummary) -> None:
+    """`manifest.json` (sentences, tokens, files, counts); `manifest.csv`, a row a sentence."""
+    counts = {
+        key: getattr(summary, key)
+        for key in ("sentences", "written", "complete", "blank", "too_long", "truncated", "figures")
+    }
+    data = {
+        "counts": counts,
+        "interrupted": summary.interrupted,
+        "seconds": round(summary.seconds, 3),
+        "sentences": [asdict(r) for r in summary.records],
+    }
+    write_text_atomic(summary.out / "manifest.json", json.dumps(data, ensure_ascii=False, indent=1))
+    table = io.StringIO()
+    writer = csv.writer(table)
+    writer.writerow(["index", "line", "status", "folder", "n_tokens", "tokens", "files", "text"])
+    for r in summary.records:
+        writer.writerow(
+            [r.index, r.line, r.status, r.folder, len(r.tokens), " ".join(r.tokens),
+             ";".join(r.files), r.text]
+        )  # fmt: skip
+    write_text_atomic(summary.out / "manifest.csv", table.getvalue())
