@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from attnviz.errors import AttnvizError, InputError
+from attnviz.files import prepare_dir
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -340,6 +341,98 @@ def export(
         raise typer.Exit(130)
     out_console.print(
         f"manifest: {summary.out / 'manifest.json'} and manifest.csv", highlight=False
+    )
+
+
+@app.command()
+def report(
+    sentences: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Sentences to analyse (default: samples/sentences.txt).", show_default=False
+        ),
+    ] = None,
+    file: Annotated[
+        str | None,
+        typer.Option("--file", "-f", help="Text file, one sentence per line; - reads stdin."),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path(
+        "attnviz-out/report"
+    ),
+    model: ModelOpt = None,
+    words: WordsOpt = False,
+    threshold: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--threshold",
+            "-t",
+            help="Role threshold NAME=VALUE in [0, 1] (repeatable); NAME: previous, next, self, "
+            "first, separator, punctuation, local, broad.",
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", "-b", min=1, help="Sentences per forward pass.")
+    ] = 16,
+    truncate: TruncateOpt = False,
+    dpi: DpiOpt = 100,
+    cmap: CmapOpt = "viridis",
+    device: DeviceOpt = Device.auto,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure what every head does over a corpus and give each head a role.
+
+    Metrics (means over all non-special query tokens): attention to the previous, next and
+    same token, to the first token ([CLS]/BOS), to separators, to punctuation, within ±2
+    tokens; entropy; attention distance; confidence. Writes report.md, heads.csv,
+    heads.json and figures to OUT.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from attnviz import terminal
+    from attnviz.export import read_sentences
+    from attnviz.metrics import Thresholds
+    from attnviz.report import DEFAULT_CORPUS, build_report, write_report
+
+    try:
+        thresholds = Thresholds.parse(threshold)
+        if not sentences and not file:
+            if not DEFAULT_CORPUS.is_file():
+                raise InputError("the default corpus samples/sentences.txt is not here; use --file")
+            file = str(DEFAULT_CORPUS)
+        chosen = read_sentences(file, sentences)
+        style = _style(ImageFormat.png, dpi, cmap)
+        prepare_dir(out)
+        progress = Progress(
+            TextColumn("[bold]report"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        )
+        with progress:
+            task = progress.add_task("report", total=len(chosen.items))
+            result = build_report(
+                chosen,
+                model=model,
+                words=words,
+                thresholds=thresholds,
+                batch_size=batch_size,
+                truncate=truncate,
+                device=device.value,
+                on_progress=lambda n: progress.advance(task, n),
+                on_warning=lambda note: err_console.print(f"[yellow]warning:[/] {note}"),
+            )
+        written = write_report(result, out, style)
+    except AttnvizError as error:
+        raise _fail(error) from None
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
+        return
+    terminal.print_report(out_console, result)
+    out_console.print(
+        f"wrote {len(written)} files to [bold]{out}/[/]: report.md, heads.csv, heads.json, figures",
+        highlight=False,
     )
 
 

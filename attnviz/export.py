@@ -132,7 +132,7 @@ class ExportSummary:
     seconds: float = 0.0
     render_seconds: float = 0.0  # after the model was loaded: forward passes and figures
     interrupted: bool = False
-    records: list[Record] = field(default_factory=list)
+    skipped: dict[int, Record] = field(default_factory=dict)  # too-long sentences, by index
 
 
 Progress = Callable[[Record, int], None]  # (record, figures written for it)
@@ -243,7 +243,8 @@ def export(
     summary = ExportSummary(out=out, sentences=len(sentences.items), blank=sentences.blank)
 
     def report(record: Record) -> None:
-        summary.records.append(record)
+        if record.status.startswith("too long"):
+            summary.skipped[record.index] = record
         if on_progress:
             on_progress(record, len(record.files) if record.status == "written" else 0)
 
@@ -305,8 +306,7 @@ def export(
     finally:
         summary.seconds = time.perf_counter() - started
         summary.render_seconds = time.perf_counter() - loaded_at
-        summary.records.sort(key=lambda r: r.index)
-        write_manifest(summary)
+        write_manifest(summary, sentences, width)
     return summary
 
 
@@ -348,25 +348,63 @@ class _Renderer:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def write_manifest(summary: ExportSummary) -> None:
-    """`manifest.json` (sentences, tokens, files, counts); `manifest.csv`, a row a sentence."""
+def write_manifest(summary: ExportSummary, sentences: Sentences, width: int) -> None:
+    """`manifest.json` (sentences, tokens, files, counts); `manifest.csv`, a row a sentence.
+
+    Streamed from each folder's `done.json`, so nothing per sentence is held in memory.
+    A sentence an interrupted run did not reach is listed as `pending`.
+    """
     counts = {
         key: getattr(summary, key)
         for key in ("sentences", "written", "complete", "blank", "too_long", "truncated", "figures")
     }
-    data = {
+    head = {
         "counts": counts,
         "interrupted": summary.interrupted,
         "seconds": round(summary.seconds, 3),
-        "sentences": [asdict(r) for r in summary.records],
     }
-    write_text_atomic(summary.out / "manifest.json", json.dumps(data, ensure_ascii=False, indent=1))
-    table = io.StringIO()
-    writer = csv.writer(table)
-    writer.writerow(["index", "line", "status", "folder", "n_tokens", "tokens", "files", "text"])
-    for r in summary.records:
+
+    def records() -> Iterator[Record]:
+        for sentence in sentences.items:
+            folder = summary.out / _folder_name(sentence, width)
+            if sentence.index in summary.skipped:
+                yield summary.skipped[sentence.index]
+                continue
+            try:
+                yield Record(**json.loads((folder / DONE).read_text(encoding="utf-8"))["record"])
+            except (OSError, ValueError):
+                yield Record(sentence.index, sentence.line, sentence.text, folder.name, "pending")
+
+    def write_json(handle) -> None:
+        opening = json.dumps(head, ensure_ascii=False)[:-1] + ', "sentences": [\n'
+        handle.write(opening.encode("utf-8"))
+        for n, record in enumerate(records()):
+            line = ("" if n == 0 else ",\n") + json.dumps(asdict(record), ensure_ascii=False)
+            handle.write(line.encode("utf-8"))
+        handle.write(b"\n]}\n")
+
+    def write_csv(handle) -> None:
+        text = io.TextIOWrapper(handle, encoding="utf-8", newline="")
+        writer = csv.writer(text)
         writer.writerow(
-            [r.index, r.line, r.status, r.folder, len(r.tokens), " ".join(r.tokens),
-             ";".join(r.files), r.text]
-        )  # fmt: skip
-    write_text_atomic(summary.out / "manifest.csv", table.getvalue())
+            ["index", "line", "status", "folder", "n_tokens", "tokens", "files", "text"]
+        )
+        for r in records():
+            files = ";".join(Path(f).name for f in r.files)  # names inside `folder`
+            writer.writerow(
+                [
+                    r.index,
+                    r.line,
+                    r.status,
+                    r.folder,
+                    len(r.tokens),
+                    " ".join(r.tokens),
+                    files,
+                    r.text,
+                ]
+            )
+        text.flush()
+        text.detach()
+
+    write_atomic(summary.out / "manifest.json", write_json)
+    write_atomic(summary.out / "manifest.csv", write_csv)

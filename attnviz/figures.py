@@ -392,3 +392,93 @@ def render_text(
                 written.append(head_fig.save(grid, head_title(layer, head, grid), path))
         head_fig.close()
     return written
+
+
+ROLE_COLOURS = {
+    "previous-token": "#1f77b4",
+    "next-token": "#17becf",
+    "self": "#9467bd",
+    "first-token sink": "#7f7f7f",
+    "separator sink": "#bcbd22",
+    "punctuation": "#d62728",
+    "local": "#2ca02c",
+    "broad": "#ff7f0e",
+    "mixed": "#f0f0f0",
+}
+ROLE_SHORT = {
+    "previous-token": "prev",
+    "next-token": "next",
+    "self": "self",
+    "first-token sink": "first",
+    "separator sink": "sep",
+    "punctuation": "punct",
+    "local": "local",
+    "broad": "broad",
+    "mixed": "mixed",
+}
+
+
+def _grid_axes(n_layers: int, n_heads: int, title: str, style: Style) -> tuple[Any, Any]:
+    """A layers × heads grid figure: rows are layers, columns heads."""
+    from matplotlib.figure import Figure
+
+    _configure_matplotlib()
+    cell = 0.62
+    fig = Figure(
+        figsize=(n_heads * cell + 2.4, n_layers * cell + 1.4), dpi=style.dpi, layout="constrained"
+    )
+    ax = fig.add_subplot()
+    ax.set_xticks(range(n_heads), [f"H{h}" for h in range(n_heads)], fontsize=8)
+    ax.set_yticks(range(n_layers), [f"L{layer}" for layer in range(n_layers)], fontsize=8)
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(title, fontsize=10)
+    return fig, ax
+
+
+def metric_figure(values: np.ndarray, name: str, help_text: str, model: str, style: Style) -> Any:
+    """One metric's mean for every layer × head, as a heatmap with the numbers written in."""
+    import numpy as np
+
+    n_layers, n_heads = values.shape
+    fig, ax = _grid_axes(n_layers, n_heads, f"{name} — {help_text}\n{model}", style)
+    finite = values[np.isfinite(values)]
+    top = float(finite.max()) if finite.size else 1.0
+    vmax = 1.0 if top <= 1.0 else top
+    image = ax.imshow(values, cmap=style.cmap, vmin=0.0, vmax=vmax, aspect="auto")
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            value = values[layer, head]
+            text = "—" if not np.isfinite(value) else f"{value:.2f}"
+            dark = np.isfinite(value) and value / vmax < 0.55
+            ax.text(head, layer, text, ha="center", va="center", fontsize=7,
+                    color="white" if dark else "black")  # fmt: skip
+    fig.colorbar(image, ax=ax, shrink=0.9)
+    return fig
+
+
+def role_map_figure(roles: Any, info: Any, style: Style) -> Any:
+    """Each head's role as a coloured cell with its short name and score."""
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    names = list(ROLE_COLOURS)
+    codes = np.zeros((info.n_layers, info.n_heads))
+    fig, ax = _grid_axes(info.n_layers, info.n_heads, f"Head roles — {info.name}", style)
+    for role in roles:
+        codes[role.layer, role.head] = names.index(role.role)
+        score = "" if role.score is None else f"\n{role.score:.2f}"
+        ax.text(role.head, role.layer, ROLE_SHORT[role.role] + score, ha="center", va="center",
+                fontsize=6.5)  # fmt: skip
+    cmap = ListedColormap([ROLE_COLOURS[n] for n in names])
+    ax.imshow(codes, cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5, aspect="auto")
+    present = sorted({r.role for r in roles}, key=names.index)
+    ax.legend(
+        handles=[Patch(color=ROLE_COLOURS[n], label=n) for n in present],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        frameon=False,
+    )
+    return fig

@@ -12,6 +12,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from attnviz.check import CheckResult
     from attnviz.extract import Attention
+    from attnviz.report import Report
     from attnviz.summary import HeadSummary
 
 # Viridis at five stops: the same colour scale as the images, 0 (dark) to 1 (yellow).
@@ -226,3 +227,56 @@ def print_check(console: Console, result: CheckResult) -> None:
                 f"output error {lc.output_error:.1e} (tolerance {tol:.0e})",
                 highlight=False,
             )
+
+
+ROLE_STYLES = {
+    "previous-token": ("prev", "bold blue"),
+    "next-token": ("next", "bold cyan"),
+    "self": ("self", "bold magenta"),
+    "first-token sink": ("first", "dim"),
+    "separator sink": ("sep", "yellow"),
+    "punctuation": ("punct", "bold red"),
+    "local": ("local", "green"),
+    "broad": ("broad", "bold #ff8700"),
+    "mixed": ("·", "dim"),
+}
+
+
+def print_report(console: Console, report: Report) -> None:
+    """Layers × heads map of roles, then the strongest heads of each role with their scores."""
+    info = report.info
+    console.print(
+        f"[bold]{info.name}[/] · {report.sentences} sentences · {report.queries} query "
+        f"{report.unit}s (special tokens excluded)",
+        highlight=False,
+    )
+    for note in report.skipped:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    table = Table(title="Head roles", title_justify="left", box=None, padding=(0, 1, 0, 0))
+    table.add_column("", style="bold")
+    for head in range(info.n_heads):
+        table.add_column(f"H{head}", width=5, no_wrap=True)
+    by_position = {(r.layer, r.head): r for r in report.roles}
+    for layer in range(info.n_layers):
+        cells = []
+        for head in range(info.n_heads):
+            short, style = ROLE_STYLES[by_position[(layer, head)].role]
+            cells.append(Text(short, style=style))
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+    legend = Text("  ".join(f"{short}={role}" for role, (short, _) in ROLE_STYLES.items()))
+    console.print(legend, style="dim")
+
+    strongest = Table(title="Strongest heads of each role", title_justify="left")
+    strongest.add_column("role")
+    strongest.add_column("heads (score)")
+    strongest.add_column("threshold", justify="right")
+    for role, heads in report.strongest(3).items():
+        listed = " · ".join(f"L{h.layer} H{h.head} {h.score:.2f}" for h in heads)
+        count = sum(1 for r in report.roles if r.role == role)
+        strongest.add_row(
+            Text(role, style=ROLE_STYLES[role][1]),
+            f"{listed}  [dim]({count} head{'s' if count > 1 else ''})[/]",
+            f"{report.thresholds.values[role]:.2f}",
+        )
+    console.print(strongest)

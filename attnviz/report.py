@@ -1,0 +1,254 @@
+"""`attnviz report`: what each head does over a corpus, as numbers, roles, figures and Markdown."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnviz.errors import InputError
+from attnviz.files import prepare_dir, write_text_atomic
+from attnviz.metrics import (
+    LOCAL_WINDOW,
+    METRICS,
+    ROLE_METRICS,
+    HeadRole,
+    MetricSums,
+    Thresholds,
+    assign_roles,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from attnviz.export import Sentences
+    from attnviz.extract import Attention
+    from attnviz.figures import Style
+    from attnviz.models import ModelInfo
+
+DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "samples" / "sentences.txt"
+
+METRIC_HELP = {
+    "previous": "a[i−1]: attention to the previous token",
+    "next": "a[i+1]: attention to the next token",
+    "self": "a[i]: attention to itself",
+    "first": "a[0]: attention to the first token ([CLS], BOS, or a decoder's first token)",
+    "separator": "Σ a[j] over special tokens after the first ([SEP], EOS)",
+    "punctuation": "Σ a[j] over punctuation tokens",
+    "local": f"Σ a[j] over non-special tokens with |i − j| ≤ {LOCAL_WINDOW}",
+    "entropy": "−Σ a[j] ln a[j], in nats",
+    "entropy_norm": "entropy / ln(keys the query can see); 1 means uniform",
+    "distance": "Σ a[j] |i − j|: mean attention distance, in tokens",
+    "confidence": "max_j a[j]: the largest weight",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Report:
+    """Per-head metric means over a corpus, the roles they give, and one example text."""
+
+    info: ModelInfo
+    unit: str
+    sentences: int
+    queries: int
+    skipped: tuple[str, ...]
+    means: np.ndarray  # (M, L, H), in the order of METRICS
+    roles: tuple[HeadRole, ...]
+    thresholds: Thresholds
+    example: Attention
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per head: layer, head, role, role score and every metric (pandas-ready)."""
+        rows = []
+        for role in self.roles:
+            row: dict[str, Any] = {
+                "layer": role.layer,
+                "head": role.head,
+                "role": role.role,
+                "role_score": role.score,
+            }
+            for m, name in enumerate(METRICS):
+                value = float(self.means[m, role.layer, role.head])
+                row[name] = value if math.isfinite(value) else None
+            rows.append(row)
+        return rows
+
+    def strongest(self, per_role: int = 3) -> dict[str, list[HeadRole]]:
+        """The heads with the highest scores for each role that some head has."""
+        found: dict[str, list[HeadRole]] = {}
+        for role in sorted(self.roles, key=lambda r: -(r.score or 0.0)):
+            if role.role != "mixed":
+                found.setdefault(role.role, []).append(role)
+        return {name: heads[:per_role] for name, heads in found.items()}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.info.as_dict(),
+            "unit": self.unit,
+            "sentences": self.sentences,
+            "queries": self.queries,
+            "skipped": list(self.skipped),
+            "thresholds": self.thresholds.values,
+            "heads": self.rows(),
+        }
+
+
+def build_report(
+    sentences: Sentences,
+    model: str | None = None,
+    words: bool = False,
+    thresholds: Thresholds | None = None,
+    batch_size: int = 16,
+    truncate: bool = False,
+    device: str = "auto",
+    on_progress: Callable[[int], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> Report:
+    """Run every sentence through the model, summing head metrics as it goes (flat memory)."""
+    from attnviz.extract import encode, extract_many, word_view
+    from attnviz.models import load_model
+
+    loaded = load_model(model, device)
+    skipped: list[str] = []
+
+    def encoded():
+        for sentence in sentences.items:
+            try:
+                yield encode(loaded, sentence.text, truncate)
+            except InputError as error:
+                if "tokens long" not in str(error):
+                    raise
+                note = f"{sentences.source}, line {sentence.line}: skipped, {error}"
+                skipped.append(note)
+                if on_warning:
+                    on_warning(note)
+
+    sums = MetricSums()
+    example = None
+    for att in extract_many(loaded, encoded(), batch_size):
+        view = word_view(att) if words else att
+        sums.add(view)
+        example = example or view
+        if on_progress:
+            on_progress(1)
+    if example is None:
+        raise InputError("no sentence fits the model: every one was too long (try --truncate)")
+    means = sums.means()
+    chosen = thresholds or Thresholds()
+    return Report(
+        info=loaded.info,
+        unit=example.unit,
+        sentences=sums.sentences,
+        queries=sums.queries,
+        skipped=tuple(skipped),
+        means=means,
+        roles=tuple(assign_roles(means, chosen)),
+        thresholds=chosen,
+        example=example,
+    )
+
+
+def write_report(report: Report, out: Path, style: Style) -> list[Path]:
+    """Write report.md, heads.csv, heads.json and the figures into `out`."""
+    from attnviz.figures import HeadFigure, head_title, metric_figure, role_map_figure, save_figure
+
+    prepare_dir(out)
+    written = []
+    rows = report.rows()
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    written.append(write_text_atomic(out / "heads.csv", table.getvalue()))
+    written.append(
+        write_text_atomic(
+            out / "heads.json", json.dumps(report.as_dict(), ensure_ascii=False, indent=1)
+        )
+    )
+    figure_style = style if style.fmt == "png" else type(style)("png", style.dpi, style.cmap)
+    for m, name in enumerate(METRICS):
+        fig = metric_figure(
+            report.means[m], name, METRIC_HELP[name], report.info.name, figure_style
+        )
+        written.append(save_figure(fig, out / f"metric-{name}.png", figure_style))
+    written.append(
+        save_figure(
+            role_map_figure(report.roles, report.info, figure_style),
+            out / "roles.png",
+            figure_style,
+        )
+    )
+    examples: dict[str, Path] = {}
+    head_fig = HeadFigure(report.example.tokens, figure_style, report.example.unit)
+    for role, heads in report.strongest(1).items():
+        best = heads[0]
+        grid = report.example.weights[best.layer, best.head]  # (T, T)
+        slug = role.replace(" ", "-")
+        path = out / f"example-{slug}-layer-{best.layer:02d}-head-{best.head:02d}.png"
+        examples[role] = head_fig.save(grid, head_title(best.layer, best.head, grid), path)
+        written.append(examples[role])
+    head_fig.close()
+    written.append(write_text_atomic(out / "report.md", _markdown(report, examples)))
+    return written
+
+
+def _markdown(report: Report, examples: dict[str, Path]) -> str:
+    info = report.info
+    lines = [
+        f"# What each attention head does: {info.name}",
+        "",
+        f"{info.architecture}, {info.n_layers} layers × {info.n_heads} heads. Metrics are means "
+        f"over **{report.queries} non-special query {report.unit}s** of **{report.sentences} "
+        f"sentences**; each is a quantity of one query's attention row a (a[j] is the weight "
+        f"query i gives key j).",
+        "",
+    ]
+    if report.skipped:
+        lines += [f"Skipped: {len(report.skipped)} sentence(s) longer than the model takes.", ""]
+    lines += ["## Roles", "", "![role map](roles.png)", ""]
+    lines += [
+        "A head takes the first of these roles whose score reaches its threshold; among the",
+        "single-target roles (previous … punctuation) the one cleared by the widest margin wins;",
+        "a head that reaches none is *mixed*.",
+        "",
+        "| role | score (metric) | threshold |",
+        "|---|---|---|",
+    ]
+    for role, metric in ROLE_METRICS.items():
+        lines.append(f"| {role} | {metric} | {report.thresholds.values[role]:.2f} |")
+    lines += [
+        "",
+        "### Strongest heads of each role",
+        "",
+        "| role | head | score |",
+        "|---|---|---|",
+    ]
+    for role, heads in report.strongest(3).items():
+        for head in heads:
+            lines.append(f"| {role} | layer {head.layer} · head {head.head} | {head.score:.3f} |")
+    counts: dict[str, int] = {}
+    for role in report.roles:
+        counts[role.role] = counts.get(role.role, 0) + 1
+    lines += ["", "Heads per role: " + ", ".join(f"{r} {n}" for r, n in sorted(counts.items())), ""]
+    if examples:
+        lines += [
+            "### The strongest head of each role on an example",
+            "",
+            f"Example: “{report.example.text}”. Rows are queries, columns keys; colour 0–1.",
+            "",
+        ]
+        for role, path in examples.items():
+            lines += [f"**{role}**", "", f"![{role}]({path.name})", ""]
+    lines += ["## Metrics", "", "| metric | definition |", "|---|---|"]
+    for name in METRICS:
+        lines.append(f"| {name} | {METRIC_HELP[name]} |")
+    lines += [""]
+    for name in METRICS:
+        lines += [f"![{name}](metric-{name}.png)", ""]
+    lines += ["Every number: `heads.csv` and `heads.json` (one row per layer and head).", ""]
+    return "\n".join(lines)

@@ -1,0 +1,194 @@
+"""Head metrics and roles on synthetic attention whose answers are known by construction."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from attnviz.errors import InputError
+from attnviz.metrics import (
+    METRICS,
+    MetricSums,
+    Thresholds,
+    assign_roles,
+    is_punctuation,
+    sentence_sums,
+)
+from tests.conftest import synthetic_attention
+
+TOKENS = ["[CLS]", "the", "cat", "sat", "down", ".", "[SEP]"]
+SPECIAL = [True, False, False, False, False, False, True]
+
+
+def _row_set(kind: str, n: int = 7) -> np.ndarray:
+    """A (T, T) head where every row follows one pattern."""
+    grid = np.zeros((n, n))
+    for i in range(n):
+        if kind == "previous":
+            grid[i, max(i - 1, 0)] = 1
+        elif kind == "next":
+            grid[i, min(i + 1, n - 1)] = 1
+        elif kind == "self":
+            grid[i, i] = 1
+        elif kind == "first":
+            grid[i, 0] = 1
+        elif kind == "separator":
+            grid[i, n - 1] = 1
+        elif kind == "punctuation":
+            grid[i, 5] = 1
+        elif kind == "broad":
+            grid[i, :] = 1 / n
+        elif kind == "local":  # spread over the neighbours within ±1 that are not special
+            near = [j for j in range(i - 1, i + 2) if 0 <= j < n and not SPECIAL[j]]
+            grid[i, near] = 1 / len(near) if near else 0
+            if not near:
+                grid[i, i] = 1
+    return grid
+
+
+KINDS = ["previous", "next", "self", "first", "separator", "punctuation", "broad", "local"]
+EXPECTED_ROLES = [
+    "previous-token", "next-token", "self", "first-token sink", "separator sink",
+    "punctuation", "broad", "local",
+]  # fmt: skip
+
+
+def _attention():
+    weights = np.stack([_row_set(k) for k in KINDS])[None]  # (1, 8, T, T)
+    return synthetic_attention(weights, TOKENS, special=SPECIAL)
+
+
+def test_each_head_gets_the_role_it_was_built_for():
+    sums = MetricSums()
+    sums.add(_attention())
+    roles = assign_roles(sums.means(), Thresholds())
+    assert [r.role for r in roles] == EXPECTED_ROLES
+    assert roles[0].score == pytest.approx(1.0) and roles[6].score == pytest.approx(1.0)
+
+
+def test_metric_values_by_construction():
+    sums = MetricSums()
+    sums.add(_attention())
+    means = sums.means()  # (M, L, H)
+    m = {name: means[i, 0] for i, name in enumerate(METRICS)}
+    assert m["previous"][0] == 1 and m["next"][1] == 1 and m["self"][2] == 1
+    assert m["first"][3] == 1 and m["separator"][4] == 1 and m["punctuation"][5] == 1
+    assert m["distance"][0] == pytest.approx(1.0)  # previous-token: always one step back
+    assert m["distance"][2] == 0.0 and m["confidence"][2] == 1.0
+    assert m["entropy"][6] == pytest.approx(math.log(7))  # uniform over 7 keys
+    assert m["entropy_norm"][6] == pytest.approx(1.0) and m["entropy_norm"][0] == 0.0
+    assert m["local"][7] == pytest.approx(1.0) and m["local"][3] == 0.0
+    assert sums.queries == 5  # the five non-special tokens
+
+
+def _one(name: str, a: np.ndarray, i: int, att, visible: int) -> float:
+    """One metric of query i's row `a`, straight from its definition."""
+    n = len(a)
+    entropy = -sum(x * math.log(x) for x in a if x > 0)
+    if name == "previous":
+        return a[i - 1]
+    if name == "next":
+        return a[i + 1]
+    if name == "self":
+        return a[i]
+    if name == "first":
+        return a[0]
+    if name == "separator":
+        return sum(a[j] for j in range(1, n) if att.special[j])
+    if name == "punctuation":
+        return sum(a[j] for j in range(n) if is_punctuation(att.tokens[j]) and not att.special[j])
+    if name == "local":
+        return sum(a[j] for j in range(n) if abs(i - j) <= 2 and not att.special[j])
+    if name == "entropy":
+        return entropy
+    if name == "entropy_norm":
+        return entropy / math.log(visible)
+    if name == "distance":
+        return sum(a[j] * abs(i - j) for j in range(n))
+    return a.max()  # confidence
+
+
+def brute_force(att) -> dict[str, np.ndarray]:
+    """The metric definitions as plain loops, to check the vectorised code against."""
+    n_layers, n_heads, n, _ = att.weights.shape
+    totals = {name: np.zeros((n_layers, n_heads)) for name in METRICS}
+    counts = dict.fromkeys(METRICS, 0)
+    for i in range(n):
+        if att.special[i]:
+            continue
+        visible = i + 1 if att.info.causal else n
+        for name in METRICS:
+            if (name == "previous" and i == 0) or (name == "next" and i == n - 1):
+                continue
+            if name == "entropy_norm" and visible < 2:
+                continue
+            counts[name] += 1
+            for layer in range(n_layers):
+                for head in range(n_heads):
+                    row = att.weights[layer, head, i].astype(float)
+                    totals[name][layer, head] += _one(name, row, i, att, visible)
+    return {name: totals[name] / counts[name] for name in METRICS}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_vectorised_corpus_means_equal_brute_force(causal):
+    rng = np.random.default_rng(5)
+    atts = []
+    for n in (6, 9, 4):
+        logits = rng.normal(size=(2, 3, n, n))
+        if causal:
+            logits = np.where(np.tril(np.ones((n, n))) > 0, logits, -np.inf)
+        weights = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+        tokens = ["<s>"] + [",", "word", "!", "x", "y", "z", "w"][: n - 2] + ["</s>"]
+        special = [True] + [False] * (n - 2) + [True]
+        att = synthetic_attention(weights, tokens, special=special)
+        if causal:
+            from dataclasses import replace
+
+            att = replace(att, info=replace(att.info, causal=True))
+        atts.append(att)
+    sums = MetricSums()
+    for att in atts:
+        sums.add(att)
+    means = sums.means()
+    # The corpus mean is over all queries of all sentences: build one "sentence" per query set.
+    expected_totals = {name: 0 for name in METRICS}
+    expected_counts = {name: 0 for name in METRICS}
+    for att in atts:
+        per = brute_force(att)
+        _, counts = sentence_sums(att)
+        for k, name in enumerate(METRICS):
+            expected_totals[name] = expected_totals[name] + per[name] * counts[k]
+            expected_counts[name] += counts[k]
+    for k, name in enumerate(METRICS):
+        np.testing.assert_allclose(
+            means[k], expected_totals[name] / expected_counts[name], atol=1e-9, err_msg=name
+        )
+
+
+def test_thresholds_are_parsed_and_checked():
+    assert Thresholds.parse(["previous=0.7"]).values["previous-token"] == 0.7
+    with pytest.raises(InputError, match=r"outside the valid range \[0, 1\]"):
+        Thresholds.parse(["broad=1.5"])
+    with pytest.raises(InputError, match="NAME one of previous, next"):
+        Thresholds.parse(["sideways=0.5"])
+    with pytest.raises(InputError, match="not a number"):
+        Thresholds.parse(["self=high"])
+
+
+def test_a_higher_threshold_changes_the_role():
+    sums = MetricSums()
+    sums.add(_attention())
+    strict = assign_roles(sums.means(), Thresholds.parse(["local=1.0", "broad=1.0"]))
+    assert strict[7].role == "local"  # local is exactly 1.0, so it still clears
+    stricter = assign_roles(sums.means(), Thresholds.parse(["previous=1.0", "broad=1.0"]))
+    assert stricter[0].role == "previous-token"
+    none = assign_roles(sums.means(), Thresholds.parse(["broad=1.0"]))
+    assert none[6].role == "broad"
+
+
+def test_punctuation_tokens():
+    assert is_punctuation(".") and is_punctuation("...") and is_punctuation("##,")
+    assert not is_punctuation("a.") and not is_punctuation("") and not is_punctuation("[SEP]x")

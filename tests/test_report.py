@@ -1,0 +1,94 @@
+"""`attnviz report` end to end, and its numbers tied to what `show` draws."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attnviz.cli import app
+
+runner = CliRunner()
+SENTENCE = "The quick brown fox jumps over the lazy dog because it was bored."
+
+
+def test_report_on_tiny_models_writes_everything(tiny_model_dirs, tmp_path):
+    for arch in ("bert", "gpt2"):
+        out = tmp_path / arch
+        result = runner.invoke(
+            app,
+            ["report", "The cat sat on the mat.", "Birds sing, loudly!", "-m",
+             str(tiny_model_dirs[arch]), "-o", str(out)],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "Head roles" in result.output and "L1" in result.output
+        with open(out / "heads.csv", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        assert len(rows) == 2 * 4 and rows[0]["layer"] == "0" and "entropy_norm" in rows[0]
+        data = json.loads((out / "heads.json").read_text())
+        assert data["sentences"] == 2 and len(data["heads"]) == 8
+        markdown = (out / "report.md").read_text()
+        for name in ("roles.png", "metric-previous.png", "metric-confidence.png"):
+            assert f"]({name})" in markdown and (out / name).is_file()
+        if arch == "gpt2":  # no separators in a GPT-2 text: that metric is 0 for every head
+            assert all(float(row["separator"]) == 0.0 for row in rows)
+
+
+def test_json_output_and_word_view(tiny_model_dirs, tmp_path):
+    result = runner.invoke(
+        app,
+        ["report", "Unbelievably, it worked.", "-m", str(tiny_model_dirs["bert"]), "-o",
+         str(tmp_path), "--json", "--words"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["unit"] == "word" and data["queries"] == 5  # Unbelievably , it worked .
+    assert {"layer", "head", "role", "role_score", "previous", "confidence"} <= set(
+        data["heads"][0]
+    )
+
+
+def test_report_numbers_and_figures_match_show(bundled, tmp_path):
+    from attnviz.extract import extract
+
+    report = runner.invoke(app, ["report", SENTENCE, "-o", str(tmp_path / "r"), "--json"])
+    assert report.exit_code == 0, report.output
+    heads = json.loads(report.output)["heads"]
+    best = max(heads, key=lambda h: h["previous"])
+    layer, head = best["layer"], best["head"]
+    assert best["role"] == "previous-token"
+
+    att = extract(bundled, SENTENCE)  # what `show` draws
+    grid = att.weights[layer, head].astype(np.float64)
+    queries = [i for i in range(len(att.tokens)) if not att.special[i]]
+    assert best["previous"] == pytest.approx(np.mean([grid[i, i - 1] for i in queries]), abs=1e-12)
+    assert best["confidence"] == pytest.approx(np.mean([grid[i].max() for i in queries]), abs=1e-12)
+
+    show = runner.invoke(
+        app, ["show", SENTENCE, "-l", layer, "-h", head, "-o", str(tmp_path / "s")]
+    )
+    assert show.exit_code == 0, show.output
+    shown = next((tmp_path / "s").glob(f"*/layer-{layer:02d}-head-{head:02d}.png")).read_bytes()
+    example = tmp_path / "r" / f"example-previous-token-layer-{layer:02d}-head-{head:02d}.png"
+    assert example.read_bytes() == shown  # the report's picture is show's picture
+
+
+def test_bad_input(tiny_model_dirs, tmp_path):
+    tiny = str(tiny_model_dirs["bert"])
+    cases = [
+        (["-t", "broad=2"], "outside the valid range [0, 1]"),
+        (["-t", "wobbly=0.3"], "NAME one of previous"),
+        (["-f", str(tmp_path / "none.txt")], "no such file"),
+        (["-f", str(tmp_path)], "is a folder"),
+    ]
+    for args, message in cases:
+        result = runner.invoke(app, ["report", *args, "-m", tiny, "-o", str(tmp_path / "o")])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in " ".join(result.output.split()) and "Traceback" not in result.output
+    too_long = runner.invoke(
+        app, ["report", " ".join(["w"] * 100), "-m", tiny, "-o", str(tmp_path / "x")]
+    )
+    assert too_long.exit_code == 2 and "no sentence fits the model" in too_long.output
