@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 
 from attnviz.errors import AttnvizError, InputError
-from attnviz.files import prepare_dir
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -52,11 +51,15 @@ ModelOpt = Annotated[
 DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
 LayerOpt = Annotated[
     list[int] | None,
-    typer.Option("--layer", "-l", help="Layer to show (repeatable). Default: all."),
+    typer.Option("--layer", "--layers", "-l", help="Layer to use (repeatable). Default: all."),
 ]
 HeadOpt = Annotated[
     list[int] | None,
-    typer.Option("--head", "-h", help="Head to show (repeatable). Default: all."),
+    typer.Option("--head", "--heads", "-h", help="Head to use (repeatable). Default: all."),
+]
+FileOpt = Annotated[
+    str | None,
+    typer.Option("--file", "-f", help="Text file, one sentence per line; - reads stdin."),
 ]
 WordsOpt = Annotated[
     bool,
@@ -89,6 +92,21 @@ def cli() -> None:
 def _fail(error: AttnvizError) -> typer.Exit:
     err_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
     return typer.Exit(error.exit_code)
+
+
+def _progress(label: str, *columns):
+    """A progress bar on stderr, so stdout stays clean for results."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *columns,
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
 
 
 def _style(fmt: ImageFormat, dpi: int, cmap: str):
@@ -166,10 +184,7 @@ def show(
 @app.command()
 def check(
     text: Annotated[str, typer.Argument(help="The sentence to run through the model.")],
-    layer: Annotated[
-        list[int] | None,
-        typer.Option("--layer", "-l", help="Layer to check (repeatable). Default: all layers."),
-    ] = None,
+    layer: LayerOpt = None,
     all_layers: Annotated[
         bool, typer.Option("--all-layers", help="Check every layer (the default).")
     ] = False,
@@ -223,20 +238,13 @@ def export(
         list[str] | None,
         typer.Argument(help="Sentences to export (or use --file).", show_default=False),
     ] = None,
-    file: Annotated[
-        str | None,
-        typer.Option("--file", "-f", help="Text file, one sentence per line; - reads stdin."),
-    ] = None,
+    file: FileOpt = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path(
         "attnviz-out/export"
     ),
     model: ModelOpt = None,
-    layer: Annotated[
-        list[int] | None, typer.Option("--layers", "-l", help="Layer to draw (repeatable).")
-    ] = None,
-    head: Annotated[
-        list[int] | None, typer.Option("--heads", "-h", help="Head to draw (repeatable).")
-    ] = None,
+    layer: LayerOpt = None,
+    head: HeadOpt = None,
     figures: Annotated[
         list[FigureKind] | None,
         typer.Option("--figures", help="Which figures (repeatable). Default: all three."),
@@ -265,7 +273,7 @@ def export(
     Blank lines are skipped and counted. A re-run skips sentences already complete with the
     same settings and finishes the rest; an interrupted run leaves no half-written file.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import TextColumn
 
     from attnviz.export import ExportOptions, read_sentences
     from attnviz.export import export as run_export
@@ -287,14 +295,7 @@ def export(
             dpi=dpi,
             cmap=cmap,
         )
-        progress = Progress(
-            TextColumn("[bold]export"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rates]}"),
-            TimeElapsedColumn(),
-            console=err_console,
-        )
+        progress = _progress("export", TextColumn("{task.fields[rates]}"))
         with progress:
             task = progress.add_task("export", total=len(chosen.items), rates="")
             counted = {"figures": 0}
@@ -352,10 +353,7 @@ def report(
             help="Sentences to analyse (default: samples/sentences.txt).", show_default=False
         ),
     ] = None,
-    file: Annotated[
-        str | None,
-        typer.Option("--file", "-f", help="Text file, one sentence per line; - reads stdin."),
-    ] = None,
+    file: FileOpt = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path(
         "attnviz-out/report"
     ),
@@ -386,12 +384,11 @@ def report(
     tokens; entropy; attention distance; confidence. Writes report.md, heads.csv,
     heads.json and figures to OUT.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from attnviz import terminal
     from attnviz.export import read_sentences
     from attnviz.metrics import Thresholds
-    from attnviz.report import DEFAULT_CORPUS, build_report, write_report
+    from attnviz.report import DEFAULT_CORPUS
+    from attnviz.report import report as run_report
 
     try:
         thresholds = Thresholds.parse(threshold)
@@ -401,29 +398,22 @@ def report(
             file = str(DEFAULT_CORPUS)
         chosen = read_sentences(file, sentences)
         style = _style(ImageFormat.png, dpi, cmap)
-        prepare_dir(out)
-        progress = Progress(
-            TextColumn("[bold]report"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=True,
-        )
+        progress = _progress("report")
         with progress:
             task = progress.add_task("report", total=len(chosen.items))
-            result = build_report(
+            result, written = run_report(
                 chosen,
+                out,
+                style,
                 model=model,
+                device=device.value,
                 words=words,
                 thresholds=thresholds,
                 batch_size=batch_size,
                 truncate=truncate,
-                device=device.value,
                 on_progress=lambda n: progress.advance(task, n),
                 on_warning=lambda note: err_console.print(f"[yellow]warning:[/] {note}"),
             )
-        written = write_report(result, out, style)
     except AttnvizError as error:
         raise _fail(error) from None
     if as_json:

@@ -9,6 +9,7 @@ leaves whole files or none.
 from __future__ import annotations
 
 import csv
+import gc
 import io
 import json
 import sys
@@ -180,7 +181,18 @@ def render_sentence(
     record.files = [str(path.relative_to(folder.parent)) for path in written]
     done = {"settings": settings, "record": asdict(record)}
     write_text_atomic(folder / DONE, json.dumps(done, ensure_ascii=False, indent=1))
+    # Figures live in reference cycles; left to the collector's schedule, megabytes of pixel
+    # buffers pile up over a long run. Cheap once the long-lived objects are frozen.
+    gc.collect()
     return record
+
+
+def _freeze_long_lived() -> None:
+    """Move everything alive now (torch, transformers, matplotlib) out of the collector's view."""
+    import matplotlib.figure  # noqa: F401  (imported here so that it is frozen too)
+
+    gc.collect()
+    gc.freeze()
 
 
 def _clear_previous(folder: Path) -> None:
@@ -236,6 +248,7 @@ def export(
     prepare_dir(out)
     style = Style(options.fmt, options.dpi, check_cmap(options.cmap))
     loaded = load_model(model, device)
+    _freeze_long_lived()
     layers = loaded.info.pick_layers(list(options.layers) if options.layers else None)
     heads = loaded.info.pick_heads(list(options.heads) if options.heads else None)
     width = max(4, len(str(len(sentences.items))))
@@ -246,7 +259,7 @@ def export(
         if record.status.startswith("too long"):
             summary.skipped[record.index] = record
         if on_progress:
-            on_progress(record, len(record.files) if record.status == "written" else 0)
+            on_progress(record, _figures(record) if record.status == "written" else 0)
 
     def pending() -> Iterator[tuple[Any, Record, dict[str, Any]]]:
         """Encoded sentences still to do; complete and too-long ones are reported here."""
@@ -281,6 +294,12 @@ def export(
             queue.append((record, settings))
             yield encoded
 
+    def finished(records: list[Record]) -> None:
+        for done in records:
+            summary.written += 1
+            summary.figures += _figures(done)
+            report(done)
+
     renderer = _Renderer(jobs)
     try:
         for att in extract_many(loaded, encoded_only(), batch_size):
@@ -292,14 +311,8 @@ def export(
             record.tokens = list(att.tokens)
             record.notes = list(att.notes)
             job = (att, out / record.folder, layers, heads, style, options, record, settings)
-            for done in renderer.submit(job):
-                summary.written += 1
-                summary.figures += len(done.files)
-                report(done)
-        for done in renderer.finish():
-            summary.written += 1
-            summary.figures += len(done.files)
-            report(done)
+            finished(renderer.submit(job))
+        finished(renderer.finish())
     except KeyboardInterrupt:
         summary.interrupted = True
         renderer.cancel()
@@ -308,6 +321,10 @@ def export(
         summary.render_seconds = time.perf_counter() - loaded_at
         write_manifest(summary, sentences, width)
     return summary
+
+
+def _figures(record: Record) -> int:
+    return sum(1 for name in record.files if not name.endswith(".npz"))
 
 
 class _Renderer:
@@ -325,7 +342,11 @@ class _Renderer:
             from concurrent.futures import ProcessPoolExecutor
 
             # spawn: workers must not inherit torch's threads and the model from this process.
-            self.pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+            self.pool = ProcessPoolExecutor(
+                jobs,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_freeze_long_lived,
+            )
 
     def submit(self, job: tuple) -> list[Record]:
         if self.pool is None:

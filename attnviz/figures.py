@@ -139,6 +139,28 @@ def png_bytes(rgba: np.ndarray, dpi: int) -> bytes:
     )
 
 
+def _write_canvas_png(canvas: Any, dpi: int, handle: Any) -> None:
+    """Write what an Agg canvas last drew as a PNG."""
+    import numpy as np
+
+    rgba = np.asarray(canvas.buffer_rgba())  # (height, width, 4)
+    handle.write(png_bytes(rgba, dpi))
+
+
+def _fixed_axes(
+    inner: tuple[float, float], margins: tuple[float, float, float, float], dpi: int
+) -> tuple[Any, Any]:
+    """A figure with one axes of `inner` (width, height) inches and margins (left, bottom,
+    right, top) in inches: a fixed layout costs one draw, where constrained layout costs three."""
+    from matplotlib.figure import Figure
+
+    left, bottom, right, top = margins
+    width, height = left + inner[0] + right, bottom + inner[1] + top
+    fig = Figure(figsize=(width, height), dpi=dpi)
+    ax = fig.add_axes((left / width, bottom / height, inner[0] / width, inner[1] / height))
+    return fig, ax
+
+
 class _Frames:
     """A figure drawn once, then redrawn per frame by drawing only its `dynamic` artists."""
 
@@ -170,10 +192,7 @@ class _Frames:
         return write_atomic(path, self._write_png)
 
     def _write_png(self, handle: Any) -> None:
-        import numpy as np
-
-        rgba = np.asarray(self.canvas.buffer_rgba())  # (height, width, 4)
-        handle.write(png_bytes(rgba, self.style.dpi))
+        _write_canvas_png(self.canvas, self.style.dpi, handle)
 
     def close(self) -> None:
         self.fig.clear()
@@ -316,7 +335,6 @@ class LayerFigure:
 def overview_figure(att: Attention, layers: list[int], heads: list[int], style: Style) -> Any:
     """Small multiples of every chosen layer × head, each panel scaled to its own maximum."""
     import numpy as np
-    from matplotlib.figure import Figure
 
     _configure_matplotlib()
     n = len(att.tokens)
@@ -331,12 +349,9 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
                 grid / peak if peak > 0 else grid
             )
     panel_in = 1.0
-    fig = Figure(
-        figsize=(len(heads) * panel_in + 1.0, len(layers) * panel_in + 1.0),
-        dpi=style.dpi,
-        layout="constrained",
-    )
-    ax = fig.add_subplot()
+    inner = (len(heads) * panel_in, len(layers) * panel_in)
+    side = max(0.2, (6.0 - inner[0]) / 2)  # room for the title over narrow grids
+    fig, ax = _fixed_axes(inner, (0.45 + side, 0.35, 0.15 + side, 0.45), style.dpi)
     import matplotlib
 
     cmap = matplotlib.colormaps[style.cmap].with_extremes(bad="white")
@@ -347,16 +362,25 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
-    ax.set_title(
+    fig.suptitle(
         f"{att.info.name} · all heads · {n} {att.unit}s · each panel scaled to its own max",
         fontsize=10,
+        y=1 - 0.2 / fig.get_figheight(),
+        va="center",
     )
     return fig
 
 
 def save_figure(fig: Any, path: Path, style: Style) -> Path:
-    """Write a figure atomically in the chosen format."""
-    path = write_atomic(path, lambda h: fig.savefig(h, format=style.fmt, dpi=style.dpi))
+    """Write a figure atomically in the chosen format (PNG by the fast encoder), then free it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if style.fmt == "png":
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        path = write_atomic(path, lambda handle: _write_canvas_png(canvas, style.dpi, handle))
+    else:
+        path = write_atomic(path, lambda h: fig.savefig(h, format=style.fmt, dpi=style.dpi))
     fig.clear()
     return path
 
@@ -418,16 +442,14 @@ ROLE_SHORT = {
 }
 
 
-def _grid_axes(n_layers: int, n_heads: int, title: str, style: Style) -> tuple[Any, Any]:
-    """A layers × heads grid figure: rows are layers, columns heads."""
-    from matplotlib.figure import Figure
-
+def _grid_axes(
+    n_layers: int, n_heads: int, title: str, style: Style, right: float = 1.1
+) -> tuple[Any, Any]:
+    """A layers × heads grid figure: rows are layers, columns heads; `right` inches for a
+    colour bar or legend."""
     _configure_matplotlib()
     cell = 0.62
-    fig = Figure(
-        figsize=(n_heads * cell + 2.4, n_layers * cell + 1.4), dpi=style.dpi, layout="constrained"
-    )
-    ax = fig.add_subplot()
+    fig, ax = _fixed_axes((n_heads * cell, n_layers * cell), (0.7, 0.6, right, 0.75), style.dpi)
     ax.set_xticks(range(n_heads), [f"H{h}" for h in range(n_heads)], fontsize=8)
     ax.set_yticks(range(n_layers), [f"L{layer}" for layer in range(n_layers)], fontsize=8)
     ax.set_xlabel("head")
@@ -453,7 +475,7 @@ def metric_figure(values: np.ndarray, name: str, help_text: str, model: str, sty
             dark = np.isfinite(value) and value / vmax < 0.55
             ax.text(head, layer, text, ha="center", va="center", fontsize=7,
                     color="white" if dark else "black")  # fmt: skip
-    fig.colorbar(image, ax=ax, shrink=0.9)
+    fig.colorbar(image, ax=ax, fraction=0.8 / fig.get_figwidth(), pad=0.15 / fig.get_figwidth())
     return fig
 
 
@@ -465,7 +487,7 @@ def role_map_figure(roles: Any, info: Any, style: Style) -> Any:
 
     names = list(ROLE_COLOURS)
     codes = np.zeros((info.n_layers, info.n_heads))
-    fig, ax = _grid_axes(info.n_layers, info.n_heads, f"Head roles — {info.name}", style)
+    fig, ax = _grid_axes(info.n_layers, info.n_heads, f"Head roles — {info.name}", style, 1.9)
     for role in roles:
         codes[role.layer, role.head] = names.index(role.role)
         score = "" if role.score is None else f"\n{role.score:.2f}"

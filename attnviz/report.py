@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from attnviz.export import Sentences
     from attnviz.extract import Attention
     from attnviz.figures import Style
-    from attnviz.models import ModelInfo
+    from attnviz.models import LoadedModel, ModelInfo
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "samples" / "sentences.txt"
 
@@ -98,22 +98,35 @@ class Report:
         }
 
 
-def build_report(
+def report(
     sentences: Sentences,
+    out: Path,
+    style: Style,
     model: str | None = None,
+    device: str = "auto",
+    **options: Any,
+) -> tuple[Report, list[Path]]:
+    """Load the model, build the report over `sentences` and write it to `out`."""
+    from attnviz.models import load_model
+
+    prepare_dir(out)
+    result = build_report(load_model(model, device), sentences, **options)
+    return result, write_report(result, out, style)
+
+
+def build_report(
+    loaded: LoadedModel,
+    sentences: Sentences,
     words: bool = False,
     thresholds: Thresholds | None = None,
     batch_size: int = 16,
     truncate: bool = False,
-    device: str = "auto",
     on_progress: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> Report:
     """Run every sentence through the model, summing head metrics as it goes (flat memory)."""
     from attnviz.extract import encode, extract_many, word_view
-    from attnviz.models import load_model
 
-    loaded = load_model(model, device)
     skipped: list[str] = []
 
     def encoded():

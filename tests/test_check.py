@@ -125,7 +125,7 @@ def test_swapping_two_heads_is_caught_although_the_output_matches(loaded_tiny):
 def test_cli_passes_with_exit_0_and_json():
     result = runner.invoke(app, ["check", "Time flies like an arrow.", "--layer", "3", "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["passed"] and [lc["layer"] for lc in data["layers"]] == [3]
     assert data["shapes"]["W_Q^h"] == [384, 32]
 

@@ -44,7 +44,7 @@ def test_json_output_and_word_view(tiny_model_dirs, tmp_path):
          str(tmp_path), "--json", "--words"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["unit"] == "word" and data["queries"] == 5  # Unbelievably , it worked .
     assert {"layer", "head", "role", "role_score", "previous", "confidence"} <= set(
         data["heads"][0]
@@ -56,7 +56,7 @@ def test_report_numbers_and_figures_match_show(bundled, tmp_path):
 
     report = runner.invoke(app, ["report", SENTENCE, "-o", str(tmp_path / "r"), "--json"])
     assert report.exit_code == 0, report.output
-    heads = json.loads(report.output)["heads"]
+    heads = json.loads(report.stdout)["heads"]
     best = max(heads, key=lambda h: h["previous"])
     layer, head = best["layer"], best["head"]
     assert best["role"] == "previous-token"

@@ -41,7 +41,7 @@ def test_show_json_matches_extraction(tmp_path, bundled):
     text = "Time flies like an arrow."
     result = invoke("show", text, "--json", "--no-images", "-l", 1, "-h", 4, "-k", 2)
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["model"]["n_heads"] == 12 and len(data["heads"]) == 1
     head = data["heads"][0]
     received = extract(bundled, text).weights[1, 4].mean(axis=0)
@@ -112,7 +112,7 @@ def test_unwritable_output_is_refused_before_the_model_loads(tmp_path, monkeypat
 def test_truncate_says_what_it_cut():
     result = invoke("show", " ".join(["word"] * 600), "--truncate", "--no-images", "--json")
     assert result.exit_code == 0
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert len(data["tokens"]) == 512
     assert "kept the first 512 of 602 tokens" in data["notes"][0]
 
