@@ -458,25 +458,46 @@ def _grid_axes(
     return fig, ax
 
 
-def metric_figure(values: np.ndarray, name: str, help_text: str, model: str, style: Style) -> Any:
-    """One metric's mean for every layer × head, as a heatmap with the numbers written in."""
-    import numpy as np
+class MetricGrid:
+    """One reusable layers × heads heatmap with the numbers written in, redrawn per metric."""
 
-    n_layers, n_heads = values.shape
-    fig, ax = _grid_axes(n_layers, n_heads, f"{name} — {help_text}\n{model}", style)
-    finite = values[np.isfinite(values)]
-    top = float(finite.max()) if finite.size else 1.0
-    vmax = 1.0 if top <= 1.0 else top
-    image = ax.imshow(values, cmap=style.cmap, vmin=0.0, vmax=vmax, aspect="auto")
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            value = values[layer, head]
-            text = "—" if not np.isfinite(value) else f"{value:.2f}"
-            dark = np.isfinite(value) and value / vmax < 0.55
-            ax.text(head, layer, text, ha="center", va="center", fontsize=7,
-                    color="white" if dark else "black")  # fmt: skip
-    fig.colorbar(image, ax=ax, fraction=0.8 / fig.get_figwidth(), pad=0.15 / fig.get_figwidth())
-    return fig
+    def __init__(self, n_layers: int, n_heads: int, model: str, style: Style) -> None:
+        import numpy as np
+
+        self.model = model
+        fig, ax = _grid_axes(n_layers, n_heads, "", style)
+        self.image = ax.imshow(
+            np.zeros((n_layers, n_heads)), cmap=style.cmap, vmin=0.0, vmax=1.0, aspect="auto"
+        )
+        self.numbers = [
+            [ax.text(h, layer, "", ha="center", va="center", fontsize=7) for h in range(n_heads)]
+            for layer in range(n_layers)
+        ]
+        width = fig.get_figwidth()
+        bar = fig.colorbar(self.image, ax=ax, fraction=0.8 / width, pad=0.15 / width)
+        self.title = fig.text(0.5, 1 - 0.35 / fig.get_figheight(), "", ha="center", va="center")
+        texts = [text for row in self.numbers for text in row]
+        dynamic = [self.image, *ax.spines.values(), *texts, bar.ax, self.title]
+        self.frames = _Frames(fig, dynamic, style)
+
+    def save(self, values: np.ndarray, name: str, help_text: str, path: Path) -> Path:
+        """Draw one metric's `[layer, head]` means and write the PNG atomically."""
+        import numpy as np
+
+        finite = values[np.isfinite(values)]
+        top = float(finite.max()) if finite.size else 1.0
+        vmax = 1.0 if top <= 1.0 else top  # shares on 0–1; entropy and distance on their range
+        self.image.set_data(values)
+        self.image.set_clim(0.0, vmax)
+        for (layer, head), value in np.ndenumerate(values):
+            text = self.numbers[layer][head]
+            text.set_text(f"{value:.2f}" if np.isfinite(value) else "—")
+            text.set_color("white" if np.isfinite(value) and value / vmax < 0.55 else "black")
+        self.title.set_text(f"{name} — {help_text}\n{self.model}")
+        return self.frames.save(path)
+
+    def close(self) -> None:
+        self.frames.close()
 
 
 def role_map_figure(roles: Any, info: Any, style: Style) -> Any:

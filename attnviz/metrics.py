@@ -111,7 +111,9 @@ def sentence_sums(att: Attention) -> tuple[np.ndarray, np.ndarray]:
         visible = np.full(len(queries), n)
 
     def mass(mask: np.ndarray) -> np.ndarray:  # Σ_j a[j] over a (Q, T) or (T,) mask -> (L, H)
-        return (rows * mask).sum(axis=(-1, -2))
+        if mask.ndim == 1:
+            return (rows @ mask.astype(np.float64)).sum(axis=-1)  # (L, H, Q) -> (L, H)
+        return np.einsum("lhqt,qt->lh", rows, mask.astype(np.float64))
 
     def at_offset(k: int) -> tuple[np.ndarray, int]:
         keep = (queries + k >= 0) & (queries + k < n)

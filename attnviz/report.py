@@ -168,7 +168,7 @@ def build_report(
 
 def write_report(report: Report, out: Path, style: Style) -> list[Path]:
     """Write report.md, heads.csv, heads.json and the figures into `out`."""
-    from attnviz.figures import HeadFigure, head_title, metric_figure, role_map_figure, save_figure
+    from attnviz.figures import HeadFigure, MetricGrid, head_title, role_map_figure, save_figure
 
     prepare_dir(out)
     written = []
@@ -184,11 +184,11 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
         )
     )
     figure_style = style if style.fmt == "png" else type(style)("png", style.dpi, style.cmap)
+    grid = MetricGrid(report.info.n_layers, report.info.n_heads, report.info.name, figure_style)
     for m, name in enumerate(METRICS):
-        fig = metric_figure(
-            report.means[m], name, METRIC_HELP[name], report.info.name, figure_style
-        )
-        written.append(save_figure(fig, out / f"metric-{name}.png", figure_style))
+        path = out / f"metric-{name}.png"
+        written.append(grid.save(report.means[m], name, METRIC_HELP[name], path))
+    grid.close()
     written.append(
         save_figure(
             role_map_figure(report.roles, report.info, figure_style),

@@ -86,3 +86,15 @@ def test_render_text_writes_all_files_in_each_format(tmp_path):
         assert len(files) == 1 + 2 + 4
         assert all(f.suffix == f".{fmt}" and f.stat().st_size > 1000 for f in files)
     assert not list(tmp_path.glob(".*.part"))
+
+
+def test_blitted_metric_grids_equal_full_redraws(tmp_path):
+    from attnviz.figures import MetricGrid
+
+    grid = MetricGrid(3, 4, "synthetic", Style())
+    rng = np.random.default_rng(4)
+    for name, scale in (("share", 1.0), ("distance", 6.0)):  # two colour ranges
+        values = rng.random((3, 4)) * scale
+        blitted = _png(grid.save(values, name, "help", tmp_path / "m.png"))
+        full = _full_redraw_png(grid.frames.fig, 100)
+        assert np.mean(np.abs(blitted - full) > 8) < 0.002, name
