@@ -7,7 +7,7 @@ import io
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -183,7 +183,7 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
             out / "heads.json", json.dumps(report.as_dict(), ensure_ascii=False, indent=1)
         )
     )
-    figure_style = style if style.fmt == "png" else type(style)("png", style.dpi, style.cmap)
+    figure_style = replace(style, fmt="png")  # report.md embeds the figures: PNG everywhere
     grid = MetricGrid(report.info.n_layers, report.info.n_heads, report.info.name, figure_style)
     for m, name in enumerate(METRICS):
         path = out / f"metric-{name}.png"
