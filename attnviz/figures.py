@@ -355,7 +355,8 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
     import matplotlib
 
     cmap = matplotlib.colormaps[style.cmap].with_extremes(bad="white")
-    ax.imshow(mosaic, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
+    # Panels of long texts have more tokens than pixels: average them down instead of sampling.
+    ax.imshow(mosaic, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="antialiased")
     centres = [i * cell + n / 2 - 0.5 for i in range(max(len(layers), len(heads)))]
     ax.set_xticks(centres[: len(heads)], [f"H{h}" for h in heads], fontsize=8)
     ax.set_yticks(centres[: len(layers)], [f"L{layer}" for layer in layers], fontsize=8)
