@@ -92,6 +92,20 @@ def _hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
 
 
+def _hub_reachable() -> bool:
+    """Whether the hub's host name resolves: without this check an offline machine spends
+    about 23 s in huggingface_hub's retries before the same error."""
+    import socket
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        return False
+    return True
+
+
 def _from_pretrained(loader: Any, source: str, **kwargs: Any) -> Any:
     """Load from a local directory, else the hub cache, else (when online) the hub."""
     if Path(source).is_dir():
@@ -99,7 +113,7 @@ def _from_pretrained(loader: Any, source: str, **kwargs: Any) -> Any:
     try:
         return loader.from_pretrained(source, local_files_only=True, **kwargs)
     except OSError:
-        if _hub_offline():
+        if _hub_offline() or not _hub_reachable():
             raise
     return loader.from_pretrained(source, **kwargs)
 

@@ -157,3 +157,28 @@ def test_layer_and_head_ranges(bundled):
         bundled.info.pick_layers([6])
     with pytest.raises(InputError, match="head -1 out of range: this model has heads 0–11"):
         bundled.info.pick_heads([-1])
+
+
+def test_unreachable_hub_fails_at_once_without_retries(monkeypatch):
+    """Online mode but no network: one clear error straight away, not 23 s of retries."""
+    import socket
+    import time
+
+    from attnviz import models
+
+    def no_dns(*_args, **_kwargs):
+        raise socket.gaierror("no network in this test")
+
+    def never_online(*_args, **kwargs):
+        assert kwargs.get("local_files_only"), (
+            "must not try the network when the hub is unreachable"
+        )
+        raise OSError("not cached")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    monkeypatch.setattr("transformers.AutoConfig.from_pretrained", never_online)
+    start = time.perf_counter()
+    with pytest.raises(ModelLoadError, match="the hub could not be reached"):
+        models.load_model("some-org/some-model")
+    assert time.perf_counter() - start < 5
