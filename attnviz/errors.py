@@ -11,6 +11,10 @@ class InputError(AttnvizError):
     """Bad text, file, layer/head choice or option value."""
 
 
+class TextTooLongError(InputError):
+    """The text has more tokens than the model takes (batch commands skip such lines)."""
+
+
 class ModelLoadError(AttnvizError):
     """The model or tokenizer could not be found or loaded."""
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.errors import InputError
+from attnviz.errors import InputError, TextTooLongError
 from attnviz.files import prepare_dir, slug, write_atomic, write_text_atomic
 
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ def export(
     on_warning: Callable[[str], None] | None = None,
 ) -> ExportSummary:
     """Export heatmaps for every sentence under `out`, skipping complete folders."""
-    from attnviz.extract import encode, extract_many, hide_special, word_view
+    from attnviz.extract import encode, extract_many, view
     from attnviz.figures import Style, check_cmap
     from attnviz.models import load_model
 
@@ -273,9 +273,7 @@ def export(
             record = Record(sentence.index, sentence.line, sentence.text, folder.name, "written")
             try:
                 encoded = encode(loaded, sentence.text, options.truncate)
-            except InputError as error:
-                if "tokens long" not in str(error):
-                    raise
+            except TextTooLongError as error:
                 warn(f"{sentences.source}, line {sentence.line}: skipped, {error}")
                 record.status = "too long (skipped)"
                 summary.too_long += 1
@@ -287,10 +285,9 @@ def export(
             yield encoded, record, settings
 
     queue: deque = deque()
-    in_order = pending()
 
     def encoded_only() -> Iterator[Any]:
-        for encoded, record, settings in in_order:
+        for encoded, record, settings in pending():
             queue.append((record, settings))
             yield encoded
 
@@ -304,10 +301,7 @@ def export(
     try:
         for att in extract_many(loaded, encoded_only(), batch_size):
             record, settings = queue.popleft()
-            if options.words:
-                att = word_view(att)
-            if options.hide_special:
-                att = hide_special(att)
+            att = view(att, options.words, options.hide_special)
             record.tokens = list(att.tokens)
             record.notes = list(att.notes)
             job = (att, out / record.folder, layers, heads, style, options, record, settings)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from attnviz.errors import InputError
+from attnviz.errors import InputError, TextTooLongError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -60,7 +60,7 @@ def encode(loaded: LoadedModel, text: str, truncate: bool = False) -> Encoded:
     n_tokens = len(enc["input_ids"])
     if n_tokens > limit:
         if not truncate:
-            raise InputError(
+            raise TextTooLongError(
                 f"text is {n_tokens} tokens long; this model takes at most {limit} "
                 "(pass --truncate to cut it)"
             )
@@ -183,6 +183,15 @@ def extract_many(
             batch = []
     if batch:
         yield from attend(loaded, batch)
+
+
+def view(att: Attention, words: bool = False, hide_special_tokens: bool = False) -> Attention:
+    """The view a command asks for: word pieces merged first, then special tokens hidden."""
+    if words:
+        att = word_view(att)
+    if hide_special_tokens:
+        att = hide_special(att)
+    return att
 
 
 def word_view(att: Attention) -> Attention:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.errors import InputError
+from attnviz.errors import InputError, TextTooLongError
 from attnviz.files import prepare_dir, write_text_atomic
 from attnviz.metrics import (
     LOCAL_WINDOW,
@@ -125,7 +125,7 @@ def build_report(
     on_warning: Callable[[str], None] | None = None,
 ) -> Report:
     """Run every sentence through the model, summing head metrics as it goes (flat memory)."""
-    from attnviz.extract import encode, extract_many, word_view
+    from attnviz.extract import encode, extract_many, view
 
     skipped: list[str] = []
 
@@ -133,9 +133,7 @@ def build_report(
         for sentence in sentences.items:
             try:
                 yield encode(loaded, sentence.text, truncate)
-            except InputError as error:
-                if "tokens long" not in str(error):
-                    raise
+            except TextTooLongError as error:
                 note = f"{sentences.source}, line {sentence.line}: skipped, {error}"
                 skipped.append(note)
                 if on_warning:
@@ -144,9 +142,9 @@ def build_report(
     sums = MetricSums()
     example = None
     for att in extract_many(loaded, encoded(), batch_size):
-        view = word_view(att) if words else att
-        sums.add(view)
-        example = example or view
+        shown = view(att, words)
+        sums.add(shown)
+        example = example or shown
         if on_progress:
             on_progress(1)
     if example is None:

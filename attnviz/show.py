@@ -50,7 +50,7 @@ def show(
     device: str = "auto",
 ) -> ShowResult:
     """Extract one text's attention, summarise the chosen heads, write their heatmaps to `out`."""
-    from attnviz.extract import extract, hide_special, word_view
+    from attnviz.extract import extract, view
     from attnviz.figures import Style, render_text
     from attnviz.models import load_model
     from attnviz.summary import summarise
@@ -59,15 +59,11 @@ def show(
     loaded = load_model(model, device)
     chosen_layers = loaded.info.pick_layers(layers)
     chosen_heads = loaded.info.pick_heads(heads)
-    view = extract(loaded, text, truncate=truncate)
-    if words:
-        view = word_view(view)
-    if hide_special_tokens:
-        view = hide_special(view)
-    summaries = summarise(view, chosen_layers, chosen_heads, top_k)
+    shown = view(extract(loaded, text, truncate=truncate), words, hide_special_tokens)
+    summaries = summarise(shown, chosen_layers, chosen_heads, top_k)
     images = (
-        render_text(view, folder, chosen_layers, chosen_heads, style or Style())
+        render_text(shown, folder, chosen_layers, chosen_heads, style or Style())
         if folder is not None
         else []
     )
-    return ShowResult(view, chosen_layers, chosen_heads, summaries, folder, images)
+    return ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, images)
