@@ -127,6 +127,12 @@ def check(
     device: str = "auto",
 ) -> CheckResult:
     """Recompute the chosen layers (default: all) of `model` on `text` and compare."""
+    from attnviz.extract import require_text
+    from attnviz.models import refuse_early
+
+    require_text(text)
+    refuse_early(model, layers, None, text, truncate)
+
     from attnviz.extract import encode
     from attnviz.models import load_model
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,6 +21,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
     rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 out_console = Console()
 err_console = Console(stderr=True)
@@ -38,6 +39,16 @@ class ImageFormat(str, Enum):
     pdf = "pdf"
 
 
+class Scale(str, Enum):
+    absolute = "absolute"
+    head = "head"
+
+
+def _flag(name: str, help: str) -> Any:
+    """An on/off option, shown in help as a flag (no value)."""
+    return typer.Option(name, help=help, metavar="")
+
+
 ModelOpt = Annotated[
     str | None,
     typer.Option(
@@ -51,37 +62,81 @@ ModelOpt = Annotated[
 DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
 LayerOpt = Annotated[
     list[int] | None,
-    typer.Option("--layer", "--layers", "-l", help="Layer to use (repeatable). Default: all."),
+    typer.Option(
+        "--layer",
+        "--layers",
+        "-l",
+        metavar="N",
+        help="A layer to use; repeat for more (-l 0 -l 5). Default: all.",
+        show_default=False,
+    ),
 ]
 HeadOpt = Annotated[
     list[int] | None,
-    typer.Option("--head", "--heads", "-h", help="Head to use (repeatable). Default: all."),
+    typer.Option(
+        "--head",
+        "--heads",
+        "-H",
+        metavar="N",
+        help="A head to use; repeat for more (-H 2 -H 7). Default: all.",
+        show_default=False,
+    ),
+]
+SentencesArg = Annotated[
+    list[str] | None,
+    typer.Argument(help="Sentences (or use --file).", show_default=False),
 ]
 FileOpt = Annotated[
     str | None,
     typer.Option("--file", "-f", help="Text file, one sentence per line; - reads stdin."),
 ]
 WordsOpt = Annotated[
-    bool,
-    typer.Option(
-        "--words", help="Merge word pieces into words (to-word sums, from-word averages)."
-    ),
+    bool, _flag("--words", "Merge word pieces into words (to-word sums, from-word averages).")
 ]
 HideOpt = Annotated[
-    bool,
-    typer.Option("--hide-special", help="Hide [CLS]/[SEP]/BOS tokens and renormalise each row."),
+    bool, _flag("--hide-special", "Hide [CLS]/[SEP]/BOS tokens and renormalise each row.")
 ]
 TruncateOpt = Annotated[
-    bool, typer.Option("--truncate", help="Cut text longer than the model's limit (and say so).")
+    bool, _flag("--truncate", "Cut text longer than the model's limit (and say so).")
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+JsonOpt = Annotated[bool, _flag("--json", "Print the result as JSON on stdout.")]
 CmapOpt = Annotated[str, typer.Option(help="Matplotlib colour map for heatmaps.")]
 DpiOpt = Annotated[int, typer.Option(min=20, max=600, help="Image resolution (dots per inch).")]
 FormatOpt = Annotated[ImageFormat, typer.Option("--format", help="Image file format.")]
+ScaleOpt = Annotated[
+    Scale,
+    typer.Option(
+        "--scale",
+        help="Heatmap colours: absolute (0–1 for every head) or head (each head to its own "
+        "max; the pattern of diffuse heads shows).",
+    ),
+]
+BatchOpt = Annotated[
+    int, typer.Option("--batch-size", "-b", min=1, help="Sentences per forward pass.")
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from attnviz import __version__
+
+        typer.echo(f"attnviz {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
-def cli() -> None:
+def cli(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            callback=_version,
+            is_eager=True,
+            metavar="",
+        ),
+    ] = False,
+) -> None:
     """See, measure and verify multi-head attention in Hugging Face transformers.
 
     Every command takes --model (default: the bundled all-MiniLM-L6-v2 encoder). Input and
@@ -92,6 +147,10 @@ def cli() -> None:
 def _fail(error: AttnvizError) -> typer.Exit:
     err_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
     return typer.Exit(error.exit_code)
+
+
+def _warn(message: str) -> None:
+    err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
 
 
 def _progress(label: str, *columns):
@@ -109,15 +168,18 @@ def _progress(label: str, *columns):
     )
 
 
-def _style(fmt: ImageFormat, dpi: int, cmap: str):
+def _style(fmt: ImageFormat, dpi: int, cmap: str, scale: Scale = Scale.absolute):
     from attnviz.figures import Style, check_cmap
 
-    return Style(fmt=fmt.value, dpi=dpi, cmap=check_cmap(cmap))
+    return Style(fmt=fmt.value, dpi=dpi, cmap=check_cmap(cmap), scale=scale.value)
 
 
 @app.command()
 def show(
-    text: Annotated[str, typer.Argument(help="The sentence to look at.", show_default=False)],
+    text: Annotated[
+        str,
+        typer.Argument(help="The sentence to look at; - reads it from stdin.", show_default=False),
+    ],
     model: ModelOpt = None,
     layer: LayerOpt = None,
     head: HeadOpt = None,
@@ -128,25 +190,28 @@ def show(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the heatmap images.")] = Path(
         "attnviz-out"
     ),
-    no_images: Annotated[bool, typer.Option("--no-images", help="Do not write images.")] = False,
+    no_images: Annotated[bool, _flag("--no-images", "Do not write images.")] = False,
     fmt: FormatOpt = ImageFormat.png,
     dpi: DpiOpt = 100,
     cmap: CmapOpt = "viridis",
+    scale: ScaleOpt = Scale.absolute,
     device: DeviceOpt = Device.auto,
     as_json: JsonOpt = False,
 ) -> None:
     """Show what every attention head looks at in one sentence, and write heatmaps.
 
     Prints, for each head, the tokens it attends to most; with one --layer and one --head it
-    also draws that head's heatmap in the terminal. Images go to `OUT/<sentence-slug>/`: an
-    overview of all heads, one grid per layer, one figure per head.
+    also draws that head's heatmap in the terminal. Images go to `OUT/<slug>-<hash>/` (one
+    folder per distinct text, holding only its last run's files): an overview of all heads,
+    one grid per layer, one figure per head.
     """
     from attnviz import terminal
+    from attnviz.inputs import read_text
     from attnviz.show import show as run_show
 
     try:
         result = run_show(
-            text,
+            read_text(text),
             model=model,
             layers=layer,
             heads=head,
@@ -155,7 +220,7 @@ def show(
             hide_special_tokens=hide_special,
             truncate=truncate,
             out=None if no_images else out,
-            style=_style(fmt, dpi, cmap),
+            style=_style(fmt, dpi, cmap, scale),
             device=device.value,
         )
     except AttnvizError as error:
@@ -170,11 +235,11 @@ def show(
         result.view.info.n_heads
     )
     if every_head:
-        terminal.print_head_map(console, result.summaries, result.layers, result.heads)
+        terminal.print_head_map(console, result.view, result.summaries, result.layers, result.heads)
     else:
-        terminal.print_head_details(console, result.summaries)
+        terminal.print_head_details(console, result.view, result.summaries)
     if len(result.layers) == 1 and len(result.heads) == 1:
-        terminal.print_heatmap(console, result.view, result.layers[0], result.heads[0])
+        terminal.print_heatmap(console, result.view, result.layers[0], result.heads[0], scale.value)
     if result.folder is not None:
         console.print(
             f"wrote {len(result.images)} images to [bold]{result.folder}/[/]", highlight=False
@@ -183,11 +248,15 @@ def show(
 
 @app.command()
 def check(
-    text: Annotated[str, typer.Argument(help="The sentence to run through the model.")],
+    text: Annotated[
+        str,
+        typer.Argument(
+            help="The sentence to run through the model; - reads it from stdin.",
+            show_default=False,
+        ),
+    ],
     layer: LayerOpt = None,
-    all_layers: Annotated[
-        bool, typer.Option("--all-layers", help="Check every layer (the default).")
-    ] = False,
+    all_layers: Annotated[bool, _flag("--all-layers", "Check every layer (the default).")] = False,
     tolerance: Annotated[
         float, typer.Option(min=0.0, help="Largest absolute error that still passes.")
     ] = 1e-5,
@@ -205,12 +274,13 @@ def check(
     """
     from attnviz import terminal
     from attnviz.check import check as run_check
+    from attnviz.inputs import read_text
 
     if layer and all_layers:
         raise _fail(InputError("give either --layer or --all-layers, not both"))
     try:
         result = run_check(
-            text,
+            read_text(text),
             model=model,
             layers=layer,
             tolerance=tolerance,
@@ -234,10 +304,7 @@ class FigureKind(str, Enum):
 
 @app.command()
 def export(
-    sentences: Annotated[
-        list[str] | None,
-        typer.Argument(help="Sentences to export (or use --file).", show_default=False),
-    ] = None,
+    sentences: SentencesArg = None,
     file: FileOpt = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path(
         "attnviz-out/export"
@@ -247,39 +314,42 @@ def export(
     head: HeadOpt = None,
     figures: Annotated[
         list[FigureKind] | None,
-        typer.Option("--figures", help="Which figures (repeatable). Default: all three."),
+        typer.Option(
+            "--figures",
+            metavar="KIND",
+            help="overview, layers or heads; repeat for more. Default: all three.",
+            show_default=False,
+        ),
     ] = None,
     fmt: FormatOpt = ImageFormat.png,
     dpi: DpiOpt = 100,
     cmap: CmapOpt = "viridis",
+    scale: ScaleOpt = Scale.absolute,
     words: WordsOpt = False,
     hide_special: HideOpt = False,
     truncate: TruncateOpt = False,
     save_raw: Annotated[
-        bool, typer.Option("--save-raw", help="Also write attention.npz [layer, head, q, k].")
+        bool, _flag("--save-raw", "Also write attention.npz [layer, head, q, k].")
     ] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Rendering processes.")] = 1,
-    batch_size: Annotated[
-        int, typer.Option("--batch-size", "-b", min=1, help="Sentences per forward pass.")
-    ] = 8,
+    batch_size: BatchOpt = 8,
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Redo sentences that are already complete.")
+        bool, _flag("--overwrite", "Redo sentences that are already complete.")
     ] = False,
     device: DeviceOpt = Device.auto,
+    as_json: Annotated[bool, _flag("--json", "Print the run's summary as JSON on stdout.")] = False,
 ) -> None:
     """Write heatmaps for many sentences: one folder each, plus manifest.json and manifest.csv.
 
-    Each folder `NNNN-slug/` holds overview, one grid per layer and one figure per head.
+    Each folder `NNNN-slug-hash/` holds overview, one grid per layer and one figure per head.
     Blank lines are skipped and counted. A re-run skips sentences already complete with the
     same settings and finishes the rest; an interrupted run leaves no half-written file.
     """
     from rich.progress import TextColumn
 
-    from attnviz.export import ExportOptions, read_sentences
+    from attnviz.export import ExportOptions
     from attnviz.export import export as run_export
-
-    def warn(message: str) -> None:
-        err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    from attnviz.inputs import read_sentences
 
     try:
         chosen = read_sentences(file, sentences)
@@ -293,7 +363,8 @@ def export(
             save_raw=save_raw,
             fmt=fmt.value,
             dpi=dpi,
-            cmap=cmap,
+            cmap=_style(fmt, dpi, cmap).cmap,
+            scale=scale.value,
         )
         progress = _progress("export", TextColumn("{task.fields[rates]}"))
         with progress:
@@ -318,31 +389,35 @@ def export(
                 overwrite=overwrite,
                 device=device.value,
                 on_progress=advance,
-                on_warning=warn,
+                on_warning=_warn,
             )
     except AttnvizError as error:
         raise _fail(error) from None
 
-    parts = [
-        f"{summary.sentences} sentences",
-        f"{summary.written} written",
-        f"{summary.complete} already complete",
-        f"{summary.too_long} too long (skipped)",
-        f"{summary.truncated} truncated",
-        f"{summary.blank} blank lines skipped",
-        f"{summary.figures} figures",
-        f"{summary.seconds:.1f} s",
-    ]
-    out_console.print(" · ".join(parts), highlight=False)
+    if as_json:
+        typer.echo(json.dumps(summary.as_dict(), ensure_ascii=False, indent=2))
+    else:
+        parts = [
+            f"{summary.sentences} sentences",
+            f"{summary.written} written",
+            f"{summary.complete} already complete",
+            f"{summary.too_long} too long (skipped)",
+            f"{summary.truncated} truncated",
+            f"{summary.blank} blank lines skipped",
+            f"{summary.figures} figures",
+            f"{summary.seconds:.1f} s",
+        ]
+        out_console.print(" · ".join(parts), highlight=False)
     if summary.interrupted:
         err_console.print(
             f"[bold red]interrupted[/]: {summary.written + summary.complete} of "
             f"{summary.sentences} sentences are complete; run the same command again to finish"
         )
         raise typer.Exit(130)
-    out_console.print(
-        f"manifest: {summary.out / 'manifest.json'} and manifest.csv", highlight=False
-    )
+    if not as_json:
+        out_console.print(
+            f"manifest: {summary.out / 'manifest.json'} and manifest.csv", highlight=False
+        )
 
 
 @app.command()
@@ -358,22 +433,26 @@ def report(
         "attnviz-out/report"
     ),
     model: ModelOpt = None,
+    layer: LayerOpt = None,
+    head: HeadOpt = None,
     words: WordsOpt = False,
     threshold: Annotated[
         list[str] | None,
         typer.Option(
             "--threshold",
             "-t",
-            help="Role threshold NAME=VALUE in [0, 1] (repeatable); NAME: previous, next, self, "
+            metavar="NAME=VALUE",
+            help="Role threshold in [0, 1]; repeat for more. NAME: previous, next, self, "
             "first, separator, punctuation, local, broad.",
+            show_default=False,
         ),
     ] = None,
-    batch_size: Annotated[
-        int, typer.Option("--batch-size", "-b", min=1, help="Sentences per forward pass.")
-    ] = 16,
+    batch_size: BatchOpt = 16,
     truncate: TruncateOpt = False,
+    fmt: FormatOpt = ImageFormat.png,
     dpi: DpiOpt = 100,
     cmap: CmapOpt = "viridis",
+    scale: ScaleOpt = Scale.absolute,
     device: DeviceOpt = Device.auto,
     as_json: JsonOpt = False,
 ) -> None:
@@ -382,10 +461,10 @@ def report(
     Metrics (means over all non-special query tokens): attention to the previous, next and
     same token, to the first token ([CLS]/BOS), to separators, to punctuation, within ±2
     tokens; entropy; attention distance; confidence. Writes report.md, heads.csv,
-    heads.json and figures to OUT.
+    heads.json and figures to OUT. --layer/--head restrict the report to those heads.
     """
     from attnviz import terminal
-    from attnviz.export import read_sentences
+    from attnviz.inputs import read_sentences
     from attnviz.metrics import Thresholds
     from attnviz.report import DEFAULT_CORPUS
     from attnviz.report import report as run_report
@@ -397,7 +476,7 @@ def report(
                 raise InputError("the default corpus samples/sentences.txt is not here; use --file")
             file = str(DEFAULT_CORPUS)
         chosen = read_sentences(file, sentences)
-        style = _style(ImageFormat.png, dpi, cmap)
+        style = _style(fmt, dpi, cmap, scale)
         progress = _progress("report")
         with progress:
             task = progress.add_task("report", total=len(chosen.items))
@@ -407,12 +486,14 @@ def report(
                 style,
                 model=model,
                 device=device.value,
+                layers=layer,
+                heads=head,
                 words=words,
                 thresholds=thresholds,
                 batch_size=batch_size,
                 truncate=truncate,
                 on_progress=lambda n: progress.advance(task, n),
-                on_warning=lambda note: err_console.print(f"[yellow]warning:[/] {note}"),
+                on_warning=_warn,
             )
     except AttnvizError as error:
         raise _fail(error) from None

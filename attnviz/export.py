@@ -12,7 +12,6 @@ import csv
 import gc
 import io
 import json
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -20,72 +19,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.errors import InputError, TextTooLongError
-from attnviz.files import prepare_dir, slug, write_atomic, write_text_atomic
+from attnviz.errors import TextTooLongError
+from attnviz.files import (
+    clear_previous,
+    prepare_dir,
+    read_done,
+    text_folder_name,
+    write_atomic,
+    write_done,
+)
 
 if TYPE_CHECKING:
     from attnviz.extract import Attention
     from attnviz.figures import Style
+    from attnviz.inputs import Sentence, Sentences
 
 FIGURE_KINDS = ("overview", "layers", "heads")
-DONE = "done.json"
-
-
-@dataclass(frozen=True)
-class Sentence:
-    """One input sentence: its position among the sentences and its line in the input."""
-
-    index: int
-    line: int
-    text: str
-
-
-@dataclass(frozen=True)
-class Sentences:
-    """The sentences read from the input, and how many blank lines were skipped."""
-
-    items: tuple[Sentence, ...]
-    blank: int
-    source: str
-
-
-def read_sentences(file: str | None, texts: list[str] | None) -> Sentences:
-    """Sentences from a file (one per line; '-' is stdin) or from the command line."""
-    if texts and file:
-        raise InputError("give sentences as arguments or --file, not both")
-    if texts:
-        raw_lines = [t.encode("utf-8") for t in texts]
-        source = "arguments"
-    elif file == "-":
-        raw_lines = sys.stdin.buffer.read().splitlines()
-        source = "stdin"
-    elif file:
-        path = Path(file)
-        if path.is_dir():
-            raise InputError(f"{file} is a folder; give a text file with one sentence per line")
-        if not path.exists():
-            raise InputError(f"no such file: {file}")
-        raw_lines = path.read_bytes().splitlines()
-        source = file
-    else:
-        raise InputError("give sentences as arguments, or --file FILE (one sentence per line)")
-
-    items, blank = [], 0
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(
-                f"{source}, line {number}: not valid UTF-8 (byte {exc.start + 1}); "
-                "save the file as UTF-8"
-            ) from None
-        if not text.strip():
-            blank += 1
-            continue
-        items.append(Sentence(len(items) + 1, number, text.strip()))
-    if not items:
-        raise InputError(f"{source} has no sentences ({blank} blank lines)")
-    return Sentences(tuple(items), blank, source)
 
 
 @dataclass(frozen=True)
@@ -102,6 +51,7 @@ class ExportOptions:
     fmt: str = "png"
     dpi: int = 100
     cmap: str = "viridis"
+    scale: str = "absolute"
 
 
 @dataclass
@@ -135,12 +85,25 @@ class ExportSummary:
     interrupted: bool = False
     skipped: dict[int, Record] = field(default_factory=dict)  # too-long sentences, by index
 
+    def as_dict(self) -> dict[str, Any]:
+        """The run's counts, time and where its manifest is (for `--json`)."""
+        return {
+            "out": str(self.out),
+            "manifest": str(self.out / "manifest.json"),
+            **{key: getattr(self, key) for key in COUNTS},
+            "seconds": round(self.seconds, 3),
+            "interrupted": self.interrupted,
+        }
+
+
+COUNTS = ("sentences", "written", "complete", "blank", "too_long", "truncated", "figures")
+
 
 Progress = Callable[[Record, int], None]  # (record, figures written for it)
 
 
 def _folder_name(sentence: Sentence, width: int) -> str:
-    return f"{sentence.index:0{width}d}-{slug(sentence.text, 32)}"
+    return f"{sentence.index:0{width}d}-{text_folder_name(sentence.text, 32)}"
 
 
 def _settings(model_name: str, sentence: Sentence, options: ExportOptions) -> dict[str, Any]:
@@ -149,11 +112,8 @@ def _settings(model_name: str, sentence: Sentence, options: ExportOptions) -> di
 
 def _completed(folder: Path, settings: dict[str, Any]) -> Record | None:
     """The record of a folder finished earlier with the same settings, else None."""
-    try:
-        done = json.loads((folder / DONE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if done.get("settings") != json.loads(json.dumps(settings)):
+    done = read_done(folder)
+    if done is None or done.get("settings") != json.loads(json.dumps(settings)):
         return None
     record = Record(**done["record"])
     record.status = "complete"
@@ -174,13 +134,12 @@ def render_sentence(
     from attnviz.figures import render_text
 
     folder.mkdir(parents=True, exist_ok=True)
-    _clear_previous(folder)
+    clear_previous(folder)
     written = render_text(att, folder, layers, heads, style, kinds=options.figures)
     if options.save_raw:
         written.append(_save_raw(att, folder / "attention.npz", layers, heads))
     record.files = [str(path.relative_to(folder.parent)) for path in written]
-    done = {"settings": settings, "record": asdict(record)}
-    write_text_atomic(folder / DONE, json.dumps(done, ensure_ascii=False, indent=1))
+    write_done(folder, settings, asdict(record))
     # Figures live in reference cycles; left to the collector's schedule, megabytes of pixel
     # buffers pile up over a long run. Cheap once the long-lived objects are frozen.
     gc.collect()
@@ -193,19 +152,6 @@ def _freeze_long_lived() -> None:
 
     gc.collect()
     gc.freeze()
-
-
-def _clear_previous(folder: Path) -> None:
-    """Before a redo: drop the files an earlier run listed, and temp files of a killed run."""
-    try:
-        previous = json.loads((folder / DONE).read_text(encoding="utf-8"))["record"]["files"]
-    except (OSError, ValueError, KeyError):
-        previous = []
-    (folder / DONE).unlink(missing_ok=True)
-    for name in previous:
-        (folder.parent / name).unlink(missing_ok=True)
-    for stale in folder.glob(".*.part"):
-        stale.unlink()
 
 
 def _save_raw(att: Attention, path: Path, layers: list[int], heads: list[int]) -> Path:
@@ -238,19 +184,25 @@ def export(
     on_warning: Callable[[str], None] | None = None,
 ) -> ExportSummary:
     """Export heatmaps for every sentence under `out`, skipping complete folders."""
-    from attnviz.extract import encode, extract_many, view
-    from attnviz.figures import Style, check_cmap
-    from attnviz.models import load_model
+    from attnviz.models import refuse_early
 
     options = options or ExportOptions()
     warn = on_warning or (lambda message: None)
     started = time.perf_counter()
+    layers_asked = list(options.layers) if options.layers else None
+    heads_asked = list(options.heads) if options.heads else None
+    refuse_early(model, layers_asked, heads_asked)
     prepare_dir(out)
-    style = Style(options.fmt, options.dpi, check_cmap(options.cmap))
+
+    from attnviz.extract import encode, extract_many, view
+    from attnviz.figures import Style, check_cmap
+    from attnviz.models import load_model
+
+    style = Style(options.fmt, options.dpi, check_cmap(options.cmap), options.scale)
     loaded = load_model(model, device)
     _freeze_long_lived()
-    layers = loaded.info.pick_layers(list(options.layers) if options.layers else None)
-    heads = loaded.info.pick_heads(list(options.heads) if options.heads else None)
+    layers = loaded.info.pick_layers(layers_asked)
+    heads = loaded.info.pick_heads(heads_asked)
     width = max(4, len(str(len(sentences.items))))
     loaded_at = time.perf_counter()
     summary = ExportSummary(out=out, sentences=len(sentences.items), blank=sentences.blank)
@@ -369,10 +321,7 @@ def write_manifest(summary: ExportSummary, sentences: Sentences, width: int) -> 
     Streamed from each folder's `done.json`, so nothing per sentence is held in memory.
     A sentence an interrupted run did not reach is listed as `pending`.
     """
-    counts = {
-        key: getattr(summary, key)
-        for key in ("sentences", "written", "complete", "blank", "too_long", "truncated", "figures")
-    }
+    counts = {key: getattr(summary, key) for key in COUNTS}
     head = {
         "counts": counts,
         "interrupted": summary.interrupted,
@@ -385,9 +334,10 @@ def write_manifest(summary: ExportSummary, sentences: Sentences, width: int) -> 
             if sentence.index in summary.skipped:
                 yield summary.skipped[sentence.index]
                 continue
-            try:
-                yield Record(**json.loads((folder / DONE).read_text(encoding="utf-8"))["record"])
-            except (OSError, ValueError):
+            done = read_done(folder)
+            if done is not None and "record" in done:
+                yield Record(**done["record"])
+            else:
                 yield Record(sentence.index, sentence.line, sentence.text, folder.name, "pending")
 
     def write_json(handle) -> None:

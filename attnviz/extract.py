@@ -10,7 +10,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from attnviz.errors import InputError, TextTooLongError
+from attnviz.errors import InputError
+from attnviz.models import too_long
 
 if TYPE_CHECKING:
     import numpy as np
@@ -47,12 +48,18 @@ class Attention:
     words: tuple[int, ...]
     word_labels: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    hidden_special: bool = False  # special tokens dropped and rows renormalised
+
+
+def require_text(text: str) -> None:
+    """Refuse text with no word in it."""
+    if not text.strip():
+        raise InputError("text is empty: give a sentence with at least one word")
 
 
 def encode(loaded: LoadedModel, text: str, truncate: bool = False) -> Encoded:
     """Tokenise one text, refusing empty text and text longer than the model takes."""
-    if not text.strip():
-        raise InputError("text is empty: give a sentence with at least one word")
+    require_text(text)
     tokenizer = loaded.tokenizer
     limit = loaded.info.max_tokens
     notes: list[str] = []
@@ -60,10 +67,7 @@ def encode(loaded: LoadedModel, text: str, truncate: bool = False) -> Encoded:
     n_tokens = len(enc["input_ids"])
     if n_tokens > limit:
         if not truncate:
-            raise TextTooLongError(
-                f"text is {n_tokens} tokens long; this model takes at most {limit} "
-                "(pass --truncate to cut it)"
-            )
+            raise too_long(n_tokens, limit)
         enc = tokenizer(
             text,
             return_offsets_mapping=True,
@@ -244,6 +248,7 @@ def hide_special(att: Attention) -> Attention:
         weights=weights.astype(np.float32),
         words=tuple(sorted(set(kept_words)).index(w) for w in kept_words),
         word_labels=tuple(att.word_labels[w] for w in sorted(set(kept_words))),
+        hidden_special=True,
         notes=att.notes
         + (
             f"special tokens hidden ({int((~keep).sum())} of {len(keep)}); they held "

@@ -25,13 +25,34 @@ FORMATS = ("png", "svg", "pdf")
 FALLBACK_FONTS = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Color Emoji", "Symbola")
 
 
+SCALES = ("absolute", "head")
+
+
 @dataclass(frozen=True)
 class Style:
-    """How figures look: file format, resolution and colour map."""
+    """How figures look: file format, resolution, colour map and colour scale.
+
+    `scale` is "absolute" (0 to 1 for every head, so heads compare by eye) or "head" (each
+    head's weights divided by its own maximum, so the pattern of a diffuse head shows).
+    """
 
     fmt: str = "png"
     dpi: int = 100
     cmap: str = "viridis"
+    scale: str = "absolute"
+
+    def scaled(self, grid: np.ndarray) -> np.ndarray:
+        """One head's `[query, key]` weights as drawn on this style's colour scale."""
+        if self.scale == "head":
+            peak = float(grid.max())
+            return grid / peak if peak > 0 else grid
+        return grid
+
+    @property
+    def bar_label(self) -> str:
+        if self.scale == "head":
+            return "weight ÷ the head's max"
+        return "attention weight"
 
 
 @dataclass(frozen=True)
@@ -103,8 +124,33 @@ def _label_inches(tokens: tuple[str, ...], layout: Layout) -> float:
     return longest * 0.62 * layout.font_pt / 72 + 0.1
 
 
-def _label_note(layout: Layout) -> str:
-    return "" if layout.label_step == 1 else f" (every {layout.label_step}th token labelled)"
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, …, 11th, 12th, 13th, …, 21st."""
+    if 10 <= n % 100 <= 20:
+        return f"{n}th"
+    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th') }"
+
+
+def _label_note(layout: Layout, unit: str = "token") -> str:
+    if layout.label_step == 1:
+        return ""
+    return f" (every {ordinal(layout.label_step)} {unit} labelled)"
+
+
+def view_description(att: Attention) -> str:
+    """How the weights were derived from the model's: the unit and what was hidden."""
+    parts = ["word view" if att.unit == "word" else "token view"]
+    if att.hidden_special:
+        parts.append("special tokens hidden, rows renormalised")
+    return ", ".join(parts)
+
+
+def context_line(att: Attention, max_chars: int = 60) -> str:
+    """Model, the (shortened) text and the view: what a figure shows, read from its title."""
+    text = " ".join(att.text.split())
+    if len(text) > max_chars:
+        text = text[: max_chars - 1].rstrip() + "…"
+    return f"{att.info.name} · “{text}” · {view_description(att)}"
 
 
 def png_bytes(rgba: np.ndarray, dpi: int) -> bytes:
@@ -201,19 +247,20 @@ class _Frames:
 class HeadFigure:
     """One reusable per-head figure for one text: query tokens down, key tokens across, colour bar.
 
-    The colour scale is absolute (0 to 1) so that heads can be compared by eye.
+    The title's first line names the head, the second the model, text and view.
     """
 
-    def __init__(self, tokens: tuple[str, ...], style: Style, unit: str = "token") -> None:
+    def __init__(self, att: Attention, style: Style) -> None:
         import numpy as np
         from matplotlib.figure import Figure
 
         _configure_matplotlib()
+        tokens, unit = att.tokens, att.unit
         n = len(tokens)
         layout = Layout.for_tokens(n)
         label_in = _label_inches(tokens, layout)
         left, bottom = 0.45 + label_in, 0.45 + label_in  # axis label + tick labels
-        top, right = 0.5, 1.25  # title; colour bar with its ticks and label
+        top, right = 0.75, 1.25  # two title lines; colour bar with its ticks and label
         side = layout.side_in
         width, height = left + side + right, bottom + side + top
         fig = Figure(figsize=(width, height), dpi=style.dpi)
@@ -222,7 +269,7 @@ class HeadFigure:
             np.zeros((n, n)), cmap=style.cmap, vmin=0.0, vmax=1.0, interpolation="nearest"
         )
         _ticks(ax, tokens, layout)
-        ax.set_xlabel(f"key ({unit} attended to){_label_note(layout)}", fontsize=9)
+        ax.set_xlabel(f"key ({unit} attended to){_label_note(layout, unit)}", fontsize=9)
         ax.set_ylabel(f"query ({unit} attending)", fontsize=9)
         bar = fig.add_axes(
             (
@@ -234,13 +281,15 @@ class HeadFigure:
         )
         colorbar = fig.colorbar(self.image, cax=bar)
         colorbar.ax.tick_params(labelsize=8)
-        colorbar.set_label("attention weight", fontsize=9)
-        self.title = fig.text(0.5, 1 - 0.28 / height, "", ha="center", va="center", fontsize=11)
+        colorbar.set_label(style.bar_label, fontsize=9)
+        self.title = fig.text(0.5, 1 - 0.25 / height, "", ha="center", va="center", fontsize=11)
+        fig.text(0.5, 1 - 0.52 / height, context_line(att), ha="center", va="center", fontsize=8)
+        self.style = style
         self.frames = _Frames(fig, [self.image, *ax.spines.values(), self.title], style)
 
     def save(self, grid: np.ndarray, title: str, path: Path) -> Path:
         """Draw one head's `[query, key]` grid and write it atomically to `path`."""
-        self.image.set_data(grid)
+        self.image.set_data(self.style.scaled(grid))
         self.title.set_text(title)
         return self.frames.save(path)
 
@@ -252,26 +301,34 @@ def head_title(layer: int, head: int, grid: np.ndarray) -> str:
     return f"layer {layer} · head {head} · max {float(grid.max()):.2f}"
 
 
+def _scale_note(style: Style) -> str:
+    if style.scale == "head":
+        return "colour: each head scaled to its own max"
+    return "colour: 0–1 for every head"
+
+
 class LayerFigure:
-    """One reusable grid of all chosen heads of a layer for one text, on the 0–1 colour scale."""
+    """One reusable grid of all chosen heads of a layer for one text, one shared colour bar.
+
+    Each panel's title gives that head's maximum; labels are thinned on long texts as in the
+    per-head figures.
+    """
 
     def __init__(self, att: Attention, heads: list[int], style: Style) -> None:
         import numpy as np
         from matplotlib.figure import Figure
 
         _configure_matplotlib()
-        self.info_name = att.info.name
         n = len(att.tokens)
         cols = min(len(heads), 4)
         rows = math.ceil(len(heads) / cols)
         layout = Layout.for_tokens(n, max_side_in=10.0)
         panel = max(2.6, layout.side_in * 0.55)
-        labelled = n <= 40
         small = Layout(
             layout.side_in, min(7.0, layout.font_pt), max(layout.label_step, math.ceil(n / 24))
         )
-        label_in = _label_inches(att.tokens, small) if labelled else 0.05
-        left, bottom, top, right = 0.15 + label_in, 0.15 + label_in, 0.75, 1.2
+        label_in = _label_inches(att.tokens, small)
+        left, bottom, top, right = 0.15 + label_in, 0.15 + label_in, 0.95, 1.2
         gap_w, gap_h = 0.15, 0.35  # between panels; panel titles sit in the vertical gaps
         width = left + cols * panel + (cols - 1) * gap_w + right
         height = bottom + rows * panel + (rows - 1) * gap_h + top
@@ -290,7 +347,9 @@ class LayerFigure:
             ),
         )
         self.heads = heads
+        self.style = style
         self.images = []
+        self.panel_titles = []
         for slot, ax in enumerate(axes.flat):
             if slot >= len(heads):
                 ax.set_visible(False)
@@ -299,9 +358,13 @@ class LayerFigure:
                 np.zeros((n, n)), cmap=style.cmap, vmin=0.0, vmax=1.0, interpolation="nearest"
             )
             self.images.append(image)
-            ax.set_title(f"head {heads[slot]}", fontsize=9)
+            box = ax.get_position()  # panel titles as figure texts: blitting redraws them alone
+            self.panel_titles.append(
+                fig.text(box.x0 + box.width / 2, box.y1 + 0.06 / height, "", ha="center",
+                         va="bottom", fontsize=9)
+            )  # fmt: skip
             row, col = divmod(slot, cols)
-            _ticks(ax, att.tokens, small, x=labelled and row == rows - 1, y=labelled and col == 0)
+            _ticks(ax, att.tokens, small, x=row == rows - 1, y=col == 0)
         grid_h = rows * panel + (rows - 1) * gap_h
         bar = fig.add_axes(
             (
@@ -311,21 +374,24 @@ class LayerFigure:
                 0.6 * grid_h / height,
             )
         )
-        fig.colorbar(self.images[0], cax=bar, label="attention weight")
-        self.note = "" if labelled else f" · {n} {att.unit}s, labels in the per-head figures"
-        self.title = fig.text(0.5, 1 - 0.3 / height, "", ha="center", va="center", fontsize=11)
+        fig.colorbar(self.images[0], cax=bar, label=style.bar_label)
+        note = f"{n} {att.unit}s{_label_note(small, att.unit)} · {_scale_note(style)}"
+        self.info_name = att.info.name
+        self.title = fig.text(0.5, 1 - 0.25 / height, "", ha="center", va="center", fontsize=11)
+        fig.text(0.5, 1 - 0.5 / height, context_line(att), ha="center", va="center", fontsize=8)
+        fig.text(0.5, 1 - 0.68 / height, note, ha="center", va="center", fontsize=8)
         # Spines go after the images: a full draw paints them on top.
         spines = [spine for image in self.images for spine in image.axes.spines.values()]
-        self.frames = _Frames(fig, [*self.images, *spines, self.title], style)
-
-    def _title(self, layer: int) -> str:
-        return f"{self.info_name} · layer {layer}{self.note}"
+        dynamic = [*self.images, *spines, *self.panel_titles, self.title]
+        self.frames = _Frames(fig, dynamic, style)
 
     def save(self, weights: np.ndarray, layer: int, path: Path) -> Path:
         """Draw layer `layer` of `weights[layer, head, query, key]` and write it to `path`."""
-        for image, head in zip(self.images, self.heads):
-            image.set_data(weights[layer, head])  # (T, T)
-        self.title.set_text(self._title(layer))
+        for image, title, head in zip(self.images, self.panel_titles, self.heads):
+            grid = weights[layer, head]  # (T, T)
+            image.set_data(self.style.scaled(grid))
+            title.set_text(f"head {head} · max {float(grid.max()):.2f}")
+        self.title.set_text(f"layer {layer}")
         return self.frames.save(path)
 
     def close(self) -> None:
@@ -333,7 +399,13 @@ class LayerFigure:
 
 
 def overview_figure(att: Attention, layers: list[int], heads: list[int], style: Style) -> Any:
-    """Small multiples of every chosen layer × head, each panel scaled to its own maximum."""
+    """Small multiples of every chosen layer × head, each panel scaled to its own maximum.
+
+    Panels of long texts have more tokens than pixels; they are averaged down on the data,
+    before colour mapping, so every pixel is a colour of the map (averaging colours would
+    show colours the map does not have).
+    """
+    import matplotlib
     import numpy as np
 
     _configure_matplotlib()
@@ -351,24 +423,34 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
     panel_in = 1.0
     inner = (len(heads) * panel_in, len(layers) * panel_in)
     side = max(0.2, (6.0 - inner[0]) / 2)  # room for the title over narrow grids
-    fig, ax = _fixed_axes(inner, (0.45 + side, 0.35, 0.15 + side, 0.45), style.dpi)
-    import matplotlib
-
+    fig, ax = _fixed_axes(inner, (0.45 + side, 0.35, 0.15 + side, 0.65), style.dpi)
     cmap = matplotlib.colormaps[style.cmap].with_extremes(bad="white")
-    # Panels of long texts have more tokens than pixels: average them down instead of sampling.
-    ax.imshow(mosaic, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="antialiased")
+    ax.imshow(
+        mosaic,
+        cmap=cmap,
+        vmin=0.0,
+        vmax=1.0,
+        interpolation="antialiased",
+        interpolation_stage="data",
+    )
     centres = [i * cell + n / 2 - 0.5 for i in range(max(len(layers), len(heads)))]
     ax.set_xticks(centres[: len(heads)], [f"H{h}" for h in heads], fontsize=8)
     ax.set_yticks(centres[: len(layers)], [f"L{layer}" for layer in layers], fontsize=8)
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
-    fig.suptitle(
-        f"{att.info.name} · all heads · {n} {att.unit}s · each panel scaled to its own max",
-        fontsize=10,
-        y=1 - 0.2 / fig.get_figheight(),
+    every = len(layers) == att.info.n_layers and len(heads) == att.info.n_heads
+    chosen = "all heads" if every else f"{len(layers)} layer(s) × {len(heads)} head(s)"
+    height = fig.get_figheight()
+    fig.text(
+        0.5,
+        1 - 0.2 / height,
+        f"{chosen} · {n} {att.unit}s · each panel scaled to its own max",
+        ha="center",
         va="center",
+        fontsize=10,
     )
+    fig.text(0.5, 1 - 0.42 / height, context_line(att, 50), ha="center", va="center", fontsize=7)
     return fig
 
 
@@ -409,7 +491,7 @@ def render_text(
             written.append(layer_fig.save(att.weights, layer, folder / f"layer-{layer:02d}.{ext}"))
         layer_fig.close()
     if "heads" in kinds:
-        head_fig = HeadFigure(att.tokens, style, att.unit)
+        head_fig = HeadFigure(att, style)
         for layer in layers:
             for head in heads:
                 grid = att.weights[layer, head]  # (T, T)
@@ -444,15 +526,16 @@ ROLE_SHORT = {
 
 
 def _grid_axes(
-    n_layers: int, n_heads: int, title: str, style: Style, right: float = 1.1
+    layers: list[int], heads: list[int], title: str, style: Style, right: float = 1.1
 ) -> tuple[Any, Any]:
-    """A layers × heads grid figure: rows are layers, columns heads; `right` inches for a
-    colour bar or legend."""
+    """A layers × heads grid figure: rows are the chosen layers, columns the chosen heads;
+    `right` inches for a colour bar or legend."""
     _configure_matplotlib()
     cell = 0.62
-    fig, ax = _fixed_axes((n_heads * cell, n_layers * cell), (0.7, 0.6, right, 0.75), style.dpi)
-    ax.set_xticks(range(n_heads), [f"H{h}" for h in range(n_heads)], fontsize=8)
-    ax.set_yticks(range(n_layers), [f"L{layer}" for layer in range(n_layers)], fontsize=8)
+    inner = (max(len(heads), 2) * cell, max(len(layers), 2) * cell)
+    fig, ax = _fixed_axes(inner, (0.7, 0.6, right, 0.75), style.dpi)
+    ax.set_xticks(range(len(heads)), [f"H{h}" for h in heads], fontsize=8)
+    ax.set_yticks(range(len(layers)), [f"L{layer}" for layer in layers], fontsize=8)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(title, fontsize=10)
@@ -462,17 +545,21 @@ def _grid_axes(
 class MetricGrid:
     """One reusable layers × heads heatmap with the numbers written in, redrawn per metric."""
 
-    def __init__(self, n_layers: int, n_heads: int, model: str, style: Style) -> None:
+    def __init__(self, layers: list[int], heads: list[int], model: str, style: Style) -> None:
         import numpy as np
 
         self.model = model
-        fig, ax = _grid_axes(n_layers, n_heads, "", style)
+        fig, ax = _grid_axes(layers, heads, "", style)
         self.image = ax.imshow(
-            np.zeros((n_layers, n_heads)), cmap=style.cmap, vmin=0.0, vmax=1.0, aspect="auto"
+            np.zeros((len(layers), len(heads))),
+            cmap=style.cmap,
+            vmin=0.0,
+            vmax=1.0,
+            aspect="auto",
         )
         self.numbers = [
-            [ax.text(h, layer, "", ha="center", va="center", fontsize=7) for h in range(n_heads)]
-            for layer in range(n_layers)
+            [ax.text(c, r, "", ha="center", va="center", fontsize=7) for c in range(len(heads))]
+            for r in range(len(layers))
         ]
         width = fig.get_figwidth()
         bar = fig.colorbar(self.image, ax=ax, fraction=0.8 / width, pad=0.15 / width)
@@ -482,7 +569,7 @@ class MetricGrid:
         self.frames = _Frames(fig, dynamic, style)
 
     def save(self, values: np.ndarray, name: str, help_text: str, path: Path) -> Path:
-        """Draw one metric's `[layer, head]` means and write the PNG atomically."""
+        """Draw one metric's means over the chosen `[layer, head]` cells and write the figure."""
         import numpy as np
 
         finite = values[np.isfinite(values)]
@@ -490,8 +577,8 @@ class MetricGrid:
         vmax = 1.0 if top <= 1.0 else top  # shares on 0–1; entropy and distance on their range
         self.image.set_data(values)
         self.image.set_clim(0.0, vmax)
-        for (layer, head), value in np.ndenumerate(values):
-            text = self.numbers[layer][head]
+        for (r, c), value in np.ndenumerate(values):
+            text = self.numbers[r][c]
             text.set_text(f"{value:.2f}" if np.isfinite(value) else "—")
             text.set_color("white" if np.isfinite(value) and value / vmax < 0.55 else "black")
         self.title.set_text(f"{name} — {help_text}\n{self.model}")
@@ -501,20 +588,22 @@ class MetricGrid:
         self.frames.close()
 
 
-def role_map_figure(roles: Any, info: Any, style: Style) -> Any:
-    """Each head's role as a coloured cell with its short name and score."""
+def role_map_figure(
+    roles: Any, layers: list[int], heads: list[int], model: str, style: Style
+) -> Any:
+    """Each chosen head's role as a coloured cell with its short name and score."""
     import numpy as np
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
     names = list(ROLE_COLOURS)
-    codes = np.zeros((info.n_layers, info.n_heads))
-    fig, ax = _grid_axes(info.n_layers, info.n_heads, f"Head roles — {info.name}", style, 1.9)
+    codes = np.zeros((len(layers), len(heads)))
+    fig, ax = _grid_axes(layers, heads, f"Head roles — {model}", style, 1.9)
     for role in roles:
-        codes[role.layer, role.head] = names.index(role.role)
+        r, c = layers.index(role.layer), heads.index(role.head)
+        codes[r, c] = names.index(role.role)
         score = "" if role.score is None else f"\n{role.score:.2f}"
-        ax.text(role.head, role.layer, ROLE_SHORT[role.role] + score, ha="center", va="center",
-                fontsize=6.5)  # fmt: skip
+        ax.text(c, r, ROLE_SHORT[role.role] + score, ha="center", va="center", fontsize=6.5)
     cmap = ListedColormap([ROLE_COLOURS[n] for n in names])
     ax.imshow(codes, cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5, aspect="auto")
     present = sorted({r.role for r in roles}, key=names.index)

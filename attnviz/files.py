@@ -1,16 +1,24 @@
-"""Safe output: folders checked before any work, files written atomically (temp, then rename)."""
+"""Safe output: folders checked before any work, files written atomically (temp, then rename).
+
+A folder written for one text holds only the files of its last run: `done.json`, written last,
+lists them, and the next run into the same folder removes them first.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import tempfile
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from attnviz.errors import OutputError
+
+DONE = "done.json"
 
 
 def prepare_dir(path: Path) -> Path:
@@ -31,10 +39,22 @@ def prepare_dir(path: Path) -> Path:
     return path
 
 
+def _umask() -> int:
+    """The process's umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
-    """Write a file through `write(fileobj)` so that readers only ever see the whole file."""
+    """Write a file through `write(fileobj)` so that readers only ever see the whole file.
+
+    The file gets the mode any program would give it (0666 less the umask): mkstemp's
+    private 0600 would otherwise survive the rename.
+    """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
             write(handle)
         os.replace(tmp, path)
@@ -54,3 +74,39 @@ def slug(text: str, max_len: int = 40) -> str:
     ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
     words = re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
     return words[:max_len].rstrip("-") or "text"
+
+
+def text_folder_name(text: str, max_len: int = 40) -> str:
+    """A folder name unique to `text`: a readable slug and 8 hex digits of the text's hash.
+
+    Texts that share their first words (or have no ASCII letters at all) still get distinct
+    folders.
+    """
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+    return f"{slug(text, max_len)}-{digest}"
+
+
+def read_done(folder: Path) -> dict[str, Any] | None:
+    """The `done.json` of a finished run in `folder`, or None."""
+    try:
+        return json.loads((folder / DONE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def clear_previous(folder: Path) -> None:
+    """Before writing into `folder`: remove the files its last run listed in `done.json`
+    (paths relative to the folder's parent), that `done.json`, and temp files of a killed run."""
+    done = read_done(folder) or {}
+    previous = done.get("record", {}).get("files", []) if isinstance(done, dict) else []
+    (folder / DONE).unlink(missing_ok=True)
+    for name in previous:
+        (folder.parent / name).unlink(missing_ok=True)
+    for stale in folder.glob(".*.part"):
+        stale.unlink()
+
+
+def write_done(folder: Path, settings: dict[str, Any], record: dict[str, Any]) -> Path:
+    """Write `done.json` last: the settings of the run and its record (with the files it wrote)."""
+    done = {"settings": settings, "record": record}
+    return write_text_atomic(folder / DONE, json.dumps(done, ensure_ascii=False, indent=1))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnviz.errors import InputError, ModelLoadError, UnsupportedModelError
+from attnviz.errors import InputError, ModelLoadError, TextTooLongError, UnsupportedModelError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (bundled)"
 
@@ -16,22 +16,11 @@ DECODER_TYPES = ("gpt2",)
 SUPPORTED_TYPES = ENCODER_TYPES + DECODER_TYPES
 
 
-@dataclass(frozen=True)
-class ModelInfo:
-    """Facts about a loaded model that every view needs."""
+class _HeadRanges:
+    """Layer and head choices checked against a model's counts."""
 
-    name: str
-    architecture: str
-    model_type: str
     n_layers: int
     n_heads: int
-    d_model: int
-    d_head: int
-    max_tokens: int
-    causal: bool
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
     def pick_layers(self, requested: list[int] | None) -> list[int]:
         """The requested layers, checked against this model, or all layers."""
@@ -49,6 +38,67 @@ def _pick(what: str, requested: list[int] | None, count: int) -> list[int]:
         if not 0 <= value < count:
             raise InputError(f"{what} {value} out of range: this model has {what}s 0–{count - 1}")
     return sorted(set(requested))
+
+
+@dataclass(frozen=True)
+class ModelInfo(_HeadRanges):
+    """Facts about a loaded model that every view needs."""
+
+    name: str
+    architecture: str
+    model_type: str
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_head: int
+    max_tokens: int
+    causal: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ModelSpec(_HeadRanges):
+    """What a model's files say before it loads (config.json, tokenizer.json).
+
+    Enough to refuse a bad layer, head or too-long text in a fraction of a second, without
+    importing torch or transformers.
+    """
+
+    name: str
+    n_layers: int
+    n_heads: int
+    max_tokens: int | None
+    tokenizer_file: Path | None
+
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens of `text` with the special tokens the model adds, or None without a
+        tokenizer.json."""
+        if self.tokenizer_file is None:
+            return None
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        return len(tokenizer.encode(text).ids)
+
+    def check_length(self, text: str, truncate: bool) -> None:
+        """Raise TextTooLongError for a text over the model's limit (unless it will be cut)."""
+        if truncate or self.max_tokens is None:
+            return
+        n_tokens = self.count_tokens(text)
+        if n_tokens is not None and n_tokens > self.max_tokens:
+            raise too_long(n_tokens, self.max_tokens)
+
+
+def too_long(n_tokens: int, limit: int) -> TextTooLongError:
+    """The error for a text of `n_tokens` when the model takes at most `limit`."""
+    return TextTooLongError(
+        f"text is {n_tokens} tokens long; this model takes at most {limit} "
+        "(pass --truncate to cut it)"
+    )
 
 
 @dataclass(frozen=True)
@@ -118,6 +168,97 @@ def _from_pretrained(loader: Any, source: str, **kwargs: Any) -> Any:
     return loader.from_pretrained(source, **kwargs)
 
 
+def _locate(name: str | None) -> tuple[str, str]:
+    """(source, label): the bundled model's directory, a local directory, or a hub id."""
+    if name is None:
+        return str(bundled_model_path()), DEFAULT_MODEL
+    expanded = Path(name).expanduser()
+    if expanded.exists():
+        if not (expanded / "config.json").is_file():
+            raise ModelLoadError(f"{name} is not a model directory: it has no config.json")
+        return str(expanded), name
+    if _looks_like_path(name):
+        raise ModelLoadError(f"no model directory at {name}")
+    return name, name
+
+
+def _not_found(label: str) -> ModelLoadError:
+    return ModelLoadError(
+        f"could not find model '{label}': it is not a local directory, not in the "
+        "Hugging Face cache, and the hub could not be reached; download it once while "
+        "online, or pass --model /path/to/model-dir"
+    )
+
+
+def _local_file(source: str, filename: str) -> Path | None:
+    """A file of a local model directory, or of a hub id's cached snapshot; None if absent."""
+    if Path(source).is_dir():
+        path = Path(source) / filename
+        return path if path.is_file() else None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(source, filename)
+    except ValueError:  # not a valid repo id
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def _first(config: dict[str, Any], *keys: str) -> Any:
+    return next((config[k] for k in keys if isinstance(config.get(k), int)), None)
+
+
+def describe(name: str | None = None) -> ModelSpec | None:
+    """Read a model's config.json (and find its tokenizer.json) without loading it.
+
+    None when the files are not on this machine yet (a hub id to download) or the config
+    does not say how many layers and heads there are; loading will tell.
+    """
+    import json
+
+    source, label = _locate(name)
+    config_file = _local_file(source, "config.json")
+    if config_file is None:
+        if not Path(source).is_dir() and (_hub_offline() or not _hub_reachable()):
+            raise _not_found(label)
+        return None
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    n_layers = _first(config, "num_hidden_layers", "n_layer", "n_layers")
+    n_heads = _first(config, "num_attention_heads", "n_head", "n_heads")
+    if n_layers is None or n_heads is None:
+        return None
+    positions = _first(config, "max_position_embeddings", "n_positions")
+    tokenizer_config = _local_file(source, "tokenizer_config.json")
+    limit = None
+    if tokenizer_config is not None:
+        limit = json.loads(tokenizer_config.read_text(encoding="utf-8")).get("model_max_length")
+    return ModelSpec(
+        name=label,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        max_tokens=_limit(config.get("model_type"), positions, config.get("pad_token_id"), limit),
+        tokenizer_file=_local_file(source, "tokenizer.json"),
+    )
+
+
+def refuse_early(
+    name: str | None,
+    layers: list[int] | None = None,
+    heads: list[int] | None = None,
+    text: str | None = None,
+    truncate: bool = False,
+) -> None:
+    """Refuse an out-of-range layer or head and a too-long text from the model's files alone,
+    before torch is imported; what the files cannot tell is checked again after loading."""
+    spec = describe(name)
+    if spec is None:
+        return
+    spec.pick_layers(layers)
+    spec.pick_heads(heads)
+    if text is not None:
+        spec.check_length(text, truncate)
+
+
 def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
     """Load a model and its tokenizer for attention extraction (eval mode, eager attention)."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -126,25 +267,11 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
-    source = str(bundled_model_path()) if name is None else name
-    label = DEFAULT_MODEL if name is None else name
-    if name is not None:
-        expanded = Path(name).expanduser()
-        if expanded.exists():
-            if not (expanded / "config.json").is_file():
-                raise ModelLoadError(f"{name} is not a model directory: it has no config.json")
-            source = str(expanded)
-        elif _looks_like_path(name):
-            raise ModelLoadError(f"no model directory at {name}")
-
+    source, label = _locate(name)
     try:
         config = _from_pretrained(AutoConfig, source)
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(
-            f"could not find model '{label}': it is not a local directory, not in the "
-            "Hugging Face cache, and the hub could not be reached; download it once while "
-            "online, or pass --model /path/to/model-dir"
-        ) from exc
+        raise _not_found(label) from exc
 
     model_type = config.model_type
     if model_type not in SUPPORTED_TYPES:
@@ -181,10 +308,15 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
 def _max_tokens(config: Any, tokenizer: Any) -> int:
     """The longest token sequence the model accepts, special tokens included."""
     positions = getattr(config, "max_position_embeddings", None) or config.n_positions
-    if config.model_type in ("roberta", "xlm-roberta"):
-        # RoBERTa's position ids start after padding_idx, so two positions are unusable.
-        positions -= config.pad_token_id + 1
     limit = getattr(tokenizer, "model_max_length", None)
-    if limit is not None and limit < positions:
-        return int(limit)
-    return int(positions)
+    return _limit(config.model_type, positions, getattr(config, "pad_token_id", None), limit)
+
+
+def _limit(model_type: Any, positions: Any, pad_token_id: Any, tokenizer_limit: Any) -> Any:
+    """The smaller of the position table (less RoBERTa's unusable positions) and the
+    tokenizer's model_max_length; None if neither is known."""
+    if isinstance(positions, int) and model_type in ("roberta", "xlm-roberta"):
+        # RoBERTa's position ids start after padding_idx, so two positions are unusable.
+        positions -= (pad_token_id or 0) + 1
+    known = [v for v in (positions, tokenizer_limit) if isinstance(v, int) and v < 10**9]
+    return int(min(known)) if known else None

@@ -7,7 +7,7 @@ import io
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +26,9 @@ from attnviz.metrics import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.export import Sentences
     from attnviz.extract import Attention
     from attnviz.figures import Style
+    from attnviz.inputs import Sentences
     from attnviz.models import LoadedModel, ModelInfo
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "samples" / "sentences.txt"
@@ -57,10 +57,18 @@ class Report:
     sentences: int
     queries: int
     skipped: tuple[str, ...]
-    means: np.ndarray  # (M, L, H), in the order of METRICS
-    roles: tuple[HeadRole, ...]
+    means: np.ndarray  # (M, L, H), in the order of METRICS, every head of the model
+    roles: tuple[HeadRole, ...]  # the chosen heads only
     thresholds: Thresholds
     example: Attention
+    layers: tuple[int, ...]  # the layers and heads the report is about
+    heads: tuple[int, ...]
+
+    def chosen_means(self, metric: int) -> np.ndarray:
+        """One metric's means over the chosen layers × heads: (len(layers), len(heads))."""
+        import numpy as np
+
+        return self.means[metric][np.ix_(self.layers, self.heads)]
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per head: layer, head, role, role score and every metric (pandas-ready)."""
@@ -94,6 +102,8 @@ class Report:
             "queries": self.queries,
             "skipped": list(self.skipped),
             "thresholds": self.thresholds.values,
+            "layers": list(self.layers),
+            "head_indices": list(self.heads),
             "heads": self.rows(),
         }
 
@@ -107,9 +117,13 @@ def report(
     **options: Any,
 ) -> tuple[Report, list[Path]]:
     """Load the model, build the report over `sentences` and write it to `out`."""
+    from attnviz.models import refuse_early
+
+    refuse_early(model, options.get("layers"), options.get("heads"))
+    prepare_dir(out)
+
     from attnviz.models import load_model
 
-    prepare_dir(out)
     result = build_report(load_model(model, device), sentences, **options)
     return result, write_report(result, out, style)
 
@@ -117,6 +131,8 @@ def report(
 def build_report(
     loaded: LoadedModel,
     sentences: Sentences,
+    layers: list[int] | None = None,
+    heads: list[int] | None = None,
     words: bool = False,
     thresholds: Thresholds | None = None,
     batch_size: int = 16,
@@ -124,9 +140,15 @@ def build_report(
     on_progress: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> Report:
-    """Run every sentence through the model, summing head metrics as it goes (flat memory)."""
+    """Run every sentence through the model, summing head metrics as it goes (flat memory).
+
+    Metrics are summed for every head (one vectorised pass); roles and files cover the
+    chosen `layers` and `heads` (default: all).
+    """
     from attnviz.extract import encode, extract_many, view
 
+    chosen_layers = loaded.info.pick_layers(layers)
+    chosen_heads = loaded.info.pick_heads(heads)
     skipped: list[str] = []
 
     def encoded():
@@ -151,6 +173,8 @@ def build_report(
         raise InputError("no sentence fits the model: every one was too long (try --truncate)")
     means = sums.means()
     chosen = thresholds or Thresholds()
+    wanted = {(layer, head) for layer in chosen_layers for head in chosen_heads}
+    roles = [r for r in assign_roles(means, chosen) if (r.layer, r.head) in wanted]
     return Report(
         info=loaded.info,
         unit=example.unit,
@@ -158,9 +182,11 @@ def build_report(
         queries=sums.queries,
         skipped=tuple(skipped),
         means=means,
-        roles=tuple(assign_roles(means, chosen)),
+        roles=tuple(roles),
         thresholds=chosen,
         example=example,
+        layers=tuple(chosen_layers),
+        heads=tuple(chosen_heads),
     )
 
 
@@ -181,85 +207,107 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
             out / "heads.json", json.dumps(report.as_dict(), ensure_ascii=False, indent=1)
         )
     )
-    figure_style = replace(style, fmt="png")  # report.md embeds the figures: PNG everywhere
-    grid = MetricGrid(report.info.n_layers, report.info.n_heads, report.info.name, figure_style)
+    ext = style.fmt
+    layers, heads = list(report.layers), list(report.heads)
+    grid = MetricGrid(layers, heads, report.info.name, style)
     for m, name in enumerate(METRICS):
-        path = out / f"metric-{name}.png"
-        written.append(grid.save(report.means[m], name, METRIC_HELP[name], path))
+        path = out / f"metric-{name}.{ext}"
+        written.append(grid.save(report.chosen_means(m), name, METRIC_HELP[name], path))
     grid.close()
-    written.append(
-        save_figure(
-            role_map_figure(report.roles, report.info, figure_style),
-            out / "roles.png",
-            figure_style,
-        )
-    )
+    role_map = role_map_figure(report.roles, layers, heads, report.info.name, style)
+    written.append(save_figure(role_map, out / f"roles.{ext}", style))
     examples: dict[str, Path] = {}
-    head_fig = HeadFigure(report.example.tokens, figure_style, report.example.unit)
+    head_fig = HeadFigure(report.example, style)
     for role, heads in report.strongest(1).items():
         best = heads[0]
         grid = report.example.weights[best.layer, best.head]  # (T, T)
         slug = role.replace(" ", "-")
-        path = out / f"example-{slug}-layer-{best.layer:02d}-head-{best.head:02d}.png"
+        path = out / f"example-{slug}-layer-{best.layer:02d}-head-{best.head:02d}.{ext}"
         examples[role] = head_fig.save(grid, head_title(best.layer, best.head, grid), path)
         written.append(examples[role])
     head_fig.close()
-    written.append(write_text_atomic(out / "report.md", _markdown(report, examples)))
+    written.append(write_text_atomic(out / "report.md", _markdown(report, examples, style)))
     return written
 
 
-def _markdown(report: Report, examples: dict[str, Path]) -> str:
+def _cell(value: object) -> str:
+    """A Markdown table cell: pipes escaped, so `|i − j|` stays inside its cell."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> list[str]:
+    """A Markdown table, every cell escaped."""
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return lines
+
+
+def _figure(alt: str, path: Path) -> str:
+    """An embedded image; a PDF, which Markdown viewers cannot embed, as a link."""
+    if path.suffix == ".pdf":
+        return f"[{alt} (PDF)]({path.name})"
+    return f"![{alt}]({path.name})"
+
+
+def _markdown(report: Report, examples: dict[str, Path], style: Style) -> str:
     info = report.info
+    ext = style.fmt
+    every = len(report.layers) == info.n_layers and len(report.heads) == info.n_heads
+    chosen = (
+        ""
+        if every
+        else (
+            f" This report covers layers {', '.join(map(str, report.layers))} and heads "
+            f"{', '.join(map(str, report.heads))}."
+        )
+    )
     lines = [
         f"# What each attention head does: {info.name}",
         "",
         f"{info.architecture}, {info.n_layers} layers × {info.n_heads} heads. Metrics are means "
         f"over **{report.queries} non-special query {report.unit}s** of **{report.sentences} "
         f"sentences**; each is a quantity of one query's attention row a (a[j] is the weight "
-        f"query i gives key j).",
+        f"query i gives key j).{chosen}",
         "",
     ]
     if report.skipped:
         lines += [f"Skipped: {len(report.skipped)} sentence(s) longer than the model takes.", ""]
-    lines += ["## Roles", "", "![role map](roles.png)", ""]
+    lines += ["## Roles", "", _figure("role map", Path(f"roles.{ext}")), ""]
     lines += [
         "A head takes the first of these roles whose score reaches its threshold; among the",
         "single-target roles (previous … punctuation) the one cleared by the widest margin wins;",
         "a head that reaches none is *mixed*.",
         "",
-        "| role | score (metric) | threshold |",
-        "|---|---|---|",
     ]
-    for role, metric in ROLE_METRICS.items():
-        lines.append(f"| {role} | {metric} | {report.thresholds.values[role]:.2f} |")
-    lines += [
-        "",
-        "### Strongest heads of each role",
-        "",
-        "| role | head | score |",
-        "|---|---|---|",
-    ]
-    for role, heads in report.strongest(3).items():
-        for head in heads:
-            lines.append(f"| {role} | layer {head.layer} · head {head.head} | {head.score:.3f} |")
+    lines += _table(
+        ("role", "score (metric)", "threshold"),
+        [(role, metric, f"{report.thresholds.values[role]:.2f}")
+         for role, metric in ROLE_METRICS.items()],
+    )  # fmt: skip
+    lines += ["", "### Strongest heads of each role", ""]
+    lines += _table(
+        ("role", "head", "score"),
+        [(role, f"layer {h.layer} · head {h.head}", f"{h.score:.3f}")
+         for role, heads in report.strongest(3).items() for h in heads],
+    )  # fmt: skip
     counts: dict[str, int] = {}
     for role in report.roles:
         counts[role.role] = counts.get(role.role, 0) + 1
     lines += ["", "Heads per role: " + ", ".join(f"{r} {n}" for r, n in sorted(counts.items())), ""]
     if examples:
+        scale = "each head scaled to its max" if style.scale == "head" else "colour 0–1"
         lines += [
             "### The strongest head of each role on an example",
             "",
-            f"Example: “{report.example.text}”. Rows are queries, columns keys; colour 0–1.",
+            f"Example: “{report.example.text}”. Rows are queries, columns keys; {scale}.",
             "",
         ]
         for role, path in examples.items():
-            lines += [f"**{role}**", "", f"![{role}]({path.name})", ""]
-    lines += ["## Metrics", "", "| metric | definition |", "|---|---|"]
-    for name in METRICS:
-        lines.append(f"| {name} | {METRIC_HELP[name]} |")
+            lines += [f"**{role}**", "", _figure(role, path), ""]
+    lines += ["## Metrics", ""]
+    lines += _table(("metric", "definition"), [(n, METRIC_HELP[n]) for n in METRICS])
     lines += [""]
     for name in METRICS:
-        lines += [f"![{name}](metric-{name}.png)", ""]
+        lines += [_figure(name, Path(f"metric-{name}.{ext}")), ""]
     lines += ["Every number: `heads.csv` and `heads.json` (one row per layer and head).", ""]
     return "\n".join(lines)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.files import prepare_dir, slug
+from attnviz.files import clear_previous, prepare_dir, text_folder_name, write_done
 
 if TYPE_CHECKING:
     from attnviz.extract import Attention
@@ -32,6 +32,7 @@ class ShowResult:
             "tokens": list(self.view.tokens),
             "notes": list(self.view.notes),
             "heads": [s.as_dict() for s in self.summaries],
+            "folder": str(self.folder) if self.folder is not None else None,
             "images": [str(p) for p in self.images],
         }
 
@@ -49,21 +50,48 @@ def show(
     style: Style | None = None,
     device: str = "auto",
 ) -> ShowResult:
-    """Extract one text's attention, summarise the chosen heads, write their heatmaps to `out`."""
+    """Extract one text's attention, summarise the chosen heads, write their heatmaps to `out`.
+
+    Images go to `out/<slug>-<hash>/`, one folder per distinct text; the folder holds only
+    the files of its last run (listed in its `done.json`).
+    """
+    from attnviz.extract import require_text
+    from attnviz.models import refuse_early
+
+    require_text(text)
+    refuse_early(model, layers, heads, text, truncate)
+    folder = prepare_dir(out / text_folder_name(text)) if out is not None else None
+
     from attnviz.extract import extract, view
     from attnviz.figures import Style, render_text
     from attnviz.models import load_model
     from attnviz.summary import summarise
 
-    folder = prepare_dir(out / slug(text)) if out is not None else None
+    style = style or Style()
     loaded = load_model(model, device)
     chosen_layers = loaded.info.pick_layers(layers)
     chosen_heads = loaded.info.pick_heads(heads)
     shown = view(extract(loaded, text, truncate=truncate), words, hide_special_tokens)
     summaries = summarise(shown, chosen_layers, chosen_heads, top_k)
-    images = (
-        render_text(shown, folder, chosen_layers, chosen_heads, style or Style())
-        if folder is not None
-        else []
-    )
+    images: list[Path] = []
+    if folder is not None:
+        clear_previous(folder)
+        images = render_text(shown, folder, chosen_layers, chosen_heads, style)
+        settings = {
+            "model": loaded.info.name,
+            "text": text,
+            "layers": chosen_layers,
+            "heads": chosen_heads,
+            "words": words,
+            "hide_special": hide_special_tokens,
+            "truncate": truncate,
+            **asdict(style),
+        }
+        record = {
+            "text": text,
+            "tokens": list(shown.tokens),
+            "files": [str(path.relative_to(folder.parent)) for path in images],
+            "notes": list(shown.notes),
+        }
+        write_done(folder, settings, record)
     return ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, images)

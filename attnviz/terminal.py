@@ -37,6 +37,28 @@ def _fit(label: str, width: int) -> str:
     return label if len(label) <= width else label[: width - 1] + "…"
 
 
+def _repeated(att: Attention) -> set[str]:
+    """Tokens that occur more than once: labels of these carry their position."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for token in att.tokens:
+        (twice if token in seen else seen).add(token)
+    return twice
+
+
+def _label(att: Attention, index: int, width: int, repeated: set[str]) -> str:
+    """A token as shown in a cell of `width`: `the@7` when "the" occurs more than once."""
+    token = att.tokens[index]
+    if token not in repeated:
+        return _fit(token, width)
+    where = f"@{index}"
+    return _fit(token, max(width - len(where), 1)) + where
+
+
+def _weight(value: float) -> str:
+    return f"{value:.2f}".replace("0.", ".", 1)
+
+
 def print_header(console: Console, att: Attention) -> None:
     info = att.info
     console.print(
@@ -44,18 +66,26 @@ def print_header(console: Console, att: Attention) -> None:
         f" · d_model {info.d_model} · d_head {info.d_head}",
         highlight=False,
     )
-    console.print(f"{len(att.tokens)} {att.unit}s: " + " ".join(att.tokens), highlight=False)
+    repeated = _repeated(att)
+    labels = " ".join(_label(att, i, 10**6, repeated) for i in range(len(att.tokens)))
+    console.print(f"{len(att.tokens)} {att.unit}s: {labels}", highlight=False)
+    if repeated:
+        console.print("[dim]token@N: the token at position N (it occurs more than once)[/]")
     for note in att.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
 
 
 def print_head_map(
-    console: Console, summaries: Sequence[HeadSummary], layers: list[int], heads: list[int]
+    console: Console,
+    att: Attention,
+    summaries: Sequence[HeadSummary],
+    layers: list[int],
+    heads: list[int],
 ) -> None:
     """Layers × heads grid: in each cell the token the head attends to most, coloured by its share.
 
     Special tokens are left out of the cells (they would fill most of them) and their share is
-    reported above the grid instead.
+    reported above the grid instead. Cells widen to use wide terminals.
     """
     shares = [s.special_share for s in summaries]
     has_special = max(shares) > 0
@@ -68,12 +98,14 @@ def print_head_map(
             "--hide-special renormalises without them.",
             highlight=False,
         )
+    cell_width = max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
+    repeated = _repeated(att)
     table = Table(
         title=title, title_justify="left", box=None, padding=(0, 1, 0, 0), show_edge=False
     )
     table.add_column("", style="bold", no_wrap=True)
     for head in heads:
-        table.add_column(f"H{head}", width=5, no_wrap=True, justify="left")
+        table.add_column(f"H{head}", width=cell_width, no_wrap=True, justify="left")
     by_position = {(s.layer, s.head): s for s in summaries}
     for layer in layers:
         cells = []
@@ -83,8 +115,9 @@ def print_head_map(
             if top is None:
                 cells.append(Text("—", style="dim"))
                 continue
-            cell = Text(_fit(top.token, 5), style=f"bold {text_colour(top.weight)}")
-            cell.append("\n" + f"{top.weight:.2f}".replace("0.", ".", 1), style="dim")
+            label = _label(att, top.index, cell_width, repeated)
+            cell = Text(label, style=f"bold {text_colour(top.weight)}")
+            cell.append("\n" + _weight(top.weight), style="dim")
             cells.append(cell)
         table.add_row(f"L{layer}", *cells)
     console.print(table)
@@ -94,20 +127,23 @@ def print_head_map(
     )
 
 
-def print_head_details(console: Console, summaries: Sequence[HeadSummary]) -> None:
+def print_head_details(console: Console, att: Attention, summaries: Sequence[HeadSummary]) -> None:
     """One row per head: its top-k tokens with weights and its strongest query→key link."""
+    repeated = _repeated(att)
     table = Table(title="What each head attends to", title_justify="left", show_lines=False)
     table.add_column("L", justify="right")
     table.add_column("H", justify="right")
     table.add_column("top tokens (mean attention received)")
     table.add_column("strongest link (query → key)")
+    wide = 10**6
     for s in summaries:
         top = Text()
         for rank, target in enumerate(s.top):
             if rank:
                 top.append(" · ", style="dim")
-            top.append(target.token, style=f"bold {text_colour(target.weight)}")
-            top.append(" " + f"{target.weight:.2f}".replace("0.", ".", 1))
+            label = _label(att, target.index, wide, repeated)
+            top.append(label, style=f"bold {text_colour(target.weight)}")
+            top.append(" " + _weight(target.weight))
         link = s.link
         table.add_row(
             str(s.layer),
@@ -115,11 +151,11 @@ def print_head_details(console: Console, summaries: Sequence[HeadSummary]) -> No
             top,
             Text.assemble(
                 link.query_token,
-                (f" #{link.query}", "dim"),
+                (f" @{link.query}", "dim"),
                 " → ",
                 link.key_token,
-                (f" #{link.key}", "dim"),
-                " " + f"{link.weight:.2f}".replace("0.", ".", 1),
+                (f" @{link.key}", "dim"),
+                " " + _weight(link.weight),
             ),
         )
     console.print(table)
@@ -128,19 +164,32 @@ def print_head_details(console: Console, summaries: Sequence[HeadSummary]) -> No
 _SHADES = " ░▒▓█"
 
 
+def _has_colour(console: Console) -> bool:
+    """False when the output has no colour: piped, a dumb terminal, or NO_COLOR set."""
+    return console.color_system is not None and not console.no_color
+
+
 def _cell(console: Console, weight: float) -> Text:
     """Two character cells: a colour block, or shade characters where the output has no colour."""
-    if console.color_system is None:
+    if not _has_colour(console):
         shade = _SHADES[min(int(weight * len(_SHADES)), len(_SHADES) - 1)]
         return Text(shade * 2)
     return Text("  ", style=f"on {colour(weight)}")
 
 
-def print_heatmap(console: Console, att: Attention, layer: int, head: int) -> bool:
-    """Draw one head's `[query, key]` weights as cells; False if the terminal is too narrow."""
+def print_heatmap(
+    console: Console, att: Attention, layer: int, head: int, scale: str = "absolute"
+) -> bool:
+    """Draw one head's `[query, key]` weights as cells; False if the terminal is too narrow.
+
+    `scale` "head" divides the weights by the head's maximum, as the images do.
+    """
     grid = att.weights[layer, head]  # (T, T)
+    peak = float(grid.max())
+    if scale == "head" and peak > 0:
+        grid = grid / peak
     n = len(att.tokens)
-    label_width = min(12, max(len(t) for t in att.tokens))
+    label_width = min(20 if console.width >= 120 else 12, max(len(t) for t in att.tokens))
     row_prefix = 5 + label_width
     if row_prefix + 2 * n > console.width:
         console.print(
@@ -168,11 +217,12 @@ def print_heatmap(console: Console, att: Attention, layer: int, head: int) -> bo
         for key in range(n):
             row.append_text(_cell(console, float(grid[query, key])))
         console.print(row, highlight=False)
-    scale = Text(" " * row_prefix + "scale 0 ")
+    top = "1" if scale != "head" else f"{peak:.2f} (the head's max)"
+    scale_line = Text(" " * row_prefix + "scale 0 ")
     for step in range(11):
-        scale.append_text(_cell(console, step / 10))
-    scale.append(" 1")
-    console.print(scale)
+        scale_line.append_text(_cell(console, step / 10))
+    scale_line.append(f" {top}")
+    console.print(scale_line)
     return True
 
 
@@ -254,12 +304,12 @@ def print_report(console: Console, report: Report) -> None:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
     table = Table(title="Head roles", title_justify="left", box=None, padding=(0, 1, 0, 0))
     table.add_column("", style="bold")
-    for head in range(info.n_heads):
+    for head in report.heads:
         table.add_column(f"H{head}", width=5, no_wrap=True)
     by_position = {(r.layer, r.head): r for r in report.roles}
-    for layer in range(info.n_layers):
+    for layer in report.layers:
         cells = []
-        for head in range(info.n_heads):
+        for head in report.heads:
             short, style = ROLE_STYLES[by_position[(layer, head)].role]
             cells.append(Text(short, style=style))
         table.add_row(f"L{layer}", *cells)

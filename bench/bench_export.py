@@ -43,7 +43,7 @@ def naive_loop(att, heads, folder: Path, size_px: tuple[int, int], dpi: int) -> 
 def ours(att, heads, folder: Path) -> tuple[int, int]:
     from attnviz.figures import HeadFigure, Style, head_title
 
-    figure = HeadFigure(att.tokens, Style())
+    figure = HeadFigure(att, Style())
     for layer, head in heads:
         grid = att.weights[layer, head]
         figure.save(grid, head_title(layer, head, grid), folder / f"ours-{layer}-{head}.png")
@@ -103,7 +103,8 @@ def main() -> None:
 
 def export_per_figure(jobs: int, runs: int) -> float:
     """Seconds per head figure of a whole `attnviz export` run, model loading excluded."""
-    from attnviz.export import ExportOptions, Sentence, Sentences, export
+    from attnviz.export import ExportOptions, export
+    from attnviz.inputs import Sentence, Sentences
 
     lines = (
         Path(__file__).parent.parent.joinpath("samples", "sentences.txt").read_text().splitlines()

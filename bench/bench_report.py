@@ -46,9 +46,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
 
-    from attnviz.export import Sentence, Sentences
     from attnviz.extract import encode, extract_many
     from attnviz.figures import Style
+    from attnviz.inputs import Sentence, Sentences
     from attnviz.models import load_model
     from attnviz.report import build_report, write_report
 

@@ -30,7 +30,7 @@ def _random_attention(rng, n_layers=2, n_heads=3, n=7):
 def test_blitted_head_figures_equal_full_redraws(tmp_path):
     att = _random_attention(np.random.default_rng(1))
     style = Style()
-    figure = HeadFigure(att.tokens, style)
+    figure = HeadFigure(att, style)
     for layer, head in [(0, 0), (1, 2), (0, 1)]:
         path = figure.save(
             att.weights[layer, head], f"layer {layer} · head {head}", tmp_path / "h.png"
@@ -58,7 +58,7 @@ def test_heatmap_pixels_follow_the_weights(tmp_path):
     one_hot = np.zeros((1, 1, n, n))
     one_hot[0, 0, np.arange(n), (np.arange(n) + 1) % n] = 1.0  # each token attends to the next
     att = synthetic_attention(one_hot, [f"t{i}" for i in range(n)])
-    figure = HeadFigure(att.tokens, Style(cmap="Greys"))
+    figure = HeadFigure(att, Style(cmap="Greys"))
     image = _png(figure.save(att.weights[0, 0], "one-hot", tmp_path / "h.png"))
     bbox = figure.image.get_window_extent()
     height = image.shape[0]
@@ -91,7 +91,7 @@ def test_render_text_writes_all_files_in_each_format(tmp_path):
 def test_blitted_metric_grids_equal_full_redraws(tmp_path):
     from attnviz.figures import MetricGrid
 
-    grid = MetricGrid(3, 4, "synthetic", Style())
+    grid = MetricGrid([0, 1, 2], [0, 1, 2, 3], "synthetic", Style())
     rng = np.random.default_rng(4)
     for name, scale in (("share", 1.0), ("distance", 6.0)):  # two colour ranges
         values = rng.random((3, 4)) * scale

@@ -68,7 +68,7 @@ def test_report_numbers_and_figures_match_show(bundled, tmp_path):
     assert best["confidence"] == pytest.approx(np.mean([grid[i].max() for i in queries]), abs=1e-12)
 
     show = runner.invoke(
-        app, ["show", SENTENCE, "-l", layer, "-h", head, "-o", str(tmp_path / "s")]
+        app, ["show", SENTENCE, "-l", layer, "-H", head, "-o", str(tmp_path / "s")]
     )
     assert show.exit_code == 0, show.output
     shown = next((tmp_path / "s").glob(f"*/layer-{layer:02d}-head-{head:02d}.png")).read_bytes()

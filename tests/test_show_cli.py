@@ -23,7 +23,7 @@ def invoke(*args):
 def test_show_bundled_writes_every_figure_and_summary(tmp_path):
     result = invoke("show", "The cat sat on the mat.", "--out", tmp_path)
     assert result.exit_code == 0, result.output
-    folder = tmp_path / "the-cat-sat-on-the-mat"
+    (folder,) = tmp_path.glob("the-cat-sat-on-the-mat-*")
     pngs = sorted(p.name for p in folder.glob("*.png"))
     assert len(pngs) == 1 + 6 + 72
     assert "overview.png" in pngs and "layer-05.png" in pngs and "layer-05-head-11.png" in pngs
@@ -39,7 +39,7 @@ def test_show_json_matches_extraction(tmp_path, bundled):
     from attnviz.extract import extract
 
     text = "Time flies like an arrow."
-    result = invoke("show", text, "--json", "--no-images", "-l", 1, "-h", 4, "-k", 2)
+    result = invoke("show", text, "--json", "--no-images", "-l", 1, "-H", 4, "-k", 2)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["model"]["n_heads"] == 12 and len(data["heads"]) == 1
@@ -52,7 +52,7 @@ def test_show_json_matches_extraction(tmp_path, bundled):
 
 
 def test_single_head_draws_terminal_heatmap_and_detail(tmp_path):
-    result = invoke("show", "Birds sing.", "--no-images", "-l", 0, "-h", 2)
+    result = invoke("show", "Birds sing.", "--no-images", "-l", 0, "-H", 2)
     assert result.exit_code == 0, result.output
     assert "What each head attends to" in result.output
     assert "layer 0 · head 2: each row is a query token" in result.output
@@ -80,7 +80,7 @@ def test_show_on_tiny_gpt2_with_words_and_hidden_specials(tiny_model_dirs, tmp_p
         (["show", ""], "text is empty"),
         (["show", "   "], "text is empty"),
         (["show", "hi", "-l", "6"], "layer 6 out of range: this model has layers 0–5"),
-        (["show", "hi", "-h", "12"], "head 12 out of range: this model has heads 0–11"),
+        (["show", "hi", "-H", "12"], "head 12 out of range: this model has heads 0–11"),
         (["show", "hi", "-m", "./no/such/model"], "no model directory at ./no/such/model"),
         (["show", "hi", "-m", "nobody/no-model"], "download it once while online"),
         (["show", "hi", "--cmap", "rainbowz"], "unknown colour map 'rainbowz'"),

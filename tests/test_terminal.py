@@ -29,14 +29,14 @@ def _attention():
 def test_detail_table_golden():
     att = _attention()
     console = _console()
-    terminal.print_head_details(console, summarise(att, [0], [0, 1], top_k=2))
+    terminal.print_head_details(console, att, summarise(att, [0], [0, 1], top_k=2))
     assert [line.rstrip() for line in console.file.getvalue().splitlines()] == [
         "What each head attends to",
         "┏━━━┳━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
         "┃ L ┃ H ┃ top tokens (mean attention received) ┃ strongest link (query → key) ┃",
         "┡━━━╇━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩",
-        "│ 0 │ 0 │ [CLS] .50 · a .25                    │ [CLS] #0 → [CLS] #0 1.00     │",
-        "│ 0 │ 1 │ [CLS] .70 · a .10                    │ [CLS] #0 → [CLS] #0 .70      │",
+        "│ 0 │ 0 │ [CLS] .50 · a .25                    │ [CLS] @0 → [CLS] @0 1.00     │",
+        "│ 0 │ 1 │ [CLS] .70 · a .10                    │ [CLS] @0 → [CLS] @0 .70      │",
         "└───┴───┴──────────────────────────────────────┴──────────────────────────────┘",
     ]
 
@@ -44,7 +44,7 @@ def test_detail_table_golden():
 def test_head_map_reports_special_share_and_top_other_token():
     att = _attention()
     console = _console()
-    terminal.print_head_map(console, summarise(att, [0], [0, 1]), [0], [0, 1])
+    terminal.print_head_map(console, att, summarise(att, [0], [0, 1]), [0], [0, 1])
     out = console.file.getvalue()
     # Head 0 sends half of its attention to [CLS] (rows 0 and 1), head 1 sends 0.7 + 0.1.
     assert "Special tokens take 65% of attention on average (50%–80% per head)" in out

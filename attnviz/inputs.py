@@ -1,0 +1,102 @@
+"""Reading what the user gives: one text (an argument or stdin) or many sentences (arguments,
+a file with one sentence per line, or stdin).
+
+A file name given where a sentence is expected is refused with a hint, never analysed as text.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnviz.errors import InputError
+
+STDIN = "-"
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One input sentence: its position among the sentences and its line in the input."""
+
+    index: int
+    line: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Sentences:
+    """The sentences read from the input, and how many blank lines were skipped."""
+
+    items: tuple[Sentence, ...]
+    blank: int
+    source: str
+
+
+def _names_a_file(argument: str) -> bool:
+    if "\n" in argument or len(argument) > 4096:
+        return False
+    try:
+        return Path(argument).expanduser().is_file()
+    except OSError:
+        return False
+
+
+def _decode(raw: bytes, source: str, line: int | None = None) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = f"{source}, line {line}" if line is not None else source
+        raise InputError(
+            f"{where}: not valid UTF-8 (byte {exc.start + 1}); save the file as UTF-8"
+        ) from None
+
+
+def read_text(argument: str) -> str:
+    """The one text of `show`/`check`: the argument itself, or all of stdin for '-'."""
+    if argument == STDIN:
+        return _decode(sys.stdin.buffer.read(), "stdin").strip()
+    if _names_a_file(argument):
+        raise InputError(
+            f"'{argument}' is a file name, not a text; to read the file, use: - < {argument}"
+        )
+    return argument
+
+
+def read_sentences(file: str | None, texts: list[str] | None) -> Sentences:
+    """Sentences from a file (one per line; '-' is stdin) or from the command line."""
+    if texts and file:
+        raise InputError("give sentences as arguments or --file, not both")
+    if texts:
+        for text in texts:
+            if _names_a_file(text):
+                raise InputError(
+                    f"'{text}' is a file name, not a sentence; to read one sentence per line "
+                    f"from it, use -f {text}"
+                )
+        raw_lines = [t.encode("utf-8") for t in texts]
+        source = "arguments"
+    elif file == STDIN:
+        raw_lines = sys.stdin.buffer.read().splitlines()
+        source = "stdin"
+    elif file:
+        path = Path(file)
+        if path.is_dir():
+            raise InputError(f"{file} is a folder; give a text file with one sentence per line")
+        if not path.exists():
+            raise InputError(f"no such file: {file}")
+        raw_lines = path.read_bytes().splitlines()
+        source = file
+    else:
+        raise InputError("give sentences as arguments, or --file FILE (one sentence per line)")
+
+    items, blank = [], 0
+    for number, raw in enumerate(raw_lines, start=1):
+        text = _decode(raw, source, number)
+        if not text.strip():
+            blank += 1
+            continue
+        items.append(Sentence(len(items) + 1, number, text.strip()))
+    if not items:
+        raise InputError(f"{source} has no sentences ({blank} blank lines)")
+    return Sentences(tuple(items), blank, source)
