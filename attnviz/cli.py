@@ -13,10 +13,31 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
 
 from attnviz.errors import AttnvizError, InputError
 
+
+class _HelpAsFlag:
+    """Show -h/--help as a flag in help screens (Typer's own shows it with a `<bool>` value)."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class _Group(_HelpAsFlag, TyperGroup):
+    pass
+
+
+class _Command(_HelpAsFlag, TyperCommand):
+    pass
+
+
 app = typer.Typer(
+    cls=_Group,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
@@ -174,7 +195,7 @@ def _style(fmt: ImageFormat, dpi: int, cmap: str, scale: Scale = Scale.absolute)
     return Style(fmt=fmt.value, dpi=dpi, cmap=check_cmap(cmap), scale=scale.value)
 
 
-@app.command()
+@app.command(cls=_Command)
 def show(
     text: Annotated[
         str,
@@ -246,7 +267,7 @@ def show(
         )
 
 
-@app.command()
+@app.command(cls=_Command)
 def check(
     text: Annotated[
         str,
@@ -302,7 +323,7 @@ class FigureKind(str, Enum):
     heads = "heads"
 
 
-@app.command()
+@app.command(cls=_Command)
 def export(
     sentences: SentencesArg = None,
     file: FileOpt = None,
@@ -420,7 +441,7 @@ def export(
         )
 
 
-@app.command()
+@app.command(cls=_Command)
 def report(
     sentences: Annotated[
         list[str] | None,

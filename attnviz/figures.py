@@ -145,11 +145,15 @@ def view_description(att: Attention) -> str:
     return ", ".join(parts)
 
 
-def context_line(att: Attention, max_chars: int = 60) -> str:
-    """Model, the (shortened) text and the view: what a figure shows, read from its title."""
+def context_line(att: Attention, width_in: float, font_pt: float = 8.0) -> str:
+    """Model, the text and the view, shortened to fit `width_in` inches: what a figure shows,
+    read from its title."""
+    fits = int(width_in * 72 / (font_pt * 0.6))  # DejaVu Sans: ~0.6 em a character
+    rest = f"{att.info.name} · “” · {view_description(att)}"
+    room = max(fits - len(rest), 12)
     text = " ".join(att.text.split())
-    if len(text) > max_chars:
-        text = text[: max_chars - 1].rstrip() + "…"
+    if len(text) > room:
+        text = text[: room - 1].rstrip() + "…"
     return f"{att.info.name} · “{text}” · {view_description(att)}"
 
 
@@ -283,7 +287,8 @@ class HeadFigure:
         colorbar.ax.tick_params(labelsize=8)
         colorbar.set_label(style.bar_label, fontsize=9)
         self.title = fig.text(0.5, 1 - 0.25 / height, "", ha="center", va="center", fontsize=11)
-        fig.text(0.5, 1 - 0.52 / height, context_line(att), ha="center", va="center", fontsize=8)
+        context = context_line(att, width)
+        fig.text(0.5, 1 - 0.52 / height, context, ha="center", va="center", fontsize=8)
         self.style = style
         self.frames = _Frames(fig, [self.image, *ax.spines.values(), self.title], style)
 
@@ -328,9 +333,12 @@ class LayerFigure:
             layout.side_in, min(7.0, layout.font_pt), max(layout.label_step, math.ceil(n / 24))
         )
         label_in = _label_inches(att.tokens, small)
-        left, bottom, top, right = 0.15 + label_in, 0.15 + label_in, 0.95, 1.2
+        left, bottom, top, right = 0.15 + label_in, 0.15 + label_in, 1.1, 1.2
         gap_w, gap_h = 0.15, 0.35  # between panels; panel titles sit in the vertical gaps
-        width = left + cols * panel + (cols - 1) * gap_w + right
+        grid_w = cols * panel + (cols - 1) * gap_w
+        spare = max(0.0, 5.5 - (left + grid_w + right)) / 2  # room for the title lines
+        left, right = left + spare, right + spare
+        width = left + grid_w + right
         height = bottom + rows * panel + (rows - 1) * gap_h + top
         fig = Figure(figsize=(width, height), dpi=style.dpi)
         axes = fig.subplots(
@@ -378,7 +386,8 @@ class LayerFigure:
         note = f"{n} {att.unit}s{_label_note(small, att.unit)} · {_scale_note(style)}"
         self.info_name = att.info.name
         self.title = fig.text(0.5, 1 - 0.25 / height, "", ha="center", va="center", fontsize=11)
-        fig.text(0.5, 1 - 0.5 / height, context_line(att), ha="center", va="center", fontsize=8)
+        context = context_line(att, width)
+        fig.text(0.5, 1 - 0.5 / height, context, ha="center", va="center", fontsize=8)
         fig.text(0.5, 1 - 0.68 / height, note, ha="center", va="center", fontsize=8)
         # Spines go after the images: a full draw paints them on top.
         spines = [spine for image in self.images for spine in image.axes.spines.values()]
@@ -439,8 +448,13 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
-    every = len(layers) == att.info.n_layers and len(heads) == att.info.n_heads
-    chosen = "all heads" if every else f"{len(layers)} layer(s) × {len(heads)} head(s)"
+    info = att.info
+    every = len(layers) == info.n_layers and len(heads) == info.n_heads
+    chosen = (
+        "all heads"
+        if every
+        else f"{len(layers)} of {info.n_layers} layers × {len(heads)} of {info.n_heads} heads"
+    )
     height = fig.get_figheight()
     fig.text(
         0.5,
@@ -450,7 +464,8 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
         va="center",
         fontsize=10,
     )
-    fig.text(0.5, 1 - 0.42 / height, context_line(att, 50), ha="center", va="center", fontsize=7)
+    context = context_line(att, fig.get_figwidth(), 7)
+    fig.text(0.5, 1 - 0.42 / height, context, ha="center", va="center", fontsize=7)
     return fig
 
 
