@@ -33,7 +33,8 @@ from rich.console import Console
 info = loaded.info
 summaries = summary.summarise(att, list(range(info.n_layers)), list(range(info.n_heads)))
 console = Console(file=io.StringIO(), width=100)
-terminal.print_head_map(console, att, summaries, list(range(info.n_layers)), list(range(info.n_heads)))
+every_layer, every_head = list(range(info.n_layers)), list(range(info.n_heads))
+terminal.print_head_map(console, att, summaries, every_layer, every_head)
 t4 = time.perf_counter()
 files = figures.render_text(att, Path(tempfile.mkdtemp()), list(range(info.n_layers)),
                             list(range(info.n_heads)), figures.Style())

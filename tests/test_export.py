@@ -190,7 +190,10 @@ def test_stdin_and_unwritable_output(tiny_model_dirs, tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_interrupted_process_leaves_whole_files_and_resumes(tiny_model_dirs, tmp_path, sig):
     source = tmp_path / "in.txt"
-    source.write_text("\n".join(f"Sentence number {i} is about cats and dogs." for i in range(12)))
+    total = 30  # enough that a loaded machine cannot finish them all before the signal lands
+    source.write_text(
+        "\n".join(f"Sentence number {i} is about cats and dogs." for i in range(total))
+    )
     out = tmp_path / "out"
     command = [sys.executable, "-m", "attnviz", "export", "-f", str(source), "-o", str(out),
                "-m", str(tiny_model_dirs["bert"]), "--batch-size", "1"]  # fmt: skip
@@ -202,7 +205,7 @@ def test_interrupted_process_leaves_whole_files_and_resumes(tiny_model_dirs, tmp
     process.send_signal(sig)
     process.communicate(timeout=60)
     finished = len(list(out.glob("*/done.json")))
-    assert 2 <= finished < 12, "the run must be stopped mid-way for this test to mean anything"
+    assert 2 <= finished < total, "the run must be stopped mid-way for this test to mean anything"
     if sig == signal.SIGINT:
         assert process.returncode == 130
         assert json.loads((out / "manifest.json").read_text())["interrupted"] is True
@@ -212,6 +215,18 @@ def test_interrupted_process_leaves_whole_files_and_resumes(tiny_model_dirs, tmp
     resumed = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     assert resumed.returncode == 0, resumed.stderr
     text = " ".join(resumed.stdout.split())
-    assert f"{12 - finished} written · {finished} already complete" in text
-    assert len(list(out.glob("*/done.json"))) == 12
-    assert _all_images_whole(out) == 12 * 11
+    assert f"{total - finished} written · {finished} already complete" in text
+    assert len(list(out.glob("*/done.json"))) == total
+    assert _all_images_whole(out) == total * 11
+
+
+def test_json_prints_the_run_summary(tiny_model_dirs, tmp_path):
+    result = _export(tiny_model_dirs["bert"], tmp_path, "--figures", "overview", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["sentences"] == 5 and data["written"] == 5 and data["figures"] == 5
+    assert data["manifest"] == str(tmp_path / "manifest.json")
+    again = json.loads(
+        _export(tiny_model_dirs["bert"], tmp_path, "--figures", "overview", "--json").stdout
+    )
+    assert again["complete"] == 5 and again["written"] == 0

@@ -98,3 +98,101 @@ def test_blitted_metric_grids_equal_full_redraws(tmp_path):
         blitted = _png(grid.save(values, name, "help", tmp_path / "m.png"))
         full = _full_redraw_png(grid.frames.fig, 100)
         assert np.mean(np.abs(blitted - full) > 8) < 0.002, name
+
+
+def _axes_pixels(fig, ax, path):
+    """The pixels inside `ax` (1 px in from its edges) of the PNG saved at `path`."""
+    image = np.asarray(Image.open(path).convert("RGB"))
+    box = ax.get_window_extent()
+    height = image.shape[0]
+    x0, x1 = int(np.ceil(box.x0)) + 1, int(box.x1) - 1
+    y0, y1 = int(height - box.y1) + 1, int(height - box.y0) - 1
+    return image[y0:y1, x0:x1].reshape(-1, 3)
+
+
+def test_overview_pixels_are_colours_of_the_map(tmp_path):
+    """Long texts are averaged down on the data: no blended colours (a brown 1.0 diagonal)."""
+    import matplotlib
+
+    from attnviz.figures import overview_figure, save_figure
+
+    n = 300  # more tokens than a panel has pixels
+    weights = np.zeros((2, 3, n, n))
+    weights[..., np.arange(n), np.arange(n)] = 1.0
+    att = synthetic_attention(weights, [f"t{i}" for i in range(n)])
+    for cmap in ("viridis", "magma"):
+        style = Style(cmap=cmap)
+        fig = overview_figure(att, [0, 1], [0, 1, 2], style)
+        ax = fig.axes[0]
+        pixels = _axes_pixels(fig, ax, save_figure(fig, tmp_path / "o.png", style))
+        lut = matplotlib.colormaps[cmap](np.linspace(0, 1, 256), bytes=True)[:, :3]
+        allowed = {tuple(c) for c in lut.tolist()} | {(255, 255, 255)}
+        found = {tuple(c) for c in np.unique(pixels, axis=0).tolist()}
+        assert found - allowed == set(), cmap
+        assert len(found & allowed) > 10  # the panels are drawn, not blank
+
+
+def test_titles_carry_model_text_and_view(tmp_path):
+    from attnviz.extract import hide_special
+    from attnviz.figures import context_line, overview_figure
+
+    n = 5
+    weights = np.full((2, 3, n, n), 1 / n)
+    att = synthetic_attention(weights, ["[CLS]", "a", "b", "c", "[SEP]"], [1, 0, 0, 0, 1])
+    hidden = hide_special(att)
+    assert context_line(att, 8) == "synthetic · “synthetic” · token view"
+    assert context_line(hidden, 8).endswith("special tokens hidden, rows renormalised")
+    long_text = synthetic_attention(weights, ["a"] * n)
+    object.__setattr__(long_text, "text", "word " * 100)
+    assert len(context_line(long_text, 6)) <= 6 * 72 / (8 * 0.6) and "…" in context_line(
+        long_text, 6
+    )
+
+    def texts(fig):
+        return " ".join(t.get_text() for t in fig.texts)
+
+    assert "all heads" in texts(overview_figure(att, [0, 1], [0, 1, 2], Style()))
+    subset = texts(overview_figure(att, [1], [0, 2], Style()))
+    assert "all heads" not in subset and "1 of 2 layers × 2 of 3 heads" in subset
+    layer = LayerFigure(hidden, [0, 2], Style())
+    layer.save(hidden.weights, 1, tmp_path / "l.png")
+    assert "head 0 · max" in texts(layer.frames.fig) and "rows renormalised" in texts(
+        layer.frames.fig
+    )
+
+
+def test_layer_grids_keep_thinned_labels_on_long_texts():
+    n = 90
+    att = _random_attention(np.random.default_rng(5), n_layers=1, n_heads=2, n=n)
+    figure = LayerFigure(att, [0, 1], Style())
+    ax = figure.images[0].axes
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert 10 <= len(labels) <= 30 and labels[0] == "tok0"
+    note = " ".join(t.get_text() for t in figure.frames.fig.texts)
+    assert "every 4th token labelled" in note
+
+
+def test_ordinals():
+    from attnviz.figures import ordinal
+
+    assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 102, 111)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "102nd", "111th",
+    ]  # fmt: skip
+
+
+def test_head_scale_stretches_a_diffuse_head(tmp_path):
+    """On the head scale a head whose max is 0.2 reaches the top colour; on 0–1 it does not."""
+    n = 5
+    weights = np.full((1, 1, n, n), 0.8 / (n - 1))
+    weights[0, 0, :, 0] = 0.2  # max 0.2
+    att = synthetic_attention(weights, [f"t{i}" for i in range(n)])
+    import matplotlib
+
+    top = tuple(matplotlib.colormaps["viridis"](1.0, bytes=True)[:3])
+    for scale, reaches_top in (("absolute", False), ("head", True)):
+        figure = HeadFigure(att, Style(scale=scale))
+        path = figure.save(att.weights[0, 0], scale, tmp_path / f"{scale}.png")
+        pixels = _axes_pixels(figure.frames.fig, figure.image.axes, path)
+        assert (top in {tuple(p) for p in pixels.tolist()}) == reaches_top, scale
+        bar = figure.frames.fig.axes[1].get_ylabel()
+        assert ("max" in bar) == (scale == "head")

@@ -38,3 +38,45 @@ def test_slug():
     assert slug("Héllo, World! 世界") == "hello-world"
     assert slug("🙂") == "text"
     assert len(slug("word " * 50)) <= 40
+
+
+def test_files_get_the_mode_the_umask_gives(tmp_path):
+    """A real umask, in a fresh process: 022 gives 0644, 077 gives 0600 (as `touch` would)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import os, sys; from pathlib import Path; from attnviz.files import write_text_atomic;"
+        "os.umask(int(sys.argv[2], 8)); p = write_text_atomic(Path(sys.argv[1]), 'x');"
+        "print(oct(p.stat().st_mode & 0o777))"
+    )
+    for umask, mode in (("022", "0o644"), ("077", "0o600"), ("002", "0o664")):
+        target = tmp_path / f"file-{umask}.txt"
+        done = subprocess.run(
+            [sys.executable, "-c", probe, str(target), umask], capture_output=True, text=True
+        )
+        assert done.stdout.strip() == mode, (umask, done.stderr)
+
+
+def test_distinct_texts_get_distinct_folders():
+    from attnviz.files import text_folder_name
+
+    dog = text_folder_name("The quick brown fox jumps over the lazy dog.")
+    cat = text_folder_name("The quick brown fox jumps over the lazy cat.")
+    assert dog != cat and dog.startswith("the-quick-brown-fox-jumps-over-the-lazy")
+    cjk = {text_folder_name(t) for t in ("猫が座った。", "犬が走った。", "🙂")}
+    assert len(cjk) == 3 and all(name.startswith("text-") for name in cjk)
+    assert text_folder_name("same text") == text_folder_name("same text")
+
+
+def test_clear_previous_removes_only_the_last_runs_files(tmp_path):
+    from attnviz.files import clear_previous, write_done
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in ("a.png", "b.png", "mine.txt"):
+        (folder / name).write_text("x")
+    (folder / ".a.png.123.part").write_text("half")
+    write_done(folder, {"k": 1}, {"files": ["run/a.png", "run/b.png"]})
+    clear_previous(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["mine.txt"]

@@ -92,3 +92,47 @@ def test_bad_input(tiny_model_dirs, tmp_path):
         app, ["report", " ".join(["w"] * 100), "-m", tiny, "-o", str(tmp_path / "x")]
     )
     assert too_long.exit_code == 2 and "no sentence fits the model" in too_long.output
+
+
+def test_report_md_tables_keep_their_cells(tiny_model_dirs, tmp_path):
+    """Rendered as Markdown, every table row keeps its cells: `|i − j|` is escaped."""
+    from markdown_it import MarkdownIt
+
+    out = tmp_path / "r"
+    result = runner.invoke(
+        app, ["report", "The cat sat.", "-m", str(tiny_model_dirs["bert"]), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    tokens = MarkdownIt().enable("table").parse((out / "report.md").read_text())
+    tables, cells, rows = 0, 0, []
+    for token in tokens:
+        if token.type == "table_open":
+            tables += 1
+        elif token.type == "tr_open":
+            cells = 0
+        elif token.type in ("th_open", "td_open"):
+            cells += 1
+        elif token.type == "tr_close":
+            rows.append((tables, cells))
+    assert tables == 3
+    for table in (1, 2, 3):
+        widths = {c for t, c in rows if t == table}
+        assert len(widths) == 1, (table, widths)
+    html = MarkdownIt().enable("table").render((out / "report.md").read_text())
+    assert "<td>Σ a[j] over non-special tokens with |i − j| ≤ 2</td>" in html
+
+
+def test_report_layer_head_and_format(tiny_model_dirs, tmp_path):
+    out = tmp_path / "r"
+    result = runner.invoke(
+        app,
+        ["report", "The cat sat on the mat.", "-m", str(tiny_model_dirs["bert"]), "-o", str(out),
+         "-l", "1", "-H", "0", "-H", "3", "--format", "svg", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [(h["layer"], h["head"]) for h in data["heads"]] == [(1, 0), (1, 3)]
+    assert (out / "roles.svg").is_file() and (out / "metric-previous.svg").is_file()
+    assert not list(out.glob("*.png"))
+    markdown = (out / "report.md").read_text()
+    assert "](metric-previous.svg)" in markdown and "covers layers 1 and heads 0, 3" in markdown

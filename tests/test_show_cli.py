@@ -122,3 +122,103 @@ def test_python_dash_m_runs_the_cli():
         [sys.executable, "-m", "attnviz", "--help"], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0 and "show" in done.stdout
+
+
+def test_a_folder_holds_only_its_last_run(tmp_path):
+    text = "Stale files are confusing."
+    assert invoke("show", text, "-o", tmp_path).exit_code == 0
+    (folder,) = tmp_path.iterdir()
+    assert len(list(folder.glob("*.png"))) == 79
+    result = invoke("show", text, "-o", tmp_path, "-l", 2, "-H", 5, "--format", "svg")
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["done.json", "layer-02-head-05.svg", "layer-02.svg", "overview.svg"]
+    done = json.loads((folder / "done.json").read_text())
+    assert done["settings"]["layers"] == [2] and done["settings"]["fmt"] == "svg"
+    assert sorted(done["record"]["files"]) == sorted(f"{folder.name}/{n}" for n in names[1:])
+
+
+def test_similar_texts_do_not_share_a_folder(tmp_path):
+    for text in ("The dog sat on the lazy dog.", "The dog sat on the lazy cat."):
+        assert invoke("show", text, "-o", tmp_path, "-l", 0, "-H", 0).exit_code == 0
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_show_dash_reads_stdin():
+    result = runner.invoke(app, ["show", "-", "--no-images", "--json"], input="Text from a pipe.\n")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["tokens"][1:5] == ["text", "from", "a", "pipe"]
+
+
+@pytest.mark.parametrize("command", ["show", "check", "export", "report"])
+def test_a_file_name_is_not_analysed_as_a_sentence(command, tmp_path):
+    corpus = tmp_path / "sentences.txt"
+    corpus.write_text("One sentence.\n")
+    result = (
+        invoke(command, corpus, "-o", tmp_path / "out")
+        if command != "check"
+        else invoke(command, corpus)
+    )
+    assert result.exit_code == 2
+    assert f"'{corpus}' is a file name" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args", [["-h"], ["show", "-h"], ["export", "-h"], ["report", "-h"]])
+def test_dash_h_is_help_and_flags_look_like_flags(args):
+    result = invoke(*args)
+    assert result.exit_code == 0 and "Usage:" in result.output
+    assert "<bool>" not in result.output
+
+
+def test_help_names_repeatable_options_and_head_short_flag():
+    text = invoke("show", "-h").output
+    assert "-H" in text and "repeat" in text
+
+
+def test_version():
+    from attnviz import __version__
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.output.strip() == f"attnviz {__version__}"
+
+
+EARLY = """
+import sys
+from typer.testing import CliRunner
+from attnviz.cli import app
+result = CliRunner().invoke(app, {args!r})
+print(result.exit_code, "torch" in sys.modules, "transformers" in sys.modules)
+print(result.output)
+"""
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["show", ""], "text is empty"),
+        (["show", "hi", "-l", "6"], "layer 6 out of range"),
+        (["show", "hi", "-H", "12"], "head 12 out of range"),
+        (["show", "hi", "--cmap", "rainbowz"], "unknown colour map"),
+        (["show", " ".join(["word"] * 600)], "602 tokens long; this model takes at most 512"),
+        (["check", "hi", "-l", "9"], "layer 9 out of range"),
+        (["export", "hi", "-H", "40", "-o", "{tmp}/e"], "head 40 out of range"),
+        (["report", "hi", "-l", "7", "-o", "{tmp}/r"], "layer 7 out of range"),
+        (["show", "hi", "-o", "{tmp}/blocker/sub"], "it is a file, not a folder"),
+    ],
+)
+def test_errors_that_need_no_weights_come_before_torch(args, message, tmp_path):
+    (tmp_path / "blocker").write_text("a file")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    done = subprocess.run(
+        [sys.executable, "-c", EARLY.format(args=args)], capture_output=True, text=True, check=True
+    )
+    status, output = done.stdout.split("\n", 1)
+    assert status == "2 False False", output
+    assert message in output
+
+
+def test_early_refusal_uses_the_model_directory_too(tiny_model_dirs):
+    result = invoke("show", "hi", "-m", tiny_model_dirs["gpt2"], "-l", 2, "--no-images")
+    assert result.exit_code == 2
+    assert "layer 2 out of range: this model has layers 0–1" in result.output

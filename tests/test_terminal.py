@@ -73,3 +73,75 @@ def test_heatmap_too_wide_says_so():
 
 def test_colour_ramp_ends():
     assert terminal.colour(0.0) == "#440154" and terminal.colour(1.0) == "#fde725"
+
+
+def _run_in_pty(args, env_extra, columns=100):
+    """Run attnviz in a real pseudo-terminal (as a user's shell would) and return its output."""
+    import os
+    import pty
+    import shutil
+    import subprocess
+    import sys
+
+    controller, terminal_side = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    env.update(TERM="xterm-256color", COLUMNS=str(columns), COLORTERM="truecolor", **env_extra)
+    exe = shutil.which("attnviz", path=os.path.dirname(sys.executable))
+    process = subprocess.Popen(
+        [exe, *args], stdin=terminal_side, stdout=terminal_side, stderr=terminal_side, env=env
+    )
+    os.close(terminal_side)
+    chunks = []
+    while True:
+        try:
+            data = os.read(controller, 65536)
+        except OSError:  # the other side closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    process.wait(timeout=60)
+    os.close(controller)
+    return process.returncode, b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_no_color_in_a_real_terminal_draws_shades():
+    args = ["show", "Birds sing loudly.", "--no-images", "-l", "0", "-H", "2"]
+    code, coloured = _run_in_pty(args, {})
+    assert code == 0
+    assert "\x1b[48;2;" in coloured  # truecolor background blocks in a real terminal
+    code, plain = _run_in_pty(args, {"NO_COLOR": "1"})
+    assert code == 0
+    assert "\x1b[48;" not in plain and "\x1b[38;" not in plain
+    rows = [line for line in plain.splitlines() if line[:3].strip().isdigit()]
+    assert rows and all(any(ch in line for ch in "░▒▓█") for line in rows)
+
+
+def test_wide_terminals_get_wider_cells():
+    n = 6
+    weights = np.zeros((1, 12, n, n))
+    weights[..., 5] = 1.0  # every head attends to the last token
+    tokens = ["[CLS]", "extraordinarily", "long", "words", "here", "photosynthesis"]
+    att = synthetic_attention(weights, tokens, special=[1, 0, 0, 0, 0, 0])
+    heads = list(range(12))
+    summaries = summarise(att, [0], heads)
+    shown = {}
+    for width in (80, 140, 200):
+        console = _console(width)
+        terminal.print_head_map(console, att, summaries, [0], heads)
+        row = next(line for line in console.file.getvalue().splitlines() if line[:2] == "L0")
+        shown[width] = row.split()[1]
+    assert shown == {80: "phot…", 140: "photosynt…", 200: "photosynthesis"}
+
+
+def test_repeated_tokens_carry_their_position():
+    n = 5
+    weights = np.zeros((1, 1, n, n))
+    weights[..., 3] = 1.0  # every query attends to the second "the" (position 3)
+    att = synthetic_attention(weights, ["[CLS]", "the", "cat", "the", "[SEP]"], [1, 0, 0, 0, 1])
+    console = _console()
+    terminal.print_head_map(console, att, summarise(att, [0], [0]), [0], [0])
+    assert "the@3" in console.file.getvalue()
+    console = _console()
+    terminal.print_header(console, att)
+    assert "the@1 cat the@3" in console.file.getvalue()
