@@ -227,8 +227,8 @@ def show(
     one grid per layer, one figure per head.
     """
     from attnviz import terminal
+    from attnviz.commands.show import show as run_show
     from attnviz.inputs import read_text
-    from attnviz.show import show as run_show
 
     try:
         result = run_show(
@@ -294,7 +294,7 @@ def check(
     Exit code 0 when everything is within the tolerance, 1 on a mismatch.
     """
     from attnviz import terminal
-    from attnviz.check import check as run_check
+    from attnviz.commands.check import check as run_check
     from attnviz.inputs import read_text
 
     if layer and all_layers:
@@ -368,8 +368,8 @@ def export(
     """
     from rich.progress import TextColumn
 
-    from attnviz.export import ExportOptions
-    from attnviz.export import export as run_export
+    from attnviz.commands.export import ExportOptions
+    from attnviz.commands.export import export as run_export
     from attnviz.inputs import read_sentences
 
     try:
@@ -485,10 +485,10 @@ def report(
     heads.json and figures to OUT. --layer/--head restrict the report to those heads.
     """
     from attnviz import terminal
+    from attnviz.commands.report import DEFAULT_CORPUS
+    from attnviz.commands.report import report as run_report
     from attnviz.inputs import read_sentences
     from attnviz.metrics import Thresholds
-    from attnviz.report import DEFAULT_CORPUS
-    from attnviz.report import report as run_report
 
     try:
         thresholds = Thresholds.parse(threshold)

@@ -10,9 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from attnviz.check import CheckResult
+    from attnviz.commands.check import CheckResult
+    from attnviz.commands.report import Report
     from attnviz.extract import Attention
-    from attnviz.report import Report
     from attnviz.summary import HeadSummary
 
 # Viridis at five stops: the same colour scale as the images, 0 (dark) to 1 (yellow).

@@ -103,7 +103,7 @@ def main() -> None:
 
 def export_per_figure(jobs: int, runs: int) -> float:
     """Seconds per head figure of a whole `attnviz export` run, model loading excluded."""
-    from attnviz.export import ExportOptions, export
+    from attnviz.commands.export import ExportOptions, export
     from attnviz.inputs import Sentence, Sentences
 
     lines = (

@@ -11,8 +11,8 @@ import torch
 from typer.testing import CliRunner
 
 from attnviz import adapters
-from attnviz.check import check, check_layers, compare
 from attnviz.cli import app
+from attnviz.commands.check import check, check_layers, compare
 from attnviz.extract import Encoded, pad
 from attnviz.mha import LayerWeights, multi_head_attention
 from tests.conftest import ARCHITECTURES

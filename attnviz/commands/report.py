@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from attnviz.inputs import Sentences
     from attnviz.models import LoadedModel, ModelInfo
 
-DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "samples" / "sentences.txt"
+DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "samples" / "sentences.txt"
 
 METRIC_HELP = {
     "previous": "a[i−1]: attention to the previous token",
