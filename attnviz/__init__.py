@@ -1,3 +1,13 @@
-"""attnviz: see, measure and verify multi-head attention in Hugging Face transformers."""
+"""attnviz: see, measure and verify multi-head attention in Hugging Face transformers.
+
+The Python API (no heavy import until a function needs it):
+
+    attention(text, model=None, words=False, hide_special=False, truncate=False, device="auto")
+    check(text, model=None, layers=None, tolerance=1e-5, ...)
+    report(sentences, model=None, ...)
+"""
+
+from attnviz.api import attention, check, report
 
 __version__ = "0.1.0"
+__all__ = ["attention", "check", "report", "__version__"]

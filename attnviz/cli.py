@@ -132,6 +132,17 @@ ScaleOpt = Annotated[
         "max; the pattern of diffuse heads shows).",
     ),
 ]
+QueryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--query",
+        "-q",
+        metavar="TOKEN",
+        help="Ask about one token: where it looks in every head. A token as written "
+        "(first occurrence), it#2 for the second, or a position.",
+        show_default=False,
+    ),
+]
 BatchOpt = Annotated[
     int, typer.Option("--batch-size", "-b", min=1, help="Sentences per forward pass.")
 ]
@@ -204,6 +215,7 @@ def show(
     model: ModelOpt = None,
     layer: LayerOpt = None,
     head: HeadOpt = None,
+    query: QueryOpt = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Tokens listed per head.")] = 3,
     words: WordsOpt = False,
     hide_special: HideOpt = False,
@@ -243,6 +255,7 @@ def show(
             out=None if no_images else out,
             style=_style(fmt, dpi, cmap, scale),
             device=device.value,
+            query=query,
         )
     except AttnvizError as error:
         raise _fail(error) from None
@@ -255,7 +268,9 @@ def show(
     every_head = len(result.layers) == result.view.info.n_layers and len(result.heads) == (
         result.view.info.n_heads
     )
-    if every_head:
+    if result.query is not None:
+        terminal.print_query(console, result.view, result.query, result.layers, result.heads)
+    elif every_head:
         terminal.print_head_map(console, result.view, result.summaries, result.layers, result.heads)
     else:
         terminal.print_head_details(console, result.view, result.summaries)
@@ -342,6 +357,7 @@ def export(
             show_default=False,
         ),
     ] = None,
+    query: QueryOpt = None,
     fmt: FormatOpt = ImageFormat.png,
     dpi: DpiOpt = 100,
     cmap: CmapOpt = "viridis",
@@ -386,6 +402,7 @@ def export(
             dpi=dpi,
             cmap=_style(fmt, dpi, cmap).cmap,
             scale=scale.value,
+            query=query,
         )
         progress = _progress("export", TextColumn("{task.fields[rates]}"))
         with progress:

@@ -15,7 +15,9 @@ from attnviz.models import too_long
 
 if TYPE_CHECKING:
     import numpy as np
+    from matplotlib.figure import Figure
 
+    from attnviz.figures import Style
     from attnviz.models import LoadedModel, ModelInfo
 
 
@@ -49,6 +51,47 @@ class Attention:
     word_labels: tuple[str, ...]
     notes: tuple[str, ...] = ()
     hidden_special: bool = False  # special tokens dropped and rows renormalised
+
+    # The figures the CLI writes, returned as matplotlib Figures (nothing is written).
+
+    def heatmap(self, layer: int, head: int, style: Style | None = None) -> Figure:
+        """One head's query × key heatmap."""
+        from attnviz.figures import HeadFigure, Style, head_title
+
+        self.info.pick_layers([layer]), self.info.pick_heads([head])
+        figure = HeadFigure(self, style or Style())
+        grid = self.weights[layer, head]  # (T, T)
+        return figure.draw(grid, head_title(layer, head, grid))
+
+    def layer(self, layer: int, heads: list[int] | None = None, style: Style | None = None):
+        """All heads (or `heads`) of one layer in a grid."""
+        from attnviz.figures import LayerFigure, Style
+
+        self.info.pick_layers([layer])
+        figure = LayerFigure(self, self.info.pick_heads(heads), style or Style())
+        return figure.draw(self.weights, layer)
+
+    def overview(self, style: Style | None = None) -> Figure:
+        """Every layer × head as small multiples, each scaled to its own max."""
+        from attnviz.figures import Style, overview_figure
+
+        every_layer, every_head = self.info.pick_layers(None), self.info.pick_heads(None)
+        return overview_figure(self, every_layer, every_head, style or Style())
+
+    def query(self, token: str | int, style: Style | None = None) -> Figure:
+        """Where one token (`"it"`, `"it#2"` or a position) looks, in every head."""
+        from attnviz.figures import Style, query_figure
+        from attnviz.query import find_query
+
+        index = find_query(self, str(token))
+        every_layer, every_head = self.info.pick_layers(None), self.info.pick_heads(None)
+        return query_figure(self, index, every_layer, every_head, style or Style())
+
+    def _repr_png_(self) -> bytes:
+        """A notebook cell showing an Attention shows its overview."""
+        from attnviz.figures import figure_png
+
+        return figure_png(self.overview())
 
 
 def require_text(text: str) -> None:

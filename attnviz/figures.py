@@ -292,10 +292,15 @@ class HeadFigure:
         self.style = style
         self.frames = _Frames(fig, [self.image, *ax.spines.values(), self.title], style)
 
-    def save(self, grid: np.ndarray, title: str, path: Path) -> Path:
-        """Draw one head's `[query, key]` grid and write it atomically to `path`."""
+    def draw(self, grid: np.ndarray, title: str) -> Any:
+        """Set one head's `[query, key]` grid and title; return the Figure."""
         self.image.set_data(self.style.scaled(grid))
         self.title.set_text(title)
+        return self.frames.fig
+
+    def save(self, grid: np.ndarray, title: str, path: Path) -> Path:
+        """Draw one head's `[query, key]` grid and write it atomically to `path`."""
+        self.draw(grid, title)
         return self.frames.save(path)
 
     def close(self) -> None:
@@ -394,13 +399,18 @@ class LayerFigure:
         dynamic = [*self.images, *spines, *self.panel_titles, self.title]
         self.frames = _Frames(fig, dynamic, style)
 
-    def save(self, weights: np.ndarray, layer: int, path: Path) -> Path:
-        """Draw layer `layer` of `weights[layer, head, query, key]` and write it to `path`."""
+    def draw(self, weights: np.ndarray, layer: int) -> Any:
+        """Set layer `layer` of `weights[layer, head, query, key]`; return the Figure."""
         for image, title, head in zip(self.images, self.panel_titles, self.heads):
             grid = weights[layer, head]  # (T, T)
             image.set_data(self.style.scaled(grid))
             title.set_text(f"head {head} · max {float(grid.max()):.2f}")
         self.title.set_text(f"layer {layer}")
+        return self.frames.fig
+
+    def save(self, weights: np.ndarray, layer: int, path: Path) -> Path:
+        """Draw layer `layer` of `weights[layer, head, query, key]` and write it to `path`."""
+        self.draw(weights, layer)
         return self.frames.save(path)
 
     def close(self) -> None:
@@ -469,14 +479,78 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
     return fig
 
 
-def save_figure(fig: Any, path: Path, style: Style) -> Path:
-    """Write a figure atomically in the chosen format (PNG by the fast encoder), then free it."""
+def query_figure(
+    att: Attention, index: int, layers: list[int], heads: list[int], style: Style
+) -> Any:
+    """Where one query token looks in every chosen head: rows are layer·head, columns keys.
+
+    Row (layer, head) is `att.weights[layer, head, index, :]`; the query's own column is
+    outlined, and lines separate the layers.
+    """
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    _configure_matplotlib()
+    n = len(att.tokens)
+    rows = np.stack([style.scaled(att.weights[layer, h, index]) for layer in layers for h in heads])
+    layout = Layout.for_tokens(n)
+    row_in = min(0.22, max(0.1, 12.0 / len(rows)))
+    inner = (layout.side_in, max(len(rows) * row_in, 1.5))
+    label_in = _label_inches(att.tokens, layout)
+    width = 0.9 + inner[0] + 1.3
+    fig, ax = _fixed_axes(inner, (0.9, 0.45 + label_in, 1.3, 0.8), style.dpi)
+    image = ax.imshow(
+        rows, cmap=style.cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"
+    )
+    positions = list(range(0, n, layout.label_step))
+    ax.set_xticks(
+        positions, [_short(att.tokens[i]) for i in positions], rotation=90,
+        fontsize=layout.font_pt,
+    )  # fmt: skip
+    font = min(8.0, max(4.0, row_in * 72 * 0.8))
+    ax.set_yticks(
+        range(len(rows)), [f"L{layer} H{h}" for layer in layers for h in heads], fontsize=font
+    )
+    for boundary in range(len(heads), len(rows), len(heads)):
+        ax.axhline(boundary - 0.5, color="white", linewidth=1.2)
+    ax.add_patch(
+        Rectangle((index - 0.5, -0.5), 1, len(rows), fill=False, edgecolor="red", linewidth=1.2)
+    )
+    ax.set_xlabel(
+        f"key ({att.unit} attended to){_label_note(layout, att.unit)}; red: the query itself",
+        fontsize=9,
+    )
+    bar = fig.colorbar(image, ax=ax, fraction=0.25 / width, pad=0.2 / width)
+    bar.set_label(style.bar_label, fontsize=9)
+    height = fig.get_figheight()
+    fig.text(
+        0.5,
+        1 - 0.25 / height,
+        f"where “{att.tokens[index]}” (position {index}) looks, in every head",
+        ha="center",
+        va="center",
+        fontsize=11,
+    )
+    context = context_line(att, fig.get_figwidth())
+    fig.text(0.5, 1 - 0.52 / height, context, ha="center", va="center", fontsize=8)
+    return fig
+
+
+def figure_png(fig: Any) -> bytes:
+    """A figure drawn and encoded as PNG bytes (the fast encoder)."""
+    import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return png_bytes(np.asarray(canvas.buffer_rgba()), int(fig.dpi))
+
+
+def save_figure(fig: Any, path: Path, style: Style) -> Path:
+    """Write a figure atomically in the chosen format (PNG by the fast encoder), then free it."""
     if style.fmt == "png":
-        canvas = FigureCanvasAgg(fig)
-        canvas.draw()
-        path = write_atomic(path, lambda handle: _write_canvas_png(canvas, style.dpi, handle))
+        png = figure_png(fig)
+        path = write_atomic(path, lambda handle: handle.write(png))
     else:
         path = write_atomic(path, lambda h: fig.savefig(h, format=style.fmt, dpi=style.dpi))
     fig.clear()
@@ -490,13 +564,21 @@ def render_text(
     heads: list[int],
     style: Style,
     kinds: tuple[str, ...] = ("overview", "layers", "heads"),
+    query: int | None = None,
 ) -> list[Path]:
     """Write the overview, one grid per layer and one figure per head for one text into `folder`.
 
-    `kinds` chooses which of the three to write.
+    `kinds` chooses which of the three to write; with `query` (a token position), also the
+    figure of where that token looks, `query-<token>-<position>`.
     """
+    from attnviz.files import slug
+
     ext = style.fmt
     written = []
+    if query is not None:
+        figure = query_figure(att, query, layers, heads, style)
+        name = f"query-{slug(att.tokens[query], 20)}-{query}.{ext}"
+        written.append(save_figure(figure, folder / name, style))
     if "overview" in kinds:
         overview = overview_figure(att, layers, heads, style)
         written.append(save_figure(overview, folder / f"overview.{ext}", style))

@@ -305,6 +305,18 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=torch_device)
 
 
+_LOADED: dict[tuple[str | None, str], LoadedModel] = {}
+
+
+def cached_model(name: str | None = None, device: str = "auto") -> LoadedModel:
+    """`load_model`, once per (model, device) in this process: a loop over sentences, or a
+    notebook calling the API again and again, loads the model once."""
+    key = (name, device)
+    if key not in _LOADED:
+        _LOADED[key] = load_model(name, device)
+    return _LOADED[key]
+
+
 def _max_tokens(config: Any, tokenizer: Any) -> int:
     """The longest token sequence the model accepts, special tokens included."""
     positions = getattr(config, "max_position_embeddings", None) or config.n_positions

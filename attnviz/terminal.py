@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from attnviz.commands.check import CheckResult
     from attnviz.commands.report import Report
     from attnviz.extract import Attention
+    from attnviz.query import QueryView
     from attnviz.summary import HeadSummary
 
 # Viridis at five stops: the same colour scale as the images, 0 (dark) to 1 (yellow).
@@ -159,6 +160,63 @@ def print_head_details(console: Console, att: Attention, summaries: Sequence[Hea
             ),
         )
     console.print(table)
+
+
+def print_query(
+    console: Console, att: Attention, query: QueryView, layers: list[int], heads: list[int]
+) -> None:
+    """Where one token looks: a layers × heads map of its top non-special key, then the heads
+    that send it hardest to one key."""
+    repeated = _repeated(att)
+    name = _label(att, query.index, 10**6, repeated)
+    cell_width = max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
+    table = Table(
+        title=f"Where “{name}” (position {query.index}) looks: its most-attended "
+        "non-special key in each head",
+        title_justify="left",
+        box=None,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+    )
+    table.add_column("", style="bold", no_wrap=True)
+    for head in heads:
+        table.add_column(f"H{head}", width=cell_width, no_wrap=True, justify="left")
+    by_position = {(row.layer, row.head): row for row in query.heads}
+    for layer in layers:
+        cells = []
+        for head in heads:
+            best = by_position[(layer, head)].best
+            if best is None:
+                cells.append(Text("—", style="dim"))
+                continue
+            cell = Text(_label(att, best.index, cell_width, repeated))
+            cell.stylize(f"bold {text_colour(best.weight)}")
+            cell.append("\n" + _weight(best.weight), style="dim")
+            cells.append(cell)
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+
+    ranked = Table(
+        title=f"Heads where “{name}” looks hardest at one {att.unit}", title_justify="left"
+    )
+    for column, justify in (("L", "right"), ("H", "right"), ("key", "left"), ("weight", "right")):
+        ranked.add_column(column, justify=justify)
+    ranked.add_column("its top keys (all, special included)")
+    for row in query.ranked(10):
+        best = row.best
+        assert best is not None  # ranked() keeps heads that have a non-special key
+        top = Text(" · ".join(f"{_label(att, t.index, 10**6, repeated)} {_weight(t.weight)}"
+                              for t in row.top))  # fmt: skip
+        ranked.add_row(
+            str(row.layer),
+            str(row.head),
+            Text(
+                _label(att, best.index, 10**6, repeated), style=f"bold {text_colour(best.weight)}"
+            ),
+            f"{best.weight:.2f}",
+            top,
+        )
+    console.print(ranked)
 
 
 _SHADES = " ░▒▓█"

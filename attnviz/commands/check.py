@@ -134,9 +134,9 @@ def check(
     refuse_early(model, layers, None, text, truncate)
 
     from attnviz.extract import encode
-    from attnviz.models import load_model
+    from attnviz.models import cached_model
 
-    loaded = load_model(model, device)
+    loaded = cached_model(model, device)
     chosen = loaded.info.pick_layers(layers)
     encoded = encode(loaded, text, truncate)
     checks, shapes = check_layers(loaded, [encoded], chosen)

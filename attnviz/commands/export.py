@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.errors import TextTooLongError
+from attnviz.errors import InputError, TextTooLongError
 from attnviz.files import (
     clear_previous,
     prepare_dir,
@@ -52,6 +52,7 @@ class ExportOptions:
     dpi: int = 100
     cmap: str = "viridis"
     scale: str = "absolute"
+    query: str | None = None  # "it", "it#2" or a position: also each sentence's query figure
 
 
 @dataclass
@@ -129,13 +130,14 @@ def render_sentence(
     options: ExportOptions,
     record: Record,
     settings: dict[str, Any],
+    query: int | None = None,
 ) -> Record:
     """Write one sentence's figures (and raw array), then `done.json`; runs in a worker too."""
     from attnviz.figures import render_text
 
     folder.mkdir(parents=True, exist_ok=True)
     clear_previous(folder)
-    written = render_text(att, folder, layers, heads, style, kinds=options.figures)
+    written = render_text(att, folder, layers, heads, style, kinds=options.figures, query=query)
     if options.save_raw:
         written.append(_save_raw(att, folder / "attention.npz", layers, heads))
     record.files = [str(path.relative_to(folder.parent)) for path in written]
@@ -197,6 +199,7 @@ def export(
     from attnviz.extract import encode, extract_many, view
     from attnviz.figures import Style, check_cmap
     from attnviz.models import load_model
+    from attnviz.query import find_query
 
     style = Style(options.fmt, options.dpi, check_cmap(options.cmap), options.scale)
     loaded = load_model(model, device)
@@ -256,7 +259,16 @@ def export(
             att = view(att, options.words, options.hide_special)
             record.tokens = list(att.tokens)
             record.notes = list(att.notes)
-            job = (att, out / record.folder, layers, heads, style, options, record, settings)
+            query = None
+            if options.query is not None:
+                try:
+                    query = find_query(att, options.query)
+                except InputError:
+                    note = f"no query figure: '{options.query}' names no {att.unit} here"
+                    record.notes.append(note)
+                    warn(f"{sentences.source}, line {record.line}: {note}")
+            folder = out / record.folder
+            job = (att, folder, layers, heads, style, options, record, settings, query)
             finished(renderer.submit(job))
         finished(renderer.finish())
     except KeyboardInterrupt:

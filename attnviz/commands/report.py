@@ -122,9 +122,9 @@ def report(
     refuse_early(model, options.get("layers"), options.get("heads"))
     prepare_dir(out)
 
-    from attnviz.models import load_model
+    from attnviz.models import cached_model
 
-    result = build_report(load_model(model, device), sentences, **options)
+    result = build_report(cached_model(model, device), sentences, **options)
     return result, write_report(result, out, style)
 
 

@@ -11,6 +11,7 @@ from attnviz.files import clear_previous, prepare_dir, text_folder_name, write_d
 if TYPE_CHECKING:
     from attnviz.extract import Attention
     from attnviz.figures import Style
+    from attnviz.query import QueryView
     from attnviz.summary import HeadSummary
 
 
@@ -24,14 +25,20 @@ class ShowResult:
     summaries: list[HeadSummary]
     folder: Path | None
     images: list[Path]
+    query: QueryView | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        heads = [s.as_dict() for s in self.summaries]
+        if self.query is not None:
+            for entry, row in zip(heads, self.query.heads):
+                entry["query_top"] = row.as_dict()
         return {
             "model": self.view.info.as_dict(),
             "unit": self.view.unit,
             "tokens": list(self.view.tokens),
             "notes": list(self.view.notes),
-            "heads": [s.as_dict() for s in self.summaries],
+            **({"query": self.query.as_dict()} if self.query is not None else {}),
+            "heads": heads,
             "folder": str(self.folder) if self.folder is not None else None,
             "images": [str(p) for p in self.images],
         }
@@ -49,11 +56,13 @@ def show(
     out: Path | None = Path("attnviz-out"),
     style: Style | None = None,
     device: str = "auto",
+    query: str | None = None,
 ) -> ShowResult:
     """Extract one text's attention, summarise the chosen heads, write their heatmaps to `out`.
 
     Images go to `out/<slug>-<hash>/`, one folder per distinct text; the folder holds only
-    the files of its last run (listed in its `done.json`).
+    the files of its last run (listed in its `done.json`). With `query` ("it", "it#2" or a
+    position), also where that token looks in every chosen head, and its figure.
     """
     from attnviz.extract import require_text
     from attnviz.models import refuse_early
@@ -62,29 +71,34 @@ def show(
     refuse_early(model, layers, heads, text, truncate)
     folder = prepare_dir(out / text_folder_name(text)) if out is not None else None
 
-    from attnviz.extract import extract, view
+    from attnviz.api import attention
     from attnviz.figures import Style, render_text
-    from attnviz.models import load_model
+    from attnviz.query import find_query, query_view
     from attnviz.summary import summarise
 
     style = style or Style()
-    loaded = load_model(model, device)
-    chosen_layers = loaded.info.pick_layers(layers)
-    chosen_heads = loaded.info.pick_heads(heads)
-    shown = view(extract(loaded, text, truncate=truncate), words, hide_special_tokens)
+    shown = attention(text, model, words, hide_special_tokens, truncate, device)
+    chosen_layers = shown.info.pick_layers(layers)
+    chosen_heads = shown.info.pick_heads(heads)
     summaries = summarise(shown, chosen_layers, chosen_heads, top_k)
+    asked = None
+    if query is not None:
+        index = find_query(shown, query)
+        asked = query_view(shown, index, chosen_layers, chosen_heads, top_k)
     images: list[Path] = []
     if folder is not None:
         clear_previous(folder)
-        images = render_text(shown, folder, chosen_layers, chosen_heads, style)
+        at = asked.index if asked is not None else None
+        images = render_text(shown, folder, chosen_layers, chosen_heads, style, query=at)
         settings = {
-            "model": loaded.info.name,
+            "model": shown.info.name,
             "text": text,
             "layers": chosen_layers,
             "heads": chosen_heads,
             "words": words,
             "hide_special": hide_special_tokens,
             "truncate": truncate,
+            "query": query,
             **asdict(style),
         }
         record = {
@@ -94,4 +108,4 @@ def show(
             "notes": list(shown.notes),
         }
         write_done(folder, settings, record)
-    return ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, images)
+    return ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, images, asked)

@@ -1,0 +1,78 @@
+"""The Python API: what a notebook needs, in a few calls. The CLI's commands call these too.
+
+    import attnviz
+    a = attnviz.attention("The animal didn't cross the street because it was too tired.")
+    a.tokens, a.weights.shape        # tuple of str; numpy (layer, head, query, key)
+    a.heatmap(5, 3); a.query("it")   # matplotlib figures
+
+Models are loaded once per (model, device) in a process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnviz.commands.check import CheckResult
+    from attnviz.commands.report import Report
+    from attnviz.extract import Attention
+
+
+def attention(
+    text: str,
+    model: str | None = None,
+    words: bool = False,
+    hide_special: bool = False,
+    truncate: bool = False,
+    device: str = "auto",
+) -> Attention:
+    """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
+
+    `words` merges word pieces into words; `hide_special` drops [CLS]/[SEP]/BOS and renormalises
+    each row; `truncate` cuts a text longer than the model takes (and says so in `notes`).
+    """
+    from attnviz.extract import extract, require_text, view
+    from attnviz.models import cached_model
+
+    require_text(text)
+    loaded = cached_model(model, device)
+    return view(extract(loaded, text, truncate=truncate), words, hide_special)
+
+
+def check(
+    text: str,
+    model: str | None = None,
+    layers: list[int] | None = None,
+    tolerance: float = 1e-5,
+    truncate: bool = False,
+    device: str = "auto",
+) -> CheckResult:
+    """Recompute the chosen layers (default: all) from scratch and compare with the model."""
+    from attnviz.commands.check import check as run_check
+
+    return run_check(text, model, layers, tolerance, truncate, device)
+
+
+def report(
+    sentences: str | Path | Iterable[str],
+    model: str | None = None,
+    device: str = "auto",
+    **options: Any,
+) -> Report:
+    """What every head does over `sentences` (a list of texts, or a Path to a file with one
+    per line): metric means, roles and an example. `options` are those of
+    `attnviz.commands.report.build_report` (layers, heads, words, thresholds, batch_size,
+    truncate)."""
+    from attnviz.commands.report import build_report
+    from attnviz.inputs import read_sentences
+    from attnviz.models import cached_model
+
+    if isinstance(sentences, Path):
+        chosen = read_sentences(str(sentences), None)
+    else:
+        chosen = read_sentences(
+            None, [sentences] if isinstance(sentences, str) else list(sentences)
+        )
+    return build_report(cached_model(model, device), chosen, **options)

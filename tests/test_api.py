@@ -1,0 +1,82 @@
+"""The Python API: attention in three lines, the same numbers as transformers, models cached."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.errors import InputError
+
+ANIMAL = "The animal didn't cross the street because it was too tired."
+
+
+def test_weights_equal_transformers_own_output_attentions():
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from attnviz.models import bundled_model_path
+
+    a = attnviz.attention(ANIMAL, device="cpu")
+    path = bundled_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    with torch.inference_mode():
+        out = model(**tokenizer(ANIMAL, return_tensors="pt"), output_attentions=True)
+    theirs = torch.stack(out.attentions)[:, 0].numpy()  # (L, H, T, T)
+    assert a.weights.shape == theirs.shape == (6, 12, 16, 16)
+    assert np.abs(a.weights - theirs).max() <= 1e-5
+    assert a.tokens == tuple(tokenizer.convert_ids_to_tokens(tokenizer(ANIMAL)["input_ids"]))
+    assert np.allclose(a.weights.sum(-1), 1.0, atol=1e-5)
+    assert a.special.tolist() == [True] + [False] * 14 + [True]
+    assert a.info.n_layers == 6 and a.info.n_heads == 12
+
+
+def test_views_and_the_model_is_loaded_once(monkeypatch):
+    import attnviz.models as models
+
+    attnviz.attention("Warm the cache.", device="cpu")
+    calls = []
+    original = models.load_model
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: calls.append(a) or original(*a))
+    words = attnviz.attention("Unbelievably, it worked.", words=True, device="cpu")
+    hidden = attnviz.attention("Unbelievably, it worked.", hide_special=True, device="cpu")
+    assert calls == []  # both served by the cached model
+    assert words.unit == "word" and "unbelievably" in [t.lower() for t in words.tokens]
+    assert "[CLS]" not in hidden.tokens and np.allclose(hidden.weights.sum(-1), 1, atol=1e-5)
+
+
+def test_methods_return_figures_and_write_nothing(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    monkeypatch.chdir(tmp_path)
+    a = attnviz.attention(ANIMAL, device="cpu")
+    figures = [a.heatmap(3, 1), a.layer(3), a.layer(0, heads=[2, 5]), a.overview(), a.query("it")]
+    assert all(isinstance(f, Figure) for f in figures)
+    assert list(tmp_path.iterdir()) == []
+    heatmap = figures[0].axes[0].images[0].get_array()
+    assert np.allclose(heatmap, a.weights[3, 1])  # the head's own numbers, as in the CLI
+    png = a._repr_png_()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    with pytest.raises(InputError, match="layer 6 out of range"):
+        a.heatmap(6, 0)
+
+
+def test_check_and_report_return_result_objects():
+    result = attnviz.check("Birds sing.", layers=[0], device="cpu")
+    assert result.passed and result.max_error < 1e-5 and len(result.layers) == 1
+    report = attnviz.report(["The cat sat on the mat.", "Birds sing."], device="cpu")
+    assert report.sentences == 2 and len(report.roles) == 72
+    assert {"layer", "head", "role", "previous"} <= set(report.rows()[0])
+
+
+def test_import_attnviz_is_light():
+    probe = (
+        "import sys, attnviz; "
+        "print(sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.strip() == "[]", done.stderr
