@@ -73,6 +73,19 @@ class Layout:
         return cls(side_in=side, font_pt=font, label_step=step)
 
 
+def _header(fig: Any, att: Attention, title: str = "", *more: str) -> Any:
+    """The figure's title lines, top centre: `title` (11 pt; returned, to be set per frame),
+    the context line (model, text, view) and any `more` lines (8 pt)."""
+    height, width = fig.get_figheight(), fig.get_figwidth()
+
+    def line(y_in: float, text: str, size: float) -> Any:
+        return fig.text(0.5, 1 - y_in / height, text, ha="center", va="center", fontsize=size)
+
+    for n, text in enumerate((context_line(att, width), *more)):
+        line(0.5 + 0.18 * n, text, 8)
+    return line(0.25, title, 11)
+
+
 def check_cmap(name: str) -> str:
     """Return `name` if matplotlib knows this colour map, else raise InputError naming some."""
     import matplotlib
@@ -286,9 +299,7 @@ class HeadFigure:
         colorbar = fig.colorbar(self.image, cax=bar)
         colorbar.ax.tick_params(labelsize=8)
         colorbar.set_label(style.bar_label, fontsize=9)
-        self.title = fig.text(0.5, 1 - 0.25 / height, "", ha="center", va="center", fontsize=11)
-        context = context_line(att, width)
-        fig.text(0.5, 1 - 0.52 / height, context, ha="center", va="center", fontsize=8)
+        self.title = _header(fig, att)
         self.style = style
         self.frames = _Frames(fig, [self.image, *ax.spines.values(), self.title], style)
 
@@ -390,10 +401,7 @@ class LayerFigure:
         fig.colorbar(self.images[0], cax=bar, label=style.bar_label)
         note = f"{n} {att.unit}s{_label_note(small, att.unit)} · {_scale_note(style)}"
         self.info_name = att.info.name
-        self.title = fig.text(0.5, 1 - 0.25 / height, "", ha="center", va="center", fontsize=11)
-        context = context_line(att, width)
-        fig.text(0.5, 1 - 0.5 / height, context, ha="center", va="center", fontsize=8)
-        fig.text(0.5, 1 - 0.68 / height, note, ha="center", va="center", fontsize=8)
+        self.title = _header(fig, att, "", note)
         # Spines go after the images: a full draw paints them on top.
         spines = [spine for image in self.images for spine in image.axes.spines.values()]
         dynamic = [*self.images, *spines, *self.panel_titles, self.title]
@@ -465,17 +473,7 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
         if every
         else f"{len(layers)} of {info.n_layers} layers × {len(heads)} of {info.n_heads} heads"
     )
-    height = fig.get_figheight()
-    fig.text(
-        0.5,
-        1 - 0.2 / height,
-        f"{chosen} · {n} {att.unit}s · each panel scaled to its own max",
-        ha="center",
-        va="center",
-        fontsize=10,
-    )
-    context = context_line(att, fig.get_figwidth(), 7)
-    fig.text(0.5, 1 - 0.42 / height, context, ha="center", va="center", fontsize=7)
+    _header(fig, att, f"{chosen} · {n} {att.unit}s · each panel scaled to its own max")
     return fig
 
 
@@ -522,17 +520,7 @@ def query_figure(
     )
     bar = fig.colorbar(image, ax=ax, fraction=0.25 / width, pad=0.2 / width)
     bar.set_label(style.bar_label, fontsize=9)
-    height = fig.get_figheight()
-    fig.text(
-        0.5,
-        1 - 0.25 / height,
-        f"where “{att.tokens[index]}” (position {index}) looks, in every head",
-        ha="center",
-        va="center",
-        fontsize=11,
-    )
-    context = context_line(att, fig.get_figwidth())
-    fig.text(0.5, 1 - 0.52 / height, context, ha="center", va="center", fontsize=8)
+    _header(fig, att, f"where “{att.tokens[index]}” (position {index}) looks, in every head")
     return fig
 
 

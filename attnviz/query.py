@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import InputError
-from attnviz.summary import Target
+from attnviz.summary import Target, rank_keys
 
 if TYPE_CHECKING:
     from attnviz.extract import Attention
@@ -98,24 +98,10 @@ def query_view(
     att: Attention, index: int, layers: list[int], heads: list[int], top_k: int = 3
 ) -> QueryView:
     """The query row `att.weights[layer, head, index, :]` of every chosen head, summarised."""
-    import numpy as np
-
-    k = min(top_k, len(att.tokens))
     rows = []
     for layer in layers:
         for head in heads:
             row = att.weights[layer, head, index]  # (T,) over keys; sums to 1
-            order = np.argsort(-row, kind="stable")[:k]
-            others = np.where(att.special, -1.0, row)
-            best = int(np.argmax(others))
-            rows.append(
-                QueryHead(
-                    layer=layer,
-                    head=head,
-                    top=tuple(Target(int(i), att.tokens[i], float(row[i])) for i in order),
-                    best=None
-                    if att.special[best]
-                    else Target(best, att.tokens[best], float(row[best])),
-                )
-            )
+            top, best = rank_keys(att, row, top_k)
+            rows.append(QueryHead(layer, head, top, best))
     return QueryView(index, att.tokens[index], tuple(rows))

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from attnviz.extract import Attention
 
 
@@ -56,33 +58,39 @@ class HeadSummary:
         }
 
 
+def rank_keys(
+    att: Attention, weights: np.ndarray, k: int
+) -> tuple[tuple[Target, ...], Target | None]:
+    """The `k` keys with the most weight in `weights` (T,), and the best non-special key
+    (None when every key is special)."""
+    import numpy as np
+
+    order = np.argsort(-weights, kind="stable")[: min(k, len(weights))]
+    top = tuple(Target(int(i), att.tokens[i], float(weights[i])) for i in order)
+    best = int(np.argmax(np.where(att.special, -1.0, weights)))
+    other = None if att.special[best] else Target(best, att.tokens[best], float(weights[best]))
+    return top, other
+
+
 def summarise(
     att: Attention, layers: list[int], heads: list[int], top_k: int = 3
 ) -> list[HeadSummary]:
     """Summarise the chosen heads; attention received is the mean over query rows (sums to 1)."""
     import numpy as np
 
-    n = len(att.tokens)
-    k = min(top_k, n)
     summaries = []
     for layer in layers:
         for head in heads:
             grid = att.weights[layer, head]  # (T, T) query x key
             received = grid.mean(axis=0)  # (T,) mean over queries
-            order = np.argsort(-received, kind="stable")[:k]
+            top, other = rank_keys(att, received, top_k)
             q, key = np.unravel_index(int(np.argmax(grid)), grid.shape)
-            others = np.where(att.special, -1.0, received)
-            best_other = int(np.argmax(others))
             summaries.append(
                 HeadSummary(
                     layer=layer,
                     head=head,
-                    top=tuple(Target(int(i), att.tokens[i], float(received[i])) for i in order),
-                    top_other=Target(
-                        best_other, att.tokens[best_other], float(received[best_other])
-                    )
-                    if not att.special[best_other]
-                    else None,
+                    top=top,
+                    top_other=other,
                     special_share=float(received[att.special].sum()),
                     link=Link(
                         int(q), att.tokens[q], int(key), att.tokens[key], float(grid[q, key])
