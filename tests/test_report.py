@@ -136,3 +136,8 @@ def test_report_layer_head_and_format(tiny_model_dirs, tmp_path):
     assert not list(out.glob("*.png"))
     markdown = (out / "report.md").read_text()
     assert "](metric-previous.svg)" in markdown and "covers layers 1 and heads 0, 3" in markdown
+    again = runner.invoke(
+        app, ["report", "Birds sing.", "-m", str(tiny_model_dirs["bert"]), "-o", str(out)]
+    )
+    assert again.exit_code == 0, again.output
+    assert not list(out.glob("*.svg")) and (out / "roles.png").is_file()  # no stale files

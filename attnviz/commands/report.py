@@ -7,12 +7,12 @@ import io
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import InputError, TextTooLongError
-from attnviz.files import prepare_dir, write_text_atomic
+from attnviz.files import clear_previous, prepare_dir, write_done, write_text_atomic
 from attnviz.metrics import (
     LOCAL_WINDOW,
     METRICS,
@@ -191,10 +191,12 @@ def build_report(
 
 
 def write_report(report: Report, out: Path, style: Style) -> list[Path]:
-    """Write report.md, heads.csv, heads.json and the figures into `out`."""
+    """Write report.md, heads.csv, heads.json and the figures into `out`, then `done.json`
+    listing them; the files of an earlier report into `out` are removed first."""
     from attnviz.figures import HeadFigure, MetricGrid, head_title, role_map_figure, save_figure
 
     prepare_dir(out)
+    clear_previous(out)
     written = []
     rows = report.rows()
     table = io.StringIO()
@@ -227,6 +229,8 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
         written.append(examples[role])
     head_fig.close()
     written.append(write_text_atomic(out / "report.md", _markdown(report, examples, style)))
+    files = [str(path.relative_to(out.parent)) for path in written]
+    write_done(out, {"model": report.info.name, **asdict(style)}, {"files": files})
     return written
 
 
