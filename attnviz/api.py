@@ -27,18 +27,21 @@ def attention(
     hide_special: bool = False,
     truncate: bool = False,
     device: str = "auto",
+    layers: list[int] | None = None,
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
 
     `words` merges word pieces into words; `hide_special` drops [CLS]/[SEP]/BOS and renormalises
-    each row; `truncate` cuts a text longer than the model takes (and says so in `notes`).
+    each row; `truncate` cuts a text longer than the model takes (and says so in `notes`);
+    `layers` keeps only those layers (`weights[i]` is layer `layers[i]`; `pattern(layer, head)`
+    finds one), which is what makes long texts fit in memory.
     """
     from attnviz.extract import extract, require_text, view
     from attnviz.models import cached_model
 
     require_text(text)
     loaded = cached_model(model, device)
-    return view(extract(loaded, text, truncate=truncate), words, hide_special)
+    return view(extract(loaded, text, truncate=truncate, layers=layers), words, hide_special)
 
 
 def check(

@@ -51,6 +51,26 @@ class Attention:
     word_labels: tuple[str, ...]
     notes: tuple[str, ...] = ()
     hidden_special: bool = False  # special tokens dropped and rows renormalised
+    layers: tuple[int, ...] | None = None  # the model layers `weights` holds, in order; None: all
+
+    def slot(self, layer: int) -> int:
+        """Where model layer `layer` is in `weights` (refusing one that was not extracted)."""
+        self.info.pick_layers([layer])
+        if self.layers is None:
+            return layer
+        if layer not in self.layers:
+            held = ", ".join(map(str, self.layers))
+            raise InputError(f"layer {layer} was not extracted; this attention holds layers {held}")
+        return self.layers.index(layer)
+
+    def pattern(self, layer: int, head: int) -> np.ndarray:
+        """One head's `[query, key]` weights, (T, T)."""
+        self.info.pick_heads([head])
+        return self.weights[self.slot(layer), head]
+
+    def held_layers(self) -> list[int]:
+        """The model layers this attention holds."""
+        return list(self.layers) if self.layers is not None else self.info.pick_layers(None)
 
     # The figures the CLI writes, returned as matplotlib Figures (nothing is written).
 
@@ -58,24 +78,22 @@ class Attention:
         """One head's query × key heatmap."""
         from attnviz.figures import HeadFigure, Style, head_title
 
-        self.info.pick_layers([layer]), self.info.pick_heads([head])
         figure = HeadFigure(self, style or Style())
-        grid = self.weights[layer, head]  # (T, T)
+        grid = self.pattern(layer, head)  # (T, T)
         return figure.draw(grid, head_title(layer, head, grid))
 
     def layer(self, layer: int, heads: list[int] | None = None, style: Style | None = None):
         """All heads (or `heads`) of one layer in a grid."""
         from attnviz.figures import LayerFigure, Style
 
-        self.info.pick_layers([layer])
         figure = LayerFigure(self, self.info.pick_heads(heads), style or Style())
-        return figure.draw(self.weights, layer)
+        return figure.draw(self.weights[self.slot(layer)], layer)
 
     def overview(self, style: Style | None = None) -> Figure:
         """Every layer × head as small multiples, each scaled to its own max."""
         from attnviz.figures import Style, overview_figure
 
-        every_layer, every_head = self.info.pick_layers(None), self.info.pick_heads(None)
+        every_layer, every_head = self.held_layers(), self.info.pick_heads(None)
         return overview_figure(self, every_layer, every_head, style or Style())
 
     def query(self, token: str | int, style: Style | None = None) -> Figure:
@@ -84,7 +102,7 @@ class Attention:
         from attnviz.query import find_query
 
         index = find_query(self, str(token))
-        every_layer, every_head = self.info.pick_layers(None), self.info.pick_heads(None)
+        every_layer, every_head = self.held_layers(), self.info.pick_heads(None)
         return query_figure(self, index, every_layer, every_head, style or Style())
 
     def _repr_png_(self) -> bytes:
@@ -128,20 +146,25 @@ def encode(loaded: LoadedModel, text: str, truncate: bool = False) -> Encoded:
     special = tuple(bool(s) for s in enc["special_tokens_mask"])
     offsets = [tuple(o) for o in enc["offset_mapping"]]
     raw = tokenizer.convert_ids_to_tokens(list(ids))
-    byte_level = _is_byte_level(tokenizer)
+    from_text = _labels_from_text(tokenizer)
     tokens = tuple(
-        (text[start:end].strip() or "␣") if byte_level and not is_special else token
+        (text[start:end].strip() or "␣") if from_text and not is_special else token
         for token, is_special, (start, end) in zip(raw, special, offsets)
     )
     words, word_labels = _group_words(text, raw, special, offsets, enc.word_ids())
     return Encoded(text, ids, tokens, special, words, word_labels, tuple(notes))
 
 
-def _is_byte_level(tokenizer) -> bool:
-    """GPT-2-style byte-level BPE shows bytes as odd characters ('Ġcat'); we label with the text."""
-    from tokenizers import decoders
+def _labels_from_text(tokenizer) -> bool:
+    """Whether tokens are labelled with the text they cover rather than their vocabulary form.
 
-    return isinstance(tokenizer.backend_tokenizer.decoder, decoders.ByteLevel)
+    Byte-level BPE (GPT-2, Llama 3, Qwen) writes 'Ġcat' and SentencePiece (Llama 2, Mistral,
+    Gemma) '▁cat' or '<0xC3>' for a byte; the text is what a reader recognises. WordPiece
+    keeps its own form: '##ing' says the piece continues a word.
+    """
+    from tokenizers import models
+
+    return not isinstance(tokenizer.backend_tokenizer.model, models.WordPiece)
 
 
 def _group_words(text, raw, special, offsets, word_ids):
@@ -182,21 +205,35 @@ def pad(loaded: LoadedModel, batch: Sequence[Encoded]) -> dict:
     return {"input_ids": input_ids.to(loaded.device), "attention_mask": mask.to(loaded.device)}
 
 
-def attend(loaded: LoadedModel, batch: Sequence[Encoded]) -> list[Attention]:
-    """Run one padded forward pass and return each text's attention cropped to its own tokens."""
+def attend(
+    loaded: LoadedModel, batch: Sequence[Encoded], layers: Sequence[int] | None = None
+) -> list[Attention]:
+    """Run one padded forward pass and return each text's attention cropped to its own tokens.
+
+    Only `layers` (default: all) are kept, each copied out as the forward pass reaches it:
+    a long text's other layers are never held (30 layers × 9 heads × 2,048² floats is 4.5 GB).
+    """
+    import numpy as np
     import torch
 
-    with torch.inference_mode():
-        out = loaded.model(**pad(loaded, batch), output_attentions=True)
-    stacked = torch.stack(out.attentions, dim=1)  # (B, L, H, T, T)
-    stacked = stacked.float().cpu().numpy()
+    from attnviz import adapters
 
-    import numpy as np
+    chosen = loaded.info.pick_layers(list(layers) if layers is not None else None)
+    inputs = pad(loaded, batch)
+    n_batch, width = inputs["input_ids"].shape
+    slot = {layer: i for i, layer in enumerate(chosen)}
+    held = np.empty((n_batch, len(chosen), loaded.info.n_heads, width, width), np.float32)
+
+    def keep(layer: int, probs) -> None:  # probs (B, H, T, T)
+        held[:, slot[layer]] = probs.float().cpu().numpy()
+
+    with adapters.hooked(loaded.model, chosen, on_probs=keep), torch.inference_mode():
+        loaded.model.base_model(**inputs)  # the decoder stack alone: no logits over the vocabulary
 
     results = []
     for row, encoded in enumerate(batch):
         n = len(encoded)
-        weights = np.ascontiguousarray(stacked[row, :, :, :n, :n])  # (L, H, n, n)
+        weights = np.ascontiguousarray(held[row, :, :, :n, :n])  # (L, H, n, n)
         results.append(
             Attention(
                 text=encoded.text,
@@ -208,28 +245,34 @@ def attend(loaded: LoadedModel, batch: Sequence[Encoded]) -> list[Attention]:
                 words=encoded.words,
                 word_labels=encoded.word_labels,
                 notes=encoded.notes,
+                layers=tuple(chosen),
             )
         )
     return results
 
 
-def extract(loaded: LoadedModel, text: str, truncate: bool = False) -> Attention:
-    """Attention of one text, `[layer, head, query, key]`."""
-    return attend(loaded, [encode(loaded, text, truncate)])[0]
+def extract(
+    loaded: LoadedModel, text: str, truncate: bool = False, layers: Sequence[int] | None = None
+) -> Attention:
+    """Attention of one text, `[layer, head, query, key]` (only `layers`, default all)."""
+    return attend(loaded, [encode(loaded, text, truncate)], layers)[0]
 
 
 def extract_many(
-    loaded: LoadedModel, encoded: Iterable[Encoded], batch_size: int = 8
+    loaded: LoadedModel,
+    encoded: Iterable[Encoded],
+    batch_size: int = 8,
+    layers: Sequence[int] | None = None,
 ) -> Iterator[Attention]:
     """Attention of many encoded texts, in order, with forward passes batched by `batch_size`."""
     batch: list[Encoded] = []
     for item in encoded:
         batch.append(item)
         if len(batch) == batch_size:
-            yield from attend(loaded, batch)
+            yield from attend(loaded, batch, layers)
             batch = []
     if batch:
-        yield from attend(loaded, batch)
+        yield from attend(loaded, batch, layers)
 
 
 def view(att: Attention, words: bool = False, hide_special_tokens: bool = False) -> Attention:

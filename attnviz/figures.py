@@ -408,16 +408,16 @@ class LayerFigure:
         self.frames = _Frames(fig, dynamic, style)
 
     def draw(self, weights: np.ndarray, layer: int) -> Any:
-        """Set layer `layer` of `weights[layer, head, query, key]`; return the Figure."""
+        """Set `weights[head, query, key]`, the heads of layer `layer`; return the Figure."""
         for image, title, head in zip(self.images, self.panel_titles, self.heads):
-            grid = weights[layer, head]  # (T, T)
+            grid = weights[head]  # (T, T)
             image.set_data(self.style.scaled(grid))
             title.set_text(f"head {head} · max {float(grid.max()):.2f}")
         self.title.set_text(f"layer {layer}")
         return self.frames.fig
 
     def save(self, weights: np.ndarray, layer: int, path: Path) -> Path:
-        """Draw layer `layer` of `weights[layer, head, query, key]` and write it to `path`."""
+        """Draw `weights[head, query, key]` of layer `layer` and write it to `path`."""
         self.draw(weights, layer)
         return self.frames.save(path)
 
@@ -442,7 +442,7 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
     mosaic = np.full((len(layers) * cell - gap, len(heads) * cell - gap), np.nan)
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
-            grid = att.weights[layer, head]  # (T, T)
+            grid = att.pattern(layer, head)  # (T, T)
             peak = grid.max()
             mosaic[r * cell : r * cell + n, c * cell : c * cell + n] = (
                 grid / peak if peak > 0 else grid
@@ -482,7 +482,7 @@ def query_figure(
 ) -> Any:
     """Where one query token looks in every chosen head: rows are layer·head, columns keys.
 
-    Row (layer, head) is `att.weights[layer, head, index, :]`; the query's own column is
+    Row (layer, head) is `att.pattern(layer, head)[index, :]`; the query's own column is
     outlined, and lines separate the layers.
     """
     import numpy as np
@@ -490,7 +490,7 @@ def query_figure(
 
     _configure_matplotlib()
     n = len(att.tokens)
-    rows = np.stack([style.scaled(att.weights[layer, h, index]) for layer in layers for h in heads])
+    rows = np.stack([style.scaled(att.pattern(layer, h)[index]) for layer in layers for h in heads])
     layout = Layout.for_tokens(n)
     row_in = min(0.22, max(0.1, 12.0 / len(rows)))
     inner = (layout.side_in, max(len(rows) * row_in, 1.5))
@@ -573,13 +573,14 @@ def render_text(
     if "layers" in kinds:
         layer_fig = LayerFigure(att, heads, style)
         for layer in layers:
-            written.append(layer_fig.save(att.weights, layer, folder / f"layer-{layer:02d}.{ext}"))
+            grids = att.weights[att.slot(layer)]  # (H, T, T)
+            written.append(layer_fig.save(grids, layer, folder / f"layer-{layer:02d}.{ext}"))
         layer_fig.close()
     if "heads" in kinds:
         head_fig = HeadFigure(att, style)
         for layer in layers:
             for head in heads:
-                grid = att.weights[layer, head]  # (T, T)
+                grid = att.pattern(layer, head)  # (T, T)
                 path = folder / f"layer-{layer:02d}-head-{head:02d}.{ext}"
                 written.append(head_fig.save(grid, head_title(layer, head, grid), path))
         head_fig.close()

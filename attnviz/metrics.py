@@ -17,6 +17,9 @@ of a quantity of that query's attention row a = A[layer, head, i, :] (n keys):
 
 Everything is vectorised over layers, heads and queries; a corpus is summed sentence by
 sentence (`MetricSums`), so memory does not grow with its size.
+
+Causal models also get two probes on repeated random tokens (`PROBES`, see
+`probe_scores`): induction and duplicate-token.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ METRICS = (
     "confidence",
 )
 LOCAL_WINDOW = 2
+PROBES = ("induction", "duplicate")
 
 # Roles in the order they are tried; each is the metric that scores it and its threshold.
 ROLE_METRICS = {
@@ -55,6 +59,7 @@ ROLE_METRICS = {
     "first-token sink": "first",
     "separator sink": "separator",
     "punctuation": "punctuation",
+    "induction": "induction",
     "local": "local",
     "broad": "entropy_norm",
 }
@@ -65,6 +70,7 @@ DEFAULT_THRESHOLDS = {
     "first-token sink": 0.5,
     "separator sink": 0.5,
     "punctuation": 0.4,
+    "induction": 0.4,
     "local": 0.7,
     "broad": 0.8,
 }
@@ -75,12 +81,12 @@ THRESHOLD_NAMES = {
     "first": "first-token sink",
     "separator": "separator sink",
     "punctuation": "punctuation",
+    "induction": "induction",
     "local": "local",
     "broad": "broad",
 }
-SPECIFIC_ROLES = tuple(
-    list(ROLE_METRICS)[:6]
-)  # one token does the job; `local`, `broad` are spread
+# One token does the job in these; `local` and `broad` are spread.
+SPECIFIC_ROLES = tuple(r for r in ROLE_METRICS if r not in ("local", "broad"))
 
 
 def is_punctuation(token: str) -> bool:
@@ -214,21 +220,30 @@ class Thresholds:
         return cls(values)
 
 
-def assign_roles(means: np.ndarray, thresholds: Thresholds) -> list[HeadRole]:
+def assign_roles(
+    means: np.ndarray, thresholds: Thresholds, probes: np.ndarray | None = None
+) -> list[HeadRole]:
     """Give each head the specific role it clears by the widest margin, else local, else broad.
 
-    A head that clears none is `mixed`.
+    `probes` (P, L, H) are the decoder probes' scores in the order of PROBES; without them
+    (encoders) no head is an induction head. A head that clears none is `mixed`.
     """
     import numpy as np
 
     n_layers, n_heads = means.shape[1:]
-    scores = {role: np.nan_to_num(means[METRICS.index(m)]) for role, m in ROLE_METRICS.items()}
+    named = {m: means[i] for i, m in enumerate(METRICS)}
+    if probes is not None:
+        named.update({m: probes[i] for i, m in enumerate(PROBES)})
+    scores = {
+        role: np.nan_to_num(named[m]) if m in named else np.zeros((n_layers, n_heads))
+        for role, m in ROLE_METRICS.items()
+    }
     limit = thresholds.values
     roles = []
     for layer in range(n_layers):
         for head in range(n_heads):
             score = {role: float(values[layer, head]) for role, values in scores.items()}
-            cleared = [r for r in SPECIFIC_ROLES if score[r] >= limit[r]]
+            cleared = [r for r in SPECIFIC_ROLES if score[r] >= limit[r] and score[r] > 0]
             if cleared:
                 best = max(cleared, key=lambda r: score[r] - limit[r])
             elif score["local"] >= limit["local"]:
@@ -240,3 +255,38 @@ def assign_roles(means: np.ndarray, thresholds: Thresholds) -> list[HeadRole]:
                 continue
             roles.append(HeadRole(layer, head, best, score[best]))
     return roles
+
+
+def repeated_random_tokens(
+    vocabulary: np.ndarray, n_sequences: int, length: int, seed: int, bos: int | None
+) -> np.ndarray:
+    """The probe's inputs, (S, prefix + 2·length) token ids: BOS (when the model has one),
+    then `length` tokens drawn uniformly from `vocabulary`, then the same tokens again."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    random = rng.choice(vocabulary, size=(n_sequences, length))  # (S, n)
+    prefix = np.full((n_sequences, 0 if bos is None else 1), bos if bos is not None else 0)
+    return np.concatenate([prefix, random, random], axis=1)
+
+
+def probe_scores(weights: np.ndarray, length: int, prefix: int) -> np.ndarray:
+    """Induction and duplicate-token scores of every head on one repeated sequence, (2, L, H).
+
+    Recipe (as TransformerLens' head_detector): the sequence is [BOS] t_1 … t_n t_1 … t_n,
+    `weights` its `[layer, head, query, key]` attention. A query i in the second repeat saw
+    its token before, at i − n:
+
+        induction   a[i − n + 1]   the token right after the earlier occurrence (what an
+                                   induction head copies: "A B … A → B")
+        duplicate   a[i − n]       the earlier occurrence itself
+
+    Each is the mean over the n queries of the second repeat; random attention would give
+    about 1 / i.
+    """
+    import numpy as np
+
+    queries = np.arange(prefix + length, prefix + 2 * length)  # (n,) the second repeat
+    induction = weights[:, :, queries, queries - length + 1].mean(axis=-1)  # (L, H)
+    duplicate = weights[:, :, queries, queries - length].mean(axis=-1)  # (L, H)
+    return np.stack([induction, duplicate])

@@ -1,7 +1,14 @@
-"""Multi-head attention from scratch, as the textbook writes it (Vaswani et al., 2017, §3.2).
+"""Multi-head attention from scratch, as the textbook writes it (Vaswani et al., 2017, §3.2),
+plus the steps today's decoders add.
 
     head_h = softmax(Q_h K_hᵀ / √d_k + mask) V_h,   Q_h = X W_Q^h + b_Q^h  (same for K, V)
     MultiHead(X) = Concat(head_1, …, head_H) W_O + b_O
+
+Modern decoders (Llama, Mistral, Qwen, Gemma, Phi-3) change four things, each a few lines
+below: rotary position embeddings (RoPE) turn Q_h and K_h by angles that grow with the
+position; grouped-query attention (GQA) lets several query heads share one key/value head;
+d_k (`head_dim`) need not be d_model / H; and some add an RMSNorm on Q_h and K_h (Qwen3), a
+sliding window (Mistral, Gemma2), a soft cap on the scores and their own score scale (Gemma2).
 
 Plain tensor operations only (no nn.MultiheadAttention, no scaled_dot_product_attention),
 in float64, so it can check a real model's layer number by number.
@@ -10,7 +17,7 @@ in float64, so it can check a real model's layer number by number.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,10 +25,23 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, eq=False)
-class LayerWeights:
-    """One attention layer's parameters in the `X @ W + b` convention, all (d_model, d_model).
+class Rope:
+    """Rotary position embedding of one head: its first `2 · len(inv_freq)` dimensions turn.
 
-    Columns h·d_k … (h+1)·d_k of W_Q, W_K, W_V belong to head h; rows of W_O likewise.
+    Dimension pair (i, i + half) turns by the angle position · inv_freq[i], with the
+    rotate-half convention of transformers; positions count from 0.
+    """
+
+    inv_freq: torch.Tensor  # (rotary_dim / 2,) the frequencies θ_i = base^(−2i / rotary_dim)
+    scaling: float = 1.0  # cos and sin are multiplied by it (1 except for YaRN-style scaling)
+
+
+@dataclass(frozen=True, eq=False)
+class LayerWeights:
+    """One attention layer's parameters in the `X @ W + b` convention.
+
+    W_Q is (d_model, H·d_k): columns h·d_k … (h+1)·d_k belong to query head h. W_K and W_V are
+    (d_model, H_kv·d_k), one block of columns per key/value head; W_O is (H·d_k, d_model).
     """
 
     w_q: torch.Tensor
@@ -33,13 +53,44 @@ class LayerWeights:
     w_o: torch.Tensor
     b_o: torch.Tensor
     n_heads: int
+    n_kv_heads: int | None = None  # None: as many as query heads (no grouping)
+    rope: Rope | None = None
+    q_norm: torch.Tensor | None = None  # (d_k,) RMSNorm weight on each Q_h (Qwen3)
+    k_norm: torch.Tensor | None = None  # (d_k,) and on each K_h
+    norm_eps: float = 1e-6
+    scale: float | None = None  # the scores' factor; None: 1 / √d_k
+    softcap: float | None = None  # scores → softcap · tanh(scores / softcap) (Gemma2)
+    window: int | None = None  # a query sees only the last `window` keys (sliding window)
+
+    @property
+    def d_k(self) -> int:
+        return self.w_q.shape[1] // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
 
     def to_cpu(self) -> LayerWeights:
-        moved = {name: getattr(self, name).cpu() for name in _MATRICES}
-        return LayerWeights(**moved, n_heads=self.n_heads)
+        moved = {
+            f.name: getattr(self, f.name).cpu()
+            for f in fields(self)
+            if hasattr(getattr(self, f.name), "cpu")
+        }
+        if self.rope is not None:
+            moved["rope"] = replace(self.rope, inv_freq=self.rope.inv_freq.cpu())
+        return replace(self, **moved)
 
 
-_MATRICES = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o")
+@dataclass(frozen=True, eq=False)
+class HeadSteps:
+    """One head's computation, step by step (each (B, T, d_k) or (B, T, T))."""
+
+    q: torch.Tensor  # Q_h, after RoPE (and norm) where the model has them
+    k: torch.Tensor  # K_h of the key/value head this query head uses
+    v: torch.Tensor  # V_h
+    scores: torch.Tensor  # scaled (and capped) scores, masked keys at −inf
+    probs: torch.Tensor  # softmax over keys
+    output: torch.Tensor  # head_h = probs V_h
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,6 +100,90 @@ class MHAResult:
     probs: torch.Tensor  # (B, H, T, T)
     output: torch.Tensor  # (B, T, d_model), after W_O, before residual and LayerNorm
     shapes: tuple[tuple[str, str, tuple[int, ...]], ...]  # (step, formula, shape)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / √(mean(x²) + eps) · weight, over the last dimension."""
+    return x / (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt() * weight
+
+
+def rope_angles(rope: Rope, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of position · θ_i for positions 0 … length−1: each (T, rotary_dim).
+
+    The angles are rounded to float32 as the model rounds them: at position 2,000 float32
+    angles are off by up to 1e-4 rad, enough to move a sharp head's probabilities by more
+    than 1e-5. Everything after is float64.
+    """
+    import torch
+
+    positions = torch.arange(length, dtype=torch.float32)
+    angles = (positions[:, None] * rope.inv_freq.float()[None, :]).double()  # (T, rotary_dim/2)
+    angles = torch.cat([angles, angles], dim=-1)  # the same angle for dims i and i + half
+    return angles.cos() * rope.scaling, angles.sin() * rope.scaling
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Turn each pair (x_i, x_{i+half}) of x's first rotary_dim dims by its angle (RoPE).
+
+    x (B, T, d_k); cos, sin (T, rotary_dim). Dimensions past rotary_dim pass unchanged.
+    """
+    import torch
+
+    turned, passed = x[..., : cos.shape[-1]], x[..., cos.shape[-1] :]
+    first, second = turned.chunk(2, dim=-1)
+    rotated_half = torch.cat([-second, first], dim=-1)  # (x_i, x_j) → (−x_j, x_i)
+    return torch.cat([turned * cos + rotated_half * sin, passed], dim=-1)
+
+
+def attention_head(
+    x: torch.Tensor,
+    w: LayerWeights,
+    h: int,
+    allowed: torch.Tensor,
+    angles: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> HeadSteps:
+    """Head h of `x` (B, T, d_model), in float64: which keys each query may see is
+    `allowed` (B, T, T); `angles` are RoPE's cos and sin (from `rope_angles`)."""
+    d_k = w.d_k
+    g = h // (w.n_heads // w.kv_heads)  # GQA: query head h uses key/value head g
+    q_cols, kv_cols = slice(h * d_k, (h + 1) * d_k), slice(g * d_k, (g + 1) * d_k)
+    q = x @ w.w_q[:, q_cols] + w.b_q[q_cols]  # Q_h = X W_Q^h + b: (B, T, d_k)
+    k = x @ w.w_k[:, kv_cols] + w.b_k[kv_cols]  # K_h: (B, T, d_k)
+    v = x @ w.w_v[:, kv_cols] + w.b_v[kv_cols]  # V_h: (B, T, d_k)
+    if w.q_norm is not None:  # RMSNorm over each head's d_k dims, before RoPE
+        q, k = rms_norm(q, w.q_norm, w.norm_eps), rms_norm(k, w.k_norm, w.norm_eps)
+    if angles is not None:  # RoPE: turn Q_h and K_h by position-dependent angles
+        q, k = rotate(q, *angles), rotate(k, *angles)
+    scale = w.scale if w.scale is not None else 1 / math.sqrt(d_k)
+    scores = q @ k.transpose(-2, -1) * scale  # Q_h K_hᵀ / √d_k: (B, T, T)
+    if w.softcap is not None:  # Gemma2 squashes the scores into (−cap, cap)
+        scores = w.softcap * (scores / w.softcap).tanh()
+    scores = scores.masked_fill(~allowed, float("-inf"))  # masked keys get no weight
+    shifted = scores - scores.max(dim=-1, keepdim=True).values  # for exp's sake; same softmax
+    probs = shifted.exp() / shifted.exp().sum(dim=-1, keepdim=True)  # softmax over keys
+    return HeadSteps(q, k, v, scores, probs, probs @ v)  # head_h = probs V_h: (B, T, d_k)
+
+
+def visible_keys(
+    batch: int,
+    length: int,
+    key_mask: torch.Tensor | None = None,
+    causal: bool = False,
+    window: int | None = None,
+) -> torch.Tensor:
+    """Which keys each query may see, (B, T_query, T_key): not padding, not later keys when
+    causal, and only the last `window` keys (the query's own included) with a sliding window."""
+    import torch
+
+    allowed = torch.ones(batch, length, length, dtype=torch.bool)
+    if key_mask is not None:
+        allowed &= key_mask.bool()[:, None, :]
+    query, key = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    if causal:
+        allowed &= key <= query
+    if window is not None:
+        allowed &= key > query - window
+    return allowed
 
 
 def multi_head_attention(
@@ -65,42 +200,36 @@ def multi_head_attention(
     import torch
 
     x = x.double()
-    w = {name: getattr(weights, name).double() for name in _MATRICES}
-    batch, length, d_model = x.shape
-    n_heads = weights.n_heads
-    d_k = d_model // n_heads
+    w = replace(
+        weights,
+        **{
+            f.name: getattr(weights, f.name).double()
+            for f in fields(weights)
+            if hasattr(getattr(weights, f.name), "double")
+        },
+    )
+    batch, length, _ = x.shape
+    allowed = visible_keys(batch, length, key_mask, causal, w.window)
+    angles = rope_angles(w.rope, length) if w.rope is not None else None
 
-    # Which keys each query may see: (B, T_query, T_key).
-    allowed = torch.ones(batch, length, length, dtype=torch.bool)
-    if key_mask is not None:
-        allowed &= key_mask.bool()[:, None, :]
-    if causal:
-        allowed &= torch.tril(torch.ones(length, length, dtype=torch.bool))
+    steps = [attention_head(x, w, h, allowed, angles) for h in range(w.n_heads)]
+    concat = torch.cat([s.output for s in steps], dim=-1)  # Concat(head_1 … head_H): (B, T, H·d_k)
+    output = concat @ w.w_o + w.b_o  # (B, T, d_model)
 
-    heads, probs = [], []
-    for h in range(n_heads):
-        cols = slice(h * d_k, (h + 1) * d_k)
-        q = x @ w["w_q"][:, cols] + w["b_q"][cols]  # Q_h: (B, T, d_k)
-        k = x @ w["w_k"][:, cols] + w["b_k"][cols]  # K_h: (B, T, d_k)
-        v = x @ w["w_v"][:, cols] + w["b_v"][cols]  # V_h: (B, T, d_k)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (B, T, T)
-        scores = scores.masked_fill(~allowed, float("-inf"))  # masked keys get no weight
-        scores = (
-            scores - scores.max(dim=-1, keepdim=True).values
-        )  # for exp's sake; softmax unchanged
-        p = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)  # softmax over keys: (B, T, T)
-        heads.append(p @ v)  # head_h: (B, T, d_k)
-        probs.append(p)
-    concat = torch.cat(heads, dim=-1)  # Concat(head_1, …, head_H): (B, T, d_model)
-    output = concat @ w["w_o"] + w["b_o"]  # (B, T, d_model)
-
+    first = steps[0]
     shapes = (
         ("X", "layer input", tuple(x.shape)),
-        ("W_Q^h", "query weights of one head", tuple(w["w_q"][:, cols].shape)),
-        ("Q_h", "X W_Q^h + b_Q^h (K_h, V_h alike)", tuple(q.shape)),
-        ("scores", "Q_h K_hᵀ / √d_k + mask", tuple(scores.shape)),
-        ("head_h", "softmax(scores) V_h", tuple(heads[0].shape)),
+        ("W_Q^h", "query weights of one head", tuple(w.w_q[:, : w.d_k].shape)),
+        ("Q_h", "X W_Q^h + b_Q^h (K_h, V_h alike)", tuple(first.q.shape)),
+        *(
+            [("K_h, V_h", f"one per {w.n_heads // w.kv_heads} query heads (GQA)", tuple(first.k.shape))]
+            if w.kv_heads != w.n_heads
+            else []
+        ),
+        *([("RoPE", "Q_h, K_h turned by position", tuple(first.q.shape))] if angles else []),
+        ("scores", "Q_h K_hᵀ / √d_k + mask", tuple(first.scores.shape)),
+        ("head_h", "softmax(scores) V_h", tuple(first.output.shape)),
         ("concat", "Concat(head_1 … head_H)", tuple(concat.shape)),
         ("output", "concat W_O + b_O", tuple(output.shape)),
     )
-    return MHAResult(probs=torch.stack(probs, dim=1), output=output, shapes=shapes)
+    return MHAResult(probs=torch.stack([s.probs for s in steps], dim=1), output=output, shapes=shapes)

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnviz import gguf_cache
 from attnviz.errors import InputError, ModelLoadError, TextTooLongError, UnsupportedModelError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (bundled)"
 
 ENCODER_TYPES = ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra")
-DECODER_TYPES = ("gpt2",)
+DECODER_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3")
 SUPPORTED_TYPES = ENCODER_TYPES + DECODER_TYPES
 
 
@@ -53,6 +54,7 @@ class ModelInfo(_HeadRanges):
     d_head: int
     max_tokens: int
     causal: bool
+    n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None: n_heads
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -169,9 +171,12 @@ def _from_pretrained(loader: Any, source: str, **kwargs: Any) -> Any:
 
 
 def _locate(name: str | None) -> tuple[str, str]:
-    """(source, label): the bundled model's directory, a local directory, or a hub id."""
+    """(source, label): the bundled model's directory, a local directory, a GGUF file's
+    converted folder in the cache (which may not exist yet), or a hub id."""
     if name is None:
         return str(bundled_model_path()), DEFAULT_MODEL
+    if gguf_cache.is_gguf(name):
+        return str(gguf_cache.cache_dir(gguf_cache.gguf_path(name))), name
     expanded = Path(name).expanduser()
     if expanded.exists():
         if not (expanded / "config.json").is_file():
@@ -218,11 +223,14 @@ def describe(name: str | None = None) -> ModelSpec | None:
 
     source, label = _locate(name)
     config_file = _local_file(source, "config.json")
-    if config_file is None:
+    if config_file is None and gguf_cache.is_gguf(name):
+        config = gguf_cache.read_facts(gguf_cache.gguf_path(name))  # not converted yet
+    elif config_file is None:
         if not Path(source).is_dir() and (_hub_offline() or not _hub_reachable()):
             raise _not_found(label)
         return None
-    config = json.loads(config_file.read_text(encoding="utf-8"))
+    else:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
     n_layers = _first(config, "num_hidden_layers", "n_layer", "n_layers")
     n_heads = _first(config, "num_attention_heads", "n_head", "n_heads")
     if n_layers is None or n_heads is None:
@@ -261,13 +269,15 @@ def refuse_early(
 
 def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
     """Load a model and its tokenizer for attention extraction (eval mode, eager attention)."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
     source, label = _locate(name)
+    if gguf_cache.is_gguf(name):
+        source = str(gguf_cache.converted(name))
     try:
         config = _from_pretrained(AutoConfig, source)
     except (OSError, ValueError) as exc:
@@ -282,7 +292,9 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
     torch_device = resolve_device(device)
     try:
         tokenizer = _from_pretrained(AutoTokenizer, source)
-        model = _from_pretrained(AutoModel, source, attn_implementation="eager")
+        # Decoders with their LM head: report's induction probe measures the model's loss.
+        loader = AutoModelForCausalLM if model_type in DECODER_TYPES else AutoModel
+        model = _from_pretrained(loader, source, attn_implementation="eager")
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"could not load model '{label}': {str(exc).splitlines()[0]}") from exc
     if not getattr(tokenizer, "is_fast", False):
@@ -291,6 +303,7 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
 
     n_heads = config.num_attention_heads
     d_model = config.hidden_size
+    n_kv_heads = getattr(config, "num_key_value_heads", None) or n_heads
     info = ModelInfo(
         name=label,
         architecture=type(model).__name__,
@@ -298,9 +311,10 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
         n_layers=config.num_hidden_layers,
         n_heads=n_heads,
         d_model=d_model,
-        d_head=d_model // n_heads,
+        d_head=getattr(config, "head_dim", None) or d_model // n_heads,
         max_tokens=_max_tokens(config, tokenizer),
         causal=model_type in DECODER_TYPES,
+        n_kv_heads=n_kv_heads,
     )
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=torch_device)
 

@@ -97,11 +97,11 @@ def find_query(att: Attention, query: str) -> int:
 def query_view(
     att: Attention, index: int, layers: list[int], heads: list[int], top_k: int = 3
 ) -> QueryView:
-    """The query row `att.weights[layer, head, index, :]` of every chosen head, summarised."""
+    """The query row `att.pattern(layer, head)[index, :]` of every chosen head, summarised."""
     rows = []
     for layer in layers:
         for head in heads:
-            row = att.weights[layer, head, index]  # (T,) over keys; sums to 1
+            row = att.pattern(layer, head)[index]  # (T,) over keys; sums to 1
             top, best = rank_keys(att, row, top_k)
             rows.append(QueryHead(layer, head, top, best))
     return QueryView(index, att.tokens[index], tuple(rows))

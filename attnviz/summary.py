@@ -81,7 +81,7 @@ def summarise(
     summaries = []
     for layer in layers:
         for head in heads:
-            grid = att.weights[layer, head]  # (T, T) query x key
+            grid = att.pattern(layer, head)  # (T, T) query x key
             received = grid.mean(axis=0)  # (T,) mean over queries
             top, other = rank_keys(att, received, top_k)
             q, key = np.unravel_index(int(np.argmax(grid)), grid.shape)

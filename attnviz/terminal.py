@@ -242,7 +242,7 @@ def print_heatmap(
 
     `scale` "head" divides the weights by the head's maximum, as the images do.
     """
-    grid = att.weights[layer, head]  # (T, T)
+    grid = att.pattern(layer, head)  # (T, T)
     peak = float(grid.max())
     if scale == "head" and peak > 0:
         grid = grid / peak
@@ -288,13 +288,20 @@ def _error_text(error: float, tolerance: float) -> Text:
     return Text(f"{error:.1e}", style="green" if error <= tolerance else "bold red")
 
 
+def _kv_note(info) -> str:
+    """' · 3 key/value heads (GQA)' for grouped-query models, else ''."""
+    kv = info.n_kv_heads or info.n_heads
+    return f" · {kv} key/value heads (GQA)" if kv != info.n_heads else ""
+
+
 def print_check(console: Console, result: CheckResult) -> None:
     """Per-head and output errors of the from-scratch MHA against the model, shapes, verdict."""
     tol = result.tolerance
     info = result.info
     console.print(
         f"[bold]{info.name}[/] · {info.architecture} · {len(result.tokens)} tokens · "
-        f"d_model {info.d_model} = {info.n_heads} heads × d_k {info.d_head} · computed in float64",
+        f"d_model {info.d_model} · {info.n_heads} heads × d_k {info.d_head}{_kv_note(info)} · "
+        "computed in float64",
         highlight=False,
     )
     shapes = Table(title="From-scratch multi-head attention, step by step", title_justify="left")
@@ -317,8 +324,13 @@ def print_check(console: Console, result: CheckResult) -> None:
             f"head {head}", *(_error_text(lc.head_errors[head], tol) for lc in result.layers)
         )
     errors.add_section()
-    errors.add_row("output", *(_error_text(lc.output_error, tol) for lc in result.layers))
+    errors.add_row("output*", *(_error_text(lc.output_error, tol) for lc in result.layers))
     console.print(errors)
+    console.print(
+        "* block output before residual; relative to its largest value where that exceeds 1",
+        style="dim",
+        highlight=False,
+    )
 
     if result.passed:
         console.print(

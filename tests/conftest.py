@@ -16,7 +16,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 TINY = dict(hidden=32, layers=2, heads=4, intermediate=37, positions=64)
-ARCHITECTURES = ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "gpt2")
+ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra")
+LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3")
+ARCHITECTURES = ENCODERS + ("gpt2",) + LLAMA_FAMILY
+BYTE_LEVEL = ("gpt2", "qwen2", "qwen3")  # the others' tokenizers are SentencePiece-style
 
 
 def _wordpiece_tokenizer():
@@ -50,6 +53,72 @@ def _byte_level_tokenizer():
         eos_token="<|endoftext|>",
         model_max_length=TINY["positions"],
     )
+
+
+def _sentencepiece_tokenizer():
+    """A Llama-2-style tokenizer trained in memory: '▁' marks word starts, unknown characters
+    fall back to bytes (<0x..>), and every text starts with the BOS token <s>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Metaspace()
+    tk.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace()])
+    bytes_ = [f"<0x{i:02X}>" for i in range(256)]
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<unk>", "<s>", "</s>", *bytes_])
+    corpus = ["The cat sat on the mat.", "A quick brown fox jumps over the lazy dog!"] * 10
+    tk.train_from_iterator(corpus, trainer)
+    tk.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tk.token_to_id("<s>"))]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        model_max_length=TINY["positions"],
+    )
+
+
+def _llama_family(arch: str, vocab: int, common: dict):
+    """Tiny decoders that exercise what check must compute: grouped-query heads (2 or 1 key/value
+    heads for 4 query heads), head_dim ≠ d_model / heads, Qwen3's q/k norms, sliding windows
+    shorter than the test texts, Gemma2's soft-capping and query scale, Phi-3's fused QKV and
+    partial RoPE."""
+    import transformers as tf
+
+    base = {**common, "num_key_value_heads": 2, "rope_theta": 10000.0, "bos_token_id": 1}
+    if arch == "llama":
+        return tf.LlamaForCausalLM(tf.LlamaConfig(**base))
+    if arch == "mistral":
+        return tf.MistralForCausalLM(tf.MistralConfig(**base, sliding_window=4))
+    if arch == "qwen2":
+        return tf.Qwen2ForCausalLM(tf.Qwen2Config(**{**base, "num_key_value_heads": 1}))
+    if arch == "qwen3":
+        return tf.Qwen3ForCausalLM(tf.Qwen3Config(**base, head_dim=16))
+    if arch == "gemma":
+        return tf.GemmaForCausalLM(tf.GemmaConfig(**{**base, "num_key_value_heads": 1}, head_dim=16))
+    if arch == "gemma2":
+        return tf.Gemma2ForCausalLM(
+            tf.Gemma2Config(
+                **base,
+                head_dim=16,
+                sliding_window=4,
+                layer_types=["sliding_attention", "full_attention"],
+                attn_logit_softcapping=0.5,  # small, so that the cap bends random scores
+                query_pre_attn_scalar=10,
+            )
+        )
+    if arch == "phi3":
+        return tf.Phi3ForCausalLM(
+            tf.Phi3Config(
+                **base,
+                pad_token_id=0,
+                sliding_window=5,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            )
+        )
+    raise ValueError(arch)
 
 
 def _tiny_model(arch: str, vocab: int):
@@ -89,6 +158,8 @@ def _tiny_model(arch: str, vocab: int):
                 max_position_embeddings=TINY["positions"],
             )
         )
+    if arch in LLAMA_FAMILY:
+        return _llama_family(arch, vocab, common)
     if arch == "gpt2":
         return tf.GPT2Model(
             tf.GPT2Config(
@@ -113,9 +184,13 @@ def tiny_model_dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny-models")
     wordpiece = _wordpiece_tokenizer()
     byte_level = _byte_level_tokenizer()
+    sentencepiece = _sentencepiece_tokenizer()
     dirs = {}
     for arch in ARCHITECTURES:
-        tokenizer = byte_level if arch == "gpt2" else wordpiece
+        if arch in BYTE_LEVEL:
+            tokenizer = byte_level
+        else:
+            tokenizer = sentencepiece if arch in LLAMA_FAMILY else wordpiece
         model = _tiny_model(arch, len(tokenizer))
         folder = root / arch
         model.save_pretrained(folder)

@@ -90,10 +90,11 @@ def _layer_run(loaded, layer, weights):
         out = loaded.model(**inputs, output_attentions=True)
     mask = inputs["attention_mask"]
     ours = multi_head_attention(seen.inputs[layer], weights, mask, loaded.info.causal)
+    torch.testing.assert_close(seen.probs[layer], out.attentions[layer])  # the hook's = HF's
     return compare(layer, out.attentions[layer], seen.outputs[layer], ours, mask)
 
 
-@pytest.mark.parametrize("arch", ["bert", "gpt2"])
+@pytest.mark.parametrize("arch", ["bert", "gpt2", "llama", "qwen3"])
 def test_perturbing_one_head_is_caught_on_that_head(loaded_tiny, arch):
     loaded = loaded_tiny[arch]
     weights = adapters.layer_weights(loaded.model, 1)
@@ -176,3 +177,22 @@ def test_unsupported_attention_is_a_clear_error(tmp_path, tiny_model_dirs):
         pytest.skip("this transformers version has no relative position embeddings for BERT")
     assert result.exit_code == 2
     assert "absolute positions only" in result.output
+
+
+@pytest.mark.parametrize(
+    "arch, change",
+    [
+        ("llama", dict(rope=None)),  # RoPE left out
+        ("qwen3", dict(q_norm=None)),  # Qwen3's q/k norm left out
+        ("mistral", dict(window=None)),  # sliding window left out
+        ("gemma2", dict(softcap=None)),  # soft-capping left out
+        ("gemma2", dict(scale=None)),  # 1/√d_k instead of query_pre_attn_scalar
+    ],
+)
+def test_each_modern_step_matters(loaded_tiny, arch, change):
+    """Leaving out any one step the tiny models use breaks the match: the steps are real."""
+    loaded = loaded_tiny[arch]
+    layer = 0  # gemma2's layer 0 is a sliding layer
+    weights = adapters.layer_weights(loaded.model, layer)
+    assert _layer_run(loaded, layer, weights).passed(1e-5)
+    assert not _layer_run(loaded, layer, replace(weights, **change)).passed(1e-5)

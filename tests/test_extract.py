@@ -7,7 +7,7 @@ import pytest
 
 from attnviz.errors import InputError, ModelLoadError, UnsupportedModelError
 from attnviz.extract import attend, encode, extract, hide_special, word_view
-from tests.conftest import ARCHITECTURES, TINY, synthetic_attention
+from tests.conftest import ARCHITECTURES, LLAMA_FAMILY, TINY, synthetic_attention
 
 SENTENCES = ["The cat sat on the mat.", "A quick brown fox jumps over the lazy dog, twice!"]
 
@@ -20,10 +20,9 @@ def test_rows_sum_to_one_and_shape(loaded_tiny, arch):
     assert att.weights.shape == (TINY["layers"], TINY["heads"], n, n)
     assert np.allclose(att.weights.sum(-1), 1.0, atol=1e-5)
     assert (att.weights >= 0).all()
-    assert (
-        loaded.info.n_heads == TINY["heads"]
-        and loaded.info.d_head == TINY["hidden"] // TINY["heads"]
-    )
+    config = loaded.model.config
+    head_dim = getattr(config, "head_dim", None) or TINY["hidden"] // TINY["heads"]
+    assert loaded.info.n_heads == TINY["heads"] and loaded.info.d_head == head_dim
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -32,7 +31,7 @@ def test_causal_models_never_look_ahead(loaded_tiny, arch):
     above = np.triu(np.ones(att.weights.shape[-2:], bool), k=1)
     future = att.weights[..., above]
     if loaded_tiny[arch].info.causal:
-        assert arch == "gpt2"
+        assert arch == "gpt2" or arch in LLAMA_FAMILY
         assert (future == 0).all()
     else:
         assert future.max() > 1e-3  # encoders do look ahead; the test above can fail
@@ -182,3 +181,26 @@ def test_unreachable_hub_fails_at_once_without_retries(monkeypatch):
     with pytest.raises(ModelLoadError, match="the hub could not be reached"):
         models.load_model("some-org/some-model")
     assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_decoder_tokens_read_as_text_and_bos_is_special(loaded_tiny, arch):
+    att = extract(loaded_tiny[arch], "The cat sat, über")
+    if arch == "llama":  # SentencePiece, BOS added: a special first token, like [CLS]
+        assert att.tokens[0] == "<s>" and att.special.tolist()[:2] == [True, False]
+        assert hide_special(att).tokens[0] == "The"
+    else:  # byte-level, no BOS: the first word is the first token
+        assert not att.special.any()
+    content = [t for t, s in zip(att.tokens, att.special) if not s]
+    assert content[:4] == ["The", "cat", "sat", ","]  # not '▁The', 'Ġcat' or '<0x2C>'
+    assert "ü" in content and not any(t.startswith(("▁", "Ġ", "<0x")) for t in content)
+
+
+def test_chosen_layers_alone_are_kept_and_match_all_layers(loaded_tiny):
+    loaded = loaded_tiny["llama"]
+    every = extract(loaded, SENTENCES[0])
+    one = extract(loaded, SENTENCES[0], layers=[1])
+    assert one.weights.shape[0] == 1 and one.layers == (1,)
+    np.testing.assert_array_equal(one.pattern(1, 2), every.pattern(1, 2))
+    with pytest.raises(InputError, match="layer 0 was not extracted; this attention holds layers 1"):
+        one.pattern(0, 0)

@@ -159,7 +159,7 @@ def _freeze_long_lived() -> None:
 def _save_raw(att: Attention, path: Path, layers: list[int], heads: list[int]) -> Path:
     import numpy as np
 
-    weights = att.weights[np.ix_(layers, heads)]  # (layers, heads, T, T)
+    weights = att.weights[np.ix_([att.slot(layer) for layer in layers], heads)]  # (l, h, T, T)
     return write_atomic(
         path,
         lambda handle: np.savez(
@@ -254,7 +254,7 @@ def export(
 
     renderer = _Renderer(jobs)
     try:
-        for att in extract_many(loaded, encoded_only(), batch_size):
+        for att in extract_many(loaded, encoded_only(), batch_size, layers):
             record, settings = queue.popleft()
             att = view(att, options.words, options.hide_special)
             record.tokens = list(att.tokens)

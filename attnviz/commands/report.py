@@ -222,7 +222,7 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
     head_fig = HeadFigure(report.example, style)
     for role, heads in report.strongest(1).items():
         best = heads[0]
-        grid = report.example.weights[best.layer, best.head]  # (T, T)
+        grid = report.example.pattern(best.layer, best.head)  # (T, T)
         slug = role.replace(" ", "-")
         path = out / f"example-{slug}-layer-{best.layer:02d}-head-{best.head:02d}.{ext}"
         examples[role] = head_fig.save(grid, head_title(best.layer, best.head, grid), path)

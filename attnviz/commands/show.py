@@ -77,7 +77,7 @@ def show(
     from attnviz.summary import summarise
 
     style = style or Style()
-    shown = attention(text, model, words, hide_special_tokens, truncate, device)
+    shown = attention(text, model, words, hide_special_tokens, truncate, device, layers)
     chosen_layers = shown.info.pick_layers(layers)
     chosen_heads = shown.info.pick_heads(heads)
     summaries = summarise(shown, chosen_layers, chosen_heads, top_k)
