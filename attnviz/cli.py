@@ -481,7 +481,7 @@ def report(
             "-t",
             metavar="NAME=VALUE",
             help="Role threshold in [0, 1]; repeat for more. NAME: previous, next, self, "
-            "first, separator, punctuation, local, broad.",
+            "first, separator, punctuation, induction (decoders), local, broad.",
             show_default=False,
         ),
     ] = None,

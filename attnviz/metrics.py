@@ -223,7 +223,8 @@ class Thresholds:
 def assign_roles(
     means: np.ndarray, thresholds: Thresholds, probes: np.ndarray | None = None
 ) -> list[HeadRole]:
-    """Give each head the specific role it clears by the widest margin, else local, else broad.
+    """Give each head the specific role it clears by the widest margin (induction first),
+    else local, else broad.
 
     `probes` (P, L, H) are the decoder probes' scores in the order of PROBES; without them
     (encoders) no head is an induction head. A head that clears none is `mixed`.
@@ -244,7 +245,12 @@ def assign_roles(
         for head in range(n_heads):
             score = {role: float(values[layer, head]) for role, values in scores.items()}
             cleared = [r for r in SPECIFIC_ROLES if score[r] >= limit[r] and score[r] > 0]
-            if cleared:
+            if "induction" in cleared:
+                # A decoder head rests on its first token when its pattern finds nothing to
+                # match, so on ordinary text an induction head looks like a sink; the probe
+                # gives it the text it needs, and that is the role worth naming.
+                best = "induction"
+            elif cleared:
                 best = max(cleared, key=lambda r: score[r] - limit[r])
             elif score["local"] >= limit["local"]:
                 best = "local"

@@ -356,6 +356,7 @@ ROLE_STYLES = {
     "first-token sink": ("first", "dim"),
     "separator sink": ("sep", "yellow"),
     "punctuation": ("punct", "bold red"),
+    "induction": ("induc", "bold green"),
     "local": ("local", "green"),
     "broad": ("broad", "bold #ff8700"),
     "mixed": ("·", "dim"),
@@ -400,3 +401,11 @@ def print_report(console: Console, report: Report) -> None:
             f"{report.thresholds.values[role]:.2f}",
         )
     console.print(strongest)
+    if report.probes is not None:
+        probes = report.probes
+        console.print(
+            f"Induction probe ({probes.sequences} × {probes.length} random tokens, repeated): "
+            f"loss {probes.loss_first:.2f} nats on the first repeat, "
+            f"{probes.loss_second:.2f} on the second",
+            highlight=False,
+        )

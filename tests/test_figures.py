@@ -47,7 +47,7 @@ def test_blitted_layer_figures_equal_full_redraws(tmp_path):
     style = Style()
     figure = LayerFigure(att, [0, 1, 2], style)
     for layer in (1, 0):
-        blitted = _png(figure.save(att.weights, layer, tmp_path / "l.png"))
+        blitted = _png(figure.save(att.weights[layer], layer, tmp_path / "l.png"))
         full = _full_redraw_png(figure.frames.fig, style.dpi)
         assert np.mean(np.abs(blitted - full) > 8) < 0.002
 
@@ -155,7 +155,7 @@ def test_titles_carry_model_text_and_view(tmp_path):
     subset = texts(overview_figure(att, [1], [0, 2], Style()))
     assert "all heads" not in subset and "1 of 2 layers × 2 of 3 heads" in subset
     layer = LayerFigure(hidden, [0, 2], Style())
-    layer.save(hidden.weights, 1, tmp_path / "l.png")
+    layer.save(hidden.weights[1], 1, tmp_path / "l.png")
     assert "head 0 · max" in texts(layer.frames.fig) and "rows renormalised" in texts(
         layer.frames.fig
     )

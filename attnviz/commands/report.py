@@ -16,6 +16,7 @@ from attnviz.files import clear_previous, prepare_dir, write_done, write_text_at
 from attnviz.metrics import (
     LOCAL_WINDOW,
     METRICS,
+    PROBES,
     ROLE_METRICS,
     HeadRole,
     MetricSums,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from attnviz.figures import Style
     from attnviz.inputs import Sentences
     from attnviz.models import LoadedModel, ModelInfo
+    from attnviz.probes import ProbeResult
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "samples" / "sentences.txt"
 
@@ -45,6 +47,9 @@ METRIC_HELP = {
     "entropy_norm": "entropy / ln(keys the query can see); 1 means uniform",
     "distance": "Σ a[j] |i − j|: mean attention distance, in tokens",
     "confidence": "max_j a[j]: the largest weight",
+    "induction": "on [BOS] t_1…t_n t_1…t_n (random tokens): attention from each token of the "
+    "second repeat to the token after its earlier occurrence",
+    "duplicate": "on the same sequences: attention to the earlier occurrence itself",
 }
 
 
@@ -63,6 +68,7 @@ class Report:
     example: Attention
     layers: tuple[int, ...]  # the layers and heads the report is about
     heads: tuple[int, ...]
+    probes: ProbeResult | None = None  # causal models: induction and duplicate-token probes
 
     def chosen_means(self, metric: int) -> np.ndarray:
         """One metric's means over the chosen layers × heads: (len(layers), len(heads))."""
@@ -83,6 +89,9 @@ class Report:
             for m, name in enumerate(METRICS):
                 value = float(self.means[m, role.layer, role.head])
                 row[name] = value if math.isfinite(value) else None
+            if self.probes is not None:
+                for p, name in enumerate(PROBES):
+                    row[name] = float(self.probes.scores[p, role.layer, role.head])
             rows.append(row)
         return rows
 
@@ -104,6 +113,7 @@ class Report:
             "thresholds": self.thresholds.values,
             "layers": list(self.layers),
             "head_indices": list(self.heads),
+            "probes": self.probes.as_dict() if self.probes is not None else None,
             "heads": self.rows(),
         }
 
@@ -173,8 +183,14 @@ def build_report(
         raise InputError("no sentence fits the model: every one was too long (try --truncate)")
     means = sums.means()
     chosen = thresholds or Thresholds()
+    probes = None
+    if loaded.info.causal:
+        from attnviz.probes import run_probes
+
+        probes = run_probes(loaded)
     wanted = {(layer, head) for layer in chosen_layers for head in chosen_heads}
-    roles = [r for r in assign_roles(means, chosen) if (r.layer, r.head) in wanted]
+    found = assign_roles(means, chosen, probes.scores if probes is not None else None)
+    roles = [r for r in found if (r.layer, r.head) in wanted]
     return Report(
         info=loaded.info,
         unit=example.unit,
@@ -187,6 +203,7 @@ def build_report(
         example=example,
         layers=tuple(chosen_layers),
         heads=tuple(chosen_heads),
+        probes=probes,
     )
 
 
@@ -215,6 +232,9 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
     for m, name in enumerate(METRICS):
         path = out / f"metric-{name}.{ext}"
         written.append(grid.save(report.chosen_means(m), name, METRIC_HELP[name], path))
+    for name, scores in _probe_scores(report).items():
+        path = out / f"metric-{name}.{ext}"
+        written.append(grid.save(scores, name, METRIC_HELP[name], path))
     grid.close()
     role_map = role_map_figure(report.roles, layers, heads, report.info.name, style)
     written.append(save_figure(role_map, out / f"roles.{ext}", style))
@@ -232,6 +252,16 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
     files = [str(path.relative_to(out.parent)) for path in written]
     write_done(out, {"model": report.info.name, **asdict(style)}, {"files": files})
     return written
+
+
+def _probe_scores(report: Report) -> dict[str, np.ndarray]:
+    """Each probe's scores over the chosen layers × heads (none for encoders)."""
+    import numpy as np
+
+    if report.probes is None:
+        return {}
+    pick = np.ix_(report.layers, report.heads)
+    return {name: report.probes.scores[p][pick] for p, name in enumerate(PROBES)}
 
 
 def _cell(value: object) -> str:
@@ -308,10 +338,24 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style) -> str:
         ]
         for role, path in examples.items():
             lines += [f"**{role}**", "", _figure(role, path), ""]
+    probed = list(_probe_scores(report))
+    if report.probes is not None:
+        probes = report.probes
+        lines += [
+            "## Decoder probes: induction and duplicate-token heads",
+            "",
+            f"{probes.sequences} sequences of {probes.length} random tokens, each repeated once "
+            f"after BOS (seed {probes.as_dict()['seed']}). The model's next-token loss falls from "
+            f"**{probes.loss_first:.2f} nats** on the first repeat to "
+            f"**{probes.loss_second:.2f} nats** on the second: the drop is in-context copying, "
+            "the work of induction heads.",
+            "",
+        ]
     lines += ["## Metrics", ""]
-    lines += _table(("metric", "definition"), [(n, METRIC_HELP[n]) for n in METRICS])
+    names = [*METRICS, *probed]
+    lines += _table(("metric", "definition"), [(n, METRIC_HELP[n]) for n in names])
     lines += [""]
-    for name in METRICS:
+    for name in names:
         lines += [_figure(name, Path(f"metric-{name}.{ext}")), ""]
     lines += ["Every number: `heads.csv` and `heads.json` (one row per layer and head).", ""]
     return "\n".join(lines)

