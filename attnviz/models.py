@@ -7,14 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnviz import gguf_cache
+from attnviz import adapters, gguf_cache
 from attnviz.errors import InputError, ModelLoadError, TextTooLongError, UnsupportedModelError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (bundled)"
 
-ENCODER_TYPES = ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra")
-DECODER_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3")
-SUPPORTED_TYPES = ENCODER_TYPES + DECODER_TYPES
+SUPPORTED_TYPES = adapters.SUPPORTED  # one registry: attnviz/adapters/__init__.py
+DECODER_TYPES = adapters.DECODER_TYPES
 
 
 class _HeadRanges:

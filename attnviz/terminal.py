@@ -327,7 +327,7 @@ def print_check(console: Console, result: CheckResult) -> None:
     errors.add_row("output*", *(_error_text(lc.output_error, tol) for lc in result.layers))
     console.print(errors)
     console.print(
-        "* block output before residual; relative to its largest value where that exceeds 1",
+        "* block output before residual; relative where its largest value exceeds 1",
         style="dim",
         highlight=False,
     )

@@ -47,9 +47,8 @@ METRIC_HELP = {
     "entropy_norm": "entropy / ln(keys the query can see); 1 means uniform",
     "distance": "Σ a[j] |i − j|: mean attention distance, in tokens",
     "confidence": "max_j a[j]: the largest weight",
-    "induction": "on [BOS] t_1…t_n t_1…t_n (random tokens): attention from each token of the "
-    "second repeat to the token after its earlier occurrence",
-    "duplicate": "on the same sequences: attention to the earlier occurrence itself",
+    "induction": "repeated random tokens: a[token after the earlier occurrence]",
+    "duplicate": "repeated random tokens: a[the earlier occurrence]",
 }
 
 
@@ -345,7 +344,10 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style) -> str:
             "## Decoder probes: induction and duplicate-token heads",
             "",
             f"{probes.sequences} sequences of {probes.length} random tokens, each repeated once "
-            f"after BOS (seed {probes.as_dict()['seed']}). The model's next-token loss falls from "
+            f"after BOS (seed {probes.as_dict()['seed']}): [BOS] t_1 … t_n t_1 … t_n. For each "
+            "token of the second repeat, *induction* is its attention to the token right after "
+            "its earlier occurrence, *duplicate* its attention to the earlier occurrence itself "
+            "(means over the second repeat). The model's next-token loss falls from "
             f"**{probes.loss_first:.2f} nats** on the first repeat to "
             f"**{probes.loss_second:.2f} nats** on the second: the drop is in-context copying, "
             "the work of induction heads.",
