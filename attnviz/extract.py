@@ -119,16 +119,22 @@ def require_text(text: str) -> None:
 
 
 def encode(loaded: LoadedModel, text: str, truncate: bool = False) -> Encoded:
-    """Tokenise one text, refusing empty text and text longer than the model takes."""
+    """Tokenise one text, refusing empty text and text longer than the model takes.
+
+    A decoder whose tokenizer does not start texts with BOS (GPT-2, SmolLM2, Qwen) gets its
+    BOS token put first: a decoder parks spare attention on its first token, and a special
+    BOS takes that role as [CLS] does in BERT (so --hide-special and the maps treat it alike).
+    """
     require_text(text)
     tokenizer = loaded.tokenizer
-    limit = loaded.info.max_tokens
+    bos = _bos_to_add(loaded)
+    limit = loaded.info.max_tokens - (bos is not None)
     notes: list[str] = []
     enc = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
     n_tokens = len(enc["input_ids"])
     if n_tokens > limit:
         if not truncate:
-            raise too_long(n_tokens, limit)
+            raise too_long(n_tokens + (bos is not None), loaded.info.max_tokens)
         enc = tokenizer(
             text,
             return_offsets_mapping=True,
@@ -145,14 +151,28 @@ def encode(loaded: LoadedModel, text: str, truncate: bool = False) -> Encoded:
     ids = tuple(int(i) for i in enc["input_ids"])
     special = tuple(bool(s) for s in enc["special_tokens_mask"])
     offsets = [tuple(o) for o in enc["offset_mapping"]]
+    word_ids = enc.word_ids()
+    if bos is not None:
+        ids, special = (bos, *ids), (True, *special)
+        offsets, word_ids = [(0, 0), *offsets], [None, *word_ids]
     raw = tokenizer.convert_ids_to_tokens(list(ids))
     from_text = _labels_from_text(tokenizer)
     tokens = tuple(
         (text[start:end].strip() or "␣") if from_text and not is_special else token
         for token, is_special, (start, end) in zip(raw, special, offsets)
     )
-    words, word_labels = _group_words(text, raw, special, offsets, enc.word_ids())
+    words, word_labels = _group_words(text, raw, special, offsets, word_ids)
     return Encoded(text, ids, tokens, special, words, word_labels, tuple(notes))
+
+
+def _bos_to_add(loaded: LoadedModel) -> int | None:
+    """A decoder's BOS id when its tokenizer does not put one first itself; else None."""
+    tokenizer = loaded.tokenizer
+    bos = tokenizer.bos_token_id
+    if not loaded.info.causal or bos is None:
+        return None
+    first = tokenizer("a")["input_ids"]
+    return None if first and first[0] == bos else bos
 
 
 def _labels_from_text(tokenizer) -> bool:

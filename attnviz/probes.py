@@ -44,7 +44,10 @@ class ProbeResult:
 def run_probes(
     loaded: LoadedModel, sequences: int = SEQUENCES, length: int = LENGTH, batch_size: int = 8
 ) -> ProbeResult:
-    """Run the repeated-random-tokens probe on `loaded` (a causal LM) and score every head."""
+    """Run the repeated-random-tokens probe on `loaded` (a causal LM) and score every head.
+
+    Sequences are shortened to fit a model that takes fewer than 1 + 2·length tokens.
+    """
     import numpy as np
     import torch
 
@@ -55,6 +58,7 @@ def run_probes(
     vocabulary = np.array([i for i in range(len(tokenizer)) if i not in special])
     bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     prefix = 0 if bos is None else 1
+    length = min(length, (loaded.info.max_tokens - prefix) // 2)  # both repeats must fit
     ids = repeated_random_tokens(vocabulary, sequences, length, SEED, bos)  # (S, T)
     every_layer = loaded.info.pick_layers(None)
     scores, first, second = [], [], []

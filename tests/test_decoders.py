@@ -149,7 +149,7 @@ def test_smollm2_facts_check_and_induction_heads(smollm2):
     checks, _ = check_layers(smollm2, [encode(smollm2, text)], [0, 18])
     assert all(lc.passed(1e-5) for lc in checks), checks
     att = extract(smollm2, text, layers=[18])
-    assert att.tokens[:3] == ("The", "capital", "of")
+    assert att.tokens[:3] == ("<|im_start|>", "The", "capital") and att.special[0]
     assert np.allclose(att.weights.sum(-1), 1.0, atol=1e-5)
     assert (att.weights[..., np.triu(np.ones((len(att.tokens),) * 2, bool), k=1)] == 0).all()
     probes = run_probes(smollm2, sequences=2)
