@@ -75,8 +75,8 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         "-m",
-        help="Local model directory or Hugging Face hub id (cached or online). "
-        "Default: the bundled all-MiniLM-L6-v2.",
+        help="Local model directory, Hugging Face hub id (cached or online), a .gguf file, "
+        "or smollm2 (a bundled decoder LLM). Default: the bundled all-MiniLM-L6-v2.",
         show_default=False,
     ),
 ]

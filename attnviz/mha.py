@@ -222,7 +222,13 @@ def multi_head_attention(
         ("W_Q^h", "query weights of one head", tuple(w.w_q[:, : w.d_k].shape)),
         ("Q_h", "X W_Q^h + b_Q^h (K_h, V_h alike)", tuple(first.q.shape)),
         *(
-            [("K_h, V_h", f"one per {w.n_heads // w.kv_heads} query heads (GQA)", tuple(first.k.shape))]
+            [
+                (
+                    "K_h, V_h",
+                    f"one per {w.n_heads // w.kv_heads} query heads (GQA)",
+                    tuple(first.k.shape),
+                )
+            ]
             if w.kv_heads != w.n_heads
             else []
         ),
@@ -232,4 +238,6 @@ def multi_head_attention(
         ("concat", "Concat(head_1 … head_H)", tuple(concat.shape)),
         ("output", "concat W_O + b_O", tuple(output.shape)),
     )
-    return MHAResult(probs=torch.stack([s.probs for s in steps], dim=1), output=output, shapes=shapes)
+    return MHAResult(
+        probs=torch.stack([s.probs for s in steps], dim=1), output=output, shapes=shapes
+    )

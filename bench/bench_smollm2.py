@@ -102,7 +102,8 @@ def main() -> None:
             ("smollm2 cold (GGUF → cache)", cold),
             ("smollm2 warm (from the cache)", warm),
         ):
-            print(f"| {label} | {statistics.median(times):.2f} | {statistics.median(times) / base:.1f} |")
+            median = statistics.median(times)
+            print(f"| {label} | {median:.2f} | {median / base:.1f} |")
 
         text_file = Path(tmp) / "long.txt"
         text_file.write_text(long_text(args.tokens))

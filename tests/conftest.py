@@ -97,7 +97,9 @@ def _llama_family(arch: str, vocab: int, common: dict):
     if arch == "qwen3":
         return tf.Qwen3ForCausalLM(tf.Qwen3Config(**base, head_dim=16))
     if arch == "gemma":
-        return tf.GemmaForCausalLM(tf.GemmaConfig(**{**base, "num_key_value_heads": 1}, head_dim=16))
+        return tf.GemmaForCausalLM(
+            tf.GemmaConfig(**{**base, "num_key_value_heads": 1}, head_dim=16)
+        )
     if arch == "gemma2":
         return tf.Gemma2ForCausalLM(
             tf.Gemma2Config(
@@ -115,7 +117,11 @@ def _llama_family(arch: str, vocab: int, common: dict):
                 **base,
                 pad_token_id=0,
                 sliding_window=5,
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+                rope_parameters={
+                    "rope_type": "default",
+                    "rope_theta": 10000.0,
+                    "partial_rotary_factor": 0.5,
+                },
             )
         )
     raise ValueError(arch)

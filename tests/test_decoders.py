@@ -97,7 +97,8 @@ def test_report_on_a_tiny_llama_has_probe_columns(tiny_model_dirs, tmp_path):
 
     out = tmp_path / "r"
     result = CliRunner().invoke(
-        app, ["report", "The cat sat on the mat.", "-m", str(tiny_model_dirs["llama"]), "-o", str(out)]
+        app,
+        ["report", "The cat sat on the mat.", "-m", str(tiny_model_dirs["llama"]), "-o", str(out)],
     )
     assert result.exit_code == 0, result.output
     with open(out / "heads.csv", newline="") as handle:
@@ -122,7 +123,10 @@ def test_smollm2_is_refused_early_without_torch():
         "print('torch' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.split("\n")[:2] == ["layer 30 out of range: this model has layers 0–29", "False"]
+    assert done.stdout.split("\n")[:2] == [
+        "layer 30 out of range: this model has layers 0–29",
+        "False",
+    ]
 
 
 @pytest.fixture(scope="module")

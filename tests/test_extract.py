@@ -205,5 +205,7 @@ def test_chosen_layers_alone_are_kept_and_match_all_layers(loaded_tiny):
     one = extract(loaded, SENTENCES[0], layers=[1])
     assert one.weights.shape[0] == 1 and one.layers == (1,)
     np.testing.assert_array_equal(one.pattern(1, 2), every.pattern(1, 2))
-    with pytest.raises(InputError, match="layer 0 was not extracted; this attention holds layers 1"):
+    with pytest.raises(
+        InputError, match="layer 0 was not extracted; this attention holds layers 1"
+    ):
         one.pattern(0, 0)

@@ -35,7 +35,9 @@ def decoder_weights(model: Any, attn: Any, *qkv: Any) -> LayerWeights:
     config = model.config
     kind = config.model_type
     if getattr(config, "use_bidirectional_attention", False):
-        raise UnsupportedModelError(f"{kind} with bidirectional attention is not supported by check")
+        raise UnsupportedModelError(
+            f"{kind} with bidirectional attention is not supported by check"
+        )
     q_norm = getattr(attn, "q_norm", None)
     if q_norm is not None and type(q_norm).__name__ != "Qwen3RMSNorm":
         raise UnsupportedModelError(f"{kind}: check supports Qwen3's q/k RMSNorm only")
