@@ -94,7 +94,11 @@ def compare(
 def check_layers(
     loaded: LoadedModel, batch: Sequence[Encoded], layers: list[int]
 ) -> tuple[list[LayerCheck], tuple]:
-    """Run the model once on a (padded) batch and check each chosen layer against our MHA."""
+    """Run the model once on a (padded) batch and check each chosen layer against our MHA.
+
+    Each layer is checked as soon as the forward pass has produced its input, probabilities
+    and output, and those are dropped: a long text's layers are never all held at once.
+    """
     import torch
 
     from attnviz import adapters
@@ -103,22 +107,33 @@ def check_layers(
 
     model = loaded.model
     inputs = pad(loaded, batch)
-    with adapters.capture_layers(model, layers) as seen, torch.inference_mode():
-        model.base_model(**inputs)
     key_mask = inputs["attention_mask"].cpu()
-    checks, shapes = [], ()
-    for layer in layers:
-        weights = adapters.layer_weights(model, layer)
-        ours = multi_head_attention(
-            seen.inputs[layer].cpu(),
-            weights.to_cpu(),
-            key_mask=key_mask,
-            causal=loaded.info.causal,
-        )
-        model_probs = seen.probs[layer].cpu()  # (B, H, T, T)
-        checks.append(compare(layer, model_probs, seen.outputs[layer].cpu(), ours, key_mask))
-        shapes = ours.shapes
-    return checks, shapes
+    seen: dict[str, dict[int, Any]] = {"x": {}, "probs": {}, "output": {}}
+    checks: dict[int, LayerCheck] = {}
+    shapes: list[tuple] = []
+
+    def receiver(kind: str):
+        def receive(layer: int, tensor: Any) -> None:
+            seen[kind][layer] = tensor.cpu()
+            if all(layer in got for got in seen.values()):  # architectures differ in order
+                x, probs, output = (seen[k].pop(layer) for k in ("x", "probs", "output"))
+                weights = adapters.layer_weights(model, layer).to_cpu()
+                ours = multi_head_attention(x, weights, key_mask, causal=loaded.info.causal)
+                checks[layer] = compare(layer, probs, output, ours, key_mask)
+                shapes[:] = ours.shapes
+
+        return receive
+
+    hooks = adapters.hooked(
+        model,
+        layers,
+        on_input=receiver("x"),
+        on_output=receiver("output"),
+        on_probs=receiver("probs"),
+    )
+    with hooks, torch.inference_mode():
+        model.base_model(**inputs)
+    return [checks[layer] for layer in layers], tuple(shapes)
 
 
 def check(
