@@ -159,8 +159,8 @@ def attention_head(
     if w.softcap is not None:  # Gemma2 squashes the scores into (−cap, cap)
         scores = w.softcap * (scores / w.softcap).tanh()
     scores = scores.masked_fill(~allowed, float("-inf"))  # masked keys get no weight
-    shifted = scores - scores.max(dim=-1, keepdim=True).values  # for exp's sake; same softmax
-    probs = shifted.exp() / shifted.exp().sum(dim=-1, keepdim=True)  # softmax over keys
+    exps = (scores - scores.max(dim=-1, keepdim=True).values).exp()  # shifted: same softmax
+    probs = exps / exps.sum(dim=-1, keepdim=True)  # softmax over keys
     return HeadSteps(q, k, v, scores, probs, probs @ v)  # head_h = probs V_h: (B, T, d_k)
 
 
