@@ -137,6 +137,78 @@ def encode(loaded: LoadedModel, text: str, truncate: bool = False) -> Encoded:
     return Encoded(text, ids, tokens, special, words, word_labels, tuple(notes))
 
 
+def encode_words(
+    loaded: LoadedModel,
+    words: Sequence[str],
+    space_after: Sequence[bool] | None = None,
+    text: str | None = None,
+    truncate: bool = False,
+) -> Encoded:
+    """Tokenise words given by a treebank, each piece mapped back to its word.
+
+    The tokenizer sees the words as given (`is_split_into_words`), so its word view has one
+    word per given word, in order, plus the special tokens as words of their own. Byte-level
+    tokenizers get each word with the space that precedes it in the text (`space_after`), as
+    they would see it in running text. A word the tokenizer drops entirely (control or
+    zero-width characters) is given as its unknown token, so that every word keeps a place.
+    Truncation keeps the first words that fit, and says how many.
+    """
+    if not words:
+        raise InputError("a sentence with no words")
+    tokenizer = loaded.tokenizer
+    limit = loaded.info.max_tokens
+    spaced = list(words)
+    if _is_byte_level(tokenizer):
+        gaps = [False] + [True if space_after is None else bool(s) for s in space_after[:-1]]
+        spaced = [(" " + w if gap else w) for w, gap in zip(words, gaps)]
+    notes: list[str] = []
+
+    def tokenise(items: list[str], cut: bool):
+        return tokenizer(
+            items,
+            is_split_into_words=True,
+            return_special_tokens_mask=True,
+            return_offsets_mapping=True,
+            truncation=cut,
+            max_length=limit if cut else None,
+        )
+
+    enc = tokenise(spaced, False)
+    dropped = set(range(len(words))) - {w for w in enc.word_ids() if w is not None}
+    if dropped and tokenizer.unk_token is not None:
+        spaced = [tokenizer.unk_token if i in dropped else w for i, w in enumerate(spaced)]
+        notes.append(f"{len(dropped)} word(s) with no token given as {tokenizer.unk_token}")
+        enc = tokenise(spaced, False)
+    n_tokens = len(enc["input_ids"])
+    if n_tokens > limit:
+        if not truncate:
+            raise too_long(n_tokens, limit)
+        enc = tokenise(spaced, True)
+        kept = len({w for w in enc.word_ids() if w is not None})
+        notes.append(
+            f"truncated: kept the first {limit} of {n_tokens} tokens "
+            f"({kept} of {len(words)} words)"
+        )
+    ids = tuple(int(i) for i in enc["input_ids"])
+    special = tuple(bool(s) for s in enc["special_tokens_mask"])
+    raw = tokenizer.convert_ids_to_tokens(list(ids))
+    byte_level = _is_byte_level(tokenizer)
+    token_words: list[int] = []
+    labels: list[str] = []
+    previous = None
+    for token, is_special, word_id in zip(raw, special, enc.word_ids()):
+        if is_special or word_id is None or word_id != previous:
+            labels.append(token if is_special or word_id is None else words[word_id])
+        token_words.append(len(labels) - 1)
+        previous = None if is_special else word_id
+    tokens = tuple(
+        (spaced[w][start:end].strip() or "␣") if byte_level and w is not None else token
+        for token, w, (start, end) in zip(raw, enc.word_ids(), enc["offset_mapping"])
+    )
+    joined = text if text is not None else " ".join(words)
+    return Encoded(joined, ids, tokens, special, tuple(token_words), tuple(labels), tuple(notes))
+
+
 def _is_byte_level(tokenizer) -> bool:
     """GPT-2-style byte-level BPE shows bytes as odd characters ('Ġcat'); we label with the text."""
     from tokenizers import decoders
