@@ -186,8 +186,7 @@ def encode_words(
         enc = tokenise(spaced, True)
         kept = len({w for w in enc.word_ids() if w is not None})
         notes.append(
-            f"truncated: kept the first {limit} of {n_tokens} tokens "
-            f"({kept} of {len(words)} words)"
+            f"truncated: kept the first {limit} of {n_tokens} tokens ({kept} of {len(words)} words)"
         )
     ids = tuple(int(i) for i in enc["input_ids"])
     special = tuple(bool(s) for s in enc["special_tokens_mask"])

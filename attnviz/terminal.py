@@ -436,7 +436,7 @@ def print_linguistics(console: Console, report: Report) -> None:
         )
     named = sum(1 for r in report.roles if report.linguistic_roles(r.layer, r.head))
     console.print(
-        f"[dim]{named} head(s) beat a baseline by ≥ {ling.margin:.0%} (--margin): "
+        f"[dim]{named} head(s) beat a baseline by ≥ {100 * ling.margin:.0f} points (--margin): "
         "see linguistic_roles in heads.csv; green = such a head.[/]",
         highlight=False,
     )

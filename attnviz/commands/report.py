@@ -306,8 +306,10 @@ def _write_linguistics(
 ) -> list[str]:
     """Write syntax.csv, syntax.json, coreference.csv and their figures into `out`; return
     the report.md sections: Syntax, Coreference and the heads named for them."""
-    lines = ["## Syntax", ""]
-    lines += [f"Note: {note}." for note in ling.notes] + ([""] if ling.notes else [])
+    lines = []
+    if ling.notes:
+        lines += ["## The treebank", ""] + [f"- {note}" for note in ling.notes] + [""]
+    lines += ["## Syntax", ""]
     if ling.syntax is None:
         lines += ["Not measured: the treebank has no syntax (its HEAD column is `_`).", ""]
     else:
@@ -327,13 +329,13 @@ def _write_linguistics(
         "## Heads named for syntax and coreference",
         "",
         f"A head is named for a relation when its accuracy beats the relation's baseline by at "
-        f"least {ling.margin:.0%} (--margin), on relations with at least {ling.min_count} arcs "
-        "(mentions for coreference): `syntax:REL` for dependent → head, `syntax:REL:h2d` for "
+        f"least {100 * ling.margin:.0f} percentage points (--margin), on relations with at "
+        f"least {ling.min_count} arcs (mentions for coreference): `syntax:REL` for dependent → head, `syntax:REL:h2d` for "
         "head → dependent.",
         "",
     ]
     rows = [(_head(r.layer, r.head), r.role, ", ".join(n)) for r, n in named if n]
-    lines += _table(("head", "positional role", "named for"), rows) if rows else ["None."]
+    lines += _table(("head", "positional role", "named for"), rows) if rows else ["No head."]
     return lines + [""]
 
 
