@@ -330,8 +330,8 @@ def _write_linguistics(
         "",
         f"A head is named for a relation when its accuracy beats the relation's baseline by at "
         f"least {100 * ling.margin:.0f} percentage points (--margin), on relations with at "
-        f"least {ling.min_count} arcs (mentions for coreference): `syntax:REL` for dependent → head, `syntax:REL:h2d` for "
-        "head → dependent.",
+        f"least {ling.min_count} arcs (mentions for coreference): `syntax:REL` for "
+        "dependent → head, `syntax:REL:h2d` for head → dependent.",
         "",
     ]
     rows = [(_head(r.layer, r.head), r.role, ", ".join(n)) for r, n in named if n]
