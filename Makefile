@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_show.py
 	$(PY) bench/bench_export.py
 	$(PY) bench/bench_export_memory.py
+	$(PY) bench/bench_treebank.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench
