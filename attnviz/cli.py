@@ -499,7 +499,10 @@ def report(
     min_count: Annotated[
         int,
         typer.Option(
-            "--min-count", min=1, help="With --treebank: fewest arcs for a relation's row."
+            "--min-count",
+            min=1,
+            help="With --treebank: arcs a relation needs (mentions, for coreference) for a table "
+            "row and to name a head.",
         ),
     ] = 100,
     margin: Annotated[

@@ -735,13 +735,16 @@ def relation_figure(
 
     _configure_matplotlib()
     n_rel, n_cols = len(relations), len(layers) * len(heads)
+    labelled = n_cols <= 16  # every column named; otherwise one label per layer
     cell_w, cell_h = max(0.16, min(0.5, 9.0 / n_cols)), 0.24
-    left, right, top, bottom, gap = 1.1, 1.1, 0.75, 0.55, 0.55
+    labels_h = 0.6 if labelled else 0.25  # rotated "L2 H8" labels, or one line per layer
+    left, right, top, bottom, gap = 1.1, 1.1, 0.75, 0.3 + labels_h, 0.3 + labels_h
     inner_w, panel_h = n_cols * cell_w, n_rel * cell_h
+    spare = max(0.0, 6.5 - (left + inner_w + right)) / 2  # room for the title
+    left, right = left + spare, right + spare
     width = left + inner_w + right
     height = top + len(panels) * panel_h + (len(panels) - 1) * gap + bottom
     fig = Figure(figsize=(width, height), dpi=style.dpi)
-    labelled = n_cols <= 16  # every column named; otherwise one label per layer
     for p, panel in enumerate(panels):
         y0 = bottom + (len(panels) - 1 - p) * (panel_h + gap)
         ax = fig.add_axes((left / width, y0 / height, inner_w / width, panel_h / height))

@@ -452,7 +452,10 @@ def _coreference_section(
     written.append(write_text_atomic(out / "coreference.csv", _csv(per_head)))
     grid = MetricGrid(layers, heads, report.info.name, style)
     path = out / f"coreference.{style.fmt}"
-    help_text = "the mention's most-attended earlier word is an antecedent's head"
+    help_text = (
+        "most-attended earlier word is an antecedent; nearest-mention baseline "
+        f"{coreference.baseline_accuracy:.2f}"
+    )
     written.append(grid.save(coreference.accuracy[np.ix_(layers, heads)], "coreference",
                              help_text, path))  # fmt: skip
     grid.close()
