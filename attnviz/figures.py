@@ -309,9 +309,7 @@ class HeadFigure:
         dynamic = [self.image, *ax.spines.values(), self.marks, self.title]
         self.frames = _Frames(fig, dynamic, style)
 
-    def draw(
-        self, grid: np.ndarray, title: str, marks: tuple[tuple[int, int], ...] = ()
-    ) -> Any:
+    def draw(self, grid: np.ndarray, title: str, marks: tuple[tuple[int, int], ...] = ()) -> Any:
         """Set one head's `[query, key]` grid and title, outline the `(query, key)` cells in
         `marks`; return the Figure."""
         from matplotlib.patches import Rectangle
