@@ -150,7 +150,8 @@ def encode_words(
     word per given word, in order, plus the special tokens as words of their own. Byte-level
     tokenizers get each word with the space that precedes it in the text (`space_after`), as
     they would see it in running text. A word the tokenizer drops entirely (control or
-    zero-width characters) is given as its unknown token, so that every word keeps a place.
+    zero-width characters) is given as its unknown token (or `_`), so that every word keeps
+    its place.
     Truncation keeps the first words that fit, and says how many.
     """
     if not words:
@@ -175,9 +176,10 @@ def encode_words(
 
     enc = tokenise(spaced, False)
     dropped = set(range(len(words))) - {w for w in enc.word_ids() if w is not None}
-    if dropped and tokenizer.unk_token is not None:
-        spaced = [tokenizer.unk_token if i in dropped else w for i, w in enumerate(spaced)]
-        notes.append(f"{len(dropped)} word(s) with no token given as {tokenizer.unk_token}")
+    if dropped:
+        stand_in = tokenizer.unk_token or "_"
+        spaced = [stand_in if i in dropped else w for i, w in enumerate(spaced)]
+        notes.append(f"{len(dropped)} word(s) with no token given as {stand_in}")
         enc = tokenise(spaced, False)
     n_tokens = len(enc["input_ids"])
     if n_tokens > limit:

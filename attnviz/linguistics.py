@@ -22,7 +22,7 @@ not grow with the corpus (`LinguisticSums`); a few short sentences are kept as e
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -303,7 +303,7 @@ class Linguistics:
             "coreference": None,
         }
         if self.syntax is not None:
-            table = [row.__dict__ for row in self.syntax.table(layers, heads)]
+            table = [asdict(row) for row in self.syntax.table(layers, heads)]
             data["syntax"] = {"table": table, **self.syntax.as_dict()}
         if self.coreference is not None:
             layer, head, accuracy = self.coreference.best(layers, heads)

@@ -187,6 +187,8 @@ def _finish_sentence(reader: _Reader) -> None:
             continue  # a multiword token's surface form; its words follow
         empty_node = isinstance(word_id, tuple)
         if not empty_node:
+            if not cols[1]:
+                raise reader.fail(number, "FORM is empty")
             if word_id != len(words) + 1:
                 raise reader.fail(
                     number, f"word ID {cols[0]} where {len(words) + 1} was expected (IDs count "

@@ -121,6 +121,8 @@ def test_not_utf8_and_not_conllu():
         parse_treebank(b"# text = x\n1\t\xff\n", "f")
     with pytest.raises(InputError, match="line 1: expected 10 tab-separated columns"):
         parse_treebank(b"Just a sentence of plain text.\n", "f")
+    with pytest.raises(InputError, match="line 1: FORM is empty"):
+        parse_treebank(b"1\t\t_\t_\t_\t_\t0\troot\t_\t_\n", "f")
     with pytest.raises(InputError, match="has no sentences"):
         parse_treebank(b"# only a comment\n\n", "f")
 

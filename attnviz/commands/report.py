@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from attnviz.extract import Attention
     from attnviz.figures import Style
     from attnviz.inputs import Sentences
-    from attnviz.linguistics import Linguistics
+    from attnviz.linguistics import CorefResult, Linguistics, SyntaxResult, SyntaxRow
     from attnviz.models import LoadedModel, ModelInfo
     from attnviz.treebank import Treebank
 
@@ -311,9 +311,14 @@ def _write_linguistics(
         lines += ["## The treebank", ""] + [f"- {note}" for note in ling.notes] + [""]
     lines += ["## Syntax", ""]
     if ling.syntax is None:
-        lines += ["Not measured: the treebank has no syntax (its HEAD column is `_`).", ""]
+        reason = (
+            "no arc joins two words the model saw"
+            if ling.has_syntax
+            else "the treebank has no syntax (its HEAD column is `_`)"
+        )
+        lines += [f"Not measured: {reason}.", ""]
     else:
-        lines += _syntax_section(report, ling, out, style, written)
+        lines += _syntax_section(report, ling, ling.syntax, out, style, written)
     lines += ["## Coreference", ""]
     if ling.coreference is None:
         reason = (
@@ -323,7 +328,7 @@ def _write_linguistics(
         )
         lines += [f"Not measured: {reason}.", ""]
     else:
-        lines += _coreference_section(report, ling, out, style, written)
+        lines += _coreference_section(report, ling, ling.coreference, out, style, written)
     named = [(r, report.linguistic_roles(r.layer, r.head)) for r in report.roles]
     lines += [
         "## Heads named for syntax and coreference",
@@ -344,17 +349,20 @@ def _head(layer: int, head: int) -> str:
 
 
 def _syntax_section(
-    report: Report, ling: Linguistics, out: Path, style: Style, written: list[Path]
+    report: Report,
+    ling: Linguistics,
+    syntax: SyntaxResult,
+    out: Path,
+    style: Style,
+    written: list[Path],
 ) -> list[str]:
     from attnviz.figures import relation_figure, save_figure
     from attnviz.linguistics import SHORT_DIRECTIONS
 
-    syntax = ling.syntax
-    assert syntax is not None
     layers, heads = list(report.layers), list(report.heads)
     rows = syntax.table(layers, heads)
     header = ",".join(SYNTAX_FIELDS) + "\n"
-    table = _csv([r.__dict__ for r in rows]) if rows else header
+    table = _csv([asdict(r) for r in rows]) if rows else header
     written.append(write_text_atomic(out / "syntax.csv", table))
     written.append(write_text_atomic(out / "syntax.json", json.dumps(syntax.as_dict(), indent=1)))
     lines = [
@@ -392,14 +400,14 @@ def _syntax_section(
 
 
 def _syntax_examples(
-    rows: list, ling: Linguistics, out: Path, style: Style, written: list[Path]
+    rows: list[SyntaxRow], ling: Linguistics, out: Path, style: Style, written: list[Path]
 ) -> list[str]:
     """The best head of the relations it beats the baseline on most, on a short sentence."""
     from attnviz.figures import HeadFigure
     from attnviz.files import slug
     from attnviz.linguistics import SHORT_DIRECTIONS, word_positions
 
-    best: dict[str, Any] = {}
+    best: dict[str, SyntaxRow] = {}
     for row in sorted(rows, key=lambda r: -r.gain):
         if row.relation in ling.examples:
             best.setdefault(row.relation, row)
@@ -425,7 +433,10 @@ def _syntax_examples(
         marks = tuple(arcs if row.direction == "dependent-to-head" else [(h, d) for d, h in arcs])
         grid = att.weights[row.layer, row.head]  # (W, W)
         direction = SHORT_DIRECTIONS[row.direction]
-        title = f"{row.relation}, {direction}: {_head(row.layer, row.head)} · {row.accuracy:.0%}"
+        title = (
+            f"{row.relation}, {direction}: {_head(row.layer, row.head)} · right on "
+            f"{row.accuracy:.0%} of {row.n} arcs"
+        )
         name = f"syntax-{slug(row.relation)}-layer-{row.layer:02d}-head-{row.head:02d}.{style.fmt}"
         figure = HeadFigure(att, style)
         written.append(figure.save(grid, title, out / name, marks))
@@ -435,14 +446,17 @@ def _syntax_examples(
 
 
 def _coreference_section(
-    report: Report, ling: Linguistics, out: Path, style: Style, written: list[Path]
+    report: Report,
+    ling: Linguistics,
+    coreference: CorefResult,
+    out: Path,
+    style: Style,
+    written: list[Path],
 ) -> list[str]:
     import numpy as np
 
     from attnviz.figures import MetricGrid
 
-    coreference = ling.coreference
-    assert coreference is not None
     layers, heads = list(report.layers), list(report.heads)
     per_head = [
         {"layer": layer, "head": head, "accuracy": float(coreference.accuracy[layer, head]),
