@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -159,3 +161,26 @@ def test_cli_reads_stdin_and_says_what_is_missing(tiny_model_dirs, tmp_path):
     assert not (tmp_path / "o" / "coreference.csv").exists()
     markdown = (tmp_path / "o" / "report.md").read_text()
     assert "## Syntax" in markdown and "Not measured: the treebank has no coreference" in markdown
+
+
+def test_cli_long_sentences_skipped_or_cut(tiny_model_dirs, tmp_path):
+    long = ["# text = long"] + [f"{i} w{i} _ _ _ _ {i - 1} dep _ _" for i in range(1, 81)]
+    source = tmp_path / "long.conllu"
+    source.write_bytes(conllu(long, OLD_MAN))
+    for arch in ("bert", "gpt2"):  # WordPiece with [CLS]/[SEP]; byte-level with no specials
+        args = ["report", "--treebank", str(source), "-m", str(tiny_model_dirs[arch]),
+                "--min-count", "1", "--json"]  # fmt: skip
+        skipped = runner.invoke(app, [*args, "-o", str(tmp_path / f"s-{arch}")])
+        assert skipped.exit_code == 0, skipped.output
+        data = json.loads(skipped.stdout)
+        assert (
+            data["sentences"] == 1
+            and "long.conllu, line 3: skipped, text is" in (data["skipped"][0])
+        )  # the sentence's first word
+        assert "dep" not in data["treebank"]["syntax"]["relations"]
+        cut = runner.invoke(app, [*args, "--truncate", "-o", str(tmp_path / f"c-{arch}")])
+        data = json.loads(cut.stdout)
+        assert data["sentences"] == 2 and not data["skipped"]
+        assert any("1 sentence(s) cut to the model's limit" in n for n in data["treebank"]["notes"])
+        kept = data["treebank"]["syntax"]["relations"]["dep"]["n"]
+        assert 5 < kept < 79  # the arcs inside the cut only
