@@ -330,7 +330,7 @@ def word_view(att: Attention) -> Attention:
     member[np.arange(len(groups)), groups] = 1.0
     counts = member.sum(axis=0)  # (W,)
     to_words = att.weights.astype(np.float64) @ member  # (L, H, T, W)
-    merged = np.einsum("tw,lhtv->lhwv", member, to_words) / counts[:, None]  # (L, H, W, W)
+    merged = (member.T @ to_words) / counts[:, None]  # (W, T) @ (L, H, T, W) -> (L, H, W, W)
     special = np.array([att.special[groups == w].all() for w in range(n_words)])
     return replace(
         att,
