@@ -29,6 +29,8 @@ bench: $(STAMP)
 	$(PY) bench/bench_show.py
 	$(PY) bench/bench_export.py
 	$(PY) bench/bench_export_memory.py
+	$(PY) bench/bench_report.py
+	$(PY) bench/bench_treebank.py
 	$(PY) bench/bench_smollm2.py
 
 lint: $(STAMP)

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.errors import InputError
+
 if TYPE_CHECKING:
     from attnviz.commands.check import CheckResult
     from attnviz.commands.report import Report
@@ -59,19 +61,28 @@ def check(
 
 
 def report(
-    sentences: str | Path | Iterable[str],
+    sentences: str | Path | Iterable[str] | None = None,
     model: str | None = None,
     device: str = "auto",
+    treebank: str | Path | None = None,
     **options: Any,
 ) -> Report:
     """What every head does over `sentences` (a list of texts, or a Path to a file with one
-    per line): metric means, roles and an example. `options` are those of
-    `attnviz.commands.report.build_report` (layers, heads, words, thresholds, batch_size,
-    truncate)."""
+    per line): metric means, roles and an example. With `treebank` (a CoNLL-U file) instead,
+    its sentences, and which heads track its syntax and coreference (`Report.linguistics`).
+    `options` are those of `attnviz.commands.report.build_report` (layers, heads, words,
+    thresholds, batch_size, truncate, min_count, margin)."""
     from attnviz.commands.report import build_report
     from attnviz.inputs import read_sentences
     from attnviz.models import cached_model
+    from attnviz.treebank import read_treebank
 
+    if treebank is not None:
+        if sentences is not None:
+            raise InputError("give sentences or a treebank, not both")
+        return build_report(cached_model(model, device), read_treebank(str(treebank)), **options)
+    if sentences is None:
+        raise InputError("give sentences (texts, or a Path to a file) or treebank=FILE.conllu")
     if isinstance(sentences, Path):
         chosen = read_sentences(str(sentences), None)
     else:

@@ -485,6 +485,35 @@ def report(
             show_default=False,
         ),
     ] = None,
+    treebank: Annotated[
+        str | None,
+        typer.Option(
+            "--treebank",
+            metavar="FILE.conllu",
+            help="Annotated corpus (CoNLL-U; - reads stdin): its sentences are the corpus, and "
+            "heads are also measured on its syntax (HEAD, DEPREL) and coreference (CorefUD "
+            "Entity=).",
+            show_default=False,
+        ),
+    ] = None,
+    min_count: Annotated[
+        int,
+        typer.Option(
+            "--min-count",
+            min=1,
+            help="With --treebank: arcs a relation needs (mentions, for coreference) for a table "
+            "row and to name a head.",
+        ),
+    ] = 100,
+    margin: Annotated[
+        float,
+        typer.Option(
+            "--margin",
+            min=0.0,
+            max=1.0,
+            help="With --treebank: accuracy over a relation's baseline that names a head for it.",
+        ),
+    ] = 0.1,
     batch_size: BatchOpt = 16,
     truncate: TruncateOpt = False,
     fmt: FormatOpt = ImageFormat.png,
@@ -500,20 +529,32 @@ def report(
     same token, to the first token ([CLS]/BOS), to separators, to punctuation, within ±2
     tokens; entropy; attention distance; confidence. Writes report.md, heads.csv,
     heads.json and figures to OUT. --layer/--head restrict the report to those heads.
+
+    With --treebank FILE.conllu, also which heads find syntactic heads and dependents
+    (per relation, against the best fixed-offset baseline) and antecedents of mentions:
+    syntax.csv, syntax.json, coreference.csv, sections and figures in report.md.
     """
     from attnviz import terminal
     from attnviz.commands.report import DEFAULT_CORPUS
     from attnviz.commands.report import report as run_report
     from attnviz.inputs import read_sentences
     from attnviz.metrics import Thresholds
+    from attnviz.treebank import read_treebank
 
     try:
         thresholds = Thresholds.parse(threshold)
-        if not sentences and not file:
-            if not DEFAULT_CORPUS.is_file():
-                raise InputError("the default corpus samples/sentences.txt is not here; use --file")
-            file = str(DEFAULT_CORPUS)
-        chosen = read_sentences(file, sentences)
+        if treebank is not None:
+            if sentences or file:
+                raise InputError("give --treebank or sentences/--file, not both")
+            chosen = read_treebank(treebank)
+        else:
+            if not sentences and not file:
+                if not DEFAULT_CORPUS.is_file():
+                    raise InputError(
+                        "the default corpus samples/sentences.txt is not here; use --file"
+                    )
+                file = str(DEFAULT_CORPUS)
+            chosen = read_sentences(file, sentences)
         style = _style(fmt, dpi, cmap, scale)
         progress = _progress("report")
         with progress:
@@ -530,6 +571,8 @@ def report(
                 thresholds=thresholds,
                 batch_size=batch_size,
                 truncate=truncate,
+                min_count=min_count,
+                margin=margin,
                 on_progress=lambda n: progress.advance(task, n),
                 on_warning=_warn,
             )
@@ -539,6 +582,8 @@ def report(
         typer.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
         return
     terminal.print_report(out_console, result)
+    if result.linguistics is not None:
+        terminal.print_linguistics(out_console, result)
     out_console.print(
         f"wrote {len(written)} files to [bold]{out}/[/]: report.md, heads.csv, heads.json, figures",
         highlight=False,

@@ -175,6 +175,94 @@ def _bos_to_add(loaded: LoadedModel) -> int | None:
     return None if first and first[0] == bos else bos
 
 
+def encode_words(
+    loaded: LoadedModel,
+    words: Sequence[str],
+    space_after: Sequence[bool] | None = None,
+    text: str | None = None,
+    truncate: bool = False,
+) -> Encoded:
+    """Tokenise words given by a treebank, each piece mapped back to its word.
+
+    The tokenizer sees the words as given (`is_split_into_words`), so its word view has one
+    word per given word, in order, plus the special tokens as words of their own. Byte-level
+    tokenizers get each word with the space that precedes it in the text (`space_after`), as
+    they would see it in running text. A word the tokenizer drops entirely (control or
+    zero-width characters) is given as its unknown token (or `_`), so that every word keeps
+    its place. A decoder gets its BOS first, as in `encode`.
+    Truncation keeps the first words that fit, and says how many.
+    """
+    if not words:
+        raise InputError("a sentence with no words")
+    tokenizer = loaded.tokenizer
+    bos = _bos_to_add(loaded)
+    limit = loaded.info.max_tokens - (bos is not None)
+    spaced = list(words)
+    if _is_byte_level(tokenizer):
+        gaps = [False] + [True if space_after is None else bool(s) for s in space_after[:-1]]
+        spaced = [(" " + w if gap else w) for w, gap in zip(words, gaps)]
+    notes: list[str] = []
+
+    def tokenise(items: list[str], cut: bool):
+        return tokenizer(
+            items,
+            is_split_into_words=True,
+            return_special_tokens_mask=True,
+            return_offsets_mapping=True,
+            truncation=cut,
+            max_length=limit if cut else None,
+        )
+
+    enc = tokenise(spaced, False)
+    dropped = set(range(len(words))) - {w for w in enc.word_ids() if w is not None}
+    if dropped:
+        stand_in = tokenizer.unk_token or "_"
+        spaced = [stand_in if i in dropped else w for i, w in enumerate(spaced)]
+        notes.append(f"{len(dropped)} word(s) with no token given as {stand_in}")
+        enc = tokenise(spaced, False)
+    n_tokens = len(enc["input_ids"])
+    if n_tokens > limit:
+        if not truncate:
+            raise too_long(n_tokens + (bos is not None), loaded.info.max_tokens)
+        enc = tokenise(spaced, True)
+        kept = len({w for w in enc.word_ids() if w is not None})
+        notes.append(
+            f"truncated: kept the first {limit} of {n_tokens} tokens ({kept} of {len(words)} words)"
+        )
+    ids = [int(i) for i in enc["input_ids"]]
+    special = [bool(s) for s in enc["special_tokens_mask"]]
+    word_ids = list(enc.word_ids())
+    offsets = [tuple(o) for o in enc["offset_mapping"]]
+    if bos is not None:
+        ids, special = [bos, *ids], [True, *special]
+        word_ids, offsets = [None, *word_ids], [(0, 0), *offsets]
+    raw = tokenizer.convert_ids_to_tokens(ids)
+    from_text = _labels_from_text(tokenizer)
+    token_words: list[int] = []
+    labels: list[str] = []
+    previous = None
+    for token, is_special, word_id in zip(raw, special, word_ids):
+        if is_special or word_id is None or word_id != previous:
+            labels.append(token if is_special or word_id is None else words[word_id])
+        token_words.append(len(labels) - 1)
+        previous = None if is_special else word_id
+    tokens = tuple(
+        (spaced[w][start:end].strip() or "␣") if from_text and w is not None else token
+        for token, w, (start, end) in zip(raw, word_ids, offsets)
+    )
+    joined = text if text is not None else " ".join(words)
+    return Encoded(
+        joined, tuple(ids), tokens, tuple(special), tuple(token_words), tuple(labels), tuple(notes)
+    )
+
+
+def _is_byte_level(tokenizer) -> bool:
+    """GPT-2-style byte-level BPE: a word's leading space is part of its first token."""
+    from tokenizers import decoders
+
+    return isinstance(tokenizer.backend_tokenizer.decoder, decoders.ByteLevel)
+
+
 def _labels_from_text(tokenizer) -> bool:
     """Whether tokens are labelled with the text they cover rather than their vocabulary form.
 
@@ -320,7 +408,7 @@ def word_view(att: Attention) -> Attention:
     member[np.arange(len(groups)), groups] = 1.0
     counts = member.sum(axis=0)  # (W,)
     to_words = att.weights.astype(np.float64) @ member  # (L, H, T, W)
-    merged = np.einsum("tw,lhtv->lhwv", member, to_words) / counts[:, None]  # (L, H, W, W)
+    merged = (member.T @ to_words) / counts[:, None]  # (W, T) @ (L, H, T, W) -> (L, H, W, W)
     special = np.array([att.special[groups == w].all() for w in range(n_words)])
     return replace(
         att,

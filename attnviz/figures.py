@@ -264,11 +264,13 @@ class _Frames:
 class HeadFigure:
     """One reusable per-head figure for one text: query tokens down, key tokens across, colour bar.
 
-    The title's first line names the head, the second the model, text and view.
+    The title's first line names the head, the second the model, text and view. `save` can
+    outline cells, e.g. the arcs of a dependency relation.
     """
 
     def __init__(self, att: Attention, style: Style) -> None:
         import numpy as np
+        from matplotlib.collections import PatchCollection
         from matplotlib.figure import Figure
 
         _configure_matplotlib()
@@ -301,17 +303,27 @@ class HeadFigure:
         colorbar.set_label(style.bar_label, fontsize=9)
         self.title = _header(fig, att)
         self.style = style
-        self.frames = _Frames(fig, [self.image, *ax.spines.values(), self.title], style)
+        self.marks = ax.add_collection(
+            PatchCollection([], facecolor="none", edgecolor="#ff2020", linewidth=1.6)
+        )
+        dynamic = [self.image, *ax.spines.values(), self.marks, self.title]
+        self.frames = _Frames(fig, dynamic, style)
 
-    def draw(self, grid: np.ndarray, title: str) -> Any:
-        """Set one head's `[query, key]` grid and title; return the Figure."""
+    def draw(self, grid: np.ndarray, title: str, marks: tuple[tuple[int, int], ...] = ()) -> Any:
+        """Set one head's `[query, key]` grid and title, outline the `(query, key)` cells in
+        `marks`; return the Figure."""
+        from matplotlib.patches import Rectangle
+
         self.image.set_data(self.style.scaled(grid))
         self.title.set_text(title)
+        self.marks.set_paths([Rectangle((k - 0.5, q - 0.5), 1, 1) for q, k in marks])
         return self.frames.fig
 
-    def save(self, grid: np.ndarray, title: str, path: Path) -> Path:
-        """Draw one head's `[query, key]` grid and write it atomically to `path`."""
-        self.draw(grid, title)
+    def save(
+        self, grid: np.ndarray, title: str, path: Path, marks: tuple[tuple[int, int], ...] = ()
+    ) -> Path:
+        """Draw one head's `[query, key]` grid (and `marks`) and write it atomically to `path`."""
+        self.draw(grid, title, marks)
         return self.frames.save(path)
 
     def close(self) -> None:
@@ -702,4 +714,65 @@ def role_map_figure(
         fontsize=8,
         frameon=False,
     )
+    return fig
+
+
+def relation_figure(
+    accuracy: np.ndarray,
+    relations: list[str],
+    panels: tuple[str, ...],
+    layers: list[int],
+    heads: list[int],
+    title: str,
+    style: Style,
+) -> Any:
+    """Heads × relations heatmaps, one panel per direction: each cell a head's accuracy.
+
+    `accuracy` is (panel, relation, layer, head) over the chosen layers and heads; columns
+    are the heads, grouped by layer; the best head of each row is outlined and labelled.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
+    _configure_matplotlib()
+    n_rel, n_cols = len(relations), len(layers) * len(heads)
+    labelled = n_cols <= 16  # every column named; otherwise one label per layer
+    cell_w, cell_h = max(0.16, min(0.5, 9.0 / n_cols)), 0.24
+    labels_h = 0.6 if labelled else 0.25  # rotated "L2 H8" labels, or one line per layer
+    left, right, top, bottom, gap = 1.1, 1.1, 0.75, 0.3 + labels_h, 0.3 + labels_h
+    inner_w, panel_h = n_cols * cell_w, n_rel * cell_h
+    spare = max(0.0, 6.5 - (left + inner_w + right)) / 2  # room for the title
+    left, right = left + spare, right + spare
+    width = left + inner_w + right
+    height = top + len(panels) * panel_h + (len(panels) - 1) * gap + bottom
+    fig = Figure(figsize=(width, height), dpi=style.dpi)
+    for p, panel in enumerate(panels):
+        y0 = bottom + (len(panels) - 1 - p) * (panel_h + gap)
+        ax = fig.add_axes((left / width, y0 / height, inner_w / width, panel_h / height))
+        grid = accuracy[p].reshape(n_rel, n_cols)  # (R, layers × heads)
+        image = ax.imshow(grid, cmap=style.cmap, vmin=0.0, vmax=1.0, aspect="auto",
+                          interpolation="nearest")  # fmt: skip
+        for r, c in enumerate(grid.argmax(axis=1)):
+            ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="#ff2020",
+                                   linewidth=1.2))  # fmt: skip
+            ax.text(c, r, f"{grid[r, c]:.2f}".replace("0.", ".", 1), ha="center", va="center",
+                    fontsize=5.5, color="black" if grid[r, c] > 0.55 else "white")  # fmt: skip
+        for boundary in range(1, len(layers)):
+            ax.axvline(boundary * len(heads) - 0.5, color="white", linewidth=1.0)
+        ax.set_yticks(range(n_rel), relations, fontsize=7)
+        if labelled:
+            names = [f"L{layer} H{head}" for layer in layers for head in heads]
+            ax.set_xticks(range(n_cols), names, rotation=90, fontsize=6)
+        else:
+            centres = [(i + 0.5) * len(heads) - 0.5 for i in range(len(layers))]
+            ax.set_xticks(centres, [f"layer {layer}" for layer in layers], fontsize=7)
+        ax.tick_params(length=0)
+        ax.set_title(panel, fontsize=9, loc="left")
+    if not labelled:
+        fig.text(0.5, 0.12 / height, f"heads {heads[0]}–{heads[-1]} of each layer, left to "
+                 "right; the best head of each row outlined", ha="center", fontsize=7)  # fmt: skip
+    bar = fig.add_axes(((left + inner_w + 0.25) / width, bottom / height, 0.15 / width,
+                        (height - top - bottom) / height))  # fmt: skip
+    fig.colorbar(image, cax=bar, label="accuracy")
+    fig.text(0.5, 1 - 0.3 / height, title, ha="center", va="center", fontsize=10)
     return fig

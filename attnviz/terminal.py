@@ -409,3 +409,55 @@ def print_report(console: Console, report: Report) -> None:
             f"{probes.loss_second:.2f} on the second",
             highlight=False,
         )
+
+
+def print_linguistics(console: Console, report: Report) -> None:
+    """The Clark-style table (best head per relation and direction, against the baseline),
+    coreference's best heads, and how many heads are named for them."""
+    from attnviz.linguistics import SHORT_DIRECTIONS
+
+    ling = report.linguistics
+    if ling is None:
+        return
+    layers, heads = list(report.layers), list(report.heads)
+    for note in ling.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    if ling.syntax is not None:
+        rows = ling.syntax.table(layers, heads)
+        table = Table(
+            title=f"Syntax: the best head per relation (relations with ≥ {ling.min_count} arcs)",
+            title_justify="left",
+        )
+        for name, justify in (("relation", "left"), ("direction", "left"), ("best head", "left"),
+                              ("accuracy", "right"), ("baseline", "right"), ("offset", "right"),
+                              ("arcs", "right")):  # fmt: skip
+            table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        for row in rows:
+            better = row.accuracy >= row.baseline_accuracy + ling.margin
+            table.add_row(
+                row.relation,
+                SHORT_DIRECTIONS[row.direction],
+                f"L{row.layer} H{row.head}",
+                Text(f"{row.accuracy:.1%}", style="bold green" if better else ""),
+                f"{row.baseline_accuracy:.1%}",
+                f"{row.baseline:+d}",
+                str(row.n),
+            )
+        if rows:
+            console.print(table)
+        else:
+            console.print(f"Syntax: no relation has {ling.min_count} arcs (--min-count).")
+    if ling.coreference is not None:
+        layer, head, accuracy = ling.coreference.best(layers, heads)
+        console.print(
+            f"Coreference: {ling.coreference.mentions} mentions with an antecedent; best head "
+            f"L{layer} H{head} {accuracy:.1%}, nearest-mention baseline "
+            f"{ling.coreference.baseline_accuracy:.1%}",
+            highlight=False,
+        )
+    named = sum(1 for r in report.roles if report.linguistic_roles(r.layer, r.head))
+    console.print(
+        f"[dim]{named} head(s) beat a baseline by ≥ {100 * ling.margin:.0f} points (--margin): "
+        "see linguistic_roles in heads.csv; green = such a head.[/]",
+        highlight=False,
+    )

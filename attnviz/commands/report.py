@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,8 +31,10 @@ if TYPE_CHECKING:
     from attnviz.extract import Attention
     from attnviz.figures import Style
     from attnviz.inputs import Sentences
+    from attnviz.linguistics import CorefResult, Linguistics, SyntaxResult, SyntaxRow
     from attnviz.models import LoadedModel, ModelInfo
     from attnviz.probes import ProbeResult
+    from attnviz.treebank import Treebank
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "samples" / "sentences.txt"
 
@@ -68,6 +71,7 @@ class Report:
     layers: tuple[int, ...]  # the layers and heads the report is about
     heads: tuple[int, ...]
     probes: ProbeResult | None = None  # causal models: induction and duplicate-token probes
+    linguistics: Linguistics | None = None  # with --treebank: syntax and coreference
 
     def chosen_means(self, metric: int) -> np.ndarray:
         """One metric's means over the chosen layers × heads: (len(layers), len(heads))."""
@@ -84,6 +88,7 @@ class Report:
                 "head": role.head,
                 "role": role.role,
                 "role_score": role.score,
+                "linguistic_roles": self.linguistic_roles(role.layer, role.head),
             }
             for m, name in enumerate(METRICS):
                 value = float(self.means[m, role.layer, role.head])
@@ -93,6 +98,12 @@ class Report:
                     row[name] = float(self.probes.scores[p, role.layer, role.head])
             rows.append(row)
         return rows
+
+    def linguistic_roles(self, layer: int, head: int) -> list[str]:
+        """What annotated text names this head for (e.g. `syntax:det`); empty without it."""
+        if self.linguistics is None:
+            return []
+        return self.linguistics.roles.get((layer, head), [])
 
     def strongest(self, per_role: int = 3) -> dict[str, list[HeadRole]]:
         """The heads with the highest scores for each role that some head has."""
@@ -114,6 +125,9 @@ class Report:
             "head_indices": list(self.heads),
             "probes": self.probes.as_dict() if self.probes is not None else None,
             "heads": self.rows(),
+            "treebank": None
+            if self.linguistics is None
+            else self.linguistics.as_dict(list(self.layers), list(self.heads)),
         }
 
 
@@ -139,7 +153,7 @@ def report(
 
 def build_report(
     loaded: LoadedModel,
-    sentences: Sentences,
+    sentences: Sentences | Treebank,
     layers: list[int] | None = None,
     heads: list[int] | None = None,
     words: bool = False,
@@ -148,22 +162,36 @@ def build_report(
     truncate: bool = False,
     on_progress: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
+    min_count: int = 100,
+    margin: float = 0.1,
 ) -> Report:
     """Run every sentence through the model, summing head metrics as it goes (flat memory).
 
     Metrics are summed for every head (one vectorised pass); roles and files cover the
-    chosen `layers` and `heads` (default: all).
+    chosen `layers` and `heads` (default: all). A treebank's sentences are read as its
+    words, and its syntax and coreference are measured too (`attnviz.linguistics`).
     """
-    from attnviz.extract import encode, extract_many, view
+    from attnviz.extract import encode, encode_words, extract_many, view, word_view
+    from attnviz.linguistics import LinguisticSums
+    from attnviz.treebank import Treebank
 
     chosen_layers = loaded.info.pick_layers(layers)
     chosen_heads = loaded.info.pick_heads(heads)
     skipped: list[str] = []
+    treebank = sentences if isinstance(sentences, Treebank) else None
+    waiting: deque = deque()  # the treebank sentences whose attention is on its way
 
     def encoded():
         for sentence in sentences.items:
             try:
-                yield encode(loaded, sentence.text, truncate)
+                if treebank:
+                    encoded_words = encode_words(
+                        loaded, sentence.words, sentence.space_after, sentence.text, truncate
+                    )
+                    waiting.append(sentence)  # before the yield: a batch may run right after
+                    yield encoded_words
+                else:
+                    yield encode(loaded, sentence.text, truncate)
             except TextTooLongError as error:
                 note = f"{sentences.source}, line {sentence.line}: skipped, {error}"
                 skipped.append(note)
@@ -171,10 +199,21 @@ def build_report(
                     on_warning(note)
 
     sums = MetricSums()
+    linguistic = LinguisticSums()
+    changed: dict[str, int] = {}  # what encode_words had to do, sentences each
     example = None
     for att in extract_many(loaded, encoded(), batch_size):
         shown = view(att, words)
         sums.add(shown)
+        if treebank:
+            linguistic.add(shown if words else word_view(att), waiting.popleft())
+            for note in att.notes:
+                kind = (
+                    "cut to the model's limit (--truncate); arcs and mentions past the cut left out"
+                    if note.startswith("truncated")
+                    else "had a word the tokenizer drops, given as its unknown token"
+                )
+                changed[kind] = changed.get(kind, 0) + 1
         example = example or shown
         if on_progress:
             on_progress(1)
@@ -203,6 +242,11 @@ def build_report(
         layers=tuple(chosen_layers),
         heads=tuple(chosen_heads),
         probes=probes,
+        linguistics=linguistic.result(
+            treebank, min_count, margin, tuple(f"{n} sentence(s) {k}" for k, n in changed.items())
+        )
+        if treebank
+        else None,
     )
 
 
@@ -214,12 +258,8 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
     prepare_dir(out)
     clear_previous(out)
     written = []
-    rows = report.rows()
-    table = io.StringIO()
-    writer = csv.DictWriter(table, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    written.append(write_text_atomic(out / "heads.csv", table.getvalue()))
+    rows = [{**row, "linguistic_roles": ";".join(row["linguistic_roles"])} for row in report.rows()]
+    written.append(write_text_atomic(out / "heads.csv", _csv(rows)))
     written.append(
         write_text_atomic(
             out / "heads.json", json.dumps(report.as_dict(), ensure_ascii=False, indent=1)
@@ -247,7 +287,11 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
         examples[role] = head_fig.save(grid, head_title(best.layer, best.head, grid), path)
         written.append(examples[role])
     head_fig.close()
-    written.append(write_text_atomic(out / "report.md", _markdown(report, examples, style)))
+    sections: list[str] = []
+    if report.linguistics is not None:
+        sections = _write_linguistics(report, report.linguistics, out, style, written)
+    markdown = _markdown(report, examples, style, sections)
+    written.append(write_text_atomic(out / "report.md", markdown))
     files = [str(path.relative_to(out.parent)) for path in written]
     write_done(out, {"model": report.info.name, **asdict(style)}, {"files": files})
     return written
@@ -261,6 +305,219 @@ def _probe_scores(report: Report) -> dict[str, np.ndarray]:
         return {}
     pick = np.ix_(report.layers, report.heads)
     return {name: report.probes.scores[p][pick] for p, name in enumerate(PROBES)}
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return table.getvalue()
+
+
+def _offset(k: int) -> str:
+    """A fixed relative offset in words: 'previous word (−1)', '3 words after (+3)'."""
+    if k == 0:
+        return "the word itself (0)"
+    where = "after" if k > 0 else "before"
+    if abs(k) == 1:
+        return f"{'next' if k > 0 else 'previous'} word ({k:+d})"
+    return f"{abs(k)} words {where} ({k:+d})"
+
+
+EXAMPLE_RELATIONS = 4  # relations drawn on an example sentence
+SYNTAX_FIELDS = ("relation", "direction", "layer", "head", "accuracy", "n", "baseline",
+                 "baseline_accuracy")  # fmt: skip
+
+
+def _write_linguistics(
+    report: Report, ling: Linguistics, out: Path, style: Style, written: list[Path]
+) -> list[str]:
+    """Write syntax.csv, syntax.json, coreference.csv and their figures into `out`; return
+    the report.md sections: Syntax, Coreference and the heads named for them."""
+    lines = []
+    if ling.notes:
+        lines += ["## The treebank", ""] + [f"- {note}" for note in ling.notes] + [""]
+    lines += ["## Syntax", ""]
+    if ling.syntax is None:
+        reason = (
+            "no arc joins two words the model saw"
+            if ling.has_syntax
+            else "the treebank has no syntax (its HEAD column is `_`)"
+        )
+        lines += [f"Not measured: {reason}.", ""]
+    else:
+        lines += _syntax_section(report, ling, ling.syntax, out, style, written)
+    lines += ["## Coreference", ""]
+    if ling.coreference is None:
+        reason = (
+            "no mention has an earlier mention of its entity in its sentence"
+            if ling.has_coreference
+            else "the treebank has no coreference (no `Entity=` in MISC)"
+        )
+        lines += [f"Not measured: {reason}.", ""]
+    else:
+        lines += _coreference_section(report, ling, ling.coreference, out, style, written)
+    named = [(r, report.linguistic_roles(r.layer, r.head)) for r in report.roles]
+    lines += [
+        "## Heads named for syntax and coreference",
+        "",
+        f"A head is named for a relation when its accuracy beats the relation's baseline by at "
+        f"least {100 * ling.margin:.0f} percentage points (--margin), on relations with at "
+        f"least {ling.min_count} arcs (mentions for coreference): `syntax:REL` for "
+        "dependent → head, `syntax:REL:h2d` for head → dependent.",
+        "",
+    ]
+    rows = [(_head(r.layer, r.head), r.role, ", ".join(n)) for r, n in named if n]
+    lines += _table(("head", "positional role", "named for"), rows) if rows else ["No head."]
+    return lines + [""]
+
+
+def _head(layer: int, head: int) -> str:
+    return f"layer {layer} · head {head}"
+
+
+def _syntax_section(
+    report: Report,
+    ling: Linguistics,
+    syntax: SyntaxResult,
+    out: Path,
+    style: Style,
+    written: list[Path],
+) -> list[str]:
+    from attnviz.figures import relation_figure, save_figure
+    from attnviz.linguistics import SHORT_DIRECTIONS
+
+    layers, heads = list(report.layers), list(report.heads)
+    rows = syntax.table(layers, heads)
+    header = ",".join(SYNTAX_FIELDS) + "\n"
+    table = _csv([asdict(r) for r in rows]) if rows else header
+    written.append(write_text_atomic(out / "syntax.csv", table))
+    written.append(write_text_atomic(out / "syntax.json", json.dumps(syntax.as_dict(), indent=1)))
+    lines = [
+        "For every arc of the treebank (dependent d, head h), a head is right when its",
+        "most-attended word from d is h (*dep → head*) or from h is d (*head → dep*); words",
+        "only, special tokens excluded. The baseline is the best fixed offset for the relation",
+        f"on the same arcs. Relations with at least {ling.min_count} arcs, the best head of each:",
+        "",
+    ]
+    lines += _table(
+        ("relation", "direction", "best head", "accuracy", "baseline", "baseline accuracy", "arcs"),
+        [
+            (r.relation, SHORT_DIRECTIONS[r.direction], _head(r.layer, r.head),
+             f"{r.accuracy:.1%}", _offset(r.baseline), f"{r.baseline_accuracy:.1%}", r.n)
+            for r in rows
+        ],
+    )  # fmt: skip
+    left_out = [
+        f"{rel} ({n})" for rel, n in zip(syntax.relations, syntax.arcs) if n < ling.min_count
+    ]
+    if left_out:
+        lines += ["", f"Left out, fewer than {ling.min_count} arcs: {', '.join(left_out)}."]
+    lines += [""]
+    counted = syntax.counted()
+    if counted:
+        accuracy = syntax.accuracy[:, counted][:, :, layers][:, :, :, heads]  # (2, R, l, h)
+        labels = [f"{syntax.relations[r]} ({int(syntax.arcs[r])})" for r in counted]
+        title = f"Syntax: accuracy of every head per relation — {report.info.name}"
+        panels = ("dependent → head", "head → dependent")
+        figure = relation_figure(accuracy, labels, panels, layers, heads, title, style)
+        path = save_figure(figure, out / f"syntax-heads.{style.fmt}", style)
+        written.append(path)
+        lines += [_figure("heads × relations", path), ""]
+    return lines + _syntax_examples(rows, ling, out, style, written)
+
+
+def _syntax_examples(
+    rows: list[SyntaxRow], ling: Linguistics, out: Path, style: Style, written: list[Path]
+) -> list[str]:
+    """The best head of the relations it beats the baseline on most, on a short sentence."""
+    from attnviz.figures import HeadFigure
+    from attnviz.files import slug
+    from attnviz.linguistics import SHORT_DIRECTIONS, word_positions
+
+    best: dict[str, SyntaxRow] = {}
+    for row in sorted(rows, key=lambda r: -r.gain):
+        if row.relation in ling.examples:
+            best.setdefault(row.relation, row)
+    chosen = list(best.values())[:EXAMPLE_RELATIONS]
+    if not chosen:
+        return []
+    lines = [
+        "### The best heads on an example",
+        "",
+        "The relation's arcs are outlined in red: the cell (dependent, head) for dep → head,",
+        "(head, dependent) for head → dep.",
+        "",
+    ]
+    for row in chosen:
+        att, sentence = ling.examples[row.relation]
+        positions = word_positions(att, len(sentence.words))  # word -> its row in the view
+        n = len(positions)
+        arcs = [
+            (int(positions[d]), int(positions[h]))
+            for d, (h, rel) in enumerate(zip(sentence.heads or (), sentence.relations or ()))
+            if rel == row.relation and 0 <= h < n and d < n
+        ]
+        marks = tuple(arcs if row.direction == "dependent-to-head" else [(h, d) for d, h in arcs])
+        grid = att.weights[row.layer, row.head]  # (W, W)
+        direction = SHORT_DIRECTIONS[row.direction]
+        title = (
+            f"{row.relation}, {direction}: {_head(row.layer, row.head)} · right on "
+            f"{row.accuracy:.0%} of {row.n} arcs"
+        )
+        name = f"syntax-{slug(row.relation)}-layer-{row.layer:02d}-head-{row.head:02d}.{style.fmt}"
+        figure = HeadFigure(att, style)
+        written.append(figure.save(grid, title, out / name, marks))
+        figure.close()
+        lines += [f"**{row.relation}** ({direction})", "", _figure(row.relation, out / name), ""]
+    return lines
+
+
+def _coreference_section(
+    report: Report,
+    ling: Linguistics,
+    coreference: CorefResult,
+    out: Path,
+    style: Style,
+    written: list[Path],
+) -> list[str]:
+    import numpy as np
+
+    from attnviz.figures import MetricGrid
+
+    layers, heads = list(report.layers), list(report.heads)
+    per_head = [
+        {"layer": layer, "head": head, "accuracy": float(coreference.accuracy[layer, head]),
+         "n": coreference.mentions}
+        for layer in layers for head in heads
+    ]  # fmt: skip
+    written.append(write_text_atomic(out / "coreference.csv", _csv(per_head)))
+    grid = MetricGrid(layers, heads, report.info.name, style)
+    path = out / f"coreference.{style.fmt}"
+    help_text = (
+        "most-attended earlier word is an antecedent; nearest-mention baseline "
+        f"{coreference.baseline_accuracy:.2f}"
+    )
+    written.append(grid.save(coreference.accuracy[np.ix_(layers, heads)], "coreference",
+                             help_text, path))  # fmt: skip
+    grid.close()
+    top = sorted(per_head, key=lambda r: -r["accuracy"])[:3]
+    lines = [
+        f"**{coreference.mentions} mentions** have an antecedent (an earlier mention of the",
+        "same entity in the sentence). A head is right when the mention's head word's",
+        "most-attended earlier word is the head word of one of them. Baseline, the nearest",
+        f"earlier mention: **{coreference.baseline_accuracy:.1%}**.",
+        "",
+    ]
+    lines += _table(
+        ("head", "accuracy", "mentions"),
+        [(_head(r["layer"], r["head"]), f"{r['accuracy']:.1%}", r["n"]) for r in top],
+    )
+    if coreference.mentions < ling.min_count:
+        lines += ["", f"Fewer than {ling.min_count} mentions (--min-count): too few to name a "
+                  "head for coreference."]  # fmt: skip
+    return lines + ["", _figure("coreference accuracy", path), ""]
 
 
 def _cell(value: object) -> str:
@@ -282,7 +539,7 @@ def _figure(alt: str, path: Path) -> str:
     return f"![{alt}]({path.name})"
 
 
-def _markdown(report: Report, examples: dict[str, Path], style: Style) -> str:
+def _markdown(report: Report, examples: dict[str, Path], style: Style, sections: list[str]) -> str:
     info = report.info
     ext = style.fmt
     every = len(report.layers) == info.n_layers and len(report.heads) == info.n_heads
@@ -353,6 +610,7 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style) -> str:
             "the work of induction heads.",
             "",
         ]
+    lines += sections
     lines += ["## Metrics", ""]
     names = [*METRICS, *probed]
     lines += _table(("metric", "definition"), [(n, METRIC_HELP[n]) for n in names])
