@@ -32,10 +32,13 @@ bench: $(STAMP)
 	$(PY) bench/bench_report.py
 	$(PY) bench/bench_treebank.py
 	$(PY) bench/bench_smollm2.py
+	$(PY) bench/bench_html.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench
 	$(VENV)/bin/ruff format --check attnviz tests bench
+	@# The page script is a real file: a syntax check wherever node is installed.
+	@if command -v node >/dev/null; then node --check attnviz/html/page.js; fi
 
 clean:
 	rm -rf $(VENV) attnviz-out

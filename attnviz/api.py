@@ -30,6 +30,7 @@ def attention(
     truncate: bool = False,
     device: str = "auto",
     layers: list[int] | None = None,
+    pair: str | None = None,
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
 
@@ -37,13 +38,17 @@ def attention(
     each row; `truncate` cuts a text longer than the model takes (and says so in `notes`);
     `layers` keeps only those layers (`weights[i]` is layer `layers[i]`; `pattern(layer, head)`
     finds one), which is what makes long texts fit in memory.
+    `pair` (encoders): read `[CLS] text [SEP] pair [SEP]` with token types; `segments` then
+    says which sentence each token is in.
     """
     from attnviz.extract import extract, require_text, view
     from attnviz.models import cached_model
 
     require_text(text)
     loaded = cached_model(model, device)
-    return view(extract(loaded, text, truncate=truncate, layers=layers), words, hide_special)
+    return view(
+        extract(loaded, text, truncate=truncate, layers=layers, pair=pair), words, hide_special
+    )
 
 
 def check(

@@ -216,6 +216,16 @@ def show(
     layer: LayerOpt = None,
     head: HeadOpt = None,
     query: QueryOpt = None,
+    pair: Annotated[
+        str | None,
+        typer.Option(
+            "--pair",
+            metavar="TEXT",
+            help="A second sentence (encoders): the model reads [CLS] TEXT [SEP] PAIR [SEP] "
+            "with token types; the --html page can restrict to A→B, B→A, A→A, B→B.",
+            show_default=False,
+        ),
+    ] = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Tokens listed per head.")] = 3,
     words: WordsOpt = False,
     hide_special: HideOpt = False,
@@ -224,6 +234,9 @@ def show(
         "attnviz-out"
     ),
     no_images: Annotated[bool, _flag("--no-images", "Do not write images.")] = False,
+    html: Annotated[
+        bool, _flag("--html", "Also write attention.html, an interactive page that works offline.")
+    ] = False,
     fmt: FormatOpt = ImageFormat.png,
     dpi: DpiOpt = 100,
     cmap: CmapOpt = "viridis",
@@ -252,10 +265,13 @@ def show(
             words=words,
             hide_special_tokens=hide_special,
             truncate=truncate,
-            out=None if no_images else out,
+            out=None if no_images and not html else out,
             style=_style(fmt, dpi, cmap, scale),
             device=device.value,
             query=query,
+            images=not no_images,
+            html=html,
+            pair=pair,
         )
     except AttnvizError as error:
         raise _fail(error) from None
@@ -276,9 +292,13 @@ def show(
         terminal.print_head_details(console, result.view, result.summaries)
     if len(result.layers) == 1 and len(result.heads) == 1:
         terminal.print_heatmap(console, result.view, result.layers[0], result.heads[0], scale.value)
-    if result.folder is not None:
+    if result.images:
         console.print(
             f"wrote {len(result.images)} images to [bold]{result.folder}/[/]", highlight=False
+        )
+    if result.page is not None:
+        console.print(
+            f"wrote the interactive page [bold]{result.page}[/]", highlight=False, soft_wrap=True
         )
 
 
@@ -368,6 +388,9 @@ def export(
     save_raw: Annotated[
         bool, _flag("--save-raw", "Also write attention.npz [layer, head, q, k].")
     ] = False,
+    html: Annotated[
+        bool, _flag("--html", "Also write attention.html (interactive, offline) per sentence.")
+    ] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Rendering processes.")] = 1,
     batch_size: BatchOpt = 8,
     overwrite: Annotated[
@@ -398,6 +421,7 @@ def export(
             hide_special=hide_special,
             truncate=truncate,
             save_raw=save_raw,
+            html=html,
             fmt=fmt.value,
             dpi=dpi,
             cmap=_style(fmt, dpi, cmap).cmap,

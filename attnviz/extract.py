@@ -32,6 +32,8 @@ class Encoded:
     words: tuple[int, ...]  # word index of each token; special tokens are words of their own
     word_labels: tuple[str, ...]
     notes: tuple[str, ...]
+    pair: str | None = None  # the second sentence of a pair: [CLS] text [SEP] pair [SEP]
+    segments: tuple[int, ...] | None = None  # with a pair: 0 for text's tokens, 1 for pair's
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -52,6 +54,8 @@ class Attention:
     notes: tuple[str, ...] = ()
     hidden_special: bool = False  # special tokens dropped and rows renormalised
     layers: tuple[int, ...] | None = None  # the model layers `weights` holds, in order; None: all
+    pair: str | None = None  # the second sentence, when the model read a sentence pair
+    segments: tuple[int, ...] | None = None  # with a pair: 0 (first sentence) or 1, per token
 
     def slot(self, layer: int) -> int:
         """Where model layer `layer` is in `weights` (refusing one that was not extracted)."""
@@ -105,6 +109,27 @@ class Attention:
         every_layer, every_head = self.held_layers(), self.info.pick_heads(None)
         return query_figure(self, index, every_layer, every_head, style or Style())
 
+    def to_html(self, scale: str = "absolute", cmap: str = "viridis") -> str:
+        """The interactive page (head, model, matrix, query and inside-one-head views) as one
+        self-contained HTML string: nothing in it loads from the network."""
+        from attnviz.html import build_page
+        from attnviz.html.inside import inside_for
+
+        return build_page(
+            self, inside=inside_for(self), scale=scale, cmap=cmap, segments=self.segments
+        )
+
+    def _repr_html_(self) -> str:
+        """A notebook cell showing an Attention shows the interactive page, in a sandboxed
+        frame so that its script and Content-Security-Policy stay its own."""
+        import html
+
+        page = html.escape(self.to_html(), quote=True)
+        return (
+            f'<iframe srcdoc="{page}" sandbox="allow-scripts" '
+            'style="width:100%;height:720px;border:1px solid #ddd"></iframe>'
+        )
+
     def _repr_png_(self) -> bytes:
         """A notebook cell showing an Attention shows its overview."""
         from attnviz.figures import figure_png
@@ -112,57 +137,84 @@ class Attention:
         return figure_png(self.overview())
 
 
-def require_text(text: str) -> None:
+def require_text(text: str, what: str = "text") -> None:
     """Refuse text with no word in it."""
     if not text.strip():
-        raise InputError("text is empty: give a sentence with at least one word")
+        raise InputError(f"{what} is empty: give a sentence with at least one word")
 
 
-def encode(loaded: LoadedModel, text: str, truncate: bool = False) -> Encoded:
-    """Tokenise one text, refusing empty text and text longer than the model takes.
+def encode(
+    loaded: LoadedModel, text: str, truncate: bool = False, pair: str | None = None
+) -> Encoded:
+    """Tokenise one text (or a sentence pair: `[CLS] text [SEP] pair [SEP]` with token types),
+    refusing empty text and text longer than the model takes.
 
     A decoder whose tokenizer does not start texts with BOS (GPT-2, SmolLM2, Qwen) gets its
     BOS token put first: a decoder parks spare attention on its first token, and a special
     BOS takes that role as [CLS] does in BERT (so --hide-special and the maps treat it alike).
     """
     require_text(text)
+    if pair is not None:
+        require_text(pair, "the --pair sentence")
+        if loaded.info.causal:
+            raise InputError(
+                f"--pair needs an encoder that reads sentence pairs; {loaded.info.name} is a "
+                "decoder"
+            )
     tokenizer = loaded.tokenizer
     bos = _bos_to_add(loaded)
     limit = loaded.info.max_tokens - (bos is not None)
     notes: list[str] = []
-    enc = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    options = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
+    enc = tokenizer(text, pair, **options)
     n_tokens = len(enc["input_ids"])
     if n_tokens > limit:
         if not truncate:
             raise too_long(n_tokens + (bos is not None), loaded.info.max_tokens)
-        enc = tokenizer(
-            text,
-            return_offsets_mapping=True,
-            return_special_tokens_mask=True,
-            truncation=True,
-            max_length=limit,
-        )
+        enc = tokenizer(text, pair, truncation=True, max_length=limit, **options)
         kept_chars = max((end for _, end in enc["offset_mapping"]), default=0)
         notes.append(
             f"truncated: kept the first {limit} of {n_tokens} tokens "
-            f"(text cut after character {kept_chars} of {len(text)})"
+            + (
+                f"(text cut after character {kept_chars} of {len(text)})"
+                if pair is None
+                else "(the longer sentence of the pair was cut)"
+            )
         )
 
     ids = tuple(int(i) for i in enc["input_ids"])
     special = tuple(bool(s) for s in enc["special_tokens_mask"])
     offsets = [tuple(o) for o in enc["offset_mapping"]]
     word_ids = enc.word_ids()
+    sequence_ids = enc.sequence_ids()
     if bos is not None:
         ids, special = (bos, *ids), (True, *special)
         offsets, word_ids = [(0, 0), *offsets], [None, *word_ids]
+        sequence_ids = [None, *sequence_ids]
+    # Offsets index into the sentence each token came from.
+    sources = [pair if seq == 1 else text for seq in sequence_ids]
     raw = tokenizer.convert_ids_to_tokens(list(ids))
     from_text = _labels_from_text(tokenizer)
     tokens = tuple(
-        (text[start:end].strip() or "␣") if from_text and not is_special else token
-        for token, is_special, (start, end) in zip(raw, special, offsets)
+        (source[start:end].strip() or "␣") if from_text and not is_special else token
+        for token, is_special, (start, end), source in zip(raw, special, offsets, sources)
     )
-    words, word_labels = _group_words(text, raw, special, offsets, word_ids)
-    return Encoded(text, ids, tokens, special, words, word_labels, tuple(notes))
+    words, word_labels = _group_words(sources, raw, special, offsets, word_ids)
+    segments = None
+    if pair is not None:
+        segments = tuple(_segment_of(sequence_ids))
+    return Encoded(text, ids, tokens, special, words, word_labels, tuple(notes), pair, segments)
+
+
+def _segment_of(sequence_ids: list[int | None]) -> list[int]:
+    """Each token's sentence (0 or 1); a special token belongs to the sentence it closes
+    ([CLS] and the first [SEP] to the first, the last [SEP] to the second)."""
+    segments, current = [], 0
+    for seq in sequence_ids:
+        if seq is not None:
+            current = seq
+        segments.append(current)
+    return segments
 
 
 def _bos_to_add(loaded: LoadedModel) -> int | None:
@@ -275,23 +327,26 @@ def _labels_from_text(tokenizer) -> bool:
     return not isinstance(tokenizer.backend_tokenizer.model, models.WordPiece)
 
 
-def _group_words(text, raw, special, offsets, word_ids):
-    """Give each token a word index: consecutive pieces of one word share it."""
+def _group_words(sources, raw, special, offsets, word_ids):
+    """Give each token a word index: consecutive pieces of one word share it. `sources[i]` is
+    the sentence token i's offsets index into."""
     words: list[int] = []
     labels: list[str] = []
-    spans: list[list[int]] = []
+    spans: list[list] = []
     previous = object()
-    for token, is_special, (start, end), word_id in zip(raw, special, offsets, word_ids):
+    for token, is_special, (start, end), word_id, source in zip(
+        raw, special, offsets, word_ids, sources
+    ):
         if is_special or word_id is None or word_id != previous:
             labels.append(token if is_special or word_id is None else "")
-            spans.append([start, end])
+            spans.append([start, end, source])
         else:
             spans[-1][1] = end
         words.append(len(labels) - 1)
         previous = None if is_special else word_id
-    for index, (start, end) in enumerate(spans):
+    for index, (start, end, source) in enumerate(spans):
         if not labels[index]:
-            labels[index] = text[start:end].strip() or text[start:end]
+            labels[index] = source[start:end].strip() or source[start:end]
     return tuple(words), tuple(labels)
 
 
@@ -307,10 +362,16 @@ def pad(loaded: LoadedModel, batch: Sequence[Encoded]) -> dict:
     pad_id = loaded.tokenizer.pad_token_id or 0
     input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
+    types = torch.zeros((len(batch), width), dtype=torch.long)
     for row, encoded in enumerate(batch):
         input_ids[row, : len(encoded)] = torch.tensor(encoded.ids)
         mask[row, : len(encoded)] = 1
-    return {"input_ids": input_ids.to(loaded.device), "attention_mask": mask.to(loaded.device)}
+        if encoded.segments is not None:
+            types[row, : len(encoded)] = torch.tensor(encoded.segments)
+    inputs = {"input_ids": input_ids, "attention_mask": mask}
+    if any(encoded.segments is not None for encoded in batch):
+        inputs["token_type_ids"] = types  # the second sentence of a pair is type 1
+    return {name: tensor.to(loaded.device) for name, tensor in inputs.items()}
 
 
 def attend(
@@ -354,16 +415,23 @@ def attend(
                 word_labels=encoded.word_labels,
                 notes=encoded.notes,
                 layers=tuple(chosen),
+                pair=encoded.pair,
+                segments=encoded.segments,
             )
         )
     return results
 
 
 def extract(
-    loaded: LoadedModel, text: str, truncate: bool = False, layers: Sequence[int] | None = None
+    loaded: LoadedModel,
+    text: str,
+    truncate: bool = False,
+    layers: Sequence[int] | None = None,
+    pair: str | None = None,
 ) -> Attention:
-    """Attention of one text, `[layer, head, query, key]` (only `layers`, default all)."""
-    return attend(loaded, [encode(loaded, text, truncate)], layers)[0]
+    """Attention of one text (or sentence pair), `[layer, head, query, key]` (only `layers`,
+    default all)."""
+    return attend(loaded, [encode(loaded, text, truncate, pair)], layers)[0]
 
 
 def extract_many(
@@ -410,6 +478,9 @@ def word_view(att: Attention) -> Attention:
     to_words = att.weights.astype(np.float64) @ member  # (L, H, T, W)
     merged = (member.T @ to_words) / counts[:, None]  # (W, T) @ (L, H, T, W) -> (L, H, W, W)
     special = np.array([att.special[groups == w].all() for w in range(n_words)])
+    segments = None
+    if att.segments is not None:
+        segments = tuple(att.segments[int(np.argmax(groups == w))] for w in range(n_words))
     return replace(
         att,
         tokens=att.word_labels,
@@ -417,6 +488,7 @@ def word_view(att: Attention) -> Attention:
         weights=merged.astype(np.float32),
         unit="word",
         words=tuple(range(n_words)),
+        segments=segments,
         notes=att.notes + ("word view: pieces merged into words",),
     )
 
@@ -443,6 +515,9 @@ def hide_special(att: Attention) -> Attention:
         words=tuple(sorted(set(kept_words)).index(w) for w in kept_words),
         word_labels=tuple(att.word_labels[w] for w in sorted(set(kept_words))),
         hidden_special=True,
+        segments=None
+        if att.segments is None
+        else tuple(s for s, k in zip(att.segments, keep) if k),
         notes=att.notes
         + (
             f"special tokens hidden ({int((~keep).sum())} of {len(keep)}); they held "

@@ -80,6 +80,15 @@ class LayerWeights:
             moved["rope"] = replace(self.rope, inv_freq=self.rope.inv_freq.cpu())
         return replace(self, **moved)
 
+    def double(self) -> LayerWeights:
+        """The same weights in float64, what the formulas below compute in."""
+        doubled = {
+            f.name: getattr(self, f.name).double()
+            for f in fields(self)
+            if hasattr(getattr(self, f.name), "double")
+        }
+        return replace(self, **doubled)
+
 
 @dataclass(frozen=True, eq=False)
 class HeadSteps:
@@ -200,14 +209,7 @@ def multi_head_attention(
     import torch
 
     x = x.double()
-    w = replace(
-        weights,
-        **{
-            f.name: getattr(weights, f.name).double()
-            for f in fields(weights)
-            if hasattr(getattr(weights, f.name), "double")
-        },
-    )
+    w = weights.double()
     batch, length, _ = x.shape
     allowed = visible_keys(batch, length, key_mask, causal, w.window)
     angles = rope_angles(w.rope, length) if w.rope is not None else None

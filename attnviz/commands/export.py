@@ -27,6 +27,7 @@ from attnviz.files import (
     text_folder_name,
     write_atomic,
     write_done,
+    write_text_atomic,
 )
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class ExportOptions:
     cmap: str = "viridis"
     scale: str = "absolute"
     query: str | None = None  # "it", "it#2" or a position: also each sentence's query figure
+    html: bool = False  # also attention.html, the interactive page, in each sentence's folder
 
 
 @dataclass
@@ -131,13 +133,17 @@ def render_sentence(
     record: Record,
     settings: dict[str, Any],
     query: int | None = None,
+    page: str | None = None,
 ) -> Record:
-    """Write one sentence's figures (and raw array), then `done.json`; runs in a worker too."""
+    """Write one sentence's figures (and raw array, and `page` as attention.html), then
+    `done.json`; runs in a worker too."""
     from attnviz.figures import render_text
 
     folder.mkdir(parents=True, exist_ok=True)
     clear_previous(folder)
     written = render_text(att, folder, layers, heads, style, kinds=options.figures, query=query)
+    if page is not None:
+        written.append(write_text_atomic(folder / "attention.html", page))
     if options.save_raw:
         written.append(_save_raw(att, folder / "attention.npz", layers, heads))
     record.files = [str(path.relative_to(folder.parent)) for path in written]
@@ -198,6 +204,8 @@ def export(
 
     from attnviz.extract import encode, extract_many, view
     from attnviz.figures import Style, check_cmap
+    from attnviz.html import build_page
+    from attnviz.html.inside import inside_for
     from attnviz.models import load_model
     from attnviz.query import find_query
 
@@ -268,7 +276,11 @@ def export(
                     record.notes.append(note)
                     warn(f"{sentences.source}, line {record.line}: {note}")
             folder = out / record.folder
-            job = (att, folder, layers, heads, style, options, record, settings, query)
+            page = None
+            if options.html:  # built here: its inside view needs the model
+                inside = inside_for(att, loaded)
+                page = build_page(att, inside, options.scale, style.cmap, att.segments)
+            job = (att, folder, layers, heads, style, options, record, settings, query, page)
             finished(renderer.submit(job))
         finished(renderer.finish())
     except KeyboardInterrupt:
@@ -282,7 +294,7 @@ def export(
 
 
 def _figures(record: Record) -> int:
-    return sum(1 for name in record.files if not name.endswith(".npz"))
+    return sum(1 for name in record.files if not name.endswith((".npz", ".html")))
 
 
 class _Renderer:

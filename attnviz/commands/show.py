@@ -26,6 +26,7 @@ class ShowResult:
     folder: Path | None
     images: list[Path]
     query: QueryView | None = None
+    page: Path | None = None  # attention.html, with html=True
 
     def as_dict(self) -> dict[str, Any]:
         heads = [s.as_dict() for s in self.summaries]
@@ -41,6 +42,7 @@ class ShowResult:
             "heads": heads,
             "folder": str(self.folder) if self.folder is not None else None,
             "images": [str(p) for p in self.images],
+            "page": str(self.page) if self.page is not None else None,
         }
 
 
@@ -57,19 +59,27 @@ def show(
     style: Style | None = None,
     device: str = "auto",
     query: str | None = None,
+    images: bool = True,
+    html: bool = False,
+    pair: str | None = None,
 ) -> ShowResult:
     """Extract one text's attention, summarise the chosen heads, write their heatmaps to `out`.
 
     Images go to `out/<slug>-<hash>/`, one folder per distinct text; the folder holds only
     the files of its last run (listed in its `done.json`). With `query` ("it", "it#2" or a
-    position), also where that token looks in every chosen head, and its figure.
+    position), also where that token looks in every chosen head, and its figure. `images`
+    False writes no figures; `html` writes the interactive page `attention.html` there too.
+    `pair` (encoders) reads `[CLS] text [SEP] pair [SEP]` with token types.
     """
     from attnviz.extract import require_text
     from attnviz.models import refuse_early
 
     require_text(text)
+    if pair is not None:
+        require_text(pair, "the --pair sentence")
     refuse_early(model, layers, heads, text, truncate)
-    folder = prepare_dir(out / text_folder_name(text)) if out is not None else None
+    named = text if pair is None else f"{text}\n{pair}"
+    folder = prepare_dir(out / text_folder_name(named)) if out is not None else None
 
     from attnviz.api import attention
     from attnviz.figures import Style, render_text
@@ -77,7 +87,7 @@ def show(
     from attnviz.summary import summarise
 
     style = style or Style()
-    shown = attention(text, model, words, hide_special_tokens, truncate, device, layers)
+    shown = attention(text, model, words, hide_special_tokens, truncate, device, layers, pair=pair)
     chosen_layers = shown.info.pick_layers(layers)
     chosen_heads = shown.info.pick_heads(heads)
     summaries = summarise(shown, chosen_layers, chosen_heads, top_k)
@@ -85,27 +95,44 @@ def show(
     if query is not None:
         index = find_query(shown, query)
         asked = query_view(shown, index, chosen_layers, chosen_heads, top_k)
-    images: list[Path] = []
+    written: list[Path] = []
+    page = None
     if folder is not None:
         clear_previous(folder)
         at = asked.index if asked is not None else None
-        images = render_text(shown, folder, chosen_layers, chosen_heads, style, query=at)
+        if images:
+            written = render_text(shown, folder, chosen_layers, chosen_heads, style, query=at)
+        if html:
+            from attnviz.html import write_page
+            from attnviz.html.inside import inside_for
+
+            page = write_page(
+                shown,
+                folder / "attention.html",
+                inside=inside_for(shown),
+                scale=style.scale,
+                cmap=style.cmap,
+                segments=shown.segments,
+            )
         settings = {
             "model": shown.info.name,
             "text": text,
+            "pair": pair,
             "layers": chosen_layers,
             "heads": chosen_heads,
             "words": words,
             "hide_special": hide_special_tokens,
             "truncate": truncate,
             "query": query,
+            "images": images,
+            "html": html,
             **asdict(style),
         }
         record = {
             "text": text,
             "tokens": list(shown.tokens),
-            "files": [str(path.relative_to(folder.parent)) for path in images],
+            "files": [str(path.relative_to(folder.parent)) for path in written + [page] if path],
             "notes": list(shown.notes),
         }
         write_done(folder, settings, record)
-    return ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, images, asked)
+    return ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, written, asked, page)

@@ -1,0 +1,569 @@
+// attnviz interactive page: reads the JSON in #attnviz-data, draws five views.
+// Everything here runs offline: no fetch, no remote file, no eval. Weights are [layer][head]
+// blobs (deflate + base64) decoded only when a view needs that head.
+"use strict";
+
+(() => {
+  const D = JSON.parse(document.getElementById("attnviz-data").textContent);
+  const T = D.tokens.length;
+  const L = D.layers;
+  const H = D.heads;
+  const LAYER = D.layer_ids; // the model layer held in each slot (all layers unless chosen)
+  const ROW = 18; // px per token in the head view
+  const VIEWS = [
+    ["head", "Head view"],
+    ["model", "Model view"],
+    ["matrix", "Matrix view"],
+    ["query", "Query view"],
+    ["inside", "Inside one head"],
+  ];
+  const PAIRS = [
+    ["all", "all"],
+    ["AB", "A → B"],
+    ["BA", "B → A"],
+    ["AA", "A → A"],
+    ["BB", "B → B"],
+  ];
+  const firstWord = D.special.indexOf(false);
+  const state = {
+    view: "head",
+    layer: 0,
+    head: 0,
+    heads: new Set([...Array(H).keys()]),
+    query: firstWord < 0 ? 0 : firstWord,
+    focus: null, // {side: "q" | "k", index} while hovering or after a click
+    locked: false,
+    scale: D.scale,
+    pair: "all",
+  };
+
+  // ---------- decoding ----------
+  const bytesOf = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  async function inflate(b64) {
+    const stream = new Blob([bytesOf(b64)]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Uint8Array(await new Response(stream).arrayBuffer());
+  }
+  const floats = (bytes) => new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
+
+  const heads = new Map();
+  const stepOf = new Map(); // head -> its max, when stored as uint8 steps of it
+  // One head as a Float32Array (T × T), row-major [query, key]; decoded once.
+  function head(l, h) {
+    const key = l * H + h;
+    if (!heads.has(key)) {
+      heads.set(
+        key,
+        inflate(D.weights[l][h]).then((bytes) => {
+          if (D.encoding === "float32") return floats(bytes.slice());
+          const max = floats(bytes.slice(0, 4))[0];
+          stepOf.set(key, max);
+          const out = new Float32Array(T * T);
+          for (let n = 0; n < T * T; n++) out[n] = (bytes[4 + n] * max) / 255;
+          return out;
+        }),
+      );
+    }
+    return heads.get(key);
+  }
+  const headMax = (a) => a.reduce((m, x) => (x > m ? x : m), 0);
+
+  // A weight as text: exact float32 digits, or the quantised value with its error bound.
+  function weightText(w, l, h) {
+    if (D.encoding === "float32") return w.toPrecision(6);
+    const bound = stepOf.get(l * H + h) / 510;
+    return `≈${w.toFixed(4)} (±${bound.toExponential(1)})`;
+  }
+
+  // ---------- colours ----------
+  const LUT = new Uint8Array(256 * 3);
+  for (let n = 0; n < 256 * 3; n++) LUT[n] = parseInt(D.colours.substr(2 * n, 2), 16);
+  const lutCss = (n) => `rgb(${LUT[3 * n]},${LUT[3 * n + 1]},${LUT[3 * n + 2]})`;
+  const headColour = (h) => `hsl(${Math.round((360 * h) / H)}, 75%, 45%)`;
+
+  function allowed(i, j) {
+    if (!D.segments || state.pair === "all") return true;
+    const want = { A: 0, B: 1 };
+    return D.segments[i] === want[state.pair[0]] && D.segments[j] === want[state.pair[1]];
+  }
+
+  // ---------- DOM helpers ----------
+  function el(tag, props = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(props)) {
+      if (k === "dataset") Object.assign(node.dataset, v);
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else if (k === "className" || k === "textContent" || k === "title" || k === "value")
+        node[k] = v;
+      else node.setAttribute(k, v);
+    }
+    node.append(...children);
+    return node;
+  }
+  function select(label, id, options, current, onChange) {
+    const s = el("select", { id, onchange: (e) => onChange(e.target.value) });
+    for (const [value, text] of options) {
+      s.append(el("option", { value: String(value), textContent: text }));
+    }
+    s.value = String(current);
+    return el("label", { className: "control" }, label + " ", s);
+  }
+  const tokenLabel = (i) => `${i}: ${D.tokens[i]}`;
+
+  // ---------- page frame ----------
+  const app = el("div", { id: "app" });
+  document.body.append(app);
+  const facts = `${D.model.name} · ${D.model.architecture} · ${L} layers × ${H} heads · ${T} ${D.unit}s`;
+  app.append(
+    el("header", {},
+      el("h1", { textContent: "attnviz" }),
+      el("p", { className: "text", textContent: D.text }),
+      el("p", { className: "facts", textContent: facts }),
+      ...D.notes.map((n) => el("p", { className: "note", textContent: n })),
+      D.encoding === "float32" ? "" : el("p", { className: "note", textContent:
+        "weights are stored as 8-bit steps of each head's maximum (error ≤ max/510); " +
+        "numbers are shown with that bound" }),
+    ),
+  );
+  const tabs = el("nav", { role: "tablist" });
+  for (const [name, title] of VIEWS) {
+    tabs.append(el("button", { role: "tab", id: `tab-${name}`, textContent: title,
+      onclick: () => show(name) }));
+  }
+  const controls = el("div", { className: "controls", id: "controls" });
+  const main = el("main");
+  app.append(tabs, controls, main);
+  const tooltip = el("div", { id: "tooltip", role: "status" });
+  document.body.append(tooltip);
+
+  function drawControls() {
+    controls.replaceChildren();
+    const v = state.view;
+    if (v !== "model" && v !== "query") {
+      controls.append(select("Layer", "layer", [...Array(L).keys()].map((l) => [l, `${LAYER[l]}`]),
+        state.layer, (x) => { state.layer = +x; render(); }));
+    }
+    if (v === "matrix" || v === "inside") {
+      controls.append(select("Head", "head", [...Array(H).keys()].map((h) => [h, `${h}`]),
+        state.head, (x) => { state.head = +x; render(); }));
+    }
+    if (v === "query" || v === "inside") {
+      const tokens = v === "inside" && D.inside ? D.inside.tokens : D.tokens;
+      const opts = tokens.map((t, i) => [i, `${i}: ${t}`]);
+      controls.append(select("Query", "query", opts, Math.min(state.query, tokens.length - 1),
+        (x) => { state.query = +x; render(); }));
+    }
+    if (v !== "inside") {
+      controls.append(select("Colour scale", "scale",
+        [["absolute", "absolute (0–1)"], ["head", "each head to its max"]], state.scale,
+        (x) => { state.scale = x; render(); }));
+    }
+    if (D.segments && v !== "inside") {
+      controls.append(select("Sentences", "pair", PAIRS, state.pair,
+        (x) => { state.pair = x; render(); }));
+    }
+  }
+
+  function show(name) {
+    state.view = name;
+    state.focus = null;
+    state.locked = false;
+    for (const [v] of VIEWS) {
+      document.getElementById(`tab-${v}`).setAttribute("aria-selected", String(v === name));
+    }
+    render();
+  }
+
+  let rendering = Promise.resolve();
+  function render() {
+    drawControls();
+    tooltip.hidden = true;
+    const view = { head: headView, model: modelView, matrix: matrixView, query: queryView,
+      inside: insideView }[state.view];
+    rendering = rendering.then(async () => {
+      const section = el("section", { id: `view-${state.view}` });
+      await view(section);
+      main.replaceChildren(section);
+      document.body.dataset.view = state.view;
+      document.body.dataset.renders = String(+(document.body.dataset.renders || 0) + 1);
+    }).catch((err) => {
+      main.replaceChildren(el("p", { className: "error", textContent: String(err) }));
+      throw err;
+    });
+    return rendering;
+  }
+
+  // ---------- head view ----------
+  async function headView(section) {
+    const toggles = el("div", { className: "toggles" });
+    for (let h = 0; h < H; h++) {
+      const b = el("button", {
+        className: "head-toggle", textContent: `${h}`, title: `head ${h} (double-click: only it)`,
+        "aria-pressed": String(state.heads.has(h)), dataset: { head: String(h) },
+        onclick: () => { state.heads.has(h) ? state.heads.delete(h) : state.heads.add(h); render(); },
+        ondblclick: () => { state.heads = new Set([h]); render(); },
+      });
+      b.style.setProperty("--head", headColour(h));
+      toggles.append(b);
+    }
+    toggles.append(
+      el("button", { textContent: "all", onclick: () => { state.heads = new Set([...Array(H).keys()]); render(); } }),
+      el("button", { textContent: "none", onclick: () => { state.heads.clear(); render(); } }),
+    );
+    const width = 260;
+    // The canvas is only as tall as the window and stays in view (sticky): on long texts it
+    // redraws the lines crossing the visible band as the page scrolls, never 9000 px of them.
+    const canvas = el("canvas", { id: "lines", width });
+    const column = (side) => {
+      const col = el("div", { className: `tokens ${side}` });
+      D.tokens.forEach((t, i) => {
+        const span = el("div", { className: "token" + (D.special[i] ? " special" : ""),
+          textContent: t, dataset: { side, index: String(i) } });
+        span.addEventListener("mouseenter", () => { if (!state.locked) focus({ side, index: i }); });
+        span.addEventListener("mouseleave", () => { if (!state.locked) focus(null); });
+        span.addEventListener("click", () => {
+          const same = state.locked && state.focus && state.focus.side === side && state.focus.index === i;
+          state.locked = !same;
+          focus(same ? null : { side, index: i });
+        });
+        col.append(span);
+      });
+      return col;
+    };
+    const left = column("q");
+    const right = column("k");
+    const grids = await Promise.all([...state.heads].map((h) => head(state.layer, h).then((a) => [h, a])));
+    const columns = el("div", { className: "columns" }, left, canvas, right);
+    let lines = [];
+    const draw = () => paintLines(canvas, lines, columns);
+    const focus = (f) => {
+      state.focus = f;
+      for (const node of section.querySelectorAll(".token")) {
+        node.classList.toggle("focus", !!f && node.dataset.side === f.side && +node.dataset.index === f.index);
+      }
+      lines = visibleLines(grids, f);
+      canvas.dataset.lines = String(lines.reduce((n, [, , pairs]) => n + pairs.length / 2, 0));
+      draw();
+    };
+    section.append(
+      el("p", { className: "hint", textContent:
+        `Layer ${LAYER[state.layer]}. Lines from each token (left) to the tokens it attends to (right), ` +
+        "one colour per head, opacity = weight. Hover or click a token to see only its lines; " +
+        "↑/↓ change the layer." }),
+      toggles,
+      columns,
+    );
+    onScroll = () => requestAnimationFrame(draw);
+    focus(state.focus);
+  }
+  let onScroll = null;
+  window.addEventListener("scroll", () => { if (state.view === "head" && onScroll) onScroll(); });
+  window.addEventListener("resize", () => { if (state.view === "head" && onScroll) onScroll(); });
+
+  // The lines that carry visible weight, as [head, opacity step, [query, key, …]].
+  function visibleLines(grids, f) {
+    const out = [];
+    for (const [h, a] of grids) {
+      const max = state.scale === "head" ? headMax(a) || 1 : 1;
+      const buckets = Array.from({ length: 16 }, () => []);
+      const [i0, i1] = f && f.side === "q" ? [f.index, f.index + 1] : [0, T];
+      for (let i = i0; i < i1; i++) {
+        for (let j = 0; j < T; j++) {
+          if (f && f.side === "k" && j !== f.index) continue;
+          const v = a[i * T + j] / max; // opacity is the weight, as in BertViz
+          if (v < 1 / 64 || !allowed(i, j)) continue;
+          buckets[Math.min(15, Math.floor(v * 16))].push(i, j);
+        }
+      }
+      buckets.forEach((pairs, b) => { if (pairs.length) out.push([h, b, pairs]); });
+    }
+    return out;
+  }
+
+  // Draw the lines that cross the part of the token columns now on screen.
+  function paintLines(canvas, lines, columns) {
+    const height = Math.min(T * ROW, window.innerHeight);
+    if (canvas.height !== height) canvas.height = height;
+    const top = Math.max(0, Math.min(T * ROW - height, -columns.getBoundingClientRect().top));
+    canvas.style.marginTop = `${top}px`;
+    const ctx = canvas.getContext("2d");
+    const w = canvas.width;
+    ctx.clearRect(0, 0, w, height);
+    ctx.lineWidth = 1.6;
+    let painted = 0;
+    for (const [h, b, pairs] of lines) {
+      ctx.strokeStyle = headColour(h);
+      ctx.globalAlpha = (b + 1) / 16;
+      ctx.beginPath();
+      for (let n = 0; n < pairs.length; n += 2) {
+        const y0 = pairs[n] * ROW + ROW / 2 - top;
+        const y1 = pairs[n + 1] * ROW + ROW / 2 - top;
+        if ((y0 < 0 && y1 < 0) || (y0 > height && y1 > height)) continue;
+        ctx.moveTo(2, y0);
+        ctx.lineTo(w - 2, y1);
+        painted++;
+      }
+      ctx.stroke();
+    }
+    ctx.globalAlpha = 1;
+    canvas.dataset.painted = String(painted);
+  }
+
+  // ---------- model view ----------
+  async function modelView(section) {
+    const size = 76;
+    const grid = el("div", { className: "model-grid" });
+    grid.style.gridTemplateColumns = `3em repeat(${H}, ${size}px)`;
+    grid.append(el("span"));
+    for (let h = 0; h < H; h++) grid.append(el("span", { className: "axis", textContent: `H${h}` }));
+    const all = await Promise.all(
+      [...Array(L * H).keys()].map((n) => head(Math.floor(n / H), n % H)),
+    );
+    for (let l = 0; l < L; l++) {
+      grid.append(el("span", { className: "axis", textContent: `L${LAYER[l]}` }));
+      for (let h = 0; h < H; h++) {
+        const c = el("canvas", { width: size, height: size, className: "thumb",
+          title: `layer ${LAYER[l]} head ${h}: click to open the matrix`,
+          dataset: { layer: String(LAYER[l]), head: String(h) },
+          onclick: () => { state.layer = l; state.head = h; show("matrix"); } });
+        paint(c, all[l * H + h], size);
+        grid.append(c);
+      }
+    }
+    section.append(
+      el("p", { className: "hint", textContent:
+        "Every layer × head: query tokens down, key tokens across. Click one to open it." }),
+      grid,
+    );
+  }
+
+  // Paint a head into `canvas` at `size` px: max-pooling keeps thin lines when T > size.
+  function paint(canvas, a, size) {
+    const ctx = canvas.getContext("2d");
+    const img = ctx.createImageData(size, size);
+    const max = state.scale === "head" ? headMax(a) || 1 : 1;
+    for (let y = 0; y < size; y++) {
+      const i0 = Math.floor((y * T) / size);
+      const i1 = Math.max(i0 + 1, Math.floor(((y + 1) * T) / size));
+      for (let x = 0; x < size; x++) {
+        const j0 = Math.floor((x * T) / size);
+        const j1 = Math.max(j0 + 1, Math.floor(((x + 1) * T) / size));
+        let v = 0;
+        let shown = false;
+        for (let i = i0; i < i1; i++) {
+          for (let j = j0; j < j1; j++) {
+            if (!allowed(i, j)) continue;
+            shown = true;
+            if (a[i * T + j] > v) v = a[i * T + j];
+          }
+        }
+        const n = Math.min(255, Math.round((v / max) * 255));
+        const p = 4 * (y * size + x);
+        if (shown) {
+          img.data[p] = LUT[3 * n];
+          img.data[p + 1] = LUT[3 * n + 1];
+          img.data[p + 2] = LUT[3 * n + 2];
+        } else {
+          img.data[p] = img.data[p + 1] = img.data[p + 2] = 235;
+        }
+        img.data[p + 3] = 255;
+      }
+    }
+    ctx.putImageData(img, 0, 0);
+  }
+
+  // ---------- matrix view ----------
+  async function matrixView(section) {
+    const a = await head(state.layer, state.head);
+    const size = Math.min(720, Math.max(480, T * 24));
+    const cell = size / T;
+    const labels = cell >= 9;
+    const heat = el("canvas", { id: "matrix", width: size, height: size });
+    const over = el("canvas", { id: "matrix-over", width: size, height: size });
+    paint(heat, a, size);
+    const frame = el("div", { className: "matrix-frame" }, heat, over);
+    frame.style.width = frame.style.height = `${size}px`;
+    const wrap = el("div", { className: "matrix-wrap" });
+    if (labels) {
+      const font = `${Math.min(13, cell * 0.8)}px`;
+      const rows = el("div", { className: "row-labels" });
+      const cols = el("div", { className: "col-labels" });
+      rows.style.height = cols.style.width = `${size}px`;
+      D.tokens.forEach((t, i) => {
+        const r = el("div", { textContent: t, className: D.special[i] ? "special" : "" });
+        r.style.top = `${i * cell}px`;
+        r.style.height = r.style.lineHeight = `${cell}px`;
+        r.style.fontSize = font;
+        rows.append(r);
+        const c = el("div", { textContent: t, className: D.special[i] ? "special" : "" });
+        c.style.left = `${(i + 0.5) * cell}px`;
+        c.style.fontSize = font;
+        cols.append(c);
+      });
+      wrap.append(el("span"), cols, rows, frame);
+    } else {
+      wrap.append(frame);
+    }
+    wrap.classList.toggle("labelled", labels);
+    const octx = over.getContext("2d");
+    over.addEventListener("mousemove", (e) => {
+      const r = over.getBoundingClientRect();
+      const j = Math.min(T - 1, Math.floor(((e.clientX - r.left) / r.width) * T));
+      const i = Math.min(T - 1, Math.floor(((e.clientY - r.top) / r.height) * T));
+      octx.clearRect(0, 0, size, size);
+      octx.fillStyle = "rgba(255,255,255,0.22)";
+      octx.fillRect(0, i * cell, size, cell);
+      octx.fillRect(j * cell, 0, cell, size);
+      octx.strokeStyle = "#fff";
+      octx.strokeRect(j * cell + 0.5, i * cell + 0.5, Math.max(1, cell - 1), Math.max(1, cell - 1));
+      tooltip.hidden = false;
+      tooltip.replaceChildren(
+        el("div", { textContent: `query ${tokenLabel(i)} → key ${tokenLabel(j)}` }),
+        el("div", { className: "weight", dataset: { query: String(i), key: String(j) },
+          textContent: `weight ${weightText(a[i * T + j], state.layer, state.head)}` }),
+      );
+      tooltip.style.left = `${e.pageX + 14}px`;
+      tooltip.style.top = `${e.pageY + 14}px`;
+    });
+    over.addEventListener("mouseleave", () => {
+      octx.clearRect(0, 0, size, size);
+      tooltip.hidden = true;
+    });
+    section.append(
+      el("p", { className: "hint", textContent:
+        `Layer ${LAYER[state.layer]}, head ${state.head}: query tokens down, key tokens across; ` +
+        `max weight ${headMax(a).toFixed(3)}. Hover a cell for its exact weight; ↑/↓ layer, ←/→ head.` }),
+      wrap,
+    );
+  }
+
+  // ---------- query view ----------
+  async function queryView(section) {
+    const i = Math.min(state.query, T - 1);
+    const all = await Promise.all([...Array(L * H).keys()].map((n) => head(Math.floor(n / H), n % H)));
+    const table = el("table", { className: "query-table" });
+    const top = el("tr", {}, el("th"));
+    for (let h = 0; h < H; h++) top.append(el("th", { textContent: `H${h}` }));
+    table.append(top);
+    for (let l = 0; l < L; l++) {
+      const row = el("tr", {}, el("th", { textContent: `L${LAYER[l]}` }));
+      for (let h = 0; h < H; h++) {
+        const a = all[l * H + h];
+        const keys = [...Array(T).keys()].filter((j) => allowed(i, j))
+          .sort((x, y) => a[i * T + y] - a[i * T + x]).slice(0, 3);
+        const cell = el("td");
+        for (const j of keys) {
+          const w = a[i * T + j];
+          const bar = el("span", { className: "bar" });
+          bar.style.width = `${Math.round(w * 100)}%`;
+          cell.append(el("div", { className: "key" + (D.special[j] ? " special" : ""),
+            title: `${tokenLabel(j)}: ${weightText(w, l, h)}` },
+          bar, el("span", { textContent: `${D.tokens[j]} ${w.toFixed(2)}` })));
+        }
+        row.append(cell);
+      }
+      table.append(row);
+    }
+    section.append(
+      el("p", { className: "hint", textContent:
+        `Where “${D.tokens[i]}” (position ${i}) looks: its three most-attended keys in every head.` }),
+      table,
+    );
+  }
+
+  // ---------- inside one head ----------
+  const vec = (xs) => Array.from(xs, (x) => x.toFixed(3)).join("  ");
+  async function insideView(section) {
+    if (!D.inside) {
+      section.append(el("p", { className: "note", textContent: `Inside one head: ${D.inside_note}` }));
+      return;
+    }
+    const I = D.inside;
+    const n = I.tokens.length;
+    const dk = I.d_k;
+    const i = Math.min(state.query, n - 1);
+    const [l, h] = [LAYER[state.layer], state.head]; // a model layer: I holds every layer
+    const [Q, K, V] = await Promise.all(["q", "k", "v"].map((m) => inflate(I[m][l][h]).then((b) => floats(b.slice()))));
+    const errors = new Float64Array((await inflate(I.errors)).buffer);
+    const q = Q.subarray(i * dk, (i + 1) * dk);
+    const visible = [...Array(n).keys()].filter((j) => !D.model.causal || j <= i);
+    const dots = visible.map((j) => {
+      let s = 0;
+      for (let c = 0; c < dk; c++) s += q[c] * K[j * dk + c];
+      return s;
+    });
+    const scores = dots.map((s) => s / Math.sqrt(dk));
+    const top = Math.max(...scores);
+    const exps = scores.map((s) => Math.exp(s - top));
+    const total = exps.reduce((x, y) => x + y, 0);
+    const probs = exps.map((e) => e / total);
+    const out = new Float64Array(dk);
+    visible.forEach((j, n2) => { for (let c = 0; c < dk; c++) out[c] += probs[n2] * V[j * dk + c]; });
+    const sameTokens = D.unit === "token" && !D.hidden_special && T === n;
+    const model = sameTokens ? await head(state.layer, h) : null;
+
+    const table = el("table", { className: "inside-table" });
+    table.append(el("tr", {}, ...["key", "k_h", "q·k", "q·k/√d_k", "softmax", "model", "v_h"]
+      .map((t) => el("th", { textContent: t }))));
+    let live = 0;
+    visible.forEach((j, r) => {
+      const m = model ? model[i * T + j] : null;
+      if (m !== null) live = Math.max(live, Math.abs(m - probs[r]));
+      const bar = el("span", { className: "bar" });
+      bar.style.width = `${Math.round(probs[r] * 100)}%`;
+      table.append(el("tr", {},
+        el("td", { className: "tok", textContent: `${j}: ${I.tokens[j]}` }),
+        el("td", { className: "vec", textContent: vec(K.subarray(j * dk, (j + 1) * dk)) }),
+        el("td", { textContent: dots[r].toFixed(4) }),
+        el("td", { textContent: scores[r].toFixed(4) }),
+        el("td", { className: "prob" }, bar, el("span", { textContent: probs[r].toPrecision(6) })),
+        el("td", { textContent: m === null ? "–" : m.toPrecision(6) }),
+        el("td", { className: "vec", textContent: vec(V.subarray(j * dk, (j + 1) * dk)) }),
+      ));
+    });
+    const checks0 = [];
+    const rowError = errors[(l * H + h) * n + i];
+    let headError = 0;
+    for (let k = 0; k < n; k++) headError = Math.max(headError, errors[(l * H + h) * n + k]);
+    if (!sameTokens) {
+      checks0.push("The formulas run on the model's tokens; this page's other views show " +
+        `${D.unit === "word" ? "words" : "tokens"}${D.hidden_special ? " without special tokens" : ""}, ` +
+        "so the model column is left empty here.");
+    }
+    const checks = [
+      `attnviz/mha.py in float64 against the model's probabilities: max |Δ| = ` +
+        `${rowError.toExponential(2)} for this query, ${headError.toExponential(2)} over all queries of this head.`,
+    ];
+    if (model && D.encoding === "float32") {
+      checks.push(`This page's softmax above against the model's weights: max |Δ| = ${live.toExponential(2)}.`);
+    }
+    section.append(
+      el("p", { className: "hint", textContent:
+        `Layer ${l}, head ${h}, query “${I.tokens[i]}” (position ${i}); d_k = ${dk}. ` +
+        "Q_h, K_h and V_h come from attnviz/mha.py (X W^h + b^h for this layer's real input X); " +
+        "the scores, softmax and weighted sum below are those formulas applied to them." }),
+      el("h3", { textContent: "1. q_h = x W_Q^h + b_Q^h" }),
+      el("pre", { className: "vec", id: "inside-q", textContent: vec(q) }),
+      el("h3", { textContent: "2–4. each key: k_h, q·k, scaled by √d_k, softmax over keys" }),
+      table,
+      el("h3", { textContent: "5. head_h = Σ softmax · v_h" }),
+      el("pre", { className: "vec", id: "inside-out", textContent: vec(out) }),
+      el("h3", { textContent: "Cross-check" }),
+      ...checks.map((c) => el("p", { className: "check", textContent: c })),
+      ...checks0.map((c) => el("p", { className: "note", textContent: c })),
+    );
+  }
+
+  // ---------- keyboard ----------
+  document.addEventListener("keydown", (e) => {
+    if (e.target instanceof HTMLSelectElement || e.altKey || e.ctrlKey || e.metaKey) return;
+    const step = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] }[e.key];
+    if (!step || state.view === "model" || state.view === "query") return;
+    e.preventDefault();
+    state.layer = Math.min(L - 1, Math.max(0, state.layer + step[0]));
+    state.head = Math.min(H - 1, Math.max(0, state.head + step[1]));
+    render();
+  });
+
+  show("head");
+  rendering.then(() => { document.body.dataset.ready = "1"; });
+})();

@@ -1,0 +1,473 @@
+"""The interactive page: what it carries (Python side) and how it behaves in a real browser.
+
+Browser tests drive Debian's chromium (or $ATTNVIZ_CHROMIUM) through playwright, one browser
+for the session. Off CI they are skipped, loudly, when chromium or playwright is missing; with
+CI=true they fail.
+Screenshots of every view are kept in tests/artifacts/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attnviz.cli import app
+
+SENTENCE = "The animal didn't cross the street because it was too tired."
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM = os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+VIEWS = ("head", "model", "matrix", "query", "inside")
+
+
+@pytest.fixture(scope="module")
+def att(bundled):
+    from attnviz.extract import extract
+
+    return extract(bundled, SENTENCE)
+
+
+@pytest.fixture(scope="module")
+def inside(att, bundled):
+    from attnviz.html.inside import inside_for
+
+    return inside_for(att, bundled)
+
+
+@pytest.fixture(scope="module")
+def page_file(att, inside, tmp_path_factory) -> Path:
+    from attnviz.html import write_page
+
+    return write_page(att, tmp_path_factory.mktemp("page") / "attention.html", inside=inside)
+
+
+def _data(page: str) -> dict:
+    opening = '<script type="application/json" id="attnviz-data">'
+    found = re.search(re.escape(opening) + r"(.*?)</script>", page, re.S)
+    return json.loads(found.group(1))
+
+
+def _unpack(blob: str, dtype: str) -> np.ndarray:
+    return np.frombuffer(zlib.decompress(base64.b64decode(blob)), dtype=dtype)
+
+
+# ---------- the file itself ----------
+
+
+def test_page_is_self_contained_with_a_strict_policy(page_file):
+    page = page_file.read_text(encoding="utf-8")
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
+    assert "default-src 'none'" in csp and "connect-src" not in csp
+    # The only script allowed is the inlined page.js, by its hash; the data block is JSON.
+    script = re.search(r"<script>(.*?)</script>", page, re.S).group(1)
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in csp
+    assert "fetch(" not in script and "XMLHttpRequest" not in script and "import(" not in script
+    assert not re.search(r"(src|href)=", page), "no element may point at another file"
+    assert not re.search(r"https?://", page)
+    assert len(page.encode()) < 1_500_000
+
+
+def test_weights_in_the_page_are_the_models_float32(page_file, att):
+    data = _data(page_file.read_text(encoding="utf-8"))
+    assert data["encoding"] == "float32" and data["tokens"] == list(att.tokens)
+    grid = _unpack(data["weights"][3][7], "<f4").reshape(len(att.tokens), -1)
+    assert np.array_equal(grid, att.weights[3, 7])
+
+
+def test_inside_steps_are_mha_and_match_the_model(inside, att, bundled):
+    import torch
+
+    from attnviz import adapters
+    from attnviz.mha import multi_head_attention
+
+    assert inside.errors.max() < 1e-5
+    # q_h of head 2 is exactly columns 2·d_k… of X W_Q + b_Q, as multi_head_attention takes it.
+    weights = adapters.layer_weights(bundled.model, 1)
+    d_k = inside.q.shape[-1]
+    with adapters.capture_layers(bundled.model, [1]) as seen, torch.inference_mode():
+        from attnviz.extract import encode, pad
+
+        bundled.model(**pad(bundled, [encode(bundled, SENTENCE)]))
+    x = seen.inputs[1].double()
+    expected = (x @ weights.w_q.double() + weights.b_q.double())[0, :, 2 * d_k : 3 * d_k]
+    assert np.allclose(inside.q[1, 2], expected.numpy(), atol=1e-5)
+    # The softmax of our own q and k reproduces the model's probabilities.
+    scores = inside.q[4, 5].astype(np.float64) @ inside.k[4, 5].T.astype(np.float64) / np.sqrt(d_k)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    assert np.abs(probs - att.weights[4, 5]).max() < 1e-5
+    ours = multi_head_attention(x, weights.to_cpu())
+    assert np.allclose(ours.probs[0, 5].numpy(), att.weights[1, 5], atol=1e-5)
+
+
+def test_long_text_page_is_quantised_small_and_says_so(bundled):
+    from attnviz.extract import extract
+    from attnviz.html import build_page
+    from attnviz.html.inside import inside_for
+
+    long = extract(bundled, _long_text(), truncate=True)
+    assert long.weights.shape[-1] == 512
+    left_out = inside_for(long, bundled)
+    assert isinstance(left_out, str) and "MiB" in left_out
+    page = build_page(long, inside=left_out)
+    data = _data(page)
+    assert len(page.encode()) <= 8 * 2**20
+    assert data["encoding"] == "uint8" and "left out" in data["inside_note"]
+    raw = _unpack(data["weights"][2][4], "u1")
+    top = raw[:4].view("<f4")[0]
+    grid = raw[4:].reshape(512, 512) * (top / 255)
+    assert np.abs(grid - long.weights[2, 4]).max() <= top / 510 + 1e-7
+
+
+def _long_text() -> str:
+    corpus = Path(__file__).parent.parent / "samples" / "sentences.txt"
+    return " ".join(corpus.read_text(encoding="utf-8").split("\n"))
+
+
+# ---------- CLI and API ----------
+
+
+def test_show_html_without_images_writes_only_the_page(tmp_path):
+    result = CliRunner().invoke(
+        app, ["show", SENTENCE, "--no-images", "--html", "-o", str(tmp_path), "--scale", "head"]
+    )
+    assert result.exit_code == 0, result.output
+    (folder,) = tmp_path.iterdir()
+    assert sorted(p.name for p in folder.iterdir()) == ["attention.html", "done.json"]
+    assert "attention.html" in result.output.replace("\n", "")
+    data = _data((folder / "attention.html").read_text(encoding="utf-8"))
+    assert data["scale"] == "head" and data["inside"] is not None
+    done = json.loads((folder / "done.json").read_text())
+    assert done["record"]["files"] == [f"{folder.name}/attention.html"]
+
+
+def test_export_html_writes_one_page_per_sentence(tmp_path):
+    args = ["export", "One cat.", "Two dogs barked.", "--html", "--figures", "overview"]
+    result = CliRunner().invoke(app, [*args, "--words", "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    pages = sorted(tmp_path.glob("*/attention.html"))
+    assert len(pages) == 2
+    data = _data(pages[1].read_text(encoding="utf-8"))
+    assert data["unit"] == "word"
+    assert data["tokens"] == ["[CLS]", "Two", "dogs", "barked", ".", "[SEP]"]
+
+
+def test_api_to_html_is_the_same_builder(att):
+    page = att.to_html()
+    assert page.startswith("<!doctype html>") and _data(page)["tokens"] == list(att.tokens)
+    frame = att._repr_html_()
+    assert frame.startswith("<iframe srcdoc=") and "sandbox=" in frame
+
+
+# ---------- in a real browser ----------
+
+
+@pytest.fixture(scope="session")
+def browser():
+    reason = None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        reason = "playwright is not installed (pip install playwright)"
+    if reason is None and not Path(CHROMIUM).exists():
+        reason = "chromium is not installed (apt-get install chromium)"
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"browser tests cannot run on CI: {reason}")
+        pytest.skip(f"BROWSER TESTS SKIPPED: {reason}")
+    with sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+class Opened:
+    """A page opened in the browser, recording console errors and every request."""
+
+    def __init__(self, browser, path: Path, width: int = 1300):
+        self.page = browser.new_page(viewport={"width": width, "height": 900})
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.url = path.resolve().as_uri()
+        started = time.perf_counter()
+        self.page.goto(self.url)
+        self.page.wait_for_selector("body[data-ready='1']", timeout=20_000)
+        self.seconds = time.perf_counter() - started
+
+    def view(self, name: str) -> None:
+        self.page.click(f"#tab-{name}")
+        self.page.wait_for_selector(f"section#view-{name}")
+
+    def settle(self, renders: int) -> None:
+        self.page.wait_for_selector(f"body[data-renders='{renders}']")
+
+    def renders(self) -> int:
+        return int(self.page.get_attribute("body", "data-renders"))
+
+    def pixels(self, selector: str) -> np.ndarray:
+        import io
+
+        from PIL import Image
+
+        png = self.page.locator(selector).first.screenshot()
+        return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+
+    def close(self) -> None:
+        self.page.close()
+
+
+@pytest.fixture
+def opened(browser, page_file):
+    page = Opened(browser, page_file)
+    yield page
+    page.close()
+    assert page.errors == []
+    assert page.requests == [page.url], "the page made a request besides its own file"
+
+
+def test_every_view_draws_without_errors_or_requests(opened):
+    ARTIFACTS.mkdir(exist_ok=True)
+    regions = {
+        "head": "#lines",
+        "model": ".model-grid",
+        "matrix": "#matrix",
+        "query": ".query-table",
+        "inside": ".inside-table",
+    }
+    for name in VIEWS:
+        opened.view(name)
+        if name == "head":
+            opened.page.hover(".tokens.q .token >> nth=10")  # "it"
+        if name == "matrix":
+            box = opened.page.locator("#matrix-over").bounding_box()
+            opened.page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.35)
+        opened.page.screenshot(path=str(ARTIFACTS / f"view-{name}.png"))
+        region = opened.pixels(regions[name])
+        # Not blank: the drawn region has many colours and a real spread of brightness.
+        assert len(np.unique(region.reshape(-1, 3), axis=0)) > 20, name
+        assert region.std() > 10, name
+    # The matrix is the head's heatmap: its brightest cell is where the weight is largest.
+    assert opened.page.locator("#view-matrix, #view-inside").count() == 1
+
+
+def test_switching_layer_head_and_view_changes_what_is_drawn(opened):
+    before = opened.pixels("#lines")
+    n = opened.renders()
+    opened.page.keyboard.press("ArrowDown")  # layer 0 -> 1
+    opened.settle(n + 1)
+    assert opened.page.input_value("#layer") == "1"
+    assert np.abs(opened.pixels("#lines") - before).sum() > 0
+    opened.view("matrix")
+    first = opened.pixels("#matrix")
+    n = opened.renders()
+    opened.page.select_option("#head", "8")
+    opened.settle(n + 1)
+    assert np.abs(opened.pixels("#matrix") - first).mean() > 1
+    opened.view("model")
+    opened.page.click(".thumb[data-layer='2'][data-head='9']")
+    opened.page.wait_for_selector("section#view-matrix")
+    assert opened.page.input_value("#layer") == "2" and opened.page.input_value("#head") == "9"
+
+
+def test_hovering_a_token_keeps_only_its_lines(opened, att):
+    everything = int(opened.page.get_attribute("#lines", "data-lines"))
+    query = att.tokens.index("it")
+    opened.page.hover(f".tokens.q .token >> nth={query}")
+    only = int(opened.page.get_attribute("#lines", "data-lines"))
+    # Exactly the lines of that query with visible weight (≥ 1/64) in the 12 heads of layer 0.
+    assert only == int((att.weights[0, :, query] >= 1 / 64).sum())
+    assert 0 < only < everything
+    opened.page.hover(".tokens.k .token >> nth=2")
+    assert int(opened.page.get_attribute("#lines", "data-lines")) == int(
+        (att.weights[0, :, :, 2] >= 1 / 64).sum()
+    )
+
+
+def test_head_toggles_choose_whose_lines_are_drawn(opened, att):
+    visible = att.weights[0] >= 1 / 64  # (H, T, T)
+    n = opened.renders()
+    opened.page.click(".head-toggle[data-head='0']")  # head 0 off
+    opened.settle(n + 1)
+    assert opened.page.get_attribute(".head-toggle[data-head='0']", "aria-pressed") == "false"
+    assert int(opened.page.get_attribute("#lines", "data-lines")) == int(visible[1:].sum())
+    opened.page.dblclick(".head-toggle[data-head='7']")  # only head 7
+    opened.settle(n + 4)  # its two clicks toggle head 7 off and on, then the double-click
+    pressed = opened.page.locator(".head-toggle[aria-pressed='true']").all_inner_texts()
+    assert pressed == ["7"]
+    assert int(opened.page.get_attribute("#lines", "data-lines")) == int(visible[7].sum())
+
+
+def test_tooltip_shows_the_exact_weight(opened, att):
+    opened.view("matrix")
+    n = opened.renders()
+    opened.page.select_option("#layer", "4")
+    opened.settle(n + 1)
+    opened.page.select_option("#head", "3")
+    opened.settle(n + 2)
+    size = len(att.tokens)
+    box = opened.page.locator("#matrix-over").bounding_box()
+    for query, key in [(10, 2), (0, 0), (size - 1, 5)]:
+        x = box["x"] + (key + 0.5) * box["width"] / size
+        y = box["y"] + (query + 0.5) * box["height"] / size
+        opened.page.mouse.move(x, y)
+        weight = opened.page.locator("#tooltip .weight")
+        assert weight.get_attribute("data-query") == str(query)
+        assert weight.get_attribute("data-key") == str(key)
+        shown = float(weight.inner_text().split()[-1])
+        assert shown == pytest.approx(float(att.weights[4, 3, query, key]), rel=1e-5, abs=1e-9)
+        assert att.tokens[query] in opened.page.inner_text("#tooltip")
+
+
+def test_inside_view_prints_the_cross_check(opened, inside):
+    opened.view("inside")
+    n = opened.renders()
+    opened.page.select_option("#layer", "2")
+    opened.settle(n + 1)
+    opened.page.select_option("#query", "10")
+    opened.settle(n + 2)
+    q = [float(v) for v in opened.page.inner_text("#inside-q").split()]
+    assert np.allclose(q, inside.q[2, 0, 10], atol=5e-4)
+    checks = opened.page.locator(".check").all_inner_texts()
+    errors = [float(v) for text in checks for v in re.findall(r"\d\.\d+e[+-]\d+", text)]
+    assert len(errors) == 3 and max(errors) < 1e-5
+    assert errors[0] == pytest.approx(inside.errors[2, 0, 10], rel=0.01)
+
+
+def test_512_token_page_opens_fast_and_stays_interactive(browser, bundled, tmp_path):
+    from attnviz.extract import extract
+    from attnviz.html import write_page
+
+    long = extract(bundled, _long_text(), truncate=True)
+    path = write_page(long, tmp_path / "long.html")
+    assert path.stat().st_size <= 8 * 2**20
+    opened = Opened(browser, path)
+    try:
+        assert opened.seconds < 8, f"opened in {opened.seconds:.1f} s"
+        started = time.perf_counter()
+        opened.view("model")
+        opened.view("matrix")
+        opened.page.mouse.move(*_centre(opened.page.locator("#matrix-over").bounding_box()))
+        text = opened.page.inner_text("#tooltip .weight")
+        assert "≈" in text and "±" in text
+        opened.view("head")
+        opened.page.hover(".tokens.q .token >> nth=100")
+        assert 0 < int(opened.page.get_attribute("#lines", "data-lines")) <= 12 * 64
+        assert time.perf_counter() - started < 8
+        opened.page.screenshot(path=str(ARTIFACTS / "long-head.png"))
+        assert opened.errors == [] and opened.requests == [opened.url]
+    finally:
+        opened.close()
+
+
+def _centre(box: dict) -> tuple[float, float]:
+    return box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+
+
+# ---------- sentence pairs ----------
+
+PAIR = ("The cat sat on the mat.", "It was very happy there.")
+
+
+def test_pair_feeds_token_types_and_marks_segments(bundled):
+    import torch
+
+    from attnviz.extract import extract
+
+    att = extract(bundled, PAIR[0], pair=PAIR[1])
+    sep = att.tokens.index("[SEP]")
+    assert att.segments == (0,) * (sep + 1) + (1,) * (len(att.tokens) - sep - 1)
+    enc = bundled.tokenizer(*PAIR, return_tensors="pt")
+    assert enc["token_type_ids"].sum() > 0
+    with torch.inference_mode():
+        out = bundled.model(**enc, output_attentions=True)
+    expected = torch.stack(out.attentions, dim=1)[0].numpy()  # (L, H, T, T)
+    assert np.abs(att.weights - expected).max() < 1e-6
+
+
+def test_pair_refused_for_a_decoder(tiny_model_dirs):
+    args = ["show", "A cat.", "--pair", "A dog.", "-m", str(tiny_model_dirs["gpt2"])]
+    result = CliRunner().invoke(app, [*args, "--no-images"])
+    assert result.exit_code == 2 and "decoder" in result.output
+
+
+def test_empty_pair_is_refused_before_any_folder_is_made(tmp_path):
+    args = ["show", "A cat.", "--pair", "  ", "--html", "-o", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "--pair sentence is empty" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_pair_page_restricts_to_a_to_b(browser, bundled, tmp_path):
+    from attnviz.extract import extract
+    from attnviz.html import write_page
+
+    att = extract(bundled, PAIR[0], pair=PAIR[1])
+    path = write_page(att, tmp_path / "pair.html", segments=att.segments)
+    opened = Opened(browser, path)
+    try:
+        seg = np.array(att.segments)
+        n = opened.renders()
+        opened.page.select_option("#pair", "AB")
+        opened.settle(n + 1)
+        a_to_b = (seg[:, None] == 0) & (seg[None, :] == 1)  # (query, key)
+        visible = (att.weights[0] >= 1 / 64) & a_to_b  # (H, T, T)
+        assert int(opened.page.get_attribute("#lines", "data-lines")) == int(visible.sum())
+        opened.page.screenshot(path=str(ARTIFACTS / "pair-a-to-b.png"))
+        assert opened.errors == [] and opened.requests == [opened.url]
+    finally:
+        opened.close()
+
+
+def test_page_without_the_inside_view_says_why(att, bundled, monkeypatch):
+    from attnviz import adapters
+    from attnviz.errors import UnsupportedModelError
+    from attnviz.html import build_page
+    from attnviz.html.inside import inside_for
+
+    def refuse(model, layer):
+        raise UnsupportedModelError("check does not know how to read 'x' attention")
+
+    monkeypatch.setattr(adapters, "layer_modules", refuse)
+    reason = inside_for(att, bundled)
+    assert reason == "left out: check does not know how to read 'x' attention"
+    data = _data(build_page(att, inside=reason))
+    assert data["inside"] is None and data["inside_note"] == reason
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "phi3", "albert", "gpt2"])
+def test_inside_steps_match_every_architecture(loaded_tiny, arch):
+    """RoPE, grouped K/V heads, Gemma2's cap, Phi-3's partial RoPE, ALBERT's shared layers."""
+    from attnviz.extract import encode, extract
+    from attnviz.html.inside import Inside, inside_steps
+
+    loaded = loaded_tiny[arch]
+    encoded = encode(loaded, "The cat sat on the mat.")
+    inside = inside_steps(loaded, encoded)
+    assert isinstance(inside, Inside)
+    assert inside.q.shape[:3] == (loaded.info.n_layers, loaded.info.n_heads, len(encoded))
+    assert inside.errors.max() < 1e-5
+    att = extract(loaded, "The cat sat on the mat.")
+    assert inside.tokens == att.tokens
+
+
+def test_page_of_chosen_layers_names_them(tmp_path):
+    args = ["show", SENTENCE, "-l", "2", "-l", "4", "--no-images", "--html", "-o", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = _data(next(tmp_path.glob("*/attention.html")).read_text(encoding="utf-8"))
+    assert data["layers"] == 2 and data["layer_ids"] == [2, 4]
+    assert len(data["inside"]["q"]) == 6  # the inside view keeps every layer
