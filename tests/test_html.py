@@ -471,3 +471,31 @@ def test_page_of_chosen_layers_names_them(tmp_path):
     data = _data(next(tmp_path.glob("*/attention.html")).read_text(encoding="utf-8"))
     assert data["layers"] == 2 and data["layer_ids"] == [2, 4]
     assert len(data["inside"]["q"]) == 6  # the inside view keeps every layer
+
+
+def test_decoder_page_recomputes_the_models_softmax(browser, loaded_tiny, tmp_path):
+    """Gemma2's own scale and soft cap, a sliding window, RoPE and grouped K/V heads: the
+    page's softmax of mha.py's q and k still gives the model's weights."""
+    from attnviz.extract import extract
+    from attnviz.html import write_page
+    from attnviz.html.inside import inside_for
+
+    loaded = loaded_tiny["gemma2"]
+    att = extract(loaded, "The cat sat on the mat and the dog sat on the log.")
+    path = write_page(att, tmp_path / "gemma2.html", inside=inside_for(att, loaded))
+    opened = Opened(browser, path)
+    try:
+        opened.view("inside")
+        for layer in ("0", "1"):
+            n = opened.renders()
+            opened.page.select_option("#layer", layer)
+            opened.settle(n + 1)
+            n = opened.renders()
+            opened.page.select_option("#query", str(len(att.tokens) - 1))
+            opened.settle(n + 1)
+            checks = " ".join(opened.page.locator(".check").all_inner_texts())
+            errors = [float(v) for v in re.findall(r"\d\.\d+e[+-]\d+", checks)]
+            assert len(errors) == 3 and max(errors) < 1e-5, checks
+        assert opened.errors == [] and opened.requests == [opened.url]
+    finally:
+        opened.close()

@@ -31,6 +31,7 @@ class Inside:
     k: np.ndarray  # (L, H, T, d_k) float32
     v: np.ndarray  # (L, H, T, d_k) float32
     errors: np.ndarray  # (L, H, T) max over keys of |ours − model's| for each query
+    scores: tuple[dict[str, float | None], ...] = ()  # per layer: scale, softcap, window
 
 
 def inside_size(n_layers: int, n_tokens: int, d_model: int) -> int:
@@ -55,7 +56,7 @@ def inside_steps(loaded: LoadedModel, encoded: Encoded) -> Inside:
     model, info = loaded.model, loaded.info
     layers = list(range(info.n_layers))
     length = len(encoded)
-    steps: dict[str, list] = {"q": [], "k": [], "v": [], "errors": []}
+    steps: dict[str, list] = {"q": [], "k": [], "v": [], "errors": [], "scores": []}
     seen: dict[str, dict[int, Any]] = {"x": {}, "probs": {}}
 
     def receiver(kind: str):
@@ -66,6 +67,8 @@ def inside_steps(loaded: LoadedModel, encoded: Encoded) -> Inside:
                 w = adapters.layer_weights(model, layer).to_cpu().double()
                 allowed = visible_keys(1, length, causal=info.causal, window=w.window)
                 angles = rope_angles(w.rope, length) if w.rope is not None else None
+                scale = w.scale if w.scale is not None else w.d_k**-0.5
+                steps["scores"].append({"scale": scale, "softcap": w.softcap, "window": w.window})
                 heads = [attention_head(x, w, h, allowed, angles) for h in range(w.n_heads)]
                 for name in ("q", "k", "v"):
                     rows = [getattr(head, name)[0].numpy() for head in heads]  # (T, d_k) each
@@ -79,7 +82,7 @@ def inside_steps(loaded: LoadedModel, encoded: Encoded) -> Inside:
     with hooks, torch.inference_mode():
         model.base_model(**pad(loaded, [encoded]))
     q, k, v, errors = (np.stack(steps[name]) for name in ("q", "k", "v", "errors"))
-    return Inside(encoded.tokens, q, k, v, errors)
+    return Inside(encoded.tokens, q, k, v, errors, tuple(steps["scores"]))
 
 
 def inside_for(att, loaded: LoadedModel | None = None) -> Inside | str:

@@ -485,13 +485,15 @@
     const [Q, K, V] = await Promise.all(["q", "k", "v"].map((m) => inflate(I[m][l][h]).then((b) => floats(b.slice()))));
     const errors = new Float64Array((await inflate(I.errors)).buffer);
     const q = Q.subarray(i * dk, (i + 1) * dk);
-    const visible = [...Array(n).keys()].filter((j) => !D.model.causal || j <= i);
+    const { scale, softcap, window: span } = I.scores[l];
+    const visible = [...Array(n).keys()].filter(
+      (j) => (!D.model.causal || j <= i) && (span === null || j > i - span));
     const dots = visible.map((j) => {
       let s = 0;
       for (let c = 0; c < dk; c++) s += q[c] * K[j * dk + c];
       return s;
     });
-    const scores = dots.map((s) => s / Math.sqrt(dk));
+    const scores = dots.map((s) => (softcap === null ? s * scale : softcap * Math.tanh((s * scale) / softcap)));
     const top = Math.max(...scores);
     const exps = scores.map((s) => Math.exp(s - top));
     const total = exps.reduce((x, y) => x + y, 0);
@@ -502,7 +504,7 @@
     const model = sameTokens ? await head(state.layer, h) : null;
 
     const table = el("table", { className: "inside-table" });
-    table.append(el("tr", {}, ...["key", "k_h", "q·k", "q·k/√d_k", "softmax", "model", "v_h"]
+    table.append(el("tr", {}, ...["key", "k_h", "q·k", softcap === null ? "q·k · scale" : "cap·tanh(q·k · scale / cap)", "softmax", "model", "v_h"]
       .map((t) => el("th", { textContent: t }))));
     let live = 0;
     visible.forEach((j, r) => {
@@ -538,12 +540,14 @@
     }
     section.append(
       el("p", { className: "hint", textContent:
-        `Layer ${l}, head ${h}, query “${I.tokens[i]}” (position ${i}); d_k = ${dk}. ` +
+        `Layer ${l}, head ${h}, query “${I.tokens[i]}” (position ${i}); d_k = ${dk}, ` +
+        `scale = ${scale.toPrecision(6)}${Math.abs(scale - 1 / Math.sqrt(dk)) < 1e-12 ? " = 1/√d_k" : ""}` +
+        `${softcap === null ? "" : `, soft cap ${softcap}`}${span === null ? "" : `, window ${span}`}. ` +
         "Q_h, K_h and V_h come from attnviz/mha.py (X W^h + b^h for this layer's real input X); " +
         "the scores, softmax and weighted sum below are those formulas applied to them." }),
       el("h3", { textContent: "1. q_h = x W_Q^h + b_Q^h" }),
       el("pre", { className: "vec", id: "inside-q", textContent: vec(q) }),
-      el("h3", { textContent: "2–4. each key: k_h, q·k, scaled by √d_k, softmax over keys" }),
+      el("h3", { textContent: "2–4. each key: k_h, q·k, scaled (q·k/√d_k), softmax over keys" }),
       table,
       el("h3", { textContent: "5. head_h = Σ softmax · v_h" }),
       el("pre", { className: "vec", id: "inside-out", textContent: vec(out) }),

@@ -124,6 +124,7 @@ def page_data(
                 for name in ("q", "k", "v")
             },
             "errors": _packed(inside.errors.astype("<f8")),
+            "scores": list(inside.scores),  # per layer: scale, softcap, window
         }
     else:
         data["inside_note"] = inside or "left out: the page was built without the model at hand"
