@@ -98,8 +98,11 @@ def main() -> None:
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
+    from transformers.utils import logging
 
     from attnviz.models import bundled_model_path
+
+    logging.set_verbosity_error()  # the corpus is longer than the model's limit, on purpose
 
     path = str(bundled_model_path())
     tokenizer = AutoTokenizer.from_pretrained(path)
