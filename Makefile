@@ -27,6 +27,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench_show.py
+	$(PY) bench/bench_show_vs_bare.py
 	$(PY) bench/bench_export.py
 	$(PY) bench/bench_export_memory.py
 	$(PY) bench/bench_report.py

@@ -64,9 +64,14 @@ class Layout:
     label_step: int  # label every label_step-th token
 
     @classmethod
-    def for_tokens(cls, n: int, max_side_in: float = 28.0) -> Layout:
+    def for_tokens(cls, n: int, max_side_in: float = 10.24, dpi: int | None = None) -> Layout:
+        """With `dpi`, the side is a whole number of pixels per cell, at least one: cells are
+        drawn alike and none is dropped. The cap keeps a 512-token head near 1000 px, what a
+        screen shows (labels are thinned to fit); `export --save-raw` keeps every number."""
         cell_in = min(0.32, max(0.12, 6.0 / max(n, 1)))
         side = min(max(n * cell_in, 3.0), max_side_in)
+        if dpi is not None and n > 0:
+            side = n * max(1, math.floor(side * dpi / n)) / dpi
         cell_pt = side * 72 / max(n, 1)
         font = min(10.0, max(5.0, cell_pt * 0.75))
         step = max(1, math.ceil(font / max(cell_pt, 1e-9) / 1.05))
@@ -276,9 +281,10 @@ class HeadFigure:
         _configure_matplotlib()
         tokens, unit = att.tokens, att.unit
         n = len(tokens)
-        layout = Layout.for_tokens(n)
+        layout = Layout.for_tokens(n, dpi=style.dpi)
         label_in = _label_inches(tokens, layout)
-        left, bottom = 0.45 + label_in, 0.45 + label_in  # axis label + tick labels
+        # Axis label + tick labels, in whole pixels so that every cell spans the same pixels.
+        left = bottom = round((0.45 + label_in) * style.dpi) / style.dpi
         top, right = 0.75, 1.25  # two title lines; colour bar with its ticks and label
         side = layout.side_in
         width, height = left + side + right, bottom + side + top
@@ -449,17 +455,22 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
 
     _configure_matplotlib()
     n = len(att.tokens)
-    gap = max(1, n // 8)
-    cell = n + gap
-    mosaic = np.full((len(layers) * cell - gap, len(heads) * cell - gap), np.nan)
+    panel_in = 1.0
+    # Average blocks of block × block cells first, so a panel holds about as many cells as
+    # pixels: the mosaic stays small (at 512 tokens it would be 190 MB in float64).
+    block = max(1, math.ceil(n / (panel_in * style.dpi)))
+    m = math.ceil(n / block)  # cells a panel side after averaging
+    gap = max(1, m // 8)
+    cell = m + gap
+    mosaic = np.full((len(layers) * cell - gap, len(heads) * cell - gap), np.nan, np.float32)
+    padded = np.full((m * block, m * block), np.nan, np.float32)
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
             grid = att.pattern(layer, head)  # (T, T)
             peak = grid.max()
-            mosaic[r * cell : r * cell + n, c * cell : c * cell + n] = (
-                grid / peak if peak > 0 else grid
-            )
-    panel_in = 1.0
+            padded[:n, :n] = grid / peak if peak > 0 else grid
+            blocks = padded.reshape(m, block, m, block)  # (m, block, m, block)
+            mosaic[r * cell : r * cell + m, c * cell : c * cell + m] = np.nanmean(blocks, (1, 3))
     inner = (len(heads) * panel_in, len(layers) * panel_in)
     side = max(0.2, (6.0 - inner[0]) / 2)  # room for the title over narrow grids
     fig, ax = _fixed_axes(inner, (0.45 + side, 0.35, 0.15 + side, 0.65), style.dpi)
@@ -472,7 +483,7 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
         interpolation="antialiased",
         interpolation_stage="data",
     )
-    centres = [i * cell + n / 2 - 0.5 for i in range(max(len(layers), len(heads)))]
+    centres = [i * cell + m / 2 - 0.5 for i in range(max(len(layers), len(heads)))]
     ax.set_xticks(centres[: len(heads)], [f"H{h}" for h in heads], fontsize=8)
     ax.set_yticks(centres[: len(layers)], [f"L{layer}" for layer in layers], fontsize=8)
     ax.tick_params(length=0)

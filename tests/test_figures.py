@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from attnviz.figures import HeadFigure, LayerFigure, Layout, Style, render_text
@@ -52,9 +53,10 @@ def test_blitted_layer_figures_equal_full_redraws(tmp_path):
         assert np.mean(np.abs(blitted - full) > 8) < 0.002
 
 
-def test_heatmap_pixels_follow_the_weights(tmp_path):
-    """A one-hot head must light exactly one cell per row: the image is the data, not a stub."""
-    n = 6
+@pytest.mark.parametrize("n", [6, 300])
+def test_heatmap_pixels_follow_the_weights(tmp_path, n):
+    """A one-hot head must light exactly one cell per row: the image is the data, not a stub.
+    At 300 tokens too, where the figure is sized by its pixel budget: no cell is dropped."""
     one_hot = np.zeros((1, 1, n, n))
     one_hot[0, 0, np.arange(n), (np.arange(n) + 1) % n] = 1.0  # each token attends to the next
     att = synthetic_attention(one_hot, [f"t{i}" for i in range(n)])
@@ -62,13 +64,11 @@ def test_heatmap_pixels_follow_the_weights(tmp_path):
     image = _png(figure.save(att.weights[0, 0], "one-hot", tmp_path / "h.png"))
     bbox = figure.image.get_window_extent()
     height = image.shape[0]
-    cell_w, cell_h = bbox.width / n, bbox.height / n
-    for q in range(n):
-        for k in range(n):
-            x = int(bbox.x0 + (k + 0.5) * cell_w)
-            y = int(height - (bbox.y0 + (n - q - 0.5) * cell_h))
-            dark = image[y, x].mean() < 60  # Greys: weight 1 is black, weight 0 is white
-            assert dark == (k == (q + 1) % n), (q, k, image[y, x])
+    centres = np.arange(n) + 0.5
+    xs = (bbox.x0 + centres * bbox.width / n).astype(int)  # key k's column of pixels
+    ys = (height - (bbox.y0 + (n - centres) * bbox.height / n)).astype(int)  # query q's row
+    dark = image[ys[:, None], xs[None, :]].mean(axis=-1) < 60  # (q, k); Greys: 1 is black
+    assert (dark == (one_hot[0, 0] == 1.0)).all()
 
 
 def test_layout_adapts_to_length():
@@ -77,6 +77,10 @@ def test_layout_adapts_to_length():
     assert long.label_step > 1  # 512 labels cannot all be readable: every k-th is drawn
     assert short.side_in < medium.side_in <= long.side_in <= 28.0
     assert min(short.font_pt, medium.font_pt, long.font_pt) >= 5.0
+    for n in (7, 120, 512, 1024):  # whole pixels per cell, at least one, about 1000 px at most
+        side_px = Layout.for_tokens(n, dpi=100).side_in * 100
+        assert side_px == pytest.approx(round(side_px)) and round(side_px) % n == 0
+        assert n <= side_px <= max(n, 1024)
 
 
 def test_render_text_writes_all_files_in_each_format(tmp_path):

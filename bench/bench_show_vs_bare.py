@@ -1,0 +1,141 @@
+"""`attnviz show` against the bare forward pass it is built on, at 16, 128 and 512 tokens.
+
+The bare script is the least anyone can do: import torch and transformers, load the bundled
+model, run one forward pass with attentions. `attnviz show` does that plus the summary, the
+terminal view and every image (overview, 6 layer grids, 72 head figures). Each run is a fresh
+process; the two are interleaved so that both meet the same machine load. Peak memory is
+the largest sum of RSS over the process and its children, sampled every 10 ms from /proc
+(a worker process counts in full), or the kernel's peak of the process if higher.
+Medians of --runs runs.
+Run: .venv/bin/python bench/bench_show_vs_bare.py [--runs 5] [--tokens 16 128 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SAMPLES = Path(__file__).parent.parent / "samples" / "sentences.txt"
+ATTNVIZ = str(Path(sys.executable).with_name("attnviz"))
+
+BARE = r"""
+import sys
+import torch
+from transformers import AutoModel, AutoTokenizer
+path, text = sys.argv[1], sys.argv[2]
+tokenizer = AutoTokenizer.from_pretrained(path)
+model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+with torch.inference_mode():
+    out = model(**tokenizer(text, return_tensors="pt"), output_attentions=True)
+assert len(out.attentions) == 6
+"""
+
+
+def text_of(n_tokens: int, tokenizer) -> str:
+    """A prefix of the samples corpus that the model reads as exactly `n_tokens` tokens."""
+    corpus = " ".join(SAMPLES.read_text().split())
+    pieces = tokenizer(corpus, add_special_tokens=False, return_offsets_mapping=True)
+    ends = [end for _, end in pieces["offset_mapping"]]
+    for cut in range(n_tokens - 2, 0, -1):  # [CLS] and [SEP] are the other two
+        text = corpus[: ends[cut - 1]]
+        if len(tokenizer(text)["input_ids"]) == n_tokens:
+            return text
+    raise SystemExit(f"no prefix of the corpus has {n_tokens} tokens")
+
+
+def _tree_rss_kib(root: int) -> int:
+    """RSS of `root` and all its descendants, KiB (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except OSError:
+            continue
+        pid = int(entry)
+        children.setdefault(int(fields["PPid"]), []).append(pid)
+        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0])
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def measure(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB of the process tree) of one fresh run of `cmd`."""
+    start = time.perf_counter()
+    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    while True:
+        peak = max(peak, _tree_rss_kib(process.pid))
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.01)
+    seconds = time.perf_counter() - start
+    peak = max(peak, usage.ru_maxrss)  # the kernel's own peak, for what sampling missed
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise SystemExit(f"{cmd[:2]} failed: {process.stderr.read().decode()[-500:]}")
+    return seconds, peak / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--tokens", type=int, nargs="+", default=[16, 128, 512])
+    args = parser.parse_args()
+
+    from transformers import AutoTokenizer
+    from transformers.utils import logging
+
+    from attnviz.models import bundled_model_path
+
+    logging.set_verbosity_error()  # the corpus is longer than the model's limit, on purpose
+
+    path = str(bundled_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.tokens:
+            text = text_of(n, tokenizer)
+            bare_cmd = [sys.executable, "-c", BARE, path, text]
+            out = Path(tmp) / str(n)
+            show_cmd = [ATTNVIZ, "show", text, "--out", str(out)]
+            bare, show = [], []
+            for _ in range(args.runs):  # interleaved: both meet the same machine load
+                bare.append(measure(bare_cmd))
+                show.append(measure(show_cmd))
+            images = list(out.glob("*/*.png"))  # the last run's files
+            megabytes = sum(p.stat().st_size for p in images) / 1e6
+            rows.append((n, bare, show, len(images), megabytes))
+
+    def med(runs: list[tuple[float, float]], i: int) -> float:
+        return statistics.median(r[i] for r in runs)
+
+    load = os.getloadavg()[0]
+    print(f"bare forward pass vs `attnviz show` (all images), fresh processes, median of "
+          f"{args.runs}; load average {load:.1f} at the end\n")  # fmt: skip
+    print("| tokens | bare s | show s | × bare | bare MiB | show MiB | × bare | images |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, bare, show, count, megabytes in rows:
+        print(
+            f"| {n} | {med(bare, 0):.2f} | {med(show, 0):.2f} | "
+            f"**{med(show, 0) / med(bare, 0):.2f}** | {med(bare, 1):.0f} | {med(show, 1):.0f} | "
+            f"{med(show, 1) / med(bare, 1):.2f} | {count} files, {megabytes:.1f} MB |"
+        )
+
+
+if __name__ == "__main__":
+    main()
