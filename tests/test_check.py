@@ -52,10 +52,11 @@ def test_causal_mask_and_padding_give_zero_weight(loaded_tiny):
     loaded = loaded_tiny["gpt2"]
     batch = random_batch(loaded, [6, 4], seed=3)
     inputs = pad(loaded, batch)
-    with adapters.capture_layers(loaded.model, [0]) as seen, torch.inference_mode():
+    seen = {}
+    with adapters.each_layer(loaded.model, [0], seen.__setitem__), torch.inference_mode():
         loaded.model(**inputs)
     ours = multi_head_attention(
-        seen.inputs[0],
+        seen[0]["input"],
         adapters.layer_weights(loaded.model, 0),
         inputs["attention_mask"],
         causal=True,
@@ -86,12 +87,13 @@ def test_matches_torch_multihead_attention_independently():
 def _layer_run(loaded, layer, weights):
     batch = random_batch(loaded, [9, 6], seed=7)
     inputs = pad(loaded, batch)
-    with adapters.capture_layers(loaded.model, [layer]) as seen, torch.inference_mode():
+    seen = {}
+    with adapters.each_layer(loaded.model, [layer], seen.__setitem__), torch.inference_mode():
         out = loaded.model(**inputs, output_attentions=True)
     mask = inputs["attention_mask"]
-    ours = multi_head_attention(seen.inputs[layer], weights, mask, loaded.info.causal)
-    torch.testing.assert_close(seen.probs[layer], out.attentions[layer])  # the hook's = HF's
-    return compare(layer, out.attentions[layer], seen.outputs[layer], ours, mask)
+    ours = multi_head_attention(seen[layer]["input"], weights, mask, loaded.info.causal)
+    torch.testing.assert_close(seen[layer]["probs"], out.attentions[layer])  # the hook's = HF's
+    return compare(layer, out.attentions[layer], seen[layer]["output"], ours, mask)
 
 
 @pytest.mark.parametrize("arch", ["bert", "gpt2", "llama", "qwen3"])

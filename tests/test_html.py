@@ -95,11 +95,12 @@ def test_inside_steps_are_mha_and_match_the_model(inside, att, bundled):
     # q_h of head 2 is exactly columns 2·d_k… of X W_Q + b_Q, as multi_head_attention takes it.
     weights = adapters.layer_weights(bundled.model, 1)
     d_k = inside.q.shape[-1]
-    with adapters.capture_layers(bundled.model, [1]) as seen, torch.inference_mode():
-        from attnviz.extract import encode, pad
+    from attnviz.extract import encode, pad
 
+    seen = {}
+    with adapters.each_layer(bundled.model, [1], seen.__setitem__), torch.inference_mode():
         bundled.model(**pad(bundled, [encode(bundled, SENTENCE)]))
-    x = seen.inputs[1].double()
+    x = seen[1]["input"].double()
     expected = (x @ weights.w_q.double() + weights.b_q.double())[0, :, 2 * d_k : 3 * d_k]
     assert np.allclose(inside.q[1, 2], expected.numpy(), atol=1e-5)
     # The softmax of our own q and k reproduces the model's probabilities.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from attnviz.adapters import albert, bert, distilbert, gpt2, llama, phi3
@@ -44,16 +43,6 @@ def layer_weights(model: Any, layer: int) -> LayerWeights:
     """The weights of `layer` as `X @ W + b` (see `attnviz.mha.LayerWeights`), or a one-line
     UnsupportedModelError naming what the from-scratch attention does not compute."""
     return _family(model).weights(model, layer)
-
-
-@dataclass
-class Captured:
-    """What the hooks saw in one forward pass: each layer's attention input, output and
-    probabilities."""
-
-    inputs: dict[int, Any]
-    outputs: dict[int, Any]
-    probs: dict[int, Any]
 
 
 Receiver = Callable[[int, Any], None]  # (layer, tensor)
@@ -110,15 +99,24 @@ def hooked(
 
 
 @contextmanager
-def capture_layers(model: Any, layers: list[int]) -> Iterator[Captured]:
-    """Record the input X, the W_O output and the probabilities of `layers` during the
-    forward passes inside."""
-    captured = Captured({}, {}, {})
-    with hooked(
-        model,
-        layers,
-        on_input=captured.inputs.__setitem__,
-        on_output=captured.outputs.__setitem__,
-        on_probs=captured.probs.__setitem__,
-    ):
-        yield captured
+def each_layer(
+    model: Any,
+    layers: list[int],
+    on_layer: Callable[[int, dict[str, Any]], None],
+    kinds: tuple[str, ...] = ("input", "output", "probs"),
+) -> Iterator[None]:
+    """During the forward passes inside, call `on_layer(layer, {kind: tensor})` once each
+    of `layers` has handed on all its `kinds` (moved to the CPU), then drop them: a long
+    text's layers are never all held at once. Architectures differ in which comes first."""
+    seen: dict[str, dict[int, Any]] = {kind: {} for kind in kinds}
+
+    def receiver(kind: str) -> Receiver:
+        def receive(layer: int, tensor: Any) -> None:
+            seen[kind][layer] = tensor.cpu()
+            if all(layer in got for got in seen.values()):
+                on_layer(layer, {k: seen[k].pop(layer) for k in kinds})
+
+        return receive
+
+    with hooked(model, layers, **{f"on_{kind}": receiver(kind) for kind in kinds}):
+        yield

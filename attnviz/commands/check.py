@@ -108,29 +108,16 @@ def check_layers(
     model = loaded.model
     inputs = pad(loaded, batch)
     key_mask = inputs["attention_mask"].cpu()
-    seen: dict[str, dict[int, Any]] = {"x": {}, "probs": {}, "output": {}}
     checks: dict[int, LayerCheck] = {}
     shapes: list[tuple] = []
 
-    def receiver(kind: str):
-        def receive(layer: int, tensor: Any) -> None:
-            seen[kind][layer] = tensor.cpu()
-            if all(layer in got for got in seen.values()):  # architectures differ in order
-                x, probs, output = (seen[k].pop(layer) for k in ("x", "probs", "output"))
-                weights = adapters.layer_weights(model, layer).to_cpu()
-                ours = multi_head_attention(x, weights, key_mask, causal=loaded.info.causal)
-                checks[layer] = compare(layer, probs, output, ours, key_mask)
-                shapes[:] = ours.shapes
+    def check_layer(layer: int, seen: dict[str, Any]) -> None:
+        weights = adapters.layer_weights(model, layer).to_cpu()
+        ours = multi_head_attention(seen["input"], weights, key_mask, causal=loaded.info.causal)
+        checks[layer] = compare(layer, seen["probs"], seen["output"], ours, key_mask)
+        shapes[:] = ours.shapes
 
-        return receive
-
-    hooks = adapters.hooked(
-        model,
-        layers,
-        on_input=receiver("x"),
-        on_output=receiver("output"),
-        on_probs=receiver("probs"),
-    )
+    hooks = adapters.each_layer(model, layers, check_layer)
     with hooks, torch.inference_mode():
         model.base_model(**inputs)
     return [checks[layer] for layer in layers], tuple(shapes)

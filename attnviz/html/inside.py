@@ -57,28 +57,22 @@ def inside_steps(loaded: LoadedModel, encoded: Encoded) -> Inside:
     layers = list(range(info.n_layers))
     length = len(encoded)
     steps: dict[str, list] = {"q": [], "k": [], "v": [], "errors": [], "scores": []}
-    seen: dict[str, dict[int, Any]] = {"x": {}, "probs": {}}
 
-    def receiver(kind: str):
-        def receive(layer: int, tensor: Any) -> None:
-            seen[kind][layer] = tensor.cpu()
-            if all(layer in got for got in seen.values()):  # architectures differ in order
-                x, model_probs = seen["x"].pop(layer).double(), seen["probs"].pop(layer)
-                w = adapters.layer_weights(model, layer).to_cpu().double()
-                allowed = visible_keys(1, length, causal=info.causal, window=w.window)
-                angles = rope_angles(w.rope, length) if w.rope is not None else None
-                scale = w.scale if w.scale is not None else w.d_k**-0.5
-                steps["scores"].append({"scale": scale, "softcap": w.softcap, "window": w.window})
-                heads = [attention_head(x, w, h, allowed, angles) for h in range(w.n_heads)]
-                for name in ("q", "k", "v"):
-                    rows = [getattr(head, name)[0].numpy() for head in heads]  # (T, d_k) each
-                    steps[name].append(np.stack(rows).astype(np.float32))  # (H, T, d_k)
-                diff = (torch.stack([h.probs[0] for h in heads]) - model_probs[0].double()).abs()
-                steps["errors"].append(diff.amax(dim=-1).numpy())  # (H, T)
+    def layer_steps(layer: int, seen: dict[str, Any]) -> None:
+        x, model_probs = seen["input"].double(), seen["probs"]
+        w = adapters.layer_weights(model, layer).to_cpu().double()
+        allowed = visible_keys(1, length, causal=info.causal, window=w.window)
+        angles = rope_angles(w.rope, length) if w.rope is not None else None
+        scale = w.scale if w.scale is not None else w.d_k**-0.5
+        steps["scores"].append({"scale": scale, "softcap": w.softcap, "window": w.window})
+        heads = [attention_head(x, w, h, allowed, angles) for h in range(w.n_heads)]
+        for name in ("q", "k", "v"):
+            rows = [getattr(head, name)[0].numpy() for head in heads]  # (T, d_k) each
+            steps[name].append(np.stack(rows).astype(np.float32))  # (H, T, d_k)
+        diff = (torch.stack([h.probs[0] for h in heads]) - model_probs[0].double()).abs()
+        steps["errors"].append(diff.amax(dim=-1).numpy())  # (H, T)
 
-        return receive
-
-    hooks = adapters.hooked(model, layers, on_input=receiver("x"), on_probs=receiver("probs"))
+    hooks = adapters.each_layer(model, layers, layer_steps, kinds=("input", "probs"))
     with hooks, torch.inference_mode():
         model.base_model(**pad(loaded, [encoded]))
     q, k, v, errors = (np.stack(steps[name]) for name in ("q", "k", "v", "errors"))
