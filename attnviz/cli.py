@@ -242,6 +242,17 @@ def show(
     cmap: CmapOpt = "viridis",
     scale: ScaleOpt = Scale.absolute,
     device: DeviceOpt = Device.auto,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Drawing processes, started while the model loads [default: one per core, "
+            "at most 4]; 1 draws in this process.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show what every attention head looks at in one sentence, and write heatmaps.
@@ -254,6 +265,7 @@ def show(
     from attnviz import terminal
     from attnviz.commands.show import show as run_show
     from attnviz.inputs import read_text
+    from attnviz.render import default_jobs
 
     try:
         result = run_show(
@@ -272,6 +284,7 @@ def show(
             images=not no_images,
             html=html,
             pair=pair,
+            jobs=jobs or default_jobs(),
         )
     except AttnvizError as error:
         raise _fail(error) from None

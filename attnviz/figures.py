@@ -93,6 +93,8 @@ def _header(fig: Any, att: Attention, title: str = "", *more: str) -> Any:
 
 def check_cmap(name: str) -> str:
     """Return `name` if matplotlib knows this colour map, else raise InputError naming some."""
+    if name == Style.cmap:  # the default: no need to import matplotlib to know it (fast start)
+        return name
     import matplotlib
 
     from attnviz.errors import InputError
@@ -443,25 +445,20 @@ class LayerFigure:
         self.frames.close()
 
 
-def overview_figure(att: Attention, layers: list[int], heads: list[int], style: Style) -> Any:
-    """Small multiples of every chosen layer × head, each panel scaled to its own maximum.
+def overview_mosaic(att: Attention, layers: list[int], heads: list[int], dpi: int) -> np.ndarray:
+    """The overview's data: every chosen layer × head side by side, each scaled to its own
+    maximum, NaN (drawn white) in the gaps; `(rows, columns)` float32.
 
     Panels of long texts have more tokens than pixels; they are averaged down on the data,
     before colour mapping, so every pixel is a colour of the map (averaging colours would
-    show colours the map does not have).
+    show colours the map does not have), and the mosaic stays small (at 512 tokens it would
+    be 190 MB in float64).
     """
-    import matplotlib
     import numpy as np
 
-    _configure_matplotlib()
     n = len(att.tokens)
-    panel_in = 1.0
-    # Average blocks of block × block cells first, so a panel holds about as many cells as
-    # pixels: the mosaic stays small (at 512 tokens it would be 190 MB in float64).
-    block = max(1, math.ceil(n / (panel_in * style.dpi)))
-    m = math.ceil(n / block)  # cells a panel side after averaging
-    gap = max(1, m // 8)
-    cell = m + gap
+    block, m, cell = _overview_cells(n, dpi)
+    gap = cell - m
     mosaic = np.full((len(layers) * cell - gap, len(heads) * cell - gap), np.nan, np.float32)
     padded = np.full((m * block, m * block), np.nan, np.float32)
     for r, layer in enumerate(layers):
@@ -471,6 +468,34 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
             padded[:n, :n] = grid / peak if peak > 0 else grid
             blocks = padded.reshape(m, block, m, block)  # (m, block, m, block)
             mosaic[r * cell : r * cell + m, c * cell : c * cell + m] = np.nanmean(blocks, (1, 3))
+    return mosaic
+
+
+def _overview_cells(n: int, dpi: int) -> tuple[int, int, int]:
+    """(block, m, cell): tokens averaged per panel cell, cells a panel side, and the panel's
+    pitch in the mosaic (panel plus gap); a panel is 1 inch, about as many cells as pixels."""
+    block = max(1, math.ceil(n / dpi))
+    m = math.ceil(n / block)
+    return block, m, m + max(1, m // 8)
+
+
+def overview_figure(
+    att: Attention,
+    layers: list[int],
+    heads: list[int],
+    style: Style,
+    mosaic: np.ndarray | None = None,
+) -> Any:
+    """Small multiples of every chosen layer × head, each panel scaled to its own maximum;
+    `mosaic` is `overview_mosaic`'s, computed here when not given."""
+    import matplotlib
+
+    _configure_matplotlib()
+    if mosaic is None:
+        mosaic = overview_mosaic(att, layers, heads, style.dpi)
+    n = len(att.tokens)
+    panel_in = 1.0
+    _, m, cell = _overview_cells(n, style.dpi)
     inner = (len(heads) * panel_in, len(layers) * panel_in)
     side = max(0.2, (6.0 - inner[0]) / 2)  # room for the title over narrow grids
     fig, ax = _fixed_axes(inner, (0.45 + side, 0.35, 0.15 + side, 0.65), style.dpi)
@@ -500,20 +525,35 @@ def overview_figure(att: Attention, layers: list[int], heads: list[int], style: 
     return fig
 
 
-def query_figure(
+def query_rows(
     att: Attention, index: int, layers: list[int], heads: list[int], style: Style
+) -> np.ndarray:
+    """The query figure's data: row (layer, head) is `att.pattern(layer, head)[index, :]` on
+    the style's colour scale; `(layers × heads, keys)`."""
+    import numpy as np
+
+    return np.stack([style.scaled(att.pattern(layer, h)[index]) for layer in layers for h in heads])
+
+
+def query_figure(
+    att: Attention,
+    index: int,
+    layers: list[int],
+    heads: list[int],
+    style: Style,
+    rows: np.ndarray | None = None,
 ) -> Any:
     """Where one query token looks in every chosen head: rows are layer·head, columns keys.
 
-    Row (layer, head) is `att.pattern(layer, head)[index, :]`; the query's own column is
+    `rows` is `query_rows`'s, computed here when not given; the query's own column is
     outlined, and lines separate the layers.
     """
-    import numpy as np
     from matplotlib.patches import Rectangle
 
     _configure_matplotlib()
     n = len(att.tokens)
-    rows = np.stack([style.scaled(att.pattern(layer, h)[index]) for layer in layers for h in heads])
+    if rows is None:
+        rows = query_rows(att, index, layers, heads, style)
     layout = Layout.for_tokens(n)
     row_in = min(0.22, max(0.1, 12.0 / len(rows)))
     inner = (layout.side_in, max(len(rows) * row_in, 1.5))
@@ -566,48 +606,6 @@ def save_figure(fig: Any, path: Path, style: Style) -> Path:
         path = write_atomic(path, lambda h: fig.savefig(h, format=style.fmt, dpi=style.dpi))
     fig.clear()
     return path
-
-
-def render_text(
-    att: Attention,
-    folder: Path,
-    layers: list[int],
-    heads: list[int],
-    style: Style,
-    kinds: tuple[str, ...] = ("overview", "layers", "heads"),
-    query: int | None = None,
-) -> list[Path]:
-    """Write the overview, one grid per layer and one figure per head for one text into `folder`.
-
-    `kinds` chooses which of the three to write; with `query` (a token position), also the
-    figure of where that token looks, `query-<token>-<position>`.
-    """
-    from attnviz.files import slug
-
-    ext = style.fmt
-    written = []
-    if query is not None:
-        figure = query_figure(att, query, layers, heads, style)
-        name = f"query-{slug(att.tokens[query], 20)}-{query}.{ext}"
-        written.append(save_figure(figure, folder / name, style))
-    if "overview" in kinds:
-        overview = overview_figure(att, layers, heads, style)
-        written.append(save_figure(overview, folder / f"overview.{ext}", style))
-    if "layers" in kinds:
-        layer_fig = LayerFigure(att, heads, style)
-        for layer in layers:
-            grids = att.weights[att.slot(layer)]  # (H, T, T)
-            written.append(layer_fig.save(grids, layer, folder / f"layer-{layer:02d}.{ext}"))
-        layer_fig.close()
-    if "heads" in kinds:
-        head_fig = HeadFigure(att, style)
-        for layer in layers:
-            for head in heads:
-                grid = att.pattern(layer, head)  # (T, T)
-                path = folder / f"layer-{layer:02d}-head-{head:02d}.{ext}"
-                written.append(head_fig.save(grid, head_title(layer, head, grid), path))
-        head_fig.close()
-    return written
 
 
 ROLE_COLOURS = {

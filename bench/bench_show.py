@@ -23,7 +23,7 @@ import io, json, sys, tempfile, time
 from pathlib import Path
 t0 = time.perf_counter()
 import torch, transformers, matplotlib
-from attnviz import extract, figures, models, summary, terminal
+from attnviz import extract, figures, models, render, summary, terminal
 t1 = time.perf_counter()
 loaded = models.load_model(None, "cpu")
 t2 = time.perf_counter()
@@ -36,7 +36,7 @@ console = Console(file=io.StringIO(), width=100)
 every_layer, every_head = list(range(info.n_layers)), list(range(info.n_heads))
 terminal.print_head_map(console, att, summaries, every_layer, every_head)
 t4 = time.perf_counter()
-files = figures.render_text(att, Path(tempfile.mkdtemp()), list(range(info.n_layers)),
+files = render.render_text(att, Path(tempfile.mkdtemp()), list(range(info.n_layers)),
                             list(range(info.n_heads)), figures.Style())
 t5 = time.perf_counter()
 print(json.dumps({"imports": t1 - t0, "model load *": t2 - t1, "forward": t3 - t2,

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from attnviz.figures import HeadFigure, LayerFigure, Layout, Style, render_text
+from attnviz.figures import HeadFigure, LayerFigure, Layout, Style
+from attnviz.render import render_text
 from tests.conftest import synthetic_attention
 
 

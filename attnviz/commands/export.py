@@ -137,7 +137,7 @@ def render_sentence(
 ) -> Record:
     """Write one sentence's figures (and raw array, and `page` as attention.html), then
     `done.json`; runs in a worker too."""
-    from attnviz.figures import render_text
+    from attnviz.render import render_text
 
     folder.mkdir(parents=True, exist_ok=True)
     clear_previous(folder)
@@ -201,6 +201,10 @@ def export(
     heads_asked = list(options.heads) if options.heads else None
     refuse_early(model, layers_asked, heads_asked)
     prepare_dir(out)
+    if jobs > 1:
+        from attnviz.render import start_workers
+
+        start_workers(jobs)  # they import matplotlib while this process loads the model
 
     from attnviz.extract import encode, extract_many, view
     from attnviz.figures import Style, check_cmap
@@ -298,25 +302,18 @@ def _figures(record: Record) -> int:
 
 
 class _Renderer:
-    """Renders in this process (jobs=1) or in a pool, keeping at most 2×jobs sentences in flight.
+    """Renders in this process (jobs=1) or in the drawing processes of `render`, keeping at
+    most 2×jobs sentences in flight.
 
     The bound keeps memory flat however many sentences there are.
     """
 
     def __init__(self, jobs: int) -> None:
-        self.jobs = jobs
-        self.pool = None
-        self.flight: deque = deque()
-        if jobs > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
+        from attnviz.render import start_workers
 
-            # spawn: workers must not inherit torch's threads and the model from this process.
-            self.pool = ProcessPoolExecutor(
-                jobs,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_freeze_long_lived,
-            )
+        self.jobs = jobs
+        self.pool = start_workers(jobs) if jobs > 1 else None
+        self.flight: deque = deque()
 
     def submit(self, job: tuple) -> list[Record]:
         if self.pool is None:
@@ -330,13 +327,13 @@ class _Renderer:
     def finish(self) -> list[Record]:
         finished = [future.result() for future in self.flight]
         self.flight.clear()
-        if self.pool is not None:
-            self.pool.shutdown()
         return finished
 
     def cancel(self) -> None:
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            from attnviz.render import stop_workers
+
+            stop_workers()
 
 
 def write_manifest(summary: ExportSummary, sentences: Sentences, width: int) -> None:

@@ -62,6 +62,7 @@ def show(
     images: bool = True,
     html: bool = False,
     pair: str | None = None,
+    jobs: int = 1,
 ) -> ShowResult:
     """Extract one text's attention, summarise the chosen heads, write their heatmaps to `out`.
 
@@ -69,7 +70,8 @@ def show(
     the files of its last run (listed in its `done.json`). With `query` ("it", "it#2" or a
     position), also where that token looks in every chosen head, and its figure. `images`
     False writes no figures; `html` writes the interactive page `attention.html` there too.
-    `pair` (encoders) reads `[CLS] text [SEP] pair [SEP]` with token types.
+    `pair` (encoders) reads `[CLS] text [SEP] pair [SEP]` with token types. `jobs` above 1
+    draws the figures in that many worker processes, started before the model loads.
     """
     from attnviz.extract import require_text
     from attnviz.models import refuse_early
@@ -80,10 +82,15 @@ def show(
     refuse_early(model, layers, heads, text, truncate)
     named = text if pair is None else f"{text}\n{pair}"
     folder = prepare_dir(out / text_folder_name(named)) if out is not None else None
+    if folder is not None and images and jobs > 1:
+        from attnviz.render import start_workers
+
+        start_workers(jobs)  # they import matplotlib while this process imports torch
 
     from attnviz.api import attention
-    from attnviz.figures import Style, render_text
+    from attnviz.figures import Style
     from attnviz.query import find_query, query_view
+    from attnviz.render import render_text
     from attnviz.summary import summarise
 
     style = style or Style()
@@ -101,7 +108,9 @@ def show(
         clear_previous(folder)
         at = asked.index if asked is not None else None
         if images:
-            written = render_text(shown, folder, chosen_layers, chosen_heads, style, query=at)
+            written = render_text(
+                shown, folder, chosen_layers, chosen_heads, style, query=at, jobs=jobs
+            )
         if html:
             from attnviz.html import write_page
             from attnviz.html.inside import inside_for

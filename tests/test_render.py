@@ -1,0 +1,110 @@
+"""Drawing one text's figures in worker processes writes exactly what one process writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from attnviz import render
+from attnviz.errors import OutputError
+from attnviz.figures import Style
+from tests.conftest import synthetic_attention
+
+
+def _attention(seed=5, n_layers=3, n_heads=4, n=11):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(n_layers, n_heads, n, n)) * 2
+    weights = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    return synthetic_attention(weights, [f"tok{i}" for i in range(n)])
+
+
+def _files(folder, written):
+    return [(path.name, path.read_bytes()) for path in written], sorted(
+        p.name for p in folder.iterdir()
+    )
+
+
+@pytest.mark.parametrize("kinds", [render.KINDS, ("heads",), ("overview", "layers")])
+def test_workers_write_the_same_bytes_as_one_process(tmp_path, kinds):
+    att = _attention()
+    layers, heads = [0, 2], [1, 2, 3]
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir(), there.mkdir()
+    style = Style(scale="head")
+    one = render.render_text(att, here, layers, heads, style, kinds, query=4, jobs=1)
+    two = render.render_text(att, there, layers, heads, style, kinds, query=4, jobs=2)
+    assert [p.parent for p in two] == [there] * len(two)
+    assert _files(there, two) == _files(here, one)  # same names, order and bytes
+    expected = 1 + ("overview" in kinds) + ("layers" in kinds) * 2 + ("heads" in kinds) * 6
+    assert len(one) == expected
+    assert one[0].name == "query-tok4-4.png"
+    if kinds == render.KINDS:  # the order of the files: query, overview, grids, heads
+        names = [p.name for p in one]
+        assert names[1:4] == ["overview.png", "layer-00.png", "layer-02.png"]
+        assert names[4:] == [f"layer-{n:02d}-head-{h:02d}.png" for n in layers for h in heads]
+
+
+def test_a_worker_draws_a_second_text_with_its_own_labels(tmp_path):
+    """Workers keep a text's figures between its tasks: the next text must not reuse them."""
+    first, second = _attention(seed=1, n=6), _attention(seed=2, n=13)
+    for att, name in ((first, "a"), (second, "b")):
+        for jobs in (1, 2):
+            folder = tmp_path / f"{name}{jobs}"
+            folder.mkdir()
+            render.render_text(att, folder, [0, 1], [0, 1, 2, 3], Style(), ("heads",), jobs=jobs)
+    for name in "ab":
+        for path in (tmp_path / f"{name}1").iterdir():
+            assert path.read_bytes() == (tmp_path / f"{name}2" / path.name).read_bytes()
+
+
+def test_tasks_carry_only_the_arrays_they_draw(tmp_path):
+    att = _attention(n_layers=3, n_heads=4, n=11)
+    tasks = list(render.tasks(att, tmp_path, [0, 2], [1, 3], Style(), query=3))
+    kinds = [task.kind for task in tasks]
+    assert kinds == ["heads", "heads", "layer", "layer", "overview", "query"]  # most work first
+    for task in tasks:
+        if task.kind in ("heads", "layer"):
+            (layer,) = task.layers
+            assert task.att.weights.shape == (1, 4, 11, 11)
+            assert np.array_equal(task.att.pattern(layer, 3), att.pattern(layer, 3))
+        else:
+            assert task.att.weights.size == 0
+    overview, query = tasks[-2:]
+    assert overview.data.shape[0] < 3 * 11 * 2 and query.data[1].shape == (2 * 2, 11)
+    assert query.data[1][3].tolist() == att.pattern(2, 3)[3].tolist()  # layer 2, head 3
+
+
+def test_a_dead_worker_is_one_clear_error(tmp_path):
+    att = _attention()
+    pool = render.start_workers(3)  # a pool of its own, killed here
+    pool.submit(int).result()
+    for pid in list(pool._processes):
+        os.kill(pid, signal.SIGKILL)
+    with pytest.raises(OutputError, match="drawing process died"):
+        for _ in range(50):  # until the pool has noticed
+            render.render_text(att, tmp_path, [0], [0], Style(), jobs=3)
+    assert 3 not in render._pools  # the next call starts a fresh pool
+    assert render.render_text(att, tmp_path, [0], [0], Style(), ("heads",), jobs=3)
+    render._pools.pop(3).shutdown()
+
+
+def test_show_with_workers_exits_cleanly(tiny_model_dirs, tmp_path):
+    """The console entry point leaves without teardown: output complete, exit codes kept,
+    and nothing on stderr (no leaked semaphores, no worker tracebacks)."""
+    model = str(tiny_model_dirs["bert"])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "attnviz", "show", "The cat sat on the mat.", "-m", model,
+               "-o", str(tmp_path), "--jobs", "2", "--json"]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    data = json.loads(done.stdout)
+    assert len(data["images"]) > 3 and all(os.path.getsize(p) > 1000 for p in data["images"])
+    bad = subprocess.run(command + ["--layer", "99"], env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: layer 99")
