@@ -628,4 +628,36 @@ def report(
 
 
 def main() -> None:
-    app()
+    """The console entry point: run the command, then leave at once.
+
+    The interpreter's own teardown frees torch's and transformers' objects one by one (about
+    0.8 s) and frees nothing the operating system does not free at exit; by then every file
+    attnviz writes is closed, so the clean-ups that matter run first and the process exits
+    without the teardown. An unexpected error still leaves the normal way, with its traceback.
+    """
+    try:
+        app()
+        code: Any = 0
+    except SystemExit as stop:
+        code = stop.code
+    _leave(code)
+
+
+def _leave(code: Any) -> None:
+    import atexit
+    import os
+    import sys
+
+    if isinstance(code, str):  # SystemExit("message"): Python prints it and exits with 1
+        print(code, file=sys.stderr)
+        code = 1
+    from attnviz.render import stop_workers
+
+    stop_workers()  # drawing processes finish their task and exit
+    atexit._run_exitfuncs()  # registered clean-ups: logging, multiprocessing's semaphores
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`| head`): nothing more to say
+            pass
+    os._exit(code or 0)
