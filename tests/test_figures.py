@@ -44,6 +44,32 @@ def test_blitted_head_figures_equal_full_redraws(tmp_path):
         assert np.mean(np.abs(blitted - full) > 8) < 0.002
 
 
+@pytest.mark.parametrize("n", [7, 40, 300])
+def test_painted_heatmaps_are_the_pixels_matplotlib_draws(tmp_path, n):
+    """Heatmaps with whole pixels per cell are painted straight into the canvas: exactly the
+    pixels Agg's own drawing gives, in the head and the layer figures, at any length."""
+    from attnviz.figures import _paint_cells
+
+    att = _random_attention(np.random.default_rng(n), n=n)
+    att.weights[0, 1] = np.eye(n)  # exact 0s and 1s: both ends of the colour map
+    style = Style(cmap="magma", scale="head")
+    head, layer = HeadFigure(att, style), LayerFigure(att, [0, 1, 2], style)
+    head.save(att.weights[0, 1], "t", tmp_path / "h.png")  # draws the background once
+    layer.save(att.weights[0], 0, tmp_path / "l.png")
+    for frames, images in ((head.frames, [head.image]), (layer.frames, layer.images)):
+        canvas = frames.canvas
+        for image in images:
+            canvas.restore_region(frames._background)
+            frames.fig.draw_artist(image)
+            drawn = np.array(canvas.buffer_rgba())
+            canvas.restore_region(frames._background)
+            assert _paint_cells(canvas, image)
+            assert np.array_equal(np.asarray(canvas.buffer_rgba()), drawn)
+    image = head.image
+    image.set_interpolation("antialiased")  # anything else is left to matplotlib
+    assert not _paint_cells(head.frames.canvas, image)
+
+
 def test_blitted_layer_figures_equal_full_redraws(tmp_path):
     att = _random_attention(np.random.default_rng(2))
     style = Style()
