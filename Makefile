@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_show.py
 	$(PY) bench/bench_show_vs_bare.py
 	$(PY) bench/bench_export.py
+	$(PY) bench/bench_export_long.py
 	$(PY) bench/bench_export_memory.py
 	$(PY) bench/bench_report.py
 	$(PY) bench/bench_treebank.py

@@ -248,6 +248,7 @@ def show(
             "--jobs",
             "-j",
             min=1,
+            metavar="N",
             help="Drawing processes, started while the model loads [default: one per core, "
             "at most 4]; 1 draws in this process.",
             show_default=False,
@@ -404,7 +405,17 @@ def export(
     html: Annotated[
         bool, _flag("--html", "Also write attention.html (interactive, offline) per sentence.")
     ] = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Rendering processes.")] = 1,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            metavar="N",
+            help="Drawing processes, each drawing whole sentences while this one runs the "
+            "model; 1 draws in this process.",
+        ),
+    ] = 1,
     batch_size: BatchOpt = 8,
     overwrite: Annotated[
         bool, _flag("--overwrite", "Redo sentences that are already complete.")

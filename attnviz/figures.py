@@ -417,10 +417,13 @@ class LayerFigure:
             layout.side_in, min(7.0, layout.font_pt), max(layout.label_step, math.ceil(n / 24))
         )
         label_in = _label_inches(att.tokens, small)
-        # Laid out in whole pixels, panels with whole pixels per token: every cell is drawn
-        # alike, and the heatmaps can be painted straight into the canvas (see _Frames).
+        # Laid out in whole pixels, panels with whole pixels per token where they fit: every
+        # cell is drawn alike, and the heatmaps can be painted straight into the canvas (see
+        # _Frames). Longer texts keep the panel's size and are resampled by matplotlib.
         dpi = style.dpi
-        panel = n * max(1, math.floor(max(2.6, layout.side_in * 0.55) * dpi / n))  # pixels
+        panel = round(max(2.6, layout.side_in * 0.55) * dpi)  # pixels
+        if n <= panel:
+            panel = n * (panel // n)
         left, bottom, top, right = (round(v * dpi) for v in (0.15 + label_in, 0.15 + label_in,
                                                              1.1, 1.2))  # fmt: skip
         gap_w, gap_h = round(0.15 * dpi), round(0.35 * dpi)  # panel titles sit in the gaps

@@ -10,7 +10,8 @@ Workers are started early on purpose: `show` starts them before it imports torch
 while this process imports torch and transformers and loads the model (one core), they import
 matplotlib and draw a first figure (on the others). A worker keeps the figures of the text
 it is drawing, laid out once, across that text's tasks (blitting, see `figures`).
-Pools live as long as this process and are reused by later calls.
+Pools live as long as this process and are reused by later calls. Texts so long that one
+layer's weights pass `MAX_LAYER_BYTES` are drawn in this process, to keep memory flat.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ if TYPE_CHECKING:
 
 KINDS = ("overview", "layers", "heads")
 MAX_DEFAULT_JOBS = 4
+# A task sends one layer's weights to a worker, which then holds a copy (and matplotlib its
+# own while drawing). Above this, as with SmolLM2's 9 heads at 2,048 tokens (151 MB a layer),
+# the figures are drawn in this process instead: the copies would cost more memory than the
+# drawing costs time next to such a forward pass.
+MAX_LAYER_BYTES = 64 * 2**20
 
 
 def default_jobs() -> int:
@@ -129,11 +135,12 @@ def render_text(
 
     `kinds` chooses which of the three to write; with `query` (a token position), also the
     figure of where that token looks, `query-<token>-<position>`. `jobs` above 1 draws in
-    that many worker processes (started now if `start_workers` did not).
+    that many worker processes (started now if `start_workers` did not), unless one layer's
+    weights are over `MAX_LAYER_BYTES`.
     """
     todo = tasks(att, folder, layers, heads, style, kinds, query)  # made as they are drawn
     done: list[tuple[int, list[Path]]] = []
-    if jobs <= 1:
+    if jobs <= 1 or att.weights[0].nbytes > MAX_LAYER_BYTES:
         try:
             done = [(task.rank, draw(task)) for task in todo]
         finally:

@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _rss import measure
 
 SAMPLES = Path(__file__).parent.parent / "samples" / "sentences.txt"
 ATTNVIZ = str(Path(sys.executable).with_name("attnviz"))
@@ -51,48 +51,6 @@ def text_of(n_tokens: int, tokenizer) -> str:
         if len(tokenizer(text)["input_ids"]) == n_tokens:
             return text
     raise SystemExit(f"no prefix of the corpus has {n_tokens} tokens")
-
-
-def _tree_rss_kib(root: int) -> int:
-    """RSS of `root` and all its descendants, KiB (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as status:
-                fields = dict(line.split(":", 1) for line in status if ":" in line)
-        except OSError:
-            continue
-        pid = int(entry)
-        children.setdefault(int(fields["PPid"]), []).append(pid)
-        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0])
-    total, stack = 0, [root]
-    while stack:
-        pid = stack.pop()
-        total += rss.get(pid, 0)
-        stack.extend(children.get(pid, []))
-    return total
-
-
-def measure(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB of the process tree) of one fresh run of `cmd`."""
-    start = time.perf_counter()
-    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
-    while True:
-        peak = max(peak, _tree_rss_kib(process.pid))
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            break
-        time.sleep(0.01)
-    seconds = time.perf_counter() - start
-    peak = max(peak, usage.ru_maxrss)  # the kernel's own peak, for what sampling missed
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise SystemExit(f"{cmd[:2]} failed: {process.stderr.read().decode()[-500:]}")
-    return seconds, peak / 1024
 
 
 def main() -> None:

@@ -5,7 +5,8 @@ dequantises the GGUF file and writes the cache. Warm: the same call once the cac
 The bundled encoder is loaded the same way for scale. Each load runs in a fresh process and
 is timed inside it (imports excluded); medians of --runs.
 
-Memory: peak RSS (getrusage of the child) of `attnviz show --model smollm2 --layer 18` on a
+Memory: peak RSS (the sum over the process and its drawing workers, see _rss.py) of
+`attnviz show --model smollm2 --layer 18` on a
 2,048-token text (the samples corpus, repeated and cut to 2,048 SmolLM2 tokens), with and
 without images, against the same show of every layer with --no-images would need for the
 attention alone (30 × 9 × 2,048² float32 = 4.5 GB; not run).
@@ -22,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _rss import measure
+
 SAMPLES = Path(__file__).parent.parent / "samples" / "sentences.txt"
 
 LOAD = (
@@ -31,12 +34,6 @@ LOAD = (
     "start = time.perf_counter()\n"
     "load_model(None if sys.argv[1] == 'bundled' else sys.argv[1], 'cpu')\n"
     "print(time.perf_counter() - start)\n"
-)
-PEAK = (
-    "import resource, subprocess, sys\n"
-    "quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-    "subprocess.run(sys.argv[1:], check=True, **quiet)\n"
-    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
 )
 
 
@@ -65,21 +62,12 @@ def long_text(n_tokens: int) -> str:
     return text
 
 
-def show_peak_mib(text_file: Path, out: Path, images: bool, cache: str) -> float:
+def show_peak_mib(text_file: Path, out: Path, options: list[str], cache: str) -> float:
     attnviz = str(Path(sys.executable).with_name("attnviz"))
-    command = [attnviz, "show", "-", "-m", "smollm2", "--layer", "18", "-o", str(out)]
-    if not images:
-        command.append("--no-images")
+    command = [attnviz, "show", "-", "-m", "smollm2", "--layer", "18", "-o", str(out), *options]
+    env = {**os.environ, "XDG_CACHE_HOME": cache}  # warm: converted by the loads above
     with open(text_file) as stdin:
-        done = subprocess.run(
-            [sys.executable, "-c", PEAK, *command],
-            stdin=stdin,
-            env={**os.environ, "XDG_CACHE_HOME": cache},  # warm: converted by the loads above
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-    return int(done.stdout.strip()) / 1024
+        return measure(command, stdin=stdin, env=env)[1]
 
 
 def main() -> None:
@@ -110,9 +98,12 @@ def main() -> None:
         print()
         print(f"| `show -m smollm2 --layer 18`, {args.tokens} tokens | peak RSS MiB |")
         print("|---|---|")
-        for images in (False, True):
-            peak = show_peak_mib(text_file, Path(tmp) / "out", images, f"{tmp}/cache-0")
-            label = "with images (9 heads, layer grid, overview)" if images else "--no-images"
+        for label, options in (
+            ("--no-images", ["--no-images"]),
+            ("with images (9 heads, layer grid, overview), --jobs 1", ["--jobs", "1"]),
+            ("with images, --jobs 2 (the default on 2 cores)", ["--jobs", "2"]),
+        ):
+            peak = show_peak_mib(text_file, Path(tmp) / "out", options, f"{tmp}/cache-0")
             print(f"| {label} | {peak:.0f} |")
 
 

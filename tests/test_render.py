@@ -108,3 +108,19 @@ def test_show_with_workers_exits_cleanly(tiny_model_dirs, tmp_path):
     assert len(data["images"]) > 3 and all(os.path.getsize(p) > 1000 for p in data["images"])
     bad = subprocess.run(command + ["--layer", "99"], env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: layer 99")
+
+
+def test_long_texts_are_drawn_here_not_copied_to_workers(tmp_path, monkeypatch):
+    """A layer over MAX_LAYER_BYTES would be copied into each worker: drawn here instead."""
+    att = _attention()
+
+    def no_pool(jobs):
+        raise AssertionError("a worker pool was used")
+
+    monkeypatch.setattr(render, "start_workers", no_pool)
+    monkeypatch.setattr(render, "MAX_LAYER_BYTES", att.weights[0].nbytes - 1)
+    files = render.render_text(att, tmp_path, [0, 1], [0, 1], Style(), jobs=2)
+    assert len(files) == 1 + 2 + 4
+    monkeypatch.setattr(render, "MAX_LAYER_BYTES", att.weights[0].nbytes)
+    with pytest.raises(AssertionError, match="worker pool was used"):
+        render.render_text(att, tmp_path, [0, 1], [0, 1], Style(), jobs=2)

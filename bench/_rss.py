@@ -1,0 +1,56 @@
+"""Wall time and peak memory of a fresh process and everything it starts, for the benchmarks.
+
+Peak memory is the largest sum of RSS over the process and its descendants (worker processes
+count in full), sampled every 10 ms from /proc, or the kernel's own peak of the process if
+that is higher (for what sampling missed). Linux only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+
+def _tree_rss_kib(root: int) -> int:
+    """RSS of `root` and all its descendants, KiB (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except OSError:
+            continue
+        pid = int(entry)
+        children.setdefault(int(fields["PPid"]), []).append(pid)
+        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0])
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def measure(cmd: list[str], stdin=None, env=None) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB of the process tree) of one fresh run of `cmd`."""
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        cmd, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
+    peak = 0
+    while True:
+        peak = max(peak, _tree_rss_kib(process.pid))
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.01)
+    seconds = time.perf_counter() - start
+    peak = max(peak, usage.ru_maxrss)  # the kernel's own peak, for what sampling missed
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise SystemExit(f"{cmd[:2]} failed: {process.stderr.read().decode()[-500:]}")
+    return seconds, peak / 1024
