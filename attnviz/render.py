@@ -226,7 +226,10 @@ def start_workers(jobs: int) -> ProcessPoolExecutor:
 
     # spawn: a worker must not inherit torch's threads or a model from this process.
     pool = ProcessPoolExecutor(
-        jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_up
+        jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_warm_up,
+        initargs=(os.getpid(),),
     )
     for _ in range(jobs):  # a spawn pool starts one process per submission while none is idle
         pool.submit(int)
@@ -243,14 +246,17 @@ def stop_workers() -> None:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _warm_up() -> None:
+def _warm_up(parent: int) -> None:
     """A worker's first step: ignore Ctrl-C (the parent handles it and stops the pool),
-    import matplotlib, load its fonts and draw a small figure, so the first real one is fast;
-    then freeze what is alive, so a collection per text costs little."""
+    leave if the `parent` process dies (even before this runs), import matplotlib, load its
+    fonts and draw a small figure, so the first real one is fast; then freeze what is alive,
+    so a collection per text costs little."""
     import gc
     import signal
+    import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
     if hasattr(os, "nice"):
         os.nice(5)  # the process that loads the model and runs it comes first
     import numpy as np
@@ -267,3 +273,13 @@ def _warm_up() -> None:
     FigureCanvasAgg(fig).draw()
     gc.collect()
     gc.freeze()
+
+
+def _exit_with(parent: int) -> None:
+    """Exit when the parent is gone (killed, say): a worker blocked on its task queue would
+    otherwise wait forever, since every worker holds that queue's other end too."""
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)

@@ -124,3 +124,44 @@ def test_long_texts_are_drawn_here_not_copied_to_workers(tmp_path, monkeypatch):
     monkeypatch.setattr(render, "MAX_LAYER_BYTES", att.weights[0].nbytes)
     with pytest.raises(AssertionError, match="worker pool was used"):
         render.render_text(att, tmp_path, [0, 1], [0, 1], Style(), jobs=2)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                if entry.isdigit() and int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_workers_leave_when_the_main_process_is_killed(tiny_model_dirs, tmp_path):
+    """kill -9 (or the OOM killer) on attnviz must not leave its drawing workers behind,
+    blocked forever on their task queue."""
+    import time
+
+    command = [sys.executable, "-m", "attnviz", "show", "The cat sat on the mat.", "-m",
+               str(tiny_model_dirs["bert"]), "-o", str(tmp_path), "--jobs", "2"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(workers := _children(process.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)  # the resource tracker and two workers
+    assert len(workers) >= 3, "the workers never started"
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{pid}") for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = []
+    for pid in workers:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] != "Z":  # not a zombie
+                    alive.append(pid)
+        except OSError:
+            pass
+    assert not alive
