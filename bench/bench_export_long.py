@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-SAMPLES = Path(__file__).parent.parent / "samples" / "sentences.txt"
+from bench_show_vs_bare import text_of
+
 ATTNVIZ = str(Path(sys.executable).with_name("attnviz"))
 
 BARE = r"""
@@ -34,22 +35,6 @@ with torch.inference_mode():
         assert len(out.attentions) == 6
 os._exit(0)
 """
-
-
-def long_texts(count: int, n_tokens: int, tokenizer) -> list[str]:
-    """`count` texts of exactly `n_tokens` tokens, each starting at a later sentence."""
-    sentences = [line.strip() for line in SAMPLES.read_text().splitlines() if line.strip()]
-    texts = []
-    for start in range(count):
-        corpus = " ".join(sentences[start:] + sentences[:start])
-        ids = tokenizer(corpus, add_special_tokens=False, return_offsets_mapping=True)
-        ends = [end for _, end in ids["offset_mapping"]]
-        for cut in range(n_tokens - 2, 0, -1):  # [CLS] and [SEP] are the other two
-            text = corpus[: ends[cut - 1]]
-            if len(tokenizer(text)["input_ids"]) == n_tokens:
-                texts.append(text)
-                break
-    return texts
 
 
 def wall(cmd: list[str]) -> float:
@@ -74,7 +59,8 @@ def main() -> None:
 
     logging.set_verbosity_error()  # the corpus is longer than the model's limit, on purpose
     path = str(bundled_model_path())
-    texts = long_texts(args.texts, 512, AutoTokenizer.from_pretrained(path))
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    texts = [text_of(512, tokenizer, start) for start in range(args.texts)]
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "texts.txt"
         source.write_text("\n".join(texts) + "\n", encoding="utf-8")

@@ -1,6 +1,8 @@
 """Where `attnviz show` spends its time: imports, model load, forward, terminal, images.
 
-Each run is a fresh process (cold imports, as a user meets them); medians of --runs runs.
+The steps are timed inside one process that draws the images itself; the whole command is
+timed with `--jobs 1` (the same) and with its default drawing processes. Each run is a
+fresh process (cold imports, as a user meets them); medians of --runs runs.
 Run: .venv/bin/python bench/bench_show.py [--runs 5]
 """
 
@@ -40,7 +42,7 @@ files = render.render_text(att, Path(tempfile.mkdtemp()), list(range(info.n_laye
                             list(range(info.n_heads)), figures.Style())
 t5 = time.perf_counter()
 print(json.dumps({"imports": t1 - t0, "model load *": t2 - t1, "forward": t3 - t2,
-                  "summary + terminal": t4 - t3, f"images ({len(files)} files)": t5 - t4}))
+                  "summary + terminal": t4 - t3, f"images, one process ({len(files)})": t5 - t4}))
 """
 
 
@@ -63,17 +65,22 @@ def main() -> None:
         for name, seconds in json.loads(out.stdout.strip().splitlines()[-1]).items():
             phases.setdefault(name, []).append(seconds)
     help_times = [wall([ATTNVIZ, "--help"]) for _ in range(runs)]
+    show_times: dict[str, list[float]] = {"--jobs 1": [], "default --jobs": []}
     with tempfile.TemporaryDirectory() as out:
-        show_times = [wall([ATTNVIZ, "show", SENTENCE, "--out", out]) for _ in range(runs)]
+        for _ in range(runs):  # interleaved
+            show_times["--jobs 1"].append(wall([ATTNVIZ, "show", SENTENCE, "-o", out, "-j", "1"]))
+            show_times["default --jobs"].append(wall([ATTNVIZ, "show", SENTENCE, "-o", out]))
 
     print(f"attnviz show timing, median of {runs} fresh processes; sentence of 16 tokens,")
     print("bundled model (6 layers × 12 heads), CPU\n")
-    print(f"| {'step':<28} | {'median s':>8} |")
-    print(f"|{'-' * 30}|{'-' * 10}|")
-    print(f"| {'`attnviz --help` (wall)':<28} | {statistics.median(help_times):>8.2f} |")
+    print(f"| {'step':<34} | {'median s':>8} |")
+    print(f"|{'-' * 36}|{'-' * 10}|")
+    print(f"| {'`attnviz --help` (wall)':<34} | {statistics.median(help_times):>8.2f} |")
     for name, values in phases.items():
-        print(f"| {'show: ' + name:<28} | {statistics.median(values):>8.2f} |")
-    print(f"| {'`attnviz show` (wall, total)':<28} | {statistics.median(show_times):>8.2f} |")
+        print(f"| {'show: ' + name:<34} | {statistics.median(values):>8.2f} |")
+    for name, values in show_times.items():
+        label = f"`attnviz show {name}` (wall)"
+        print(f"| {label:<34} | {statistics.median(values):>8.2f} |")
     print("\n* includes the modeling modules transformers imports lazily on first use (~1.5 s)")
 
 

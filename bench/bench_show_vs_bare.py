@@ -41,9 +41,11 @@ assert len(out.attentions) == 6
 BARE_NO_TEARDOWN = BARE + "import os\nos._exit(0)\n"
 
 
-def text_of(n_tokens: int, tokenizer) -> str:
-    """A prefix of the samples corpus that the model reads as exactly `n_tokens` tokens."""
-    corpus = " ".join(SAMPLES.read_text().split())
+def text_of(n_tokens: int, tokenizer, start: int = 0) -> str:
+    """A prefix of the samples corpus, from its `start`-th sentence on (wrapping round), that
+    the model reads as exactly `n_tokens` tokens."""
+    sentences = [line.strip() for line in SAMPLES.read_text().splitlines() if line.strip()]
+    corpus = " ".join(sentences[start:] + sentences[:start])
     pieces = tokenizer(corpus, add_special_tokens=False, return_offsets_mapping=True)
     ends = [end for _, end in pieces["offset_mapping"]]
     for cut in range(n_tokens - 2, 0, -1):  # [CLS] and [SEP] are the other two
