@@ -94,9 +94,20 @@ def read_done(folder: Path) -> dict[str, Any] | None:
         return None
 
 
-def clear_previous(folder: Path) -> None:
+# The names of the files one text's folder gets (render.py names the figures; export adds
+# the raw array; show and export the page). A test checks every name written matches.
+TEXT_FILES = re.compile(
+    r"(overview|layer-\d+|layer-\d+-head-\d+|query-.*-\d+)\.(png|svg|pdf)|attention\.(html|npz)"
+)
+
+
+def clear_previous(folder: Path, text_folder: bool = False) -> None:
     """Before writing into `folder`: remove the files its last run listed in `done.json`
-    (paths relative to the folder's parent), that `done.json`, and temp files of a killed run."""
+    (paths relative to the folder's parent), that `done.json`, and temp files of a killed run.
+
+    A `text_folder` (one text's folder, which attnviz made and names) also loses any file named
+    as attnviz names a text's files: an interrupted run wrote some and no `done.json`.
+    """
     done = read_done(folder) or {}
     previous = done.get("record", {}).get("files", []) if isinstance(done, dict) else []
     (folder / DONE).unlink(missing_ok=True)
@@ -104,6 +115,10 @@ def clear_previous(folder: Path) -> None:
         (folder.parent / name).unlink(missing_ok=True)
     for stale in folder.glob(".*.part"):
         stale.unlink()
+    if text_folder:
+        for path in folder.iterdir():
+            if TEXT_FILES.fullmatch(path.name) and path.is_file():
+                path.unlink()
 
 
 def write_done(folder: Path, settings: dict[str, Any], record: dict[str, Any]) -> Path:

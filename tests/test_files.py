@@ -80,3 +80,20 @@ def test_clear_previous_removes_only_the_last_runs_files(tmp_path):
     write_done(folder, {"k": 1}, {"files": ["run/a.png", "run/b.png"]})
     clear_previous(folder)
     assert sorted(p.name for p in folder.iterdir()) == ["mine.txt"]
+
+
+def test_a_text_folder_loses_the_files_of_an_interrupted_run(tmp_path):
+    """Killed mid-render, a run leaves figures and no done.json: the next run removes them."""
+    from attnviz.files import clear_previous
+
+    folder = tmp_path / "text-0123abcd"
+    folder.mkdir()
+    ours = ["overview.png", "layer-03.svg", "layer-11-head-07.png", "layer-120-head-03.pdf",
+            "query-it-10.png", "query-2019-5.png", "attention.html", "attention.npz"]  # fmt: skip
+    theirs = ["notes.txt", "overview.png.bak", "layer-3-head.png", "my-plot.png"]
+    for name in ours + theirs:
+        (folder / name).write_text("x")
+    clear_previous(folder)  # any folder: only what done.json lists (here nothing)
+    assert len(list(folder.iterdir())) == len(ours + theirs)
+    clear_previous(folder, text_folder=True)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(theirs)

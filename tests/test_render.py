@@ -165,3 +165,13 @@ def test_workers_leave_when_the_main_process_is_killed(tiny_model_dirs, tmp_path
         except OSError:
             pass
     assert not alive
+
+
+def test_every_file_render_writes_is_named_as_a_text_file(tmp_path):
+    """clear_previous(text_folder=True) finds an interrupted run's files by their names."""
+    from attnviz.files import TEXT_FILES
+
+    att = _attention()
+    for fmt in ("png", "svg"):
+        written = render.render_text(att, tmp_path, [0, 2], [1, 3], Style(fmt=fmt), query=4)
+        assert written and all(TEXT_FILES.fullmatch(path.name) for path in written)

@@ -136,6 +136,11 @@ def test_a_folder_holds_only_its_last_run(tmp_path):
     done = json.loads((folder / "done.json").read_text())
     assert done["settings"]["layers"] == [2] and done["settings"]["fmt"] == "svg"
     assert sorted(done["record"]["files"]) == sorted(f"{folder.name}/{n}" for n in names[1:])
+    # An interrupted run wrote figures but no done.json: the next run still starts clean.
+    (folder / "done.json").unlink()
+    assert invoke("show", text, "-o", tmp_path, "-l", 1, "-H", 0).exit_code == 0
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["done.json", "layer-01-head-00.png", "layer-01.png", "overview.png"]
 
 
 def test_similar_texts_do_not_share_a_folder(tmp_path):

@@ -140,7 +140,7 @@ def render_sentence(
     from attnviz.render import render_text
 
     folder.mkdir(parents=True, exist_ok=True)
-    clear_previous(folder)
+    clear_previous(folder, text_folder=True)
     written = render_text(att, folder, layers, heads, style, kinds=options.figures, query=query)
     if page is not None:
         written.append(write_text_atomic(folder / "attention.html", page))

@@ -105,7 +105,7 @@ def show(
     written: list[Path] = []
     page = None
     if folder is not None:
-        clear_previous(folder)
+        clear_previous(folder, text_folder=True)
         at = asked.index if asked is not None else None
         if images:
             written = render_text(
