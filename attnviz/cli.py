@@ -268,6 +268,19 @@ def show(
     from attnviz.inputs import read_text
     from attnviz.render import default_jobs
 
+    def print_summary(result: Any) -> None:
+        console = out_console
+        terminal.print_header(console, result.view)
+        layers, heads, info = result.layers, result.heads, result.view.info
+        if result.query is not None:
+            terminal.print_query(console, result.view, result.query, layers, heads)
+        elif len(layers) == info.n_layers and len(heads) == info.n_heads:
+            terminal.print_head_map(console, result.view, result.summaries, layers, heads)
+        else:
+            terminal.print_head_details(console, result.view, result.summaries)
+        if len(layers) == 1 and len(heads) == 1:
+            terminal.print_heatmap(console, result.view, layers[0], heads[0], scale.value)
+
     try:
         result = run_show(
             read_text(text),
@@ -286,6 +299,7 @@ def show(
             html=html,
             pair=pair,
             jobs=jobs or default_jobs(),
+            on_summary=None if as_json else print_summary,  # printed while figures are drawn
         )
     except AttnvizError as error:
         raise _fail(error) from None
@@ -293,25 +307,12 @@ def show(
     if as_json:
         typer.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
         return
-    console = out_console
-    terminal.print_header(console, result.view)
-    every_head = len(result.layers) == result.view.info.n_layers and len(result.heads) == (
-        result.view.info.n_heads
-    )
-    if result.query is not None:
-        terminal.print_query(console, result.view, result.query, result.layers, result.heads)
-    elif every_head:
-        terminal.print_head_map(console, result.view, result.summaries, result.layers, result.heads)
-    else:
-        terminal.print_head_details(console, result.view, result.summaries)
-    if len(result.layers) == 1 and len(result.heads) == 1:
-        terminal.print_heatmap(console, result.view, result.layers[0], result.heads[0], scale.value)
     if result.images:
-        console.print(
+        out_console.print(
             f"wrote {len(result.images)} images to [bold]{result.folder}/[/]", highlight=False
         )
     if result.page is not None:
-        console.print(
+        out_console.print(
             f"wrote the interactive page [bold]{result.page}[/]", highlight=False, soft_wrap=True
         )
 

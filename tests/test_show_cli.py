@@ -227,3 +227,19 @@ def test_early_refusal_uses_the_model_directory_too(tiny_model_dirs):
     result = invoke("show", "hi", "-m", tiny_model_dirs["gpt2"], "-l", 2, "--no-images")
     assert result.exit_code == 2
     assert "layer 2 out of range: this model has layers 0–1" in result.output
+
+
+def test_the_summary_comes_before_the_figures(tiny_model_dirs, tmp_path):
+    """The command line prints the summary while the figures are drawn, not after them."""
+    from attnviz.commands.show import show
+
+    seen = []
+
+    def summary(partial):
+        seen.append((len(partial.summaries), list(tmp_path.rglob("*.png")), partial.images))
+
+    result = show("The cat sat on the mat.", str(tiny_model_dirs["bert"]), out=tmp_path,
+                  jobs=2, on_summary=summary)  # fmt: skip
+    ((heads, pngs_then, images_then),) = seen
+    assert heads == len(result.summaries) > 0 and pngs_then == [] and images_then == []
+    assert len(result.images) > 3 and all(path.exists() for path in result.images)

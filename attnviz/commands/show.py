@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,7 @@ def show(
     html: bool = False,
     pair: str | None = None,
     jobs: int = 1,
+    on_summary: Callable[[ShowResult], None] | None = None,
 ) -> ShowResult:
     """Extract one text's attention, summarise the chosen heads, write their heatmaps to `out`.
 
@@ -72,6 +74,8 @@ def show(
     False writes no figures; `html` writes the interactive page `attention.html` there too.
     `pair` (encoders) reads `[CLS] text [SEP] pair [SEP]` with token types. `jobs` above 1
     draws the figures in that many worker processes, started before the model loads.
+    `on_summary` gets the result without its files as soon as the summary is known, before
+    any figure is drawn (the command line prints it while the figures are drawn).
     """
     from attnviz.extract import require_text
     from attnviz.models import refuse_early
@@ -102,6 +106,8 @@ def show(
     if query is not None:
         index = find_query(shown, query)
         asked = query_view(shown, index, chosen_layers, chosen_heads, top_k)
+    if on_summary is not None:
+        on_summary(ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, [], asked))
     written: list[Path] = []
     page = None
     if folder is not None:
