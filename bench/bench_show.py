@@ -65,11 +65,11 @@ def main() -> None:
         for name, seconds in json.loads(out.stdout.strip().splitlines()[-1]).items():
             phases.setdefault(name, []).append(seconds)
     help_times = [wall([ATTNVIZ, "--help"]) for _ in range(runs)]
-    show_times: dict[str, list[float]] = {"--jobs 1": [], "default --jobs": []}
+    show_times: dict[str, list[float]] = {"-j 1": [], "": []}
     with tempfile.TemporaryDirectory() as out:
         for _ in range(runs):  # interleaved
-            show_times["--jobs 1"].append(wall([ATTNVIZ, "show", SENTENCE, "-o", out, "-j", "1"]))
-            show_times["default --jobs"].append(wall([ATTNVIZ, "show", SENTENCE, "-o", out]))
+            show_times["-j 1"].append(wall([ATTNVIZ, "show", SENTENCE, "-o", out, "-j", "1"]))
+            show_times[""].append(wall([ATTNVIZ, "show", SENTENCE, "-o", out]))
 
     print(f"attnviz show timing, median of {runs} fresh processes; sentence of 16 tokens,")
     print("bundled model (6 layers × 12 heads), CPU\n")
@@ -79,7 +79,7 @@ def main() -> None:
     for name, values in phases.items():
         print(f"| {'show: ' + name:<34} | {statistics.median(values):>8.2f} |")
     for name, values in show_times.items():
-        label = f"`attnviz show {name}` (wall)"
+        label = f"`attnviz show {name}` (wall)" if name else "`attnviz show` (wall, default -j)"
         print(f"| {label:<34} | {statistics.median(values):>8.2f} |")
     print("\n* includes the modeling modules transformers imports lazily on first use (~1.5 s)")
 
