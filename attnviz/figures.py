@@ -283,6 +283,7 @@ def _paint_cells(canvas: Any, image: Any) -> bool:
     any other image (the caller draws it the usual way).
     """
     import numpy as np
+    from matplotlib.colors import Normalize
 
     data = np.asarray(image.get_array())
     norm = image.norm
@@ -290,7 +291,7 @@ def _paint_cells(canvas: Any, image: Any) -> bool:
         image.get_interpolation() != "nearest"
         or data.ndim != 2
         or data.dtype.kind != "f"
-        or type(norm).__name__ != "Normalize"
+        or type(norm) is not Normalize
         or (norm.vmin, norm.vmax) != (0.0, 1.0)
         or image.get_alpha() is not None
         or image.origin != "upper"
