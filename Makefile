@@ -40,7 +40,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench
 	$(VENV)/bin/ruff format --check attnviz tests bench
 	@# The page script is a real file: a syntax check wherever node is installed.
-	@if command -v node >/dev/null; then node --check attnviz/html/page.js; fi
+	@if command -v node >/dev/null; then node --check attnviz/outputs/html/page.js; fi
 
 clean:
 	rm -rf $(VENV) attnviz-out

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
-    from attnviz.commands.check import CheckResult
-    from attnviz.commands.report import Report
-    from attnviz.extract import Attention
+    from attnviz.core.extract import Attention
+    from attnviz.pipelines.check import CheckResult
+    from attnviz.pipelines.report import Report
 
 
 def attention(
@@ -41,8 +41,8 @@ def attention(
     `pair` (encoders): read `[CLS] text [SEP] pair [SEP]` with token types; `segments` then
     says which sentence each token is in.
     """
-    from attnviz.extract import extract, require_text, view
-    from attnviz.models import cached_model
+    from attnviz.core.extract import extract, require_text, view
+    from attnviz.core.models import cached_model
 
     require_text(text)
     loaded = cached_model(model, device)
@@ -60,7 +60,7 @@ def check(
     device: str = "auto",
 ) -> CheckResult:
     """Recompute the chosen layers (default: all) from scratch and compare with the model."""
-    from attnviz.commands.check import check as run_check
+    from attnviz.pipelines.check import check as run_check
 
     return run_check(text, model, layers, tolerance, truncate, device)
 
@@ -75,12 +75,12 @@ def report(
     """What every head does over `sentences` (a list of texts, or a Path to a file with one
     per line): metric means, roles and an example. With `treebank` (a CoNLL-U file) instead,
     its sentences, and which heads track its syntax and coreference (`Report.linguistics`).
-    `options` are those of `attnviz.commands.report.build_report` (layers, heads, words,
+    `options` are those of `attnviz.pipelines.report.build_report` (layers, heads, words,
     thresholds, batch_size, truncate, min_count, margin)."""
-    from attnviz.commands.report import build_report
-    from attnviz.inputs import read_sentences
-    from attnviz.models import cached_model
-    from attnviz.treebank import read_treebank
+    from attnviz.core.inputs import read_sentences
+    from attnviz.core.models import cached_model
+    from attnviz.core.treebank import read_treebank
+    from attnviz.pipelines.report import build_report
 
     if treebank is not None:
         if sentences is not None:

@@ -201,7 +201,7 @@ def _progress(label: str, *columns):
 
 
 def _style(fmt: ImageFormat, dpi: int, cmap: str, scale: Scale = Scale.absolute):
-    from attnviz.figures import Style, check_cmap
+    from attnviz.outputs.figures import Style, check_cmap
 
     return Style(fmt=fmt.value, dpi=dpi, cmap=check_cmap(cmap), scale=scale.value)
 
@@ -263,10 +263,10 @@ def show(
     folder per distinct text, holding only its last run's files): an overview of all heads,
     one grid per layer, one figure per head.
     """
-    from attnviz import terminal
-    from attnviz.commands.show import show as run_show
-    from attnviz.inputs import read_text
-    from attnviz.render import default_jobs
+    from attnviz.core.inputs import read_text
+    from attnviz.outputs import terminal
+    from attnviz.outputs.render import default_jobs
+    from attnviz.pipelines.show import show as run_show
 
     def print_summary(result: Any) -> None:
         console = out_console
@@ -343,9 +343,9 @@ def check(
     and the block's output (after W_O, before residual and LayerNorm) with the model's own.
     Exit code 0 when everything is within the tolerance, 1 on a mismatch.
     """
-    from attnviz import terminal
-    from attnviz.commands.check import check as run_check
-    from attnviz.inputs import read_text
+    from attnviz.core.inputs import read_text
+    from attnviz.outputs import terminal
+    from attnviz.pipelines.check import check as run_check
 
     if layer and all_layers:
         raise _fail(InputError("give either --layer or --all-layers, not both"))
@@ -432,9 +432,9 @@ def export(
     """
     from rich.progress import TextColumn
 
-    from attnviz.commands.export import ExportOptions
-    from attnviz.commands.export import export as run_export
-    from attnviz.inputs import read_sentences
+    from attnviz.core.inputs import read_sentences
+    from attnviz.pipelines.export import ExportOptions
+    from attnviz.pipelines.export import export as run_export
 
     try:
         chosen = read_sentences(file, sentences)
@@ -583,12 +583,12 @@ def report(
     (per relation, against the best fixed-offset baseline) and antecedents of mentions:
     syntax.csv, syntax.json, coreference.csv, sections and figures in report.md.
     """
-    from attnviz import terminal
-    from attnviz.commands.report import DEFAULT_CORPUS
-    from attnviz.commands.report import report as run_report
-    from attnviz.inputs import read_sentences
-    from attnviz.metrics import Thresholds
-    from attnviz.treebank import read_treebank
+    from attnviz.analysis.metrics import Thresholds
+    from attnviz.core.inputs import read_sentences
+    from attnviz.core.treebank import read_treebank
+    from attnviz.outputs import terminal
+    from attnviz.pipelines.report import DEFAULT_CORPUS
+    from attnviz.pipelines.report import report as run_report
 
     try:
         thresholds = Thresholds.parse(threshold)
@@ -663,7 +663,7 @@ def _leave(code: Any) -> None:
     if isinstance(code, str):  # SystemExit("message"): Python prints it and exits with 1
         print(code, file=sys.stderr)
         code = 1
-    from attnviz.render import stop_workers
+    from attnviz.outputs.render import stop_workers
 
     stop_workers()  # drawing processes finish their task and exit
     atexit._run_exitfuncs()  # registered clean-ups: logging, multiprocessing's semaphores

@@ -41,7 +41,7 @@ def naive_loop(att, heads, folder: Path, size_px: tuple[int, int], dpi: int) -> 
 
 
 def ours(att, heads, folder: Path) -> tuple[int, int]:
-    from attnviz.figures import HeadFigure, Style, head_title
+    from attnviz.outputs.figures import HeadFigure, Style, head_title
 
     figure = HeadFigure(att, Style())
     for layer, head in heads:
@@ -58,8 +58,8 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=72, help="head figures per run (one sentence)")
     args = parser.parse_args()
 
-    from attnviz.extract import extract
-    from attnviz.models import load_model
+    from attnviz.core.extract import extract
+    from attnviz.core.models import load_model
 
     att = extract(load_model(None, "cpu"), SENTENCE)
     n_layers, n_heads = att.weights.shape[:2]
@@ -103,8 +103,8 @@ def main() -> None:
 
 def export_per_figure(jobs: int, runs: int) -> float:
     """Seconds per head figure of a whole `attnviz export` run, model loading excluded."""
-    from attnviz.commands.export import ExportOptions, export
-    from attnviz.inputs import Sentence, Sentences
+    from attnviz.core.inputs import Sentence, Sentences
+    from attnviz.pipelines.export import ExportOptions, export
 
     lines = (
         Path(__file__).parent.parent.joinpath("samples", "sentences.txt").read_text().splitlines()

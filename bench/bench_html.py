@@ -23,10 +23,10 @@ def main() -> None:
 
     from playwright.sync_api import sync_playwright
 
-    from attnviz.extract import extract
-    from attnviz.html import build_page
-    from attnviz.html.inside import inside_for
-    from attnviz.models import cached_model
+    from attnviz.core.extract import extract
+    from attnviz.core.models import cached_model
+    from attnviz.outputs.html import build_page
+    from attnviz.outputs.html.inside import inside_for
 
     loaded = cached_model()
     texts = {

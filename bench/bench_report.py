@@ -46,11 +46,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
 
-    from attnviz.commands.report import build_report, write_report
-    from attnviz.extract import encode, extract_many
-    from attnviz.figures import Style
-    from attnviz.inputs import Sentence, Sentences
-    from attnviz.models import load_model
+    from attnviz.core.extract import encode, extract_many
+    from attnviz.core.inputs import Sentence, Sentences
+    from attnviz.core.models import load_model
+    from attnviz.outputs.figures import Style
+    from attnviz.pipelines.report import build_report, write_report
 
     texts = corpus(args.sentences)
     chosen = Sentences(tuple(Sentence(i + 1, i + 1, t) for i, t in enumerate(texts)), 0, "bench")

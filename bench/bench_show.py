@@ -25,7 +25,9 @@ import io, json, sys, tempfile, time
 from pathlib import Path
 t0 = time.perf_counter()
 import torch, transformers, matplotlib
-from attnviz import extract, figures, models, render, summary, terminal
+from attnviz.core import extract, models
+from attnviz.outputs import figures, render, terminal
+from attnviz.analysis import summary
 t1 = time.perf_counter()
 loaded = models.load_model(None, "cpu")
 t2 = time.perf_counter()

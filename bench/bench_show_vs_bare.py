@@ -64,7 +64,7 @@ def main() -> None:
     from transformers import AutoTokenizer
     from transformers.utils import logging
 
-    from attnviz.models import bundled_model_path
+    from attnviz.core.models import bundled_model_path
 
     logging.set_verbosity_error()  # the corpus is longer than the model's limit, on purpose
 

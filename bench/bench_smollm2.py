@@ -30,7 +30,7 @@ SAMPLES = Path(__file__).parent.parent / "samples" / "sentences.txt"
 LOAD = (
     "import sys, time\n"
     "import torch, transformers  # imports are not the load\n"
-    "from attnviz.models import load_model\n"
+    "from attnviz.core.models import load_model\n"
     "start = time.perf_counter()\n"
     "load_model(None if sys.argv[1] == 'bundled' else sys.argv[1], 'cpu')\n"
     "print(time.perf_counter() - start)\n"
@@ -49,7 +49,7 @@ def long_text(n_tokens: int) -> str:
     """The samples corpus repeated and cut to exactly `n_tokens` SmolLM2 tokens."""
     from transformers import AutoTokenizer
 
-    from attnviz.models import _locate
+    from attnviz.core.models import _locate
 
     tokenizer = AutoTokenizer.from_pretrained(_locate("smollm2")[0])  # the user's cache
     lines = [s for s in SAMPLES.read_text().splitlines() if s.strip()]

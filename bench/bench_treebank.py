@@ -2,7 +2,7 @@
 
 Side by side in one run, on the same sentences (a CoNLL-U file, by default the shipped EWT
 excerpt repeated up to --sentences): (a) encode the given words + batched forward passes only;
-(b) the same plus the word view and the syntax and coreference sums (attnviz.linguistics);
+(b) the same plus the word view and the syntax and coreference sums (attnviz.analysis.linguistics);
 (c) the whole measurement of `report --treebank`: (b) plus every positional head metric;
 (d) writing its files and figures. Medians of --runs.
 Run: .venv/bin/python bench/bench_treebank.py [--treebank FILE.conllu] [--sentences N] [--runs 3]
@@ -28,12 +28,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
 
-    from attnviz.commands.report import build_report, write_report
-    from attnviz.extract import encode_words, extract_many, word_view
-    from attnviz.figures import Style
-    from attnviz.linguistics import LinguisticSums
-    from attnviz.models import load_model
-    from attnviz.treebank import read_treebank
+    from attnviz.analysis.linguistics import LinguisticSums
+    from attnviz.core.extract import encode_words, extract_many, word_view
+    from attnviz.core.models import load_model
+    from attnviz.core.treebank import read_treebank
+    from attnviz.outputs.figures import Style
+    from attnviz.pipelines.report import build_report, write_report
 
     bank = read_treebank(args.treebank)
     if args.sentences:

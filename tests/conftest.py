@@ -25,7 +25,7 @@ BYTE_LEVEL = ("gpt2", "qwen2", "qwen3")  # the others' tokenizers are SentencePi
 def _wordpiece_tokenizer():
     from transformers import AutoTokenizer
 
-    from attnviz.models import bundled_model_path
+    from attnviz.core.models import bundled_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_path())
     tokenizer.model_max_length = TINY["positions"]
@@ -208,7 +208,7 @@ def tiny_model_dirs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def loaded_tiny(tiny_model_dirs):
     """Loaded tiny models, by architecture, shared by the tests that only read them."""
-    from attnviz.models import load_model
+    from attnviz.core.models import load_model
 
     return {arch: load_model(str(path), "cpu") for arch, path in tiny_model_dirs.items()}
 
@@ -216,15 +216,15 @@ def loaded_tiny(tiny_model_dirs):
 @pytest.fixture(scope="session")
 def bundled():
     """The bundled pretrained encoder, loaded once."""
-    from attnviz.models import load_model
+    from attnviz.core.models import load_model
 
     return load_model(None, "cpu")
 
 
 def synthetic_attention(weights, tokens, special=None, words=None, word_labels=None):
     """An Attention built by hand from a `[layer, head, query, key]` array."""
-    from attnviz.extract import Attention
-    from attnviz.models import ModelInfo
+    from attnviz.core.extract import Attention
+    from attnviz.core.models import ModelInfo
 
     weights = np.asarray(weights, dtype=np.float32)
     n_layers, n_heads, n, _ = weights.shape

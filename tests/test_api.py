@@ -18,7 +18,7 @@ def test_weights_equal_transformers_own_output_attentions():
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from attnviz.models import bundled_model_path
+    from attnviz.core.models import bundled_model_path
 
     a = attnviz.attention(ANIMAL, device="cpu")
     path = bundled_model_path()
@@ -36,7 +36,7 @@ def test_weights_equal_transformers_own_output_attentions():
 
 
 def test_views_and_the_model_is_loaded_once(monkeypatch):
-    import attnviz.models as models
+    import attnviz.core.models as models
 
     attnviz.attention("Warm the cache.", device="cpu")
     calls = []

@@ -10,11 +10,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnviz import adapters
 from attnviz.cli import app
-from attnviz.commands.check import check, check_layers, compare
-from attnviz.extract import Encoded, pad
-from attnviz.mha import LayerWeights, multi_head_attention
+from attnviz.core import adapters
+from attnviz.core.extract import Encoded, pad
+from attnviz.core.mha import LayerWeights, multi_head_attention
+from attnviz.pipelines.check import check, check_layers, compare
 from tests.conftest import ARCHITECTURES
 
 runner = CliRunner()

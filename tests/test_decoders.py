@@ -8,15 +8,15 @@ import sys
 import numpy as np
 import pytest
 
-from attnviz import gguf_cache
-from attnviz.errors import ModelLoadError
-from attnviz.metrics import (
+from attnviz.analysis.metrics import (
     METRICS,
     Thresholds,
     assign_roles,
     probe_scores,
     repeated_random_tokens,
 )
+from attnviz.core import gguf_cache
+from attnviz.errors import ModelLoadError
 
 try:
     gguf_cache.gguf_path("smollm2")
@@ -115,7 +115,7 @@ def test_smollm2_is_refused_early_without_torch():
     code = (
         "import sys\n"
         "from attnviz.errors import InputError\n"
-        "from attnviz.models import refuse_early\n"
+        "from attnviz.core.models import refuse_early\n"
         "try:\n"
         "    refuse_early('smollm2', layers=[30])\n"
         "except InputError as error:\n"
@@ -131,7 +131,7 @@ def test_smollm2_is_refused_early_without_torch():
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from attnviz.models import load_model
+    from attnviz.core.models import load_model
 
     return load_model("smollm2", "cpu")
 
@@ -140,9 +140,9 @@ def smollm2():
 def test_smollm2_facts_check_and_induction_heads(smollm2):
     """The real model: a 30-layer Llama with 9 query and 3 key/value heads; from-scratch attention
     matches it within 1e-5; its layer-18 head 6 is an induction head."""
-    from attnviz.commands.check import check_layers
-    from attnviz.extract import encode, extract
-    from attnviz.probes import run_probes
+    from attnviz.analysis.probes import run_probes
+    from attnviz.core.extract import encode, extract
+    from attnviz.pipelines.check import check_layers
 
     info = smollm2.info
     assert (info.n_layers, info.n_heads, info.n_kv_heads, info.d_model, info.d_head) == (

@@ -15,8 +15,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.core.inputs import read_sentences
 from attnviz.errors import InputError
-from attnviz.inputs import read_sentences
 
 runner = CliRunner()
 SENTENCES = [
@@ -62,7 +62,7 @@ def test_tree_manifest_and_counts(tiny_model_dirs, tmp_path):
 
 
 def test_batched_export_equals_unbatched_attention(tiny_model_dirs, loaded_tiny, tmp_path):
-    from attnviz.extract import extract
+    from attnviz.core.extract import extract
 
     result = _export(
         tiny_model_dirs["gpt2"], tmp_path, "--save-raw", "--batch-size", 3, "--figures", "overview"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from attnviz.core.extract import attend, encode, extract, hide_special, word_view
 from attnviz.errors import InputError, ModelLoadError, UnsupportedModelError
-from attnviz.extract import attend, encode, extract, hide_special, word_view
 from tests.conftest import ARCHITECTURES, LLAMA_FAMILY, TINY, synthetic_attention
 
 SENTENCES = ["The cat sat on the mat.", "A quick brown fox jumps over the lazy dog, twice!"]
@@ -131,7 +131,7 @@ def test_overlong_text_names_both_lengths_or_is_truncated_with_a_note(loaded_tin
 
 
 def test_unknown_model_path_and_offline_hub_id(tmp_path):
-    from attnviz.models import load_model
+    from attnviz.core.models import load_model
 
     with pytest.raises(ModelLoadError, match="no model directory"):
         load_model(str(tmp_path / "missing"))
@@ -144,7 +144,7 @@ def test_unknown_model_path_and_offline_hub_id(tmp_path):
 def test_unsupported_architecture_names_supported_ones(tmp_path):
     from transformers import T5Config
 
-    from attnviz.models import load_model
+    from attnviz.core.models import load_model
 
     T5Config(d_model=16, num_layers=1, num_heads=2).save_pretrained(tmp_path)
     with pytest.raises(UnsupportedModelError, match="supported: bert, roberta"):
@@ -165,7 +165,7 @@ def test_unreachable_hub_fails_at_once_without_retries(monkeypatch):
     import socket
     import time
 
-    from attnviz import models
+    from attnviz.core import models
 
     def no_dns(*_args, **_kwargs):
         raise socket.gaierror("no network in this test")

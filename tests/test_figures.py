@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from attnviz.figures import HeadFigure, LayerFigure, Layout, Style
-from attnviz.render import render_text
+from attnviz.outputs.figures import HeadFigure, LayerFigure, Layout, Style
+from attnviz.outputs.render import render_text
 from tests.conftest import synthetic_attention
 
 
@@ -48,7 +48,7 @@ def test_blitted_head_figures_equal_full_redraws(tmp_path):
 def test_painted_heatmaps_are_the_pixels_matplotlib_draws(tmp_path, n):
     """Heatmaps with whole pixels per cell are painted straight into the canvas: exactly the
     pixels Agg's own drawing gives, in the head and the layer figures, at any length."""
-    from attnviz.figures import _paint_cells
+    from attnviz.outputs.figures import _paint_cells
 
     att = _random_attention(np.random.default_rng(n), n=n)
     att.weights[0, 1] = np.eye(n)  # exact 0s and 1s: both ends of the colour map
@@ -120,7 +120,7 @@ def test_render_text_writes_all_files_in_each_format(tmp_path):
 
 
 def test_blitted_metric_grids_equal_full_redraws(tmp_path):
-    from attnviz.figures import MetricGrid
+    from attnviz.outputs.figures import MetricGrid
 
     grid = MetricGrid([0, 1, 2], [0, 1, 2, 3], "synthetic", Style())
     rng = np.random.default_rng(4)
@@ -145,7 +145,7 @@ def test_overview_pixels_are_colours_of_the_map(tmp_path):
     """Long texts are averaged down on the data: no blended colours (a brown 1.0 diagonal)."""
     import matplotlib
 
-    from attnviz.figures import overview_figure, save_figure
+    from attnviz.outputs.figures import overview_figure, save_figure
 
     n = 300  # more tokens than a panel has pixels
     weights = np.zeros((2, 3, n, n))
@@ -164,8 +164,8 @@ def test_overview_pixels_are_colours_of_the_map(tmp_path):
 
 
 def test_titles_carry_model_text_and_view(tmp_path):
-    from attnviz.extract import hide_special
-    from attnviz.figures import context_line, overview_figure
+    from attnviz.core.extract import hide_special
+    from attnviz.outputs.figures import context_line, overview_figure
 
     n = 5
     weights = np.full((2, 3, n, n), 1 / n)
@@ -204,7 +204,7 @@ def test_layer_grids_keep_thinned_labels_on_long_texts():
 
 
 def test_ordinals():
-    from attnviz.figures import ordinal
+    from attnviz.outputs.figures import ordinal
 
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 102, 111)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "102nd", "111th",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnviz.errors import OutputError
-from attnviz.files import prepare_dir, slug, write_atomic, write_text_atomic
+from attnviz.outputs.files import prepare_dir, slug, write_atomic, write_text_atomic
 
 
 def test_failed_write_leaves_nothing_behind(tmp_path):
@@ -46,7 +46,8 @@ def test_files_get_the_mode_the_umask_gives(tmp_path):
     import sys
 
     probe = (
-        "import os, sys; from pathlib import Path; from attnviz.files import write_text_atomic;"
+        "import os, sys; from pathlib import Path;"
+        "from attnviz.outputs.files import write_text_atomic;"
         "os.umask(int(sys.argv[2], 8)); p = write_text_atomic(Path(sys.argv[1]), 'x');"
         "print(oct(p.stat().st_mode & 0o777))"
     )
@@ -59,7 +60,7 @@ def test_files_get_the_mode_the_umask_gives(tmp_path):
 
 
 def test_distinct_texts_get_distinct_folders():
-    from attnviz.files import text_folder_name
+    from attnviz.outputs.files import text_folder_name
 
     dog = text_folder_name("The quick brown fox jumps over the lazy dog.")
     cat = text_folder_name("The quick brown fox jumps over the lazy cat.")
@@ -70,7 +71,7 @@ def test_distinct_texts_get_distinct_folders():
 
 
 def test_clear_previous_removes_only_the_last_runs_files(tmp_path):
-    from attnviz.files import clear_previous, write_done
+    from attnviz.outputs.files import clear_previous, write_done
 
     folder = tmp_path / "run"
     folder.mkdir()
@@ -84,7 +85,7 @@ def test_clear_previous_removes_only_the_last_runs_files(tmp_path):
 
 def test_a_text_folder_loses_the_files_of_an_interrupted_run(tmp_path):
     """Killed mid-render, a run leaves figures and no done.json: the next run removes them."""
-    from attnviz.files import clear_previous
+    from attnviz.outputs.files import clear_previous
 
     folder = tmp_path / "text-0123abcd"
     folder.mkdir()

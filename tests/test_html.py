@@ -32,21 +32,21 @@ VIEWS = ("head", "model", "matrix", "query", "inside")
 
 @pytest.fixture(scope="module")
 def att(bundled):
-    from attnviz.extract import extract
+    from attnviz.core.extract import extract
 
     return extract(bundled, SENTENCE)
 
 
 @pytest.fixture(scope="module")
 def inside(att, bundled):
-    from attnviz.html.inside import inside_for
+    from attnviz.outputs.html.inside import inside_for
 
     return inside_for(att, bundled)
 
 
 @pytest.fixture(scope="module")
 def page_file(att, inside, tmp_path_factory) -> Path:
-    from attnviz.html import write_page
+    from attnviz.outputs.html import write_page
 
     return write_page(att, tmp_path_factory.mktemp("page") / "attention.html", inside=inside)
 
@@ -88,14 +88,14 @@ def test_weights_in_the_page_are_the_models_float32(page_file, att):
 def test_inside_steps_are_mha_and_match_the_model(inside, att, bundled):
     import torch
 
-    from attnviz import adapters
-    from attnviz.mha import multi_head_attention
+    from attnviz.core import adapters
+    from attnviz.core.mha import multi_head_attention
 
     assert inside.errors.max() < 1e-5
     # q_h of head 2 is exactly columns 2·d_k… of X W_Q + b_Q, as multi_head_attention takes it.
     weights = adapters.layer_weights(bundled.model, 1)
     d_k = inside.q.shape[-1]
-    from attnviz.extract import encode, pad
+    from attnviz.core.extract import encode, pad
 
     seen = {}
     with adapters.each_layer(bundled.model, [1], seen.__setitem__), torch.inference_mode():
@@ -113,9 +113,9 @@ def test_inside_steps_are_mha_and_match_the_model(inside, att, bundled):
 
 
 def test_long_text_page_is_quantised_small_and_says_so(bundled):
-    from attnviz.extract import extract
-    from attnviz.html import build_page
-    from attnviz.html.inside import inside_for
+    from attnviz.core.extract import extract
+    from attnviz.outputs.html import build_page
+    from attnviz.outputs.html.inside import inside_for
 
     long = extract(bundled, _long_text(), truncate=True)
     assert long.weights.shape[-1] == 512
@@ -349,8 +349,8 @@ def test_inside_view_prints_the_cross_check(opened, inside):
 
 
 def test_512_token_page_opens_fast_and_stays_interactive(browser, bundled, tmp_path):
-    from attnviz.extract import extract
-    from attnviz.html import write_page
+    from attnviz.core.extract import extract
+    from attnviz.outputs.html import write_page
 
     long = extract(bundled, _long_text(), truncate=True)
     path = write_page(long, tmp_path / "long.html")
@@ -386,7 +386,7 @@ PAIR = ("The cat sat on the mat.", "It was very happy there.")
 def test_pair_feeds_token_types_and_marks_segments(bundled):
     import torch
 
-    from attnviz.extract import extract
+    from attnviz.core.extract import extract
 
     att = extract(bundled, PAIR[0], pair=PAIR[1])
     sep = att.tokens.index("[SEP]")
@@ -413,8 +413,8 @@ def test_empty_pair_is_refused_before_any_folder_is_made(tmp_path):
 
 
 def test_pair_page_restricts_to_a_to_b(browser, bundled, tmp_path):
-    from attnviz.extract import extract
-    from attnviz.html import write_page
+    from attnviz.core.extract import extract
+    from attnviz.outputs.html import write_page
 
     att = extract(bundled, PAIR[0], pair=PAIR[1])
     path = write_page(att, tmp_path / "pair.html", segments=att.segments)
@@ -434,10 +434,10 @@ def test_pair_page_restricts_to_a_to_b(browser, bundled, tmp_path):
 
 
 def test_page_without_the_inside_view_says_why(att, bundled, monkeypatch):
-    from attnviz import adapters
+    from attnviz.core import adapters
     from attnviz.errors import UnsupportedModelError
-    from attnviz.html import build_page
-    from attnviz.html.inside import inside_for
+    from attnviz.outputs.html import build_page
+    from attnviz.outputs.html.inside import inside_for
 
     def refuse(model, layer):
         raise UnsupportedModelError("check does not know how to read 'x' attention")
@@ -452,8 +452,8 @@ def test_page_without_the_inside_view_says_why(att, bundled, monkeypatch):
 @pytest.mark.parametrize("arch", ["llama", "gemma2", "phi3", "albert", "gpt2"])
 def test_inside_steps_match_every_architecture(loaded_tiny, arch):
     """RoPE, grouped K/V heads, Gemma2's cap, Phi-3's partial RoPE, ALBERT's shared layers."""
-    from attnviz.extract import encode, extract
-    from attnviz.html.inside import Inside, inside_steps
+    from attnviz.core.extract import encode, extract
+    from attnviz.outputs.html.inside import Inside, inside_steps
 
     loaded = loaded_tiny[arch]
     encoded = encode(loaded, "The cat sat on the mat.")
@@ -477,9 +477,9 @@ def test_page_of_chosen_layers_names_them(tmp_path):
 def test_decoder_page_recomputes_the_models_softmax(browser, loaded_tiny, tmp_path):
     """Gemma2's own scale and soft cap, a sliding window, RoPE and grouped K/V heads: the
     page's softmax of mha.py's q and k still gives the model's weights."""
-    from attnviz.extract import extract
-    from attnviz.html import write_page
-    from attnviz.html.inside import inside_for
+    from attnviz.core.extract import extract
+    from attnviz.outputs.html import write_page
+    from attnviz.outputs.html.inside import inside_for
 
     loaded = loaded_tiny["gemma2"]
     att = extract(loaded, "The cat sat on the mat and the dog sat on the log.")

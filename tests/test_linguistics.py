@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from conftest import synthetic_attention
 
+from attnviz.analysis.linguistics import LinguisticSums, linguistic_roles
+from attnviz.core.extract import attend, encode, encode_words, word_view
+from attnviz.core.treebank import Mention, TreebankSentence
 from attnviz.errors import TextTooLongError
-from attnviz.extract import attend, encode, encode_words, word_view
-from attnviz.linguistics import LinguisticSums, linguistic_roles
-from attnviz.treebank import Mention, TreebankSentence
 
 
 def sentence(words, heads=None, relations=None, mentions=()):

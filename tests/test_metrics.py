@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from attnviz.errors import InputError
-from attnviz.metrics import (
+from attnviz.analysis.metrics import (
     METRICS,
     MetricSums,
     Thresholds,
@@ -16,6 +15,7 @@ from attnviz.metrics import (
     is_punctuation,
     sentence_sums,
 )
+from attnviz.errors import InputError
 from tests.conftest import synthetic_attention
 
 TOKENS = ["[CLS]", "the", "cat", "sat", "down", ".", "[SEP]"]

@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
+from attnviz.analysis.query import find_query, query_view
 from attnviz.cli import app
 from attnviz.errors import InputError
-from attnviz.query import find_query, query_view
 from tests.conftest import synthetic_attention
 
 runner = CliRunner()
@@ -70,7 +70,7 @@ def test_query_view_reads_the_query_row():
 
 
 def test_show_query_map_json_and_figure(bundled, tmp_path):
-    from attnviz.extract import extract
+    from attnviz.core.extract import extract
 
     result = runner.invoke(app, ["show", ANIMAL, "-q", "it", "-o", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
@@ -113,7 +113,7 @@ def test_unknown_query_is_exit_2_listing_tokens(tmp_path):
 
 def test_query_figure_rows_follow_the_query_row(tmp_path):
     """Row (layer, head) of the figure is bright exactly at the key that row attends to."""
-    from attnviz.figures import Style, query_figure, save_figure
+    from attnviz.outputs.figures import Style, query_figure, save_figure
 
     n, n_heads = 6, 4
     weights = np.zeros((2, n_heads, n, n))

@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from attnviz import render
 from attnviz.errors import OutputError
-from attnviz.figures import Style
+from attnviz.outputs import render
+from attnviz.outputs.figures import Style
 from tests.conftest import synthetic_attention
 
 
@@ -169,7 +169,7 @@ def test_workers_leave_when_the_main_process_is_killed(tiny_model_dirs, tmp_path
 
 def test_every_file_render_writes_is_named_as_a_text_file(tmp_path):
     """clear_previous(text_folder=True) finds an interrupted run's files by their names."""
-    from attnviz.files import TEXT_FILES
+    from attnviz.outputs.files import TEXT_FILES
 
     att = _attention()
     for fmt in ("png", "svg"):

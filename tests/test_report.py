@@ -52,7 +52,7 @@ def test_json_output_and_word_view(tiny_model_dirs, tmp_path):
 
 
 def test_report_numbers_and_figures_match_show(bundled, tmp_path):
-    from attnviz.extract import extract
+    from attnviz.core.extract import extract
 
     report = runner.invoke(app, ["report", SENTENCE, "-o", str(tmp_path / "r"), "--json"])
     assert report.exit_code == 0, report.output

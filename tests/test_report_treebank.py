@@ -69,8 +69,8 @@ def test_files_table_and_roles(ewt_report):
 
 
 def test_numbers_match_a_plain_loop(ewt_report, bundled):
-    from attnviz.extract import encode_words, extract_many, word_view
-    from attnviz.treebank import read_treebank
+    from attnviz.core.extract import encode_words, extract_many, word_view
+    from attnviz.core.treebank import read_treebank
 
     out, _ = ewt_report
     every = json.loads((out / "syntax.json").read_text())["relations"]

@@ -36,7 +36,7 @@ def test_show_bundled_writes_every_figure_and_summary(tmp_path):
 
 
 def test_show_json_matches_extraction(tmp_path, bundled):
-    from attnviz.extract import extract
+    from attnviz.core.extract import extract
 
     text = "Time flies like an arrow."
     result = invoke("show", text, "--json", "--no-images", "-l", 1, "-H", 4, "-k", 2)
@@ -96,12 +96,12 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
 
 
 def test_unwritable_output_is_refused_before_the_model_loads(tmp_path, monkeypatch):
-    import attnviz.models
+    import attnviz.core.models
 
     def no_load(*_args, **_kwargs):
         raise AssertionError("the model must not be loaded when the output folder is bad")
 
-    monkeypatch.setattr(attnviz.models, "load_model", no_load)
+    monkeypatch.setattr(attnviz.core.models, "load_model", no_load)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     result = invoke("show", "hi", "--out", blocker / "sub")
@@ -231,7 +231,7 @@ def test_early_refusal_uses_the_model_directory_too(tiny_model_dirs):
 
 def test_the_summary_comes_before_the_figures(tiny_model_dirs, tmp_path):
     """The command line prints the summary while the figures are drawn, not after them."""
-    from attnviz.commands.show import show
+    from attnviz.pipelines.show import show
 
     seen = []
 

@@ -7,8 +7,8 @@ import io
 import numpy as np
 from rich.console import Console
 
-from attnviz import terminal
-from attnviz.summary import summarise
+from attnviz.analysis.summary import summarise
+from attnviz.outputs import terminal
 from tests.conftest import synthetic_attention
 
 

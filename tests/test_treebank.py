@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.core.treebank import Mention, parse_treebank
 from attnviz.errors import InputError
-from attnviz.treebank import Mention, parse_treebank
 
 runner = CliRunner()
 

@@ -1,0 +1,107 @@
+"""One token's view: where a chosen query token looks, in every head.
+
+A query is named as a user would write it: a token or word as written (case-insensitive,
+first occurrence), `it#2` for its second occurrence, or an integer position.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnviz.analysis.summary import Target, rank_keys
+from attnviz.errors import InputError
+
+if TYPE_CHECKING:
+    from attnviz.core.extract import Attention
+
+_SHOWN_TOKENS = 60  # tokens listed in an error message before "…"
+
+
+@dataclass(frozen=True)
+class QueryHead:
+    """One head's row for the query: its top-k keys, and the top key that is not special."""
+
+    layer: int
+    head: int
+    top: tuple[Target, ...]
+    best: Target | None  # the most-attended non-special key (None if every key is special)
+
+    def as_dict(self) -> list[dict[str, Any]]:
+        return [t.__dict__ for t in self.top]
+
+
+@dataclass(frozen=True)
+class QueryView:
+    """Where the query token at `index` looks in each chosen head."""
+
+    index: int
+    token: str
+    heads: tuple[QueryHead, ...]
+
+    def ranked(self, n: int = 10) -> list[QueryHead]:
+        """The heads whose top non-special key gets the most weight, strongest first."""
+        scored = [h for h in self.heads if h.best is not None]
+        return sorted(scored, key=lambda h: -h.best.weight)[:n]  # type: ignore[union-attr]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "token": self.token}
+
+
+def _normal(token: str) -> str:
+    return token.removeprefix("##").strip().lower()
+
+
+def _token_list(att: Attention) -> str:
+    shown = " ".join(f"{i}:{t}" for i, t in enumerate(att.tokens[:_SHOWN_TOKENS]))
+    more = len(att.tokens) - _SHOWN_TOKENS
+    return shown + (f" … ({more} more)" if more > 0 else "")
+
+
+def find_query(att: Attention, query: str) -> int:
+    """The position of the token `query` names in `att`; InputError listing the tokens if none.
+
+    `query` is a position ("9"), a token as written ("it", case-insensitive; word pieces
+    match without their "##"), or a token and its occurrence ("it#2").
+    """
+    query = query.strip()
+    n = len(att.tokens)
+    if re.fullmatch(r"\d+", query):
+        index = int(query)
+        if index >= n:
+            raise InputError(
+                f"query position {index} out of range: this text has {att.unit}s 0–{n - 1}"
+            )
+        return index
+    match = re.fullmatch(r"(.+)#(\d+)", query)
+    word, occurrence = (match.group(1), int(match.group(2))) if match else (query, 1)
+    if not word or occurrence < 1:
+        raise InputError(f"query '{query}' is empty; give a {att.unit}, {att.unit}#N or a position")
+    found = [i for i, token in enumerate(att.tokens) if _normal(token) == _normal(word)]
+    if not found:
+        hint = ""
+        if att.unit == "token" and any(_normal(w) == _normal(word) for w in att.word_labels):
+            hint = " (it is split into pieces here: pass --words to query whole words)"
+        raise InputError(
+            f"no {att.unit} '{word}' in this text{hint}; {att.unit}s: {_token_list(att)}"
+        )
+    if occurrence > len(found):
+        raise InputError(
+            f"'{word}' occurs {len(found)} time(s), so '{query}' names none; "
+            f"at positions {', '.join(map(str, found))}"
+        )
+    return found[occurrence - 1]
+
+
+def query_view(
+    att: Attention, index: int, layers: list[int], heads: list[int], top_k: int = 3
+) -> QueryView:
+    """The query row `att.pattern(layer, head)[index, :]` of every chosen head, summarised."""
+    rows = []
+    for layer in layers:
+        for head in heads:
+            row = att.pattern(layer, head)[index]  # (T,) over keys; sums to 1
+            top, best = rank_keys(att, row, top_k)
+            rows.append(QueryHead(layer, head, top, best))
+    return QueryView(index, att.tokens[index], tuple(rows))

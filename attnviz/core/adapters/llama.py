@@ -1,0 +1,87 @@
+"""Llama-family decoders: Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma2.
+
+Input X is read after input_layernorm (they normalise first); RoPE turns Q_h and K_h;
+grouped-query attention shares key/value heads; Qwen3 normalises q and k per head; Mistral,
+Qwen2/3 and Gemma2 may use sliding windows; Gemma2 soft-caps the scores and scales them by
+query_pre_attn_scalar.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnviz.core.adapters.base import LayerModules, linear
+from attnviz.core.mha import LayerWeights, Rope
+from attnviz.errors import UnsupportedModelError
+
+TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
+CAUSAL = True
+
+
+def modules(model: Any, layer: int) -> LayerModules:
+    block = model.base_model.layers[layer].self_attn
+    return LayerModules(block, block.q_proj, block.o_proj)
+
+
+def weights(model: Any, layer: int) -> LayerWeights:
+    attn = modules(model, layer).attention
+    projections = [linear(m) for m in (attn.q_proj, attn.k_proj, attn.v_proj)]
+    (w_q, b_q), (w_k, b_k), (w_v, b_v) = projections
+    return decoder_weights(model, attn, w_q, b_q, w_k, b_k, w_v, b_v)
+
+
+def decoder_weights(model: Any, attn: Any, *qkv: Any) -> LayerWeights:
+    """The layer's weights from its Q, K, V (W, b pairs flattened) and the module's extras."""
+    config = model.config
+    kind = config.model_type
+    if getattr(config, "use_bidirectional_attention", False):
+        raise UnsupportedModelError(
+            f"{kind} with bidirectional attention is not supported by check"
+        )
+    q_norm = getattr(attn, "q_norm", None)
+    if q_norm is not None and type(q_norm).__name__ != "Qwen3RMSNorm":
+        raise UnsupportedModelError(f"{kind}: check supports Qwen3's q/k RMSNorm only")
+    w_o, b_o = linear(attn.o_proj)
+    return LayerWeights(
+        *qkv, w_o, b_o,
+        n_heads=config.num_attention_heads,
+        n_kv_heads=config.num_key_value_heads,
+        rope=rope(config, attn.head_dim),
+        q_norm=q_norm.weight.detach() if q_norm is not None else None,
+        k_norm=attn.k_norm.weight.detach() if q_norm is not None else None,
+        norm_eps=q_norm.variance_epsilon if q_norm is not None else 1e-6,
+        scale=attn.scaling,
+        softcap=getattr(attn, "attn_logit_softcapping", None),
+        window=window(config, attn),
+    )  # fmt: skip
+
+
+def window(config: Any, attn: Any) -> int | None:
+    """The sliding window this layer's mask uses, or None: Mistral and Phi-3 apply
+    config.sliding_window to every layer, Qwen2/3 and Gemma2 to their sliding layers."""
+    if config.model_type in ("mistral", "phi3"):
+        return getattr(config, "sliding_window", None)
+    return getattr(attn, "sliding_window", None)
+
+
+def rope(config: Any, head_dim: int) -> Rope:
+    """RoPE's frequencies: computed here from rope_theta for the default RoPE (partial for
+    Phi-3's partial_rotary_factor); other static kinds (linear, llama3, yarn) from
+    transformers' own table; RoPE that changes with the length is refused."""
+    import torch
+
+    params = getattr(config, "rope_parameters", None) or {}
+    kind = params.get("rope_type", "default")
+    if kind == "default":
+        rotary = int(head_dim * params.get("partial_rotary_factor", 1.0))
+        exponents = torch.arange(0, rotary, 2, dtype=torch.int64).float() / rotary
+        return Rope(inv_freq=1.0 / params["rope_theta"] ** exponents)
+    if kind in ("linear", "llama3", "yarn"):
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        inv_freq, scaling = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
+        return Rope(inv_freq=inv_freq, scaling=float(scaling))
+    raise UnsupportedModelError(
+        f"RoPE of type '{kind}' changes with the text's length; check supports default, linear, "
+        "llama3 and yarn RoPE"
+    )

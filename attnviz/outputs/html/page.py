@@ -1,0 +1,170 @@
+"""Build the page: the attention data packed small, with the package's page.js and page.css
+inlined, under a Content-Security-Policy that allows nothing from outside the file.
+
+Weights travel per head, deflated and base64-encoded, so the browser decodes a head only when
+a view shows it (`DecompressionStream`). Up to EXACT_BUDGET raw bytes they are float32, the
+model's own numbers; past it each head is quantised to uint8 steps of its maximum (error at
+most max/510, and the page says so wherever it prints a weight).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import zlib
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnviz.outputs.files import write_text_atomic
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from attnviz.core.extract import Attention
+    from attnviz.outputs.html.inside import Inside
+
+EXACT_BUDGET = 4 * 2**20  # float32 weights up to 4 MiB (≈120 tokens on 6 × 12 heads)
+
+TEMPLATE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>{style}</style>
+</head>
+<body>
+<noscript>This page draws attention with JavaScript; allow scripts for this local file.</noscript>
+<script type="application/json" id="attnviz-data">{data}</script>
+<script>{script}</script>
+</body>
+</html>
+"""
+
+
+def _asset(name: str) -> str:
+    return resources.files("attnviz.outputs.html").joinpath(name).read_text(encoding="utf-8")
+
+
+def _packed(array: np.ndarray) -> str:
+    """Little-endian bytes of `array`, deflated (zlib) and base64-encoded."""
+    return base64.b64encode(zlib.compress(array.tobytes(), 6)).decode("ascii")
+
+
+def _head_blob(grid: np.ndarray, exact: bool) -> str:
+    """One head (T, T): float32 as it is, or the head's max (float32) then uint8 steps of it.
+
+    Steps of the head's max rather than of each row's: diffuse rows then take few distinct
+    bytes and deflate well (5 MB instead of 11 MB for 512 tokens on 6 × 12 heads).
+    """
+    import numpy as np
+
+    if exact:
+        return _packed(grid.astype("<f4"))
+    top = np.array([grid.max()], dtype="<f4")
+    steps = np.rint(grid / (top[0] if top[0] > 0 else 1) * 255).astype(np.uint8)
+    return _packed(np.concatenate([top.view(np.uint8), steps.ravel()]))
+
+
+def _colour_table(cmap: str) -> str:
+    """The colour map as 256 hex RGB triples, so the page colours as the PNGs do."""
+    import matplotlib
+
+    colours = matplotlib.colormaps[cmap](range(256), bytes=True)  # (256, 4) uint8
+    return "".join(f"{r:02x}{g:02x}{b:02x}" for r, g, b, _ in colours)
+
+
+def page_data(
+    att: Attention,
+    inside: Inside | str | None = None,
+    scale: str = "absolute",
+    cmap: str = "viridis",
+    segments: tuple[int, ...] | None = None,
+) -> dict[str, Any]:
+    """Everything the page script reads, as JSON-ready values."""
+    from attnviz.outputs.html.inside import Inside
+
+    n_layers, n_heads, n_tokens, _ = att.weights.shape  # (L, H, T, T)
+    exact = att.weights[..., :1].size * n_tokens * 4 <= EXACT_BUDGET
+    data: dict[str, Any] = {
+        "model": att.info.as_dict(),
+        "text": att.text,
+        "unit": att.unit,
+        "hidden_special": att.hidden_special,
+        "tokens": list(att.tokens),
+        "special": [bool(s) for s in att.special],
+        "segments": list(segments) if segments else None,
+        "notes": list(att.notes),
+        "layers": n_layers,
+        "layer_ids": att.held_layers(),  # the model layer of each slot of `weights`
+        "heads": n_heads,
+        "encoding": "float32" if exact else "uint8",
+        "weights": [
+            [_head_blob(att.weights[lay, h], exact) for h in range(n_heads)]
+            for lay in range(n_layers)
+        ],
+        "scale": scale,
+        "cmap": cmap,
+        "colours": _colour_table(cmap),
+        "inside": None,
+    }
+    if isinstance(inside, Inside):
+        data["inside"] = {
+            "tokens": list(inside.tokens),
+            "d_k": int(inside.q.shape[-1]),
+            **{
+                name: [
+                    [_packed(per_head.astype("<f4")) for per_head in per_layer]
+                    for per_layer in getattr(inside, name)
+                ]  # every model layer
+                for name in ("q", "k", "v")
+            },
+            "errors": _packed(inside.errors.astype("<f8")),
+            "scores": list(inside.scores),  # per layer: scale, softcap, window
+        }
+    else:
+        data["inside_note"] = inside or "left out: the page was built without the model at hand"
+    return data
+
+
+def _csp_hash(text: str) -> str:
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
+
+
+def build_page(
+    att: Attention,
+    inside: Inside | str | None = None,
+    scale: str = "absolute",
+    cmap: str = "viridis",
+    segments: tuple[int, ...] | None = None,
+) -> str:
+    """The whole page for one text: data, script and style inline; nothing loads from outside.
+
+    `inside` (from `attnviz.outputs.html.inside.inside_for`) feeds the "inside one head" view, or
+    says why the page goes without it;
+    `segments` (0 or 1 per token) marks the two sentences of a pair.
+    """
+    script, style = _asset("page.js"), _asset("page.css")
+    data = json.dumps(page_data(att, inside, scale, cmap, segments), ensure_ascii=False)
+    # The only hashed inline script and style may run; no source outside the file is allowed.
+    csp = (
+        f"default-src 'none'; script-src {_csp_hash(script)}; style-src {_csp_hash(style)}; "
+        "img-src data:; base-uri 'none'; form-action 'none'"
+    )
+    return TEMPLATE.format(
+        csp=csp,
+        title=html.escape(f"attnviz: {att.text[:60]}"),
+        style=style,
+        data=data.replace("<", "\\u003c"),  # no "</script>" or "<!--" can end the data early
+        script=script,
+    )
+
+
+def write_page(att: Attention, path: Path, **options: Any) -> Path:
+    """Write `build_page(att, **options)` to `path`, atomically."""
+    return write_text_atomic(path, build_page(att, **options))

@@ -1,0 +1,285 @@
+"""Writing one text's figures: which files it gets, drawn in this process or on every core.
+
+A text gets an overview, one grid per layer, one figure per head and, with a query, where
+that token looks (`figures` says what each looks like). `render_text` cuts them into tasks:
+the query, the overview, each layer's grid and each layer's heads. A task carries only the
+arrays it draws (one layer's weights, the overview's averaged mosaic, the query's rows), so
+it is cheap to send to a worker process.
+
+Workers are started early on purpose: `show` starts them before it imports torch, so that
+while this process imports torch and transformers and loads the model (one core), they import
+matplotlib and draw a first figure (on the others). A worker keeps the figures of the text
+it is drawing, laid out once, across that text's tasks (blitting, see `figures`).
+Pools live as long as this process and are reused by later calls. Texts so long that one
+layer's weights pass `MAX_LAYER_BYTES` are drawn in this process, to keep memory flat.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnviz.errors import OutputError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from concurrent.futures import Future, ProcessPoolExecutor
+
+    from attnviz.core.extract import Attention
+    from attnviz.outputs.figures import Style
+
+KINDS = ("overview", "layers", "heads")
+MAX_DEFAULT_JOBS = 4
+# A task sends one layer's weights to a worker, which then holds a copy (and matplotlib its
+# own while drawing). Above this, as with SmolLM2's 9 heads at 2,048 tokens (151 MB a layer),
+# the figures are drawn in this process instead: the copies would cost more memory than the
+# drawing costs time next to such a forward pass.
+MAX_LAYER_BYTES = 64 * 2**20
+
+
+def default_jobs() -> int:
+    """Drawing processes `show` uses unless told: one per core it may run on, at most 4;
+    1 (draw in this process) on a single core."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return min(cores, MAX_DEFAULT_JOBS)
+
+
+@dataclass(frozen=True)
+class Task:
+    """Some figures of one text, drawn together."""
+
+    rank: int  # where its files come in the text's list of files
+    kind: str  # "query", "overview", "layer" (the grid of one layer) or "heads" (of one layer)
+    att: Attention  # labels, and the weights of `layers` when kind is "layer" or "heads"
+    folder: Path
+    layers: list[int]
+    heads: list[int]
+    style: Style
+    text_key: str  # the same for all tasks of one text: a worker keeps its figures meanwhile
+    data: Any = None  # the overview's mosaic, or the query's (position, rows)
+
+
+def query_file(att: Attention, index: int, ext: str) -> str:
+    from attnviz.outputs.files import slug
+
+    return f"query-{slug(att.tokens[index], 20)}-{index}.{ext}"
+
+
+def layer_file(layer: int, ext: str) -> str:
+    return f"layer-{layer:02d}.{ext}"
+
+
+def head_file(layer: int, head: int, ext: str) -> str:
+    return f"layer-{layer:02d}-head-{head:02d}.{ext}"
+
+
+_text_keys = itertools.count()
+
+
+def tasks(
+    att: Attention,
+    folder: Path,
+    layers: list[int],
+    heads: list[int],
+    style: Style,
+    kinds: tuple[str, ...] = KINDS,
+    query: int | None = None,
+) -> Iterator[Task]:
+    """One text's figures as tasks, the most work first: each layer's heads, each layer's grid,
+    the overview, the query. A generator: the overview's mosaic and the query's rows are
+    computed while workers draw the first tasks. `Task.rank` gives the order of the files."""
+    from attnviz.outputs.figures import overview_mosaic, query_rows
+
+    key = f"{os.getpid()}-{next(_text_keys)}"
+    labels = replace(att, weights=att.weights[:0], layers=())  # tokens and names, no weights
+    rank = itertools.count()
+    query_rank, overview_rank = next(rank), next(rank)
+    grid_ranks = {layer: next(rank) for layer in layers}
+    head_ranks = {layer: next(rank) for layer in layers}
+
+    def one(layer: int) -> Attention:  # one layer's weights: a view here, a copy in a worker
+        return replace(att, weights=att.weights[att.slot(layer)][None], layers=(layer,))
+
+    if "heads" in kinds:
+        for layer in layers:
+            yield Task(head_ranks[layer], "heads", one(layer), folder, [layer], heads, style, key)
+    if "layers" in kinds:
+        for layer in layers:
+            yield Task(grid_ranks[layer], "layer", one(layer), folder, [layer], heads, style, key)
+    if "overview" in kinds:
+        mosaic = overview_mosaic(att, layers, heads, style.dpi)
+        yield Task(overview_rank, "overview", labels, folder, layers, heads, style, key, mosaic)
+    if query is not None:
+        rows = query_rows(att, query, layers, heads, style)
+        yield Task(query_rank, "query", labels, folder, layers, heads, style, key, (query, rows))
+
+
+def render_text(
+    att: Attention,
+    folder: Path,
+    layers: list[int],
+    heads: list[int],
+    style: Style,
+    kinds: tuple[str, ...] = KINDS,
+    query: int | None = None,
+    jobs: int = 1,
+) -> list[Path]:
+    """Write the overview, one grid per layer and one figure per head for one text into
+    `folder`; return the files, the query's first, then the overview, the grids, the heads.
+
+    `kinds` chooses which of the three to write; with `query` (a token position), also the
+    figure of where that token looks, `query-<token>-<position>`. `jobs` above 1 draws in
+    that many worker processes (started now if `start_workers` did not), unless one layer's
+    weights are over `MAX_LAYER_BYTES`.
+    """
+    todo = tasks(att, folder, layers, heads, style, kinds, query)  # made as they are drawn
+    done: list[tuple[int, list[Path]]] = []
+    if jobs <= 1 or att.weights[0].nbytes > MAX_LAYER_BYTES:
+        try:
+            done = [(task.rank, draw(task)) for task in todo]
+        finally:
+            _forget()
+    else:
+        pool = start_workers(jobs)
+        futures: list[tuple[int, Future]] = []
+        try:
+            for task in todo:
+                futures.append((task.rank, pool.submit(draw, task)))
+            done = [(rank, future.result()) for rank, future in futures]
+        except BaseException as error:
+            for _, future in futures:
+                future.cancel()
+            from concurrent.futures.process import BrokenProcessPool
+
+            if isinstance(error, BrokenProcessPool):
+                _pools.pop(jobs, None)
+                raise OutputError(
+                    "a drawing process died before finishing (out of memory?); "
+                    "try again with --jobs 1"
+                ) from None
+            raise
+    return [path for _, paths in sorted(done, key=lambda item: item[0]) for path in paths]
+
+
+# This process's figures of the text it is drawing (in a worker, or here with jobs=1).
+_held: dict[str, Any] = {}
+
+
+def draw(task: Task) -> list[Path]:
+    """Draw one task's figures and write them; return their paths."""
+    from attnviz.outputs import figures
+
+    style, ext, folder = task.style, task.style.fmt, task.folder
+    if task.kind == "query":
+        index, rows = task.data
+        fig = figures.query_figure(task.att, index, task.layers, task.heads, style, rows)
+        return [figures.save_figure(fig, folder / query_file(task.att, index, ext), style)]
+    if task.kind == "overview":
+        fig = figures.overview_figure(task.att, task.layers, task.heads, style, task.data)
+        return [figures.save_figure(fig, folder / f"overview.{ext}", style)]
+    (layer,) = task.layers
+    if _held.get("text") != task.text_key:
+        _forget()
+        _held["text"] = task.text_key
+    if task.kind == "layer":
+        if "layer" not in _held:
+            _held["layer"] = figures.LayerFigure(task.att, task.heads, style)
+        return [_held["layer"].save(task.att.weights[0], layer, folder / layer_file(layer, ext))]
+    if "head" not in _held:
+        _held["head"] = figures.HeadFigure(task.att, style)
+    written = []
+    for head in task.heads:
+        grid = task.att.pattern(layer, head)  # (T, T)
+        title = figures.head_title(layer, head, grid)
+        written.append(_held["head"].save(grid, title, folder / head_file(layer, head, ext)))
+    return written
+
+
+def _forget() -> None:
+    """Free the figures held for the last text."""
+    for name in ("layer", "head"):
+        if (fig := _held.pop(name, None)) is not None:
+            fig.close()
+    _held.pop("text", None)
+
+
+# Pools of drawing processes, by size; each lives until this process exits.
+_pools: dict[int, ProcessPoolExecutor] = {}
+
+
+def start_workers(jobs: int) -> ProcessPoolExecutor:
+    """The pool of `jobs` drawing processes, started now if it is not running yet.
+
+    Call it before importing torch: the workers import matplotlib meanwhile.
+    """
+    if (pool := _pools.get(jobs)) is not None:
+        return pool
+    import atexit
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn: a worker must not inherit torch's threads or a model from this process.
+    pool = ProcessPoolExecutor(
+        jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_warm_up,
+        initargs=(os.getpid(),),
+    )
+    for _ in range(jobs):  # a spawn pool starts one process per submission while none is idle
+        pool.submit(int)
+    if not _pools:  # stopped before the interpreter's teardown, which would find them half-gone
+        atexit.register(stop_workers)
+    _pools[jobs] = pool
+    return pool
+
+
+def stop_workers() -> None:
+    """Stop every pool now (queued tasks are dropped)."""
+    while _pools:
+        _, pool = _pools.popitem()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _warm_up(parent: int) -> None:
+    """A worker's first step: ignore Ctrl-C (the parent handles it and stops the pool),
+    leave if the `parent` process dies (even before this runs), import matplotlib, load its
+    fonts and draw a small figure, so the first real one is fast; then freeze what is alive,
+    so a collection per text costs little."""
+    import gc
+    import signal
+    import threading
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+    if hasattr(os, "nice"):
+        os.nice(5)  # the process that loads the model and runs it comes first
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from attnviz.outputs.figures import _configure_matplotlib, _fixed_axes
+
+    _configure_matplotlib()
+    fig, ax = _fixed_axes((1.0, 1.0), (0.5, 0.5, 0.5, 0.5), 100)
+    image = ax.imshow(np.eye(4), interpolation="nearest")
+    ax.set_xticks(range(4), ["warm", "up", "the", "fonts"], rotation=90)
+    fig.colorbar(image, ax=ax)
+    fig.text(0.5, 0.95, "attnviz", ha="center")
+    FigureCanvasAgg(fig).draw()
+    gc.collect()
+    gc.freeze()
+
+
+def _exit_with(parent: int) -> None:
+    """Exit when the parent is gone (killed, say): a worker blocked on its task queue would
+    otherwise wait forever, since every worker holds that queue's other end too."""
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)

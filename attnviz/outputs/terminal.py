@@ -1,0 +1,463 @@
+"""Terminal views (rich): compact map of all heads, detail table, and a heatmap in the terminal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from attnviz.analysis.query import QueryView
+    from attnviz.analysis.summary import HeadSummary
+    from attnviz.core.extract import Attention
+    from attnviz.pipelines.check import CheckResult
+    from attnviz.pipelines.report import Report
+
+# Viridis at five stops: the same colour scale as the images, 0 (dark) to 1 (yellow).
+_RAMP = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
+
+
+def colour(weight: float) -> str:
+    """Hex colour of an attention weight in [0, 1] on the viridis ramp."""
+    x = min(max(weight, 0.0), 1.0) * (len(_RAMP) - 1)
+    i = min(int(x), len(_RAMP) - 2)
+    f = x - i
+    rgb = [round(a + (b - a) * f) for a, b in zip(_RAMP[i], _RAMP[i + 1])]
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
+def text_colour(weight: float) -> str:
+    """Colour for text showing a weight: the ramp minus its dark end, readable on dark screens."""
+    return colour(0.3 + 0.7 * min(max(weight, 0.0), 1.0))
+
+
+def _fit(label: str, width: int) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def _repeated(att: Attention) -> set[str]:
+    """Tokens that occur more than once: labels of these carry their position."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for token in att.tokens:
+        (twice if token in seen else seen).add(token)
+    return twice
+
+
+def _label(att: Attention, index: int, width: int, repeated: set[str]) -> str:
+    """A token as shown in a cell of `width`: `the@7` when "the" occurs more than once."""
+    token = att.tokens[index]
+    if token not in repeated:
+        return _fit(token, width)
+    where = f"@{index}"
+    return _fit(token, max(width - len(where), 1)) + where
+
+
+def _weight(value: float) -> str:
+    return f"{value:.2f}".replace("0.", ".", 1)
+
+
+def print_header(console: Console, att: Attention) -> None:
+    info = att.info
+    console.print(
+        f"[bold]{info.name}[/] · {info.architecture} · {info.n_layers}×{info.n_heads} heads"
+        f" · d_model {info.d_model} · d_head {info.d_head}",
+        highlight=False,
+    )
+    repeated = _repeated(att)
+    labels = " ".join(_label(att, i, 10**6, repeated) for i in range(len(att.tokens)))
+    console.print(f"{len(att.tokens)} {att.unit}s: {labels}", highlight=False)
+    if repeated:
+        console.print("[dim]token@N: the token at position N (it occurs more than once)[/]")
+    for note in att.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+def print_head_map(
+    console: Console,
+    att: Attention,
+    summaries: Sequence[HeadSummary],
+    layers: list[int],
+    heads: list[int],
+) -> None:
+    """Layers × heads grid: in each cell the token the head attends to most, coloured by its share.
+
+    Special tokens are left out of the cells (they would fill most of them) and their share is
+    reported above the grid instead. Cells widen to use wide terminals.
+    """
+    shares = [s.special_share for s in summaries]
+    has_special = max(shares) > 0
+    title = "Most-attended token per head (mean attention over queries)"
+    if has_special:
+        title = "Most-attended non-special token per head (mean attention over queries)"
+        console.print(
+            f"Special tokens take {sum(shares) / len(shares):.0%} of attention on average "
+            f"({min(shares):.0%}–{max(shares):.0%} per head); "
+            "--hide-special renormalises without them.",
+            highlight=False,
+        )
+    cell_width = max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
+    repeated = _repeated(att)
+    table = Table(
+        title=title, title_justify="left", box=None, padding=(0, 1, 0, 0), show_edge=False
+    )
+    table.add_column("", style="bold", no_wrap=True)
+    for head in heads:
+        table.add_column(f"H{head}", width=cell_width, no_wrap=True, justify="left")
+    by_position = {(s.layer, s.head): s for s in summaries}
+    for layer in layers:
+        cells = []
+        for head in heads:
+            summary = by_position[(layer, head)]
+            top = summary.top_other if has_special else summary.top[0]
+            if top is None:
+                cells.append(Text("—", style="dim"))
+                continue
+            label = _label(att, top.index, cell_width, repeated)
+            cell = Text(label, style=f"bold {text_colour(top.weight)}")
+            cell.append("\n" + _weight(top.weight), style="dim")
+            cells.append(cell)
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+    console.print(
+        "[dim]Weights are shares of a head's attention (each head's shares sum to 1). "
+        "Pick heads with --layer/--head for the top tokens and strongest links.[/]"
+    )
+
+
+def print_head_details(console: Console, att: Attention, summaries: Sequence[HeadSummary]) -> None:
+    """One row per head: its top-k tokens with weights and its strongest query→key link."""
+    repeated = _repeated(att)
+    table = Table(title="What each head attends to", title_justify="left", show_lines=False)
+    table.add_column("L", justify="right")
+    table.add_column("H", justify="right")
+    table.add_column("top tokens (mean attention received)")
+    table.add_column("strongest link (query → key)")
+    wide = 10**6
+    for s in summaries:
+        top = Text()
+        for rank, target in enumerate(s.top):
+            if rank:
+                top.append(" · ", style="dim")
+            label = _label(att, target.index, wide, repeated)
+            top.append(label, style=f"bold {text_colour(target.weight)}")
+            top.append(" " + _weight(target.weight))
+        link = s.link
+        table.add_row(
+            str(s.layer),
+            str(s.head),
+            top,
+            Text.assemble(
+                link.query_token,
+                (f" @{link.query}", "dim"),
+                " → ",
+                link.key_token,
+                (f" @{link.key}", "dim"),
+                " " + _weight(link.weight),
+            ),
+        )
+    console.print(table)
+
+
+def print_query(
+    console: Console, att: Attention, query: QueryView, layers: list[int], heads: list[int]
+) -> None:
+    """Where one token looks: a layers × heads map of its top non-special key, then the heads
+    that send it hardest to one key."""
+    repeated = _repeated(att)
+    name = _label(att, query.index, 10**6, repeated)
+    cell_width = max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
+    table = Table(
+        title=f"Where “{name}” (position {query.index}) looks: its most-attended "
+        "non-special key in each head",
+        title_justify="left",
+        box=None,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+    )
+    table.add_column("", style="bold", no_wrap=True)
+    for head in heads:
+        table.add_column(f"H{head}", width=cell_width, no_wrap=True, justify="left")
+    by_position = {(row.layer, row.head): row for row in query.heads}
+    for layer in layers:
+        cells = []
+        for head in heads:
+            best = by_position[(layer, head)].best
+            if best is None:
+                cells.append(Text("—", style="dim"))
+                continue
+            cell = Text(_label(att, best.index, cell_width, repeated))
+            cell.stylize(f"bold {text_colour(best.weight)}")
+            cell.append("\n" + _weight(best.weight), style="dim")
+            cells.append(cell)
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+
+    ranked = Table(
+        title=f"Heads where “{name}” looks hardest at one {att.unit}", title_justify="left"
+    )
+    for column, justify in (("L", "right"), ("H", "right"), ("key", "left"), ("weight", "right")):
+        ranked.add_column(column, justify=justify)
+    ranked.add_column("its top keys (all, special included)")
+    for row in query.ranked(10):
+        best = row.best
+        assert best is not None  # ranked() keeps heads that have a non-special key
+        top = Text(" · ".join(f"{_label(att, t.index, 10**6, repeated)} {_weight(t.weight)}"
+                              for t in row.top))  # fmt: skip
+        ranked.add_row(
+            str(row.layer),
+            str(row.head),
+            Text(
+                _label(att, best.index, 10**6, repeated), style=f"bold {text_colour(best.weight)}"
+            ),
+            f"{best.weight:.2f}",
+            top,
+        )
+    console.print(ranked)
+
+
+_SHADES = " ░▒▓█"
+
+
+def _has_colour(console: Console) -> bool:
+    """False when the output has no colour: piped, a dumb terminal, or NO_COLOR set."""
+    return console.color_system is not None and not console.no_color
+
+
+def _cell(console: Console, weight: float) -> Text:
+    """Two character cells: a colour block, or shade characters where the output has no colour."""
+    if not _has_colour(console):
+        shade = _SHADES[min(int(weight * len(_SHADES)), len(_SHADES) - 1)]
+        return Text(shade * 2)
+    return Text("  ", style=f"on {colour(weight)}")
+
+
+def print_heatmap(
+    console: Console, att: Attention, layer: int, head: int, scale: str = "absolute"
+) -> bool:
+    """Draw one head's `[query, key]` weights as cells; False if the terminal is too narrow.
+
+    `scale` "head" divides the weights by the head's maximum, as the images do.
+    """
+    grid = att.pattern(layer, head)  # (T, T)
+    peak = float(grid.max())
+    if scale == "head" and peak > 0:
+        grid = grid / peak
+    n = len(att.tokens)
+    label_width = min(20 if console.width >= 120 else 12, max(len(t) for t in att.tokens))
+    row_prefix = 5 + label_width
+    if row_prefix + 2 * n > console.width:
+        console.print(
+            f"[yellow]note:[/] the terminal heatmap of {n} {att.unit}s needs "
+            f"{row_prefix + 2 * n} columns and this terminal has {console.width}; "
+            "see the per-head image instead"
+        )
+        return False
+    console.print(
+        f"[bold]layer {layer} · head {head}[/]: each row is a query {att.unit}, "
+        "each column the key it attends to (index on top)",
+        highlight=False,
+    )
+    if n > 10:
+        tens = Text(" " * row_prefix, style="dim")
+        for key in range(n):
+            tens.append(f"{key // 10:>2}" if key >= 10 else "  ")
+        console.print(tens)
+    units = Text(" " * row_prefix, style="dim")
+    for key in range(n):
+        units.append(f"{key % 10:>2}")
+    console.print(units)
+    for query in range(n):
+        row = Text(f"{query:>3} {_fit(att.tokens[query], label_width):<{label_width}} ")
+        for key in range(n):
+            row.append_text(_cell(console, float(grid[query, key])))
+        console.print(row, highlight=False)
+    top = "1" if scale != "head" else f"{peak:.2f} (the head's max)"
+    scale_line = Text(" " * row_prefix + "scale 0 ")
+    for step in range(11):
+        scale_line.append_text(_cell(console, step / 10))
+    scale_line.append(f" {top}")
+    console.print(scale_line)
+    return True
+
+
+def _error_text(error: float, tolerance: float) -> Text:
+    return Text(f"{error:.1e}", style="green" if error <= tolerance else "bold red")
+
+
+def _kv_note(info) -> str:
+    """' · 3 key/value heads (GQA)' for grouped-query models, else ''."""
+    kv = info.n_kv_heads or info.n_heads
+    return f" · {kv} key/value heads (GQA)" if kv != info.n_heads else ""
+
+
+def print_check(console: Console, result: CheckResult) -> None:
+    """Per-head and output errors of the from-scratch MHA against the model, shapes, verdict."""
+    tol = result.tolerance
+    info = result.info
+    console.print(
+        f"[bold]{info.name}[/] · {info.architecture} · {len(result.tokens)} tokens · "
+        f"d_model {info.d_model} · {info.n_heads} heads × d_k {info.d_head}{_kv_note(info)} · "
+        "computed in float64",
+        highlight=False,
+    )
+    shapes = Table(title="From-scratch multi-head attention, step by step", title_justify="left")
+    shapes.add_column("step")
+    shapes.add_column("formula")
+    shapes.add_column("shape", justify="right")
+    for name, formula, shape in result.shapes:
+        shapes.add_row(name, formula, " × ".join(str(d) for d in shape))
+    console.print(shapes)
+
+    errors = Table(
+        title="Max |model − from-scratch|: attention probabilities per head, and block output",
+        title_justify="left",
+    )
+    errors.add_column("")
+    for lc in result.layers:
+        errors.add_column(f"L{lc.layer}", justify="right")
+    for head in range(info.n_heads):
+        errors.add_row(
+            f"head {head}", *(_error_text(lc.head_errors[head], tol) for lc in result.layers)
+        )
+    errors.add_section()
+    errors.add_row("output*", *(_error_text(lc.output_error, tol) for lc in result.layers))
+    console.print(errors)
+    console.print(
+        "* block output before residual; relative where its largest value exceeds 1",
+        style="dim",
+        highlight=False,
+    )
+
+    if result.passed:
+        console.print(
+            f"[bold green]PASS[/]: {len(result.layers)} layer(s), every head and output within "
+            f"{tol:.0e} (largest error {result.max_error:.1e})",
+            highlight=False,
+        )
+        return
+    for lc in result.layers:
+        if not lc.passed(tol):
+            heads = lc.failing_heads(tol)
+            console.print(
+                f"[bold red]MISMATCH[/] in layer {lc.layer}: heads {heads or 'none'}, "
+                f"output error {lc.output_error:.1e} (tolerance {tol:.0e})",
+                highlight=False,
+            )
+
+
+ROLE_STYLES = {
+    "previous-token": ("prev", "bold blue"),
+    "next-token": ("next", "bold cyan"),
+    "self": ("self", "bold magenta"),
+    "first-token sink": ("first", "dim"),
+    "separator sink": ("sep", "yellow"),
+    "punctuation": ("punct", "bold red"),
+    "induction": ("induc", "bold green"),
+    "local": ("local", "green"),
+    "broad": ("broad", "bold #ff8700"),
+    "mixed": ("·", "dim"),
+}
+
+
+def print_report(console: Console, report: Report) -> None:
+    """Layers × heads map of roles, then the strongest heads of each role with their scores."""
+    info = report.info
+    console.print(
+        f"[bold]{info.name}[/] · {report.sentences} sentences · {report.queries} query "
+        f"{report.unit}s (special tokens excluded)",
+        highlight=False,
+    )
+    for note in report.skipped:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    table = Table(title="Head roles", title_justify="left", box=None, padding=(0, 1, 0, 0))
+    table.add_column("", style="bold")
+    for head in report.heads:
+        table.add_column(f"H{head}", width=5, no_wrap=True)
+    by_position = {(r.layer, r.head): r for r in report.roles}
+    for layer in report.layers:
+        cells = []
+        for head in report.heads:
+            short, style = ROLE_STYLES[by_position[(layer, head)].role]
+            cells.append(Text(short, style=style))
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+    legend = Text("  ".join(f"{short}={role}" for role, (short, _) in ROLE_STYLES.items()))
+    console.print(legend, style="dim")
+
+    strongest = Table(title="Strongest heads of each role", title_justify="left")
+    strongest.add_column("role")
+    strongest.add_column("heads (score)")
+    strongest.add_column("threshold", justify="right")
+    for role, heads in report.strongest(3).items():
+        listed = " · ".join(f"L{h.layer} H{h.head} {h.score:.2f}" for h in heads)
+        count = sum(1 for r in report.roles if r.role == role)
+        strongest.add_row(
+            Text(role, style=ROLE_STYLES[role][1]),
+            f"{listed}  [dim]({count} head{'s' if count > 1 else ''})[/]",
+            f"{report.thresholds.values[role]:.2f}",
+        )
+    console.print(strongest)
+    if report.probes is not None:
+        probes = report.probes
+        console.print(
+            f"Induction probe ({probes.sequences} × {probes.length} random tokens, repeated): "
+            f"loss {probes.loss_first:.2f} nats on the first repeat, "
+            f"{probes.loss_second:.2f} on the second",
+            highlight=False,
+        )
+
+
+def print_linguistics(console: Console, report: Report) -> None:
+    """The Clark-style table (best head per relation and direction, against the baseline),
+    coreference's best heads, and how many heads are named for them."""
+    from attnviz.analysis.linguistics import SHORT_DIRECTIONS
+
+    ling = report.linguistics
+    if ling is None:
+        return
+    layers, heads = list(report.layers), list(report.heads)
+    for note in ling.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    if ling.syntax is not None:
+        rows = ling.syntax.table(layers, heads)
+        table = Table(
+            title=f"Syntax: the best head per relation (relations with ≥ {ling.min_count} arcs)",
+            title_justify="left",
+        )
+        for name, justify in (("relation", "left"), ("direction", "left"), ("best head", "left"),
+                              ("accuracy", "right"), ("baseline", "right"), ("offset", "right"),
+                              ("arcs", "right")):  # fmt: skip
+            table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        for row in rows:
+            better = row.accuracy >= row.baseline_accuracy + ling.margin
+            table.add_row(
+                row.relation,
+                SHORT_DIRECTIONS[row.direction],
+                f"L{row.layer} H{row.head}",
+                Text(f"{row.accuracy:.1%}", style="bold green" if better else ""),
+                f"{row.baseline_accuracy:.1%}",
+                f"{row.baseline:+d}",
+                str(row.n),
+            )
+        if rows:
+            console.print(table)
+        else:
+            console.print(f"Syntax: no relation has {ling.min_count} arcs (--min-count).")
+    if ling.coreference is not None:
+        layer, head, accuracy = ling.coreference.best(layers, heads)
+        console.print(
+            f"Coreference: {ling.coreference.mentions} mentions with an antecedent; best head "
+            f"L{layer} H{head} {accuracy:.1%}, nearest-mention baseline "
+            f"{ling.coreference.baseline_accuracy:.1%}",
+            highlight=False,
+        )
+    named = sum(1 for r in report.roles if report.linguistic_roles(r.layer, r.head))
+    console.print(
+        f"[dim]{named} head(s) beat a baseline by ≥ {100 * ling.margin:.0f} points (--margin): "
+        "see linguistic_roles in heads.csv; green = such a head.[/]",
+        highlight=False,
+    )

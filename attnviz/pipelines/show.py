@@ -1,0 +1,153 @@
+"""`attnviz show`: one text through a model, summarised per head and drawn as heatmaps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnviz.outputs.files import clear_previous, prepare_dir, text_folder_name, write_done
+
+if TYPE_CHECKING:
+    from attnviz.analysis.query import QueryView
+    from attnviz.analysis.summary import HeadSummary
+    from attnviz.core.extract import Attention
+    from attnviz.outputs.figures import Style
+
+
+@dataclass(frozen=True)
+class ShowResult:
+    """Everything `show` computed: the attention view, per-head summaries and the images written."""
+
+    view: Attention
+    layers: list[int]
+    heads: list[int]
+    summaries: list[HeadSummary]
+    folder: Path | None
+    images: list[Path]
+    query: QueryView | None = None
+    page: Path | None = None  # attention.html, with html=True
+
+    def as_dict(self) -> dict[str, Any]:
+        heads = [s.as_dict() for s in self.summaries]
+        if self.query is not None:
+            for entry, row in zip(heads, self.query.heads):
+                entry["query_top"] = row.as_dict()
+        return {
+            "model": self.view.info.as_dict(),
+            "unit": self.view.unit,
+            "tokens": list(self.view.tokens),
+            "notes": list(self.view.notes),
+            **({"query": self.query.as_dict()} if self.query is not None else {}),
+            "heads": heads,
+            "folder": str(self.folder) if self.folder is not None else None,
+            "images": [str(p) for p in self.images],
+            "page": str(self.page) if self.page is not None else None,
+        }
+
+
+def show(
+    text: str,
+    model: str | None = None,
+    layers: list[int] | None = None,
+    heads: list[int] | None = None,
+    top_k: int = 3,
+    words: bool = False,
+    hide_special_tokens: bool = False,
+    truncate: bool = False,
+    out: Path | None = Path("attnviz-out"),
+    style: Style | None = None,
+    device: str = "auto",
+    query: str | None = None,
+    images: bool = True,
+    html: bool = False,
+    pair: str | None = None,
+    jobs: int = 1,
+    on_summary: Callable[[ShowResult], None] | None = None,
+) -> ShowResult:
+    """Extract one text's attention, summarise the chosen heads, write their heatmaps to `out`.
+
+    Images go to `out/<slug>-<hash>/`, one folder per distinct text; the folder holds only
+    the files of its last run (listed in its `done.json`). With `query` ("it", "it#2" or a
+    position), also where that token looks in every chosen head, and its figure. `images`
+    False writes no figures; `html` writes the interactive page `attention.html` there too.
+    `pair` (encoders) reads `[CLS] text [SEP] pair [SEP]` with token types. `jobs` above 1
+    draws the figures in that many worker processes, started before the model loads.
+    `on_summary` gets the result without its files as soon as the summary is known, before
+    any figure is drawn (the command line prints it while the figures are drawn).
+    """
+    from attnviz.core.extract import require_text
+    from attnviz.core.models import refuse_early
+
+    require_text(text)
+    if pair is not None:
+        require_text(pair, "the --pair sentence")
+    refuse_early(model, layers, heads, text, truncate)
+    named = text if pair is None else f"{text}\n{pair}"
+    folder = prepare_dir(out / text_folder_name(named)) if out is not None else None
+    if folder is not None and images and jobs > 1:
+        from attnviz.outputs.render import start_workers
+
+        start_workers(jobs)  # they import matplotlib while this process imports torch
+
+    from attnviz.analysis.query import find_query, query_view
+    from attnviz.analysis.summary import summarise
+    from attnviz.api import attention
+    from attnviz.outputs.figures import Style
+    from attnviz.outputs.render import render_text
+
+    style = style or Style()
+    shown = attention(text, model, words, hide_special_tokens, truncate, device, layers, pair=pair)
+    chosen_layers = shown.info.pick_layers(layers)
+    chosen_heads = shown.info.pick_heads(heads)
+    summaries = summarise(shown, chosen_layers, chosen_heads, top_k)
+    asked = None
+    if query is not None:
+        index = find_query(shown, query)
+        asked = query_view(shown, index, chosen_layers, chosen_heads, top_k)
+    if on_summary is not None:
+        on_summary(ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, [], asked))
+    written: list[Path] = []
+    page = None
+    if folder is not None:
+        clear_previous(folder, text_folder=True)
+        at = asked.index if asked is not None else None
+        if images:
+            written = render_text(
+                shown, folder, chosen_layers, chosen_heads, style, query=at, jobs=jobs
+            )
+        if html:
+            from attnviz.outputs.html import write_page
+            from attnviz.outputs.html.inside import inside_for
+
+            page = write_page(
+                shown,
+                folder / "attention.html",
+                inside=inside_for(shown),
+                scale=style.scale,
+                cmap=style.cmap,
+                segments=shown.segments,
+            )
+        settings = {
+            "model": shown.info.name,
+            "text": text,
+            "pair": pair,
+            "layers": chosen_layers,
+            "heads": chosen_heads,
+            "words": words,
+            "hide_special": hide_special_tokens,
+            "truncate": truncate,
+            "query": query,
+            "images": images,
+            "html": html,
+            **asdict(style),
+        }
+        record = {
+            "text": text,
+            "tokens": list(shown.tokens),
+            "files": [str(path.relative_to(folder.parent)) for path in written + [page] if path],
+            "notes": list(shown.notes),
+        }
+        write_done(folder, settings, record)
+    return ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, written, asked, page)
