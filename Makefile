@@ -5,7 +5,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed
 SENTENCE ?= The quick brown fox jumps over the lazy dog because it was bored.
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test test-fast bench lint same-outputs clean
 
 # torch first and pinned: this is the CPU wheel the machines carry; an unpinned
 # torch pulls a multi-GB CUDA build. The bundled model declares
@@ -25,6 +25,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# Everything but the slow tests (browser, SmolLM2, killed processes): under a minute.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
 bench: $(STAMP)
 	$(PY) bench/bench_show.py
 	$(PY) bench/bench_show_vs_bare.py
@@ -41,6 +45,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check attnviz tests bench
 	@# The page script is a real file: a syntax check wherever node is installed.
 	@if command -v node >/dev/null; then node --check attnviz/outputs/html/page.js; fi
+	@# Layers point one way and no module imports another in a cycle (pyproject.toml).
+	$(VENV)/bin/lint-imports --no-cache
+
+# Same files from `show`, `export`, `report` and `check` as at BASE (a refactor changes no byte):
+# make same-outputs BASE=main~3
+BASE ?= HEAD
+same-outputs: $(STAMP)
+	rm -rf /tmp/attnviz-base && git worktree add --detach /tmp/attnviz-base $(BASE)
+	$(PY) tests/same_outputs.py /tmp/attnviz-base . ; status=$$?; \
+	git worktree remove --force /tmp/attnviz-base; exit $$status
 
 clean:
 	rm -rf $(VENV) attnviz-out

@@ -7,7 +7,7 @@ The Python API (no heavy import until a function needs it):
     report(sentences, model=None, ...)
 """
 
-from attnviz.api import attention, check, report
+from attnviz.api import Attention, attention, check, report
 
 __version__ = "0.1.0"
-__all__ = ["attention", "check", "report", "__version__"]
+__all__ = ["Attention", "attention", "check", "report", "__version__"]

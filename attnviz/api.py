@@ -1,4 +1,5 @@
-"""The Python API: what a notebook needs, in a few calls. The CLI's commands call these too.
+"""The Python API: what a notebook needs, in a few calls. The command line runs the same
+pipelines underneath.
 
     import attnviz
     a = attnviz.attention("The animal didn't cross the street because it was too tired.")
@@ -11,15 +12,91 @@ Models are loaded once per (model, device) in a process.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.core import attention as core
+from attnviz.core import models
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
-    from attnviz.core.extract import Attention
-    from attnviz.pipelines.check import CheckResult
-    from attnviz.pipelines.report import Report
+    from matplotlib.figure import Figure
+
+    from attnviz.analysis.check import CheckResult
+    from attnviz.analysis.report import Report
+    from attnviz.outputs.figures import Style
+
+
+@dataclass(frozen=True, eq=False)
+class Attention(core.Attention):
+    """A text's attention (`attnviz.core.attention.Attention`: `weights[layer, head, query,
+    key]` over `tokens`) with its figures and interactive page as methods, for notebooks.
+    The figures are returned as matplotlib Figures; nothing is written."""
+
+    source: models.Model | None = None  # the model that read the text
+
+    def heatmap(self, layer: int, head: int, style: Style | None = None) -> Figure:
+        """One head's query × key heatmap."""
+        from attnviz.outputs.figures import HeadFigure, Style, head_title
+
+        figure = HeadFigure(self, style or Style())
+        grid = self.pattern(layer, head)  # (T, T)
+        return figure.draw(grid, head_title(layer, head, grid))
+
+    def layer(self, layer: int, heads: list[int] | None = None, style: Style | None = None):
+        """All heads (or `heads`) of one layer in a grid."""
+        from attnviz.outputs.figures import LayerFigure, Style
+
+        figure = LayerFigure(self, self.info.pick_heads(heads), style or Style())
+        return figure.draw(self.weights[self.slot(layer)], layer)
+
+    def overview(self, style: Style | None = None) -> Figure:
+        """Every layer × head as small multiples, each scaled to its own max."""
+        from attnviz.outputs.figures import Style, overview_figure
+
+        every_layer, every_head = self.held_layers(), self.info.pick_heads(None)
+        return overview_figure(self, every_layer, every_head, style or Style())
+
+    def query(self, token: str | int, style: Style | None = None) -> Figure:
+        """Where one token (`"it"`, `"it#2"` or a position) looks, in every head."""
+        from attnviz.analysis.query import find_query
+        from attnviz.outputs.figures import Style, query_figure
+
+        index = find_query(self, str(token))
+        every_layer, every_head = self.held_layers(), self.info.pick_heads(None)
+        return query_figure(self, index, every_layer, every_head, style or Style())
+
+    def to_html(self, scale: str = "absolute", cmap: str = "viridis") -> str:
+        """The interactive page (head, model, matrix, query and inside-one-head views) as one
+        self-contained HTML string: nothing in it loads from the network."""
+        from attnviz.analysis.inside import inside_of
+        from attnviz.core.tokens import encode
+        from attnviz.outputs.html import build_page
+
+        # The inside view needs each layer's input, which `attention()` does not keep: this
+        # runs the text once more (`attnviz show --html` gets both from one pass).
+        loaded = (self.source or models.model(self.info.name)).load()
+        encoded = encode(loaded, self.text, self.truncated, self.pair)
+        inside = inside_of(loaded, encoded)
+        return build_page(self, inside=inside, scale=scale, cmap=cmap, segments=self.segments)
+
+    def _repr_html_(self) -> str:
+        """A notebook cell showing an Attention shows the interactive page, in a sandboxed
+        frame so that its script and Content-Security-Policy stay its own."""
+        import html
+
+        page = html.escape(self.to_html(), quote=True)
+        return (
+            f'<iframe srcdoc="{page}" sandbox="allow-scripts" '
+            'style="width:100%;height:720px;border:1px solid #ddd"></iframe>'
+        )
+
+    def _repr_png_(self) -> bytes:
+        """A notebook cell showing an Attention shows its overview."""
+        from attnviz.outputs.figures import figure_png
+
+        return figure_png(self.overview())
 
 
 def attention(
@@ -41,14 +118,14 @@ def attention(
     `pair` (encoders): read `[CLS] text [SEP] pair [SEP]` with token types; `segments` then
     says which sentence each token is in.
     """
-    from attnviz.core.extract import extract, require_text, view
-    from attnviz.core.models import cached_model
+    from attnviz.analysis.transforms import transform
+    from attnviz.core.attention import require_text
+    from attnviz.core.extract import extract
 
     require_text(text)
-    loaded = cached_model(model, device)
-    return view(
-        extract(loaded, text, truncate=truncate, layers=layers, pair=pair), words, hide_special
-    )
+    source = models.model(model, device)
+    shown = transform(extract(source.load(), text, truncate, layers, pair), words, hide_special)
+    return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, source=source)
 
 
 def check(
@@ -62,7 +139,7 @@ def check(
     """Recompute the chosen layers (default: all) from scratch and compare with the model."""
     from attnviz.pipelines.check import check as run_check
 
-    return run_check(text, model, layers, tolerance, truncate, device)
+    return run_check(models.model(model, device), text, layers, tolerance, truncate)
 
 
 def report(
@@ -78,20 +155,19 @@ def report(
     `options` are those of `attnviz.pipelines.report.build_report` (layers, heads, words,
     thresholds, batch_size, truncate, min_count, margin)."""
     from attnviz.core.inputs import read_sentences
-    from attnviz.core.models import cached_model
     from attnviz.core.treebank import read_treebank
     from attnviz.pipelines.report import build_report
 
     if treebank is not None:
         if sentences is not None:
             raise InputError("give sentences or a treebank, not both")
-        return build_report(cached_model(model, device), read_treebank(str(treebank)), **options)
-    if sentences is None:
+        chosen: Any = read_treebank(str(treebank))
+    elif sentences is None:
         raise InputError("give sentences (texts, or a Path to a file) or treebank=FILE.conllu")
-    if isinstance(sentences, Path):
+    elif isinstance(sentences, Path):
         chosen = read_sentences(str(sentences), None)
     else:
         chosen = read_sentences(
             None, [sentences] if isinstance(sentences, str) else list(sentences)
         )
-    return build_report(cached_model(model, device), chosen, **options)
+    return build_report(models.model(model, device).load(), chosen, **options)

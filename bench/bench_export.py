@@ -107,7 +107,10 @@ def export_per_figure(jobs: int, runs: int) -> float:
     from attnviz.pipelines.export import ExportOptions, export
 
     lines = (
-        Path(__file__).parent.parent.joinpath("samples", "sentences.txt").read_text().splitlines()
+        Path(__file__)
+        .parent.parent.joinpath("attnviz", "data", "sentences.txt")
+        .read_text()
+        .splitlines()
     )
     chosen = Sentences(
         tuple(Sentence(i + 1, i + 1, t) for i, t in enumerate(lines[:8])), 0, "bench"

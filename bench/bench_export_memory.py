@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SAMPLES = Path(__file__).parent.parent / "samples" / "sentences.txt"
+SAMPLES = Path(__file__).parent.parent / "attnviz" / "data" / "sentences.txt"
 
 
 def peak_rss_mib(count: int, folder: Path) -> tuple[float, float]:

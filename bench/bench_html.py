@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 SENTENCE = "The animal didn't cross the street because it was too tired."
-CORPUS = Path(__file__).parent.parent / "samples" / "sentences.txt"
+CORPUS = Path(__file__).parent.parent / "attnviz" / "data" / "sentences.txt"
 
 
 def main() -> None:
@@ -23,10 +23,11 @@ def main() -> None:
 
     from playwright.sync_api import sync_playwright
 
+    from attnviz.analysis.inside import inside_of
     from attnviz.core.extract import extract
     from attnviz.core.models import cached_model
+    from attnviz.core.tokens import encode
     from attnviz.outputs.html import build_page
-    from attnviz.outputs.html.inside import inside_for
 
     loaded = cached_model()
     texts = {
@@ -41,7 +42,7 @@ def main() -> None:
             builds, pages = [], []
             for _ in range(runs):
                 started = time.perf_counter()
-                page = build_page(att, inside=inside_for(att, loaded))
+                page = build_page(att, inside=inside_of(loaded, encode(loaded, text, truncate)))
                 builds.append(time.perf_counter() - started)
             path = Path(tmp) / "page.html"
             path.write_text(page, encoding="utf-8")

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SAMPLES = Path(__file__).parent.parent / "samples" / "sentences.txt"
+SAMPLES = Path(__file__).parent.parent / "attnviz" / "data" / "sentences.txt"
 
 
 def corpus(count: int) -> list[str]:
@@ -46,9 +46,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
 
-    from attnviz.core.extract import encode, extract_many
+    from attnviz.core.extract import extract_many
     from attnviz.core.inputs import Sentence, Sentences
     from attnviz.core.models import load_model
+    from attnviz.core.tokens import encode
     from attnviz.outputs.figures import Style
     from attnviz.pipelines.report import build_report, write_report
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from _rss import measure
 
-SAMPLES = Path(__file__).parent.parent / "samples" / "sentences.txt"
+SAMPLES = Path(__file__).parent.parent / "attnviz" / "data" / "sentences.txt"
 ATTNVIZ = str(Path(sys.executable).with_name("attnviz"))
 
 BARE = r"""

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from _rss import measure
 
-SAMPLES = Path(__file__).parent.parent / "samples" / "sentences.txt"
+SAMPLES = Path(__file__).parent.parent / "attnviz" / "data" / "sentences.txt"
 
 LOAD = (
     "import sys, time\n"

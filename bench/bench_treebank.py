@@ -29,8 +29,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from attnviz.analysis.linguistics import LinguisticSums
-    from attnviz.core.extract import encode_words, extract_many, word_view
+    from attnviz.analysis.transforms import word_view
+    from attnviz.core.extract import extract_many
     from attnviz.core.models import load_model
+    from attnviz.core.tokens import encode_words
     from attnviz.core.treebank import read_treebank
     from attnviz.outputs.figures import Style
     from attnviz.pipelines.report import build_report, write_report

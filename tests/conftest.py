@@ -215,15 +215,16 @@ def loaded_tiny(tiny_model_dirs):
 
 @pytest.fixture(scope="session")
 def bundled():
-    """The bundled pretrained encoder, loaded once."""
-    from attnviz.core.models import load_model
+    """The bundled pretrained encoder, loaded once: the same object the API and the
+    pipelines get from `models.model(None, "cpu")` in this process."""
+    from attnviz.core import models
 
-    return load_model(None, "cpu")
+    return models.model(None, "cpu").load()
 
 
 def synthetic_attention(weights, tokens, special=None, words=None, word_labels=None):
     """An Attention built by hand from a `[layer, head, query, key]` array."""
-    from attnviz.core.extract import Attention
+    from attnviz.core.attention import Attention
     from attnviz.core.models import ModelInfo
 
     weights = np.asarray(weights, dtype=np.float32)
@@ -237,3 +238,14 @@ def synthetic_attention(weights, tokens, special=None, words=None, word_labels=N
     return Attention(
         "synthetic", tuple(tokens), special, weights, info, "token", words, word_labels
     )
+
+
+# Tests that need these take seconds each: a real browser, or SmolLM2 (15 s to load).
+SLOW_FIXTURES = {"browser", "smollm2"}
+
+
+def pytest_collection_modifyitems(items):
+    """Mark the browser and SmolLM2 tests slow: `make test-fast` leaves them out."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -10,11 +10,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from attnviz import check
+from attnviz.analysis.check import compare
 from attnviz.cli import app
-from attnviz.core import adapters
-from attnviz.core.extract import Encoded, pad
+from attnviz.core import adapters, capture
+from attnviz.core.attention import Encoded
 from attnviz.core.mha import LayerWeights, multi_head_attention
-from attnviz.pipelines.check import check, check_layers, compare
+from attnviz.core.tokens import pad
+from attnviz.pipelines.check import check_layers
 from tests.conftest import ARCHITECTURES
 
 runner = CliRunner()
@@ -53,8 +56,7 @@ def test_causal_mask_and_padding_give_zero_weight(loaded_tiny):
     batch = random_batch(loaded, [6, 4], seed=3)
     inputs = pad(loaded, batch)
     seen = {}
-    with adapters.each_layer(loaded.model, [0], seen.__setitem__), torch.inference_mode():
-        loaded.model(**inputs)
+    capture.run(loaded, inputs, [capture.Each([0], ("input",), seen.__setitem__)])
     ours = multi_head_attention(
         seen[0]["input"],
         adapters.layer_weights(loaded.model, 0),
@@ -88,8 +90,9 @@ def _layer_run(loaded, layer, weights):
     batch = random_batch(loaded, [9, 6], seed=7)
     inputs = pad(loaded, batch)
     seen = {}
-    with adapters.each_layer(loaded.model, [layer], seen.__setitem__), torch.inference_mode():
-        out = loaded.model(**inputs, output_attentions=True)
+    kinds = ("input", "probs", "output")
+    recorder = capture.Each([layer], kinds, seen.__setitem__)
+    out = capture.run(loaded, {**inputs, "output_attentions": True}, [recorder])
     mask = inputs["attention_mask"]
     ours = multi_head_attention(seen[layer]["input"], weights, mask, loaded.info.causal)
     torch.testing.assert_close(seen[layer]["probs"], out.attentions[layer])  # the hook's = HF's

@@ -10,10 +10,12 @@ import pytest
 
 from attnviz.analysis.metrics import (
     METRICS,
-    Thresholds,
-    assign_roles,
     probe_scores,
     repeated_random_tokens,
+)
+from attnviz.analysis.roles import (
+    Thresholds,
+    assign_roles,
 )
 from attnviz.core import gguf_cache
 from attnviz.errors import ModelLoadError
@@ -78,7 +80,7 @@ def test_repeated_tokens_repeat_after_bos():
 
 def test_induction_role_needs_the_probe_and_its_threshold():
     means = np.zeros((len(METRICS), 1, 2))
-    means[METRICS.index("first")] = 0.9  # both heads are sinks on ordinary text
+    means[list(METRICS).index("first")] = 0.9  # both heads are sinks on ordinary text
     probes = np.array([[[0.7, 0.1]], [[0.0, 0.0]]])  # (P, L, H): head 0 an induction head
     roles = [r.role for r in assign_roles(means, Thresholds(), probes)]
     assert roles == ["induction", "first-token sink"]
@@ -111,13 +113,14 @@ def test_report_on_a_tiny_llama_has_probe_columns(tiny_model_dirs, tmp_path):
 
 
 @needs_smollm2
+@pytest.mark.slow  # reads the GGUF file's header
 def test_smollm2_is_refused_early_without_torch():
     code = (
         "import sys\n"
         "from attnviz.errors import InputError\n"
-        "from attnviz.core.models import refuse_early\n"
+        "from attnviz.core.models import Model\n"
         "try:\n"
-        "    refuse_early('smollm2', layers=[30])\n"
+        "    Model('smollm2').refuse_early(layers=[30])\n"
         "except InputError as error:\n"
         "    print(error)\n"
         "print('torch' in sys.modules)\n"
@@ -141,7 +144,8 @@ def test_smollm2_facts_check_and_induction_heads(smollm2):
     """The real model: a 30-layer Llama with 9 query and 3 key/value heads; from-scratch attention
     matches it within 1e-5; its layer-18 head 6 is an induction head."""
     from attnviz.analysis.probes import run_probes
-    from attnviz.core.extract import encode, extract
+    from attnviz.core.extract import extract
+    from attnviz.core.tokens import encode
     from attnviz.pipelines.check import check_layers
 
     info = smollm2.info

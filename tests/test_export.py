@@ -187,6 +187,7 @@ def test_stdin_and_unwritable_output(tiny_model_dirs, tmp_path):
     assert piped.exit_code == 0 and "2 written" in " ".join(piped.output.split())
 
 
+@pytest.mark.slow  # a real process, started, signalled or killed
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_interrupted_process_leaves_whole_files_and_resumes(tiny_model_dirs, tmp_path, sig):
     source = tmp_path / "in.txt"

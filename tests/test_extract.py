@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnviz.core.extract import attend, encode, extract, hide_special, word_view
+from attnviz.analysis.transforms import hide_special, word_view
+from attnviz.core.extract import attend, extract
+from attnviz.core.tokens import encode
 from attnviz.errors import InputError, ModelLoadError, UnsupportedModelError
 from tests.conftest import ARCHITECTURES, LLAMA_FAMILY, TINY, synthetic_attention
 

@@ -164,7 +164,7 @@ def test_overview_pixels_are_colours_of_the_map(tmp_path):
 
 
 def test_titles_carry_model_text_and_view(tmp_path):
-    from attnviz.core.extract import hide_special
+    from attnviz.analysis.transforms import hide_special
     from attnviz.outputs.figures import context_line, overview_figure
 
     n = 5

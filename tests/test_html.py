@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import attnviz
 from attnviz.cli import app
 
 SENTENCE = "The animal didn't cross the street because it was too tired."
@@ -39,9 +40,10 @@ def att(bundled):
 
 @pytest.fixture(scope="module")
 def inside(att, bundled):
-    from attnviz.outputs.html.inside import inside_for
+    from attnviz.analysis.inside import inside_of
+    from attnviz.core.tokens import encode
 
-    return inside_for(att, bundled)
+    return inside_of(bundled, encode(bundled, SENTENCE))
 
 
 @pytest.fixture(scope="module")
@@ -86,20 +88,18 @@ def test_weights_in_the_page_are_the_models_float32(page_file, att):
 
 
 def test_inside_steps_are_mha_and_match_the_model(inside, att, bundled):
-    import torch
-
-    from attnviz.core import adapters
+    from attnviz.core import adapters, capture
     from attnviz.core.mha import multi_head_attention
 
     assert inside.errors.max() < 1e-5
     # q_h of head 2 is exactly columns 2·d_k… of X W_Q + b_Q, as multi_head_attention takes it.
     weights = adapters.layer_weights(bundled.model, 1)
     d_k = inside.q.shape[-1]
-    from attnviz.core.extract import encode, pad
+    from attnviz.core.tokens import encode, pad
 
     seen = {}
-    with adapters.each_layer(bundled.model, [1], seen.__setitem__), torch.inference_mode():
-        bundled.model(**pad(bundled, [encode(bundled, SENTENCE)]))
+    recorder = capture.Each([1], ("input",), seen.__setitem__)
+    capture.run(bundled, pad(bundled, [encode(bundled, SENTENCE)]), [recorder])
     x = seen[1]["input"].double()
     expected = (x @ weights.w_q.double() + weights.b_q.double())[0, :, 2 * d_k : 3 * d_k]
     assert np.allclose(inside.q[1, 2], expected.numpy(), atol=1e-5)
@@ -113,13 +113,14 @@ def test_inside_steps_are_mha_and_match_the_model(inside, att, bundled):
 
 
 def test_long_text_page_is_quantised_small_and_says_so(bundled):
+    from attnviz.analysis.inside import inside_of
     from attnviz.core.extract import extract
+    from attnviz.core.tokens import encode
     from attnviz.outputs.html import build_page
-    from attnviz.outputs.html.inside import inside_for
 
     long = extract(bundled, _long_text(), truncate=True)
     assert long.weights.shape[-1] == 512
-    left_out = inside_for(long, bundled)
+    left_out = inside_of(bundled, encode(bundled, _long_text(), truncate=True))
     assert isinstance(left_out, str) and "MiB" in left_out
     page = build_page(long, inside=left_out)
     data = _data(page)
@@ -132,7 +133,7 @@ def test_long_text_page_is_quantised_small_and_says_so(bundled):
 
 
 def _long_text() -> str:
-    corpus = Path(__file__).parent.parent / "samples" / "sentences.txt"
+    corpus = Path(__file__).parent.parent / "attnviz" / "data" / "sentences.txt"
     return " ".join(corpus.read_text(encoding="utf-8").split("\n"))
 
 
@@ -164,8 +165,10 @@ def test_export_html_writes_one_page_per_sentence(tmp_path):
     assert data["tokens"] == ["[CLS]", "Two", "dogs", "barked", ".", "[SEP]"]
 
 
-def test_api_to_html_is_the_same_builder(att):
+def test_api_to_html_is_the_same_builder(bundled):
+    att = attnviz.attention(SENTENCE, device="cpu")
     page = att.to_html()
+    assert _data(page)["inside"]["tokens"] == list(att.tokens)  # the inside view is there
     assert page.startswith("<!doctype html>") and _data(page)["tokens"] == list(att.tokens)
     frame = att._repr_html_()
     assert frame.startswith("<iframe srcdoc=") and "sandbox=" in frame
@@ -434,16 +437,17 @@ def test_pair_page_restricts_to_a_to_b(browser, bundled, tmp_path):
 
 
 def test_page_without_the_inside_view_says_why(att, bundled, monkeypatch):
+    from attnviz.analysis.inside import inside_of
     from attnviz.core import adapters
+    from attnviz.core.tokens import encode
     from attnviz.errors import UnsupportedModelError
     from attnviz.outputs.html import build_page
-    from attnviz.outputs.html.inside import inside_for
 
     def refuse(model, layer):
         raise UnsupportedModelError("check does not know how to read 'x' attention")
 
-    monkeypatch.setattr(adapters, "layer_modules", refuse)
-    reason = inside_for(att, bundled)
+    monkeypatch.setattr(adapters, "layer_weights", refuse)
+    reason = inside_of(bundled, encode(bundled, SENTENCE))
     assert reason == "left out: check does not know how to read 'x' attention"
     data = _data(build_page(att, inside=reason))
     assert data["inside"] is None and data["inside_note"] == reason
@@ -452,12 +456,13 @@ def test_page_without_the_inside_view_says_why(att, bundled, monkeypatch):
 @pytest.mark.parametrize("arch", ["llama", "gemma2", "phi3", "albert", "gpt2"])
 def test_inside_steps_match_every_architecture(loaded_tiny, arch):
     """RoPE, grouped K/V heads, Gemma2's cap, Phi-3's partial RoPE, ALBERT's shared layers."""
-    from attnviz.core.extract import encode, extract
-    from attnviz.outputs.html.inside import Inside, inside_steps
+    from attnviz.analysis.inside import Inside, inside_of
+    from attnviz.core.extract import extract
+    from attnviz.core.tokens import encode
 
     loaded = loaded_tiny[arch]
     encoded = encode(loaded, "The cat sat on the mat.")
-    inside = inside_steps(loaded, encoded)
+    inside = inside_of(loaded, encoded)
     assert isinstance(inside, Inside)
     assert inside.q.shape[:3] == (loaded.info.n_layers, loaded.info.n_heads, len(encoded))
     assert inside.errors.max() < 1e-5
@@ -477,13 +482,15 @@ def test_page_of_chosen_layers_names_them(tmp_path):
 def test_decoder_page_recomputes_the_models_softmax(browser, loaded_tiny, tmp_path):
     """Gemma2's own scale and soft cap, a sliding window, RoPE and grouped K/V heads: the
     page's softmax of mha.py's q and k still gives the model's weights."""
+    from attnviz.analysis.inside import inside_of
     from attnviz.core.extract import extract
+    from attnviz.core.tokens import encode
     from attnviz.outputs.html import write_page
-    from attnviz.outputs.html.inside import inside_for
 
     loaded = loaded_tiny["gemma2"]
-    att = extract(loaded, "The cat sat on the mat and the dog sat on the log.")
-    path = write_page(att, tmp_path / "gemma2.html", inside=inside_for(att, loaded))
+    text = "The cat sat on the mat and the dog sat on the log."
+    att = extract(loaded, text)
+    path = write_page(att, tmp_path / "gemma2.html", inside=inside_of(loaded, encode(loaded, text)))
     opened = Opened(browser, path)
     try:
         opened.view("inside")

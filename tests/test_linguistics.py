@@ -10,7 +10,9 @@ import pytest
 from conftest import synthetic_attention
 
 from attnviz.analysis.linguistics import LinguisticSums, linguistic_roles
-from attnviz.core.extract import attend, encode, encode_words, word_view
+from attnviz.analysis.transforms import word_view
+from attnviz.core.extract import attend
+from attnviz.core.tokens import encode, encode_words
 from attnviz.core.treebank import Mention, TreebankSentence
 from attnviz.errors import TextTooLongError
 

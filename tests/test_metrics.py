@@ -10,10 +10,12 @@ import pytest
 from attnviz.analysis.metrics import (
     METRICS,
     MetricSums,
-    Thresholds,
-    assign_roles,
     is_punctuation,
     sentence_sums,
+)
+from attnviz.analysis.roles import (
+    Thresholds,
+    assign_roles,
 )
 from attnviz.errors import InputError
 from tests.conftest import synthetic_attention

@@ -80,6 +80,7 @@ def test_tasks_carry_only_the_arrays_they_draw(tmp_path):
     assert query.data[1][3].tolist() == att.pattern(2, 3)[3].tolist()  # layer 2, head 3
 
 
+@pytest.mark.slow  # a real process, started, signalled or killed
 def test_a_dead_worker_is_one_clear_error(tmp_path):
     att = _attention()
     pool = render.start_workers(3)  # a pool of its own, killed here
@@ -94,6 +95,7 @@ def test_a_dead_worker_is_one_clear_error(tmp_path):
     render._pools.pop(3).shutdown()
 
 
+@pytest.mark.slow  # a real process, started, signalled or killed
 def test_show_with_workers_exits_cleanly(tiny_model_dirs, tmp_path):
     """The console entry point leaves without teardown: output complete, exit codes kept,
     and nothing on stderr (no leaked semaphores, no worker tracebacks)."""
@@ -138,6 +140,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # a real process, started, signalled or killed
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
 def test_workers_leave_when_the_main_process_is_killed(tiny_model_dirs, tmp_path):
     """kill -9 (or the OOM killer) on attnviz must not leave its drawing workers behind,

@@ -69,7 +69,9 @@ def test_files_table_and_roles(ewt_report):
 
 
 def test_numbers_match_a_plain_loop(ewt_report, bundled):
-    from attnviz.core.extract import encode_words, extract_many, word_view
+    from attnviz.analysis.transforms import word_view
+    from attnviz.core.extract import extract_many
+    from attnviz.core.tokens import encode_words
     from attnviz.core.treebank import read_treebank
 
     out, _ = ewt_report

@@ -231,6 +231,7 @@ def test_early_refusal_uses_the_model_directory_too(tiny_model_dirs):
 
 def test_the_summary_comes_before_the_figures(tiny_model_dirs, tmp_path):
     """The command line prints the summary while the figures are drawn, not after them."""
+    from attnviz.core.models import Model
     from attnviz.pipelines.show import show
 
     seen = []
@@ -238,8 +239,8 @@ def test_the_summary_comes_before_the_figures(tiny_model_dirs, tmp_path):
     def summary(partial):
         seen.append((len(partial.summaries), list(tmp_path.rglob("*.png")), partial.images))
 
-    result = show("The cat sat on the mat.", str(tiny_model_dirs["bert"]), out=tmp_path,
-                  jobs=2, on_summary=summary)  # fmt: skip
+    model = Model(str(tiny_model_dirs["bert"]))
+    result = show(model, "The cat sat on the mat.", out=tmp_path, jobs=2, on_summary=summary)
     ((heads, pngs_then, images_then),) = seen
     assert heads == len(result.summaries) > 0 and pngs_then == [] and images_then == []
     assert len(result.images) > 3 and all(path.exists() for path in result.images)

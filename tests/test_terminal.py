@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pytest
 from rich.console import Console
 
 from attnviz.analysis.summary import summarise
@@ -105,6 +106,7 @@ def _run_in_pty(args, env_extra, columns=100):
     return process.returncode, b"".join(chunks).decode("utf-8", "replace")
 
 
+@pytest.mark.slow  # a real process, started, signalled or killed
 def test_no_color_in_a_real_terminal_draws_shades():
     args = ["show", "Birds sing loudly.", "--no-images", "-l", "0", "-H", "2"]
     code, coloured = _run_in_pty(args, {})

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.core.extract import Attention
+    from attnviz.core.attention import Attention
     from attnviz.core.treebank import Treebank, TreebankSentence
 
 DIRECTIONS = ("dependent-to-head", "head-to-dependent")

@@ -18,75 +18,150 @@ of a quantity of that query's attention row a = A[layer, head, i, :] (n keys):
 Everything is vectorised over layers, heads and queries; a corpus is summed sentence by
 sentence (`MetricSums`), so memory does not grow with its size.
 
-Causal models also get two probes on repeated random tokens (`PROBES`, see
-`probe_scores`): induction and duplicate-token.
+Each metric is one `Metric` in METRICS (its name, its definition and how it is summed);
+adding one is one entry there. Causal models also get two probes on repeated random tokens
+(`PROBES`, see `probe_scores`): induction and duplicate-token. Roles built on these are in
+`attnviz.analysis.roles`.
 """
 
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
-
-from attnviz.errors import InputError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.core.extract import Attention
+    from attnviz.core.attention import Attention
 
-METRICS = (
-    "previous",
-    "next",
-    "self",
-    "first",
-    "separator",
-    "punctuation",
-    "local",
-    "entropy",
-    "entropy_norm",
-    "distance",
-    "confidence",
-)
 LOCAL_WINDOW = 2
-PROBES = ("induction", "duplicate")
 
-# Roles in the order they are tried; each is the metric that scores it and its threshold.
-ROLE_METRICS = {
-    "previous-token": "previous",
-    "next-token": "next",
-    "self": "self",
-    "first-token sink": "first",
-    "separator sink": "separator",
-    "punctuation": "punctuation",
-    "induction": "induction",
-    "local": "local",
-    "broad": "entropy_norm",
+
+class Rows:
+    """One text's non-special query rows, and what several metrics share."""
+
+    def __init__(self, att: Attention) -> None:
+        import numpy as np
+
+        weights = att.weights.astype(np.float64)  # (L, H, T, T)
+        self.n = weights.shape[-1]
+        self.queries = np.flatnonzero(~att.special)  # (Q,)
+        self.rows = weights[:, :, self.queries, :]  # (L, H, Q, T)
+        self.count = len(self.queries)
+        positions = np.arange(self.n)
+        self.offset = positions[None, :] - self.queries[:, None]  # (Q, T): j − i
+        self.punctuation = np.array([is_punctuation(t) for t in att.tokens]) & ~att.special
+        self.separators = att.special.copy()  # special tokens after the first
+        self.separators[0] = False
+        self.special = att.special
+        # keys a query can see: all of them, or (causal) those up to itself
+        self.visible = self.queries + 1 if att.info.causal else np.full(self.count, self.n)
+
+    def mass(self, mask: np.ndarray) -> np.ndarray:
+        """Σ_j a[j] over a (Q, T) or (T,) mask, summed over queries: (L, H)."""
+        import numpy as np
+
+        if mask.ndim == 1:
+            return (self.rows @ mask.astype(np.float64)).sum(axis=-1)  # (L, H, Q) -> (L, H)
+        return np.einsum("lhqt,qt->lh", self.rows, mask.astype(np.float64))
+
+    def at_offset(self, k: int) -> tuple[np.ndarray, int]:
+        """Σ over queries i of a[i + k], and how many queries have a key there."""
+        import numpy as np
+
+        queries = self.queries
+        keep = (queries + k >= 0) & (queries + k < self.n)
+        picked = self.rows[:, :, keep, :][:, :, np.arange(keep.sum()), queries[keep] + k]
+        return picked.sum(axis=-1), int(keep.sum())  # (L, H), count
+
+    @cached_property
+    def entropy(self) -> np.ndarray:
+        """−Σ_j a[j] ln a[j] of each row, (L, H, Q)."""
+        import numpy as np
+
+        logs = np.log(np.where(self.rows > 0, self.rows, 1.0))
+        return -(self.rows * logs).sum(axis=-1)
+
+    def all_queries(self, summed: np.ndarray) -> tuple[np.ndarray, int]:
+        return summed, self.count
+
+
+def _entropy_norm(r: Rows) -> tuple[np.ndarray, int]:
+    import numpy as np
+
+    spread = r.visible > 1  # a query that sees one key has no spread to measure
+    return (r.entropy[:, :, spread] / np.log(r.visible[spread])).sum(axis=-1), int(spread.sum())
+
+
+def _local(r: Rows) -> tuple[np.ndarray, int]:
+    import numpy as np
+
+    return r.all_queries(r.mass((np.abs(r.offset) <= LOCAL_WINDOW) & ~r.special[None, :]))
+
+
+def _distance(r: Rows) -> tuple[np.ndarray, int]:
+    import numpy as np
+
+    return r.all_queries(r.mass(np.abs(r.offset)))
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One head metric: its name, its definition, and its sum over a text's queries (L, H)
+    with the number of queries it covers."""
+
+    name: str
+    help: str
+    sums: Callable[[Rows], tuple[np.ndarray, int]]
+
+
+METRICS = {
+    metric.name: metric
+    for metric in (
+        Metric("previous", "a[i−1]: attention to the previous token", lambda r: r.at_offset(-1)),
+        Metric("next", "a[i+1]: attention to the next token", lambda r: r.at_offset(1)),
+        Metric("self", "a[i]: attention to itself", lambda r: r.at_offset(0)),
+        Metric(
+            "first",
+            "a[0]: attention to the first token ([CLS], BOS, or a decoder's first token)",
+            lambda r: r.all_queries(r.rows[..., 0].sum(axis=-1)),
+        ),
+        Metric(
+            "separator",
+            "Σ a[j] over special tokens after the first ([SEP], EOS)",
+            lambda r: r.all_queries(r.mass(r.separators)),
+        ),
+        Metric(
+            "punctuation",
+            "Σ a[j] over punctuation tokens",
+            lambda r: r.all_queries(r.mass(r.punctuation)),
+        ),
+        Metric("local", f"Σ a[j] over non-special tokens with |i − j| ≤ {LOCAL_WINDOW}", _local),
+        Metric(
+            "entropy",
+            "−Σ a[j] ln a[j], in nats",
+            lambda r: r.all_queries(r.entropy.sum(axis=-1)),
+        ),
+        Metric(
+            "entropy_norm", "entropy / ln(keys the query can see); 1 means uniform", _entropy_norm
+        ),
+        Metric("distance", "Σ a[j] |i − j|: mean attention distance, in tokens", _distance),
+        Metric(
+            "confidence",
+            "max_j a[j]: the largest weight",
+            lambda r: r.all_queries(r.rows.max(axis=-1).sum(axis=-1)),
+        ),
+    )
 }
-DEFAULT_THRESHOLDS = {
-    "previous-token": 0.5,
-    "next-token": 0.5,
-    "self": 0.5,
-    "first-token sink": 0.5,
-    "separator sink": 0.5,
-    "punctuation": 0.4,
-    "induction": 0.4,
-    "local": 0.7,
-    "broad": 0.8,
+# Decoder probes on repeated random tokens (`probe_scores`), in the order it returns them.
+PROBES = {
+    "induction": "repeated random tokens: a[token after the earlier occurrence]",
+    "duplicate": "repeated random tokens: a[the earlier occurrence]",
 }
-THRESHOLD_NAMES = {
-    "previous": "previous-token",
-    "next": "next-token",
-    "self": "self",
-    "first": "first-token sink",
-    "separator": "separator sink",
-    "punctuation": "punctuation",
-    "induction": "induction",
-    "local": "local",
-    "broad": "broad",
-}
-# One token does the job in these; `local` and `broad` are spread.
-SPECIFIC_ROLES = tuple(r for r in ROLE_METRICS if r not in ("local", "broad"))
+METRIC_HELP = {**{m.name: m.help for m in METRICS.values()}, **PROBES}
 
 
 def is_punctuation(token: str) -> bool:
@@ -102,56 +177,10 @@ def sentence_sums(att: Attention) -> tuple[np.ndarray, np.ndarray]:
     """
     import numpy as np
 
-    weights = att.weights.astype(np.float64)  # (L, H, T, T)
-    n = weights.shape[-1]
-    queries = np.flatnonzero(~att.special)  # (Q,)
-    rows = weights[:, :, queries, :]  # (L, H, Q, T)
-    positions = np.arange(n)
-    offset = positions[None, :] - queries[:, None]  # (Q, T): j − i
-    punct = np.array([is_punctuation(t) for t in att.tokens]) & ~att.special  # (T,)
-    separators = att.special.copy()
-    separators[0] = False
-    if att.info.causal:
-        visible = queries + 1  # (Q,) keys a causal query can see
-    else:
-        visible = np.full(len(queries), n)
-
-    def mass(mask: np.ndarray) -> np.ndarray:  # Σ_j a[j] over a (Q, T) or (T,) mask -> (L, H)
-        if mask.ndim == 1:
-            return (rows @ mask.astype(np.float64)).sum(axis=-1)  # (L, H, Q) -> (L, H)
-        return np.einsum("lhqt,qt->lh", rows, mask.astype(np.float64))
-
-    def at_offset(k: int) -> tuple[np.ndarray, int]:
-        keep = (queries + k >= 0) & (queries + k < n)
-        picked = rows[:, :, keep, :][:, :, np.arange(keep.sum()), queries[keep] + k]  # (L, H, q)
-        return picked.sum(axis=-1), int(keep.sum())
-
-    previous, n_previous = at_offset(-1)
-    following, n_next = at_offset(1)
-    own, n_queries = at_offset(0)
-    logs = np.log(np.where(rows > 0, rows, 1.0))
-    entropy = -(rows * logs).sum(axis=-1)  # (L, H, Q)
-    spread = visible > 1
-    entropy_norm = (entropy[:, :, spread] / np.log(visible[spread])).sum(axis=-1)
-    local_mask = (np.abs(offset) <= LOCAL_WINDOW) & ~att.special[None, :]
-
-    sums = np.stack(
-        [
-            previous,
-            following,
-            own,
-            rows[..., 0].sum(axis=-1),
-            mass(separators),
-            mass(punct),
-            mass(local_mask),
-            entropy.sum(axis=-1),
-            entropy_norm,
-            mass(np.abs(offset)),
-            rows.max(axis=-1).sum(axis=-1),
-        ]
-    )  # (M, L, H)
-    q = n_queries
-    counts = np.array([n_previous, n_next, q, q, q, q, q, q, int(spread.sum()), q, q], dtype=float)
+    rows = Rows(att)
+    summed = [metric.sums(rows) for metric in METRICS.values()]
+    sums = np.stack([total for total, _ in summed])  # (M, L, H)
+    counts = np.array([count for _, count in summed], dtype=float)  # (M,)
     return sums, counts
 
 
@@ -172,7 +201,7 @@ class MetricSums:
             self.sums += sums
             self.counts += counts
         self.sentences += 1
-        self.queries += int(counts[METRICS.index("self")])
+        self.queries += int(counts[list(METRICS).index("self")])
 
     def means(self) -> np.ndarray:
         """Mean of each metric, (M, L, H); NaN where no query qualified."""
@@ -180,87 +209,6 @@ class MetricSums:
 
         with np.errstate(invalid="ignore", divide="ignore"):
             return self.sums / self.counts[:, None, None]
-
-
-@dataclass(frozen=True)
-class HeadRole:
-    """One head's role and the score (its metric's mean) that earned it; None for `mixed`."""
-
-    layer: int
-    head: int
-    role: str
-    score: float | None
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Minimum score for each role, in [0, 1]; a head gets the strongest role it clears."""
-
-    values: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
-
-    @classmethod
-    def parse(cls, items: list[str] | None) -> Thresholds:
-        """From `name=value` strings such as `previous=0.6` (names: see THRESHOLD_NAMES)."""
-        values = dict(DEFAULT_THRESHOLDS)
-        for item in items or []:
-            name, sep, raw = item.partition("=")
-            role = THRESHOLD_NAMES.get(name.strip())
-            if not sep or role is None:
-                raise InputError(
-                    f"--threshold {item}: expected NAME=VALUE with NAME one of "
-                    f"{', '.join(THRESHOLD_NAMES)}"
-                )
-            try:
-                value = float(raw)
-            except ValueError:
-                raise InputError(f"--threshold {item}: {raw!r} is not a number") from None
-            if not 0.0 <= value <= 1.0:
-                raise InputError(f"--threshold {item}: {value} is outside the valid range [0, 1]")
-            values[role] = value
-        return cls(values)
-
-
-def assign_roles(
-    means: np.ndarray, thresholds: Thresholds, probes: np.ndarray | None = None
-) -> list[HeadRole]:
-    """Give each head the specific role it clears by the widest margin (induction first),
-    else local, else broad.
-
-    `probes` (P, L, H) are the decoder probes' scores in the order of PROBES; without them
-    (encoders) no head is an induction head. A head that clears none is `mixed`.
-    """
-    import numpy as np
-
-    n_layers, n_heads = means.shape[1:]
-    named = {m: means[i] for i, m in enumerate(METRICS)}
-    if probes is not None:
-        named.update({m: probes[i] for i, m in enumerate(PROBES)})
-    scores = {
-        role: np.nan_to_num(named[m]) if m in named else np.zeros((n_layers, n_heads))
-        for role, m in ROLE_METRICS.items()
-    }
-    limit = thresholds.values
-    roles = []
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            score = {role: float(values[layer, head]) for role, values in scores.items()}
-            cleared = [r for r in SPECIFIC_ROLES if score[r] >= limit[r] and score[r] > 0]
-            if "induction" in cleared:
-                # A decoder head rests on its first token when its pattern finds nothing to
-                # match, so on ordinary text an induction head looks like a sink; the probe
-                # gives it the text it needs, and that is the role worth naming.
-                best = "induction"
-            elif cleared:
-                best = max(cleared, key=lambda r: score[r] - limit[r])
-            elif score["local"] >= limit["local"]:
-                best = "local"
-            elif score["broad"] >= limit["broad"]:
-                best = "broad"
-            else:
-                roles.append(HeadRole(layer, head, "mixed", None))
-                continue
-            roles.append(HeadRole(layer, head, best, score[best]))
-    return roles
 
 
 def repeated_random_tokens(

@@ -51,7 +51,7 @@ def run_probes(
     import numpy as np
     import torch
 
-    from attnviz.core import adapters
+    from attnviz.core import capture
 
     tokenizer = loaded.tokenizer
     special = set(tokenizer.all_special_ids)
@@ -65,10 +65,10 @@ def run_probes(
     for start in range(0, sequences, batch_size):
         batch = torch.tensor(ids[start : start + batch_size], device=loaded.device)
         held: dict[int, Any] = {}
-        with adapters.hooked(loaded.model, every_layer, on_probs=held.__setitem__):
-            with torch.inference_mode():
-                logits = loaded.model(input_ids=batch).logits  # (B, T, vocab)
-        weights = torch.stack([held[layer] for layer in every_layer], dim=1)  # (B, L, H, T, T)
+        keep = capture.Each(every_layer, ("probs",), held.__setitem__)
+        logits = capture.run(loaded, {"input_ids": batch}, [keep], lm_head=True).logits
+        probs = [held[layer]["probs"] for layer in every_layer]  # (B, H, T, T) each
+        weights = torch.stack(probs, dim=1)  # (B, L, H, T, T)
         weights = weights.float().cpu().numpy()
         scores += [probe_scores(w, length, prefix) for w in weights]
         # loss[:, p − 1] = −log P(token p | the tokens before it), from the logits at p − 1

@@ -14,7 +14,7 @@ from attnviz.analysis.summary import Target, rank_keys
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
-    from attnviz.core.extract import Attention
+    from attnviz.core.attention import Attention
 
 _SHOWN_TOKENS = 60  # tokens listed in an error message before "…"
 

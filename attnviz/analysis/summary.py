@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.core.extract import Attention
+    from attnviz.core.attention import Attention
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -248,24 +249,6 @@ def describe(name: str | None = None) -> ModelSpec | None:
     )
 
 
-def refuse_early(
-    name: str | None,
-    layers: list[int] | None = None,
-    heads: list[int] | None = None,
-    text: str | None = None,
-    truncate: bool = False,
-) -> None:
-    """Refuse an out-of-range layer or head and a too-long text from the model's files alone,
-    before torch is imported; what the files cannot tell is checked again after loading."""
-    spec = describe(name)
-    if spec is None:
-        return
-    spec.pick_layers(layers)
-    spec.pick_heads(heads)
-    if text is not None:
-        spec.check_length(text, truncate)
-
-
 def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
     """Load a model and its tokenizer for attention extraction (eval mode, eager attention)."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
@@ -318,18 +301,6 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=torch_device)
 
 
-_LOADED: dict[tuple[str | None, str], LoadedModel] = {}
-
-
-def cached_model(name: str | None = None, device: str = "auto") -> LoadedModel:
-    """`load_model`, once per (model, device) in this process: a loop over sentences, or a
-    notebook calling the API again and again, loads the model once."""
-    key = (name, device)
-    if key not in _LOADED:
-        _LOADED[key] = load_model(name, device)
-    return _LOADED[key]
-
-
 def _max_tokens(config: Any, tokenizer: Any) -> int:
     """The longest token sequence the model accepts, special tokens included."""
     positions = getattr(config, "max_position_embeddings", None) or config.n_positions
@@ -345,3 +316,57 @@ def _limit(model_type: Any, positions: Any, pad_token_id: Any, tokenizer_limit: 
         positions -= (pad_token_id or 0) + 1
     known = [v for v in (positions, tokenizer_limit) if isinstance(v, int) and v < 10**9]
     return int(min(known)) if known else None
+
+
+class Model:
+    """A model by name and device, loaded on first use and kept: what pipelines take.
+
+    `refuse_early` reads only the model's files, so a bad layer, head or too-long text is
+    refused in a fraction of a second, before torch is imported; `load()` loads once, and is
+    safe to call from several threads (a server's requests share one loaded model).
+    """
+
+    def __init__(self, name: str | None = None, device: str = "auto") -> None:
+        self.name, self.device = name, device
+        self._loaded: LoadedModel | None = None
+        self._lock = threading.Lock()
+
+    def refuse_early(
+        self,
+        layers: list[int] | None = None,
+        heads: list[int] | None = None,
+        text: str | None = None,
+        truncate: bool = False,
+    ) -> None:
+        """Refuse an out-of-range layer or head and a too-long text from the model's files
+        alone; what the files cannot tell is checked again after loading."""
+        spec = describe(self.name)
+        if spec is None:
+            return
+        spec.pick_layers(layers)
+        spec.pick_heads(heads)
+        if text is not None:
+            spec.check_length(text, truncate)
+
+    def load(self) -> LoadedModel:
+        """The loaded model (eval mode, eager attention), loading it the first time."""
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = load_model(self.name, self.device)
+            return self._loaded
+
+
+_MODELS: dict[tuple[str | None, str], Model] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def model(name: str | None = None, device: str = "auto") -> Model:
+    """The process's one `Model` for (name, device): a loop over sentences, or a notebook
+    calling the API again and again, loads the model once."""
+    with _MODELS_LOCK:
+        return _MODELS.setdefault((name, device), Model(name, device))
+
+
+def cached_model(name: str | None = None, device: str = "auto") -> LoadedModel:
+    """`load_model`, once per (model, device) in this process."""
+    return model(name, device).load()

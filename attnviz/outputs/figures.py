@@ -18,7 +18,7 @@ from attnviz.outputs.files import write_atomic
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.core.extract import Attention
+    from attnviz.core.attention import Attention
 
 FORMATS = ("png", "svg", "pdf")
 # Fonts tried after DejaVu Sans for labels it has no glyph for (CJK, emoji), when installed.
@@ -652,32 +652,6 @@ def save_figure(fig: Any, path: Path, style: Style) -> Path:
     return path
 
 
-ROLE_COLOURS = {
-    "previous-token": "#1f77b4",
-    "next-token": "#17becf",
-    "self": "#9467bd",
-    "first-token sink": "#7f7f7f",
-    "separator sink": "#bcbd22",
-    "punctuation": "#d62728",
-    "induction": "#8c564b",
-    "local": "#2ca02c",
-    "broad": "#ff7f0e",
-    "mixed": "#f0f0f0",
-}
-ROLE_SHORT = {
-    "previous-token": "prev",
-    "next-token": "next",
-    "self": "self",
-    "first-token sink": "first",
-    "separator sink": "sep",
-    "punctuation": "punct",
-    "induction": "induc",
-    "local": "local",
-    "broad": "broad",
-    "mixed": "mixed",
-}
-
-
 def _grid_axes(
     layers: list[int], heads: list[int], title: str, style: Style, right: float = 1.1
 ) -> tuple[Any, Any]:
@@ -749,19 +723,21 @@ def role_map_figure(
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    names = list(ROLE_COLOURS)
+    from attnviz.analysis.roles import EVERY_ROLE
+
+    names = list(EVERY_ROLE)
     codes = np.zeros((len(layers), len(heads)))
     fig, ax = _grid_axes(layers, heads, f"Head roles — {model}", style, 1.9)
     for role in roles:
         r, c = layers.index(role.layer), heads.index(role.head)
         codes[r, c] = names.index(role.role)
         score = "" if role.score is None else f"\n{role.score:.2f}"
-        ax.text(c, r, ROLE_SHORT[role.role] + score, ha="center", va="center", fontsize=6.5)
-    cmap = ListedColormap([ROLE_COLOURS[n] for n in names])
+        ax.text(c, r, EVERY_ROLE[role.role].short + score, ha="center", va="center", fontsize=6.5)
+    cmap = ListedColormap([EVERY_ROLE[n].colour for n in names])
     ax.imshow(codes, cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5, aspect="auto")
     present = sorted({r.role for r in roles}, key=names.index)
     ax.legend(
-        handles=[Patch(color=ROLE_COLOURS[n], label=n) for n in present],
+        handles=[Patch(color=EVERY_ROLE[n].colour, label=n) for n in present],
         loc="upper left",
         bbox_to_anchor=(1.01, 1.0),
         fontsize=8,

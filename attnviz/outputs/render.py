@@ -10,7 +10,9 @@ Workers are started early on purpose: `show` starts them before it imports torch
 while this process imports torch and transformers and loads the model (one core), they import
 matplotlib and draw a first figure (on the others). A worker keeps the figures of the text
 it is drawing, laid out once, across that text's tasks (blitting, see `figures`).
-Pools live as long as this process and are reused by later calls. Texts so long that one
+Pools belong to this process (a spawned worker cannot share one with another process); they
+live as long as it does and are reused by later calls, and starting or stopping them is safe
+from several threads. Texts so long that one
 layer's weights pass `MAX_LAYER_BYTES` are drawn in this process, to keep memory flat.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,10 +31,16 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from concurrent.futures import Future, ProcessPoolExecutor
 
-    from attnviz.core.extract import Attention
+    from attnviz.core.attention import Attention
     from attnviz.outputs.figures import Style
 
-KINDS = ("overview", "layers", "heads")
+# The figure kinds a text gets, with what each shows: `export --figures`'s choices and help.
+FIGURES = {
+    "overview": "every layer × head as small multiples",
+    "layers": "one grid of heads per layer",
+    "heads": "one figure per head",
+}
+KINDS = tuple(FIGURES)
 MAX_DEFAULT_JOBS = 4
 # A task sends one layer's weights to a worker, which then holds a copy (and matplotlib its
 # own while drawing). Above this, as with SmolLM2's 9 heads at 2,048 tokens (151 MB a layer),
@@ -211,6 +220,7 @@ def _forget() -> None:
 
 # Pools of drawing processes, by size; each lives until this process exits.
 _pools: dict[int, ProcessPoolExecutor] = {}
+_pools_lock = threading.Lock()
 
 
 def start_workers(jobs: int) -> ProcessPoolExecutor:
@@ -218,8 +228,11 @@ def start_workers(jobs: int) -> ProcessPoolExecutor:
 
     Call it before importing torch: the workers import matplotlib meanwhile.
     """
-    if (pool := _pools.get(jobs)) is not None:
-        return pool
+    with _pools_lock:
+        return _pools.get(jobs) or _start(jobs)
+
+
+def _start(jobs: int) -> ProcessPoolExecutor:
     import atexit
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -241,9 +254,10 @@ def start_workers(jobs: int) -> ProcessPoolExecutor:
 
 def stop_workers() -> None:
     """Stop every pool now (queued tasks are dropped)."""
-    while _pools:
-        _, pool = _pools.popitem()
-        pool.shutdown(wait=True, cancel_futures=True)
+    with _pools_lock:
+        while _pools:
+            _, pool = _pools.popitem()
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _warm_up(parent: int) -> None:

@@ -9,14 +9,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-if TYPE_CHECKING:
-    from attnviz.analysis.query import QueryView
-    from attnviz.analysis.summary import HeadSummary
-    from attnviz.core.extract import Attention
-    from attnviz.pipelines.check import CheckResult
-    from attnviz.pipelines.report import Report
+from attnviz.analysis.roles import EVERY_ROLE
 
-# Viridis at five stops: the same colour scale as the images, 0 (dark) to 1 (yellow).
+if TYPE_CHECKING:
+    from attnviz.analysis.check import CheckResult
+    from attnviz.analysis.query import QueryView
+    from attnviz.analysis.report import Report
+    from attnviz.analysis.summary import HeadSummary
+    from attnviz.core.attention import Attention
+
+# Viridis at five stops, 0 (dark) to 1 (yellow): the images' default colour map. The terminal
+# keeps it whatever --cmap gives the images.
 _RAMP = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
 
 
@@ -349,20 +352,6 @@ def print_check(console: Console, result: CheckResult) -> None:
             )
 
 
-ROLE_STYLES = {
-    "previous-token": ("prev", "bold blue"),
-    "next-token": ("next", "bold cyan"),
-    "self": ("self", "bold magenta"),
-    "first-token sink": ("first", "dim"),
-    "separator sink": ("sep", "yellow"),
-    "punctuation": ("punct", "bold red"),
-    "induction": ("induc", "bold green"),
-    "local": ("local", "green"),
-    "broad": ("broad", "bold #ff8700"),
-    "mixed": ("·", "dim"),
-}
-
-
 def print_report(console: Console, report: Report) -> None:
     """Layers × heads map of roles, then the strongest heads of each role with their scores."""
     info = report.info
@@ -381,11 +370,11 @@ def print_report(console: Console, report: Report) -> None:
     for layer in report.layers:
         cells = []
         for head in report.heads:
-            short, style = ROLE_STYLES[by_position[(layer, head)].role]
-            cells.append(Text(short, style=style))
+            role = EVERY_ROLE[by_position[(layer, head)].role]
+            cells.append(Text(role.shown, style=role.style))
         table.add_row(f"L{layer}", *cells)
     console.print(table)
-    legend = Text("  ".join(f"{short}={role}" for role, (short, _) in ROLE_STYLES.items()))
+    legend = Text("  ".join(f"{role.shown}={name}" for name, role in EVERY_ROLE.items()))
     console.print(legend, style="dim")
 
     strongest = Table(title="Strongest heads of each role", title_justify="left")
@@ -396,7 +385,7 @@ def print_report(console: Console, report: Report) -> None:
         listed = " · ".join(f"L{h.layer} H{h.head} {h.score:.2f}" for h in heads)
         count = sum(1 for r in report.roles if r.role == role)
         strongest.add_row(
-            Text(role, style=ROLE_STYLES[role][1]),
+            Text(role, style=EVERY_ROLE[role].style),
             f"{listed}  [dim]({count} head{'s' if count > 1 else ''})[/]",
             f"{report.thresholds.values[role]:.2f}",
         )

@@ -1,9 +1,9 @@
 """`attnviz export`: heatmap files for many sentences, batched, parallel, resumable.
 
-Each sentence gets a folder `NNNN-slug/` with its figures and, written last, `done.json`.
-A folder whose `done.json` records the same settings is complete and is skipped on a re-run;
-anything else in it is redone. Every file is written atomically, so an interrupted run
-leaves whole files or none.
+Each sentence gets a folder `NNNN-slug-hash/` (its number, the start of its text and a hash
+of the text) with its figures and, written last, `done.json`. A folder whose `done.json`
+records the same settings is complete and is skipped on a re-run; anything else in it is
+redone. Every file is written atomically, so an interrupted run leaves whole files or none.
 """
 
 from __future__ import annotations
@@ -29,13 +29,14 @@ from attnviz.outputs.files import (
     write_done,
     write_text_atomic,
 )
+from attnviz.outputs.render import KINDS
 
 if TYPE_CHECKING:
-    from attnviz.core.extract import Attention
+    from attnviz.analysis.inside import Inside
+    from attnviz.core.attention import Attention, Encoded
     from attnviz.core.inputs import Sentence, Sentences
+    from attnviz.core.models import LoadedModel, Model
     from attnviz.outputs.figures import Style
-
-FIGURE_KINDS = ("overview", "layers", "heads")
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class ExportOptions:
 
     layers: tuple[int, ...] | None = None
     heads: tuple[int, ...] | None = None
-    figures: tuple[str, ...] = FIGURE_KINDS
+    figures: tuple[str, ...] = KINDS
     words: bool = False
     hide_special: bool = False
     truncate: bool = False
@@ -180,26 +181,23 @@ def _save_raw(att: Attention, path: Path, layers: list[int], heads: list[int]) -
 
 
 def export(
+    model: Model,
     sentences: Sentences,
     out: Path,
-    model: str | None = None,
     options: ExportOptions | None = None,
     batch_size: int = 8,
     jobs: int = 1,
     overwrite: bool = False,
-    device: str = "auto",
     on_progress: Progress | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> ExportSummary:
     """Export heatmaps for every sentence under `out`, skipping complete folders."""
-    from attnviz.core.models import refuse_early
-
     options = options or ExportOptions()
     warn = on_warning or (lambda message: None)
     started = time.perf_counter()
     layers_asked = list(options.layers) if options.layers else None
     heads_asked = list(options.heads) if options.heads else None
-    refuse_early(model, layers_asked, heads_asked)
+    model.refuse_early(layers_asked, heads_asked)
     prepare_dir(out)
     if jobs > 1:
         from attnviz.outputs.render import start_workers
@@ -207,14 +205,13 @@ def export(
         start_workers(jobs)  # they import matplotlib while this process loads the model
 
     from attnviz.analysis.query import find_query
-    from attnviz.core.extract import encode, extract_many, view
-    from attnviz.core.models import load_model
+    from attnviz.analysis.transforms import transform
+    from attnviz.core.tokens import encode
     from attnviz.outputs.figures import Style, check_cmap
     from attnviz.outputs.html import build_page
-    from attnviz.outputs.html.inside import inside_for
 
     style = Style(options.fmt, options.dpi, check_cmap(options.cmap), options.scale)
-    loaded = load_model(model, device)
+    loaded = model.load()
     _freeze_long_lived()
     layers = loaded.info.pick_layers(layers_asked)
     heads = loaded.info.pick_heads(heads_asked)
@@ -266,9 +263,9 @@ def export(
 
     renderer = _Renderer(jobs)
     try:
-        for att in extract_many(loaded, encoded_only(), batch_size, layers):
+        for att, inside in _attention(loaded, encoded_only(), batch_size, layers, options.html):
             record, settings = queue.popleft()
-            att = view(att, options.words, options.hide_special)
+            att = transform(att, options.words, options.hide_special)
             record.tokens = list(att.tokens)
             record.notes = list(att.notes)
             query = None
@@ -281,8 +278,7 @@ def export(
                     warn(f"{sentences.source}, line {record.line}: {note}")
             folder = out / record.folder
             page = None
-            if options.html:  # built here: its inside view needs the model
-                inside = inside_for(att, loaded)
+            if options.html:
                 page = build_page(att, inside, options.scale, style.cmap, att.segments)
             job = (att, folder, layers, heads, style, options, record, settings, query, page)
             finished(renderer.submit(job))
@@ -295,6 +291,25 @@ def export(
         summary.render_seconds = time.perf_counter() - loaded_at
         write_manifest(summary, sentences, width)
     return summary
+
+
+def _attention(
+    loaded: LoadedModel,
+    encoded: Iterator[Encoded],
+    batch_size: int,
+    layers: list[int],
+    inside: bool,
+) -> Iterator[tuple[Attention, Inside | str | None]]:
+    """Each text's attention, and with `inside` its inside-one-head numbers from the same
+    batched forward pass (the page's inside view), in order."""
+    from attnviz.analysis.inside import inside_steps
+    from attnviz.core.extract import attend, batched
+
+    for batch in batched(encoded, batch_size):
+        steps = inside_steps(loaded, batch) if inside else None
+        recorders = [] if steps is None or isinstance(steps, str) else [steps]
+        for row, att in enumerate(attend(loaded, batch, layers, also=recorders)):
+            yield att, steps if steps is None or isinstance(steps, str) else steps.result(row)
 
 
 def _figures(record: Record) -> int:

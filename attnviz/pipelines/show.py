@@ -12,15 +12,16 @@ from attnviz.outputs.files import clear_previous, prepare_dir, text_folder_name,
 if TYPE_CHECKING:
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.summary import HeadSummary
-    from attnviz.core.extract import Attention
+    from attnviz.core.attention import Attention
+    from attnviz.core.models import Model
     from attnviz.outputs.figures import Style
 
 
 @dataclass(frozen=True)
 class ShowResult:
-    """Everything `show` computed: the attention view, per-head summaries and the images written."""
+    """Everything `show` computed: the attention, per-head summaries and the images written."""
 
-    view: Attention
+    attention: Attention  # after --words / --hide-special
     layers: list[int]
     heads: list[int]
     summaries: list[HeadSummary]
@@ -35,10 +36,10 @@ class ShowResult:
             for entry, row in zip(heads, self.query.heads):
                 entry["query_top"] = row.as_dict()
         return {
-            "model": self.view.info.as_dict(),
-            "unit": self.view.unit,
-            "tokens": list(self.view.tokens),
-            "notes": list(self.view.notes),
+            "model": self.attention.info.as_dict(),
+            "unit": self.attention.unit,
+            "tokens": list(self.attention.tokens),
+            "notes": list(self.attention.notes),
             **({"query": self.query.as_dict()} if self.query is not None else {}),
             "heads": heads,
             "folder": str(self.folder) if self.folder is not None else None,
@@ -48,8 +49,8 @@ class ShowResult:
 
 
 def show(
+    model: Model,
     text: str,
-    model: str | None = None,
     layers: list[int] | None = None,
     heads: list[int] | None = None,
     top_k: int = 3,
@@ -58,7 +59,6 @@ def show(
     truncate: bool = False,
     out: Path | None = Path("attnviz-out"),
     style: Style | None = None,
-    device: str = "auto",
     query: str | None = None,
     images: bool = True,
     html: bool = False,
@@ -77,13 +77,12 @@ def show(
     `on_summary` gets the result without its files as soon as the summary is known, before
     any figure is drawn (the command line prints it while the figures are drawn).
     """
-    from attnviz.core.extract import require_text
-    from attnviz.core.models import refuse_early
+    from attnviz.core.attention import require_text
 
     require_text(text)
     if pair is not None:
         require_text(pair, "the --pair sentence")
-    refuse_early(model, layers, heads, text, truncate)
+    model.refuse_early(layers, heads, text, truncate)
     named = text if pair is None else f"{text}\n{pair}"
     folder = prepare_dir(out / text_folder_name(named)) if out is not None else None
     if folder is not None and images and jobs > 1:
@@ -91,14 +90,23 @@ def show(
 
         start_workers(jobs)  # they import matplotlib while this process imports torch
 
+    from attnviz.analysis.inside import inside_steps
     from attnviz.analysis.query import find_query, query_view
     from attnviz.analysis.summary import summarise
-    from attnviz.api import attention
+    from attnviz.analysis.transforms import transform
+    from attnviz.core.extract import attend
+    from attnviz.core.tokens import encode
     from attnviz.outputs.figures import Style
     from attnviz.outputs.render import render_text
 
     style = style or Style()
-    shown = attention(text, model, words, hide_special_tokens, truncate, device, layers, pair=pair)
+    loaded = model.load()
+    encoded = encode(loaded, text, truncate, pair)
+    # The page's inside view takes each layer's input from the same forward pass.
+    inside = inside_steps(loaded, [encoded]) if folder is not None and html else None
+    recorders = [] if inside is None or isinstance(inside, str) else [inside]
+    attended = attend(loaded, [encoded], layers, also=recorders)[0]
+    shown = transform(attended, words, hide_special_tokens)
     chosen_layers = shown.info.pick_layers(layers)
     chosen_heads = shown.info.pick_heads(heads)
     summaries = summarise(shown, chosen_layers, chosen_heads, top_k)
@@ -119,12 +127,11 @@ def show(
             )
         if html:
             from attnviz.outputs.html import write_page
-            from attnviz.outputs.html.inside import inside_for
 
             page = write_page(
                 shown,
                 folder / "attention.html",
-                inside=inside_for(shown),
+                inside=inside if isinstance(inside, str) else inside.result(),
                 scale=style.scale,
                 cmap=style.cmap,
                 segments=shown.segments,

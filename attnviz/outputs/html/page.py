@@ -23,8 +23,8 @@ from attnviz.outputs.files import write_text_atomic
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.core.extract import Attention
-    from attnviz.outputs.html.inside import Inside
+    from attnviz.analysis.inside import Inside
+    from attnviz.core.attention import Attention
 
 EXACT_BUDGET = 4 * 2**20  # float32 weights up to 4 MiB (≈120 tokens on 6 × 12 heads)
 
@@ -86,7 +86,7 @@ def page_data(
     segments: tuple[int, ...] | None = None,
 ) -> dict[str, Any]:
     """Everything the page script reads, as JSON-ready values."""
-    from attnviz.outputs.html.inside import Inside
+    from attnviz.analysis.inside import Inside
 
     n_layers, n_heads, n_tokens, _ = att.weights.shape  # (L, H, T, T)
     exact = att.weights[..., :1].size * n_tokens * 4 <= EXACT_BUDGET
@@ -145,7 +145,7 @@ def build_page(
 ) -> str:
     """The whole page for one text: data, script and style inline; nothing loads from outside.
 
-    `inside` (from `attnviz.outputs.html.inside.inside_for`) feeds the "inside one head" view, or
+    `inside` (from `attnviz.analysis.inside`) feeds the "inside one head" view, or
     says why the page goes without it;
     `segments` (0 or 1 per token) marks the two sentences of a pair.
     """

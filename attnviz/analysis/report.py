@@ -1,0 +1,101 @@
+"""The result of `attnviz report`: per-head metric means over a corpus, roles, probes and
+the treebank's findings."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnviz.analysis.metrics import (
+    METRICS,
+    PROBES,
+)
+from attnviz.analysis.roles import (
+    HeadRole,
+    Thresholds,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from attnviz.analysis.linguistics import Linguistics
+    from attnviz.analysis.probes import ProbeResult
+    from attnviz.core.attention import Attention
+    from attnviz.core.models import ModelInfo
+
+
+@dataclass(frozen=True, eq=False)
+class Report:
+    """Per-head metric means over a corpus, the roles they give, and one example text."""
+
+    info: ModelInfo
+    unit: str
+    sentences: int
+    queries: int
+    skipped: tuple[str, ...]
+    means: np.ndarray  # (M, L, H), in the order of METRICS, every head of the model
+    roles: tuple[HeadRole, ...]  # the chosen heads only
+    thresholds: Thresholds
+    example: Attention
+    layers: tuple[int, ...]  # the layers and heads the report is about
+    heads: tuple[int, ...]
+    probes: ProbeResult | None = None  # causal models: induction and duplicate-token probes
+    linguistics: Linguistics | None = None  # with --treebank: syntax and coreference
+
+    def chosen_means(self, metric: int) -> np.ndarray:
+        """One metric's means over the chosen layers × heads: (len(layers), len(heads))."""
+        import numpy as np
+
+        return self.means[metric][np.ix_(self.layers, self.heads)]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per head: layer, head, role, role score and every metric (pandas-ready)."""
+        rows = []
+        for role in self.roles:
+            row: dict[str, Any] = {
+                "layer": role.layer,
+                "head": role.head,
+                "role": role.role,
+                "role_score": role.score,
+                "linguistic_roles": self.linguistic_roles(role.layer, role.head),
+            }
+            for m, name in enumerate(METRICS):
+                value = float(self.means[m, role.layer, role.head])
+                row[name] = value if math.isfinite(value) else None
+            if self.probes is not None:
+                for p, name in enumerate(PROBES):
+                    row[name] = float(self.probes.scores[p, role.layer, role.head])
+            rows.append(row)
+        return rows
+
+    def linguistic_roles(self, layer: int, head: int) -> list[str]:
+        """What annotated text names this head for (e.g. `syntax:det`); empty without it."""
+        if self.linguistics is None:
+            return []
+        return self.linguistics.roles.get((layer, head), [])
+
+    def strongest(self, per_role: int = 3) -> dict[str, list[HeadRole]]:
+        """The heads with the highest scores for each role that some head has."""
+        found: dict[str, list[HeadRole]] = {}
+        for role in sorted(self.roles, key=lambda r: -(r.score or 0.0)):
+            if role.role != "mixed":
+                found.setdefault(role.role, []).append(role)
+        return {name: heads[:per_role] for name, heads in found.items()}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.info.as_dict(),
+            "unit": self.unit,
+            "sentences": self.sentences,
+            "queries": self.queries,
+            "skipped": list(self.skipped),
+            "thresholds": self.thresholds.values,
+            "layers": list(self.layers),
+            "head_indices": list(self.heads),
+            "probes": self.probes.as_dict() if self.probes is not None else None,
+            "heads": self.rows(),
+            "treebank": None
+            if self.linguistics is None
+            else self.linguistics.as_dict(list(self.layers), list(self.heads)),
+        }

@@ -1,0 +1,134 @@
+"""The `attnviz` application: the Typer app every command module registers on, the consoles,
+one-line errors, and the process's exit.
+
+Heavy libraries (torch, transformers, matplotlib) are imported inside the commands' core
+functions, so `attnviz --help` starts fast.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
+
+from attnviz.errors import AttnvizError
+
+
+class _HelpAsFlag:
+    """Show -h/--help as a flag in help screens (Typer's own shows it with a `<bool>` value)."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class _Group(_HelpAsFlag, TyperGroup):
+    pass
+
+
+class Command(_HelpAsFlag, TyperCommand):
+    pass
+
+
+app = typer.Typer(
+    cls=_Group,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+out_console = Console()
+err_console = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from attnviz import __version__
+
+        typer.echo(f"attnviz {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def cli(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            callback=_version,
+            is_eager=True,
+            metavar="",
+        ),
+    ] = False,
+) -> None:
+    """See, measure and verify multi-head attention in Hugging Face transformers.
+
+    Every command takes --model (default: the bundled all-MiniLM-L6-v2 encoder). Input and
+    usage errors exit with code 2 and one line on stderr.
+    """
+
+
+def fail(error: AttnvizError) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+    return typer.Exit(error.exit_code)
+
+
+def warn(message: str) -> None:
+    err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+
+def progress(label: str, *columns):
+    """A progress bar on stderr, so stdout stays clean for results."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *columns,
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
+
+
+def main() -> None:
+    """The console entry point: run the command, then leave at once.
+
+    The interpreter's own teardown frees torch's and transformers' objects one by one (about
+    0.8 s) and frees nothing the operating system does not free at exit; by then every file
+    attnviz writes is closed, so the clean-ups that matter run first and the process exits
+    without the teardown. An unexpected error still leaves the normal way, with its traceback.
+    """
+    try:
+        app()
+        code: Any = 0
+    except SystemExit as stop:
+        code = stop.code
+    _leave(code)
+
+
+def _leave(code: Any) -> None:
+    import atexit
+    import os
+    import sys
+
+    if isinstance(code, str):  # SystemExit("message"): Python prints it and exits with 1
+        print(code, file=sys.stderr)
+        code = 1
+    from attnviz.outputs.render import stop_workers
+
+    stop_workers()  # drawing processes finish their task and exit
+    atexit._run_exitfuncs()  # registered clean-ups: logging, multiprocessing's semaphores
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`| head`): nothing more to say
+            pass
+    os._exit(code or 0)

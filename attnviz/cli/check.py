@@ -1,0 +1,70 @@
+"""`attnviz check`: recompute attention layers from scratch and compare with the model."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from attnviz.cli.app import Command, app, fail, out_console
+from attnviz.cli.options import (
+    Device,
+    DeviceOpt,
+    JsonOpt,
+    LayerOpt,
+    ModelOpt,
+    TruncateOpt,
+    flag,
+)
+from attnviz.core import models
+from attnviz.errors import AttnvizError, InputError
+
+
+@app.command(cls=Command)
+def check(
+    text: Annotated[
+        str,
+        typer.Argument(
+            help="The sentence to run through the model; - reads it from stdin.",
+            show_default=False,
+        ),
+    ],
+    layer: LayerOpt = None,
+    all_layers: Annotated[bool, flag("--all-layers", "Check every layer (the default).")] = False,
+    tolerance: Annotated[
+        float, typer.Option(min=0.0, help="Largest absolute error that still passes.")
+    ] = 1e-5,
+    model: ModelOpt = None,
+    truncate: TruncateOpt = False,
+    device: DeviceOpt = Device.auto,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recompute attention layers from scratch (textbook formulas) and compare with the model.
+
+    For each head h: Q_h = X W_Q^h + b, K_h, V_h alike; softmax(Q_h K_hᵀ / √d_k + mask) V_h;
+    heads concatenated and multiplied by W_O. Compares each head's attention probabilities
+    and the block's output (after W_O, before residual and LayerNorm) with the model's own.
+    Exit code 0 when everything is within the tolerance, 1 on a mismatch.
+    """
+    from attnviz.core.inputs import read_text
+    from attnviz.outputs import terminal
+    from attnviz.pipelines.check import check as run_check
+
+    if layer and all_layers:
+        raise fail(InputError("give either --layer or --all-layers, not both"))
+    try:
+        result = run_check(
+            models.model(model, device.value),
+            read_text(text),
+            layers=layer,
+            tolerance=tolerance,
+            truncate=truncate,
+        )
+    except AttnvizError as error:
+        raise fail(error) from None
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        terminal.print_check(out_console, result)
+    raise typer.Exit(0 if result.passed else 1)

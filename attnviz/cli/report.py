@@ -1,0 +1,163 @@
+"""`attnviz report`: what every head does over a corpus, and its role."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attnviz.analysis.roles import threshold_help
+from attnviz.cli.app import Command, app, fail, out_console, progress, warn
+from attnviz.cli.options import (
+    BatchOpt,
+    CmapOpt,
+    Device,
+    DeviceOpt,
+    DpiOpt,
+    FileOpt,
+    FormatOpt,
+    HeadOpt,
+    ImageFormat,
+    JsonOpt,
+    LayerOpt,
+    ModelOpt,
+    Scale,
+    ScaleOpt,
+    TruncateOpt,
+    WordsOpt,
+    style,
+)
+from attnviz.core import models
+from attnviz.errors import AttnvizError, InputError
+
+
+@app.command(cls=Command)
+def report(
+    sentences: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Sentences to analyse (default: samples/sentences.txt).", show_default=False
+        ),
+    ] = None,
+    file: FileOpt = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path(
+        "attnviz-out/report"
+    ),
+    model: ModelOpt = None,
+    layer: LayerOpt = None,
+    head: HeadOpt = None,
+    words: WordsOpt = False,
+    threshold: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--threshold",
+            "-t",
+            metavar="NAME=VALUE",
+            help=threshold_help(),
+            show_default=False,
+        ),
+    ] = None,
+    treebank: Annotated[
+        str | None,
+        typer.Option(
+            "--treebank",
+            metavar="FILE.conllu",
+            help="Annotated corpus (CoNLL-U; - reads stdin): its sentences are the corpus, and "
+            "heads are also measured on its syntax (HEAD, DEPREL) and coreference (CorefUD "
+            "Entity=).",
+            show_default=False,
+        ),
+    ] = None,
+    min_count: Annotated[
+        int,
+        typer.Option(
+            "--min-count",
+            min=1,
+            help="With --treebank: arcs a relation needs (mentions, for coreference) for a table "
+            "row and to name a head.",
+        ),
+    ] = 100,
+    margin: Annotated[
+        float,
+        typer.Option(
+            "--margin",
+            min=0.0,
+            max=1.0,
+            help="With --treebank: accuracy over a relation's baseline that names a head for it.",
+        ),
+    ] = 0.1,
+    batch_size: BatchOpt = 16,
+    truncate: TruncateOpt = False,
+    fmt: FormatOpt = ImageFormat.png,
+    dpi: DpiOpt = 100,
+    cmap: CmapOpt = "viridis",
+    scale: ScaleOpt = Scale.absolute,
+    device: DeviceOpt = Device.auto,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure what every head does over a corpus and give each head a role.
+
+    Metrics (means over all non-special query tokens): attention to the previous, next and
+    same token, to the first token ([CLS]/BOS), to separators, to punctuation, within ±2
+    tokens; entropy; attention distance; confidence. Writes report.md, heads.csv,
+    heads.json and figures to OUT. --layer/--head restrict the report to those heads.
+
+    With --treebank FILE.conllu, also which heads find syntactic heads and dependents
+    (per relation, against the best fixed-offset baseline) and antecedents of mentions:
+    syntax.csv, syntax.json, coreference.csv, sections and figures in report.md.
+    """
+    from attnviz.analysis.roles import Thresholds
+    from attnviz.core.inputs import read_sentences
+    from attnviz.core.treebank import read_treebank
+    from attnviz.outputs import terminal
+    from attnviz.pipelines.report import DEFAULT_CORPUS
+    from attnviz.pipelines.report import report as run_report
+
+    try:
+        thresholds = Thresholds.parse(threshold)
+        if treebank is not None:
+            if sentences or file:
+                raise InputError("give --treebank or sentences/--file, not both")
+            chosen = read_treebank(treebank)
+        else:
+            if not sentences and not file:
+                if not DEFAULT_CORPUS.is_file():
+                    raise InputError(
+                        "the default corpus samples/sentences.txt is not here; use --file"
+                    )
+                file = str(DEFAULT_CORPUS)
+            chosen = read_sentences(file, sentences)
+        chosen_style = style(fmt, dpi, cmap, scale)
+        bar = progress("report")
+        with bar:
+            task = bar.add_task("report", total=len(chosen.items))
+            result, written = run_report(
+                models.model(model, device.value),
+                chosen,
+                out,
+                chosen_style,
+                layers=layer,
+                heads=head,
+                words=words,
+                thresholds=thresholds,
+                batch_size=batch_size,
+                truncate=truncate,
+                min_count=min_count,
+                margin=margin,
+                on_progress=lambda n: bar.advance(task, n),
+                on_warning=warn,
+            )
+    except AttnvizError as error:
+        raise fail(error) from None
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
+        return
+    terminal.print_report(out_console, result)
+    if result.linguistics is not None:
+        terminal.print_linguistics(out_console, result)
+    out_console.print(
+        f"wrote {len(written)} files to [bold]{out}/[/]: report.md, heads.csv, heads.json, figures",
+        highlight=False,
+    )

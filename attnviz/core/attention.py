@@ -1,0 +1,84 @@
+"""The result types every layer shares: a tokenised text (`Encoded`) and its attention
+(`Attention`).
+
+One shape convention everywhere: attention weights are `[layer, head, query, key]`, and every
+row (fixed layer, head, query) sums to 1. Figures and the page for an Attention live in the
+outputs layer; `attnviz.Attention` (the API's) adds them as methods for notebooks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from attnviz.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from attnviz.core.models import ModelInfo
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One text as the model's tokenizer cut it, ready for a forward pass."""
+
+    text: str
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    special: tuple[bool, ...]
+    words: tuple[int, ...]  # word index of each token; special tokens are words of their own
+    word_labels: tuple[str, ...]
+    notes: tuple[str, ...]
+    pair: str | None = None  # the second sentence of a pair: [CLS] text [SEP] pair [SEP]
+    segments: tuple[int, ...] | None = None  # with a pair: 0 for text's tokens, 1 for pair's
+    truncated: bool = False  # cut to the model's limit (--truncate); `notes` says how
+    stand_ins: int = 0  # treebank words the tokenizer drops, given as its unknown token
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True, eq=False)
+class Attention:
+    """Attention of one text: `weights[layer, head, query, key]` over `tokens`."""
+
+    text: str
+    tokens: tuple[str, ...]
+    special: np.ndarray  # (T,) bool
+    weights: np.ndarray  # (L, H, T, T) float32
+    info: ModelInfo
+    unit: str  # "token" or "word"
+    words: tuple[int, ...]
+    word_labels: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    hidden_special: bool = False  # special tokens dropped and rows renormalised
+    layers: tuple[int, ...] | None = None  # the model layers `weights` holds, in order; None: all
+    pair: str | None = None  # the second sentence, when the model read a sentence pair
+    segments: tuple[int, ...] | None = None  # with a pair: 0 (first sentence) or 1, per token
+    truncated: bool = False  # the text was cut to the model's limit
+
+    def slot(self, layer: int) -> int:
+        """Where model layer `layer` is in `weights` (refusing one that was not extracted)."""
+        self.info.pick_layers([layer])
+        if self.layers is None:
+            return layer
+        if layer not in self.layers:
+            held = ", ".join(map(str, self.layers))
+            raise InputError(f"layer {layer} was not extracted; this attention holds layers {held}")
+        return self.layers.index(layer)
+
+    def pattern(self, layer: int, head: int) -> np.ndarray:
+        """One head's `[query, key]` weights, (T, T)."""
+        self.info.pick_heads([head])
+        return self.weights[self.slot(layer), head]
+
+    def held_layers(self) -> list[int]:
+        """The model layers this attention holds."""
+        return list(self.layers) if self.layers is not None else self.info.pick_layers(None)
+
+
+def require_text(text: str, what: str = "text") -> None:
+    """Refuse text with no word in it."""
+    if not text.strip():
+        raise InputError(f"{what} is empty: give a sentence with at least one word")

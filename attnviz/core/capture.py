@@ -1,0 +1,130 @@
+"""The one place attnviz runs a model with hooks: one forward pass over a batch hands each
+caller, layer by layer, exactly the tensors it asked for.
+
+What a caller can ask for, per layer (`KINDS`):
+
+    input   X (B, T, d_model): the attention block's input (a pre-LN decoder's X is already
+            normalised; a post-LN encoder's is the previous layer's output)
+    probs   (B, H, T, T): the attention probabilities, every row summing to 1
+    output  (B, T, d_model): the block's output after W_O, before residual and normalisation
+
+A caller is a `Recorder`: the layers and kinds it wants, and a `receive(layer, tensors)`
+called once that layer has produced all of them. Tensors are moved to the CPU as they come
+and dropped once every recorder that wanted them has had them, so a long text's layers are
+never all held at once (30 layers × 9 heads × 2,048² floats is 4.5 GB). Several recorders
+share one pass: `show --html` gets its weights and the inside view's inputs from one run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from attnviz.core import adapters
+from attnviz.core.adapters.base import LayerModules
+
+KINDS = ("input", "probs", "output")
+
+
+class Recorder(Protocol):
+    """What one caller of `run` wants, and where its tensors go."""
+
+    wants: Mapping[int, Sequence[str]]  # layer -> kinds, from KINDS
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class Each:
+    """A recorder from a function: `receive(layer, {kind: tensor})` for each of `layers`."""
+
+    layers: Sequence[int]
+    kinds: Sequence[str]
+    receive: Callable[[int, dict[str, Any]], None]
+
+    @property
+    def wants(self) -> dict[int, Sequence[str]]:
+        return {layer: self.kinds for layer in self.layers}
+
+
+def run(
+    loaded: Any, inputs: dict[str, Any], recorders: Sequence[Recorder], lm_head: bool = False
+) -> Any:
+    """Run `loaded`'s model once over `inputs` (padded ids and mask, see `tokens.pad`), feeding
+    every recorder, and return the model's output.
+
+    Without `lm_head` only the base model runs (no logits over the vocabulary); with it, the
+    whole model, for callers that need the loss.
+    """
+    import torch
+
+    model = loaded.model
+    wanted: dict[int, set[str]] = {}
+    for recorder in recorders:
+        for layer, kinds in recorder.wants.items():
+            unknown = set(kinds) - set(KINDS)
+            if unknown:
+                raise ValueError(f"unknown capture kinds {sorted(unknown)}; known: {KINDS}")
+            wanted.setdefault(layer, set()).update(kinds)
+    seen: dict[int, dict[str, Any]] = {}
+
+    def arrive(kind: str, layer: int, tensor: Any) -> None:
+        got = seen.setdefault(layer, {})
+        got[kind] = tensor.detach().cpu()
+        if got.keys() < wanted[layer]:
+            return
+        for recorder in recorders:
+            kinds = recorder.wants.get(layer)
+            if kinds:
+                recorder.receive(layer, {kind: got[kind] for kind in kinds})
+        del seen[layer]  # every recorder has had this layer's tensors
+
+    with _hooked(model, wanted, arrive), torch.inference_mode():
+        return (model if lm_head else model.base_model)(**inputs)
+
+
+@contextmanager
+def _hooked(
+    model: Any, wanted: Mapping[int, set[str]], arrive: Callable[[str, int, Any], None]
+) -> Iterator[None]:
+    """Hooks that pass each wanted (kind, layer) tensor to `arrive` as the layer runs.
+
+    Modules shared by several layers (ALBERT) are called once per layer, in order, so the
+    n-th call of a shared module belongs to the n-th layer that uses it.
+    """
+    modules = [
+        adapters.layer_modules(model, layer) for layer in range(model.config.num_hidden_layers)
+    ]
+    handles = []
+
+    def install(kind: str, pick: Callable[[LayerModules], Any], before: bool, take: Callable):
+        layers_of = [layer for layer, kinds in wanted.items() if kind in kinds]
+        if not layers_of:
+            return
+        users: dict[int, list[int]] = {}  # id(module) -> the layers that call it, in order
+        for layer, mods in enumerate(modules):
+            users.setdefault(id(pick(mods)), []).append(layer)
+        calls: dict[int, int] = {}
+
+        def hook(module, args, output=None):
+            n = calls.get(id(module), 0)
+            calls[id(module)] = n + 1
+            layer = users[id(module)][n % len(users[id(module)])]
+            if layer in layers_of:
+                arrive(kind, layer, take(args, output))
+
+        for module in {id(pick(m)): pick(m) for m in modules}.values():
+            register = module.register_forward_pre_hook if before else module.register_forward_hook
+            handles.append(register(hook))
+
+    install("input", lambda m: m.q, True, lambda args, _: args[0])
+    install("output", lambda m: m.o, False, lambda _, output: output)
+    # Every supported attention module returns (output, probabilities) in eager mode.
+    install("probs", lambda m: m.attention, False, lambda _, output: output[1])
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -1,0 +1,264 @@
+"""Tokenising: a text (or a sentence pair, or a treebank's words) into the ids a model reads,
+with each token's label, word and special-token flag; and padding a batch for one pass."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from attnviz.core.attention import Encoded, require_text
+from attnviz.core.models import too_long
+from attnviz.errors import InputError
+
+if TYPE_CHECKING:
+    from attnviz.core.models import LoadedModel
+
+
+def encode(
+    loaded: LoadedModel, text: str, truncate: bool = False, pair: str | None = None
+) -> Encoded:
+    """Tokenise one text (or a sentence pair: `[CLS] text [SEP] pair [SEP]` with token types),
+    refusing empty text and text longer than the model takes.
+
+    A decoder whose tokenizer does not start texts with BOS (GPT-2, SmolLM2, Qwen) gets its
+    BOS token put first: a decoder parks spare attention on its first token, and a special
+    BOS takes that role as [CLS] does in BERT (so --hide-special and the maps treat it alike).
+    """
+    require_text(text)
+    if pair is not None:
+        require_text(pair, "the --pair sentence")
+        if loaded.info.causal:
+            raise InputError(
+                f"--pair needs an encoder that reads sentence pairs; {loaded.info.name} is a "
+                "decoder"
+            )
+    tokenizer = loaded.tokenizer
+    bos = _bos_to_add(loaded)
+    limit = loaded.info.max_tokens - (bos is not None)
+    notes: list[str] = []
+    options = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
+    enc = tokenizer(text, pair, **options)
+    n_tokens = len(enc["input_ids"])
+    if n_tokens > limit:
+        if not truncate:
+            raise too_long(n_tokens + (bos is not None), loaded.info.max_tokens)
+        enc = tokenizer(text, pair, truncation=True, max_length=limit, **options)
+        kept_chars = max((end for _, end in enc["offset_mapping"]), default=0)
+        notes.append(
+            f"truncated: kept the first {limit} of {n_tokens} tokens "
+            + (
+                f"(text cut after character {kept_chars} of {len(text)})"
+                if pair is None
+                else "(the longer sentence of the pair was cut)"
+            )
+        )
+
+    ids = tuple(int(i) for i in enc["input_ids"])
+    special = tuple(bool(s) for s in enc["special_tokens_mask"])
+    offsets = [tuple(o) for o in enc["offset_mapping"]]
+    word_ids = enc.word_ids()
+    sequence_ids = enc.sequence_ids()
+    if bos is not None:
+        ids, special = (bos, *ids), (True, *special)
+        offsets, word_ids = [(0, 0), *offsets], [None, *word_ids]
+        sequence_ids = [None, *sequence_ids]
+    # Offsets index into the sentence each token came from.
+    sources = [pair if seq == 1 else text for seq in sequence_ids]
+    raw = tokenizer.convert_ids_to_tokens(list(ids))
+    from_text = _labels_from_text(tokenizer)
+    tokens = tuple(
+        (source[start:end].strip() or "␣") if from_text and not is_special else token
+        for token, is_special, (start, end), source in zip(raw, special, offsets, sources)
+    )
+    words, word_labels = _group_words(sources, raw, special, offsets, word_ids)
+    segments = None
+    if pair is not None:
+        segments = tuple(_segment_of(sequence_ids))
+    return Encoded(
+        text,
+        ids,
+        tokens,
+        special,
+        words,
+        word_labels,
+        tuple(notes),
+        pair,
+        segments,
+        truncated=n_tokens > limit,
+    )
+
+
+def _segment_of(sequence_ids: list[int | None]) -> list[int]:
+    """Each token's sentence (0 or 1); a special token belongs to the sentence it closes
+    ([CLS] and the first [SEP] to the first, the last [SEP] to the second)."""
+    segments, current = [], 0
+    for seq in sequence_ids:
+        if seq is not None:
+            current = seq
+        segments.append(current)
+    return segments
+
+
+def _bos_to_add(loaded: LoadedModel) -> int | None:
+    """A decoder's BOS id when its tokenizer does not put one first itself; else None."""
+    tokenizer = loaded.tokenizer
+    bos = tokenizer.bos_token_id
+    if not loaded.info.causal or bos is None:
+        return None
+    first = tokenizer("a")["input_ids"]
+    return None if first and first[0] == bos else bos
+
+
+def encode_words(
+    loaded: LoadedModel,
+    words: Sequence[str],
+    space_after: Sequence[bool] | None = None,
+    text: str | None = None,
+    truncate: bool = False,
+) -> Encoded:
+    """Tokenise words given by a treebank, each piece mapped back to its word.
+
+    The tokenizer sees the words as given (`is_split_into_words`), so its word view has one
+    word per given word, in order, plus the special tokens as words of their own. Byte-level
+    tokenizers get each word with the space that precedes it in the text (`space_after`), as
+    they would see it in running text. A word the tokenizer drops entirely (control or
+    zero-width characters) is given as its unknown token (or `_`), so that every word keeps
+    its place. A decoder gets its BOS first, as in `encode`.
+    Truncation keeps the first words that fit, and says how many.
+    """
+    if not words:
+        raise InputError("a sentence with no words")
+    tokenizer = loaded.tokenizer
+    bos = _bos_to_add(loaded)
+    limit = loaded.info.max_tokens - (bos is not None)
+    spaced = list(words)
+    if _is_byte_level(tokenizer):
+        gaps = [False] + [True if space_after is None else bool(s) for s in space_after[:-1]]
+        spaced = [(" " + w if gap else w) for w, gap in zip(words, gaps)]
+    notes: list[str] = []
+
+    def tokenise(items: list[str], cut: bool):
+        return tokenizer(
+            items,
+            is_split_into_words=True,
+            return_special_tokens_mask=True,
+            return_offsets_mapping=True,
+            truncation=cut,
+            max_length=limit if cut else None,
+        )
+
+    enc = tokenise(spaced, False)
+    dropped = set(range(len(words))) - {w for w in enc.word_ids() if w is not None}
+    if dropped:
+        stand_in = tokenizer.unk_token or "_"
+        spaced = [stand_in if i in dropped else w for i, w in enumerate(spaced)]
+        notes.append(f"{len(dropped)} word(s) with no token given as {stand_in}")
+        enc = tokenise(spaced, False)
+    n_tokens = len(enc["input_ids"])
+    if n_tokens > limit:
+        if not truncate:
+            raise too_long(n_tokens + (bos is not None), loaded.info.max_tokens)
+        enc = tokenise(spaced, True)
+        kept = len({w for w in enc.word_ids() if w is not None})
+        notes.append(
+            f"truncated: kept the first {limit} of {n_tokens} tokens ({kept} of {len(words)} words)"
+        )
+    ids = [int(i) for i in enc["input_ids"]]
+    special = [bool(s) for s in enc["special_tokens_mask"]]
+    word_ids = list(enc.word_ids())
+    offsets = [tuple(o) for o in enc["offset_mapping"]]
+    if bos is not None:
+        ids, special = [bos, *ids], [True, *special]
+        word_ids, offsets = [None, *word_ids], [(0, 0), *offsets]
+    raw = tokenizer.convert_ids_to_tokens(ids)
+    from_text = _labels_from_text(tokenizer)
+    token_words: list[int] = []
+    labels: list[str] = []
+    previous = None
+    for token, is_special, word_id in zip(raw, special, word_ids):
+        if is_special or word_id is None or word_id != previous:
+            labels.append(token if is_special or word_id is None else words[word_id])
+        token_words.append(len(labels) - 1)
+        previous = None if is_special else word_id
+    tokens = tuple(
+        (spaced[w][start:end].strip() or "␣") if from_text and w is not None else token
+        for token, w, (start, end) in zip(raw, word_ids, offsets)
+    )
+    joined = text if text is not None else " ".join(words)
+    return Encoded(
+        joined,
+        tuple(ids),
+        tokens,
+        tuple(special),
+        tuple(token_words),
+        tuple(labels),
+        tuple(notes),
+        truncated=n_tokens > limit,
+        stand_ins=len(dropped),
+    )
+
+
+def _is_byte_level(tokenizer) -> bool:
+    """GPT-2-style byte-level BPE: a word's leading space is part of its first token."""
+    from tokenizers import decoders
+
+    return isinstance(tokenizer.backend_tokenizer.decoder, decoders.ByteLevel)
+
+
+def _labels_from_text(tokenizer) -> bool:
+    """Whether tokens are labelled with the text they cover rather than their vocabulary form.
+
+    Byte-level BPE (GPT-2, Llama 3, Qwen) writes 'Ġcat' and SentencePiece (Llama 2, Mistral,
+    Gemma) '▁cat' or '<0xC3>' for a byte; the text is what a reader recognises. WordPiece
+    keeps its own form: '##ing' says the piece continues a word.
+    """
+    from tokenizers import models
+
+    return not isinstance(tokenizer.backend_tokenizer.model, models.WordPiece)
+
+
+def _group_words(sources, raw, special, offsets, word_ids):
+    """Give each token a word index: consecutive pieces of one word share it. `sources[i]` is
+    the sentence token i's offsets index into."""
+    words: list[int] = []
+    labels: list[str] = []
+    spans: list[list] = []
+    previous = object()
+    for token, is_special, (start, end), word_id, source in zip(
+        raw, special, offsets, word_ids, sources
+    ):
+        if is_special or word_id is None or word_id != previous:
+            labels.append(token if is_special or word_id is None else "")
+            spans.append([start, end, source])
+        else:
+            spans[-1][1] = end
+        words.append(len(labels) - 1)
+        previous = None if is_special else word_id
+    for index, (start, end, source) in enumerate(spans):
+        if not labels[index]:
+            labels[index] = source[start:end].strip() or source[start:end]
+    return tuple(words), tuple(labels)
+
+
+def pad(loaded: LoadedModel, batch: Sequence[Encoded]) -> dict:
+    """Model inputs for a batch: token ids padded on the right, and the attention mask (B, T).
+
+    Right padding keeps every text's positions 0…n-1, so its cropped attention equals its
+    unbatched attention, for causal models too.
+    """
+    import torch
+
+    width = max(len(e) for e in batch)
+    pad_id = loaded.tokenizer.pad_token_id or 0
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    types = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, encoded in enumerate(batch):
+        input_ids[row, : len(encoded)] = torch.tensor(encoded.ids)
+        mask[row, : len(encoded)] = 1
+        if encoded.segments is not None:
+            types[row, : len(encoded)] = torch.tensor(encoded.segments)
+    inputs = {"input_ids": input_ids, "attention_mask": mask}
+    if any(encoded.segments is not None for encoded in batch):
+        inputs["token_type_ids"] = types  # the second sentence of a pair is type 1
+    return {name: tensor.to(loaded.device) for name, tensor in inputs.items()}

@@ -1,0 +1,1 @@
+"""Data the package ships: the default corpus of `attnviz report` (sentences.txt)."""

@@ -1,0 +1,405 @@
+"""Writing a report: report.md, heads.csv/json, the treebank's tables and the figures."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnviz.analysis.metrics import (
+    METRICS,
+    PROBES,
+)
+from attnviz.analysis.roles import (
+    ROLES,
+)
+from attnviz.outputs.files import clear_previous, prepare_dir, write_done, write_text_atomic
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from attnviz.analysis.linguistics import CorefResult, Linguistics, SyntaxResult, SyntaxRow
+    from attnviz.outputs.figures import Style
+
+from attnviz.analysis.metrics import METRIC_HELP
+from attnviz.analysis.report import Report
+
+
+def write_report(report: Report, out: Path, style: Style) -> list[Path]:
+    """Write report.md, heads.csv, heads.json and the figures into `out`, then `done.json`
+    listing them; the files of an earlier report into `out` are removed first."""
+    from attnviz.outputs.figures import (
+        HeadFigure,
+        MetricGrid,
+        head_title,
+        role_map_figure,
+        save_figure,
+    )
+
+    prepare_dir(out)
+    clear_previous(out)
+    written = []
+    rows = [{**row, "linguistic_roles": ";".join(row["linguistic_roles"])} for row in report.rows()]
+    written.append(write_text_atomic(out / "heads.csv", _csv(rows)))
+    written.append(
+        write_text_atomic(
+            out / "heads.json", json.dumps(report.as_dict(), ensure_ascii=False, indent=1)
+        )
+    )
+    ext = style.fmt
+    layers, heads = list(report.layers), list(report.heads)
+    grid = MetricGrid(layers, heads, report.info.name, style)
+    for m, name in enumerate(METRICS):
+        path = out / f"metric-{name}.{ext}"
+        written.append(grid.save(report.chosen_means(m), name, METRIC_HELP[name], path))
+    for name, scores in _probe_scores(report).items():
+        path = out / f"metric-{name}.{ext}"
+        written.append(grid.save(scores, name, METRIC_HELP[name], path))
+    grid.close()
+    role_map = role_map_figure(report.roles, layers, heads, report.info.name, style)
+    written.append(save_figure(role_map, out / f"roles.{ext}", style))
+    examples: dict[str, Path] = {}
+    head_fig = HeadFigure(report.example, style)
+    for role, heads in report.strongest(1).items():
+        best = heads[0]
+        grid = report.example.pattern(best.layer, best.head)  # (T, T)
+        slug = role.replace(" ", "-")
+        path = out / f"example-{slug}-layer-{best.layer:02d}-head-{best.head:02d}.{ext}"
+        examples[role] = head_fig.save(grid, head_title(best.layer, best.head, grid), path)
+        written.append(examples[role])
+    head_fig.close()
+    sections: list[str] = []
+    if report.linguistics is not None:
+        sections = _write_linguistics(report, report.linguistics, out, style, written)
+    markdown = _markdown(report, examples, style, sections)
+    written.append(write_text_atomic(out / "report.md", markdown))
+    files = [str(path.relative_to(out.parent)) for path in written]
+    write_done(out, {"model": report.info.name, **asdict(style)}, {"files": files})
+    return written
+
+
+def _probe_scores(report: Report) -> dict[str, np.ndarray]:
+    """Each probe's scores over the chosen layers × heads (none for encoders)."""
+    import numpy as np
+
+    if report.probes is None:
+        return {}
+    pick = np.ix_(report.layers, report.heads)
+    return {name: report.probes.scores[p][pick] for p, name in enumerate(PROBES)}
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return table.getvalue()
+
+
+def _offset(k: int) -> str:
+    """A fixed relative offset in words: 'previous word (−1)', '3 words after (+3)'."""
+    if k == 0:
+        return "the word itself (0)"
+    where = "after" if k > 0 else "before"
+    if abs(k) == 1:
+        return f"{'next' if k > 0 else 'previous'} word ({k:+d})"
+    return f"{abs(k)} words {where} ({k:+d})"
+
+
+EXAMPLE_RELATIONS = 4  # relations drawn on an example sentence
+SYNTAX_FIELDS = ("relation", "direction", "layer", "head", "accuracy", "n", "baseline",
+                 "baseline_accuracy")  # fmt: skip
+
+
+def _write_linguistics(
+    report: Report, ling: Linguistics, out: Path, style: Style, written: list[Path]
+) -> list[str]:
+    """Write syntax.csv, syntax.json, coreference.csv and their figures into `out`; return
+    the report.md sections: Syntax, Coreference and the heads named for them."""
+    lines = []
+    if ling.notes:
+        lines += ["## The treebank", ""] + [f"- {note}" for note in ling.notes] + [""]
+    lines += ["## Syntax", ""]
+    if ling.syntax is None:
+        reason = (
+            "no arc joins two words the model saw"
+            if ling.has_syntax
+            else "the treebank has no syntax (its HEAD column is `_`)"
+        )
+        lines += [f"Not measured: {reason}.", ""]
+    else:
+        lines += _syntax_section(report, ling, ling.syntax, out, style, written)
+    lines += ["## Coreference", ""]
+    if ling.coreference is None:
+        reason = (
+            "no mention has an earlier mention of its entity in its sentence"
+            if ling.has_coreference
+            else "the treebank has no coreference (no `Entity=` in MISC)"
+        )
+        lines += [f"Not measured: {reason}.", ""]
+    else:
+        lines += _coreference_section(report, ling, ling.coreference, out, style, written)
+    named = [(r, report.linguistic_roles(r.layer, r.head)) for r in report.roles]
+    lines += [
+        "## Heads named for syntax and coreference",
+        "",
+        f"A head is named for a relation when its accuracy beats the relation's baseline by at "
+        f"least {100 * ling.margin:.0f} percentage points (--margin), on relations with at "
+        f"least {ling.min_count} arcs (mentions for coreference): `syntax:REL` for "
+        "dependent → head, `syntax:REL:h2d` for head → dependent.",
+        "",
+    ]
+    rows = [(_head(r.layer, r.head), r.role, ", ".join(n)) for r, n in named if n]
+    lines += _table(("head", "positional role", "named for"), rows) if rows else ["No head."]
+    return lines + [""]
+
+
+def _head(layer: int, head: int) -> str:
+    return f"layer {layer} · head {head}"
+
+
+def _syntax_section(
+    report: Report,
+    ling: Linguistics,
+    syntax: SyntaxResult,
+    out: Path,
+    style: Style,
+    written: list[Path],
+) -> list[str]:
+    from attnviz.analysis.linguistics import SHORT_DIRECTIONS
+    from attnviz.outputs.figures import relation_figure, save_figure
+
+    layers, heads = list(report.layers), list(report.heads)
+    rows = syntax.table(layers, heads)
+    header = ",".join(SYNTAX_FIELDS) + "\n"
+    table = _csv([asdict(r) for r in rows]) if rows else header
+    written.append(write_text_atomic(out / "syntax.csv", table))
+    written.append(write_text_atomic(out / "syntax.json", json.dumps(syntax.as_dict(), indent=1)))
+    lines = [
+        "For every arc of the treebank (dependent d, head h), a head is right when its",
+        "most-attended word from d is h (*dep → head*) or from h is d (*head → dep*); words",
+        "only, special tokens excluded. The baseline is the best fixed offset for the relation",
+        f"on the same arcs. Relations with at least {ling.min_count} arcs, the best head of each:",
+        "",
+    ]
+    lines += _table(
+        ("relation", "direction", "best head", "accuracy", "baseline", "baseline accuracy", "arcs"),
+        [
+            (r.relation, SHORT_DIRECTIONS[r.direction], _head(r.layer, r.head),
+             f"{r.accuracy:.1%}", _offset(r.baseline), f"{r.baseline_accuracy:.1%}", r.n)
+            for r in rows
+        ],
+    )  # fmt: skip
+    left_out = [
+        f"{rel} ({n})" for rel, n in zip(syntax.relations, syntax.arcs) if n < ling.min_count
+    ]
+    if left_out:
+        lines += ["", f"Left out, fewer than {ling.min_count} arcs: {', '.join(left_out)}."]
+    lines += [""]
+    counted = syntax.counted()
+    if counted:
+        accuracy = syntax.accuracy[:, counted][:, :, layers][:, :, :, heads]  # (2, R, l, h)
+        labels = [f"{syntax.relations[r]} ({int(syntax.arcs[r])})" for r in counted]
+        title = f"Syntax: accuracy of every head per relation — {report.info.name}"
+        panels = ("dependent → head", "head → dependent")
+        figure = relation_figure(accuracy, labels, panels, layers, heads, title, style)
+        path = save_figure(figure, out / f"syntax-heads.{style.fmt}", style)
+        written.append(path)
+        lines += [_figure("heads × relations", path), ""]
+    return lines + _syntax_examples(rows, ling, out, style, written)
+
+
+def _syntax_examples(
+    rows: list[SyntaxRow], ling: Linguistics, out: Path, style: Style, written: list[Path]
+) -> list[str]:
+    """The best head of the relations it beats the baseline on most, on a short sentence."""
+    from attnviz.analysis.linguistics import SHORT_DIRECTIONS, word_positions
+    from attnviz.outputs.figures import HeadFigure
+    from attnviz.outputs.files import slug
+
+    best: dict[str, SyntaxRow] = {}
+    for row in sorted(rows, key=lambda r: -r.gain):
+        if row.relation in ling.examples:
+            best.setdefault(row.relation, row)
+    chosen = list(best.values())[:EXAMPLE_RELATIONS]
+    if not chosen:
+        return []
+    lines = [
+        "### The best heads on an example",
+        "",
+        "The relation's arcs are outlined in red: the cell (dependent, head) for dep → head,",
+        "(head, dependent) for head → dep.",
+        "",
+    ]
+    for row in chosen:
+        att, sentence = ling.examples[row.relation]
+        positions = word_positions(att, len(sentence.words))  # word -> its row in the view
+        n = len(positions)
+        arcs = [
+            (int(positions[d]), int(positions[h]))
+            for d, (h, rel) in enumerate(zip(sentence.heads or (), sentence.relations or ()))
+            if rel == row.relation and 0 <= h < n and d < n
+        ]
+        marks = tuple(arcs if row.direction == "dependent-to-head" else [(h, d) for d, h in arcs])
+        grid = att.weights[row.layer, row.head]  # (W, W)
+        direction = SHORT_DIRECTIONS[row.direction]
+        title = (
+            f"{row.relation}, {direction}: {_head(row.layer, row.head)} · right on "
+            f"{row.accuracy:.0%} of {row.n} arcs"
+        )
+        name = f"syntax-{slug(row.relation)}-layer-{row.layer:02d}-head-{row.head:02d}.{style.fmt}"
+        figure = HeadFigure(att, style)
+        written.append(figure.save(grid, title, out / name, marks))
+        figure.close()
+        lines += [f"**{row.relation}** ({direction})", "", _figure(row.relation, out / name), ""]
+    return lines
+
+
+def _coreference_section(
+    report: Report,
+    ling: Linguistics,
+    coreference: CorefResult,
+    out: Path,
+    style: Style,
+    written: list[Path],
+) -> list[str]:
+    import numpy as np
+
+    from attnviz.outputs.figures import MetricGrid
+
+    layers, heads = list(report.layers), list(report.heads)
+    per_head = [
+        {"layer": layer, "head": head, "accuracy": float(coreference.accuracy[layer, head]),
+         "n": coreference.mentions}
+        for layer in layers for head in heads
+    ]  # fmt: skip
+    written.append(write_text_atomic(out / "coreference.csv", _csv(per_head)))
+    grid = MetricGrid(layers, heads, report.info.name, style)
+    path = out / f"coreference.{style.fmt}"
+    help_text = (
+        "most-attended earlier word is an antecedent; nearest-mention baseline "
+        f"{coreference.baseline_accuracy:.2f}"
+    )
+    written.append(grid.save(coreference.accuracy[np.ix_(layers, heads)], "coreference",
+                             help_text, path))  # fmt: skip
+    grid.close()
+    top = sorted(per_head, key=lambda r: -r["accuracy"])[:3]
+    lines = [
+        f"**{coreference.mentions} mentions** have an antecedent (an earlier mention of the",
+        "same entity in the sentence). A head is right when the mention's head word's",
+        "most-attended earlier word is the head word of one of them. Baseline, the nearest",
+        f"earlier mention: **{coreference.baseline_accuracy:.1%}**.",
+        "",
+    ]
+    lines += _table(
+        ("head", "accuracy", "mentions"),
+        [(_head(r["layer"], r["head"]), f"{r['accuracy']:.1%}", r["n"]) for r in top],
+    )
+    if coreference.mentions < ling.min_count:
+        lines += ["", f"Fewer than {ling.min_count} mentions (--min-count): too few to name a "
+                  "head for coreference."]  # fmt: skip
+    return lines + ["", _figure("coreference accuracy", path), ""]
+
+
+def _cell(value: object) -> str:
+    """A Markdown table cell: pipes escaped, so `|i − j|` stays inside its cell."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> list[str]:
+    """A Markdown table, every cell escaped."""
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return lines
+
+
+def _figure(alt: str, path: Path) -> str:
+    """An embedded image; a PDF, which Markdown viewers cannot embed, as a link."""
+    if path.suffix == ".pdf":
+        return f"[{alt} (PDF)]({path.name})"
+    return f"![{alt}]({path.name})"
+
+
+def _markdown(report: Report, examples: dict[str, Path], style: Style, sections: list[str]) -> str:
+    info = report.info
+    ext = style.fmt
+    every = len(report.layers) == info.n_layers and len(report.heads) == info.n_heads
+    chosen = (
+        ""
+        if every
+        else (
+            f" This report covers layers {', '.join(map(str, report.layers))} and heads "
+            f"{', '.join(map(str, report.heads))}."
+        )
+    )
+    lines = [
+        f"# What each attention head does: {info.name}",
+        "",
+        f"{info.architecture}, {info.n_layers} layers × {info.n_heads} heads. Metrics are means "
+        f"over **{report.queries} non-special query {report.unit}s** of **{report.sentences} "
+        f"sentences**; each is a quantity of one query's attention row a (a[j] is the weight "
+        f"query i gives key j).{chosen}",
+        "",
+    ]
+    if report.skipped:
+        lines += [f"Skipped: {len(report.skipped)} sentence(s) longer than the model takes.", ""]
+    lines += ["## Roles", "", _figure("role map", Path(f"roles.{ext}")), ""]
+    lines += [
+        "A head takes the first of these roles whose score reaches its threshold; among the",
+        "single-target roles (previous … punctuation) the one cleared by the widest margin wins;",
+        "a head that reaches none is *mixed*.",
+        "",
+    ]
+    lines += _table(
+        ("role", "score (metric)", "threshold"),
+        [(name, role.metric, f"{report.thresholds.values[name]:.2f}")
+         for name, role in ROLES.items()],
+    )  # fmt: skip
+    lines += ["", "### Strongest heads of each role", ""]
+    lines += _table(
+        ("role", "head", "score"),
+        [(role, f"layer {h.layer} · head {h.head}", f"{h.score:.3f}")
+         for role, heads in report.strongest(3).items() for h in heads],
+    )  # fmt: skip
+    counts: dict[str, int] = {}
+    for role in report.roles:
+        counts[role.role] = counts.get(role.role, 0) + 1
+    lines += ["", "Heads per role: " + ", ".join(f"{r} {n}" for r, n in sorted(counts.items())), ""]
+    if examples:
+        scale = "each head scaled to its max" if style.scale == "head" else "colour 0–1"
+        lines += [
+            "### The strongest head of each role on an example",
+            "",
+            f"Example: “{report.example.text}”. Rows are queries, columns keys; {scale}.",
+            "",
+        ]
+        for role, path in examples.items():
+            lines += [f"**{role}**", "", _figure(role, path), ""]
+    probed = list(_probe_scores(report))
+    if report.probes is not None:
+        probes = report.probes
+        lines += [
+            "## Decoder probes: induction and duplicate-token heads",
+            "",
+            f"{probes.sequences} sequences of {probes.length} random tokens, each repeated once "
+            f"after BOS (seed {probes.as_dict()['seed']}): [BOS] t_1 … t_n t_1 … t_n. For each "
+            "token of the second repeat, *induction* is its attention to the token right after "
+            "its earlier occurrence, *duplicate* its attention to the earlier occurrence itself "
+            "(means over the second repeat). The model's next-token loss falls from "
+            f"**{probes.loss_first:.2f} nats** on the first repeat to "
+            f"**{probes.loss_second:.2f} nats** on the second: the drop is in-context copying, "
+            "the work of induction heads.",
+            "",
+        ]
+    lines += sections
+    lines += ["## Metrics", ""]
+    names = [*METRICS, *probed]
+    lines += _table(("metric", "definition"), [(n, METRIC_HELP[n]) for n in names])
+    lines += [""]
+    for name in names:
+        lines += [_figure(name, Path(f"metric-{name}.{ext}")), ""]
+    lines += ["Every number: `heads.csv` and `heads.json` (one row per layer and head).", ""]
+    return "\n".join(lines)
