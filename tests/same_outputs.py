@@ -41,7 +41,6 @@ cache of its own (then the conversion itself runs, about 45 s more per checkout)
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import re
 import shutil
@@ -51,7 +50,8 @@ import tempfile
 import time
 from pathlib import Path
 
-# The first 12 lines of samples/sentences.txt, written into each run folder under this name.
+# The first 12 sample sentences (attnviz/data/sentences.txt), written into each run folder
+# under this name.
 SENTENCES = "sentences-12.txt"
 QUICK = "The quick brown fox jumps over the lazy dog because it was bored."
 DOOR = "Why would anyone leave the door open in the middle of winter?"
@@ -179,9 +179,13 @@ def where_different(a: bytes, b: bytes) -> str:
     except UnicodeDecodeError:
         offset = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         return f"{len(a)} vs {len(b)} bytes, first difference at byte {offset}"
-    for tag, i1, _, j1, _ in difflib.SequenceMatcher(None, lines_a, lines_b).get_opcodes():
-        if tag != "equal":
-            return f"first difference at line {i1 + 1} (base) / {j1 + 1} (new)"
+    # The first differing line, not a diff: a page's data line is megabytes long.
+    for number, (x, y) in enumerate(zip(lines_a, lines_b), start=1):
+        if x != y:
+            column = next((i for i, (c, d) in enumerate(zip(x, y)) if c != d), min(len(x), len(y)))
+            return f"first difference at line {number}, column {column + 1}"
+    if len(lines_a) != len(lines_b):
+        return f"{len(lines_a)} vs {len(lines_b)} lines"
     return "line endings differ"
 
 
@@ -218,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     base, new = checked_root(args.base), checked_root(args.new)
-    sample = base / "samples" / "sentences.txt"
+    # The sample sentences moved into the package (attnviz/data/) after 9766dd9.
+    places = (base / "attnviz" / "data" / "sentences.txt", base / "samples" / "sentences.txt")
+    sample = next(path for path in places if path.is_file())
     sentences = "".join(sample.read_text(encoding="utf-8").splitlines(keepends=True)[:12])
 
     work = Path(args.work).resolve() if args.work else Path(tempfile.mkdtemp(prefix="same-"))

@@ -14,6 +14,7 @@ from attnviz.errors import InputError
 ANIMAL = "The animal didn't cross the street because it was too tired."
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_weights_equal_transformers_own_output_attentions():
     import torch
     from transformers import AutoModel, AutoTokenizer
@@ -49,6 +50,7 @@ def test_views_and_the_model_is_loaded_once(monkeypatch):
     assert "[CLS]" not in hidden.tokens and np.allclose(hidden.weights.sum(-1), 1, atol=1e-5)
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_methods_return_figures_and_write_nothing(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
 

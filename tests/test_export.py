@@ -43,6 +43,7 @@ def _all_images_whole(root):
     return len(images)
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_tree_manifest_and_counts(tiny_model_dirs, tmp_path):
     result = _export(tiny_model_dirs["bert"], tmp_path)
     assert result.exit_code == 0, result.output
@@ -77,6 +78,7 @@ def test_batched_export_equals_unbatched_attention(tiny_model_dirs, loaded_tiny,
         assert tuple(raw["tokens"]) == alone.tokens
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_rerun_skips_complete_and_overwrite_redoes(tiny_model_dirs, tmp_path):
     tiny = tiny_model_dirs["bert"]
     assert _export(tiny, tmp_path, "--figures", "heads").exit_code == 0
@@ -100,6 +102,7 @@ def test_rerun_skips_complete_and_overwrite_redoes(tiny_model_dirs, tmp_path):
     assert heads == [f"layer-01-head-0{h}.png" for h in range(4)]  # old files were removed
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_jobs_give_the_same_files(tiny_model_dirs, tmp_path):
     tiny = tiny_model_dirs["bert"]
     assert _export(tiny, tmp_path / "one").exit_code == 0

@@ -110,6 +110,7 @@ def test_layout_adapts_to_length():
         assert n <= side_px <= max(n, 1024)
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_render_text_writes_all_files_in_each_format(tmp_path):
     att = _random_attention(np.random.default_rng(3))
     for fmt in ("png", "svg", "pdf"):

@@ -112,6 +112,7 @@ def test_inside_steps_are_mha_and_match_the_model(inside, att, bundled):
     assert np.allclose(ours.probs[0, 5].numpy(), att.weights[1, 5], atol=1e-5)
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_long_text_page_is_quantised_small_and_says_so(bundled):
     from attnviz.analysis.inside import inside_of
     from attnviz.core.extract import extract

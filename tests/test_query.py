@@ -69,6 +69,7 @@ def test_query_view_reads_the_query_row():
     assert [h.best.weight for h in ranked] == sorted(h.best.weight for h in view.heads)[::-1][:3]
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_show_query_map_json_and_figure(bundled, tmp_path):
     from attnviz.core.extract import extract
 

@@ -30,6 +30,7 @@ def _files(folder, written):
     )
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 @pytest.mark.parametrize("kinds", [render.KINDS, ("heads",), ("overview", "layers")])
 def test_workers_write_the_same_bytes_as_one_process(tmp_path, kinds):
     att = _attention()
@@ -170,6 +171,7 @@ def test_workers_leave_when_the_main_process_is_killed(tiny_model_dirs, tmp_path
     assert not alive
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_every_file_render_writes_is_named_as_a_text_file(tmp_path):
     """clear_previous(text_folder=True) finds an interrupted run's files by their names."""
     from attnviz.outputs.files import TEXT_FILES

@@ -15,6 +15,7 @@ runner = CliRunner()
 SENTENCE = "The quick brown fox jumps over the lazy dog because it was bored."
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_report_on_tiny_models_writes_everything(tiny_model_dirs, tmp_path):
     for arch in ("bert", "gpt2"):
         out = tmp_path / arch
@@ -51,6 +52,7 @@ def test_json_output_and_word_view(tiny_model_dirs, tmp_path):
     )
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_report_numbers_and_figures_match_show(bundled, tmp_path):
     from attnviz.core.extract import extract
 
@@ -122,6 +124,7 @@ def test_report_md_tables_keep_their_cells(tiny_model_dirs, tmp_path):
     assert "<td>Σ a[j] over non-special tokens with |i − j| ≤ 2</td>" in html
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_report_layer_head_and_format(tiny_model_dirs, tmp_path):
     out = tmp_path / "r"
     result = runner.invoke(

@@ -27,6 +27,7 @@ def ewt_report(tmp_path_factory):
     return out, result.output
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_files_table_and_roles(ewt_report):
     out, output = ewt_report
     text = " ".join(output.split())
@@ -68,6 +69,7 @@ def test_files_table_and_roles(ewt_report):
     assert any(named.values()) and heads[0]["role"]  # positional roles are still there
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_numbers_match_a_plain_loop(ewt_report, bundled):
     from attnviz.analysis.transforms import word_view
     from attnviz.core.extract import extract_many
@@ -100,6 +102,7 @@ def test_numbers_match_a_plain_loop(ewt_report, bundled):
     )
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_pronoun_set_coreference(tmp_path):
     result = runner.invoke(
         app, ["report", "--treebank", str(PRONOUNS), "-o", str(tmp_path), "--min-count", "20",

@@ -124,6 +124,7 @@ def test_python_dash_m_runs_the_cli():
     assert done.returncode == 0 and "show" in done.stdout
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_a_folder_holds_only_its_last_run(tmp_path):
     text = "Stale files are confusing."
     assert invoke("show", text, "-o", tmp_path).exit_code == 0

@@ -143,6 +143,7 @@ def test_cli_refuses_malformed_treebank_and_writes_nothing(tiny_model_dirs, tmp_
     assert both.exit_code == 2 and "not both" in both.output
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_cli_reads_stdin_and_says_what_is_missing(tiny_model_dirs, tmp_path):
     plain = [
         [r.rsplit(" ", 1)[0] + " _" if r[0] != "#" else r for r in s] for s in (OLD_MAN, FRIEND)
@@ -163,6 +164,7 @@ def test_cli_reads_stdin_and_says_what_is_missing(tiny_model_dirs, tmp_path):
     assert "## Syntax" in markdown and "Not measured: the treebank has no coreference" in markdown
 
 
+@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_cli_long_sentences_skipped_or_cut(tiny_model_dirs, tmp_path):
     long = ["# text = long"] + [f"{i} w{i} _ _ _ _ {i - 1} dep _ _" for i in range(1, 81)]
     source = tmp_path / "long.conllu"
