@@ -76,7 +76,11 @@ class Attention(core.Attention):
 
         # The inside view needs each layer's input, which `attention()` does not keep: this
         # runs the text once more (`attnviz show --html` gets both from one pass).
-        loaded = (self.source or models.model(self.info.name)).load()
+        if self.source is None:
+            raise InputError(
+                "this Attention has no model to read it again: make it with attention()"
+            )
+        loaded = self.source.load()
         encoded = encode(loaded, self.text, self.truncated, self.pair)
         inside = inside_of(loaded, encoded)
         return build_page(self, inside=inside, scale=scale, cmap=cmap, segments=self.segments)

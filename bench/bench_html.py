@@ -24,12 +24,12 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     from attnviz.analysis.inside import inside_of
+    from attnviz.core import models
     from attnviz.core.extract import extract
-    from attnviz.core.models import cached_model
     from attnviz.core.tokens import encode
     from attnviz.outputs.html import build_page
 
-    loaded = cached_model()
+    loaded = models.model().load()
     texts = {
         "16-token sentence": (SENTENCE, False),
         "512-token text": (" ".join(CORPUS.read_text(encoding="utf-8").split("\n")), True),

@@ -365,8 +365,3 @@ def model(name: str | None = None, device: str = "auto") -> Model:
     calling the API again and again, loads the model once."""
     with _MODELS_LOCK:
         return _MODELS.setdefault((name, device), Model(name, device))
-
-
-def cached_model(name: str | None = None, device: str = "auto") -> LoadedModel:
-    """`load_model`, once per (model, device) in this process."""
-    return model(name, device).load()
