@@ -60,21 +60,26 @@ class InsideSteps:
     does), with RoPE, grouped K/V heads and sliding windows where the model has them.
 
     Each text is cropped to its own tokens first (batches are right-padded), so its numbers
-    are those of its own positions 0…n−1.
+    are those of its own positions 0…n−1. A text the page leaves the view out for (over
+    INSIDE_BUDGET, or an architecture the from-scratch attention cannot read) gets the reason
+    from `result` instead, and costs the pass nothing.
     """
 
     def __init__(self, loaded: LoadedModel, batch: Sequence[Encoded]) -> None:
         from attnviz.core import adapters
+        from attnviz.errors import UnsupportedModelError
 
-        # The weights are read up front: an unsupported architecture refuses before the pass.
-        self.weights = [
-            adapters.layer_weights(loaded.model, layer).to_cpu().double()
-            for layer in range(loaded.info.n_layers)
-        ]
         self.causal = loaded.info.causal
         self.batch = list(batch)
-        # A text over the page's budget gets the reason instead of numbers.
         self.reasons = [left_out(loaded.info, len(encoded)) for encoded in self.batch]
+        try:  # the weights are read up front: an unsupported architecture refuses here
+            self.weights = [
+                adapters.layer_weights(loaded.model, layer).to_cpu().double()
+                for layer in range(loaded.info.n_layers)
+            ]
+        except UnsupportedModelError as error:
+            self.weights = []
+            self.reasons = [f"left out: {error}"] * len(self.batch)
         every_layer = range(loaded.info.n_layers)
         needed = any(reason is None for reason in self.reasons)
         self.wants = {layer: ("input", "probs") for layer in every_layer} if needed else {}
@@ -115,27 +120,13 @@ class InsideSteps:
         return Inside(self.batch[row].tokens, q, k, v, errors, tuple(steps["scores"]))
 
 
-def inside_steps(loaded: LoadedModel, batch: Sequence[Encoded]) -> InsideSteps | str:
-    """A recorder for the inside-one-head numbers of `batch`, to pass to `attend(also=…)`, or
-    why the page leaves them out for every text (an architecture the from-scratch attention
-    cannot read)."""
-    from attnviz.errors import UnsupportedModelError
-
-    try:
-        return InsideSteps(loaded, batch)
-    except UnsupportedModelError as error:
-        return f"left out: {error}"
-
-
 def inside_of(loaded: LoadedModel, encoded: Encoded) -> Inside | str:
     """The inside-one-head numbers of one text by a forward pass of their own (for an
     Attention made without them: a notebook's `to_html()`), or why they are left out."""
     from attnviz.core import capture
     from attnviz.core.tokens import pad
 
-    steps = inside_steps(loaded, [encoded])
-    if isinstance(steps, str):
-        return steps
+    steps = InsideSteps(loaded, [encoded])
     if steps.wants:
         capture.run(loaded, pad(loaded, [encoded]), [steps])
     return steps.result()

@@ -302,14 +302,13 @@ def _attention(
 ) -> Iterator[tuple[Attention, Inside | str | None]]:
     """Each text's attention, and with `inside` its inside-one-head numbers from the same
     batched forward pass (the page's inside view), in order."""
-    from attnviz.analysis.inside import inside_steps
+    from attnviz.analysis.inside import InsideSteps
     from attnviz.core.extract import attend, batched
 
     for batch in batched(encoded, batch_size):
-        steps = inside_steps(loaded, batch) if inside else None
-        recorders = [] if steps is None or isinstance(steps, str) else [steps]
-        for row, att in enumerate(attend(loaded, batch, layers, also=recorders)):
-            yield att, steps if steps is None or isinstance(steps, str) else steps.result(row)
+        steps = InsideSteps(loaded, batch) if inside else None
+        for row, att in enumerate(attend(loaded, batch, layers, also=[steps] if steps else [])):
+            yield att, steps.result(row) if steps else None
 
 
 def _figures(record: Record) -> int:

@@ -90,7 +90,7 @@ def show(
 
         start_workers(jobs)  # they import matplotlib while this process imports torch
 
-    from attnviz.analysis.inside import inside_steps
+    from attnviz.analysis.inside import InsideSteps
     from attnviz.analysis.query import find_query, query_view
     from attnviz.analysis.summary import summarise
     from attnviz.analysis.transforms import transform
@@ -103,9 +103,8 @@ def show(
     loaded = model.load()
     encoded = encode(loaded, text, truncate, pair)
     # The page's inside view takes each layer's input from the same forward pass.
-    inside = inside_steps(loaded, [encoded]) if folder is not None and html else None
-    recorders = [] if inside is None or isinstance(inside, str) else [inside]
-    attended = attend(loaded, [encoded], layers, also=recorders)[0]
+    inside = InsideSteps(loaded, [encoded]) if folder is not None and html else None
+    attended = attend(loaded, [encoded], layers, also=[inside] if inside else [])[0]
     shown = transform(attended, words, hide_special_tokens)
     chosen_layers = shown.info.pick_layers(layers)
     chosen_heads = shown.info.pick_heads(heads)
@@ -131,7 +130,7 @@ def show(
             page = write_page(
                 shown,
                 folder / "attention.html",
-                inside=inside if isinstance(inside, str) else inside.result(),
+                inside=inside.result(),
                 scale=style.scale,
                 cmap=style.cmap,
                 segments=shown.segments,
