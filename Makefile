@@ -5,7 +5,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed
 SENTENCE ?= The quick brown fox jumps over the lazy dog because it was bored.
 
-.PHONY: demo test test-fast bench lint same-outputs clean
+.PHONY: demo test test-fast bench lint docs mutate same-outputs clean
 
 # torch first and pinned: this is the CPU wheel the machines carry; an unpinned
 # torch pulls a multi-GB CUDA build. The bundled model declares
@@ -55,6 +55,16 @@ same-outputs: $(STAMP)
 	rm -rf /tmp/attnviz-base && git worktree add --detach /tmp/attnviz-base $(BASE)
 	$(PY) tests/same_outputs.py /tmp/attnviz-base . ; status=$$?; \
 	git worktree remove --force /tmp/attnviz-base; exit $$status
+
+# Every sample output shown in README.md and docs/ comes from a real run: this rewrites them.
+# tests/test_docs.py fails when a shown output no longer matches what the command prints.
+docs: $(STAMP)
+	$(PY) docs/generate.py
+
+# Mutation testing of the numeric core (slow: not part of CI); see docs/development.md.
+mutate: $(STAMP)
+	$(PIP) mutmut==3.8.1
+	$(VENV)/bin/mutmut run; $(VENV)/bin/mutmut results
 
 clean:
 	rm -rf $(VENV) attnviz-out
