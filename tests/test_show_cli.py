@@ -30,7 +30,7 @@ def test_show_bundled_writes_every_figure_and_summary(tmp_path):
     assert not list(folder.glob(".*.part"))
     with Image.open(folder / "layer-00-head-00.png") as image:
         assert image.format == "PNG" and min(image.size) > 200
-    assert "Most-attended non-special token per head" in result.output
+    assert "What each head does on this text" in result.output
     assert "L5" in result.output and "H11" in result.output
     assert "wrote 79 images" in result.output
 
@@ -44,17 +44,25 @@ def test_show_json_matches_extraction(tmp_path, bundled):
     data = json.loads(result.stdout)
     assert data["model"]["n_heads"] == 12 and len(data["heads"]) == 1
     head = data["heads"][0]
-    received = extract(bundled, text).weights[1, 4].mean(axis=0)
+    att = extract(bundled, text)
+    grid = att.weights[1, 4]
+    queries = [i for i in range(len(att.tokens)) if not att.special[i]]
+    received = grid[queries].mean(axis=0)  # an encoder's query sees every key
     best = int(np.argmax(received))
     assert head["top"][0]["index"] == best
     assert head["top"][0]["weight"] == pytest.approx(float(received[best]), abs=1e-6)
     assert len(head["top"]) == 2
+    previous = np.mean([grid[i, i - 1] for i in queries])
+    assert head["scores"]["previous-token"] == pytest.approx(float(previous), abs=1e-6)
+    assert head["pattern"]["role"] in {*head["scores"], "token", "mixed"}
+    assert "non-special queries" in data["averaged"]
 
 
 def test_single_head_draws_terminal_heatmap_and_detail(tmp_path):
     result = invoke("show", "Birds sing.", "--no-images", "-l", 0, "-H", 2)
     assert result.exit_code == 0, result.output
-    assert "What each head attends to" in result.output
+    assert "What each head does on this text" in result.output
+    assert "previous-token" in result.output  # layer 0 head 2
     assert "layer 0 · head 2: each row is a query token" in result.output
     assert "scale 0" in result.output
 

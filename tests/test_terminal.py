@@ -31,28 +31,51 @@ def test_detail_table_golden():
     att = _attention()
     console = _console()
     terminal.print_head_details(console, att, summarise(att, [0], [0, 1], top_k=2))
+    # Head 0: queries a and b look at the previous token (1.00); keys averaged over a and b:
+    # [CLS] (1 + 0) / 2, a (0 + 1) / 2. Head 1: 0.7 on [CLS] from every query.
     assert [line.rstrip() for line in console.file.getvalue().splitlines()] == [
-        "What each head attends to",
-        "┏━━━┳━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
-        "┃ L ┃ H ┃ top tokens (mean attention received) ┃ strongest link (query → key) ┃",
-        "┡━━━╇━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩",
-        "│ 0 │ 0 │ [CLS] .50 · a .25                    │ [CLS] @0 → [CLS] @0 1.00     │",
-        "│ 0 │ 1 │ [CLS] .70 · a .10                    │ [CLS] @0 → [CLS] @0 .70      │",
-        "└───┴───┴──────────────────────────────────────┴──────────────────────────────┘",
+        "What each head does on this text",
+        "┏━━━┳━━━┳━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
+        "┃ L ┃ H ┃ does                 ┃ top keys (mean weight) ┃ strongest link (query → key) ┃",
+        "┡━━━╇━━━╇━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩",
+        "│ 0 │ 0 │ previous-token 1.00  │ [CLS] .50 · a .50      │ b → a 1.00                   │",
+        "│ 0 │ 1 │ first-token sink .70 │ [CLS] .70 · a .10      │ a → a .10                    │",
+        "└───┴───┴──────────────────────┴────────────────────────┴──────────────────────────────┘",
     ]
 
 
-def test_head_map_reports_special_share_and_top_other_token():
+def test_head_map_reports_special_share_and_each_heads_pattern():
     att = _attention()
     console = _console()
     terminal.print_head_map(console, att, summarise(att, [0], [0, 1]), [0], [0, 1])
     out = console.file.getvalue()
-    # Head 0 sends half of its attention to [CLS] (rows 0 and 1), head 1 sends 0.7 + 0.1.
+    # Head 0's queries a and b send 1 and 0 to [CLS]; head 1's send 0.7 + 0.1 to specials.
     assert "Special tokens take 65% of attention on average (50%–80% per head)" in out
     lines = out.splitlines()
     row = next(i for i, line in enumerate(lines) if line.startswith("L0"))
-    assert lines[row].split() == ["L0", "a", "a"]
-    assert lines[row + 1].split() == [".25", ".10"]
+    assert lines[row].split() == ["L0", "prev", "[CLS]"]
+    assert lines[row + 1].split() == ["1.00", ".70"]
+
+
+def test_head_map_fits_80_columns_at_512_tokens():
+    rng = np.random.default_rng(0)
+    n = 512
+    weights = rng.random((2, 12, n, n))
+    weights[0, 0] = np.eye(n, k=-1)  # previous token ([CLS], first, looks at itself)
+    weights[0, 0, 0, 0] = 1.0
+    weights /= weights.sum(-1, keepdims=True)
+    tokens = ["[CLS]", *(f"w{i}" for i in range(n - 2)), "[SEP]"]
+    att = synthetic_attention(weights, tokens, special=[1] + [0] * (n - 2) + [1])
+    console = _console(width=80)
+    terminal.print_header(console, att)
+    terminal.print_head_map(console, att, summarise(att, [0, 1], list(range(12))), [0, 1],
+                            list(range(12)))  # fmt: skip
+    lines = console.file.getvalue().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert "… 432 more (--json lists all) …" in " ".join(lines)
+    row = next(i for i, line in enumerate(lines) if line.startswith("L0"))
+    assert lines[row].split()[1] == "prev" and lines[row + 1].split()[0] == "1.00"
+    assert len(lines[row].split()) == 13  # L0 and 12 cells, none lost
 
 
 def test_heatmap_shades_without_colour():

@@ -211,6 +211,47 @@ class MetricSums:
             return self.sums / self.counts[:, None, None]
 
 
+# A text's own repeats score induction only when this many queries repeat an earlier token.
+MIN_REPEATS = 3
+
+
+def repeat_scores(att: Attention) -> tuple[np.ndarray, int]:
+    """Induction and duplicate-token scores of every head on this text's own repeats,
+    (2, L, H), and how many queries they average over (0: no scores, all zero).
+
+    The probes' recipe (`probe_scores`) applied to ordinary text: a non-special query i whose
+    token occurred before, at positions j < i, gives
+
+        induction   Σ a[j + 1] over those j with j + 1 < i   (the token after each earlier
+                                                             occurrence: "A B … A → B")
+        duplicate   Σ a[j]                                   (the earlier occurrences)
+
+    each averaged over the queries that have an earlier occurrence (for induction, one with
+    j + 1 < i). Tokens are compared by their labels, exactly.
+    """
+    import numpy as np
+
+    n_layers, n_heads, n = att.weights.shape[:3]
+    induction = np.zeros((n, n))  # (query, key) 1 where the key follows an earlier occurrence
+    duplicate = np.zeros((n, n))  # (query, key) 1 at the earlier occurrences
+    for i in np.flatnonzero(~att.special):
+        for j in range(i):
+            if att.tokens[j] == att.tokens[i] and not att.special[j]:
+                duplicate[i, j] = 1.0
+                if j + 1 < i:
+                    induction[i, j + 1] = 1.0
+    scores = np.zeros((2, n_layers, n_heads))
+    counted = int(induction.any(axis=1).sum())
+    if counted < MIN_REPEATS:
+        return scores, 0
+    weights = att.weights.astype(np.float64)  # (L, H, T, T)
+    for slot, mask in enumerate((induction, duplicate)):
+        queries = mask.any(axis=1)  # (T,)
+        summed = np.einsum("lhqk,qk->lh", weights[:, :, queries], mask[queries])
+        scores[slot] = summed / queries.sum()
+    return scores, counted
+
+
 def repeated_random_tokens(
     vocabulary: np.ndarray, n_sequences: int, length: int, seed: int, bos: int | None
 ) -> np.ndarray:

@@ -49,7 +49,9 @@ class QueryView:
         return {"index": self.index, "token": self.token}
 
 
-def _normal(token: str) -> str:
+def normal_form(token: str) -> str:
+    """How --query compares tokens, and the terminal finds repeated ones: case-insensitive,
+    word pieces without their "##"."""
     return token.removeprefix("##").strip().lower()
 
 
@@ -78,10 +80,12 @@ def find_query(att: Attention, query: str) -> int:
     word, occurrence = (match.group(1), int(match.group(2))) if match else (query, 1)
     if not word or occurrence < 1:
         raise InputError(f"query '{query}' is empty; give a {att.unit}, {att.unit}#N or a position")
-    found = [i for i, token in enumerate(att.tokens) if _normal(token) == _normal(word)]
+    found = [i for i, token in enumerate(att.tokens) if normal_form(token) == normal_form(word)]
     if not found:
         hint = ""
-        if att.unit == "token" and any(_normal(w) == _normal(word) for w in att.word_labels):
+        if att.unit == "token" and any(
+            normal_form(w) == normal_form(word) for w in att.word_labels
+        ):
             hint = " (it is split into pieces here: pass --words to query whole words)"
         raise InputError(
             f"no {att.unit} '{word}' in this text{hint}; {att.unit}s: {_token_list(att)}"

@@ -73,6 +73,7 @@ class ModelSpec(_HeadRanges):
     n_heads: int
     max_tokens: int | None
     tokenizer_file: Path | None
+    causal: bool = False
 
     def count_tokens(self, text: str) -> int | None:
         """Tokens of `text` with the special tokens the model adds, or None without a
@@ -93,6 +94,11 @@ class ModelSpec(_HeadRanges):
         n_tokens = self.count_tokens(text)
         if n_tokens is not None and n_tokens > self.max_tokens:
             raise too_long(n_tokens, self.max_tokens)
+
+
+def pair_needs_encoder(name: str) -> InputError:
+    """The error for --pair on a decoder, which reads no sentence pairs."""
+    return InputError(f"--pair needs an encoder that reads sentence pairs; {name} is a decoder")
 
 
 def too_long(n_tokens: int, limit: int) -> TextTooLongError:
@@ -246,6 +252,7 @@ def describe(name: str | None = None) -> ModelSpec | None:
         n_heads=n_heads,
         max_tokens=_limit(config.get("model_type"), positions, config.get("pad_token_id"), limit),
         tokenizer_file=_local_file(source, "tokenizer.json"),
+        causal=config.get("model_type") in DECODER_TYPES,
     )
 
 
@@ -331,18 +338,28 @@ class Model:
         self._loaded: LoadedModel | None = None
         self._lock = threading.Lock()
 
+    @property
+    def folder_key(self) -> str | None:
+        """What tells this model's output folders from another's: None for the bundled one
+        (whose folders are named by the text alone), else the name as given."""
+        return None if self.name in (None, DEFAULT_MODEL) else self.name
+
     def refuse_early(
         self,
         layers: list[int] | None = None,
         heads: list[int] | None = None,
         text: str | None = None,
         truncate: bool = False,
+        pair: str | None = None,
     ) -> None:
-        """Refuse an out-of-range layer or head and a too-long text from the model's files
-        alone; what the files cannot tell is checked again after loading."""
+        """Refuse an out-of-range layer or head, a too-long text and a sentence pair for a
+        decoder from the model's files alone; what the files cannot tell is checked again
+        after loading."""
         spec = describe(self.name)
         if spec is None:
             return
+        if pair is not None and spec.causal:
+            raise pair_needs_encoder(spec.name)
         spec.pick_layers(layers)
         spec.pick_heads(heads)
         if text is not None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from attnviz.core.attention import Encoded, require_text
-from attnviz.core.models import too_long
+from attnviz.core.models import pair_needs_encoder, too_long
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
@@ -28,10 +28,7 @@ def encode(
     if pair is not None:
         require_text(pair, "the --pair sentence")
         if loaded.info.causal:
-            raise InputError(
-                f"--pair needs an encoder that reads sentence pairs; {loaded.info.name} is a "
-                "decoder"
-            )
+            raise pair_needs_encoder(loaded.info.name)
     tokenizer = loaded.tokenizer
     bos = _bos_to_add(loaded)
     limit = loaded.info.max_tokens - (bos is not None)

@@ -76,13 +76,15 @@ def slug(text: str, max_len: int = 40) -> str:
     return words[:max_len].rstrip("-") or "text"
 
 
-def text_folder_name(text: str, max_len: int = 40) -> str:
-    """A folder name unique to `text`: a readable slug and 8 hex digits of the text's hash.
+def text_folder_name(text: str, max_len: int = 40, *context: str | None) -> str:
+    """A folder name unique to `text` and its `context` (the model, a sentence pair): a
+    readable slug of the text and 8 hex digits of a hash of all of them.
 
-    Texts that share their first words (or have no ASCII letters at all) still get distinct
-    folders.
+    Texts that share their first words (or have no ASCII letters at all), or one text read by
+    two models, still get distinct folders.
     """
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+    keyed = "\n".join([text, *(c for c in context if c is not None)]) if context else text
+    digest = hashlib.sha256(keyed.encode("utf-8")).hexdigest()[:8]
     return f"{slug(text, max_len)}-{digest}"
 
 

@@ -9,7 +9,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnviz.analysis.roles import EVERY_ROLE
+from attnviz.analysis.metrics import PROBES
+from attnviz.analysis.query import normal_form
+from attnviz.analysis.roles import EVERY_ROLE, MIXED, ROLES
+from attnviz.analysis.summary import AGREE, TOKEN
 
 if TYPE_CHECKING:
     from attnviz.analysis.check import CheckResult
@@ -42,18 +45,20 @@ def _fit(label: str, width: int) -> str:
 
 
 def _repeated(att: Attention) -> set[str]:
-    """Tokens that occur more than once: labels of these carry their position."""
+    """Tokens that occur more than once, by --query's rule (case-insensitive, word pieces
+    without their "##"): labels of these carry their position."""
     seen: set[str] = set()
     twice: set[str] = set()
     for token in att.tokens:
-        (twice if token in seen else seen).add(token)
+        form = normal_form(token)
+        (twice if form in seen else seen).add(form)
     return twice
 
 
 def _label(att: Attention, index: int, width: int, repeated: set[str]) -> str:
     """A token as shown in a cell of `width`: `the@7` when "the" occurs more than once."""
     token = att.tokens[index]
-    if token not in repeated:
+    if normal_form(token) not in repeated:
         return _fit(token, width)
     where = f"@{index}"
     return _fit(token, max(width - len(where), 1)) + where
@@ -61,6 +66,10 @@ def _label(att: Attention, index: int, width: int, repeated: set[str]) -> str:
 
 def _weight(value: float) -> str:
     return f"{value:.2f}".replace("0.", ".", 1)
+
+
+# A header lists every token up to this many; a longer text shows its first and last ones.
+_HEADER_TOKENS = 80
 
 
 def print_header(console: Console, att: Attention) -> None:
@@ -71,12 +80,62 @@ def print_header(console: Console, att: Attention) -> None:
         highlight=False,
     )
     repeated = _repeated(att)
-    labels = " ".join(_label(att, i, 10**6, repeated) for i in range(len(att.tokens)))
-    console.print(f"{len(att.tokens)} {att.unit}s: {labels}", highlight=False)
+    n = len(att.tokens)
+    shown = range(n)
+    if n > _HEADER_TOKENS:
+        shown = [*range(_HEADER_TOKENS - 20), -1, *range(n - 20, n)]
+    labels = " ".join(
+        f"… {n - _HEADER_TOKENS} more (--json lists all) …"
+        if i < 0
+        else _label(att, i, 10**6, repeated)
+        for i in shown
+    )
+    console.print(f"{n} {att.unit}s: {labels}", highlight=False)
     if repeated:
-        console.print("[dim]token@N: the token at position N (it occurs more than once)[/]")
+        console.print(
+            "[dim]token@N: the token at position N (it occurs more than once; "
+            "--query token#2 names its second occurrence)[/]"
+        )
     for note in att.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+def _pattern_cell(att: Attention, summary: HeadSummary, width: int, repeated: set[str]) -> Text:
+    """A head's cell: what it does (a role, a sink's token, or the token its queries agree
+    on) over its score."""
+    pattern = summary.pattern
+    if pattern.role == MIXED.name:
+        return Text(MIXED.shown, style=MIXED.style)
+    if pattern.role == TOKEN:
+        assert pattern.key is not None and pattern.score is not None
+        label = _label(att, pattern.key, width, repeated)
+        cell = Text(label, style=f"bold {text_colour(pattern.score)}")
+    else:
+        role = ROLES[pattern.role]
+        label = role.short
+        if pattern.key is not None and len(att.tokens[pattern.key]) <= width:
+            label = att.tokens[pattern.key]  # a sink: [CLS], [SEP], <s>
+        cell = Text(label, style=role.style)
+    if pattern.score is not None:
+        cell.append("\n" + _weight(pattern.score), style="dim")
+    return cell
+
+
+def _map_legend(console: Console, att: Attention) -> None:
+    roles = [
+        f"{role.short}={name}"
+        for name, role in ROLES.items()
+        if role.metric not in PROBES or att.info.causal
+    ]
+    console.print(
+        Text(
+            "  ".join(roles)
+            + f"  {MIXED.shown}=mixed (no role)  a token: the queries give it ≥ {AGREE:.2f} on "
+            "average. Scores are means over the queries, each role's metric on this text "
+            "(attnviz report measures a corpus; docs/report-methods.md).",
+            style="dim",
+        )
+    )
 
 
 def print_head_map(
@@ -86,16 +145,13 @@ def print_head_map(
     layers: list[int],
     heads: list[int],
 ) -> None:
-    """Layers × heads grid: in each cell the token the head attends to most, coloured by its share.
+    """Layers × heads grid: in each cell what the head does on this text, and its score.
 
-    Special tokens are left out of the cells (they would fill most of them) and their share is
-    reported above the grid instead. Cells widen to use wide terminals.
+    The share of attention special tokens take is reported once above the grid; a sink fills
+    a cell only when its head does nothing more specific. Cells widen to use wide terminals.
     """
     shares = [s.special_share for s in summaries]
-    has_special = max(shares) > 0
-    title = "Most-attended token per head (mean attention over queries)"
-    if has_special:
-        title = "Most-attended non-special token per head (mean attention over queries)"
+    if max(shares) > 0:
         console.print(
             f"Special tokens take {sum(shares) / len(shares):.0%} of attention on average "
             f"({min(shares):.0%}–{max(shares):.0%} per head); "
@@ -105,39 +161,37 @@ def print_head_map(
     cell_width = max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
     repeated = _repeated(att)
     table = Table(
-        title=title, title_justify="left", box=None, padding=(0, 1, 0, 0), show_edge=False
+        title="What each head does on this text",
+        title_justify="left",
+        box=None,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
     )
     table.add_column("", style="bold", no_wrap=True)
     for head in heads:
         table.add_column(f"H{head}", width=cell_width, no_wrap=True, justify="left")
     by_position = {(s.layer, s.head): s for s in summaries}
     for layer in layers:
-        cells = []
-        for head in heads:
-            summary = by_position[(layer, head)]
-            top = summary.top_other if has_special else summary.top[0]
-            if top is None:
-                cells.append(Text("—", style="dim"))
-                continue
-            label = _label(att, top.index, cell_width, repeated)
-            cell = Text(label, style=f"bold {text_colour(top.weight)}")
-            cell.append("\n" + _weight(top.weight), style="dim")
-            cells.append(cell)
+        cells = [
+            _pattern_cell(att, by_position[(layer, head)], cell_width, repeated) for head in heads
+        ]
         table.add_row(f"L{layer}", *cells)
     console.print(table)
+    _map_legend(console, att)
     console.print(
-        "[dim]Weights are shares of a head's attention (each head's shares sum to 1). "
-        "Pick heads with --layer/--head for the top tokens and strongest links.[/]"
+        "[dim]Pick heads with --layer/--head for their top tokens and strongest links; "
+        "--json has every score.[/]"
     )
 
 
 def print_head_details(console: Console, att: Attention, summaries: Sequence[HeadSummary]) -> None:
-    """One row per head: its top-k tokens with weights and its strongest query→key link."""
+    """One row per head: what it does, its top-k keys and its strongest query→key link."""
     repeated = _repeated(att)
-    table = Table(title="What each head attends to", title_justify="left", show_lines=False)
+    table = Table(title="What each head does on this text", title_justify="left")
     table.add_column("L", justify="right")
     table.add_column("H", justify="right")
-    table.add_column("top tokens (mean attention received)")
+    table.add_column("does")
+    table.add_column("top keys (mean weight)")
     table.add_column("strongest link (query → key)")
     wide = 10**6
     for s in summaries:
@@ -148,17 +202,26 @@ def print_head_details(console: Console, att: Attention, summaries: Sequence[Hea
             label = _label(att, target.index, wide, repeated)
             top.append(label, style=f"bold {text_colour(target.weight)}")
             top.append(" " + _weight(target.weight))
+        pattern = s.pattern
+        does = _pattern_cell(att, s, wide, repeated)
+        if pattern.role not in (MIXED.name, TOKEN):
+            does = Text(pattern.role, style=ROLES[pattern.role].style)
+            if pattern.score is not None:
+                does.append(" " + _weight(pattern.score), style="dim")
+        elif pattern.role == TOKEN:
+            does.plain = does.plain.replace("\n", " ")
         link = s.link
         table.add_row(
             str(s.layer),
             str(s.head),
+            does,
             top,
-            Text.assemble(
-                link.query_token,
-                (f" @{link.query}", "dim"),
+            Text("—", style="dim")
+            if link is None
+            else Text.assemble(
+                _label(att, link.query, wide, repeated),
                 " → ",
-                link.key_token,
-                (f" @{link.key}", "dim"),
+                _label(att, link.key, wide, repeated),
                 " " + _weight(link.weight),
             ),
         )

@@ -31,7 +31,9 @@ class ShowResult:
     page: Path | None = None  # attention.html, with html=True
 
     def as_dict(self) -> dict[str, Any]:
-        heads = [s.as_dict() for s in self.summaries]
+        from attnviz.analysis.summary import AVERAGED
+
+        heads = [s.as_dict(self.attention.tokens) for s in self.summaries]
         if self.query is not None:
             for entry, row in zip(heads, self.query.heads):
                 entry["query_top"] = row.as_dict()
@@ -41,6 +43,7 @@ class ShowResult:
             "tokens": list(self.attention.tokens),
             "notes": list(self.attention.notes),
             **({"query": self.query.as_dict()} if self.query is not None else {}),
+            "averaged": AVERAGED,
             "heads": heads,
             "folder": str(self.folder) if self.folder is not None else None,
             "images": [str(p) for p in self.images],
@@ -82,9 +85,10 @@ def show(
     require_text(text)
     if pair is not None:
         require_text(pair, "the --pair sentence")
-    model.refuse_early(layers, heads, text, truncate)
-    named = text if pair is None else f"{text}\n{pair}"
-    folder = prepare_dir(out / text_folder_name(named)) if out is not None else None
+    model.refuse_early(layers, heads, text, truncate, pair)
+    # One folder per text, model and pair: `show TEXT -m smollm2` keeps `show TEXT`'s images.
+    name = text_folder_name(text, 40, model.folder_key, pair)
+    folder = prepare_dir(out / name) if out is not None else None
     if folder is not None and images and jobs > 1:
         from attnviz.outputs.render import start_workers
 
