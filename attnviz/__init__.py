@@ -7,7 +7,21 @@ The Python API (no heavy import until a function needs it):
     report(sentences, model=None, ...)
 """
 
-from attnviz.api import Attention, attention, check, report
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnviz.api import Attention, attention, check, report
 
 __version__ = "0.1.0"
 __all__ = ["Attention", "attention", "check", "report", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """The API's names, imported on first use: the command line starts without them."""
+    if name in ("Attention", "attention", "check", "report"):
+        from attnviz import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'attnviz' has no attribute {name!r}")

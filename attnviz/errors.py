@@ -5,6 +5,7 @@ class AttnvizError(Exception):
     """Base class: a problem the user can fix, reported as one line."""
 
     exit_code = 2
+    label = "error"  # how the CLI's one line starts
 
 
 class InputError(AttnvizError):
@@ -25,3 +26,10 @@ class UnsupportedModelError(AttnvizError):
 
 class OutputError(AttnvizError):
     """The output location cannot be written."""
+
+
+class Interrupted(AttnvizError):
+    """Ctrl-C: the command stopped; the message says what was written before it did."""
+
+    exit_code = 130
+    label = "interrupted"

@@ -253,3 +253,53 @@ def test_the_summary_comes_before_the_figures(tiny_model_dirs, tmp_path):
     ((heads, pngs_then, images_then),) = seen
     assert heads == len(result.summaries) > 0 and pngs_then == [] and images_then == []
     assert len(result.images) > 3 and all(path.exists() for path in result.images)
+
+
+def _attnviz(*args, cwd):
+    import os
+    import shutil
+
+    exe = shutil.which("attnviz", path=os.path.dirname(sys.executable))
+    return subprocess.Popen(
+        [exe, *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+
+
+@pytest.mark.slow  # real processes, signalled
+def test_ctrl_c_while_drawing_exits_130_with_one_line(tmp_path):
+    import signal
+    import time
+
+    process = _attnviz("show", "The cat sat on the mat.", "-j", "2", cwd=tmp_path)
+    for line in process.stdout:  # the summary is printed before the figures are drawn
+        if "every score" in line:  # its last line
+            break
+    time.sleep(1.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    (folder,) = (tmp_path / "attnviz-out").iterdir()
+    written = len(list(folder.glob("*.png")))
+    assert f"interrupted: {written} image(s) written to attnviz-out/" in err
+    assert written < 79 and not (folder / "done.json").exists()
+    assert not list(folder.glob(".*.part"))
+
+
+@pytest.mark.slow  # real processes, signalled while they start and load the model
+@pytest.mark.parametrize("delay", [0.5, 1.5, 3.0])
+def test_ctrl_c_while_starting_exits_130_with_one_line(tmp_path, delay):
+    import signal
+    import time
+
+    process = _attnviz("show", "The cat sat on the mat.", cwd=tmp_path)
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("interrupted: "), err

@@ -5,12 +5,52 @@ COMMANDS is the one list of command modules, in the order `attnviz --help` shows
 adding a command is one module that registers on `app` and one name here.
 """
 
-from importlib import import_module
+from __future__ import annotations
 
-from attnviz.cli.app import app, main
+from typing import Any
 
 COMMANDS = ("show", "check", "export", "report")
-for _name in COMMANDS:
-    import_module(f"attnviz.cli.{_name}")
+STOPPED_EARLY = "interrupted: nothing was written"
+
+
+def main() -> None:
+    """The console entry point. A Ctrl-C while the command line is still being imported ends
+    the process at once with one line (the commands handle it once they run)."""
+    import signal
+
+    signal.signal(signal.SIGINT, _stop_at_start)
+    from attnviz.cli.app import main as run
+
+    _register()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    run()
+
+
+def _stop_at_start(signum: int, frame: Any) -> None:
+    import os
+
+    os.write(2, f"{STOPPED_EARLY}\n".encode())
+    os._exit(130)
+
+
+def _register() -> Any:
+    """Import every command (each registers on `app`) and return `app`."""
+    from importlib import import_module
+
+    from attnviz.cli.app import app
+
+    for name in COMMANDS:
+        import_module(f"attnviz.cli.{name}")
+    # Importing the submodule `attnviz.cli.app` set this package's `app` to that module.
+    globals()["app"] = app
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    """`app`, with every command registered on it (for tests and other programs)."""
+    if name == "app":
+        return _register()
+    raise AttributeError(f"module 'attnviz.cli' has no attribute {name!r}")
+
 
 __all__ = ["COMMANDS", "app", "main"]

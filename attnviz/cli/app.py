@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperCommand, TyperGroup
 
-from attnviz.errors import AttnvizError
+from attnviz.errors import AttnvizError, Interrupted
 
 
 class _HelpAsFlag:
@@ -74,8 +74,14 @@ def cli(
     """
 
 
+# Whether a command has said what its Ctrl-C interrupted (else `_leave` says it briefly).
+_told: list[Interrupted] = []
+
+
 def fail(error: AttnvizError) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+    if isinstance(error, Interrupted):
+        _told.append(error)
+    err_console.print(f"[bold red]{error.label}:[/] {error}", highlight=False, soft_wrap=True)
     return typer.Exit(error.exit_code)
 
 
@@ -122,8 +128,19 @@ def _leave(code: Any) -> None:
     if isinstance(code, str):  # SystemExit("message"): Python prints it and exits with 1
         print(code, file=sys.stderr)
         code = 1
+    if code == 130 and not _told:  # Ctrl-C where no command caught it (Typer exits 130)
+        err_console.print(
+            "[bold red]interrupted[/]: stopped before finishing (files are written whole or "
+            "not at all)",
+            highlight=False,
+        )
+    import signal
+
     from attnviz.outputs.render import stop_workers
 
+    # The command is over (its result said, its files written or removed): a Ctrl-C now
+    # would only interrupt the clean-up, with a traceback from deep in the pool's shutdown.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop_workers()  # drawing processes finish their task and exit
     atexit._run_exitfuncs()  # registered clean-ups: logging, multiprocessing's semaphores
     for stream in (sys.stdout, sys.stderr):

@@ -30,7 +30,7 @@ from attnviz.cli.options import (
     style,
 )
 from attnviz.core import models
-from attnviz.errors import AttnvizError
+from attnviz.errors import AttnvizError, Interrupted
 
 
 @app.command(cls=Command)
@@ -90,10 +90,6 @@ def show(
     folder per distinct text, holding only its last run's files): an overview of all heads,
     one grid per layer, one figure per head.
     """
-    from attnviz.core.inputs import read_text
-    from attnviz.outputs import terminal
-    from attnviz.outputs.render import default_jobs
-    from attnviz.pipelines.show import show as run_show
 
     def print_summary(result: Any) -> None:
         console = out_console
@@ -109,6 +105,11 @@ def show(
             terminal.print_heatmap(console, result.attention, layers[0], heads[0], scale.value)
 
     try:
+        from attnviz.core.inputs import read_text
+        from attnviz.outputs import terminal
+        from attnviz.outputs.render import default_jobs
+        from attnviz.pipelines.show import show as run_show
+
         result = run_show(
             models.model(model, device.value),
             read_text(text),
@@ -129,6 +130,8 @@ def show(
         )
     except AttnvizError as error:
         raise fail(error) from None
+    except KeyboardInterrupt:  # before any image was drawn (the pipeline counts those)
+        raise fail(Interrupted("nothing was written")) from None
 
     if as_json:
         typer.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))

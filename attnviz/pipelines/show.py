@@ -7,7 +7,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.outputs.files import clear_previous, prepare_dir, text_folder_name, write_done
+from attnviz.errors import Interrupted
+from attnviz.outputs.files import (
+    TEXT_FILES,
+    clear_previous,
+    prepare_dir,
+    text_folder_name,
+    write_done,
+)
 
 if TYPE_CHECKING:
     from attnviz.analysis.query import QueryView
@@ -124,10 +131,16 @@ def show(
     if folder is not None:
         clear_previous(folder, text_folder=True)
         at = asked.index if asked is not None else None
-        if images:
-            written = render_text(
-                shown, folder, chosen_layers, chosen_heads, style, query=at, jobs=jobs
-            )
+        try:
+            if images:
+                written = render_text(
+                    shown, folder, chosen_layers, chosen_heads, style, query=at, jobs=jobs
+                )
+        except KeyboardInterrupt:
+            from attnviz.outputs.render import stop_workers
+
+            stop_workers()  # the drawing processes finish what they started, then stop
+            raise _interrupted(folder) from None
         if html:
             from attnviz.outputs.html import write_page
 
@@ -161,3 +174,13 @@ def show(
         }
         write_done(folder, settings, record)
     return ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, written, asked, page)
+
+
+def _interrupted(folder: Path) -> Interrupted:
+    """Ctrl-C while drawing: say how many images are complete (each is written whole or not
+    at all); the folder has no done.json, so the next run draws them all again."""
+    drawn = [p for p in folder.iterdir() if TEXT_FILES.fullmatch(p.name)]
+    return Interrupted(
+        f"{len(drawn)} image(s) written to {folder}/ before stopping; run the command again "
+        "to draw them all"
+    )
