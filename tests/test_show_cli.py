@@ -303,3 +303,23 @@ def test_ctrl_c_while_starting_exits_130_with_one_line(tmp_path, delay):
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert len(err.strip().splitlines()) == 1 and err.startswith("interrupted: "), err
+
+
+def test_one_text_two_models_and_a_pair_get_their_own_folders(tiny_model_dirs, tmp_path):
+    text = "The cat sat on the mat."
+    for extra in ([], ["-m", tiny_model_dirs["gpt2"]], ["--pair", "It was tired."]):
+        result = invoke("show", text, "--no-images", "--html", "--out", tmp_path, *extra)
+        assert result.exit_code == 0, result.output
+    folders = sorted(tmp_path.glob("the-cat-sat-on-the-mat-*"))
+    assert len(folders) == 3  # none wiped another
+    assert all((folder / "attention.html").is_file() for folder in folders)
+
+
+def test_pair_on_a_decoder_is_refused_before_loading(tiny_model_dirs):
+    from attnviz.core.models import Model
+    from attnviz.errors import InputError
+
+    model = Model(str(tiny_model_dirs["gpt2"]), "cpu")
+    with pytest.raises(InputError, match="--pair needs an encoder .* is a decoder"):
+        model.refuse_early(pair="It was tired.")
+    assert model._loaded is None
