@@ -44,13 +44,17 @@ def test_blitted_head_figures_equal_full_redraws(tmp_path):
         assert np.mean(np.abs(blitted - full) > 8) < 0.002
 
 
-@pytest.mark.parametrize("n", [7, 40, 300])
-def test_painted_heatmaps_are_the_pixels_matplotlib_draws(tmp_path, n):
+@pytest.mark.parametrize("n, causal", [(7, False), (40, False), (300, False), (40, True)])
+def test_painted_heatmaps_are_the_pixels_matplotlib_draws(tmp_path, n, causal):
     """Heatmaps with whole pixels per cell are painted straight into the canvas: exactly the
-    pixels Agg's own drawing gives, in the head and the layer figures, at any length."""
+    pixels Agg's own drawing gives, in the head and the layer figures, at any length, masked
+    cells (NaN, a causal model's) included."""
+    from dataclasses import replace
+
     from attnviz.outputs.figures import _paint_cells
 
     att = _random_attention(np.random.default_rng(n), n=n)
+    att = replace(att, info=replace(att.info, causal=causal))
     att.weights[0, 1] = np.eye(n)  # exact 0s and 1s: both ends of the colour map
     style = Style(cmap="magma", scale="head")
     head, layer = HeadFigure(att, style), LayerFigure(att, [0, 1, 2], style)
@@ -99,15 +103,53 @@ def test_heatmap_pixels_follow_the_weights(tmp_path, n):
 
 
 def test_layout_adapts_to_length():
-    short, medium, long = (Layout.for_tokens(n) for n in (10, 120, 512))
+    short, medium, long = (Layout.for_tokens(n) for n in (10, 100, 512))
     assert short.label_step == medium.label_step == 1
     assert long.label_step > 1  # 512 labels cannot all be readable: every k-th is drawn
     assert short.side_in < medium.side_in <= long.side_in <= 28.0
-    assert min(short.font_pt, medium.font_pt, long.font_pt) >= 5.0
+    assert min(short.font_pt, medium.font_pt, long.font_pt) >= 7.0
     for n in (7, 120, 512, 1024):  # whole pixels per cell, at least one, about 1000 px at most
         side_px = Layout.for_tokens(n, dpi=100).side_in * 100
         assert side_px == pytest.approx(round(side_px)) and round(side_px) % n == 0
         assert n <= side_px <= max(n, 1024)
+
+
+def _labels_readable(fig, axis, n):
+    """The tick labels of `axis` (an XAxis or YAxis) as drawn: at least 7 pt, none touching
+    the next, each on a round step and naming its own position ("40: tok40")."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    ticks = [t for t in axis.get_major_ticks() if t.label1.get_text()]
+    positions = [round(t.get_loc()) for t in ticks]
+    step = positions[1] - positions[0]
+    assert positions == list(range(0, n, step)) and step in (1, 2, 4, 5, 10, 20, 25, 50)
+    for position, tick in zip(positions, ticks):
+        assert tick.label1.get_fontsize() >= 7
+        assert tick.label1.get_text() == f"{position}: tok{position}"
+    boxes = [t.label1.get_window_extent(renderer) for t in ticks]
+    vertical = axis.axis_name == "y"
+    for a, b in zip(boxes, boxes[1:]):
+        gap = (a.y0 - b.y1) if vertical else (b.x0 - a.x1)  # y labels go down the figure
+        assert gap > 0, (a, b)
+    return len(ticks)
+
+
+def test_512_token_figures_have_fewer_readable_labels(tmp_path):
+    """A 512-token layer grid used to label every 22nd token at 5 pt (24 labels): now round
+    steps, at 7 pt or more, none overlapping, each with its position; the head figure too."""
+    n = 512
+    att = _random_attention(np.random.default_rng(6), n_layers=1, n_heads=2, n=n)
+    grid = LayerFigure(att, [0, 1], Style())
+    grid.save(att.weights[0], 0, tmp_path / "l.png")
+    ax = grid.images[0].axes
+    assert 8 <= _labels_readable(grid.frames.fig, ax.yaxis, n) < 24
+    assert 8 <= _labels_readable(grid.frames.fig, ax.xaxis, n) < 24
+    head = HeadFigure(att, Style())
+    head.save(att.weights[0, 0], "t", tmp_path / "h.png")
+    ax = head.image.axes
+    assert 8 <= _labels_readable(head.frames.fig, ax.yaxis, n) <= 60
+    assert 8 <= _labels_readable(head.frames.fig, ax.xaxis, n) <= 60
 
 
 @pytest.mark.slow  # seconds of end-to-end model and figure work
@@ -199,7 +241,7 @@ def test_layer_grids_keep_thinned_labels_on_long_texts():
     figure = LayerFigure(att, [0, 1], Style())
     ax = figure.images[0].axes
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert 10 <= len(labels) <= 30 and labels[0] == "tok0"
+    assert 10 <= len(labels) <= 30 and labels[0] == "0: tok0" and labels[1] == "4: tok4"
     note = " ".join(t.get_text() for t in figure.frames.fig.texts)
     assert "every 4th token labelled" in note
 
@@ -228,3 +270,112 @@ def test_head_scale_stretches_a_diffuse_head(tmp_path):
         assert (top in {tuple(p) for p in pixels.tolist()}) == reaches_top, scale
         bar = figure.frames.fig.axes[1].get_ylabel()
         assert ("max" in bar) == (scale == "head")
+
+
+# ---------- masked cells of causal models ----------
+
+DECODER_TEXT = "The cat sat on the mat and the dog sat on the log."
+
+
+def _masked(pixels: np.ndarray) -> np.ndarray:
+    """Pixels of the masked cells' hatched grey: neutral, from MASKED_GREY (160) up to the
+    white of the hatching (antialiased lines blend the two)."""
+    r, g, b = pixels[..., 0], pixels[..., 1], pixels[..., 2]
+    return (r == g) & (g == b) & (r >= 159)
+
+
+def _cell_blocks(png: np.ndarray, image, n: int) -> np.ndarray:
+    """The pixels of each cell of a heatmap drawn with whole pixels per cell, 2 px in from its
+    edges (where the axes' frame may be): (n, n, k - 4, k - 4, 3), indexed [query, key]."""
+    box = image.get_window_extent()
+    height = png.shape[0]
+    x0, x1 = round(box.x0), round(box.x1)
+    y0, y1 = round(height - box.y1), round(height - box.y0)
+    k = (x1 - x0) // n
+    assert (x1 - x0, y1 - y0) == (k * n, k * n) and k >= 8
+    cells = png[y0:y1, x0:x1].reshape(n, k, n, k, 3).transpose(0, 2, 1, 3, 4)
+    return cells[:, :, 2:-2, 2:-2]
+
+
+def _check_masked_cells(blocks: np.ndarray, grid: np.ndarray, cmap: str) -> None:
+    """Keys after the query: hatched grey (grey and its white hatching both present over the
+    triangle, nothing else); every other cell: flat, the colour map's colour of its weight."""
+    import matplotlib
+
+    n = grid.shape[0]
+    lut = matplotlib.colormaps[cmap]
+    upper = np.triu(np.ones((n, n), bool), k=1)
+    for q in range(n):
+        for k in range(n):
+            cell = blocks[q, k]
+            if upper[q, k]:
+                assert _masked(cell).all(), (q, k)
+            else:
+                expected = lut(np.float32(grid[q, k]), bytes=True)[:3]
+                assert (cell == expected).all(), (q, k, cell[0, 0], expected)
+    hatched = blocks[upper]  # (cells, k, k, 3)
+    assert (hatched == 160).all(-1).any() and (hatched == 255).all(-1).any()
+
+
+@pytest.mark.parametrize("cmap", ["viridis", "Greys", "magma"])
+def test_decoder_heatmaps_draw_keys_after_the_query_as_masked(loaded_tiny, tmp_path, cmap):
+    """A causal model's query cannot see later keys: those cells are hatched grey in the head
+    and layer figures, not the colour of 0 (viridis' purple, Greys' white, magma's black),
+    and the figures' keys say so; every visible cell keeps its weight's colour."""
+    from attnviz.core.extract import extract
+
+    att = extract(loaded_tiny["gpt2"], DECODER_TEXT)
+    n = len(att.tokens)
+    assert att.info.causal and n > 8
+    style = Style(cmap=cmap)
+    head = HeadFigure(att, style)
+    grid = att.weights[1, 2]  # (T, T)
+    blocks = _cell_blocks(_png(head.save(grid, "t", tmp_path / "h.png")), head.image, n)
+    _check_masked_cells(blocks, grid, cmap)
+    layer = LayerFigure(att, [0, 1, 2, 3], style)
+    png = _png(layer.save(att.weights[1], 1, tmp_path / "l.png"))
+    for h in (0, 3):
+        _check_masked_cells(_cell_blocks(png, layer.images[h], n), att.weights[1, h], cmap)
+    for figure in (head.frames.fig, layer.frames.fig):
+        assert "masked" in " ".join(t.get_text() for t in figure.texts)
+
+
+def test_encoder_heatmaps_have_no_masked_cells(tmp_path):
+    att = _random_attention(np.random.default_rng(8), n=9)
+    head = HeadFigure(att, Style())
+    blocks = _cell_blocks(
+        _png(head.save(att.weights[0, 0], "t", tmp_path / "h.png")), head.image, 9
+    )
+    assert not _masked(blocks).any()
+    assert "masked" not in " ".join(t.get_text() for t in head.frames.fig.texts)
+
+
+def test_decoder_query_and_overview_figures_mask_later_keys(loaded_tiny, tmp_path):
+    """The query figure greys the keys after its query in every row; each overview panel
+    greys its upper right and keeps its lower left in colour."""
+    from attnviz.core.extract import extract
+    from attnviz.outputs.figures import _overview_cells, overview_figure, query_figure, save_figure
+
+    att = extract(loaded_tiny["llama"], DECODER_TEXT)
+    n, index = len(att.tokens), 5
+    style = Style()
+    fig = query_figure(att, index, [0, 1], [0, 1, 2, 3], style)
+    rows = 2 * 4
+    height = fig.bbox.height  # saving clears the figure: positions first
+    to_pixels = fig.axes[0].transData.transform  # data to display pixels, origin bottom left
+    centres = [[to_pixels((j, r)) for j in range(n)] for r in range(rows)]  # cell (row, key)
+    png = _png(save_figure(fig, tmp_path / "q.png", style))
+    masked = np.array([[_masked(png[int(height - y), int(x)]) for x, y in row] for row in centres])
+    assert (masked == (np.arange(n) > index)[None, :]).all()  # (rows, keys)
+    fig = overview_figure(att, [0, 1], [0, 1, 2, 3], style)
+    _, m, cell = _overview_cells(n, style.dpi)
+    height, to_pixels = fig.bbox.height, fig.axes[0].transData.transform
+    corners = {}
+    for r in range(2):
+        for c in range(4):
+            corners[r, c, "upper right"] = to_pixels((c * cell + m - 1, r * cell))
+            corners[r, c, "lower left"] = to_pixels((c * cell, r * cell + m - 1))
+    png = _png(save_figure(fig, tmp_path / "o.png", style))
+    for (r, c, where), (x, y) in corners.items():
+        pixel = png[int(height - y), int(x)]
+        assert _masked(pixel) == (where == "upper right"), (r, c, where, pixel)

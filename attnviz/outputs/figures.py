@@ -27,6 +27,16 @@ FALLBACK_FONTS = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Color Emoji", "S
 
 SCALES = ("absolute", "head")
 
+# Masked cells, a causal model's keys after the query (weights it cannot have), are drawn grey
+# and hatched, never in a colour of the map. This grey is far from the low end of the usual
+# maps (RGB distance ≥ 136 from viridis' dark purple, magma's black, Greys' and Blues' white,
+# coolwarm's blue) and ≥ 39 from anywhere on the coloured ones; on the grey maps (Greys, gray,
+# binary), where every grey is a weight, the white hatching tells it apart.
+MASKED_GREY = "#a0a0a0"
+MASKED_HATCH = "///"  # 18 lines an inch: ~6 px apart at 100 dpi
+MASKED_HATCH_COLOUR = "#ffffff"
+MASKED_NOTE = "hatched grey: masked (a causal model's query cannot see later keys)"
+
 
 @dataclass(frozen=True)
 class Style:
@@ -41,18 +51,33 @@ class Style:
     cmap: str = "viridis"
     scale: str = "absolute"
 
-    def scaled(self, grid: np.ndarray) -> np.ndarray:
-        """One head's `[query, key]` weights as drawn on this style's colour scale."""
+    def scaled(self, grid: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """One head's `[query, key]` weights as drawn on this style's colour scale; cells
+        where `mask` (`masked_cells`) is True become NaN, drawn as masked."""
+        import numpy as np
+
         if self.scale == "head":
             peak = float(grid.max())
-            return grid / peak if peak > 0 else grid
-        return grid
+            grid = grid / peak if peak > 0 else grid
+        return grid if mask is None else np.where(mask, np.nan, grid)
+
+    def colour_map(self) -> Any:
+        """The style's matplotlib colour map, NaN (masked) drawn in MASKED_GREY."""
+        import matplotlib
+
+        return matplotlib.colormaps[self.cmap].with_extremes(bad=MASKED_GREY)
 
     @property
     def bar_label(self) -> str:
         if self.scale == "head":
             return "weight ÷ the head's max"
         return "attention weight"
+
+
+# Thinned labels fall on round steps, so a label's position is easy to count on from.
+LABEL_STEPS = (1, 2, 4, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000)
+MIN_FONT_PT = 7.0  # the smallest label: about 10 px at the default 100 dpi
+THINNED_FONT_PT = 8.0
 
 
 @dataclass(frozen=True)
@@ -72,10 +97,77 @@ class Layout:
         side = min(max(n * cell_in, 3.0), max_side_in)
         if dpi is not None and n > 0:
             side = n * max(1, math.floor(side * dpi / n)) / dpi
-        cell_pt = side * 72 / max(n, 1)
-        font = min(10.0, max(5.0, cell_pt * 0.75))
-        step = max(1, math.ceil(font / max(cell_pt, 1e-9) / 1.05))
-        return cls(side_in=side, font_pt=font, label_step=step)
+        return cls.labelled(n, side)
+
+    @classmethod
+    def labelled(cls, n: int, side_in: float, max_font_pt: float = 10.0) -> Layout:
+        """Labels for `n` tokens along `side_in` inches: every token while a row is tall
+        enough for a readable font (at least MIN_FONT_PT); otherwise every k-th token at
+        THINNED_FONT_PT, k the first round step that leaves a label's height between labels."""
+        cell_pt = side_in * 72 / max(n, 1)
+        font = min(max_font_pt, max(MIN_FONT_PT, cell_pt * 0.75))
+        if cell_pt * 1.05 >= font:
+            return cls(side_in, font, 1)
+        font = min(max_font_pt, THINNED_FONT_PT)
+        need = 2 * font / cell_pt
+        step = next((s for s in LABEL_STEPS if s >= need), math.ceil(need))
+        return cls(side_in, font, step)
+
+    def ticks(self, tokens: tuple[str, ...]) -> tuple[list[int], list[str]]:
+        """The labelled positions and their labels: each token, or when thinned every
+        `label_step`-th token with its position ("40: fox")."""
+        positions = list(range(0, len(tokens), self.label_step))
+        if self.label_step == 1:
+            return positions, [_short(t) for t in tokens]
+        return positions, [f"{i}: {_short(tokens[i])}" for i in positions]
+
+    def label_inches(self, tokens: tuple[str, ...]) -> float:
+        """Room for the longest tick label, from DejaVu Sans' average glyph width (~0.62 em)."""
+        longest = max((len(label) for label in self.ticks(tokens)[1]), default=1)
+        return longest * 0.62 * self.font_pt / 72 + 0.1
+
+
+def masked_cells(att: Attention) -> np.ndarray | None:
+    """`[query, key]` True where a causal model's query cannot see the key: every key after
+    the query (in the word view and without special tokens too, which keep the order); None
+    for an encoder, which sees every key."""
+    if not att.info.causal:
+        return None
+    import numpy as np
+
+    n = len(att.tokens)
+    return np.triu(np.ones((n, n), bool), k=1)
+
+
+def _hatch(ax: Any, corners: list[tuple[float, float]]) -> Any:
+    """The masked cells' hatching over the polygon `corners` (data coordinates) of `ax`."""
+    from matplotlib.patches import Polygon
+
+    return ax.add_patch(
+        Polygon(corners, facecolor="none", edgecolor="none", linewidth=0, hatch=MASKED_HATCH,
+                hatchcolor=MASKED_HATCH_COLOUR)
+    )  # fmt: skip
+
+
+def _above_diagonal(n: int, x0: float = 0, y0: float = 0) -> list[tuple[float, float]]:
+    """The staircase around the cells above the diagonal of an n × n image whose first cell
+    is centred on (x0, y0): the masked cells of a causal head."""
+    steps = [(x0 + i + 0.5, y0 + i + d) for i in range(n - 1) for d in (-0.5, 0.5)]
+    return [*steps, (x0 + n - 0.5, y0 + n - 1.5), (x0 + n - 0.5, y0 - 0.5)]
+
+
+def _masked_key(fig: Any, x_in: float, y_in: float, text: str, size: float = 8) -> None:
+    """A legend entry for masked cells: a hatched grey square with its bottom left corner at
+    (`x_in`, `y_in`) inches from the figure's bottom left, `text` to its right."""
+    from matplotlib.patches import Rectangle
+
+    width, height = fig.get_figwidth(), fig.get_figheight()
+    fig.add_artist(
+        Rectangle((x_in / width, y_in / height), 0.18 / width, 0.18 / height,
+                  transform=fig.transFigure, facecolor=MASKED_GREY, edgecolor="#404040",
+                  linewidth=0.5, hatch=MASKED_HATCH, hatchcolor=MASKED_HATCH_COLOUR)
+    )  # fmt: skip
+    fig.text((x_in + 0.26) / width, (y_in + 0.09) / height, text, va="center", fontsize=size)
 
 
 def _header(fig: Any, att: Attention, title: str = "", *more: str) -> Any:
@@ -122,8 +214,7 @@ def _configure_matplotlib() -> None:
 def _ticks(
     ax: Any, labels: tuple[str, ...], layout: Layout, x: bool = True, y: bool = True
 ) -> None:
-    positions = list(range(0, len(labels), layout.label_step))
-    shown = [_short(labels[i]) for i in positions]
+    positions, shown = layout.ticks(labels)
     if x:
         ax.set_xticks(positions, shown, rotation=90, fontsize=layout.font_pt)
     else:
@@ -136,12 +227,6 @@ def _ticks(
 
 def _short(label: str, max_len: int = 16) -> str:
     return label if len(label) <= max_len else label[: max_len - 1] + "…"
-
-
-def _label_inches(tokens: tuple[str, ...], layout: Layout) -> float:
-    """Room for the longest tick label, from DejaVu Sans' average glyph width (~0.62 em)."""
-    longest = max((len(_short(t)) for t in tokens), default=1)
-    return longest * 0.62 * layout.font_pt / 72 + 0.1
 
 
 def ordinal(n: int) -> str:
@@ -279,8 +364,9 @@ class _Frames:
 def _paint_cells(canvas: Any, image: Any) -> bool:
     """Paint a nearest-neighbour heatmap with whole pixels per cell into the Agg canvas: each
     cell's colour read from the colour map's table as matplotlib reads it (value × N, floored,
-    in the data's precision), repeated over its pixels. Return False, painting nothing, for
-    any other image (the caller draws it the usual way).
+    in the data's precision; NaN, a masked cell, in the map's "bad" colour), repeated over its
+    pixels. Return False, painting nothing, for any other image (the caller draws it the usual
+    way).
     """
     import numpy as np
     from matplotlib.colors import Normalize
@@ -307,11 +393,14 @@ def _paint_cells(canvas: Any, image: Any) -> bool:
     rows, cols = data.shape
     if (y1 - y0) % rows or (x1 - x0) % cols or (y1 - y0) // rows != (x1 - x0) // cols:
         return False
-    if not (np.isfinite(data).all() and data.min() >= 0 and data.max() <= 1):
-        return False  # the map's under, over and bad colours: matplotlib's business
+    masked = np.isnan(data)
+    values = np.where(masked, data.dtype.type(0), data)
+    if not (np.isfinite(values).all() and values.min() >= 0 and values.max() <= 1):
+        return False  # the map's under and over colours: matplotlib's business
     cmap = image.get_cmap()
-    index = np.minimum((data * data.dtype.type(cmap.N)).astype(np.intp), cmap.N - 1)
+    index = np.minimum((values * data.dtype.type(cmap.N)).astype(np.intp), cmap.N - 1)
     colours = cmap(index, bytes=True)  # (rows, cols, 4) uint8
+    colours[masked] = cmap(np.array([np.nan]), bytes=True)[0]
     k = (x1 - x0) // cols
     pixels = np.asarray(canvas.buffer_rgba())  # (height, width, 4), writable
     pixels[y0:y1, x0:x1] = colours.repeat(k, axis=0).repeat(k, axis=1)
@@ -334,7 +423,7 @@ class HeadFigure:
         tokens, unit = att.tokens, att.unit
         n = len(tokens)
         layout = Layout.for_tokens(n, dpi=style.dpi)
-        label_in = _label_inches(tokens, layout)
+        label_in = layout.label_inches(tokens)
         # Axis label + tick labels, in whole pixels so that every cell spans the same pixels.
         left = bottom = round((0.45 + label_in) * style.dpi) / style.dpi
         top, right = 0.75, 1.25  # two title lines; colour bar with its ticks and label
@@ -343,28 +432,35 @@ class HeadFigure:
         fig = Figure(figsize=(width, height), dpi=style.dpi)
         ax = fig.add_axes((left / width, bottom / height, side / width, side / height))
         self.image = ax.imshow(
-            np.zeros((n, n)), cmap=style.cmap, vmin=0.0, vmax=1.0, interpolation="nearest"
+            np.zeros((n, n)), cmap=style.colour_map(), vmin=0.0, vmax=1.0, interpolation="nearest"
         )
         _ticks(ax, tokens, layout)
         ax.set_xlabel(f"key ({unit} attended to){_label_note(layout, unit)}", fontsize=9)
         ax.set_ylabel(f"query ({unit} attending)", fontsize=9)
+        self.mask = masked_cells(att)
+        # A causal model's bar makes room below it for the masked cells' key.
+        bar_y = 0.1 * side if self.mask is None else 0.55
         bar = fig.add_axes(
             (
                 (left + side + 0.15) / width,
-                (bottom + 0.1 * side) / height,
+                (bottom + bar_y) / height,
                 0.18 / width,
-                0.8 * side / height,
+                (0.9 * side - bar_y) / height,
             )
         )
         colorbar = fig.colorbar(self.image, cax=bar)
         colorbar.ax.tick_params(labelsize=8)
         colorbar.set_label(style.bar_label, fontsize=9)
+        hatching = []
+        if self.mask is not None:
+            hatching.append(_hatch(ax, _above_diagonal(n)))
+            _masked_key(fig, left + side + 0.15, bottom, "masked:\nkey after\nthe query")
         self.title = _header(fig, att)
         self.style = style
         self.marks = ax.add_collection(
             PatchCollection([], facecolor="none", edgecolor="#ff2020", linewidth=1.6)
         )
-        dynamic = [self.image, *ax.spines.values(), self.marks, self.title]
+        dynamic = [self.image, *hatching, *ax.spines.values(), self.marks, self.title]
         self.frames = _Frames(fig, dynamic, style)
 
     def draw(self, grid: np.ndarray, title: str, marks: tuple[tuple[int, int], ...] = ()) -> Any:
@@ -372,7 +468,7 @@ class HeadFigure:
         `marks`; return the Figure."""
         from matplotlib.patches import Rectangle
 
-        self.image.set_data(self.style.scaled(grid))
+        self.image.set_data(self.style.scaled(grid, self.mask))
         self.title.set_text(title)
         self.marks.set_paths([Rectangle((k - 0.5, q - 0.5), 1, 1) for q, k in marks])
         return self.frames.fig
@@ -414,10 +510,6 @@ class LayerFigure:
         cols = min(len(heads), 4)
         rows = math.ceil(len(heads) / cols)
         layout = Layout.for_tokens(n, max_side_in=10.0)
-        small = Layout(
-            layout.side_in, min(7.0, layout.font_pt), max(layout.label_step, math.ceil(n / 24))
-        )
-        label_in = _label_inches(att.tokens, small)
         # Laid out in whole pixels, panels with whole pixels per token where they fit: every
         # cell is drawn alike, and the heatmaps can be painted straight into the canvas (see
         # _Frames). Longer texts keep the panel's size and are resampled by matplotlib.
@@ -425,6 +517,8 @@ class LayerFigure:
         panel = round(max(2.6, layout.side_in * 0.55) * dpi)  # pixels
         if n <= panel:
             panel = n * (panel // n)
+        small = Layout.labelled(n, panel / dpi, max_font_pt=THINNED_FONT_PT)
+        label_in = small.label_inches(att.tokens)
         left, bottom, top, right = (round(v * dpi) for v in (0.15 + label_in, 0.15 + label_in,
                                                              1.1, 1.2))  # fmt: skip
         gap_w, gap_h = round(0.15 * dpi), round(0.35 * dpi)  # panel titles sit in the gaps
@@ -438,15 +532,20 @@ class LayerFigure:
         self.style = style
         self.images = []
         self.panel_titles = []
+        self.mask = masked_cells(att)
+        hatching = []
         for slot in range(len(heads)):
             row, col = divmod(slot, cols)
             x0 = left + col * (panel + gap_w)
             y0 = bottom + (rows - 1 - row) * (panel + gap_h)
             ax = fig.add_axes((x0 / width, y0 / height, panel / width, panel / height))
             image = ax.imshow(
-                np.zeros((n, n)), cmap=style.cmap, vmin=0.0, vmax=1.0, interpolation="nearest"
-            )
+                np.zeros((n, n)), cmap=style.colour_map(), vmin=0.0, vmax=1.0,
+                interpolation="nearest",
+            )  # fmt: skip
             self.images.append(image)
+            if self.mask is not None:
+                hatching.append(_hatch(ax, _above_diagonal(n)))
             # Panel titles as figure texts: blitting redraws them alone.
             centre, above = (x0 + panel / 2) / width, (y0 + panel + 0.06 * dpi) / height
             self.panel_titles.append(fig.text(centre, above, "", ha="center", va="bottom",
@@ -463,19 +562,22 @@ class LayerFigure:
             )
         )
         fig.colorbar(self.images[0], cax=bar, label=style.bar_label)
+        if self.mask is not None:
+            below = (bottom + 0.2 * grid_h) / dpi - 0.5
+            _masked_key(fig, (width - right) / dpi + 0.2, below, "masked:\nkey after\nthe query")
         note = f"{n} {att.unit}s{_label_note(small, att.unit)} · {_scale_note(style)}"
         self.info_name = att.info.name
         self.title = _header(fig, att, "", note)
-        # Spines go after the images: a full draw paints them on top.
+        # Spines go after the images (and their hatching): a full draw paints them on top.
         spines = [spine for image in self.images for spine in image.axes.spines.values()]
-        dynamic = [*self.images, *spines, *self.panel_titles, self.title]
+        dynamic = [*self.images, *hatching, *spines, *self.panel_titles, self.title]
         self.frames = _Frames(fig, dynamic, style)
 
     def draw(self, weights: np.ndarray, layer: int) -> Any:
         """Set `weights[head, query, key]`, the heads of layer `layer`; return the Figure."""
         for image, title, head in zip(self.images, self.panel_titles, self.heads):
             grid = weights[head]  # (T, T)
-            image.set_data(self.style.scaled(grid))
+            image.set_data(self.style.scaled(grid, self.mask))
             title.set_text(f"head {head} · max {float(grid.max()):.2f}")
         self.title.set_text(f"layer {layer}")
         return self.frames.fig
@@ -491,12 +593,13 @@ class LayerFigure:
 
 def overview_mosaic(att: Attention, layers: list[int], heads: list[int], dpi: int) -> np.ndarray:
     """The overview's data: every chosen layer × head side by side, each scaled to its own
-    maximum, NaN (drawn white) in the gaps; `(rows, columns)` float32.
+    maximum, NaN (drawn white) in the gaps, OVERVIEW_MASKED (drawn as masked) where a causal
+    model's queries see none of the keys; `(rows, columns)` float32.
 
-    Panels of long texts have more tokens than pixels; they are averaged down on the data,
-    before colour mapping, so every pixel is a colour of the map (averaging colours would
-    show colours the map does not have), and the mosaic stays small (at 512 tokens it would
-    be 190 MB in float64).
+    Panels of long texts have more tokens than pixels; they are averaged down on the data
+    (over the keys the queries can see), before colour mapping, so every pixel is a colour of
+    the map (averaging colours would show colours the map does not have), and the mosaic stays
+    small (at 512 tokens it would be 190 MB in float64).
     """
     import numpy as np
 
@@ -504,15 +607,24 @@ def overview_mosaic(att: Attention, layers: list[int], heads: list[int], dpi: in
     block, m, cell = _overview_cells(n, dpi)
     gap = cell - m
     mosaic = np.full((len(layers) * cell - gap, len(heads) * cell - gap), np.nan, np.float32)
-    padded = np.full((m * block, m * block), np.nan, np.float32)
+    seen = np.zeros((m * block, m * block), bool)  # the cells a panel cell averages
+    mask = masked_cells(att)
+    seen[:n, :n] = True if mask is None else ~mask
+    counts = seen.reshape(m, block, m, block).sum(axis=(1, 3))  # (m, m)
+    padded = np.zeros((m * block, m * block), np.float32)
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
             grid = att.pattern(layer, head)  # (T, T)
             peak = grid.max()
             padded[:n, :n] = grid / peak if peak > 0 else grid
-            blocks = padded.reshape(m, block, m, block)  # (m, block, m, block)
-            mosaic[r * cell : r * cell + m, c * cell : c * cell + m] = np.nanmean(blocks, (1, 3))
+            padded[~seen] = 0
+            sums = padded.reshape(m, block, m, block).sum(axis=(1, 3))  # (m, m)
+            means = np.where(counts > 0, sums / np.maximum(counts, 1), OVERVIEW_MASKED)
+            mosaic[r * cell : r * cell + m, c * cell : c * cell + m] = means
     return mosaic
+
+
+OVERVIEW_MASKED = -1.0  # below the colour scale: the map's "under" colour, MASKED_GREY
 
 
 def _overview_cells(n: int, dpi: int) -> tuple[int, int, int]:
@@ -542,8 +654,10 @@ def overview_figure(
     _, m, cell = _overview_cells(n, style.dpi)
     inner = (len(heads) * panel_in, len(layers) * panel_in)
     side = max(0.2, (6.0 - inner[0]) / 2)  # room for the title over narrow grids
-    fig, ax = _fixed_axes(inner, (0.45 + side, 0.35, 0.15 + side, 0.65), style.dpi)
-    cmap = matplotlib.colormaps[style.cmap].with_extremes(bad="white")
+    causal = masked_cells(att) is not None
+    bottom = 0.65 if causal else 0.35  # the masked cells' key below the panels
+    fig, ax = _fixed_axes(inner, (0.45 + side, bottom, 0.15 + side, 0.65), style.dpi)
+    cmap = matplotlib.colormaps[style.cmap].with_extremes(bad="white", under=MASKED_GREY)
     ax.imshow(
         mosaic,
         cmap=cmap,
@@ -558,6 +672,11 @@ def overview_figure(
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
+    if causal:
+        for r in range(len(layers)):
+            for c in range(len(heads)):
+                _hatch(ax, _above_diagonal(m, c * cell, r * cell))
+        _masked_key(fig, 0.45 + side, 0.12, "masked: key after the query (a causal model)")
     info = att.info
     every = len(layers) == info.n_layers and len(heads) == info.n_heads
     chosen = (
@@ -573,10 +692,15 @@ def query_rows(
     att: Attention, index: int, layers: list[int], heads: list[int], style: Style
 ) -> np.ndarray:
     """The query figure's data: row (layer, head) is `att.pattern(layer, head)[index, :]` on
-    the style's colour scale; `(layers × heads, keys)`."""
+    the style's colour scale, NaN (masked) for the keys after it on a causal model;
+    `(layers × heads, keys)`."""
     import numpy as np
 
-    return np.stack([style.scaled(att.pattern(layer, h)[index]) for layer in layers for h in heads])
+    mask = masked_cells(att)
+    after = None if mask is None else mask[index]  # (keys,)
+    return np.stack(
+        [style.scaled(att.pattern(layer, h)[index], after) for layer in layers for h in heads]
+    )
 
 
 def query_figure(
@@ -601,23 +725,23 @@ def query_figure(
     layout = Layout.for_tokens(n)
     row_in = min(0.22, max(0.1, 12.0 / len(rows)))
     inner = (layout.side_in, max(len(rows) * row_in, 1.5))
-    label_in = _label_inches(att.tokens, layout)
+    label_in = layout.label_inches(att.tokens)
     width = 0.9 + inner[0] + 1.3
     fig, ax = _fixed_axes(inner, (0.9, 0.45 + label_in, 1.3, 0.8), style.dpi)
     image = ax.imshow(
-        rows, cmap=style.cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"
+        rows, cmap=style.colour_map(), vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"
     )
-    positions = list(range(0, n, layout.label_step))
-    ax.set_xticks(
-        positions, [_short(att.tokens[i]) for i in positions], rotation=90,
-        fontsize=layout.font_pt,
-    )  # fmt: skip
+    _ticks(ax, att.tokens, layout, y=False)
     font = min(8.0, max(4.0, row_in * 72 * 0.8))
     ax.set_yticks(
         range(len(rows)), [f"L{layer} H{h}" for layer in layers for h in heads], fontsize=font
     )
     for boundary in range(len(heads), len(rows), len(heads)):
         ax.axhline(boundary - 0.5, color="white", linewidth=1.2)
+    if att.info.causal and index < n - 1:
+        after = [(index + 0.5, -0.5), (n - 0.5, -0.5), (n - 0.5, len(rows) - 0.5)]
+        _hatch(ax, [*after, (index + 0.5, len(rows) - 0.5)])
+        _masked_key(fig, 0.9 + inner[0] + 0.2, 0.15, "masked:\nkey after\nthe query")
     ax.add_patch(
         Rectangle((index - 0.5, -0.5), 1, len(rows), fill=False, edgecolor="red", linewidth=1.2)
     )
