@@ -170,3 +170,41 @@ def test_repeated_tokens_carry_their_position():
     console = _console()
     terminal.print_header(console, att)
     assert "the@1 cat the@3" in console.file.getvalue()
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_check_errors_show_every_number_whole(width):
+    """30 layers × 9 heads (SmolLM2's shape) do not fit as columns: layers go in rows and the
+    columns are split over tables, every error printed in full."""
+    from attnviz.analysis.check import CheckResult, LayerCheck
+    from attnviz.core.models import ModelInfo
+
+    info = ModelInfo("m", "LlamaForCausalLM", "llama", 30, 9, 576, 64, 2048, True, 3)
+    rng = np.random.default_rng(1)
+    errors = rng.uniform(1e-8, 9e-6, size=(30, 10))
+    layers = tuple(LayerCheck(i, tuple(errors[i, :9]), float(errors[i, 9])) for i in range(30))
+    result = CheckResult(info, ("a", "b"), 1e-5, layers, (("X", "input", (2, 576)),))
+    console = _console(width)
+    terminal.print_check(console, result)
+    out = console.file.getvalue()
+    assert max(len(line) for line in out.splitlines()) <= width
+    assert "…" not in out
+    for value in errors.ravel():
+        assert f"{value:.1e}" in out
+    # each layer's row holds its own numbers
+    row = next(line for line in out.splitlines() if line.startswith("│ L17 "))
+    assert f"{errors[17, 0]:.1e}" in row
+
+
+def test_check_errors_keep_layers_as_columns_when_they_fit():
+    from attnviz.analysis.check import CheckResult, LayerCheck
+    from attnviz.core.models import ModelInfo
+
+    info = ModelInfo("m", "BertModel", "bert", 6, 12, 384, 32, 512, False)
+    layers = tuple(LayerCheck(i, (1e-7,) * 12, 2e-7) for i in range(6))
+    console = _console(100)
+    terminal.print_check(console, CheckResult(info, ("a",), 1e-5, layers, ()))
+    lines = console.file.getvalue().splitlines()
+    header = next(line for line in lines if "L0" in line)
+    assert header.split() == ["┃", "┃", *(x for i in range(6) for x in (f"L{i}", "┃"))]
+    assert sum(line.startswith("│ head ") for line in lines) == 12 and "…" not in "".join(lines)

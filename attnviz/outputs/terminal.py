@@ -360,6 +360,44 @@ def _kv_note(info) -> str:
     return f" · {kv} key/value heads (GQA)" if kv != info.n_heads else ""
 
 
+_ERRORS_TITLE = "Max |model − from-scratch|: attention probabilities per head, and block output"
+_ERROR_COLUMN = 10  # "1.2e-07" with the table's padding and border
+
+
+def _print_errors(console: Console, result: CheckResult) -> None:
+    """The per-head and output errors: layers as columns when they fit the terminal, else
+    layers as rows, the columns (heads, then output) split over as many tables as it takes,
+    so that every number shows whole."""
+    tol, layers = result.tolerance, result.layers
+    n_heads = result.info.n_heads
+    if 11 + _ERROR_COLUMN * len(layers) <= console.width:
+        errors = Table(title=_ERRORS_TITLE, title_justify="left")
+        errors.add_column("")
+        for lc in layers:
+            errors.add_column(f"L{lc.layer}", justify="right")
+        for head in range(n_heads):
+            errors.add_row(
+                f"head {head}", *(_error_text(lc.head_errors[head], tol) for lc in layers)
+            )
+        errors.add_section()
+        errors.add_row("output*", *(_error_text(lc.output_error, tol) for lc in layers))
+        console.print(errors)
+        return
+    columns = [*(f"H{head}" for head in range(n_heads)), "output*"]
+    per_table = max(1, (console.width - 8) // _ERROR_COLUMN)
+    for start in range(0, len(columns), per_table):
+        chunk = range(start, min(start + per_table, len(columns)))
+        title = _ERRORS_TITLE if start == 0 else None
+        errors = Table(title=title, title_justify="left")
+        errors.add_column("", no_wrap=True)
+        for c in chunk:
+            errors.add_column(columns[c], justify="right", no_wrap=True)
+        for lc in layers:
+            values = [*lc.head_errors, lc.output_error]
+            errors.add_row(f"L{lc.layer}", *(_error_text(values[c], tol) for c in chunk))
+        console.print(errors)
+
+
 def print_check(console: Console, result: CheckResult) -> None:
     """Per-head and output errors of the from-scratch MHA against the model, shapes, verdict."""
     tol = result.tolerance
@@ -378,20 +416,7 @@ def print_check(console: Console, result: CheckResult) -> None:
         shapes.add_row(name, formula, " × ".join(str(d) for d in shape))
     console.print(shapes)
 
-    errors = Table(
-        title="Max |model − from-scratch|: attention probabilities per head, and block output",
-        title_justify="left",
-    )
-    errors.add_column("")
-    for lc in result.layers:
-        errors.add_column(f"L{lc.layer}", justify="right")
-    for head in range(info.n_heads):
-        errors.add_row(
-            f"head {head}", *(_error_text(lc.head_errors[head], tol) for lc in result.layers)
-        )
-    errors.add_section()
-    errors.add_row("output*", *(_error_text(lc.output_error, tol) for lc in result.layers))
-    console.print(errors)
+    _print_errors(console, result)
     console.print(
         "* block output before residual; relative where its largest value exceeds 1",
         style="dim",
