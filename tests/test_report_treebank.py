@@ -67,6 +67,10 @@ def test_files_table_and_roles(ewt_report):
             beats = accuracy >= float(row["baseline_accuracy"]) + 0.1
             assert beats == (f"syntax:{row['relation']}{suffix}" in roles.split(";"))
     assert any(named.values()) and heads[0]["role"]  # positional roles are still there
+    # Without colour, a mark (not a colour) tells the rows whose head beats the baseline.
+    beating = [r for r in rows if float(r["accuracy"]) >= float(r["baseline_accuracy"]) + 0.1]
+    assert text.count("% *") == len(beating) > 0 and "green" not in text
+    assert "* marks such a head's accuracy" in text
 
 
 @pytest.mark.slow  # seconds of end-to-end model and figure work

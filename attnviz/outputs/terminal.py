@@ -515,7 +515,10 @@ def print_linguistics(console: Console, report: Report) -> None:
                 row.relation,
                 SHORT_DIRECTIONS[row.direction],
                 f"L{row.layer} H{row.head}",
-                Text(f"{row.accuracy:.1%}", style="bold green" if better else ""),
+                Text(
+                    f"{row.accuracy:.1%}" + (" *" if better else "  "),
+                    style="bold green" if better else "",
+                ),
                 f"{row.baseline_accuracy:.1%}",
                 f"{row.baseline:+d}",
                 str(row.n),
@@ -535,6 +538,6 @@ def print_linguistics(console: Console, report: Report) -> None:
     named = sum(1 for r in report.roles if report.linguistic_roles(r.layer, r.head))
     console.print(
         f"[dim]{named} head(s) beat a baseline by ≥ {100 * ling.margin:.0f} points (--margin): "
-        "see linguistic_roles in heads.csv; green = such a head.[/]",
+        "see linguistic_roles in heads.csv; * marks such a head's accuracy.[/]",
         highlight=False,
     )
