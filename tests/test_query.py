@@ -133,3 +133,16 @@ def test_query_figure_rows_follow_the_query_row(tmp_path):
             x = int(box.x0 + (k + 0.5) * box.width / n)
             y = int(image.shape[0] - (box.y1 - (r + 0.5) * box.height / rows))
             assert (image[y, x] < 60) == (k == r % n), (r, k)
+
+
+def test_unknown_tokens_are_labelled_and_queried_by_their_text(bundled):
+    from attnviz.analysis.query import find_query
+    from attnviz.core.extract import extract
+
+    att = extract(bundled, "I love pizza 🍕 and 😀 so much")
+    # WordPiece has neither emoji: the model reads [UNK] for each, labelled by its text
+    ids = bundled.tokenizer("I love pizza 🍕 and 😀 so much")["input_ids"]
+    assert [i for i, t in enumerate(ids) if t == bundled.tokenizer.unk_token_id] == [4, 6]
+    assert att.tokens[4] == "🍕" and att.tokens[6] == "😀" and "[UNK]" not in att.tokens
+    assert any("[UNK]" in note and "🍕 😀" in note for note in att.notes)
+    assert find_query(att, "😀") == 6

@@ -67,6 +67,12 @@ def encode(
         (source[start:end].strip() or "␣") if from_text and not is_special else token
         for token, is_special, (start, end), source in zip(raw, special, offsets, sources)
     )
+    tokens, unknown = _label_unknown(tokenizer, tokens, raw, special, offsets, sources)
+    if unknown:
+        notes.append(
+            f"{len(unknown)} token(s) are the tokenizer's {tokenizer.unk_token} (unknown to its "
+            f"vocabulary), labelled with the text they cover: {' '.join(unknown)}"
+        )
     words, word_labels = _group_words(sources, raw, special, offsets, word_ids)
     segments = None
     if pair is not None:
@@ -83,6 +89,19 @@ def encode(
         segments,
         truncated=n_tokens > limit,
     )
+
+
+def _label_unknown(tokenizer, tokens, raw, special, offsets, sources):
+    """Labels with each unknown token ([UNK], <unk>) given the text it covers (an emoji, a
+    rare script), so figures show it and --query finds it; and those texts, in order."""
+    unk = tokenizer.unk_token
+    labels, unknown = list(tokens), []
+    for i, (token, is_special, (start, end)) in enumerate(zip(raw, special, offsets)):
+        covered = sources[i][start:end].strip()
+        if unk is not None and token == unk and not is_special and covered:
+            labels[i] = covered
+            unknown.append(covered)
+    return tuple(labels), unknown
 
 
 def _segment_of(sequence_ids: list[int | None]) -> list[int]:
