@@ -88,7 +88,7 @@ def test_rerun_skips_complete_and_overwrite_redoes(tiny_model_dirs, tmp_path):
         .st_mtime_ns
     )
     again = _export(tiny, tmp_path, "--figures", "heads")
-    assert "0 written · 5 already complete" in " ".join(again.output.split())
+    assert "nothing to do: 5 sentences already complete" in " ".join(again.output.split())
     assert (
         next(tmp_path.glob("0002-a-quick-brown-fox-jumps-over-the-*")) / "done.json"
     ).stat().st_mtime_ns == stamp
@@ -237,3 +237,93 @@ def test_json_prints_the_run_summary(tiny_model_dirs, tmp_path):
         _export(tiny_model_dirs["bert"], tmp_path, "--figures", "overview", "--json").stdout
     )
     assert again["complete"] == 5 and again["written"] == 0
+
+
+def _sentence_folders(root):
+    """Folders holding an exported sentence (its done.json), by name."""
+    return sorted(p.parent.name for p in root.glob("*/done.json"))
+
+
+def test_another_sentence_list_is_refused_and_overwrite_replaces_it(tiny_model_dirs, tmp_path):
+    tiny = tiny_model_dirs["bert"]
+    assert _export(tiny, tmp_path, "--figures", "overview", sentences=SENTENCES[:3]).exit_code == 0
+    old = _sentence_folders(tmp_path)
+    assert [name[:5] for name in old] == ["0001-", "0002-", "0003-"]
+    (tmp_path / "notes.txt").write_text("mine")  # the user's files: never touched
+    (tmp_path / old[2] / "my-notes.txt").write_text("mine too")
+    manifest = (tmp_path / "manifest.json").read_bytes()
+
+    new = ["A new sentence.", "And another one."]
+    refused = _export(tiny, tmp_path, "--figures", "overview", sentences=new)
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    message = refused.output.strip()
+    assert len(message.splitlines()) == 1, message
+    assert "3 sentence folders" in message and "--out" in message and "--overwrite" in message
+    assert _sentence_folders(tmp_path) == old  # nothing written, nothing removed
+    assert (tmp_path / "manifest.json").read_bytes() == manifest
+
+    replaced = _export(tiny, tmp_path, "--figures", "overview", "--overwrite", sentences=new)
+    assert replaced.exit_code == 0, replaced.output
+    text = " ".join(replaced.output.split())
+    assert "removed 2 sentence folders of an earlier export" in text
+    assert f"kept {tmp_path / old[2]}" in text  # it holds a file attnviz did not write
+    folders = _sentence_folders(tmp_path)
+    assert [name[:5] for name in folders] == ["0001-", "0002-"]  # each number once
+    assert folders[0].startswith("0001-a-new-sentence-")
+    assert folders[1].startswith("0002-and-another-one-")
+    listed = json.loads((tmp_path / "manifest.json").read_text())["sentences"]
+    assert [s["folder"] for s in listed] == folders and [s["text"] for s in listed] == new
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert [p.name for p in (tmp_path / old[2]).iterdir()] == ["my-notes.txt"]
+    assert not (tmp_path / old[0]).exists() and not (tmp_path / old[1]).exists()
+
+
+def test_a_longer_list_resumes_the_export_of_its_first_sentences(tiny_model_dirs, tmp_path):
+    tiny = tiny_model_dirs["bert"]
+    assert _export(tiny, tmp_path, "--figures", "overview", sentences=SENTENCES[:3]).exit_code == 0
+    longer = _export(tiny, tmp_path, "--figures", "overview")
+    assert longer.exit_code == 0, longer.output
+    assert "2 written · 3 already complete" in " ".join(longer.output.split())
+    listed = json.loads((tmp_path / "manifest.json").read_text())["sentences"]
+    assert [s["text"] for s in listed] == SENTENCES
+    assert [s["folder"] for s in listed] == _sentence_folders(tmp_path)
+
+
+def test_rerun_of_a_complete_export_does_not_load_the_model(tiny_model_dirs, tmp_path, monkeypatch):
+    from attnviz.core import models
+
+    source = tmp_path / "in.txt"
+    source.write_text("Fine line.\n\n" + " ".join(["word"] * 100) + "\nAnother fine line.\n")
+    out = tmp_path / "out"
+    args = ["export", "-f", str(source), "-m", str(tiny_model_dirs["bert"]), "-o", str(out),
+            "--figures", "overview"]  # fmt: skip
+    assert runner.invoke(app, args).exit_code == 0
+    first = json.loads((out / "manifest.json").read_text())
+
+    def load(self):
+        raise AssertionError("a complete export loaded the model")
+
+    monkeypatch.setattr(models.Model, "load", load)
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0, again.output
+    text = " ".join(again.output.split())
+    assert "nothing to do: 2 sentences already complete with these settings" in text
+    assert "1 too long (skipped)" in text
+    assert "line 3: skipped, text is 102 tokens long" in text
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["sentences"] == first["sentences"]
+    assert manifest["counts"]["complete"] == 2 and manifest["counts"]["too_long"] == 1
+
+    # In a process of its own, the re-run does not even import torch.
+    check = (
+        "import sys; from attnviz.cli import app\n"
+        "try: app(sys.argv[1:])\n"
+        "except SystemExit as e: assert not e.code, e.code\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    process = subprocess.run(
+        [sys.executable, "-c", check, *args], env=env, capture_output=True, text=True
+    )
+    assert process.returncode == 0, process.stderr
+    assert "nothing to do" in process.stdout

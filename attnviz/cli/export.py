@@ -87,7 +87,12 @@ def export(
     ] = 1,
     batch_size: BatchOpt = 8,
     overwrite: Annotated[
-        bool, flag("--overwrite", "Redo sentences that are already complete.")
+        bool,
+        flag(
+            "--overwrite",
+            "Redo every sentence, and first remove an earlier export of other sentences from "
+            "--out (only the files attnviz wrote).",
+        ),
     ] = False,
     device: DeviceOpt = Device.auto,
     as_json: Annotated[bool, flag("--json", "Print the run's summary as JSON on stdout.")] = False,
@@ -97,6 +102,8 @@ def export(
     Each folder `NNNN-slug-hash/` holds overview, one grid per layer and one figure per head.
     Blank lines are skipped and counted. A re-run skips sentences already complete with the
     same settings and finishes the rest; an interrupted run leaves no half-written file.
+    An output folder holds one sentence list: more sentences added at the end are exported
+    there too, another list is refused (use another --out, or --overwrite to replace it).
     """
     from rich.progress import TextColumn
 
@@ -150,6 +157,13 @@ def export(
 
     if as_json:
         typer.echo(json.dumps(summary.as_dict(), ensure_ascii=False, indent=2))
+    elif summary.nothing_to_do:
+        too_long = f", {summary.too_long} too long (skipped)" if summary.too_long else ""
+        out_console.print(
+            f"nothing to do: {summary.complete} sentences already complete with these "
+            f"settings{too_long} · {summary.seconds:.1f} s (--overwrite redoes them)",
+            highlight=False,
+        )
     else:
         parts = [
             f"{summary.sentences} sentences",
@@ -162,6 +176,11 @@ def export(
             f"{summary.seconds:.1f} s",
         ]
         out_console.print(" · ".join(parts), highlight=False)
+    if summary.removed and not as_json:
+        out_console.print(
+            f"removed {summary.removed} sentence folders of an earlier export (--overwrite)",
+            highlight=False,
+        )
     if summary.interrupted:
         err_console.print(
             f"[bold red]interrupted[/]: {summary.written + summary.complete} of "

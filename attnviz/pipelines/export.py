@@ -4,6 +4,11 @@ Each sentence gets a folder `NNNN-slug-hash/` (its number, the start of its text
 of the text) with its figures and, written last, `done.json`. A folder whose `done.json`
 records the same settings is complete and is skipped on a re-run; anything else in it is
 redone. Every file is written atomically, so an interrupted run leaves whole files or none.
+
+An output folder holds the export of one sentence list (or of the start of it: a list with
+sentences added at the end resumes). Sentence folders of another list are refused before any
+work, or removed with `overwrite`, so numbers never repeat and the manifest lists every
+sentence folder there. A re-run that finds everything done says so without loading the model.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import csv
 import gc
 import io
 import json
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -19,8 +25,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.errors import InputError, TextTooLongError
+from attnviz.core.models import describe
+from attnviz.errors import InputError, OutputError, TextTooLongError
 from attnviz.outputs.files import (
+    DONE,
+    TEXT_FILES,
     clear_previous,
     prepare_dir,
     read_done,
@@ -35,7 +44,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.inside import Inside
     from attnviz.core.attention import Attention, Encoded
     from attnviz.core.inputs import Sentence, Sentences
-    from attnviz.core.models import LoadedModel, Model
+    from attnviz.core.models import LoadedModel, Model, ModelSpec
     from attnviz.outputs.figures import Style
 
 
@@ -86,6 +95,8 @@ class ExportSummary:
     figures: int = 0
     seconds: float = 0.0
     render_seconds: float = 0.0  # after the model was loaded: forward passes and figures
+    removed: int = 0  # sentence folders of an earlier export of other sentences (overwrite)
+    nothing_to_do: bool = False  # every sentence was complete or too long: no model loaded
     interrupted: bool = False
     skipped: dict[int, Record] = field(default_factory=dict)  # too-long sentences, by index
 
@@ -100,7 +111,16 @@ class ExportSummary:
         }
 
 
-COUNTS = ("sentences", "written", "complete", "blank", "too_long", "truncated", "figures")
+COUNTS = (
+    "sentences",
+    "written",
+    "complete",
+    "blank",
+    "too_long",
+    "truncated",
+    "figures",
+    "removed",
+)
 
 
 Progress = Callable[[Record, int], None]  # (record, figures written for it)
@@ -108,6 +128,73 @@ Progress = Callable[[Record, int], None]  # (record, figures written for it)
 
 def _folder_name(sentence: Sentence, width: int) -> str:
     return f"{sentence.index:0{width}d}-{text_folder_name(sentence.text, 32)}"
+
+
+# A name `_folder_name` makes: the sentence's number, a slug, 8 hex digits of a hash.
+_SENTENCE_FOLDER = re.compile(r"\d{4,}-[a-z0-9-]+-[0-9a-f]{8}")
+
+
+def _other_exports(out: Path, expected: set[str]) -> list[Path]:
+    """Sentence folders in `out` that are not this list's: named as an export names them, and
+    holding its `done.json` or a file named as it names figures."""
+
+    def written_by_export(folder: Path) -> bool:
+        return (folder / DONE).is_file() or any(
+            TEXT_FILES.fullmatch(path.name) for path in folder.iterdir()
+        )
+
+    return sorted(
+        path
+        for path in out.iterdir()
+        if path.name not in expected
+        and _SENTENCE_FOLDER.fullmatch(path.name)
+        and path.is_dir()
+        and written_by_export(path)
+    )
+
+
+def _refuse_other_export(out: Path, others: list[Path]) -> OutputError:
+    n = len(others)
+    return OutputError(
+        f"{out} holds an export of other sentences ({n} sentence folder{'s' * (n != 1)} not "
+        f"in this list, such as {others[0].name}); choose another --out, or pass --overwrite "
+        "to replace that export"
+    )
+
+
+def _remove_export(out: Path, folders: list[Path], warn: Callable[[str], None]) -> int:
+    """Remove an earlier export's manifests, then its sentence folders, deleting only the files
+    attnviz writes there; a folder that holds anything else is kept. The folders removed."""
+    for name in ("manifest.json", "manifest.csv"):  # first: never a manifest of missing folders
+        (out / name).unlink(missing_ok=True)
+    removed = 0
+    for folder in folders:
+        clear_previous(folder, text_folder=True)
+        try:
+            folder.rmdir()
+        except OSError:
+            warn(f"kept {folder}: it holds files attnviz did not write")
+            continue
+        removed += 1
+    return removed
+
+
+def _all_too_long(
+    spec: ModelSpec | None, sentences: list[Sentence], truncate: bool
+) -> list[TextTooLongError] | None:
+    """Each sentence's error when the model's files alone show that every one is too long,
+    else None (the loaded model decides)."""
+    if spec is None:
+        return None
+    errors = []
+    for sentence in sentences:
+        try:
+            spec.check_length(sentence.text, truncate)
+        except TextTooLongError as error:
+            errors.append(error)
+            continue
+        return None
+    return errors
 
 
 def _settings(model_name: str, sentence: Sentence, options: ExportOptions) -> dict[str, Any]:
@@ -191,7 +278,12 @@ def export(
     on_progress: Progress | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> ExportSummary:
-    """Export heatmaps for every sentence under `out`, skipping complete folders."""
+    """Export heatmaps for every sentence under `out`, skipping complete folders.
+
+    Refuses (OutputError) when `out` holds sentence folders of another list, unless
+    `overwrite`, which removes them once the model has loaded. The model is loaded only when
+    some sentence is still to do.
+    """
     options = options or ExportOptions()
     warn = on_warning or (lambda message: None)
     started = time.perf_counter()
@@ -199,6 +291,49 @@ def export(
     heads_asked = list(options.heads) if options.heads else None
     model.refuse_early(layers_asked, heads_asked)
     prepare_dir(out)
+    width = max(4, len(str(len(sentences.items))))
+    folders = [out / _folder_name(sentence, width) for sentence in sentences.items]
+    others = _other_exports(out, {folder.name for folder in folders})
+    if others and not overwrite:
+        raise _refuse_other_export(out, others)
+    spec = describe(model.name)
+    model_name = spec.name if spec is not None else model.name  # as loading would name it
+    summary = ExportSummary(out=out, sentences=len(sentences.items), blank=sentences.blank)
+
+    def report(record: Record) -> None:
+        if record.status.startswith("too long"):
+            summary.skipped[record.index] = record
+        if on_progress:
+            on_progress(record, _figures(record) if record.status == "written" else 0)
+
+    def too_long(sentence: Sentence, folder: Path, error: TextTooLongError) -> None:
+        warn(f"{sentences.source}, line {sentence.line}: skipped, {error}")
+        summary.too_long += 1
+        report(
+            Record(sentence.index, sentence.line, sentence.text, folder.name, "too long (skipped)")
+        )
+
+    todo: list[tuple[Sentence, Path, dict[str, Any]]] = []
+    for sentence, folder in zip(sentences.items, folders, strict=True):
+        settings = _settings(model_name, sentence, options)
+        if not overwrite and (record := _completed(folder, settings)) is not None:
+            summary.complete += 1
+            report(record)
+        else:
+            todo.append((sentence, folder, settings))
+    errors = _all_too_long(spec, [sentence for sentence, _, _ in todo], options.truncate)
+    if errors is not None:
+        for (sentence, folder, _), error in zip(todo, errors, strict=True):
+            too_long(sentence, folder, error)
+        todo = []
+    if not todo:
+        summary.nothing_to_do = summary.complete > 0
+        if others:
+            summary.removed = _remove_export(out, others, warn)
+        summary.seconds = time.perf_counter() - started
+        write_manifest(summary, sentences, width)
+        return summary
+
     if jobs > 1:
         from attnviz.outputs.render import start_workers
 
@@ -215,33 +350,18 @@ def export(
     _freeze_long_lived()
     layers = loaded.info.pick_layers(layers_asked)
     heads = loaded.info.pick_heads(heads_asked)
-    width = max(4, len(str(len(sentences.items))))
+    if others:  # only now: a model that fails to load leaves the earlier export whole
+        summary.removed = _remove_export(out, others, warn)
     loaded_at = time.perf_counter()
-    summary = ExportSummary(out=out, sentences=len(sentences.items), blank=sentences.blank)
-
-    def report(record: Record) -> None:
-        if record.status.startswith("too long"):
-            summary.skipped[record.index] = record
-        if on_progress:
-            on_progress(record, _figures(record) if record.status == "written" else 0)
 
     def pending() -> Iterator[tuple[Any, Record, dict[str, Any]]]:
-        """Encoded sentences still to do; complete and too-long ones are reported here."""
-        for sentence in sentences.items:
-            folder = out / _folder_name(sentence, width)
-            settings = _settings(loaded.info.name, sentence, options)
-            if not overwrite and (record := _completed(folder, settings)) is not None:
-                summary.complete += 1
-                report(record)
-                continue
+        """Encoded sentences still to do; too-long ones are reported here."""
+        for sentence, folder, settings in todo:
             record = Record(sentence.index, sentence.line, sentence.text, folder.name, "written")
             try:
                 encoded = encode(loaded, sentence.text, options.truncate)
             except TextTooLongError as error:
-                warn(f"{sentences.source}, line {sentence.line}: skipped, {error}")
-                record.status = "too long (skipped)"
-                summary.too_long += 1
-                report(record)
+                too_long(sentence, folder, error)
                 continue
             if encoded.notes:
                 summary.truncated += 1
