@@ -210,11 +210,12 @@ def test_interrupted_process_leaves_whole_files_and_resumes(tiny_model_dirs, tmp
     while len(list(out.glob("*/done.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     process.send_signal(sig)
-    process.communicate(timeout=60)
+    _, err = process.communicate(timeout=60)
     finished = len(list(out.glob("*/done.json")))
     assert 2 <= finished < total, "the run must be stopped mid-way for this test to mean anything"
     if sig == signal.SIGINT:
         assert process.returncode == 130
+        assert b"Traceback" not in err and err.count(b"interrupted: ") == 1, err
         assert json.loads((out / "manifest.json").read_text())["interrupted"] is True
     for path in out.rglob("*.png"):  # whatever exists is whole (temp files are not images)
         with Image.open(path) as image:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.app import Command, app, err_console, fail, out_console, progress, warn
+from attnviz.cli.app import Command, app, fail, out_console, progress, warn
 from attnviz.cli.options import (
     BatchOpt,
     CmapOpt,
@@ -33,7 +33,7 @@ from attnviz.cli.options import (
     style,
 )
 from attnviz.core import models
-from attnviz.errors import AttnvizError
+from attnviz.errors import AttnvizError, Interrupted
 from attnviz.outputs.render import FIGURES
 
 # The choices of --figures, from the one list of figure kinds (attnviz.outputs.render.FIGURES).
@@ -182,11 +182,12 @@ def export(
             highlight=False,
         )
     if summary.interrupted:
-        err_console.print(
-            f"[bold red]interrupted[/]: {summary.written + summary.complete} of "
-            f"{summary.sentences} sentences are complete; run the same command again to finish"
+        raise fail(
+            Interrupted(
+                f"{summary.written + summary.complete} of {summary.sentences} sentences are "
+                "complete; run the same command again to finish"
+            )
         )
-        raise typer.Exit(130)
     if not as_json:
         out_console.print(
             f"manifest: {summary.out / 'manifest.json'} and manifest.csv", highlight=False
