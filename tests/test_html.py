@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import time
 import zlib
 from pathlib import Path
 
@@ -208,10 +207,9 @@ class Opened:
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.on("request", lambda r: self.requests.append(r.url))
         self.url = path.resolve().as_uri()
-        started = time.perf_counter()
         self.page.goto(self.url)
-        self.page.wait_for_selector("body[data-ready='1']", timeout=20_000)
-        self.seconds = time.perf_counter() - started
+        # A generous wait, not a speed test (bench/bench_html.py times the page).
+        self.page.wait_for_selector("body[data-ready='1']", timeout=60_000)
 
     def view(self, name: str) -> None:
         self.page.click(f"#tab-{name}")
@@ -230,6 +228,34 @@ class Opened:
 
         png = self.page.locator(selector).first.screenshot()
         return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+
+    def canvas(self, selector: str, points: list[tuple[int, int]]) -> np.ndarray:
+        """The RGB of a canvas at (x, y) points, read back from it (getImageData): what its
+        script painted, before any scaling on screen. (points, 3) int."""
+        rgb = self.page.evaluate(
+            """([selector, points]) => {
+                const ctx = document.querySelector(selector).getContext("2d");
+                const rgb = ([x, y]) => Array.from(ctx.getImageData(x, y, 1, 1).data.slice(0, 3));
+                return points.map(rgb);
+            }""",
+            [selector, points],
+        )
+        return np.array(rgb, dtype=int)
+
+    def clipped(self, selector: str) -> list[str]:
+        """Elements under `selector` (itself included) that hide part of their content: a box
+        with overflow other than visible whose content is wider or taller than the box."""
+        return self.page.evaluate(
+            """(selector) => [...document.querySelectorAll(`${selector}, ${selector} *`)]
+                .filter((e) => {
+                    const s = getComputedStyle(e);
+                    const clips = s.overflowX !== "visible" || s.overflowY !== "visible";
+                    const wide = e.scrollWidth > e.clientWidth + 1;
+                    return clips && (wide || e.scrollHeight > e.clientHeight + 1);
+                })
+                .map((e) => `${e.tagName}.${e.className}: ${e.textContent.slice(0, 40)}`)""",
+            selector,
+        )
 
     def close(self) -> None:
         self.page.close()
@@ -265,8 +291,55 @@ def test_every_view_draws_without_errors_or_requests(opened):
         # Not blank: the drawn region has many colours and a real spread of brightness.
         assert len(np.unique(region.reshape(-1, 3), axis=0)) > 20, name
         assert region.std() > 10, name
-    # The matrix is the head's heatmap: its brightest cell is where the weight is largest.
-    assert opened.page.locator("#view-matrix, #view-inside").count() == 1
+
+
+def _viridis() -> np.ndarray:
+    """The colour map's 256 colours as matplotlib has them: (256, 3) int."""
+    import matplotlib
+
+    return matplotlib.colormaps["viridis"](range(256), bytes=True)[:, :3].astype(int)
+
+
+def _cell_centres(n: int, size: int) -> list[tuple[int, int]]:
+    """The canvas pixel at the centre of each cell of an n × n heatmap `size` px wide, in
+    row-major [query, key] order: (x, y) = (key, query)."""
+    cell = size / n
+    return [(int((k + 0.5) * cell), int((q + 0.5) * cell)) for q in range(n) for k in range(n)]
+
+
+def _expected_colours(grid: np.ndarray) -> np.ndarray:
+    """Each cell's colour on the 0–1 scale: the map's entry round(weight × 255). (T·T, 3)"""
+    index = np.minimum(255, np.floor(grid.astype(np.float64) * 255 + 0.5)).astype(int)
+    return _viridis()[index.ravel()]
+
+
+def test_matrix_pixels_are_the_weights_in_place(opened, att):
+    """Issue 25: drawn transposed (`a[j*T+i]`), every count-based test passed. The pixels read
+    back from the canvas must be each cell's own weight: query down, key across. Layer 0
+    head 2 looks at the previous token, so a transposed matrix differs in most cells."""
+    opened.view("matrix")
+    n = opened.renders()
+    opened.page.select_option("#head", "2")
+    opened.settle(n + 1)
+    grid = att.weights[0, 2]  # (T, T) [query, key]
+    size = int(opened.page.get_attribute("#matrix", "width"))
+    drawn = opened.canvas("#matrix", _cell_centres(len(att.tokens), size))
+    assert (drawn == _expected_colours(grid)).all(axis=1).all()
+    # The brightest cell of each row is that query's strongest key.
+    lut = _viridis()
+    index = np.abs(drawn[:, None, :] - lut[None]).sum(-1).argmin(-1).reshape(grid.shape)
+    assert (index.argmax(axis=1) == grid.argmax(axis=1)).all()
+    assert not np.array_equal(grid.argmax(axis=1), grid.argmax(axis=0))  # asymmetric enough
+
+
+def test_encoder_views_have_a_colour_legend_without_masked_cells(opened):
+    for view in ("model", "matrix"):
+        opened.view(view)
+        legend = opened.page.locator(f"#view-{view} .legend")
+        assert legend.count() == 1 and "attention weight: 0" in legend.inner_text()
+        bar = opened.canvas(f"#view-{view} .legend-bar", [(x, 7) for x in (0, 128, 255)])
+        assert (bar == _viridis()[[0, 128, 255]]).all()
+        assert opened.page.locator(f"#view-{view} .legend .masked").count() == 0
 
 
 def test_switching_layer_head_and_view_changes_what_is_drawn(opened):
@@ -352,7 +425,32 @@ def test_inside_view_prints_the_cross_check(opened, inside):
     assert errors[0] == pytest.approx(inside.errors[2, 0, 10], rel=0.01)
 
 
-def test_512_token_page_opens_fast_and_stays_interactive(browser, bundled, tmp_path):
+def test_inside_view_cuts_no_number(opened, inside):
+    """k_h and v_h (32 numbers each) used to sit in scrolling cells that cut numbers in half:
+    each cell now shows whole numbers, the first six of the vector, then "… 26 more", and
+    holds all 32 in its tooltip; nothing in the view hides part of its content."""
+    opened.view("inside")
+    n = opened.renders()
+    opened.page.select_option("#layer", "2")
+    opened.settle(n + 1)
+    opened.page.select_option("#query", "10")
+    opened.settle(n + 2)
+    assert opened.clipped("#view-inside") == []
+    rows = opened.page.locator(".inside-table tr").all()[1:]  # after the heading row
+    assert len(rows) == len(inside.tokens)
+    d_k = inside.k.shape[-1]
+    for j, row in enumerate(rows):
+        cells = row.locator("td.vec").all()
+        for cell, vectors in zip(cells, (inside.k, inside.v)):  # k_h, v_h
+            expected = vectors[2, 0, j]  # (d_k,) float32
+            shown, more = cell.inner_text().split("…")
+            assert [float(v) for v in shown.split()] == [round(float(x), 3) for x in expected[:6]]
+            assert more.strip() == f"{d_k - 6} more"
+            every = [float(v) for v in cell.get_attribute("title").split()]
+            assert np.allclose(every, expected, atol=5e-4) and len(every) == d_k
+
+
+def test_512_token_page_stays_interactive_labelled_and_unclipped(browser, bundled, tmp_path):
     from attnviz.core.extract import extract
     from attnviz.outputs.html import write_page
 
@@ -361,21 +459,67 @@ def test_512_token_page_opens_fast_and_stays_interactive(browser, bundled, tmp_p
     assert path.stat().st_size <= 8 * 2**20
     opened = Opened(browser, path)
     try:
-        assert opened.seconds < 8, f"opened in {opened.seconds:.1f} s"
-        started = time.perf_counter()
+        # The header shows the start of the 6,000-character text, whole lines, nothing cut.
+        assert opened.clipped("header") == []
+        header, tabs = (opened.page.locator(s).bounding_box() for s in ("header", "nav"))
+        assert header["y"] + header["height"] <= tabs["y"]
+        assert header["height"] < 300
+        opened.page.click("header button.more")
+        assert opened.page.inner_text("header .text .body") == long.text
+        assert opened.clipped("header") == []
+        opened.page.click("header button.more")
+
         opened.view("model")
         opened.view("matrix")
+        labels = _matrix_labels(opened, long.tokens)
+        assert 10 <= len(labels) <= 40
         opened.page.mouse.move(*_centre(opened.page.locator("#matrix-over").bounding_box()))
         text = opened.page.inner_text("#tooltip .weight")
         assert "≈" in text and "±" in text
+        query = int(opened.page.get_attribute("#tooltip .weight", "data-query"))
+        key = int(opened.page.get_attribute("#tooltip .weight", "data-key"))
+        assert opened.page.inner_text(".row-labels .hover") == f"{query}: {long.tokens[query]}"
+        assert opened.page.inner_text(".col-labels .hover") == f"{key}: {long.tokens[key]}"
         opened.view("head")
         opened.page.hover(".tokens.q .token >> nth=100")
         assert 0 < int(opened.page.get_attribute("#lines", "data-lines")) <= 12 * 64
-        assert time.perf_counter() - started < 8
         opened.page.screenshot(path=str(ARTIFACTS / "long-head.png"))
         assert opened.errors == [] and opened.requests == [opened.url]
     finally:
         opened.close()
+
+
+def _matrix_labels(opened: Opened, tokens: tuple[str, ...]) -> list[int]:
+    """The matrix view's row and column labels: each names its token and position ("40:
+    fox"), sits on that token's row (column), is at least 11 px and overlaps no other; the
+    labelled positions are regular steps from 0. Returns them."""
+    frame = opened.page.locator("#matrix").bounding_box()
+    cell = frame["height"] / len(tokens)
+    found = opened.page.evaluate(
+        """() => ["row", "col"].map((side) => [
+            ...document.querySelectorAll(`.${side}-labels div:not(.hover)`)].map((e) => {
+                const r = e.getBoundingClientRect();
+                return [e.textContent, +e.dataset.index, parseFloat(getComputedStyle(e).fontSize),
+                        r.left, r.top, r.right, r.bottom]; }))"""
+    )
+    rows, cols = found
+    assert [r[1] for r in rows] == [c[1] for c in cols]
+    positions = [r[1] for r in rows]
+    step = positions[1] - positions[0]
+    assert positions == list(range(0, len(tokens), step))
+    for side, labels in (("row", rows), ("col", cols)):
+        for text, i, font, _, top, _, bottom in labels:
+            assert text == f"{i}: {tokens[i][:15] + '…' if len(tokens[i]) > 16 else tokens[i]}"
+            assert font >= 11
+            if side == "row":  # centred on its row
+                assert abs((top + bottom) / 2 - (frame["y"] + (i + 0.5) * cell)) < 2
+        boxes = [label[3:] for label in labels]
+        for a, b in zip(boxes, boxes[1:]):
+            if side == "row":
+                assert b[1] >= a[3], (a, b)  # the next row's label starts below this one
+            else:  # rotated labels: the next starts to the right of this one's foot
+                assert b[0] > a[0] + 8, (a, b)
+    return positions
 
 
 def _centre(box: dict) -> tuple[float, float]:
@@ -432,6 +576,71 @@ def test_pair_page_restricts_to_a_to_b(browser, bundled, tmp_path):
         visible = (att.weights[0] >= 1 / 64) & a_to_b  # (H, T, T)
         assert int(opened.page.get_attribute("#lines", "data-lines")) == int(visible.sum())
         opened.page.screenshot(path=str(ARTIFACTS / "pair-a-to-b.png"))
+        heading = opened.page.locator("header .text").all_inner_texts()
+        assert heading == [f"A {PAIR[0]}", f"B {PAIR[1]}"]
+        assert opened.errors == [] and opened.requests == [opened.url]
+    finally:
+        opened.close()
+
+
+def test_pair_page_title_names_both_sentences(bundled):
+    from attnviz.core.extract import extract
+    from attnviz.outputs.html import build_page
+
+    att = extract(bundled, PAIR[0], pair=PAIR[1])
+    title = re.search(r"<title>(.*?)</title>", build_page(att)).group(1)
+    assert title == f"attnviz: A: {PAIR[0]} | B: {PAIR[1]}"
+    assert _data(build_page(att))["pair"] == PAIR[1]
+    a = "The committee, after considerable debate, approved the budget on Tuesday morning."
+    b = "Paris is the capital of France, and Berlin is the capital of Germany since 1990."
+    long = extract(bundled, a, pair=b)
+    title = re.search(r"<title>(.*?)</title>", build_page(long)).group(1)
+    # Each sentence cut to 45 characters at the last whole word, with "…" (counted by hand:
+    # "debate, ap|proved" and "Berlin i|s" are where 44 characters end).
+    assert title == (
+        "attnviz: A: The committee, after considerable debate… | "
+        "B: Paris is the capital of France, and Berlin…"
+    )
+
+
+def test_decoder_page_draws_later_keys_as_masked(browser, loaded_tiny, tmp_path):
+    """A causal model's keys after the query: hatched grey in the matrix and the model view
+    (not the colour of 0), said in both views' legends; every other cell is its weight."""
+    from attnviz.core.extract import extract
+    from attnviz.outputs.html import write_page
+
+    att = extract(loaded_tiny["gpt2"], "The cat sat on the mat and the dog sat on the log.")
+    n = len(att.tokens)
+    path = write_page(att, tmp_path / "decoder.html")
+    opened = Opened(browser, path)
+    masked = {(160, 160, 160), (255, 255, 255)}  # MASKED_GREY and its white hatching
+    try:
+        opened.view("matrix")
+        size = int(opened.page.get_attribute("#matrix", "width"))
+        grid = att.weights[0, 0]  # (T, T) [query, key]
+        drawn = opened.canvas("#matrix", _cell_centres(n, size)).reshape(n, n, 3)
+        expected = _expected_colours(grid).reshape(n, n, 3)
+        later = np.triu(np.ones((n, n), bool), k=1)  # key after query
+        for q in range(n):
+            for k in range(n):
+                if later[q, k]:
+                    assert tuple(drawn[q, k]) in masked, (q, k)
+                else:
+                    assert (drawn[q, k] == expected[q, k]).all(), (q, k)
+        every = opened.canvas(
+            "#matrix", [(x, y) for y in range(0, size, 7) for x in range(0, size, 5)]
+        )
+        assert {(255, 255, 255), (160, 160, 160)} <= {tuple(c) for c in every}  # hatched
+        for view in ("matrix", "model"):
+            opened.view(view)
+            key = opened.page.locator(f"#view-{view} .legend .masked")
+            assert "masked" in key.inner_text() and "later keys" in key.inner_text()
+            swatch = {tuple(c) for c in opened.canvas(f"#view-{view} .legend .masked canvas",
+                                                      [(x, 7) for x in range(14)])}  # fmt: skip
+            assert swatch == masked
+        thumb = ".thumb[data-layer='1'][data-head='3']"
+        corner = opened.canvas(thumb, [(70, 3), (3, 70)])  # upper right masked, lower left not
+        assert tuple(corner[0]) in masked and tuple(corner[1]) not in masked
         assert opened.errors == [] and opened.requests == [opened.url]
     finally:
         opened.close()

@@ -35,7 +35,7 @@ SCALES = ("absolute", "head")
 MASKED_GREY = "#a0a0a0"
 MASKED_HATCH = "///"  # 18 lines an inch: ~6 px apart at 100 dpi
 MASKED_HATCH_COLOUR = "#ffffff"
-MASKED_NOTE = "hatched grey: masked (a causal model's query cannot see later keys)"
+MASKED_NOTE = "masked: a causal model's query cannot see later keys"  # the page's legend
 
 
 @dataclass(frozen=True)

@@ -77,8 +77,20 @@
   // ---------- colours ----------
   const LUT = new Uint8Array(256 * 3);
   for (let n = 0; n < 256 * 3; n++) LUT[n] = parseInt(D.colours.substr(2 * n, 2), 16);
-  const lutCss = (n) => `rgb(${LUT[3 * n]},${LUT[3 * n + 1]},${LUT[3 * n + 2]})`;
   const headColour = (h) => `hsl(${Math.round((360 * h) / H)}, 75%, 45%)`;
+  const rgbOf = (hex) => [1, 3, 5].map((n) => parseInt(hex.substr(n, 2), 16));
+  const MASKED = rgbOf(D.masked.grey);
+  const HATCH = rgbOf(D.masked.hatch);
+  const OUTSIDE = [235, 235, 235]; // cells outside the chosen sentences of a pair
+  // A causal model's key after its query: the grey with a "/" line every 6 px, as in the PNGs.
+  const masked = (i, j) => D.model.causal && j > i;
+  function setPixel(data, p, rgb) {
+    data[p] = rgb[0];
+    data[p + 1] = rgb[1];
+    data[p + 2] = rgb[2];
+    data[p + 3] = 255;
+  }
+  const maskedAt = (x, y) => ((x + y) % 6 === 0 ? HATCH : MASKED);
 
   function allowed(i, j) {
     if (!D.segments || state.pair === "all") return true;
@@ -108,15 +120,39 @@
     return el("label", { className: "control" }, label + " ", s);
   }
   const tokenLabel = (i) => `${i}: ${D.tokens[i]}`;
+  // One line of `text`, cut at a word boundary to at most `length` characters (with "…").
+  function shortened(text, length) {
+    const flat = text.split(/\s+/).filter(Boolean).join(" ");
+    if (flat.length <= length) return flat;
+    let cut = flat.slice(0, length - 1);
+    if (cut.lastIndexOf(" ") > length / 2) cut = cut.slice(0, cut.lastIndexOf(" "));
+    return cut.replace(/[ ,;:.]+$/, "") + "…";
+  }
 
   // ---------- page frame ----------
   const app = el("div", { id: "app" });
   document.body.append(app);
   const facts = `${D.model.name} · ${D.model.architecture} · ${L} layers × ${H} heads · ${T} ${D.unit}s`;
+  // A long text shows its first lines and a button for the rest: nothing is ever cut off.
+  function textLine(which, text) {
+    const p = el("p", { className: "text" });
+    if (which) p.append(el("span", { className: "which", textContent: which }), " ");
+    const short = shortened(text, 240);
+    const body = el("span", { className: "body", textContent: short });
+    p.append(body);
+    if (short !== text.trim()) {
+      const more = el("button", { className: "more", type: "button" });
+      const label = () => { more.textContent = body.textContent === short ? `whole text (${text.length} characters)` : "shorter"; };
+      more.addEventListener("click", () => { body.textContent = body.textContent === short ? text : short; label(); });
+      label();
+      p.append(" ", more);
+    }
+    return p;
+  }
   app.append(
     el("header", {},
       el("h1", { textContent: "attnviz" }),
-      el("p", { className: "text", textContent: D.text }),
+      ...(D.pair === null ? [textLine("", D.text)] : [textLine("A", D.text), textLine("B", D.pair)]),
       el("p", { className: "facts", textContent: facts }),
       ...D.notes.map((n) => el("p", { className: "note", textContent: n })),
       D.encoding === "float32" ? "" : el("p", { className: "note", textContent:
@@ -308,6 +344,36 @@
     canvas.dataset.painted = String(painted);
   }
 
+  // ---------- colour legend ----------
+  // The colour map from 0 to `top`, then the greys that are not weights: the masked cells of a
+  // causal model, and the cells outside the chosen sentences of a pair.
+  function legend(top) {
+    const swatch = (colourAt) => {
+      const c = el("canvas", { className: "swatch", width: 14, height: 14 });
+      const ctx = c.getContext("2d");
+      const img = ctx.createImageData(14, 14);
+      for (let y = 0; y < 14; y++) for (let x = 0; x < 14; x++) setPixel(img.data, 4 * (y * 14 + x), colourAt(x, y));
+      ctx.putImageData(img, 0, 0);
+      return c;
+    };
+    const bar = el("canvas", { className: "legend-bar", width: 256, height: 14 });
+    const ctx = bar.getContext("2d");
+    const img = ctx.createImageData(256, 14);
+    for (let y = 0; y < 14; y++) {
+      for (let x = 0; x < 256; x++) setPixel(img.data, 4 * (y * 256 + x), [LUT[3 * x], LUT[3 * x + 1], LUT[3 * x + 2]]);
+    }
+    ctx.putImageData(img, 0, 0);
+    const box = el("div", { className: "legend" },
+      el("span", { textContent: "attention weight: 0" }), bar, el("span", { textContent: top }));
+    if (D.model.causal) {
+      box.append(el("span", { className: "key masked" }, swatch(maskedAt), ` ${D.masked.note}`));
+    }
+    if (D.segments && state.pair !== "all") {
+      box.append(el("span", { className: "key outside" }, swatch(() => OUTSIDE), " outside the chosen sentences"));
+    }
+    return box;
+  }
+
   // ---------- model view ----------
   async function modelView(section) {
     const size = 76;
@@ -332,11 +398,13 @@
     section.append(
       el("p", { className: "hint", textContent:
         "Every layer × head: query tokens down, key tokens across. Click one to open it." }),
+      legend(state.scale === "head" ? "each head's max" : "1"),
       grid,
     );
   }
 
   // Paint a head into `canvas` at `size` px: max-pooling keeps thin lines when T > size.
+  // A pixel none of whose cells can be seen is masked (a causal model) or outside the pair.
   function paint(canvas, a, size) {
     const ctx = canvas.getContext("2d");
     const img = ctx.createImageData(size, size);
@@ -351,59 +419,88 @@
         let shown = false;
         for (let i = i0; i < i1; i++) {
           for (let j = j0; j < j1; j++) {
-            if (!allowed(i, j)) continue;
+            if (!allowed(i, j) || masked(i, j)) continue;
             shown = true;
             if (a[i * T + j] > v) v = a[i * T + j];
           }
         }
         const n = Math.min(255, Math.round((v / max) * 255));
         const p = 4 * (y * size + x);
-        if (shown) {
-          img.data[p] = LUT[3 * n];
-          img.data[p + 1] = LUT[3 * n + 1];
-          img.data[p + 2] = LUT[3 * n + 2];
-        } else {
-          img.data[p] = img.data[p + 1] = img.data[p + 2] = 235;
-        }
-        img.data[p + 3] = 255;
+        if (shown) setPixel(img.data, p, [LUT[3 * n], LUT[3 * n + 1], LUT[3 * n + 2]]);
+        else setPixel(img.data, p, D.model.causal ? maskedAt(x, y) : OUTSIDE);
       }
     }
     ctx.putImageData(img, 0, 0);
   }
 
   // ---------- matrix view ----------
+  const shortLabel = (t) => (t.length <= 16 ? t : t.slice(0, 15) + "…");
+  const textWidth = (() => {
+    const ctx = document.createElement("canvas").getContext("2d");
+    return (text, px) => {
+      ctx.font = `${px}px ${getComputedStyle(document.body).fontFamily}`;
+      return ctx.measureText(text).width;
+    };
+  })();
+
   async function matrixView(section) {
     const a = await head(state.layer, state.head);
     const size = Math.min(720, Math.max(480, T * 24));
     const cell = size / T;
-    const labels = cell >= 9;
     const heat = el("canvas", { id: "matrix", width: size, height: size });
     const over = el("canvas", { id: "matrix-over", width: size, height: size });
     paint(heat, a, size);
     const frame = el("div", { className: "matrix-frame" }, heat, over);
     frame.style.width = frame.style.height = `${size}px`;
-    const wrap = el("div", { className: "matrix-wrap" });
-    if (labels) {
-      const font = `${Math.min(13, cell * 0.8)}px`;
-      const rows = el("div", { className: "row-labels" });
-      const cols = el("div", { className: "col-labels" });
-      rows.style.height = cols.style.width = `${size}px`;
-      D.tokens.forEach((t, i) => {
-        const r = el("div", { textContent: t, className: D.special[i] ? "special" : "" });
-        r.style.top = `${i * cell}px`;
-        r.style.height = r.style.lineHeight = `${cell}px`;
-        r.style.fontSize = font;
-        rows.append(r);
-        const c = el("div", { textContent: t, className: D.special[i] ? "special" : "" });
-        c.style.left = `${(i + 0.5) * cell}px`;
-        c.style.fontSize = font;
-        cols.append(c);
-      });
-      wrap.append(el("span"), cols, rows, frame);
-    } else {
-      wrap.append(frame);
+    // Every token while rows are tall enough to read; else every k-th, k a round step that
+    // leaves a label's height between labels (as in the PNGs), and the token under the mouse.
+    const every = cell >= 9;
+    const font = every ? Math.min(13, cell * 0.8) : 12;
+    const step = every ? 1 : D.label_steps.find((s) => s >= (2 * font) / cell) || Math.ceil((2 * font) / cell);
+    const text = (i) => (step === 1 ? D.tokens[i] : `${i}: ${shortLabel(D.tokens[i])}`);
+    const rows = el("div", { className: "row-labels" });
+    const cols = el("div", { className: "col-labels" });
+    const rowLabel = (i, extra = "") => {
+      const r = el("div", { textContent: text(i), className: (D.special[i] ? "special" : "") + extra,
+        dataset: { index: String(i) } });
+      r.style.top = `${(i + 0.5) * cell - font * 0.75}px`;
+      r.style.height = r.style.lineHeight = `${font * 1.5}px`;
+      r.style.fontSize = `${font}px`;
+      return r;
+    };
+    const colLabel = (i, extra = "") => {
+      const c = el("div", { textContent: text(i), className: (D.special[i] ? "special" : "") + extra,
+        dataset: { index: String(i) } });
+      c.style.left = `${(i + 0.5) * cell}px`;
+      c.style.fontSize = `${font}px`;
+      return c;
+    };
+    for (let i = 0; i < T; i += step) {
+      rows.append(rowLabel(i));
+      cols.append(colLabel(i));
     }
-    wrap.classList.toggle("labelled", labels);
+    const hoverRow = rowLabel(0, " hover");
+    const hoverCol = colLabel(0, " hover");
+    hoverRow.hidden = hoverCol.hidden = true;
+    rows.append(hoverRow);
+    cols.append(hoverCol);
+    const longest = Math.max(...D.tokens.map((_, i) => textWidth(text(i), font))); // any can hover
+    rows.style.height = cols.style.width = `${size}px`;
+    rows.style.width = `${Math.ceil(longest) + 14}px`;
+    cols.style.height = `${Math.ceil(longest * Math.sin(Math.PI / 3) + font) + 8}px`; // rotated 60°
+    const wrap = el("div", { className: "matrix-wrap" }, el("span"), cols, rows, frame);
+    // The hovered token's label, on top; the labels it would overlap step aside meanwhile.
+    const place = (label, i, vertical) => {
+      label.hidden = false;
+      label.textContent = text(i);
+      label.dataset.index = String(i);
+      if (vertical) label.style.top = `${(i + 0.5) * cell - font * 0.75}px`;
+      else label.style.left = `${(i + 0.5) * cell}px`;
+      for (const other of (vertical ? rows : cols).children) {
+        if (other === label) continue;
+        other.classList.toggle("covered", Math.abs(+other.dataset.index - i) * cell < font * 1.5);
+      }
+    };
     const octx = over.getContext("2d");
     over.addEventListener("mousemove", (e) => {
       const r = over.getBoundingClientRect();
@@ -415,11 +512,14 @@
       octx.fillRect(j * cell, 0, cell, size);
       octx.strokeStyle = "#fff";
       octx.strokeRect(j * cell + 0.5, i * cell + 0.5, Math.max(1, cell - 1), Math.max(1, cell - 1));
+      place(hoverRow, i, true);
+      place(hoverCol, j, false);
       tooltip.hidden = false;
       tooltip.replaceChildren(
         el("div", { textContent: `query ${tokenLabel(i)} → key ${tokenLabel(j)}` }),
         el("div", { className: "weight", dataset: { query: String(i), key: String(j) },
-          textContent: `weight ${weightText(a[i * T + j], state.layer, state.head)}` }),
+          textContent: masked(i, j) ? "masked: a causal model's query cannot see a later key"
+            : `weight ${weightText(a[i * T + j], state.layer, state.head)}` }),
       );
       tooltip.style.left = `${e.pageX + 14}px`;
       tooltip.style.top = `${e.pageY + 14}px`;
@@ -427,11 +527,14 @@
     over.addEventListener("mouseleave", () => {
       octx.clearRect(0, 0, size, size);
       tooltip.hidden = true;
+      hoverRow.hidden = hoverCol.hidden = true;
+      for (const label of wrap.querySelectorAll(".covered")) label.classList.remove("covered");
     });
     section.append(
       el("p", { className: "hint", textContent:
         `Layer ${LAYER[state.layer]}, head ${state.head}: query tokens down, key tokens across; ` +
         `max weight ${headMax(a).toFixed(3)}. Hover a cell for its exact weight; ↑/↓ layer, ←/→ head.` }),
+      legend(state.scale === "head" ? `${headMax(a).toFixed(3)} (the head's max)` : "1"),
       wrap,
     );
   }
@@ -472,6 +575,14 @@
 
   // ---------- inside one head ----------
   const vec = (xs) => Array.from(xs, (x) => x.toFixed(3)).join("  ");
+  // A table cell of a k_h or v_h: its first numbers whole, "… N more", all of them on hover.
+  const SHOWN = 6;
+  function vecCell(xs) {
+    const td = el("td", { className: "vec", title: vec(xs) });
+    td.append(Array.from(xs.subarray(0, SHOWN), (x) => x.toFixed(3).padStart(6)).join(" "));
+    if (xs.length > SHOWN) td.append(el("span", { className: "more", textContent: ` … ${xs.length - SHOWN} more` }));
+    return td;
+  }
   async function insideView(section) {
     if (!D.inside) {
       section.append(el("p", { className: "note", textContent: `Inside one head: ${D.inside_note}` }));
@@ -514,12 +625,12 @@
       bar.style.width = `${Math.round(probs[r] * 100)}%`;
       table.append(el("tr", {},
         el("td", { className: "tok", textContent: `${j}: ${I.tokens[j]}` }),
-        el("td", { className: "vec", textContent: vec(K.subarray(j * dk, (j + 1) * dk)) }),
+        vecCell(K.subarray(j * dk, (j + 1) * dk)),
         el("td", { textContent: dots[r].toFixed(4) }),
         el("td", { textContent: scores[r].toFixed(4) }),
         el("td", { className: "prob" }, bar, el("span", { textContent: probs[r].toPrecision(6) })),
         el("td", { textContent: m === null ? "–" : m.toPrecision(6) }),
-        el("td", { className: "vec", textContent: vec(V.subarray(j * dk, (j + 1) * dk)) }),
+        vecCell(V.subarray(j * dk, (j + 1) * dk)),
       ));
     });
     const checks0 = [];
@@ -548,6 +659,8 @@
       el("h3", { textContent: "1. q_h = x W_Q^h + b_Q^h" }),
       el("pre", { className: "vec", id: "inside-q", textContent: vec(q) }),
       el("h3", { textContent: "2–4. each key: k_h, q·k, scaled (q·k/√d_k), softmax over keys" }),
+      el("p", { className: "hint", textContent:
+        `k_h and v_h show their first ${Math.min(SHOWN, dk)} of ${dk} numbers; hover one for all of them.` }),
       table,
       el("h3", { textContent: "5. head_h = Σ softmax · v_h" }),
       el("pre", { className: "vec", id: "inside-out", textContent: vec(out) }),

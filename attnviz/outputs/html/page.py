@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.outputs.figures import LABEL_STEPS, MASKED_GREY, MASKED_HATCH_COLOUR, MASKED_NOTE
 from attnviz.outputs.files import write_text_atomic
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ def page_data(
     data: dict[str, Any] = {
         "model": att.info.as_dict(),
         "text": att.text,
+        "pair": att.pair,
         "unit": att.unit,
         "hidden_special": att.hidden_special,
         "tokens": list(att.tokens),
@@ -110,6 +112,9 @@ def page_data(
         "scale": scale,
         "cmap": cmap,
         "colours": _colour_table(cmap),
+        # A causal model's keys after the query, drawn as in the PNGs.
+        "masked": {"grey": MASKED_GREY, "hatch": MASKED_HATCH_COLOUR, "note": MASKED_NOTE},
+        "label_steps": list(LABEL_STEPS),  # thinned labels on round steps, as in the PNGs
         "inside": None,
     }
     if isinstance(inside, Inside):
@@ -129,6 +134,24 @@ def page_data(
     else:
         data["inside_note"] = inside or "left out: the page was built without the model at hand"
     return data
+
+
+def shortened(text: str, length: int) -> str:
+    """`text` on one line, cut at a word boundary to at most `length` characters (with "…")."""
+    text = " ".join(text.split())
+    if len(text) <= length:
+        return text
+    cut = text[: length - 1]
+    if " " in cut[length // 2 :]:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,;:.") + "…"
+
+
+def page_title(att: Attention) -> str:
+    """The page's <title>: the text, or both sentences of a pair, shortened."""
+    if att.pair is None:
+        return f"attnviz: {shortened(att.text, 70)}"
+    return f"attnviz: A: {shortened(att.text, 45)} | B: {shortened(att.pair, 45)}"
 
 
 def _csp_hash(text: str) -> str:
@@ -158,7 +181,7 @@ def build_page(
     )
     return TEMPLATE.format(
         csp=csp,
-        title=html.escape(f"attnviz: {att.text[:60]}"),
+        title=html.escape(page_title(att)),
         style=style,
         data=data.replace("<", "\\u003c"),  # no "</script>" or "<!--" can end the data early
         script=script,
