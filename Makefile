@@ -41,8 +41,8 @@ bench: $(STAMP)
 	$(PY) bench/bench_html.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check attnviz tests bench
-	$(VENV)/bin/ruff format --check attnviz tests bench
+	$(VENV)/bin/ruff check attnviz tests bench docs
+	$(VENV)/bin/ruff format --check attnviz tests bench docs
 	@# The page script is a real file: a syntax check wherever node is installed.
 	@if command -v node >/dev/null; then node --check attnviz/outputs/html/page.js; fi
 	@# Layers point one way and no module imports another in a cycle (pyproject.toml).
