@@ -15,6 +15,13 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+if "MUTANT_UNDER_TEST" in os.environ:
+    # `make mutate`: mutmut's fork server imports this once and forks a test run per mutant.
+    # transformers' modelling code (8 s to import) is imported here, once, not in each run.
+    import transformers  # noqa: E402
+
+    transformers.PreTrainedModel  # noqa: B018
+
 TINY = dict(hidden=32, layers=2, heads=4, intermediate=37, positions=64)
 ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra")
 LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3")

@@ -107,42 +107,53 @@ def test_metrics_after_hide_special_match_a_plain_loop():
     np.testing.assert_allclose(sums[k_next], sum(following), atol=1e-9)
 
 
-@pytest.mark.parametrize("with_bos", [True, False])
-def test_probe_losses_are_the_models_loss_on_each_repeat(loaded_tiny, with_bos):
-    """run_probes' two losses, against a plain loop over the logits of exactly the ids the
-    model read, with the positions of each repeat written out.
+def _probe_run(loaded, **options):
+    """run_probes on `loaded`, and the ids of every batch the model read, (S, T) together."""
+    import torch
+
+    from attnviz.analysis.probes import run_probes
+
+    read = []
+    hook = loaded.model.register_forward_pre_hook(
+        lambda _module, _args, kwargs: read.append(kwargs["input_ids"].clone()), with_kwargs=True
+    )
+    try:
+        result = run_probes(loaded, **options)
+    finally:
+        hook.remove()
+    return result, torch.cat(read), len(read)
+
+
+@pytest.mark.parametrize("first_token", ["bos", "eos", "none"])
+def test_probe_losses_and_scores_are_the_models_own_on_each_repeat(loaded_tiny, first_token):
+    """run_probes' losses and head scores, against plain loops over the logits and attention
+    of exactly the ids the model read, with the positions of each repeat written out.
 
     Bug caught: the loss windows shifted by one token (the tests only asked for a loss > 0
     and, on SmolLM2, a gap > 5).
     """
     import torch
 
-    from attnviz.analysis.probes import run_probes
-
     loaded = loaded_tiny["llama"]
-    if not with_bos:  # a tokenizer with neither BOS nor EOS: the sequence starts with t_1
-        tokenizer = copy.deepcopy(loaded.tokenizer)
-        tokenizer.bos_token, tokenizer.eos_token = None, None
-        loaded = replace(loaded, tokenizer=tokenizer)
-    read = []
-    hook = loaded.model.register_forward_pre_hook(
-        lambda _module, _args, kwargs: read.append(kwargs["input_ids"].clone()), with_kwargs=True
-    )
-    try:
-        result = run_probes(loaded, sequences=3, length=5)
-    finally:
-        hook.remove()
-    (ids,) = read  # one batch of the 3 sequences, (S, T)
-    if with_bos:  # <s> t1 t2 t3 t4 t5 t1 t2 t3 t4 t5
-        assert (ids[:, 0] == loaded.tokenizer.bos_token_id).all()
-        first_repeat, second_repeat = [1, 2, 3, 4, 5], [6, 7, 8, 9, 10]
-    else:  # t1 t2 t3 t4 t5 t1 t2 t3 t4 t5
+    tokenizer = copy.deepcopy(loaded.tokenizer)
+    if first_token != "bos":  # no BOS: EOS goes first instead, or (neither) nothing does
+        tokenizer.bos_token = None
+    if first_token == "none":
+        tokenizer.eos_token = None
+    loaded = replace(loaded, tokenizer=tokenizer)
+    result, ids, batches = _probe_run(loaded, sequences=3, length=5, batch_size=2)
+    assert batches == 2  # sequences 1–2, then 3
+    if first_token == "none":  # t1 t2 t3 t4 t5 t1 t2 t3 t4 t5
         first_repeat, second_repeat = [0, 1, 2, 3, 4], [5, 6, 7, 8, 9]
+    else:  # <s> t1 t2 t3 t4 t5 t1 t2 t3 t4 t5 (</s> first when there is no BOS)
+        first = tokenizer.bos_token_id if first_token == "bos" else tokenizer.eos_token_id
+        assert first is not None and (ids[:, 0] == first).all()
+        first_repeat, second_repeat = [1, 2, 3, 4, 5], [6, 7, 8, 9, 10]
     assert ids.shape == (3, second_repeat[-1] + 1)
     assert torch.equal(ids[:, first_repeat], ids[:, second_repeat])
-    first = [p for p in first_repeat if p > 0]  # nothing predicts the token at position 0
     with torch.no_grad():
-        logits = loaded.model(input_ids=ids).logits.double()  # (S, T, V)
+        out = loaded.model(input_ids=ids, output_attentions=True)
+    logits = out.logits.double()  # (S, T, V)
 
     def mean_loss(positions):
         losses = []
@@ -152,10 +163,34 @@ def test_probe_losses_are_the_models_loss_on_each_repeat(loaded_tiny, with_bos):
                 losses.append(-float(log_probs[ids[s, p]]))
         return sum(losses) / len(losses)
 
-    assert result.loss_first == pytest.approx(mean_loss(first), rel=1e-6)
+    assert (result.sequences, result.length) == (3, 5)
+    assert result.as_dict() == {
+        "sequences": 3, "length": 5, "seed": 0,
+        "loss_first_repeat": result.loss_first, "loss_second_repeat": result.loss_second,
+    }  # fmt: skip
+    # nothing predicts the token at position 0
+    assert result.loss_first == pytest.approx(mean_loss([p for p in first_repeat if p]), rel=1e-6)
     assert result.loss_second == pytest.approx(mean_loss(second_repeat), rel=1e-6)
     # a window one token off gives another figure: the comparison can tell them apart
     assert result.loss_second != pytest.approx(mean_loss([p - 1 for p in second_repeat]), rel=1e-4)
+
+    # induction: a[q, q − 5 + 1], duplicate: a[q, q − 5], over the second repeat's queries q
+    # and the 3 sequences, per layer and head
+    expected = np.zeros((2, 2, 4))
+    for layer, att in enumerate(out.attentions):  # (S, H, T, T) each
+        for head in range(4):
+            cells = [(s, q) for s in range(3) for q in second_repeat]
+            expected[0, layer, head] = np.mean([float(att[s, head, q, q - 4]) for s, q in cells])
+            expected[1, layer, head] = np.mean([float(att[s, head, q, q - 5]) for s, q in cells])
+    np.testing.assert_allclose(result.scores, expected, atol=1e-6)
+
+
+def test_probe_repeats_are_cut_to_fit_the_model(loaded_tiny):
+    """A model taking 10 tokens: BOS and two repeats of (10 − 1) // 2 = 4 tokens."""
+    loaded = loaded_tiny["llama"]
+    short = replace(loaded, info=replace(loaded.info, max_tokens=10))
+    result, ids, _ = _probe_run(short, sequences=2, length=50)
+    assert result.length == 4 and ids.shape == (2, 9)
 
 
 def _word_view(words, rows):

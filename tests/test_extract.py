@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -219,3 +221,91 @@ def test_chosen_layers_alone_are_kept_and_match_all_layers(loaded_tiny):
         InputError, match="layer 0 was not extracted; this attention holds layers 1"
     ):
         one.pattern(0, 0)
+
+
+def _pair_attention():
+    """[CLS] a ##b c [SEP] d [SEP]: a sentence pair (segments 0 then 1) whose word "ab" is two
+    pieces; 1 layer, 2 heads of random rows, one row (head 1, query "c") all on [CLS] and [SEP]."""
+    rng = np.random.default_rng(11)
+    logits = rng.normal(size=(1, 2, 7, 7))
+    weights = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    weights[0, 1, 3] = [0.5, 0, 0, 0, 0.25, 0, 0.25]
+    tokens = ["[CLS]", "a", "##b", "c", "[SEP]", "d", "[SEP]"]
+    att = synthetic_attention(
+        weights, tokens, special=[True, False, False, False, True, False, True],
+        words=[0, 1, 1, 2, 3, 4, 5], word_labels=["[CLS]", "ab", "c", "[SEP]", "d", "[SEP]"],
+    )  # fmt: skip
+    return replace(att, segments=(0, 0, 0, 0, 0, 1, 1), notes=("given",))
+
+
+def test_word_view_carries_every_field_and_matches_a_loop():
+    att = _pair_attention()
+    words = word_view(att)
+    a = att.weights.astype(np.float64)
+    pieces = {0: [0], 1: [1, 2], 2: [3], 3: [4], 4: [5], 5: [6]}  # word -> its tokens
+    expected = np.zeros((1, 2, 6, 6))
+    for u, from_pieces in pieces.items():
+        for v, to_pieces in pieces.items():
+            # to a word: the sum over its pieces; from a word: the mean over its pieces
+            expected[..., u, v] = sum(a[..., i, to_pieces].sum(-1) for i in from_pieces) / len(
+                from_pieces
+            )
+    np.testing.assert_allclose(words.weights, expected, atol=1e-6)
+    assert words.weights.dtype == np.float32 and words.unit == "word"
+    assert words.tokens == ("[CLS]", "ab", "c", "[SEP]", "d", "[SEP]")
+    assert words.special.tolist() == [True, False, False, True, False, True]
+    assert words.words == (0, 1, 2, 3, 4, 5) and words.word_labels == att.word_labels
+    assert words.segments == (0, 0, 0, 0, 1, 1)  # each word keeps its first piece's sentence
+    assert words.notes == ("given", "word view: pieces merged into words")
+    assert (words.text, words.info, words.hidden_special) == (att.text, att.info, False)
+    assert word_view(words) is words  # already words: nothing to merge
+    assert word_view(replace(att, segments=None)).segments is None
+
+
+def test_hide_special_carries_every_field_and_matches_a_loop():
+    att = _pair_attention()
+    hidden = hide_special(att)
+    a = att.weights.astype(np.float64)
+    kept = [1, 2, 3, 5]
+    expected = np.zeros((1, 2, 4, 4))
+    shares = []
+    for h in range(2):
+        for row, i in enumerate(kept):
+            share = a[0, h, i, kept].sum()
+            shares.append(share)
+            # each kept row renormalised; a row with nothing left stays all zeros
+            expected[0, h, row] = a[0, h, i, kept] / share if share > 0 else 0.0
+    assert hidden.weights[0, 1, 2].tolist() == [0.0] * 4  # head 1's row of "c" had nothing left
+    np.testing.assert_allclose(hidden.weights, expected, atol=1e-6)
+    assert hidden.weights.dtype == np.float32 and hidden.hidden_special
+    assert hidden.tokens == ("a", "##b", "c", "d") and not hidden.special.any()
+    assert hidden.words == (0, 0, 1, 2) and hidden.word_labels == ("ab", "c", "d")
+    assert hidden.segments == (0, 0, 0, 1) and hidden.unit == "token"
+    removed = 1 - np.mean(shares)  # the share of attention the hidden tokens held
+    assert hidden.notes == (
+        "given",
+        f"special tokens hidden (3 of 7); they held {removed:.0%} of attention on average, "
+        "and each row was renormalised",
+    )
+    assert hide_special(replace(att, segments=None)).segments is None
+
+    plain = hide_special(hidden)  # nothing special left: the same weights, and a note
+    assert plain.weights is hidden.weights and plain.tokens == hidden.tokens
+    assert plain.notes == (*hidden.notes, "no special tokens to hide")
+    only = replace(att, special=np.ones(7, bool))
+    with pytest.raises(InputError, match="^the text has only special tokens; nothing is left"):
+        hide_special(only)
+
+
+def test_transform_merges_words_first_then_hides():
+    from attnviz.analysis.transforms import transform
+
+    att = _pair_attention()
+    assert transform(att) is att
+    assert transform(att, words=True).tokens == word_view(att).tokens
+    assert transform(att, hide_special_tokens=True).tokens == hide_special(att).tokens
+    both = transform(att, words=True, hide_special_tokens=True)
+    assert both.tokens == ("ab", "c", "d") and both.unit == "word" and both.hidden_special
+    np.testing.assert_array_equal(both.weights, hide_special(word_view(att)).weights)
+    # the other order gives other numbers: the two pieces of "ab" lose different shares
+    assert not np.allclose(both.weights, word_view(hide_special(att)).weights, atol=1e-3)

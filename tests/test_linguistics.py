@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import synthetic_attention
 
-from attnviz.analysis.linguistics import LinguisticSums, linguistic_roles
+from attnviz.analysis.linguistics import DIRECTIONS, LinguisticSums, linguistic_roles
 from attnviz.analysis.transforms import word_view
 from attnviz.core.extract import attend
 from attnviz.core.tokens import encode, encode_words
@@ -87,6 +87,8 @@ def test_syntax_both_directions_and_baselines():
     assert [r.relation for r in result.table([0], [0]) if r.n >= 2] == ["det"] * 2 + ["nsubj"] * 2
     assert replace(result, min_count=2).counted() == [0, 1]
 
+    # margin 0: equal to the baseline is enough (nsubj head → dependent: 1.0 and 1.0)
+    assert "syntax:nsubj:h2d" in linguistic_roles(result, None, margin=0.0, min_count=1)[(0, 1)]
     roles = linguistic_roles(result, None, margin=0.1, min_count=1)
     assert "syntax:det" in roles[(0, 0)] and "syntax:det" not in roles.get((0, 1), [])
     assert "syntax:det:h2d" not in roles.get((0, 1), [])  # 2/3 does not beat 2/3 + 0.1
@@ -114,6 +116,9 @@ def test_coreference_earlier_words_and_nearest_mention_baseline():
     roles = linguistic_roles(None, result, margin=0.2, min_count=2)
     assert roles == {(0, 0): ["coreference"], (0, 2): ["coreference"]}
     assert linguistic_roles(None, result, margin=0.2, min_count=3) == {}
+    # 1.0 ≥ 0.5 + 0.5 exactly: heads 0 and 2 still count; head 1 (0.0) never does
+    assert linguistic_roles(None, result, margin=0.5, min_count=2) == roles
+    assert linguistic_roles(None, result, margin=0.6, min_count=2) == {}
 
 
 def test_truncated_sentence_counts_only_kept_arcs():
@@ -150,3 +155,128 @@ def test_encode_words_keeps_every_word_and_truncates(loaded_tiny):
     cut = encode_words(loaded, long, truncate=True)
     assert len(cut.ids) == loaded.info.max_tokens
     assert "(62 of 100 words)" in cut.notes[-1]
+
+
+def test_result_and_its_json_worked_out_by_hand():
+    """`result` gathers syntax, coreference, roles and notes; `as_dict` is what
+    linguistics.json holds. Every figure below is worked out by hand from the two syntax
+    sentences of the first test and the coreference sentence of the second."""
+    from attnviz.core.treebank import Treebank
+
+    sums = LinguisticSums()
+    for s in (CAT, DOG):
+        sums.add(
+            word_attention(s.words, [heads_of(s), previous_of(s), heads_of(s)], [0, 0, 0.9]), s
+        )
+    coref = sentence(["John", "met", "Mary", "and", "she", "greeted", "him"], mentions=[
+        Mention("e1", 0, 0, 0), Mention("e2", 2, 2, 2), Mention("e2", 4, 4, 4),
+        Mention("e1", 6, 6, 6)])  # fmt: skip
+    heads = [[0, 0, 2, 3, 2, 5, 0], [0, 0, 1, 2, 3, 4, 5], [0, 0, 2, 3, 2, 5, 0]]
+    sums.add(word_attention(coref.words, heads, [0, 0, 0]), coref)
+    assert sums.sentences == 3
+    treebank = Treebank((), "hand-made", True, True, ("from the treebank",))
+    result = sums.result(treebank, min_count=2, margin=0.1, notes=("from the run",))
+    assert (result.has_syntax, result.has_coreference) == (True, True)
+    assert result.notes == ("from the treebank", "from the run")
+    assert (result.min_count, result.margin) == (2, 0.1)
+    assert set(result.examples) == {"det", "nsubj", "case", "obl", "amod"}
+    # det (3 arcs, baseline 2/3): heads 0 and 2 score 1.0 ≥ 2/3 + 0.1; nsubj's baseline is 1.0;
+    # coreference (2 mentions, baseline 0.5): heads 0 and 2 score 1.0
+    assert result.roles == {(0, 0): ["syntax:det", "coreference"],
+                            (0, 2): ["syntax:det", "coreference"]}  # fmt: skip
+
+    data = result.as_dict([0], [0, 1])
+    assert (data["min_count"], data["margin"]) == (2, 0.1)
+    assert data["notes"] == ["from the treebank", "from the run"]
+    syntax = data["syntax"]
+    assert (syntax["min_count"], syntax["directions"]) == (2, list(DIRECTIONS))
+    rows = [(r["relation"], r["direction"][:4], r["head"], round(r["accuracy"], 6), r["n"],
+             r["baseline"], round(r["baseline_accuracy"], 6)) for r in syntax["table"]]  # fmt: skip
+    assert rows == [
+        ("det", "depe", 0, 1.0, 3, 1, 0.666667),
+        ("det", "head", 1, 0.666667, 3, -1, 0.666667),
+        ("nsubj", "depe", 0, 1.0, 2, 1, 1.0),
+        ("nsubj", "head", 1, 1.0, 2, -1, 1.0),
+    ]
+    assert {r["layer"] for r in syntax["table"]} == {0}
+    assert all(type(r["baseline"]) is int for r in syntax["table"])  # JSON: 1, not 1.0
+    det, nsubj, obl = (syntax["relations"][name] for name in ("det", "nsubj", "obl"))
+    assert det == {
+        "n": 3, "in_table": True, "baseline_offset": 1, "baseline_accuracy": pytest.approx(2 / 3),
+        "dependent-to-head": [[1.0, 0.0, 1.0]], "head-to-dependent": [[0.0, 0.666667, 0.0]],
+    }  # fmt: skip
+    assert nsubj["head-to-dependent"] == [[0.0, 1.0, 0.0]] and nsubj["in_table"]
+    assert (obl["n"], obl["in_table"], obl["baseline_offset"]) == (1, False, -3)
+    assert data["coreference"] == {
+        "mentions": 2, "baseline": "nearest earlier mention", "baseline_accuracy": 0.5,
+        "best": {"layer": 0, "head": 0, "accuracy": 1.0}, "accuracy": [[1.0, 0.0, 1.0]],
+    }  # fmt: skip
+    empty = LinguisticSums().result(replace(treebank, has_syntax=False), 1, 0.1)
+    assert (
+        empty.as_dict([0], [0])["syntax"] is None and empty.as_dict([0], [0])["coreference"] is None
+    )
+    assert empty.roles == {} and not empty.has_syntax and empty.notes == ("from the treebank",)
+
+
+def test_arcs_at_the_edges_of_a_sentence_and_of_its_kept_words():
+    """An arc to the first word counts; an arc from or to a word cut off does not."""
+    sums = LinguisticSums()
+    run = sentence(["run", "fast", "now"], (-1, 0, 0), ("root", "advmod", "advmod"))
+    sums.add(word_attention(run.words, [[0, 0, 0]], [0]), run)  # every word attends to "run"
+    five = word_attention(CAT.words[:5], [heads_of(CAT)[:2] + [2, 3, 4]], [0])
+    sums.add(five, CAT)  # on(3) → mat(5) and the(4) → mat(5): mat was cut off
+    cut = sentence(["a", "b", "c"], (1, -1, 1), ("x", "root", "y"))
+    sums.add(word_attention(["a", "b"], [[1, 1]], [0]), cut)  # c(2) → b(1): c was cut off
+    result = sums.syntax(1)
+    assert dict(zip(result.relations, result.arcs)) == {"advmod": 2, "det": 1, "nsubj": 1, "x": 1}
+    assert result.accuracy[0, result.relations.index("advmod"), 0, 0] == 1.0
+
+
+def test_examples_are_sentences_of_at_most_25_words():
+    def chain(n):  # word i's head is word i + 1; the last word is the root
+        return sentence([f"w{i}" for i in range(n)], tuple(range(1, n)) + (-1,),
+                        ("dep",) * (n - 1) + ("root",))  # fmt: skip
+
+    sums = LinguisticSums()
+    long = chain(26)
+    sums.add(word_attention(long.words, [heads_of(long)], [0]), long)
+    assert sums.examples == {}
+    short = chain(25)
+    att = word_attention(short.words, [heads_of(short)], [0])
+    sums.add(att, short)
+    assert set(sums.examples) == {"dep"} and sums.examples["dep"][1] is short
+    assert sums.examples["dep"][0] is att
+
+
+def test_baseline_offset_is_the_most_common_then_the_nearest():
+    sums = LinguisticSums()
+    # offsets +2 (w0 → w2), +2 (w1 → w3), −1 (w3 → w2): +2 is the most common
+    common = sentence(["p", "q", "r", "s"], (2, 3, -1, 2), ("x", "x", "root", "x"))
+    sums.add(word_attention(common.words, [heads_of(common)], [0]), common)
+    # offsets +2 (w0 → w2) and −1 (w1 → w0), once each: the nearer one, −1
+    tie = sentence(["t", "u", "v"], (2, 0, -1), ("y", "y", "root"))
+    sums.add(word_attention(tie.words, [heads_of(tie)], [0]), tie)
+    result = sums.syntax(1)
+    baseline = dict(zip(result.relations, zip(result.baseline_offset, result.baseline_accuracy)))
+    assert baseline["x"] == (2, pytest.approx(2 / 3)) and baseline["y"] == (-1, 0.5)
+
+
+def test_coreference_mentions_cut_off_with_their_words_are_left_out():
+    s = sentence(["John", "met", "Mary", "and", "she", "greeted", "him"], mentions=[
+        Mention("e1", 0, 0, 0), Mention("e2", 2, 2, 2), Mention("e2", 4, 4, 4),
+        Mention("e1", 6, 6, 6)])  # fmt: skip
+    sums = LinguisticSums()
+    sums.add(word_attention(s.words[:6], [[0, 0, 2, 3, 2, 5]], [0]), s)  # "him" was cut off
+    assert sums.coreference().mentions == 1 and sums.coreference().accuracy[0, 0] == 1.0
+
+
+def test_word_positions_need_the_word_view_of_the_sentence():
+    from attnviz.analysis.linguistics import word_positions
+
+    att = word_attention(["a", "b", "c"], [[0, 1, 2]], [0])
+    assert word_positions(att, 3).tolist() == [1, 2, 3] and len(word_positions(att, 5)) == 3
+    message = "^expected the word view of a sentence encoded with encode_words$"
+    with pytest.raises(ValueError, match=message):
+        word_positions(att, 2)  # more words than the sentence has
+    with pytest.raises(ValueError, match=message):
+        word_positions(replace(att, unit="token"), 3)

@@ -202,3 +202,49 @@ def test_a_higher_threshold_changes_the_role():
 def test_punctuation_tokens():
     assert is_punctuation(".") and is_punctuation("...") and is_punctuation("##,")
     assert not is_punctuation("a.") and not is_punctuation("") and not is_punctuation("[SEP]x")
+
+
+def test_corpus_counts_sentences_and_leaves_unmeasured_metrics_nan_quietly():
+    """A corpus of one-word texts: no query has a previous or a next token, so those means
+    are NaN, without a numpy warning (report turns NaN into "–"); the others are measured."""
+    import warnings
+
+    sums = MetricSums()
+    for word in ("yes", "no", "maybe"):
+        sums.add(synthetic_attention(np.ones((1, 2, 1, 1)), [word]))
+    assert (sums.sentences, sums.queries) == (3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        means = sums.means()
+    m = {name: means[k] for k, name in enumerate(METRICS)}
+    assert np.isnan(m["previous"]).all() and np.isnan(m["next"]).all()
+    assert (m["self"] == 1.0).all() and (m["first"] == 1.0).all() and (m["entropy"] == 0).all()
+
+
+def test_repeat_scores_by_hand():
+    """<s> a a b a b a, one head attending uniformly to every key up to the query.
+
+    Earlier occurrences (duplicate keys) and the tokens after them (induction keys), by query:
+      2 a: duplicate 1; no induction key (the token after 1 is the query itself)
+      4 a: duplicate 1, 2; induction 2, 3
+      5 b: duplicate 3; induction 4
+      6 a: duplicate 1, 2, 4; induction 2, 3, 5
+    Query i's uniform row gives each key 1 / (i + 1).
+    """
+    from attnviz.analysis.metrics import repeat_scores
+
+    tokens = ["<s>", "a", "a", "b", "a", "b", "a"]
+    n = len(tokens)
+    uniform = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    att = synthetic_attention(uniform[None, None], tokens, special=[True] + [False] * 6)
+    scores, counted = repeat_scores(att)
+    assert counted == 3  # queries 4, 5 and 6 have an induction key
+    induction = (2 / 5 + 1 / 6 + 3 / 7) / 3
+    duplicate = (1 / 3 + 2 / 5 + 1 / 6 + 3 / 7) / 4
+    np.testing.assert_allclose(scores[:, 0, 0], [induction, duplicate], atol=1e-12)
+    # two queries with an induction key are too few to score: zeros, counted 0
+    short = synthetic_attention(
+        uniform[None, None, :6, :6], tokens[:6], special=[True] + [False] * 5
+    )
+    scores, counted = repeat_scores(short)
+    assert counted == 0 and (scores == 0).all()
