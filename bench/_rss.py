@@ -11,22 +11,29 @@ import os
 import subprocess
 import time
 
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024 if hasattr(os, "sysconf") else 4
+
 
 def _tree_rss_kib(root: int) -> int:
-    """RSS of `root` and all its descendants, KiB (Linux /proc)."""
+    """RSS of `root` and all its descendants, KiB (Linux /proc).
+
+    Reads each process's one-line /proc/PID/stat (parent and RSS in pages), which is several
+    times cheaper than its status file: the sampler shares the cores with what it measures.
+    """
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/status") as status:
-                fields = dict(line.split(":", 1) for line in status if ":" in line)
+            with open(f"/proc/{entry}/stat") as stat:
+                line = stat.read()
         except OSError:
             continue
+        fields = line[line.rindex(")") + 2 :].split()  # the name, in brackets, may hold spaces
         pid = int(entry)
-        children.setdefault(int(fields["PPid"]), []).append(pid)
-        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0])
+        children.setdefault(int(fields[1]), []).append(pid)  # field 4: the parent
+        rss[pid] = int(fields[21]) * PAGE_KIB  # field 24: resident pages
     total, stack = 0, [root]
     while stack:
         pid = stack.pop()

@@ -3,21 +3,20 @@
 Each text is 512 tokens (the samples corpus, starting at a different sentence each), all 79
 figures of each. The bare script imports torch and transformers, loads the bundled model and
 runs one forward pass with attentions per text, leaving without the interpreter's teardown
-as attnviz does. Fresh processes, interleaved; medians of --runs.
-Run: .venv/bin/python bench/bench_export_long.py [--runs 3] [--texts 6] [--jobs 1 2]
+as attnviz does. Fresh processes, each export into a fresh folder; a round runs every side
+once, in an order rotated every round; each ratio is taken within a round, then min / median
+/ max over the rounds.
+Run: .venv/bin/python bench/bench_export_long.py [--runs 5] [--texts 3] [--jobs 1 2] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import statistics
-import subprocess
+import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from _common import footer, header, parser, ratios, rounds, spread, wall
 from bench_show_vs_bare import text_of
 
 ATTNVIZ = str(Path(sys.executable).with_name("attnviz"))
@@ -37,20 +36,14 @@ os._exit(0)
 """
 
 
-def wall(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{cmd[:2]} failed: {done.stderr[-500:]}")
-    return time.perf_counter() - start
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--texts", type=int, default=6)
-    parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
-    args = parser.parse_args()
+    options = parser(__doc__, runs=5)
+    options.add_argument("--texts", type=int, default=3)
+    options.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    args = options.parse_args()
+    if args.quick:
+        args.runs, args.texts = 2, 1
+    header("`attnviz export` of long texts against the bare forward passes", args)
 
     from transformers import AutoTokenizer
     from transformers.utils import logging
@@ -66,25 +59,29 @@ def main() -> None:
         source.write_text("\n".join(texts) + "\n", encoding="utf-8")
         commands = {"bare forward passes": [sys.executable, "-c", BARE, path, str(source)]}
         for jobs in args.jobs:
-            out = Path(tmp) / f"out-{jobs}"
             commands[f"`export --jobs {jobs}`"] = [
-                ATTNVIZ, "export", "-f", str(source), "-o", str(out), "--overwrite",
-                "--jobs", str(jobs),
+                ATTNVIZ, "export", "-f", str(source), "-o", "OUT", "--jobs", str(jobs)
             ]  # fmt: skip
         times: dict[str, list[float]] = {name: [] for name in commands}
-        for _ in range(args.runs):  # interleaved: all meet the same machine load
-            for name, cmd in commands.items():
-                times[name].append(wall(cmd))
-        files = len(list((Path(tmp) / f"out-{args.jobs[0]}").glob("*/*.png")))
+        files = 0
+        for order in rounds(args.runs, list(commands)):
+            for name in order:
+                out = Path(tmp) / "out"
+                times[name].append(wall([str(out) if a == "OUT" else a for a in commands[name]]))
+                if out.exists():
+                    files = len(list(out.glob("*/*.png")))
+                    shutil.rmtree(out)  # the next export starts from an empty folder
 
-    bare = statistics.median(times["bare forward passes"])
-    print(f"{len(texts)} texts of 512 tokens, {files} figures in all; fresh processes, median "
-          f"of {args.runs}; load average {os.getloadavg()[0]:.1f} at the end\n")  # fmt: skip
-    print("| run | wall s | s per text | × bare |")
+    bare = times["bare forward passes"]
+    print(f"{len(texts)} text(s) of 512 tokens, {files} figures in all; fresh processes; ratios "
+          f"within a round, min / median / max over {args.runs} rounds\n")  # fmt: skip
+    print("| run | **÷ bare** | wall s | s per text |")
     print("|---|---|---|---|")
-    for name, runs in times.items():
-        median = statistics.median(runs)
-        print(f"| {name} | {median:.2f} | {median / len(texts):.2f} | {median / bare:.2f} |")
+    for name, values in times.items():
+        ratio = spread(ratios(values, bare), bold=True) if values is not bare else "1"
+        per_text = [s / len(texts) for s in values]
+        print(f"| {name} | {ratio} | {spread(values)} | {spread(per_text)} |")
+    footer()
 
 
 if __name__ == "__main__":

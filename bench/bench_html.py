@@ -1,25 +1,29 @@
 """The interactive page on long and short texts: build time, file size, and how fast Debian's
-chromium opens it and switches views. Medians of --runs runs, side by side in one run.
+chromium opens it and switches views. Both texts in one run; min / median / max of --runs.
+The page's size is given against the float32 weights it carries (it also carries Q, K and V
+for the inside view, and compresses the rest).
 
-Run: .venv/bin/python bench/bench_html.py [--runs 5]   (needs chromium and playwright)
+Run: .venv/bin/python bench/bench_html.py [--runs 5] [--quick]   (needs chromium, playwright)
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from _common import footer, header, parser, spread
 
 SENTENCE = "The animal didn't cross the street because it was too tired."
 CORPUS = Path(__file__).parent.parent / "attnviz" / "data" / "sentences.txt"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=5)
-    runs = parser.parse_args().runs
+    args = parser(__doc__, runs=5).parse_args()
+    if args.quick:
+        args.runs = 2
+    runs = args.runs
+    header("The interactive page: `--html`", args)
 
     from playwright.sync_api import sync_playwright
 
@@ -64,22 +68,24 @@ def main() -> None:
             rows.append(
                 (
                     label,
-                    statistics.median(builds),
+                    builds,
                     pages[0],
                     raw,
-                    statistics.median(opens),
-                    statistics.median(switches),
+                    opens,
+                    switches,
                 )
             )
         browser.close()
-    print(f"medians of {runs} runs")
-    print("| text | build s | page MB | float32 weights MB | open to ready s | all 5 views s |")
-    print("|---|---|---|---|---|---|")
+    print(f"min / median / max of {runs} runs, chromium headless\n")
+    print("| text | **page ÷ float32 weights** | page MB | weights MB | build s | open to ready s "
+          "| all 5 views s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for label, build, size, raw, opened, switched in rows:
         print(
-            f"| {label} | {build:.2f} | {size / 1e6:.2f} | {raw / 1e6:.1f} | {opened:.2f} | "
-            f"{switched:.2f} |"
+            f"| {label} | **{size / raw:.2f}** | {size / 1e6:.2f} | {raw / 1e6:.1f} | "
+            f"{spread(build)} | {spread(opened)} | {spread(switched)} |"
         )
+    footer()
 
 
 if __name__ == "__main__":

@@ -2,20 +2,20 @@
 
 The steps are timed inside one process that draws the images itself; the whole command is
 timed with `--jobs 1` (the same) and with its default drawing processes. Each run is a
-fresh process (cold imports, as a user meets them); medians of --runs runs.
-Run: .venv/bin/python bench/bench_show.py [--runs 5]
+fresh process (cold imports, as a user meets them); the four run in an order rotated every
+round. Ratios within a round, then min / median / max over the rounds.
+Run: .venv/bin/python bench/bench_show.py [--runs 5] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _common import footer, header, parser, ratios, rounds, spread, wall
 
 SENTENCE = "The quick brown fox jumps over the lazy dog because it was bored."
 ATTNVIZ = str(Path(sys.executable).with_name("attnviz"))
@@ -48,42 +48,56 @@ print(json.dumps({"imports": t1 - t0, "model load *": t2 - t1, "forward": t3 - t
 """
 
 
-def wall(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True)
-    return time.perf_counter() - start
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=5)
-    runs = parser.parse_args().runs
+    options = parser(__doc__, runs=5)
+    args = options.parse_args()
+    if args.quick:
+        args.runs = 2
+    header("Where `attnviz show` spends its time", args)
 
+    commands = {
+        "phases": [sys.executable, "-c", PHASES, SENTENCE],
+        "help": [ATTNVIZ, "--help"],
+        "-j 1": [ATTNVIZ, "show", SENTENCE, "-o", "OUT", "-j", "1"],
+        "default": [ATTNVIZ, "show", SENTENCE, "-o", "OUT"],
+    }
     phases: dict[str, list[float]] = {}
-    for _ in range(runs):
-        out = subprocess.run(
-            [sys.executable, "-c", PHASES, SENTENCE], check=True, capture_output=True, text=True
-        )
-        for name, seconds in json.loads(out.stdout.strip().splitlines()[-1]).items():
-            phases.setdefault(name, []).append(seconds)
-    help_times = [wall([ATTNVIZ, "--help"]) for _ in range(runs)]
-    show_times: dict[str, list[float]] = {"-j 1": [], "": []}
+    walls: dict[str, list[float]] = {name: [] for name in commands}
     with tempfile.TemporaryDirectory() as out:
-        for _ in range(runs):  # interleaved
-            show_times["-j 1"].append(wall([ATTNVIZ, "show", SENTENCE, "-o", out, "-j", "1"]))
-            show_times[""].append(wall([ATTNVIZ, "show", SENTENCE, "-o", out]))
+        for order in rounds(args.runs, list(commands)):
+            for name in order:
+                command = [out if part == "OUT" else part for part in commands[name]]
+                if name != "phases":
+                    walls[name].append(wall(command))
+                    continue
+                done = subprocess.run(command, capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise SystemExit(f"the timed steps failed: {done.stderr[-800:]}")
+                for step, seconds in json.loads(done.stdout.strip().splitlines()[-1]).items():
+                    phases.setdefault(step, []).append(seconds)
 
-    print(f"attnviz show timing, median of {runs} fresh processes; sentence of 16 tokens,")
-    print("bundled model (6 layers × 12 heads), CPU\n")
-    print(f"| {'step':<34} | {'median s':>8} |")
-    print(f"|{'-' * 36}|{'-' * 10}|")
-    print(f"| {'`attnviz --help` (wall)':<34} | {statistics.median(help_times):>8.2f} |")
-    for name, values in phases.items():
-        print(f"| {'show: ' + name:<34} | {statistics.median(values):>8.2f} |")
-    for name, values in show_times.items():
-        label = f"`attnviz show {name}` (wall)" if name else "`attnviz show` (wall, default -j)"
-        print(f"| {label:<34} | {statistics.median(values):>8.2f} |")
-    print("\n* includes the modeling modules transformers imports lazily on first use (~1.5 s)")
+    in_process = [sum(steps) for steps in zip(*phases.values())]
+    images = next(values for step, values in phases.items() if step.startswith("images"))
+    print(f"sentence of 16 tokens, bundled model (6 layers × 12 heads), CPU; fresh processes; "
+          f"ratios within a round, min / median / max over {args.runs} rounds\n")  # fmt: skip
+    print("| ratio | min / median / max |")
+    print("|---|---|")
+    print(f"| `attnviz show` (default --jobs) ÷ `attnviz show -j 1` | "
+          f"{spread(ratios(walls['default'], walls['-j 1']), bold=True)} |")  # fmt: skip
+    print(f"| images ÷ all steps, one process | {spread(ratios(images, in_process))} |")
+    print(
+        f"| `attnviz --help` ÷ `attnviz show` | {spread(ratios(walls['help'], walls['default']))} |"
+    )
+    print("\nSeconds, this machine and load only:\n")
+    print(f"| {'step':<34} | min / median / max s |")
+    print(f"|{'-' * 36}|{'-' * 22}|")
+    print(f"| {'`attnviz --help` (wall)':<34} | {spread(walls['help'])} |")
+    for step, values in phases.items():
+        print(f"| {'show: ' + step:<34} | {spread(values)} |")
+    print(f"| {'`attnviz show -j 1` (wall)':<34} | {spread(walls['-j 1'])} |")
+    print(f"| {'`attnviz show` (wall, default -j)':<34} | {spread(walls['default'])} |")
+    print("\n* includes the modeling modules transformers imports lazily on first use")
+    footer()
 
 
 if __name__ == "__main__":

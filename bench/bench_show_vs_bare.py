@@ -2,25 +2,26 @@
 
 The bare script is the least anyone can do: import torch and transformers, load the bundled
 model, run one forward pass with attentions. `attnviz show` does that plus the summary, the
-terminal view and every image (overview, 6 layer grids, 72 head figures). attnviz leaves
-without the interpreter's teardown (about 0.8 s of freeing torch's objects), so the bare
-script is also timed doing the same: the ratio to it is what the work itself costs. Each run
-is a fresh process; the three are interleaved so that all meet the same machine load. Peak memory is
-the largest sum of RSS over the process and its children, sampled every 10 ms from /proc
-(a worker process counts in full), or the kernel's peak of the process if higher.
-Medians of --runs runs.
-Run: .venv/bin/python bench/bench_show_vs_bare.py [--runs 5] [--tokens 16 128 512]
+terminal view and every image (overview, 6 layer grids, 72 head figures), and leaves without
+the interpreter's teardown (`os._exit`, skipping ~0.8 s of freeing torch's objects). So the
+like-for-like baseline is the bare script leaving the same way ("no teardown"); the ratio to
+the bare script that pays its teardown is given beside it.
+
+Each run is a fresh process. A round runs the three once each, in an order rotated every
+round, so all meet the same machine load and none always goes first; each ratio is taken
+within a round, then min / median / max over the rounds. Peak memory is the largest sum of
+RSS over the process and its drawing workers (see _rss.py); medians (min–max) of the rounds.
+Run: .venv/bin/python bench/bench_show_vs_bare.py [--runs 5] [--tokens 16 128 512] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
+from _common import footer, header, parser, ratios, rounds, spread
 from _rss import measure
 
 SAMPLES = Path(__file__).parent.parent / "attnviz" / "data" / "sentences.txt"
@@ -56,10 +57,12 @@ def text_of(n_tokens: int, tokenizer, start: int = 0) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--tokens", type=int, nargs="+", default=[16, 128, 512])
-    args = parser.parse_args()
+    options = parser(__doc__, runs=5)
+    options.add_argument("--tokens", type=int, nargs="+", default=[16, 128, 512])
+    args = options.parse_args()
+    if args.quick:
+        args.runs, args.tokens = 2, [16]
+    header("`attnviz show` against the bare forward pass", args)
 
     from transformers import AutoTokenizer
     from transformers.utils import logging
@@ -74,35 +77,47 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.tokens:
             text = text_of(n, tokenizer)
-            bare_cmd = [sys.executable, "-c", BARE, path, text]
             out = Path(tmp) / str(n)
-            show_cmd = [ATTNVIZ, "show", text, "--out", str(out)]
-            quick_cmd = [sys.executable, "-c", BARE_NO_TEARDOWN, path, text]
-            bare, quick, show = [], [], []
-            for _ in range(args.runs):  # interleaved: all meet the same machine load
-                bare.append(measure(bare_cmd))
-                quick.append(measure(quick_cmd))
-                show.append(measure(show_cmd))
+            commands = {
+                "show": [ATTNVIZ, "show", text, "--out", str(out)],
+                "no teardown": [sys.executable, "-c", BARE_NO_TEARDOWN, path, text],
+                "bare": [sys.executable, "-c", BARE, path, text],
+            }
+            runs: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+            for order in rounds(args.runs, list(commands)):
+                for name in order:
+                    runs[name].append(measure(commands[name]))
             images = list(out.glob("*/*.png"))  # the last run's files
             megabytes = sum(p.stat().st_size for p in images) / 1e6
-            rows.append((n, bare, quick, show, len(images), megabytes))
+            rows.append((n, runs, len(images), megabytes))
 
-    def med(runs: list[tuple[float, float]], i: int) -> float:
-        return statistics.median(r[i] for r in runs)
+    def seconds(runs: list[tuple[float, float]]) -> list[float]:
+        return [wall for wall, _ in runs]
 
-    load = os.getloadavg()[0]
-    print(f"bare forward pass vs `attnviz show` (all images), fresh processes, median of "
-          f"{args.runs}; load average {load:.1f} at the end\n")  # fmt: skip
-    print("| tokens | bare s | show s | × bare | bare, no teardown s | × that | bare MiB | "
-          "show MiB | images |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
-    for n, bare, quick, show, count, megabytes in rows:
+    def mib(runs: list[tuple[float, float]]) -> str:
+        peaks = [peak for _, peak in runs]
+        return f"{statistics.median(peaks):.0f} ({min(peaks):.0f}–{max(peaks):.0f})"
+
+    print("Ratios of wall time, one per round; min / median / max over the rounds.\n")
+    print("| tokens | **show ÷ bare, no teardown** (like for like) | show ÷ bare with teardown |"
+          " images |")  # fmt: skip
+    print("|---|---|---|---|")
+    for n, runs, count, megabytes in rows:
+        show = seconds(runs["show"])
         print(
-            f"| {n} | {med(bare, 0):.2f} | {med(show, 0):.2f} | "
-            f"**{med(show, 0) / med(bare, 0):.2f}** | {med(quick, 0):.2f} | "
-            f"{med(show, 0) / med(quick, 0):.2f} | {med(bare, 1):.0f} | {med(show, 1):.0f} | "
-            f"{count} files, {megabytes:.1f} MB |"
+            f"| {n} | {spread(ratios(show, seconds(runs['no teardown'])), bold=True)} | "
+            f"{spread(ratios(show, seconds(runs['bare'])))} | {count} files, {megabytes:.1f} MB |"
         )
+    print("\nWall seconds (min / median / max) and peak RSS MiB (median (min–max)), this machine"
+          " and load only:\n")  # fmt: skip
+    print("| tokens | show s | bare, no teardown s | bare s | show MiB | bare MiB |")
+    print("|---|---|---|---|---|---|")
+    for n, runs, _, _ in rows:
+        print(
+            f"| {n} | {spread(seconds(runs['show']))} | {spread(seconds(runs['no teardown']))} | "
+            f"{spread(seconds(runs['bare']))} | {mib(runs['show'])} | {mib(runs['bare'])} |"
+        )
+    footer()
 
 
 if __name__ == "__main__":
