@@ -20,7 +20,16 @@ from attnviz.core.treebank import Mention, TreebankSentence
 from tests.conftest import synthetic_attention
 
 
-def test_rope_angles_are_the_models_own_at_long_positions():
+@pytest.mark.parametrize(
+    "rope_parameters",
+    [
+        {"rope_type": "default", "rope_theta": 10000.0},
+        # YaRN: other frequencies, and cos and sin scaled by 0.1 ln 4 + 1
+        {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+         "original_max_position_embeddings": 1024},
+    ],
+)  # fmt: skip
+def test_rope_angles_are_the_models_own_at_long_positions(rope_parameters):
     """RoPE's cos and sin at positions 0 … 4,095 equal transformers' LlamaRotaryEmbedding.
 
     Bug caught: the angles computed in float64 instead of rounded to float32 as the model
@@ -37,7 +46,7 @@ def test_rope_angles_are_the_models_own_at_long_positions():
     config = tf.LlamaConfig(
         vocab_size=16, hidden_size=128, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=1, intermediate_size=8, max_position_embeddings=4096,
-        rope_theta=10000.0,
+        rope_parameters=rope_parameters,
     )  # fmt: skip
     rope = adapters.layer_weights(tf.LlamaForCausalLM(config), 0).rope  # as check reads it
     cos, sin = rope_angles(rope, 4096)  # (T, d_k)

@@ -71,19 +71,27 @@ def test_causal_mask_and_padding_give_zero_weight(loaded_tiny):
 
 def test_matches_torch_multihead_attention_independently():
     """An independent reference: torch's own MultiheadAttention with the same weights."""
+    reference, weights = _torch_reference(24, 3)
+    x = torch.randn(2, 7, 24, dtype=torch.float64)
+    expected, expected_probs = reference(x, x, x, need_weights=True, average_attn_weights=False)
+    ours = multi_head_attention(x, weights)
+    torch.testing.assert_close(ours.output, expected.detach(), atol=1e-12, rtol=0)
+    torch.testing.assert_close(ours.probs, expected_probs.detach(), atol=1e-12, rtol=0)
+
+
+def _torch_reference(d, h, scale=1.0):
+    """torch's MultiheadAttention (d_model d, h heads; its Q and K weights times `scale`) and
+    the same weights as our LayerWeights."""
     torch.manual_seed(0)
-    d, h = 24, 3
     reference = torch.nn.MultiheadAttention(d, h, batch_first=True).double().eval()
+    with torch.no_grad():
+        reference.in_proj_weight[: 2 * d].mul_(scale)
     w_in, b_in = reference.in_proj_weight.detach(), reference.in_proj_bias.detach()
     weights = LayerWeights(
         w_in[:d].T, b_in[:d], w_in[d : 2 * d].T, b_in[d : 2 * d], w_in[2 * d :].T, b_in[2 * d :],
         reference.out_proj.weight.detach().T, reference.out_proj.bias.detach(), h,
     )  # fmt: skip
-    x = torch.randn(2, 7, d, dtype=torch.float64)
-    expected, expected_probs = reference(x, x, x, need_weights=True, average_attn_weights=False)
-    ours = multi_head_attention(x, weights)
-    torch.testing.assert_close(ours.output, expected.detach(), atol=1e-12, rtol=0)
-    torch.testing.assert_close(ours.probs, expected_probs.detach(), atol=1e-12, rtol=0)
+    return reference, weights
 
 
 def _layer_run(loaded, layer, weights):
@@ -201,3 +209,132 @@ def test_each_modern_step_matters(loaded_tiny, arch, change):
     weights = adapters.layer_weights(loaded.model, layer)
     assert _layer_run(loaded, layer, weights).passed(1e-5)
     assert not _layer_run(loaded, layer, replace(weights, **change)).passed(1e-5)
+
+
+def test_visible_keys_by_hand():
+    from attnviz.core.mha import visible_keys
+
+    def grid(*rows):
+        return torch.tensor([[c == "1" for c in row] for row in rows])
+
+    assert visible_keys(1, 3).tolist() == [grid("111", "111", "111").tolist()]  # encoder
+    assert visible_keys(1, 3, causal=True)[0].equal(grid("100", "110", "111"))
+    # a window of 2: the query and the key before it
+    assert visible_keys(1, 4, causal=True, window=2)[0].equal(grid("1000", "1100", "0110", "0011"))
+    padded = visible_keys(2, 3, key_mask=torch.tensor([[1, 1, 0], [1, 1, 1]]))
+    assert padded[0].equal(grid("110", "110", "110")) and padded[1].all()
+
+
+def test_rms_norm_by_hand():
+    from attnviz.core.mha import rms_norm
+
+    x = torch.tensor([3.0, 4.0], dtype=torch.float64)  # mean of squares 12.5
+    weight = torch.tensor([2.0, 0.5], dtype=torch.float64)
+    assert rms_norm(x, weight, 0.0).tolist() == pytest.approx(
+        [3 / 12.5**0.5 * 2, 4 / 12.5**0.5 / 2]
+    )
+    assert rms_norm(x, weight, 37.5).tolist() == pytest.approx([3 / 50**0.5 * 2, 4 / 50**0.5 / 2])
+
+
+def test_to_cpu_moves_every_tensor_and_the_rope_frequencies():
+    from attnviz.core.mha import Rope
+
+    class OnDevice:  # stands in for a tensor on a GPU
+        def __init__(self, name):
+            self.name = name
+
+        def cpu(self):
+            return f"{self.name} on the CPU"
+
+    names = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o")
+    weights = LayerWeights(*map(OnDevice, names), n_heads=2, rope=Rope(OnDevice("inv_freq"), 1.5),
+                           q_norm=OnDevice("q_norm"), k_norm=None)  # fmt: skip
+    moved = weights.to_cpu()
+    assert [getattr(moved, name) for name in names] == [f"{n} on the CPU" for n in names]
+    assert moved.q_norm == "q_norm on the CPU" and moved.k_norm is None and moved.n_heads == 2
+    assert (moved.rope.inv_freq, moved.rope.scaling) == ("inv_freq on the CPU", 1.5)
+
+
+def test_each_heads_q_k_v_are_the_models_own_projections():
+    """Q_h, K_h (after RoPE) and V_h, which the page's inside view shows, against the Llama
+    layer's own q_proj, k_proj, v_proj (with biases) and transformers' own RoPE: 4 query heads
+    sharing 2 key/value heads."""
+    import transformers as tf
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    from attnviz.core.mha import attention_head, rope_angles, visible_keys
+
+    config = tf.LlamaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1,
+                            num_attention_heads=4, num_key_value_heads=2, intermediate_size=8,
+                            attention_bias=True, max_position_embeddings=64)  # fmt: skip
+    torch.manual_seed(0)
+    model = tf.LlamaForCausalLM(config).eval()
+    attn = model.model.layers[0].self_attn
+    seen = {}
+    with torch.no_grad():
+        for name in ("q", "k", "v"):
+            projection = getattr(attn, f"{name}_proj")
+            projection.bias.normal_()  # transformers starts biases at 0: a sign would not show
+            projection.register_forward_hook(
+                lambda _m, args, out, name=name: seen.update({name: out, "x": args[0]})
+            )
+        model(torch.randint(0, 50, (2, 6)))
+    x = seen["x"].double()  # (B, T, d_model)
+    w = adapters.layer_weights(model, 0).double()
+    cos, sin = LlamaRotaryEmbedding(config)(seen["x"], torch.arange(6)[None])  # (1, T, d_k)
+    allowed = visible_keys(2, 6, causal=True)
+    for h in range(4):
+        q_cols, kv_cols = slice(8 * h, 8 * h + 8), slice(8 * (h // 2), 8 * (h // 2) + 8)
+        q, k = apply_rotary_pos_emb(
+            seen["q"][:, None, :, q_cols], seen["k"][:, None, :, kv_cols], cos, sin
+        )  # (B, 1, T, d_k) each
+        steps = attention_head(x, w, h, allowed, rope_angles(w.rope, 6))
+        torch.testing.assert_close(steps.q, q[:, 0].double(), atol=1e-5, rtol=0)
+        torch.testing.assert_close(steps.k, k[:, 0].double(), atol=1e-5, rtol=0)
+        torch.testing.assert_close(steps.v, seen["v"][..., kv_cols].double(), atol=1e-5, rtol=0)
+        torch.testing.assert_close(steps.output, steps.probs @ steps.v)
+
+
+def test_scores_in_the_thousands_still_give_exact_probabilities():
+    """Softmax shifted by each row's largest score: scores of ~10⁴ would overflow exp()."""
+    reference, weights = _torch_reference(24, 3, scale=300.0)
+    x = torch.randn(2, 7, 24, dtype=torch.float64)
+    ours = multi_head_attention(x, weights)
+    expected, expected_probs = reference(x, x, x, need_weights=True, average_attn_weights=False)
+    assert ours.probs.isfinite().all() and (ours.probs.max(-1).values > 0.99).any()
+    torch.testing.assert_close(ours.probs, expected_probs.detach(), atol=1e-9, rtol=0)
+    torch.testing.assert_close(ours.output, expected.detach(), atol=1e-9, rtol=0)
+
+
+def test_the_steps_and_shapes_check_prints():
+    """The table of steps `attnviz check` prints, written out: a one-head layer, then a Llama
+    layer with grouped-query heads and RoPE."""
+    reference, weights = _torch_reference(8, 1)
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    assert multi_head_attention(x, weights).shapes == (
+        ("X", "layer input", (2, 5, 8)),
+        ("W_Q^h", "query weights of one head", (8, 8)),
+        ("Q_h", "X W_Q^h + b_Q^h (K_h, V_h alike)", (2, 5, 8)),
+        ("scores", "Q_h K_hᵀ / √d_k + mask", (2, 5, 5)),
+        ("head_h", "softmax(scores) V_h", (2, 5, 8)),
+        ("concat", "Concat(head_1 … head_H)", (2, 5, 8)),
+        ("output", "concat W_O + b_O", (2, 5, 8)),
+    )
+    import transformers as tf
+
+    config = tf.LlamaConfig(vocab_size=50, hidden_size=48, num_hidden_layers=1,
+                            num_attention_heads=6, num_key_value_heads=2,
+                            intermediate_size=8)  # fmt: skip
+    llama = adapters.layer_weights(tf.LlamaForCausalLM(config), 0)
+    x = torch.randn(1, 3, 48, dtype=torch.float64)
+    assert multi_head_attention(x, llama, causal=True).shapes == (
+        ("X", "layer input", (1, 3, 48)),
+        ("W_Q^h", "query weights of one head", (48, 8)),
+        ("Q_h", "X W_Q^h + b_Q^h (K_h, V_h alike)", (1, 3, 8)),
+        ("K_h, V_h", "one per 3 query heads (GQA)", (1, 3, 8)),
+        ("RoPE", "Q_h, K_h turned by position", (1, 3, 8)),
+        ("scores", "Q_h K_hᵀ / √d_k + mask", (1, 3, 3)),
+        ("head_h", "softmax(scores) V_h", (1, 3, 8)),
+        ("concat", "Concat(head_1 … head_H)", (1, 3, 48)),
+        ("output", "concat W_O + b_O", (1, 3, 48)),
+    )

@@ -66,7 +66,7 @@ def test_syntax_both_directions_and_baselines():
     result = sums.syntax(min_count=1)
     assert result.relations[:2] == ("det", "nsubj")  # most arcs first (3, 2)
     acc = {rel: result.accuracy[:, r, 0] for r, rel in enumerate(result.relations)}  # (2, H)
-    assert list(result.arcs) == [3, 2, 1, 1, 1]
+    assert list(result.arcs) == [3, 2, 1, 1, 1] and result.arcs.dtype.kind == "i"  # "case (1)"
     # dependent → head: heads 0 and 2 always right; the previous-word head never
     for rel in result.relations:
         assert list(acc[rel][0]) == [1.0, 0.0, 1.0]
