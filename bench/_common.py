@@ -47,7 +47,8 @@ def parser(doc: str | None, runs: int) -> argparse.ArgumentParser:
         "--quick",
         action="store_true",
         default=os.environ.get("BENCH_QUICK", "") not in ("", "0"),
-        help="small inputs and 2 rounds, to check the benchmark works (also BENCH_QUICK=1); "
+        help="small inputs and 2 rounds (1 for SmolLM2), to check the benchmark works "
+        "(also BENCH_QUICK=1); "
         "its figures are not to be reported",
     )
     return options

@@ -13,7 +13,7 @@ rotated every round; each ratio is taken within a round.
 Second, the renderers alone in one process, model loaded and attention extracted beforehand:
 attnviz's HeadFigure against the naive figure, the same heads of one sentence, same pixel
 size, same labels.
-Run: .venv/bin/python bench/bench_export.py [--runs 5] [--sentences 1] [--heads 24] [--quick]
+Run: .venv/bin/python bench/bench_export.py [--runs 5] [--sentences 1] [--heads 12] [--quick]
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def main() -> None:
     options = parser(__doc__, runs=5)
     options.add_argument("--sentences", type=int, default=1, help="sentences, whole processes")
     options.add_argument("--layers", type=int, nargs="*", default=[], help="default: all")
-    options.add_argument("--heads", type=int, default=24, help="head figures a round, renderers")
+    options.add_argument("--heads", type=int, default=12, help="head figures a round, renderers")
     args = options.parse_args()
     if args.quick:
         args.runs, args.sentences, args.layers, args.heads = 2, 1, [0], 12

@@ -6,7 +6,7 @@ runs one forward pass with attentions per text, leaving without the interpreter'
 as attnviz does. Fresh processes, each export into a fresh folder; a round runs every side
 once, in an order rotated every round; each ratio is taken within a round, then min / median
 / max over the rounds.
-Run: .venv/bin/python bench/bench_export_long.py [--runs 5] [--texts 3] [--jobs 1 2] [--quick]
+Run: .venv/bin/python bench/bench_export_long.py [--runs 5] [--texts 2] [--jobs 1 2] [--quick]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ os._exit(0)
 
 def main() -> None:
     options = parser(__doc__, runs=5)
-    options.add_argument("--texts", type=int, default=3)
+    options.add_argument("--texts", type=int, default=2)
     options.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     args = options.parse_args()
     if args.quick:

@@ -1,4 +1,4 @@
-"""Peak memory of `attnviz export` is flat in the number of sentences: 50 against 300.
+"""Peak memory of `attnviz export` is flat in the number of sentences: 20 against 100.
 
 Each export runs in a fresh process into a fresh folder; its peak memory is the largest sum of
 RSS over the process and its drawing workers (see _rss.py). The sentences are the samples
@@ -6,7 +6,7 @@ corpus, repeated with a numbered suffix so that every one is distinct. One head 
 is drawn, so the run is about the pipeline's memory, not its drawing time. A round runs each
 count once, in an order rotated every round; the ratio is taken within a round, then
 min / median / max over the rounds.
-Run: .venv/bin/python bench/bench_export_memory.py [--runs 5] [--counts 50 300] [--quick]
+Run: .venv/bin/python bench/bench_export_memory.py [--runs 5] [--counts 20 100] [--quick]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def sentence_file(count: int, folder: Path) -> Path:
 
 def main() -> None:
     options = parser(__doc__, runs=5)
-    options.add_argument("--counts", type=int, nargs="+", default=[50, 300])
+    options.add_argument("--counts", type=int, nargs="+", default=[20, 100])
     args = options.parse_args()
     if args.quick:
         args.runs, args.counts = 2, [10, 50]

@@ -12,7 +12,7 @@ Each side is warmed up once; a round runs (a), (b) and (c) once each, in an orde
 every round, then (d). Ratios within a round; min / median / max over the rounds.
 Memory: peak RSS of a fresh `attnviz report` process (and its children) on 50 and on
 --sentences sentences, in rounds of both, rotated.
-Run: .venv/bin/python bench/bench_report.py [--sentences 500] [--runs 5] [--quick]
+Run: .venv/bin/python bench/bench_report.py [--sentences 200] [--runs 5] [--quick]
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def memory(args) -> None:
 
 def main() -> None:
     options = parser(__doc__, runs=5)
-    options.add_argument("--sentences", type=int, default=500)
+    options.add_argument("--sentences", type=int, default=200)
     args = options.parse_args()
     if args.quick:
         args.runs, args.sentences = 2, 100

@@ -13,7 +13,7 @@ Each side is warmed up once; a round runs (a) to (d) once each, in an order rota
 round, then (e). Ratios within a round; min / median / max over the rounds.
 Memory: peak RSS of a fresh `attnviz report --treebank` process (and its children) on the file
 as it is and repeated up to --sentences, in rounds of both, rotated.
-Run: .venv/bin/python bench/bench_treebank.py [--treebank FILE.conllu] [--sentences 300]
+Run: .venv/bin/python bench/bench_treebank.py [--treebank FILE.conllu] [--sentences 200]
      [--runs 5] [--quick]
 """
 
@@ -133,10 +133,10 @@ def memory(args, n_file: int) -> None:
 def main() -> None:
     options = parser(__doc__, runs=5)
     options.add_argument("--treebank", default=str(EXCERPT))
-    options.add_argument("--sentences", type=int, default=300, help="0: the file as it is")
+    options.add_argument("--sentences", type=int, default=200, help="0: the file as it is")
     args = options.parse_args()
     if args.quick:
-        args.runs, args.sentences = 2, 200
+        args.runs, args.sentences = 2, 150  # memory: 100 against 200
     header("`attnviz report --treebank` against plain transformers forward passes", args)
 
     from attnviz.core.treebank import read_treebank
