@@ -16,7 +16,7 @@ import pytest
 from attnviz.analysis.linguistics import LinguisticSums
 from attnviz.analysis.metrics import METRICS, MetricSums, sentence_sums
 from attnviz.analysis.transforms import hide_special
-from attnviz.core.treebank import Mention, TreebankSentence
+from attnviz.core.treebank import Mention, Treebank, TreebankSentence
 from tests.conftest import synthetic_attention
 
 
@@ -235,6 +235,10 @@ def test_coreference_baseline_is_the_nearest_earlier_mention():
     assert result.mentions == 3
     assert result.baseline_accuracy == pytest.approx(2 / 3)
     assert result.accuracy[0, 0] == pytest.approx(1 / 3)
+    treebank = Treebank((), "hand-made", False, True, ())
+    written = sums.result(treebank, min_count=1, margin=0.1).as_dict([0], [0])["coreference"]
+    assert written["accuracy"] == [[0.333333]]  # linguistics.json: 6 decimals
+    assert written["baseline_accuracy"] == pytest.approx(2 / 3)
 
 
 @pytest.mark.parametrize(
