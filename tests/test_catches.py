@@ -194,12 +194,17 @@ def test_probe_losses_and_scores_are_the_models_own_on_each_repeat(loaded_tiny, 
     np.testing.assert_allclose(result.scores, expected, atol=1e-6)
 
 
-def test_probe_repeats_are_cut_to_fit_the_model(loaded_tiny):
-    """A model taking 10 tokens: BOS and two repeats of (10 − 1) // 2 = 4 tokens."""
+def test_probe_repeats_are_cut_to_fit_the_model_and_are_the_same_each_run(loaded_tiny):
+    """A model taking 10 tokens: BOS and two repeats of (10 − 1) // 2 = 4 tokens. The tokens
+    come from a fixed seed (heads.json names it): a second run reads the same ones."""
+    import torch
+
     loaded = loaded_tiny["llama"]
     short = replace(loaded, info=replace(loaded.info, max_tokens=10))
     result, ids, _ = _probe_run(short, sequences=2, length=50)
     assert result.length == 4 and ids.shape == (2, 9)
+    again, same_ids, _ = _probe_run(short, sequences=2, length=50)
+    assert torch.equal(ids, same_ids) and again.loss_first == result.loss_first
 
 
 def _word_view(words, rows):
