@@ -162,9 +162,9 @@ def test_smollm2_facts_check_and_induction_heads(smollm2):
 
 def test_smollm2_layer_0_matches_at_2049_positions(smollm2, monkeypatch):
     """docs/commands.md's long check: a text of 2,048 tokens after BOS still matches within
-    1e-5. RoPE's angles must be rounded to float32 as the model rounds them: computed in
-    float64 they are off by up to 1e-4 rad near position 2,000, and layer 0 by 4.7e-5. Layer 0
-    only (all 30 layers take 5 minutes): the forward pass stops after it."""
+    1e-5 (9.0e-7 here). RoPE's angles must be rounded to float32 as the model rounds them:
+    computed in float64 they are off by up to 1e-4 rad near position 2,000, and layer 0 by
+    2.8e-5. Layer 0 only (all 30 layers take minutes): the forward pass stops after it."""
     from dataclasses import replace
     from importlib.resources import files
 
