@@ -19,6 +19,9 @@ The block's first line is the command, so what a reader sees is what ran. Option
 - `stderr`: what the command printed on stderr follows its stdout (for error examples).
 - `exit=N`: the exit code the command must end with (default 0); any other is an error here.
 - `slow`: tests/test_docs.py runs it with the slow tests only (`make test`, not `make test-fast`).
+- `rounding`: the output holds errors of float32 rounding (numbers written `d.de-06` and
+  smaller, as `check` prints them), whose digits change with the CPU that ran the model:
+  tests/test_docs.py compares such numbers as "below 1e-5", not digit by digit.
 - `needs=FILE`: a data file the repository does not ship, looked for in $ATTNVIZ_DATA (default:
   `../shared/data` beside the checkout) and linked into the folder the command runs in. Without
   it the block is left as it is. The drift test runs such a block only when $ATTNVIZ_DATA is
@@ -87,6 +90,7 @@ class Block:
     stderr: bool = False
     exit: int = 0
     slow: bool = False
+    rounding: bool = False
     needs: str | None = None
 
     @property
@@ -108,6 +112,17 @@ class Run:
     code: int
 
 
+ROUNDING = re.compile(r"\b\d\.\de-(?:0[6-9]|[1-9]\d)\b")
+
+
+def comparable(block: Block, lines: tuple[str, ...]) -> tuple[str, ...]:
+    """The lines as the drift test compares them: with `rounding`, every number below 1e-5 in
+    scientific notation is the same number."""
+    if not block.rounding:
+        return lines
+    return tuple(ROUNDING.sub("<1e-5", line) for line in lines)
+
+
 def doc_files(repo: Path = REPO) -> list[Path]:
     return sorted(path for pattern in DOCS for path in repo.glob(pattern))
 
@@ -124,7 +139,7 @@ def _options(text: str, where: str) -> dict:
             options["exit"] = int(value)
         elif name == "needs" and value:
             options["needs"] = value
-        elif name in ("stderr", "slow") and not value:
+        elif name in ("stderr", "slow", "rounding") and not value:
             options[name] = True
         else:
             raise DocsError(f"{where}: unknown marker option {word!r}")
@@ -308,7 +323,7 @@ def regenerate(
             cache[block.key] = (run(block, cwd), cwd)
         done, ran_in = cache[block.key]
         fresh = render(block, done, ran_in)
-        if fresh != block.shown:
+        if comparable(block, fresh) != comparable(block, block.shown):
             changes.append(diff(block, fresh))
             lines[opening + 1 : closing] = fresh
     return "\n".join(lines) + "\n", changes

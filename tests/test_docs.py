@@ -111,7 +111,7 @@ def _compare(block, run_here, outputs, tmp_path):
         outputs[block.key] = (run_here(block, cwd), cwd)
     done, cwd = outputs[block.key]
     fresh = generate.render(block, done, cwd)
-    assert fresh == block.shown, (
+    assert generate.comparable(block, fresh) == generate.comparable(block, block.shown), (
         f"{block.where} no longer shows what `{block.command}` prints; run `make docs`:\n"
         + generate.diff(block, fresh)
     )
@@ -202,3 +202,18 @@ def test_markers_are_parsed_from_markdown(tmp_path, monkeypatch):
     doc.write_text("<!-- output bogus: attnviz show x -->\n```\n```\n", encoding="utf-8")
     with pytest.raises(generate.DocsError, match="unknown marker option 'bogus'"):
         list(generate.blocks(doc))
+
+
+def test_rounding_blocks_compare_float32_noise_as_equal(tmp_path, monkeypatch):
+    """A `rounding` block's errors below 1e-5 may differ digit by digit (the CPU's float32
+    rounding); anything else, or a block without the option, must match exactly."""
+    monkeypatch.setattr(generate, "REPO", tmp_path)
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- output rounding: attnviz check x -->\n```\nx\n```\n", encoding="utf-8")
+    ((block, _, _),) = generate.blocks(doc)
+    same = generate.comparable(block, ("│ 2.7e-07 │ 8.5e-07 │ 1.0e-12 │",))
+    assert same == generate.comparable(block, ("│ 4.8e-07 │ 1.1e-06 │ 3.3e-13 │",))
+    assert generate.comparable(block, ("2.7e-05",)) != generate.comparable(block, ("2.8e-05",))
+    assert generate.comparable(block, ("0.27",)) != generate.comparable(block, ("0.28",))
+    plain = block.__class__(**{**block.__dict__, "rounding": False})
+    assert generate.comparable(plain, ("2.7e-07",)) != generate.comparable(plain, ("4.8e-07",))

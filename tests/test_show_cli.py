@@ -275,11 +275,17 @@ def test_ctrl_c_while_drawing_exits_130_with_one_line(tmp_path):
     import signal
     import time
 
-    process = _attnviz("show", "The cat sat on the mat.", "-j", "2", cwd=tmp_path)
+    # ~260 tokens: 79 figures take seconds to draw, so the signal lands while they are drawn
+    # on any machine (at 7 tokens a fast one had drawn them all before a fixed sleep ended).
+    text = " ".join(["The cat sat on the mat because it was tired."] * 24)
+    process = _attnviz("show", text, "-j", "2", cwd=tmp_path)
     for line in process.stdout:  # the summary is printed before the figures are drawn
         if "every score" in line:  # its last line
             break
-    time.sleep(1.5)
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "attnviz-out").glob("*/*.png")):  # drawing has begun
+        assert process.poll() is None and time.monotonic() < deadline, "no figure appeared"
+        time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
