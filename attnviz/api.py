@@ -42,7 +42,7 @@ class Attention(core.Attention):
 
         figure = HeadFigure(self, style or Style())
         grid = self.pattern(layer, head)  # (T, T)
-        return figure.draw(grid, head_title(layer, head, grid))
+        return figure.draw(grid, head_title(self, layer, head, grid))
 
     def layer(self, layer: int, heads: list[int] | None = None, style: Style | None = None):
         """All heads (or `heads`) of one layer in a grid."""

@@ -22,6 +22,8 @@ from attnviz.cli.options import (
     HideOpt,
     ImageFormat,
     LayerOpt,
+    MeasureName,
+    MeasureOpt,
     ModelOpt,
     QueryOpt,
     Scale,
@@ -66,10 +68,16 @@ def export(
     cmap: CmapOpt = "viridis",
     scale: ScaleOpt = Scale.absolute,
     words: WordsOpt = False,
+    measure: MeasureOpt = MeasureName.weights,
     hide_special: HideOpt = False,
     truncate: TruncateOpt = False,
     save_raw: Annotated[
-        bool, flag("--save-raw", "Also write attention.npz [layer, head, q, k].")
+        bool,
+        flag(
+            "--save-raw",
+            "Also write attention.npz: the weights [layer, head, q, k], or the --measure's "
+            "values under its name (alti, rollout: [layer, q, k]).",
+        ),
     ] = False,
     html: Annotated[
         bool, flag("--html", "Also write attention.html (interactive, offline) per sentence.")
@@ -122,6 +130,7 @@ def export(
             truncate=truncate,
             save_raw=save_raw,
             html=html,
+            measure=measure.value,
             fmt=fmt.value,
             dpi=dpi,
             cmap=style(fmt, dpi, cmap).cmap,

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from attnviz.analysis.contributions import MEASURES
 from attnviz.analysis.transforms import TRANSFORMS
 from attnviz.outputs.figures import FORMATS, SCALES
 
@@ -20,6 +21,8 @@ class Device(str, Enum):
 # Choices come from the figures' own lists.
 ImageFormat = Enum("ImageFormat", {name: name for name in FORMATS}, type=str)
 Scale = Enum("Scale", {name: name for name in SCALES}, type=str)
+# Choices and help come from the measures' registry (attnviz.analysis.contributions).
+MeasureName = Enum("MeasureName", {name: name for name in MEASURES}, type=str)
 
 
 def flag(name: str, help: str) -> Any:
@@ -95,6 +98,17 @@ QueryOpt = Annotated[
         help="Ask about one token: where it looks in every head. A token as written "
         "(first occurrence), it#2 for the second, or a position.",
         show_default=False,
+    ),
+]
+MeasureOpt = Annotated[
+    MeasureName,
+    typer.Option(
+        "--measure",
+        help="What to show: "
+        + "; ".join(
+            f"{m.name}: {m.help}" + (f" ({m.cite})" if m.cite else "") for m in MEASURES.values()
+        )
+        + ". docs/contributions.md says how each is computed.",
     ),
 ]
 BatchOpt = Annotated[

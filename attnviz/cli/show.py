@@ -20,6 +20,8 @@ from attnviz.cli.options import (
     ImageFormat,
     JsonOpt,
     LayerOpt,
+    MeasureName,
+    MeasureOpt,
     ModelOpt,
     QueryOpt,
     Scale,
@@ -43,6 +45,7 @@ def show(
     layer: LayerOpt = None,
     head: HeadOpt = None,
     query: QueryOpt = None,
+    measure: MeasureOpt = MeasureName.weights,
     pair: Annotated[
         str | None,
         typer.Option(
@@ -97,8 +100,25 @@ def show(
         layers, heads, info = result.layers, result.heads, result.attention.info
         if result.query is not None:
             terminal.print_query(console, result.attention, result.query, layers, heads)
+        elif result.attention.per_layer:
+            terminal.print_special_share(
+                console,
+                result.attention,
+                result.summaries,
+                result.special_by_weight,
+                result.special_by_norm,
+            )
+            terminal.print_head_details(console, result.attention, result.summaries)
         elif len(layers) == info.n_layers and len(heads) == info.n_heads:
-            terminal.print_head_map(console, result.attention, result.summaries, layers, heads)
+            terminal.print_head_map(
+                console,
+                result.attention,
+                result.summaries,
+                layers,
+                heads,
+                by_weight=result.special_by_weight,
+                by_norm=result.special_by_norm,
+            )
         else:
             terminal.print_head_details(console, result.attention, result.summaries)
         if len(layers) == 1 and len(heads) == 1:
@@ -127,6 +147,7 @@ def show(
             pair=pair,
             jobs=jobs or default_jobs(),
             on_summary=None if as_json else print_summary,  # printed while figures are drawn
+            measure=measure.value,
         )
     except AttnvizError as error:
         raise fail(error) from None

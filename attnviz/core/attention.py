@@ -41,7 +41,13 @@ class Encoded:
 
 @dataclass(frozen=True, eq=False)
 class Attention:
-    """Attention of one text: `weights[layer, head, query, key]` over `tokens`."""
+    """Attention of one text: `weights[layer, head, query, key]` over `tokens`.
+
+    `measure` names what `weights` holds: the attention weights, or one of the contribution
+    measures of `attnviz.analysis.contributions` (`norm`: ‖α f(x)‖ per head; `alti`,
+    `rollout`: one map per layer, composed from layer 0 up, held as `weights[layer, 0]` with
+    `per_layer` True: the views show them as layers, not heads).
+    """
 
     text: str
     tokens: tuple[str, ...]
@@ -57,6 +63,8 @@ class Attention:
     pair: str | None = None  # the second sentence, when the model read a sentence pair
     segments: tuple[int, ...] | None = None  # with a pair: 0 (first sentence) or 1, per token
     truncated: bool = False  # the text was cut to the model's limit
+    measure: str = "weights"
+    per_layer: bool = False  # one map per layer (no head axis): weights is (L, 1, T, T)
 
     def slot(self, layer: int) -> int:
         """Where model layer `layer` is in `weights` (refusing one that was not extracted)."""
@@ -69,9 +77,23 @@ class Attention:
         return self.layers.index(layer)
 
     def pattern(self, layer: int, head: int) -> np.ndarray:
-        """One head's `[query, key]` weights, (T, T)."""
+        """One head's `[query, key]` weights, (T, T) (a per-layer measure's map is head 0)."""
+        if self.per_layer:
+            if head != 0:
+                raise InputError(f"the {self.measure} measure has one map per layer, no heads")
+            return self.weights[self.slot(layer), 0]
         self.info.pick_heads([head])
         return self.weights[self.slot(layer), head]
+
+    def head_label(self, head: int) -> str:
+        """A head's short label, `H3`; empty for a per-layer measure's one map."""
+        return "" if self.per_layer else f"H{head}"
+
+    def heads_held(self, requested: list[int] | None = None) -> list[int]:
+        """The heads to show: the requested ones, or [0], the one map of a per-layer measure."""
+        if self.per_layer:
+            return [0]
+        return self.info.pick_heads(requested)
 
     def held_layers(self) -> list[int]:
         """The model layers this attention holds."""

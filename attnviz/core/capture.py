@@ -7,6 +7,8 @@ What a caller can ask for, per layer (`KINDS`):
             normalised; a post-LN encoder's is the previous layer's output)
     probs   (B, H, T, T): the attention probabilities, every row summing to 1
     output  (B, T, d_model): the block's output after W_O, before residual and normalisation
+    residual (B, T, d_model): the residual stream the block's output is added to (X itself in
+            a post-LN encoder; in a pre-LN decoder the stream before its input norm)
 
 A caller is a `Recorder`: the layers and kinds it wants, and a `receive(layer, tensors)`
 called once that layer has produced all of them. Tensors are moved to the CPU as they come
@@ -25,7 +27,7 @@ from typing import Any, Protocol
 from attnviz.core import adapters
 from attnviz.core.adapters.base import LayerModules
 
-KINDS = ("input", "probs", "output")
+KINDS = ("input", "probs", "output", "residual")
 
 
 class Recorder(Protocol):
@@ -119,8 +121,12 @@ def _hooked(
             register = module.register_forward_pre_hook if before else module.register_forward_hook
             handles.append(register(hook))
 
-    install("input", lambda m: m.q, True, lambda args, _: args[0])
+    def first(args, _):
+        return args[0]
+
+    install("input", lambda m: m.q, True, first)
     install("output", lambda m: m.o, False, lambda _, output: output)
+    install("residual", lambda m: m.q if m.residual is None else m.residual, True, first)
     # Every supported attention module returns (output, probabilities) in eager mode.
     install("probs", lambda m: m.attention, False, lambda _, output: output[1])
     try:

@@ -7,7 +7,7 @@ text's attention is cropped to its own tokens.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from attnviz.core.attention import Attention, Encoded
@@ -37,11 +37,14 @@ def attend(
     batch: Sequence[Encoded],
     layers: Sequence[int] | None = None,
     also: Sequence[Recorder] = (),
+    values: Callable[[list[int], int, int], Any] | None = None,
 ) -> list[Attention]:
     """Run one padded forward pass and return each text's attention cropped to its own tokens.
 
     Only `layers` (default: all) are kept. Recorders in `also` are fed by the same pass
-    (the page's inside view takes each layer's input from it).
+    (the page's inside view takes each layer's input from it). `values(chosen_layers,
+    n_batch, width)` makes a recorder with a `held` array (B, L, H', W, W) and its `measure`
+    whose values replace the weights (`analysis.contributions.Measured`).
     Right padding keeps every text's positions 0…n-1, so a text's attention in a batch
     equals its attention alone, for causal models too.
     """
@@ -52,8 +55,12 @@ def attend(
     chosen = loaded.info.pick_layers(list(layers) if layers is not None else None)
     inputs = pad(loaded, batch)
     n_batch, width = inputs["input_ids"].shape
-    weights = _Weights(chosen, n_batch, loaded.info.n_heads, width)
+    if values is not None:
+        weights = values(chosen, n_batch, width)
+    else:
+        weights = _Weights(chosen, n_batch, loaded.info.n_heads, width)
     capture.run(loaded, inputs, [weights, *also])
+    measure = getattr(weights, "measure", None)
 
     results = []
     for row, encoded in enumerate(batch):
@@ -73,6 +80,8 @@ def attend(
                 pair=encoded.pair,
                 segments=encoded.segments,
                 truncated=encoded.truncated,
+                measure=measure.name if measure is not None else "weights",
+                per_layer=bool(measure is not None and measure.per_layer),
             )
         )
     return results

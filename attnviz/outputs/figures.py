@@ -44,12 +44,15 @@ class Style:
 
     `scale` is "absolute" (0 to 1 for every head, so heads compare by eye) or "head" (each
     head's weights divided by its own maximum, so the pattern of a diffuse head shows).
+    `top` is what 1 on the absolute scale stands for: 1 for weights and the measures whose
+    rows sum to 1, the largest value of the text for `--measure norm` (a length).
     """
 
     fmt: str = "png"
     dpi: int = 100
     cmap: str = "viridis"
     scale: str = "absolute"
+    top: float = 1.0
 
     def scaled(self, grid: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """One head's `[query, key]` weights as drawn on this style's colour scale; cells
@@ -59,6 +62,8 @@ class Style:
         if self.scale == "head":
             peak = float(grid.max())
             grid = grid / peak if peak > 0 else grid
+        elif self.top != 1.0:
+            grid = grid / self.top
         return grid if mask is None else np.where(mask, np.nan, grid)
 
     def colour_map(self) -> Any:
@@ -67,11 +72,16 @@ class Style:
 
         return matplotlib.colormaps[self.cmap].with_extremes(bad=MASKED_GREY)
 
-    @property
-    def bar_label(self) -> str:
+    def bar_label(self, att: Attention) -> str:
+        """The colour bar's label: the measure's unit, and how it was scaled."""
+        from attnviz.analysis.contributions import MEASURES
+
+        unit = MEASURES[att.measure].unit
         if self.scale == "head":
-            return "weight ÷ the head's max"
-        return "attention weight"
+            return f"{unit} ÷ the {'layer' if att.per_layer else 'head'}'s max"
+        if self.top != 1.0:
+            return f"{unit} ÷ {self.top:.3g} (the text's largest)"
+        return unit
 
 
 # Thinned labels fall on round steps, so a label's position is easy to count on from.
@@ -243,8 +253,14 @@ def _label_note(layout: Layout, unit: str = "token") -> str:
 
 
 def view_description(att: Attention) -> str:
-    """How the weights were derived from the model's: the unit and what was hidden."""
+    """How the weights were derived from the model's: the measure, the unit and what was
+    hidden."""
+    from attnviz.analysis.contributions import MEASURES
+
     parts = ["word view" if att.unit == "word" else "token view"]
+    if att.measure != "weights":
+        measure = MEASURES[att.measure]
+        parts.insert(0, f"{measure.name}: {measure.unit} ({measure.cite})")
     if att.hidden_special:
         parts.append("special tokens hidden, rows renormalised")
     return ", ".join(parts)
@@ -435,8 +451,10 @@ class HeadFigure:
             np.zeros((n, n)), cmap=style.colour_map(), vmin=0.0, vmax=1.0, interpolation="nearest"
         )
         _ticks(ax, tokens, layout)
-        ax.set_xlabel(f"key ({unit} attended to){_label_note(layout, unit)}", fontsize=9)
-        ax.set_ylabel(f"query ({unit} attending)", fontsize=9)
+        ax.set_xlabel(f"key ({unit} {_key_role(att)}){_label_note(layout, unit)}", fontsize=9)
+        ax.set_ylabel(
+            f"query ({unit} {'attending' if att.measure == 'weights' else 'built'})", fontsize=9
+        )
         self.mask = masked_cells(att)
         # A causal model's bar makes room below it for the masked cells' key.
         bar_y = 0.1 * side if self.mask is None else 0.55
@@ -450,7 +468,7 @@ class HeadFigure:
         )
         colorbar = fig.colorbar(self.image, cax=bar)
         colorbar.ax.tick_params(labelsize=8)
-        colorbar.set_label(style.bar_label, fontsize=9)
+        colorbar.set_label(style.bar_label(att), fontsize=9)
         hatching = []
         if self.mask is not None:
             hatching.append(_hatch(ax, _above_diagonal(n)))
@@ -484,13 +502,24 @@ class HeadFigure:
         self.frames.close()
 
 
-def head_title(layer: int, head: int, grid: np.ndarray) -> str:
-    return f"layer {layer} · head {head} · max {float(grid.max()):.2f}"
+def head_title(att: Attention, layer: int, head: int, grid: np.ndarray) -> str:
+    """A head figure's first title line (a per-layer measure's map names its layers)."""
+    peak = f"max {float(grid.max()):.2f}"
+    if att.per_layer:
+        return f"layer {layer} · {att.measure}, layers 0–{layer} composed · {peak}"
+    return f"layer {layer} · head {head} · {peak}"
+
+
+def _key_role(att: Attention) -> str:
+    """What a key is to its query under the measure: attended to, or contributing."""
+    return "attended to" if att.measure == "weights" else "contributing"
 
 
 def _scale_note(style: Style) -> str:
     if style.scale == "head":
         return "colour: each head scaled to its own max"
+    if style.top != 1.0:
+        return f"colour: 0–{style.top:.3g} (the text's largest) for every head"
     return "colour: 0–1 for every head"
 
 
@@ -561,7 +590,7 @@ class LayerFigure:
                 0.6 * grid_h / height,
             )
         )
-        fig.colorbar(self.images[0], cax=bar, label=style.bar_label)
+        fig.colorbar(self.images[0], cax=bar, label=style.bar_label(att))
         if self.mask is not None:
             below = (bottom + 0.2 * grid_h) / dpi - 0.5
             _masked_key(fig, (width - right) / dpi + 0.2, below, "masked:\nkey after\nthe query")
@@ -667,7 +696,7 @@ def overview_figure(
         interpolation_stage="data",
     )
     centres = [i * cell + m / 2 - 0.5 for i in range(max(len(layers), len(heads)))]
-    ax.set_xticks(centres[: len(heads)], [f"H{h}" for h in heads], fontsize=8)
+    ax.set_xticks(centres[: len(heads)], [att.head_label(h) for h in heads], fontsize=8)
     ax.set_yticks(centres[: len(layers)], [f"L{layer}" for layer in layers], fontsize=8)
     ax.tick_params(length=0)
     for spine in ax.spines.values():
@@ -678,12 +707,14 @@ def overview_figure(
                 _hatch(ax, _above_diagonal(m, c * cell, r * cell))
         _masked_key(fig, 0.45 + side, 0.12, "masked: key after the query (a causal model)")
     info = att.info
-    every = len(layers) == info.n_layers and len(heads) == info.n_heads
+    every = len(layers) == info.n_layers and (att.per_layer or len(heads) == info.n_heads)
     chosen = (
         "all heads"
         if every
         else f"{len(layers)} of {info.n_layers} layers × {len(heads)} of {info.n_heads} heads"
     )
+    if att.per_layer:
+        chosen = f"{att.measure} per layer" if every else f"{len(layers)} of {info.n_layers} layers"
     _header(fig, att, f"{chosen} · {n} {att.unit}s · each panel scaled to its own max")
     return fig
 
@@ -734,7 +765,9 @@ def query_figure(
     _ticks(ax, att.tokens, layout, y=False)
     font = min(8.0, max(4.0, row_in * 72 * 0.8))
     ax.set_yticks(
-        range(len(rows)), [f"L{layer} H{h}" for layer in layers for h in heads], fontsize=font
+        range(len(rows)),
+        [f"L{layer} {att.head_label(h)}".rstrip() for layer in layers for h in heads],
+        fontsize=font,
     )
     for boundary in range(len(heads), len(rows), len(heads)):
         ax.axhline(boundary - 0.5, color="white", linewidth=1.2)
@@ -746,12 +779,13 @@ def query_figure(
         Rectangle((index - 0.5, -0.5), 1, len(rows), fill=False, edgecolor="red", linewidth=1.2)
     )
     ax.set_xlabel(
-        f"key ({att.unit} attended to){_label_note(layout, att.unit)}; red: the query itself",
+        f"key ({att.unit} {_key_role(att)}){_label_note(layout, att.unit)}; red: the query itself",
         fontsize=9,
     )
     bar = fig.colorbar(image, ax=ax, fraction=0.25 / width, pad=0.2 / width)
-    bar.set_label(style.bar_label, fontsize=9)
-    _header(fig, att, f"where “{att.tokens[index]}” (position {index}) looks, in every head")
+    bar.set_label(style.bar_label(att), fontsize=9)
+    every = "every layer" if att.per_layer else "every head"
+    _header(fig, att, f"where “{att.tokens[index]}” (position {index}) looks, in {every}")
     return fig
 
 

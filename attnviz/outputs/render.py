@@ -118,7 +118,7 @@ def tasks(
     if "heads" in kinds:
         for layer in layers:
             yield Task(head_ranks[layer], "heads", one(layer), folder, [layer], heads, style, key)
-    if "layers" in kinds:
+    if "layers" in kinds and not att.per_layer:  # one map a layer: the "heads" figures
         for layer in layers:
             yield Task(grid_ranks[layer], "layer", one(layer), folder, [layer], heads, style, key)
     if "overview" in kinds:
@@ -205,8 +205,10 @@ def draw(task: Task) -> list[Path]:
     written = []
     for head in task.heads:
         grid = task.att.pattern(layer, head)  # (T, T)
-        title = figures.head_title(layer, head, grid)
-        written.append(_held["head"].save(grid, title, folder / head_file(layer, head, ext)))
+        title = figures.head_title(task.att, layer, head, grid)
+        # A per-layer measure (alti, rollout) has one map a layer: layer-LL, no head.
+        name = layer_file(layer, ext) if task.att.per_layer else head_file(layer, head, ext)
+        written.append(_held["head"].save(grid, title, folder / name))
     return written
 
 

@@ -68,7 +68,9 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
         grid = report.example.pattern(best.layer, best.head)  # (T, T)
         slug = role.replace(" ", "-")
         path = out / f"example-{slug}-layer-{best.layer:02d}-head-{best.head:02d}.{ext}"
-        examples[role] = head_fig.save(grid, head_title(best.layer, best.head, grid), path)
+        examples[role] = head_fig.save(
+            grid, head_title(report.example, best.layer, best.head, grid), path
+        )
         written.append(examples[role])
     head_fig.close()
     sections: list[str] = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -138,30 +138,84 @@ def _map_legend(console: Console, att: Attention) -> None:
     )
 
 
+def _column(att: Attention, head: int) -> str:
+    """A map's column heading: the head, or what a per-layer measure's one column holds."""
+    return f"{att.measure}, composed" if att.per_layer else f"H{head}"
+
+
+def _map_title(att: Attention, what: str = "each head does") -> str:
+    from attnviz.analysis.contributions import MEASURES
+
+    if att.measure == "weights":
+        return f"What {what} on this text"
+    measure = MEASURES[att.measure]
+    if att.per_layer:
+        return (
+            f"What each layer's {measure.name} does on this text: the layers up to it, "
+            f"composed ({measure.cite})"
+        )
+    return f"What {what} on this text, by {measure.unit} ({measure.cite}; each row as shares)"
+
+
+def print_special_share(
+    console: Console,
+    att: Attention,
+    summaries: Sequence[HeadSummary],
+    by_weight: Any,
+    by_norm: Any,
+) -> None:
+    """Once above a map: the share special tokens take, by weight and by norm side by side
+    (Kobayashi et al. 2020: a key with a large weight may pass on a short vector), and by the
+    per-layer measure shown."""
+
+    def share(values: Any, what: str, spread: str) -> str:
+        low, high = float(min(values)), float(max(values))
+        return f"{float(sum(values)) / len(values):.0%} {what} ({low:.0%}–{high:.0%} {spread})"
+
+    shown = [s.special_share for s in summaries]
+    parts = []
+    if by_weight is not None and by_norm is not None and not att.hidden_special:
+        parts = [
+            share(list(by_weight.ravel()), "of attention weight", "per head"),
+            share(list(by_norm.ravel()), "by norm ‖α·f(x)‖", "per head"),
+        ]
+    elif att.measure in ("weights", "norm"):
+        parts = [
+            share(shown, "of attention" if att.measure == "weights" else "by norm", "per head")
+        ]
+    if att.per_layer:
+        parts.append(share(shown, f"by {att.measure}", "per layer"))
+    if not parts or max(shown) <= 0 and not att.per_layer:
+        return
+    console.print(
+        "Special tokens take "
+        + ", ".join(parts)
+        + " on average; --hide-special renormalises without them.",
+        highlight=False,
+    )
+
+
 def print_head_map(
     console: Console,
     att: Attention,
     summaries: Sequence[HeadSummary],
     layers: list[int],
     heads: list[int],
+    by_weight: Any = None,
+    by_norm: Any = None,
 ) -> None:
-    """Layers × heads grid: in each cell what the head does on this text, and its score.
+    """Layers × heads grid: in each cell what the head does on this text, and its score
+    (layers alone for a per-layer measure: alti, rollout).
 
-    The share of attention special tokens take is reported once above the grid; a sink fills
-    a cell only when its head does nothing more specific. Cells widen to use wide terminals.
+    The share special tokens take is reported once above the grid, by weight and, with
+    `by_norm` ((L, H) shares of ‖α f(x)‖), by norm; a sink fills a cell only when its head
+    does nothing more specific. Cells widen to use wide terminals.
     """
-    shares = [s.special_share for s in summaries]
-    if max(shares) > 0:
-        console.print(
-            f"Special tokens take {sum(shares) / len(shares):.0%} of attention on average "
-            f"({min(shares):.0%}–{max(shares):.0%} per head); "
-            "--hide-special renormalises without them.",
-            highlight=False,
-        )
+    print_special_share(console, att, summaries, by_weight, by_norm)
     cell_width = max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
     repeated = _repeated(att)
     table = Table(
-        title="What each head does on this text",
+        title=_map_title(att),
         title_justify="left",
         box=None,
         padding=(0, 1, 0, 0),
@@ -169,7 +223,7 @@ def print_head_map(
     )
     table.add_column("", style="bold", no_wrap=True)
     for head in heads:
-        table.add_column(f"H{head}", width=cell_width, no_wrap=True, justify="left")
+        table.add_column(_column(att, head), width=cell_width, no_wrap=True, justify="left")
     by_position = {(s.layer, s.head): s for s in summaries}
     for layer in layers:
         cells = [
@@ -185,13 +239,15 @@ def print_head_map(
 
 
 def print_head_details(console: Console, att: Attention, summaries: Sequence[HeadSummary]) -> None:
-    """One row per head: what it does, its top-k keys and its strongest query→key link."""
+    """One row per head (per layer, for a per-layer measure): what it does, its top-k keys and
+    its strongest query→key link."""
     repeated = _repeated(att)
-    table = Table(title="What each head does on this text", title_justify="left")
+    table = Table(title=_map_title(att), title_justify="left")
     table.add_column("L", justify="right")
-    table.add_column("H", justify="right")
+    if not att.per_layer:
+        table.add_column("H", justify="right")
     table.add_column("does")
-    table.add_column("top keys (mean weight)")
+    table.add_column("top keys (mean weight)" if att.measure == "weights" else "top keys (mean)")
     table.add_column("strongest link (query → key)")
     wide = 10**6
     for s in summaries:
@@ -213,7 +269,7 @@ def print_head_details(console: Console, att: Attention, summaries: Sequence[Hea
         link = s.link
         table.add_row(
             str(s.layer),
-            str(s.head),
+            *([] if att.per_layer else [str(s.head)]),
             does,
             top,
             Text("—", style="dim")
@@ -246,7 +302,7 @@ def print_query(
     )
     table.add_column("", style="bold", no_wrap=True)
     for head in heads:
-        table.add_column(f"H{head}", width=cell_width, no_wrap=True, justify="left")
+        table.add_column(_column(att, head), width=cell_width, no_wrap=True, justify="left")
     by_position = {(row.layer, row.head): row for row in query.heads}
     for layer in layers:
         cells = []
@@ -262,10 +318,15 @@ def print_query(
         table.add_row(f"L{layer}", *cells)
     console.print(table)
 
+    where = "Layers" if att.per_layer else "Heads"
     ranked = Table(
-        title=f"Heads where “{name}” looks hardest at one {att.unit}", title_justify="left"
+        title=f"{where} where “{name}” looks hardest at one {att.unit}"
+        + ("" if att.measure == "weights" else f" (by {att.measure})"),
+        title_justify="left",
     )
-    for column, justify in (("L", "right"), ("H", "right"), ("key", "left"), ("weight", "right")):
+    value = "weight" if att.measure == "weights" else att.measure
+    columns = [("L", "right"), ("H", "right"), ("key", "left"), (value, "right")]
+    for column, justify in columns[:1] + columns[2 if att.per_layer else 1 :]:
         ranked.add_column(column, justify=justify)
     ranked.add_column("its top keys (all, special included)")
     for row in query.ranked(10):
@@ -275,7 +336,7 @@ def print_query(
                               for t in row.top))  # fmt: skip
         ranked.add_row(
             str(row.layer),
-            str(row.head),
+            *([] if att.per_layer else [str(row.head)]),
             Text(
                 _label(att, best.index, 10**6, repeated), style=f"bold {text_colour(best.weight)}"
             ),

@@ -21,7 +21,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +65,7 @@ class ExportOptions:
     scale: str = "absolute"
     query: str | None = None  # "it", "it#2" or a position: also each sentence's query figure
     html: bool = False  # also attention.html, the interactive page, in each sentence's folder
+    measure: str = "weights"  # or norm, alti, rollout (analysis.contributions.MEASURES)
 
 
 @dataclass
@@ -251,14 +252,20 @@ def _freeze_long_lived() -> None:
 
 
 def _save_raw(att: Attention, path: Path, layers: list[int], heads: list[int]) -> Path:
+    """attention.npz: the weights as `attention` (l, h, T, T), or another measure's values
+    under its name (`norm` (l, h, T, T); `alti`, `rollout` (l, T, T): one map per layer)."""
     import numpy as np
 
-    weights = att.weights[np.ix_([att.slot(layer) for layer in layers], heads)]  # (l, h, T, T)
+    values = att.weights[np.ix_([att.slot(layer) for layer in layers], heads)]  # (l, h, T, T)
+    if att.per_layer:
+        values = values[:, 0]  # (l, T, T)
+    key = "attention" if att.measure == "weights" else att.measure
     return write_atomic(
         path,
         lambda handle: np.savez(
             handle,
-            attention=weights,
+            **{key: values},
+            measure=np.array(att.measure),
             tokens=np.array(att.tokens),
             special=att.special,
             layers=np.array(layers),
@@ -289,6 +296,9 @@ def export(
     started = time.perf_counter()
     layers_asked = list(options.layers) if options.layers else None
     heads_asked = list(options.heads) if options.heads else None
+    from attnviz.analysis.contributions import refuse
+
+    measure = refuse(options.measure, options.hide_special)
     model.refuse_early(layers_asked, heads_asked)
     prepare_dir(out)
     width = max(4, len(str(len(sentences.items))))
@@ -349,7 +359,7 @@ def export(
     loaded = model.load()
     _freeze_long_lived()
     layers = loaded.info.pick_layers(layers_asked)
-    heads = loaded.info.pick_heads(heads_asked)
+    heads = [0] if measure.per_layer else loaded.info.pick_heads(heads_asked)
     if others:  # only now: a model that fails to load leaves the earlier export whole
         summary.removed = _remove_export(out, others, warn)
     loaded_at = time.perf_counter()
@@ -383,7 +393,8 @@ def export(
 
     renderer = _Renderer(jobs)
     try:
-        for att, inside in _attention(loaded, encoded_only(), batch_size, layers, options.html):
+        texts = _attention(loaded, encoded_only(), batch_size, layers, options.html, measure.name)
+        for att, inside in texts:
             record, settings = queue.popleft()
             att = transform(att, options.words, options.hide_special)
             record.tokens = list(att.tokens)
@@ -400,7 +411,10 @@ def export(
             page = None
             if options.html:
                 page = build_page(att, inside, options.scale, style.cmap, att.segments)
-            job = (att, folder, layers, heads, style, options, record, settings, query, page)
+            drawn = style
+            if measure.name == "norm" and style.scale == "absolute":  # 1 = the text's largest
+                drawn = replace(style, top=float(att.weights.max()) or 1.0)
+            job = (att, folder, layers, heads, drawn, options, record, settings, query, page)
             finished(renderer.submit(job))
         finished(renderer.finish())
     except KeyboardInterrupt:
@@ -419,15 +433,18 @@ def _attention(
     batch_size: int,
     layers: list[int],
     inside: bool,
+    measure: str = "weights",
 ) -> Iterator[tuple[Attention, Inside | str | None]]:
-    """Each text's attention, and with `inside` its inside-one-head numbers from the same
-    batched forward pass (the page's inside view), in order."""
+    """Each text's attention (or `measure`'s values), and with `inside` its inside-one-head
+    numbers from the same batched forward pass (the page's inside view), in order."""
+    from attnviz.analysis.contributions import measured
     from attnviz.analysis.inside import InsideSteps
-    from attnviz.core.extract import attend, batched
+    from attnviz.core.extract import batched
 
     for batch in batched(encoded, batch_size):
         steps = InsideSteps(loaded, batch) if inside else None
-        for row, att in enumerate(attend(loaded, batch, layers, also=[steps] if steps else [])):
+        found = measured(loaded, batch, measure, layers, also=[steps] if steps else [])
+        for row, att in enumerate(found):
             yield att, steps.result(row) if steps else None
 
 

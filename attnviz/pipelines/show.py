@@ -36,26 +36,60 @@ class ShowResult:
     images: list[Path]
     query: QueryView | None = None
     page: Path | None = None  # attention.html, with html=True
+    # (L, H) each: the share special tokens take, by weight and by norm ‖α f(x)‖
+    special_by_weight: Any = None
+    special_by_norm: Any = None
+    mixing: dict[int, dict[str, float]] | None = None  # alti: each layer's mixing ratios
 
     def as_dict(self) -> dict[str, Any]:
+        from attnviz.analysis.contributions import MEASURES
         from attnviz.analysis.summary import AVERAGED
 
-        heads = [s.as_dict(self.attention.tokens) for s in self.summaries]
+        att = self.attention
+        heads = [s.as_dict(att.tokens) for s in self.summaries]
         if self.query is not None:
             for entry, row in zip(heads, self.query.heads):
                 entry["query_top"] = row.as_dict()
+        measure = MEASURES[att.measure]
+        special = {}
+        if self.special_by_weight is not None:
+            special = {
+                "special_share": {
+                    "weights": float(self.special_by_weight.mean()),
+                    "norm": float(self.special_by_norm.mean()),
+                    "per_head_weights": self.special_by_weight.round(6).tolist(),
+                    "per_head_norm": self.special_by_norm.round(6).tolist(),
+                }
+            }
         return {
-            "model": self.attention.info.as_dict(),
-            "unit": self.attention.unit,
-            "tokens": list(self.attention.tokens),
-            "notes": list(self.attention.notes),
+            "model": att.info.as_dict(),
+            "measure": {
+                "name": measure.name,
+                "unit": measure.unit,
+                "per_layer": measure.per_layer,
+                "help": measure.help,
+                "cite": measure.cite,
+            },
+            "unit": att.unit,
+            "tokens": list(att.tokens),
+            "notes": list(att.notes),
             **({"query": self.query.as_dict()} if self.query is not None else {}),
-            "averaged": AVERAGED,
+            "averaged": AVERAGED + _MEASURED.get(measure.name, ""),
+            **special,
+            **({"mixing": self.mixing} if self.mixing is not None else {}),
             "heads": heads,
             "folder": str(self.folder) if self.folder is not None else None,
             "images": [str(p) for p in self.images],
             "page": str(self.page) if self.page is not None else None,
         }
+
+
+# What the summaries of a measure other than weights were computed on.
+_MEASURED = {
+    "norm": "; measure norm: each query's ‖α·f(x)‖ divided by the sum of its row (shares)",
+    "alti": "; measure alti: one map per layer (head 0), composed from layer 0 up",
+    "rollout": "; measure rollout: one map per layer (head 0), composed from layer 0 up",
+}
 
 
 def show(
@@ -75,6 +109,7 @@ def show(
     pair: str | None = None,
     jobs: int = 1,
     on_summary: Callable[[ShowResult], None] | None = None,
+    measure: str = "weights",
 ) -> ShowResult:
     """Extract one text's attention, summarise the chosen heads, write their heatmaps to `out`.
 
@@ -86,26 +121,34 @@ def show(
     draws the figures in that many worker processes, started before the model loads.
     `on_summary` gets the result without its files as soon as the summary is known, before
     any figure is drawn (the command line prints it while the figures are drawn).
+    `measure` (`analysis.contributions.MEASURES`) is what the summary and figures show:
+    the weights, or norm, alti or rollout.
     """
+    from attnviz.analysis.contributions import refuse
     from attnviz.core.attention import require_text
 
     require_text(text)
     if pair is not None:
         require_text(pair, "the --pair sentence")
+    chosen_measure = refuse(measure, hide_special_tokens)
     model.refuse_early(layers, heads, text, truncate, pair)
-    # One folder per text, model and pair: `show TEXT -m smollm2` keeps `show TEXT`'s images.
-    name = text_folder_name(text, 40, model.folder_key, pair)
+    # One folder per text, model, pair and measure: `show TEXT -m smollm2` keeps `show
+    # TEXT`'s images.
+    key = None if chosen_measure.name == "weights" else chosen_measure.name
+    name = text_folder_name(text, 40, model.folder_key, pair, key)
     folder = prepare_dir(out / name) if out is not None else None
     if folder is not None and images and jobs > 1:
         from attnviz.outputs.render import start_workers
 
         start_workers(jobs)  # they import matplotlib while this process imports torch
 
+    import numpy as np
+
+    from attnviz.analysis.contributions import SpecialShares, measured, mixing_means, shares
     from attnviz.analysis.inside import InsideSteps
     from attnviz.analysis.query import find_query, query_view
     from attnviz.analysis.summary import summarise
     from attnviz.analysis.transforms import transform
-    from attnviz.core.extract import attend
     from attnviz.core.tokens import encode
     from attnviz.outputs.figures import Style
     from attnviz.outputs.render import render_text
@@ -115,17 +158,34 @@ def show(
     encoded = encode(loaded, text, truncate, pair)
     # The page's inside view takes each layer's input from the same forward pass.
     inside = InsideSteps(loaded, [encoded]) if folder is not None and html else None
-    attended = attend(loaded, [encoded], layers, also=[inside] if inside else [])[0]
+    chosen_layers = loaded.info.pick_layers(layers)
+    # The share special tokens take, by weight and by norm, from the same pass.
+    special = SpecialShares.of(loaded, chosen_layers, [np.array(encoded.special, dtype=bool)])
+    kept: list = []
+    also = [*([special] if special else []), *([inside] if inside else [])]
+    attended = measured(loaded, [encoded], chosen_measure.name, layers, also, kept)[0]
     shown = transform(attended, words, hide_special_tokens)
-    chosen_layers = shown.info.pick_layers(layers)
-    chosen_heads = shown.info.pick_heads(heads)
-    summaries = summarise(shown, chosen_layers, chosen_heads, top_k)
+    chosen_heads = shown.heads_held(heads)
+    ranked = shares(shown)  # a norm's rows as shares: what the summary and query rank
+    summaries = summarise(ranked, chosen_layers, chosen_heads, top_k)
     asked = None
     if query is not None:
         index = find_query(shown, query)
-        asked = query_view(shown, index, chosen_layers, chosen_heads, top_k)
+        asked = query_view(ranked, index, chosen_layers, chosen_heads, top_k)
+    mixing = mixing_means(kept[0], 0, len(encoded)) if chosen_measure.name == "alti" else None
+    found = dict(
+        special_by_weight=special.by_weight[0] if special else None,
+        special_by_norm=special.by_norm[0] if special else None,
+        mixing=mixing,
+    )
     if on_summary is not None:
-        on_summary(ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, [], asked))
+        on_summary(
+            ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, [], asked, **found)
+        )
+    if chosen_measure.name == "norm" and style.scale == "absolute":
+        from dataclasses import replace
+
+        style = replace(style, top=float(shown.weights.max()) or 1.0)  # 1 = the largest
     written: list[Path] = []
     page = None
     if folder is not None:
@@ -162,6 +222,7 @@ def show(
             "hide_special": hide_special_tokens,
             "truncate": truncate,
             "query": query,
+            "measure": chosen_measure.name,
             "images": images,
             "html": html,
             **asdict(style),
@@ -173,7 +234,9 @@ def show(
             "notes": list(shown.notes),
         }
         write_done(folder, settings, record)
-    return ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, written, asked, page)
+    return ShowResult(
+        shown, chosen_layers, chosen_heads, summaries, folder, written, asked, page, **found
+    )
 
 
 def _interrupted(folder: Path) -> Interrupted:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnviz.core.adapters import albert, bert, distilbert, gpt2, llama, phi3
-from attnviz.core.adapters.base import LayerModules
+from attnviz.core.adapters.base import LayerModules, Norm, norm_of
 from attnviz.core.mha import LayerWeights
 from attnviz.errors import UnsupportedModelError
 
@@ -34,6 +34,13 @@ def _family(model: Any) -> Any:
 def layer_modules(model: Any, layer: int) -> LayerModules:
     """The attention modules of `layer`, or a one-line error naming the supported types."""
     return _family(model).modules(model, layer)
+
+
+def norm_after(model: Any, layer: int) -> Norm | None:
+    """The normalisation that follows `layer`'s attention block, as numbers; None where the
+    block's output is added to the residual stream as it is (pre-LN decoders)."""
+    mods = layer_modules(model, layer)
+    return norm_of(mods.norm, mods.norm_covers_residual) if mods.norm is not None else None
 
 
 def layer_weights(model: Any, layer: int) -> LayerWeights:

@@ -17,7 +17,7 @@ def modules(model: Any, layer: int) -> LayerModules:
     # ALBERT shares weights: layers are split evenly over num_hidden_groups groups.
     group = int(layer / (config.num_hidden_layers / config.num_hidden_groups))
     block = model.base_model.encoder.albert_layer_groups[group].albert_layers[0].attention
-    return LayerModules(block, block.query, block.dense)
+    return LayerModules(block, block.query, block.dense, norm=block.LayerNorm)
 
 
 def weights(model: Any, layer: int) -> LayerWeights:

@@ -4,7 +4,10 @@ An adapter is a module with:
 - `TYPES`: the config `model_type`s it reads; `CAUSAL`: whether they are decoders;
 - `modules(model, layer) -> LayerModules`: the layer's attention module (whose output holds
   the probabilities (B, H, T, T)), the projection whose input is the block's input X, and
-  W_O, whose output is the block's output before residual and normalisation;
+  W_O, whose output is the block's output before residual and normalisation; and, for the
+  contribution measures, where the residual stream is read and the normalisation that
+  follows the block (post-LN encoders normalise block + residual; pre-LN decoders add the
+  block to the residual stream unnormalised; Gemma2 normalises the block alone, then adds);
 - `weights(model, layer) -> LayerWeights`: W_Q, W_K, W_V, W_O and biases in the `X @ W + b`
   convention of `attnviz.core.mha`, with what the family adds, or an UnsupportedModelError naming
   what the from-scratch attention does not compute.
@@ -21,11 +24,54 @@ from attnviz.core.mha import LayerWeights
 @dataclass(frozen=True, eq=False)
 class LayerModules:
     """One layer's modules: its attention (whose output is (…, probabilities (B, H, T, T))),
-    the projection whose input is X, and W_O, whose output is the block's output."""
+    the projection whose input is X, and W_O, whose output is the block's output.
+
+    `residual` is the module whose input is the residual stream the block's output is added
+    to (a pre-LN decoder's input norm); None where that is X itself (post-LN encoders).
+    `norm` is the normalisation after the block: of block + residual when
+    `norm_covers_residual` (BERT's LayerNorm), of the block alone otherwise (Gemma2's
+    post-attention RMSNorm); None where the block is added to the stream as it is.
+    """
 
     attention: Any
     q: Any
     o: Any
+    residual: Any = None
+    norm: Any = None
+    norm_covers_residual: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class Norm:
+    """A LayerNorm or RMSNorm as numbers: y = gain ⊙ (u − [centre] mean(u)) / s(u) + bias, with
+    s(u) = √(var(u) + eps) (LayerNorm, centred) or √(mean(u²) + eps) (RMSNorm)."""
+
+    centre: bool
+    gain: Any  # (d_model,)
+    bias: Any  # (d_model,) or None
+    eps: float
+    covers_residual: bool
+
+    def scale(self, u: Any) -> Any:
+        """s(u) over the last dimension, as the model computes it (the divisor of u)."""
+        if self.centre:
+            return (u.var(dim=-1, unbiased=False, keepdim=True) + self.eps).sqrt()
+        return (u.pow(2).mean(dim=-1, keepdim=True) + self.eps).sqrt()
+
+
+def norm_of(module: Any, covers_residual: bool) -> Norm:
+    """A normalisation module's numbers: torch's LayerNorm, or an RMSNorm (Llama's
+    `variance_epsilon`, Gemma's `eps` and gain 1 + weight)."""
+    import torch
+
+    if isinstance(module, torch.nn.LayerNorm):
+        bias = module.bias.detach() if module.bias is not None else None
+        return Norm(True, module.weight.detach(), bias, module.eps, covers_residual)
+    eps = getattr(module, "variance_epsilon", None) or module.eps
+    gain = module.weight.detach()
+    if type(module).__name__.startswith("Gemma"):  # Gemma's RMSNorm multiplies by 1 + weight
+        gain = 1.0 + gain
+    return Norm(False, gain, None, float(eps), covers_residual)
 
 
 def linear(module: Any) -> tuple[Any, Any]:

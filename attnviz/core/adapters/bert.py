@@ -14,7 +14,9 @@ CAUSAL = False
 
 def modules(model: Any, layer: int) -> LayerModules:
     block = model.base_model.encoder.layer[layer].attention
-    return LayerModules(block.self, block.self.query, block.output.dense)
+    return LayerModules(
+        block.self, block.self.query, block.output.dense, norm=block.output.LayerNorm
+    )
 
 
 def weights(model: Any, layer: int) -> LayerWeights:

@@ -12,8 +12,9 @@ CAUSAL = False
 
 
 def modules(model: Any, layer: int) -> LayerModules:
-    block = model.base_model.transformer.layer[layer].attention
-    return LayerModules(block, block.q_lin, block.out_lin)
+    block = model.base_model.transformer.layer[layer]
+    own = block.attention
+    return LayerModules(own, own.q_lin, own.out_lin, norm=block.sa_layer_norm)
 
 
 def weights(model: Any, layer: int) -> LayerWeights:

@@ -13,8 +13,9 @@ CAUSAL = True
 
 
 def modules(model: Any, layer: int) -> LayerModules:
-    block = model.base_model.h[layer].attn
-    return LayerModules(block, block.c_attn, block.c_proj)
+    block = model.base_model.h[layer]
+    own = block.attn
+    return LayerModules(own, own.c_attn, own.c_proj, residual=block.ln_1)
 
 
 def weights(model: Any, layer: int) -> LayerWeights:

@@ -19,8 +19,19 @@ CAUSAL = True
 
 
 def modules(model: Any, layer: int) -> LayerModules:
-    block = model.base_model.layers[layer].self_attn
-    return LayerModules(block, block.q_proj, block.o_proj)
+    block = model.base_model.layers[layer]
+    own = block.self_attn
+    # Gemma2 normalises the attention's output before adding it to the stream (its
+    # `post_attention_layernorm`; Llama's of that name is the feed-forward's input norm).
+    sandwich = hasattr(block, "pre_feedforward_layernorm")
+    return LayerModules(
+        own,
+        own.q_proj,
+        own.o_proj,
+        residual=block.input_layernorm,
+        norm=block.post_attention_layernorm if sandwich else None,
+        norm_covers_residual=False,
+    )
 
 
 def weights(model: Any, layer: int) -> LayerWeights:

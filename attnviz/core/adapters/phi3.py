@@ -13,8 +13,9 @@ CAUSAL = True
 
 
 def modules(model: Any, layer: int) -> LayerModules:
-    block = model.base_model.layers[layer].self_attn
-    return LayerModules(block, block.qkv_proj, block.o_proj)
+    block = model.base_model.layers[layer]
+    own = block.self_attn
+    return LayerModules(own, own.qkv_proj, own.o_proj, residual=block.input_layernorm)
 
 
 def weights(model: Any, layer: int) -> LayerWeights:

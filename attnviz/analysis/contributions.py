@@ -1,0 +1,387 @@
+"""What each token contributes, not only where heads look: the norm, ALTI and rollout measures.
+
+Head h's output for query i is Σ_j α^h_ij f^h(x_j), with f^h(x) = (x W_V^h + b_V^h) W_O^h
+(under grouped-query attention, W_V^h is the head's shared value head; RoPE does not touch
+values). A key with a large weight α and a short f(x) passes on little. Each measure is one
+`Measure` in MEASURES:
+
+    weights  α^h_ij, per head (rows sum to 1)
+    norm     ‖α^h_ij f^h(x_j)‖ = α^h_ij ‖f^h(x_j)‖, per head (Kobayashi et al. 2020)
+    alti     per layer, with the residual and the normalisation after the block (Ferrando et
+             al. 2022, ALTI), composed from layer 0 up: R_0 = C_0, R_l = C_l R_{l−1}
+    rollout  per layer, heads averaged with the residual as I (Abnar & Zuidema 2020):
+             Ã_l = (mean_h α_l + I) rows renormalised, R_0 = Ã_0, R_l = Ã_l R_{l−1}
+
+ALTI decomposes the vector the layer's attention block writes for token i:
+
+    t_ij = Σ_h α^h_ij f^h(x_j) + [i = j] r_i        r_i: the residual stream at i
+
+where r is the block's input X in a post-LN encoder (BERT: u_i = Σ_j t_ij + b_O is its
+LayerNorm's input) and the stream before the input norm in a pre-LN decoder (Llama: x_j is
+that norm's output, and u_i = Σ_j t_ij + b_O is the stream after the block). The
+normalisation after the block is linearised with the real input's scale, as Kobayashi et al.
+(2021) do: t'_ij = γ ⊙ (t_ij − mean(t_ij)) / s(u_i) for a LayerNorm (s: the standard
+deviation with eps; an RMSNorm neither centres nor has a bias, s is the root mean square);
+Gemma2 normalises the block's output alone and then adds r_i unnormalised. A pre-LN decoder
+has no normalisation here: t' = t. Then, with y_i = Σ_j t'_ij,
+
+    c_ij = max(0, ‖y_i‖₁ − ‖y_i − t'_ij‖₁), rows normalised to sum to 1.
+
+The biases (b_O, and the LayerNorm's β and its share of b_O) belong to no token and are left
+out of y_i, as in ALTI. Everything is computed from the captured tensors of one forward pass;
+no (T, T, d_model) tensor is held whole: ALTI works through the queries in blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnviz.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnviz.core.models import LoadedModel
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One way to say how much key j feeds query i: its name (`--measure NAME`), help, unit
+    (colour bars, JSON), whether it has a head axis, and the capture kinds it needs."""
+
+    name: str
+    help: str
+    unit: str
+    per_layer: bool  # one map per layer (cumulative from layer 0), no head axis
+    kinds: tuple[str, ...]
+    cite: str
+
+    @property
+    def summed(self) -> bool:
+        """Whether each row sums to 1 (a norm's rows do not)."""
+        return self.name != "norm"
+
+
+MEASURES = {
+    m.name: m
+    for m in (
+        Measure(
+            "weights",
+            "attention weights α, per head (rows sum to 1)",
+            "attention weight",
+            False,
+            ("probs",),
+            "",
+        ),
+        Measure(
+            "norm",
+            "‖α·f(x)‖ per head: the weight times the length of what the key passes on",
+            "‖α·f(x)‖",
+            False,
+            ("input", "probs"),
+            "Kobayashi et al. 2020",
+        ),
+        Measure(
+            "alti",
+            "per layer, with the residual and normalisation, composed from layer 0 up",
+            "ALTI contribution",
+            True,
+            ("input", "probs", "output", "residual"),
+            "Ferrando et al. 2022",
+        ),
+        Measure(
+            "rollout",
+            "per layer, heads averaged with the residual as I, composed from layer 0 up",
+            "attention rollout",
+            True,
+            ("probs",),
+            "Abnar & Zuidema 2020",
+        ),
+    )
+}
+DEFAULT = "weights"
+# ALTI works through this many (query, key, d_model) floats at a time.
+BLOCK_FLOATS = 2**22
+
+
+def get(name: str) -> Measure:
+    """The measure called `name`, or a one-line error naming the choices."""
+    if name not in MEASURES:
+        raise InputError(f"unknown measure '{name}'; choose one of: {', '.join(MEASURES)}")
+    return MEASURES[name]
+
+
+def value_vectors(x: torch.Tensor, weights: Any) -> torch.Tensor:
+    """f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h for every head: (B, H, T, d_model) from x (B, T,
+    d_model) and a layer's `mha.LayerWeights` (query head h reads value head h // group)."""
+    import torch
+
+    d_k, n_heads, group = weights.d_k, weights.n_heads, weights.n_heads // weights.kv_heads
+    x = x.to(weights.w_v.dtype)
+    per_head = []
+    for h in range(n_heads):
+        cols = slice((h // group) * d_k, (h // group + 1) * d_k)
+        v = x @ weights.w_v[:, cols] + weights.b_v[cols]  # V_h: (B, T, d_k)
+        per_head.append(v @ weights.w_o[h * d_k : (h + 1) * d_k])  # (B, T, d_model)
+    return torch.stack(per_head, dim=1)
+
+
+def norms(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """‖α^h_ij f^h(x_j)‖ = α^h_ij ‖f^h(x_j)‖: (B, H, T, T) from probs (B, H, T, T) and
+    value vectors (B, H, T, d_model)."""
+    return probs * values.norm(dim=-1)[:, :, None, :]
+
+
+def rollout_layer(probs: torch.Tensor) -> torch.Tensor:
+    """Ã = (mean over heads of α + I), rows renormalised: (B, T, T) from (B, H, T, T)."""
+    import torch
+
+    mixed = probs.mean(dim=1) + torch.eye(probs.shape[-1], dtype=probs.dtype)
+    return mixed / mixed.sum(dim=-1, keepdim=True)
+
+
+@dataclass(frozen=True, eq=False)
+class AltiLayer:
+    """One layer's ALTI contributions and the mixing ratios of its queries (B, T each):
+    the share of token i's update that comes from other tokens, by weights (1 − mean_h α_ii),
+    by norms (‖Σ_h α^h_ij f^h(x_j)‖, the layer's vectors without the residual) and with the
+    residual and normalisation (‖t'_ij‖), all L2 norms as in Kobayashi et al. (2021)."""
+
+    contributions: torch.Tensor  # (B, T, T), rows sum to 1
+    mixing_weights: torch.Tensor  # (B, T)
+    mixing_norm: torch.Tensor  # (B, T)
+    mixing_residual: torch.Tensor  # (B, T)
+
+
+def alti_layer(
+    probs: torch.Tensor,
+    values: torch.Tensor,
+    residual: torch.Tensor,
+    output: torch.Tensor,
+    norm: Any,
+) -> AltiLayer:
+    """ALTI of one layer (see the module's docstring), from probs (B, H, T, T), value vectors
+    (B, H, T, d), the residual stream r (B, T, d), the block's output after W_O (B, T, d) and
+    the normalisation after the block (`adapters.Norm`, or None)."""
+    import torch
+
+    batch, _, length, d = values.shape
+    if norm is not None:  # s(u_i): the normalisation's divisor, from its real input
+        u = output + residual if norm.covers_residual else output
+        scale = norm.scale(u.to(values.dtype))  # (B, T, 1)
+        gain = norm.gain.to(values.dtype)
+    step = max(1, BLOCK_FLOATS // max(1, length * d))
+    contributions = torch.zeros(batch, length, length, dtype=values.dtype)
+    mix_norm = torch.zeros(batch, length, dtype=values.dtype)
+    mix_residual = torch.zeros(batch, length, dtype=values.dtype)
+    residual = residual.to(values.dtype)
+    for b in range(batch):
+        for start in range(0, length, step):
+            rows = torch.arange(start, min(start + step, length))
+            n = len(rows)
+            # Σ_h α^h_ij f^h(x_j) for the block's queries i: (n, T, d)
+            mixed = torch.einsum("hqk,hkd->qkd", probs[b, :, rows], values[b])
+            t = mixed.clone()
+            if norm is None or norm.covers_residual:
+                t[torch.arange(n), rows] += residual[b, rows]  # + [i = j] r_i
+            if norm is not None:
+                if norm.centre:
+                    t = t - t.mean(dim=-1, keepdim=True)
+                t = gain * t / scale[b, rows][:, None, :]
+                if not norm.covers_residual:  # Gemma2: r_i added after the norm
+                    t[torch.arange(n), rows] += residual[b, rows]
+            y = t.sum(dim=1)  # y_i = Σ_j t'_ij: (n, d)
+            gain_of = y.abs().sum(-1, keepdim=True) - (y[:, None, :] - t).abs().sum(-1)
+            c = gain_of.clamp(min=0)  # (n, T)
+            contributions[b, rows] = c / c.sum(dim=-1, keepdim=True).clamp(min=1e-30)
+            mix_norm[b, rows] = _others_share(mixed.norm(dim=-1), rows)
+            mix_residual[b, rows] = _others_share(t.norm(dim=-1), rows)
+    diagonal = probs.diagonal(dim1=-2, dim2=-1).mean(dim=1)  # mean over heads of α_ii
+    return AltiLayer(contributions, 1 - diagonal, mix_norm, mix_residual)
+
+
+def _others_share(lengths: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Σ_{j≠i} ‖v_ij‖ / Σ_j ‖v_ij‖ for each query i of `rows`, from lengths (n, T)."""
+    import torch
+
+    own = lengths[torch.arange(len(rows)), rows]
+    total = lengths.sum(dim=-1)
+    return (total - own) / total.clamp(min=1e-30)
+
+
+class Measured:
+    """The recorder that turns one forward pass into a measure's values: `held` is (B, L, H,
+    T, T) for a per-head measure, (B, L, 1, T, T) for a per-layer one (L: the chosen layers;
+    per-layer measures compose every layer from 0 up to the last chosen one)."""
+
+    def __init__(
+        self, loaded: LoadedModel, measure: Measure, layers: list[int], n_batch: int, width: int
+    ) -> None:
+        import numpy as np
+
+        from attnviz.core import adapters
+
+        self.measure = measure
+        self.per_layer = measure.per_layer
+        self.slot = {layer: i for i, layer in enumerate(layers)}
+        needed = range(max(layers) + 1) if measure.per_layer else layers
+        self.wants = {layer: measure.kinds for layer in needed}
+        model = loaded.model
+        self._weights = {}
+        self._norms = {}
+        if "input" in measure.kinds:
+            self._weights = {
+                layer: adapters.layer_weights(model, layer).to_cpu() for layer in needed
+            }
+        if measure.name == "alti":
+            self._norms = {layer: adapters.norm_after(model, layer) for layer in needed}
+        heads = 1 if measure.per_layer else loaded.info.n_heads
+        self.held = np.empty((n_batch, len(layers), heads, width, width), np.float32)
+        self.mixing: dict[int, AltiLayer] = {}  # alti: each composed layer's mixing ratios
+        self._composed: torch.Tensor | None = None
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        name = self.measure.name
+        probs = tensors["probs"].float()
+        if name == "weights":
+            values = probs
+        elif name == "norm":
+            values = norms(probs, value_vectors(tensors["input"].float(), self._weights[layer]))
+        else:
+            if name == "rollout":
+                step = rollout_layer(probs)
+            else:
+                weights = self._weights[layer]
+                f = value_vectors(tensors["input"].float(), weights)
+                norm = self._norms[layer]
+                if norm is not None:
+                    norm = _float(norm)
+                found = alti_layer(
+                    probs, f, tensors["residual"].float(), tensors["output"].float(), norm
+                )
+                self.mixing[layer] = found
+                step = found.contributions
+            previous = self._composed
+            self._composed = step if previous is None else step @ previous  # R_l = C_l R_{l−1}
+            values = self._composed[:, None]
+        if layer in self.slot:
+            self.held[:, self.slot[layer]] = values.numpy()
+
+
+def _float(norm: Any) -> Any:
+    from dataclasses import replace
+
+    bias = norm.bias.float() if norm.bias is not None else None
+    return replace(norm, gain=norm.gain.float(), bias=bias)
+
+
+class SpecialShares:
+    """The recorder behind the summary's line on special tokens: for each chosen layer and head,
+    the mean over non-special queries of the share special keys get, by weight and by norm
+    (‖α f(x)‖ over the row's sum): (B, L, H) each."""
+
+    def __init__(self, loaded: LoadedModel, layers: list[int], special: list[Any]) -> None:
+        import numpy as np
+
+        from attnviz.core import adapters
+
+        self.wants = {layer: ("input", "probs") for layer in layers}
+        self.slot = {layer: i for i, layer in enumerate(layers)}
+        self._weights = {
+            layer: adapters.layer_weights(loaded.model, layer).to_cpu() for layer in layers
+        }
+        self._special = special  # per batch row: (T_row,) bool
+        shape = (len(special), len(layers), loaded.info.n_heads)
+        self.by_weight = np.zeros(shape, np.float32)
+        self.by_norm = np.zeros(shape, np.float32)
+
+    @classmethod
+    def of(cls, loaded: LoadedModel, layers: list[int], special: list[Any]) -> SpecialShares | None:
+        """The recorder, or None where the model's value weights cannot be read (the summary
+        then gives the share by weight alone)."""
+        from attnviz.errors import UnsupportedModelError
+
+        try:
+            return cls(loaded, layers, special)
+        except UnsupportedModelError:
+            return None
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        probs = tensors["probs"].float()
+        lengths = norms(probs, value_vectors(tensors["input"].float(), self._weights[layer]))
+        for row, special in enumerate(self._special):
+            n = len(special)
+            keys = special.nonzero()[0]
+            queries = (~special).nonzero()[0]
+            if not len(keys) or not len(queries):
+                continue
+            for into, grid in ((self.by_weight, probs), (self.by_norm, lengths)):
+                rows = grid[row, :, queries][:, :, :n].numpy()  # (H, Q, T)
+                share = rows[:, :, keys].sum(-1) / rows.sum(-1).clip(min=1e-30)
+                into[row, self.slot[layer]] = share.mean(-1)
+
+
+def measured(
+    loaded: LoadedModel,
+    batch: list[Any],
+    measure: str = DEFAULT,
+    layers: list[int] | None = None,
+    also: list[Any] | None = None,
+    keep: list[Measured] | None = None,
+) -> list[Any]:
+    """Each encoded text's `Attention` whose weights are `measure`'s values (one forward pass;
+    recorders in `also` are fed by it too). `keep` gets the measure's recorder (ALTI's
+    mixing ratios are on it)."""
+    from attnviz.core.extract import attend
+
+    chosen = get(measure)
+    if chosen.name == DEFAULT:
+        return attend(loaded, batch, layers, also=also or [])
+
+    def make(layers: list[int], n_batch: int, width: int) -> Measured:
+        made = Measured(loaded, chosen, layers, n_batch, width)
+        if keep is not None:
+            keep.append(made)
+        return made
+
+    return attend(loaded, batch, layers, also=also or [], values=make)
+
+
+def shares(att: Any) -> Any:
+    """A norm's rows as shares (each row divided by its sum), what the summaries and the
+    query's tables rank: the measures whose rows already sum to 1 are returned as they are."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    if MEASURES[att.measure].summed:
+        return att
+    totals = att.weights.sum(axis=-1, keepdims=True)
+    return replace(att, weights=(att.weights / np.where(totals > 0, totals, 1.0)).astype("f4"))
+
+
+def refuse(measure: str, hide_special: bool = False) -> Measure:
+    """The measure called `measure`, refusing what it cannot be combined with (before the
+    model loads)."""
+    chosen = get(measure)
+    if hide_special and not chosen.summed:
+        raise InputError(
+            f"--hide-special renormalises rows to sum to 1, and {chosen.name}'s rows are "
+            "lengths; use it with --measure weights, alti or rollout"
+        )
+    return chosen
+
+
+def mixing_means(recorder: Measured, row: int, n: int) -> dict[int, dict[str, float]]:
+    """Each layer's mean mixing ratio over the first `n` tokens of batch row `row`: the share of
+    a token's update that comes from other tokens, by weights, by norms and with the residual
+    and normalisation (Kobayashi et al. 2021, Table 1's columns)."""
+    return {
+        layer: {
+            "weights": float(found.mixing_weights[row, :n].mean()),
+            "norm": float(found.mixing_norm[row, :n].mean()),
+            "residual_and_norm": float(found.mixing_residual[row, :n].mean()),
+        }
+        for layer, found in sorted(recorder.mixing.items())
+    }

@@ -1,0 +1,226 @@
+"""The contribution measures (norm, ALTI, rollout) against a second, plainly written
+implementation: loops over heads and tokens in float64, on tiny models of every family.
+
+The loops take f^h from the weights `check` proves (`adapters.layer_weights`) and the layer's
+tensors from one hooked pass; whether those tensors are the right ones (the residual stream,
+the normalisation's input) is shown separately, against what the model's next module reads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+TEXT = "The cat sat on the mat because it was tired."
+OTHER = "A dog ran."
+# One of each way a block meets the residual stream: post-LN encoders (BERT, ALBERT,
+# DistilBERT), pre-LN decoders (GPT-2, Llama with GQA, Qwen2 with one key/value head, Phi-3),
+# and Gemma2, which normalises the block's output alone before adding it.
+FAMILIES = ("bert", "albert", "distilbert", "gpt2", "llama", "qwen2", "phi3", "gemma2")
+
+
+def _tensors(loaded, text):
+    """Every layer's input, probs, output and residual for `text`, from one hooked pass."""
+    from attnviz.core import capture
+    from attnviz.core.tokens import encode, pad
+
+    got = {}
+    layers = range(loaded.info.n_layers)
+    recorder = capture.Each(layers, capture.KINDS, lambda layer, t: got.__setitem__(layer, t))
+    capture.run(loaded, pad(loaded, [encode(loaded, text)]), [recorder])
+    return got
+
+
+def _value_vectors(weights, x):
+    """f^h(x_j) by loops: {h: (T, d)} in float64."""
+    w = weights.double()
+    d_k, group = w.d_k, w.n_heads // w.kv_heads
+    f = {}
+    for h in range(w.n_heads):
+        g = h // group
+        rows = []
+        for j in range(x.shape[0]):
+            v = x[j] @ w.w_v[:, g * d_k : (g + 1) * d_k] + w.b_v[g * d_k : (g + 1) * d_k]
+            rows.append(v @ w.w_o[h * d_k : (h + 1) * d_k])
+        f[h] = np.stack([r.numpy() for r in rows])
+    return f
+
+
+def _norm_numbers(norm):
+    if norm is None:
+        return None
+    gain = norm.gain.double().numpy()
+    bias = norm.bias.double().numpy() if norm.bias is not None else np.zeros_like(gain)
+    return norm.centre, gain, bias, norm.eps, norm.covers_residual
+
+
+def _alti_by_loops(loaded, tensors):
+    """ALTI's per-layer contributions, the decomposed vectors' sum plus the biases (what the
+    block and its normalisation write for each token), by loops."""
+    from attnviz.core import adapters
+
+    per_layer, rebuilt = [], []
+    for layer in range(loaded.info.n_layers):
+        t_ = tensors[layer]
+        x = t_["input"][0].double()
+        probs = t_["probs"][0].double().numpy()
+        r = t_["residual"][0].double().numpy()
+        o = t_["output"][0].double().numpy()
+        weights = adapters.layer_weights(loaded.model, layer)
+        b_o = weights.b_o.double().numpy()
+        f = _value_vectors(weights, x)
+        norm = _norm_numbers(adapters.norm_after(loaded.model, layer))
+        n, heads = probs.shape[-1], probs.shape[0]
+        c = np.zeros((n, n))
+        built = np.zeros_like(r)
+        for i in range(n):
+            ts = []
+            for j in range(n):
+                t = sum(probs[h, i, j] * f[h][j] for h in range(heads))
+                if i == j and (norm is None or norm[4]):
+                    t = t + r[i]
+                ts.append(t)
+            bias = b_o
+            if norm is not None:
+                centre, gain, beta, eps, covers = norm
+                u = o[i] + r[i] if covers else o[i]
+                mean = u.mean() if centre else 0.0
+                s = (
+                    np.sqrt(((u - mean) ** 2).mean() + eps)
+                    if centre
+                    else np.sqrt((u**2).mean() + eps)
+                )
+                ts = [gain * ((t - t.mean()) if centre else t) / s for t in ts]
+                bias = gain * ((b_o - b_o.mean()) if centre else b_o) / s + (beta if centre else 0)
+                if not covers:
+                    ts[i] = ts[i] + r[i]
+            y = sum(ts)
+            built[i] = y + bias
+            for j in range(n):
+                c[i, j] = max(0.0, np.abs(y).sum() - np.abs(y - ts[j]).sum())
+            c[i] /= c[i].sum()
+        per_layer.append(c)
+        rebuilt.append(built)
+    return per_layer, rebuilt
+
+
+def _composed(steps):
+    out, current = [], None
+    for step in steps:
+        current = step if current is None else step @ current
+        out.append(current)
+    return np.stack(out)
+
+
+def _measure(loaded, text, name, layers=None):
+    from attnviz.analysis.contributions import measured
+    from attnviz.core.tokens import encode
+
+    return measured(loaded, [encode(loaded, text)], name, layers)[0]
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_norm_is_weight_times_value_length_by_loops(arch, loaded_tiny):
+    loaded = loaded_tiny[arch]
+    from attnviz.core import adapters
+
+    tensors = _tensors(loaded, TEXT)
+    got = _measure(loaded, TEXT, "norm")
+    weights = _measure(loaded, TEXT, "weights")
+    assert got.measure == "norm" and not got.per_layer
+    assert got.weights.shape == weights.weights.shape and (got.weights >= 0).all()
+    for layer in range(loaded.info.n_layers):
+        x = tensors[layer]["input"][0].double()
+        f = _value_vectors(adapters.layer_weights(loaded.model, layer), x)
+        for h in range(loaded.info.n_heads):
+            lengths = np.linalg.norm(f[h], axis=-1)  # ‖f^h(x_j)‖ per key
+            expected = weights.weights[layer, h] * lengths[None, :]
+            np.testing.assert_allclose(got.weights[layer, h], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_alti_matches_loops_and_rows_sum_to_one(arch, loaded_tiny):
+    loaded = loaded_tiny[arch]
+    expected, _ = _alti_by_loops(loaded, _tensors(loaded, TEXT))
+    got = _measure(loaded, TEXT, "alti")
+    assert got.measure == "alti" and got.per_layer and got.weights.shape[1] == 1
+    np.testing.assert_allclose(got.weights[:, 0], _composed(expected), atol=1e-5)
+    np.testing.assert_allclose(got.weights.sum(-1), 1.0, atol=1e-5)
+    assert (got.weights >= 0).all()
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_alti_decomposes_what_the_model_writes(arch, loaded_tiny):
+    """Σ_j t'_ij plus the biases is the vector the model's next module reads: the residual
+    stream and the normalisation's scale are the model's own, not assumed."""
+    loaded = loaded_tiny[arch]
+    model = loaded.model
+    layers = range(loaded.info.n_layers)
+    base = model.base_model
+    readers = {
+        "bert": lambda layer: base.encoder.layer[layer].intermediate.dense,
+        "albert": lambda layer: base.encoder.albert_layer_groups[0].albert_layers[0].ffn,
+        "distilbert": lambda layer: base.transformer.layer[layer].ffn.lin1,
+        "gpt2": lambda layer: base.h[layer].ln_2,
+        "gemma2": lambda layer: base.layers[layer].pre_feedforward_layernorm,
+    }
+    reader = readers.get(arch, lambda layer: base.layers[layer].post_attention_layernorm)
+    seen = []
+    hooks = []
+    for module in {id(reader(layer)): reader(layer) for layer in layers}.values():
+        hooks.append(module.register_forward_pre_hook(lambda m, a: seen.append(a[0].detach())))
+    try:
+        tensors = _tensors(loaded, TEXT)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    _, rebuilt = _alti_by_loops(loaded, tensors)
+    for layer in layers:
+        np.testing.assert_allclose(rebuilt[layer], seen[layer][0].double().numpy(), atol=2e-5)
+
+
+@pytest.mark.parametrize("arch", ("bert", "llama"))
+def test_rollout_by_loops(arch, loaded_tiny):
+    loaded = loaded_tiny[arch]
+    weights = _measure(loaded, TEXT, "weights").weights.astype(np.float64)
+    steps = []
+    for layer in range(weights.shape[0]):
+        n = weights.shape[-1]
+        a = np.zeros((n, n))
+        for i in range(n):
+            for j in range(n):
+                a[i, j] = weights[layer, :, i, j].mean() + (1.0 if i == j else 0.0)
+            a[i] /= a[i].sum()
+        steps.append(a)
+    got = _measure(loaded, TEXT, "rollout")
+    np.testing.assert_allclose(got.weights[:, 0], _composed(steps), atol=1e-6)
+    np.testing.assert_allclose(got.weights.sum(-1), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ("alti", "rollout"))
+def test_a_chosen_layer_is_composed_from_layer_zero(name, loaded_tiny):
+    loaded = loaded_tiny["bert"]
+    every = _measure(loaded, TEXT, name)
+    last = _measure(loaded, TEXT, name, layers=[1])
+    assert last.layers == (1,)
+    np.testing.assert_allclose(last.weights[0], every.weights[1], atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ("norm", "alti", "rollout"))
+@pytest.mark.parametrize("arch", ("bert", "llama"))
+def test_batched_equals_alone(name, arch, loaded_tiny):
+    from attnviz.analysis.contributions import measured
+    from attnviz.core.tokens import encode
+
+    loaded = loaded_tiny[arch]
+    batch = measured(loaded, [encode(loaded, TEXT), encode(loaded, OTHER)], name)
+    for text, got in zip((TEXT, OTHER), batch):
+        np.testing.assert_allclose(got.weights, _measure(loaded, text, name).weights, atol=1e-5)
+
+
+def test_unknown_measure_names_the_choices():
+    from attnviz.analysis.contributions import get
+    from attnviz.errors import InputError
+
+    with pytest.raises(InputError, match="unknown measure 'nrom'; choose one of: weights, norm"):
+        get("nrom")
