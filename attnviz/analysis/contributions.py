@@ -239,6 +239,8 @@ class Measured:
         heads = 1 if measure.per_layer else loaded.info.n_heads
         self.held = np.empty((n_batch, len(layers), heads, width, width), np.float32)
         self.mixing: dict[int, AltiLayer] = {}  # alti: each composed layer's mixing ratios
+        # norm: each key's ‖f^h(x_j)‖, (B, L, H, T): what the page multiplies into the weights
+        self.lengths = np.empty((n_batch, len(layers), heads, width), np.float32)
         self._composed: torch.Tensor | None = None
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
@@ -247,7 +249,10 @@ class Measured:
         if name == "weights":
             values = probs
         elif name == "norm":
-            values = norms(probs, value_vectors(tensors["input"].float(), self._weights[layer]))
+            lengths = value_vectors(tensors["input"].float(), self._weights[layer]).norm(dim=-1)
+            if layer in self.slot:
+                self.lengths[:, self.slot[layer]] = lengths.numpy()
+            values = probs * lengths[:, :, None, :]  # ‖α f(x_j)‖ = α ‖f(x_j)‖
         else:
             if name == "rollout":
                 step = rollout_layer(probs)
@@ -385,3 +390,48 @@ def mixing_means(recorder: Measured, row: int, n: int) -> dict[int, dict[str, fl
         }
         for layer, found in sorted(recorder.mixing.items())
     }
+
+
+@dataclass(frozen=True, eq=False)
+class PageMeasures:
+    """Every measure of one text for the interactive page's switch: the weights, the others
+    by name, and each key's ‖f^h(x_j)‖ for norm (None where it cannot stand for the norm: a
+    word view, whose norms are sums over pieces)."""
+
+    weights: Any  # Attention
+    others: dict[str, Any]  # name -> Attention
+    lengths: Any = None  # (L, H, T)
+
+
+class EveryMeasure:
+    """Recorders for the measures a pass does not make already (`chosen` is made by
+    `measured`), so that one forward pass gives the page all four."""
+
+    def __init__(self, loaded: LoadedModel, layers: list[int], width: int, chosen: str) -> None:
+        self.recorders = {
+            name: Measured(loaded, measure, layers, 1, width)
+            for name, measure in MEASURES.items()
+            if name != chosen
+        }
+
+    def page(self, raw: Any, shown: Any, kept: Measured | None, transform: Any) -> PageMeasures:
+        """The page's measures: `shown` is the chosen measure as the command shows it, `raw`
+        the same before `transform` (words, hide-special), which is applied to the others in
+        the same way. Norm is left out where special tokens are hidden (its rows are lengths,
+        which hiding would renormalise)."""
+        from dataclasses import replace
+
+        made = {shown.measure: shown}
+        for name, recorder in self.recorders.items():
+            if name == "norm" and shown.hidden_special:
+                continue
+            values = replace(
+                raw, weights=recorder.held[0], measure=name, per_layer=recorder.per_layer
+            )
+            made[name] = transform(values)
+        norm = self.recorders.get("norm") or kept
+        lengths = None
+        if shown.unit == "token" and not shown.hidden_special and norm is not None:
+            lengths = norm.lengths[0]
+        weights = made.pop("weights")
+        return PageMeasures(weights, made, lengths)

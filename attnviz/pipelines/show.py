@@ -144,7 +144,13 @@ def show(
 
     import numpy as np
 
-    from attnviz.analysis.contributions import SpecialShares, measured, mixing_means, shares
+    from attnviz.analysis.contributions import (
+        EveryMeasure,
+        SpecialShares,
+        measured,
+        mixing_means,
+        shares,
+    )
     from attnviz.analysis.inside import InsideSteps
     from attnviz.analysis.query import find_query, query_view
     from attnviz.analysis.summary import summarise
@@ -163,6 +169,11 @@ def show(
     special = SpecialShares.of(loaded, chosen_layers, [np.array(encoded.special, dtype=bool)])
     kept: list = []
     also = [*([special] if special else []), *([inside] if inside else [])]
+    # The page's measure switch: every other measure from the same pass.
+    every = (
+        EveryMeasure(loaded, chosen_layers, len(encoded), chosen_measure.name) if inside else None
+    )
+    also += list(every.recorders.values()) if every else []
     attended = measured(loaded, [encoded], chosen_measure.name, layers, also, kept)[0]
     shown = transform(attended, words, hide_special_tokens)
     chosen_heads = shown.heads_held(heads)
@@ -204,13 +215,23 @@ def show(
         if html:
             from attnviz.outputs.html import write_page
 
-            page = write_page(
+            assert every is not None
+            found_page = every.page(
+                attended,
                 shown,
+                kept[0] if kept else None,
+                lambda att: transform(att, words, hide_special_tokens),
+            )
+            page = write_page(
+                found_page.weights,
                 folder / "attention.html",
                 inside=inside.result(),
                 scale=style.scale,
                 cmap=style.cmap,
                 segments=shown.segments,
+                measures=found_page.others,
+                lengths=found_page.lengths,
+                initial=chosen_measure.name,
             )
         settings = {
             "model": shown.info.name,

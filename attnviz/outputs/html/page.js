@@ -7,7 +7,11 @@
   const D = JSON.parse(document.getElementById("attnviz-data").textContent);
   const T = D.tokens.length;
   const L = D.layers;
-  const H = D.heads;
+  // The measure switch: weights, or a contribution measure (norm per head; alti and rollout
+  // one map per layer, so H is 1 while one of them is shown).
+  const MEASURES = D.measures || {};
+  const perLayer = (m) => !!(MEASURES[m] && MEASURES[m].per_layer);
+  let H = perLayer(D.measure) ? 1 : D.heads;
   const LAYER = D.layer_ids; // the model layer held in each slot (all layers unless chosen)
   const ROW = 18; // px per token in the head view
   const VIEWS = [
@@ -35,7 +39,19 @@
     locked: false,
     scale: D.scale,
     pair: "all",
+    measure: D.measure || "weights",
   };
+  function setMeasure(m) {
+    state.measure = m;
+    H = perLayer(m) ? 1 : D.heads;
+    state.heads = new Set([...Array(H).keys()]);
+    state.head = Math.min(state.head, H - 1);
+  }
+  // 1 on the absolute colour scale: 1 for weights and rows that sum to 1, the text's largest
+  // value for norm (a length).
+  const top = () => (state.measure === "weights" ? 1 : MEASURES[state.measure].top);
+  const headName = (h) => (perLayer(state.measure) ? "all heads" : `H${h}`);
+  const valueName = () => (state.measure === "weights" ? "weight" : state.measure);
 
   // ---------- decoding ----------
   const bytesOf = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
@@ -46,22 +62,34 @@
   const floats = (bytes) => new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
 
   const heads = new Map();
-  const stepOf = new Map(); // head -> its max, when stored as uint8 steps of it
-  // One head as a Float32Array (T × T), row-major [query, key]; decoded once.
-  function head(l, h) {
-    const key = l * H + h;
+  const stepOf = new Map(); // "measure/layer/head" -> its max, when stored as uint8 steps of it
+  // One blob as a Float32Array (T × T): float32 as it is, or uint8 steps of its max.
+  function decode(key, blob, encoding) {
+    return inflate(blob).then((bytes) => {
+      if (encoding === "float32") return floats(bytes.slice());
+      const max = floats(bytes.slice(0, 4))[0];
+      stepOf.set(key, max);
+      const out = new Float32Array(T * T);
+      for (let n = 0; n < T * T; n++) out[n] = (bytes[4 + n] * max) / 255;
+      return out;
+    });
+  }
+  // One head of the shown measure as a Float32Array (T × T), row-major [query, key]; decoded
+  // once. Norm is α_ij ‖f(x_j)‖: the weights times each key's length, where lengths are given.
+  function head(l, h, m = state.measure) {
+    const key = `${m}/${l}/${h}`;
     if (!heads.has(key)) {
-      heads.set(
-        key,
-        inflate(D.weights[l][h]).then((bytes) => {
-          if (D.encoding === "float32") return floats(bytes.slice());
-          const max = floats(bytes.slice(0, 4))[0];
-          stepOf.set(key, max);
+      let made;
+      if (m === "weights") made = decode(key, D.weights[l][h], D.encoding);
+      else if (MEASURES[m].lengths) {
+        made = Promise.all([head(l, h, "weights"), inflate(MEASURES[m].lengths[l][h])]).then(([a, b]) => {
+          const lengths = floats(b.slice());
           const out = new Float32Array(T * T);
-          for (let n = 0; n < T * T; n++) out[n] = (bytes[4 + n] * max) / 255;
+          for (let n = 0; n < T * T; n++) out[n] = a[n] * lengths[n % T];
           return out;
-        }),
-      );
+        });
+      } else made = decode(key, MEASURES[m].blobs[l][h], MEASURES[m].encoding);
+      heads.set(key, made);
     }
     return heads.get(key);
   }
@@ -69,9 +97,12 @@
 
   // A weight as text: exact float32 digits, or the quantised value with its error bound.
   function weightText(w, l, h) {
-    if (D.encoding === "float32") return w.toPrecision(6);
-    const bound = stepOf.get(l * H + h) / 510;
-    return `≈${w.toFixed(4)} (±${bound.toExponential(1)})`;
+    const m = state.measure;
+    const stored = m === "weights" || MEASURES[m].lengths ? D.encoding : MEASURES[m].encoding;
+    if (stored === "float32") return w.toPrecision(6);
+    const step = stepOf.get(`${m}/${l}/${h}`);
+    if (step === undefined) return `≈${w.toFixed(4)}`; // norm from 8-bit weights
+    return `≈${w.toFixed(4)} (±${(step / 510).toExponential(1)})`;
   }
 
   // ---------- colours ----------
@@ -178,8 +209,9 @@
       controls.append(select("Layer", "layer", [...Array(L).keys()].map((l) => [l, `${LAYER[l]}`]),
         state.layer, (x) => { state.layer = +x; render(); }));
     }
-    if (v === "matrix" || v === "inside") {
-      controls.append(select("Head", "head", [...Array(H).keys()].map((h) => [h, `${h}`]),
+    if ((v === "matrix" && !perLayer(state.measure)) || v === "inside") {
+      const count = v === "inside" ? D.heads : H;
+      controls.append(select("Head", "head", [...Array(count).keys()].map((h) => [h, `${h}`]),
         state.head, (x) => { state.head = +x; render(); }));
     }
     if (v === "query" || v === "inside") {
@@ -188,9 +220,14 @@
       controls.append(select("Query", "query", opts, Math.min(state.query, tokens.length - 1),
         (x) => { state.query = +x; render(); }));
     }
+    if (v !== "inside" && Object.keys(MEASURES).length) {
+      const names = ["weights", ...Object.keys(MEASURES)];
+      controls.append(select("Measure", "measure", names.map((m) => [m, m]), state.measure,
+        (x) => { setMeasure(x); render(); }));
+    }
     if (v !== "inside") {
       controls.append(select("Colour scale", "scale",
-        [["absolute", "absolute (0–1)"], ["head", "each head to its max"]], state.scale,
+        [["absolute", `absolute (0–${+top().toPrecision(3)})`], ["head", "each head to its max"]], state.scale,
         (x) => { state.scale = x; render(); }));
     }
     if (D.segments && v !== "inside") {
@@ -229,7 +266,20 @@
   }
 
   // ---------- head view ----------
+  // What the shown measure is, said above every view but the weights'.
+  function measureNote() {
+    if (state.measure === "weights") return "";
+    const m = MEASURES[state.measure];
+    return el("p", { className: "hint measure", textContent:
+      `${state.measure}: ${m.help} (${m.cite}).` });
+  }
+
   async function headView(section) {
+    if (perLayer(state.measure)) {
+      section.append(measureNote(), el("p", { className: "note", textContent:
+        `${state.measure} has one map per layer, not per head: see the model, matrix and query views.` }));
+      return;
+    }
     const toggles = el("div", { className: "toggles" });
     for (let h = 0; h < H; h++) {
       const b = el("button", {
@@ -283,8 +333,10 @@
     section.append(
       el("p", { className: "hint", textContent:
         `Layer ${LAYER[state.layer]}. Lines from each token (left) to the tokens it attends to (right), ` +
+        (state.measure === "weights" ? "" : `by ${state.measure}, `) +
         "one colour per head, opacity = weight. Hover or click a token to see only its lines; " +
         "↑/↓ change the layer." }),
+      measureNote(),
       toggles,
       columns,
     );
@@ -299,7 +351,7 @@
   function visibleLines(grids, f) {
     const out = [];
     for (const [h, a] of grids) {
-      const max = state.scale === "head" ? headMax(a) || 1 : 1;
+      const max = state.scale === "head" ? headMax(a) || 1 : top();
       const buckets = Array.from({ length: 16 }, () => []);
       const [i0, i1] = f && f.side === "q" ? [f.index, f.index + 1] : [0, T];
       for (let i = i0; i < i1; i++) {
@@ -347,7 +399,7 @@
   // ---------- colour legend ----------
   // The colour map from 0 to `top`, then the greys that are not weights: the masked cells of a
   // causal model, and the cells outside the chosen sentences of a pair.
-  function legend(top) {
+  function legend(upper) {
     const swatch = (colourAt) => {
       const c = el("canvas", { className: "swatch", width: 14, height: 14 });
       const ctx = c.getContext("2d");
@@ -364,7 +416,8 @@
     }
     ctx.putImageData(img, 0, 0);
     const box = el("div", { className: "legend" },
-      el("span", { textContent: "attention weight: 0" }), bar, el("span", { textContent: top }));
+      el("span", { textContent: `${state.measure === "weights" ? "attention weight" : MEASURES[state.measure].unit}: 0` }),
+      bar, el("span", { textContent: upper }));
     if (D.model.causal) {
       box.append(el("span", { className: "key masked" }, swatch(maskedAt), ` ${D.masked.note}`));
     }
@@ -380,7 +433,7 @@
     const grid = el("div", { className: "model-grid" });
     grid.style.gridTemplateColumns = `3em repeat(${H}, ${size}px)`;
     grid.append(el("span"));
-    for (let h = 0; h < H; h++) grid.append(el("span", { className: "axis", textContent: `H${h}` }));
+    for (let h = 0; h < H; h++) grid.append(el("span", { className: "axis", textContent: headName(h) }));
     const all = await Promise.all(
       [...Array(L * H).keys()].map((n) => head(Math.floor(n / H), n % H)),
     );
@@ -388,7 +441,7 @@
       grid.append(el("span", { className: "axis", textContent: `L${LAYER[l]}` }));
       for (let h = 0; h < H; h++) {
         const c = el("canvas", { width: size, height: size, className: "thumb",
-          title: `layer ${LAYER[l]} head ${h}: click to open the matrix`,
+          title: `layer ${LAYER[l]} ${perLayer(state.measure) ? state.measure : `head ${h}`}: click to open the matrix`,
           dataset: { layer: String(LAYER[l]), head: String(h) },
           onclick: () => { state.layer = l; state.head = h; show("matrix"); } });
         paint(c, all[l * H + h], size);
@@ -398,7 +451,8 @@
     section.append(
       el("p", { className: "hint", textContent:
         "Every layer × head: query tokens down, key tokens across. Click one to open it." }),
-      legend(state.scale === "head" ? "each head's max" : "1"),
+      measureNote(),
+      legend(state.scale === "head" ? "each head's max" : `${+top().toPrecision(3)}`),
       grid,
     );
   }
@@ -408,7 +462,7 @@
   function paint(canvas, a, size) {
     const ctx = canvas.getContext("2d");
     const img = ctx.createImageData(size, size);
-    const max = state.scale === "head" ? headMax(a) || 1 : 1;
+    const max = state.scale === "head" ? headMax(a) || 1 : top();
     for (let y = 0; y < size; y++) {
       const i0 = Math.floor((y * T) / size);
       const i1 = Math.max(i0 + 1, Math.floor(((y + 1) * T) / size));
@@ -519,7 +573,7 @@
         el("div", { textContent: `query ${tokenLabel(i)} → key ${tokenLabel(j)}` }),
         el("div", { className: "weight", dataset: { query: String(i), key: String(j) },
           textContent: masked(i, j) ? "masked: a causal model's query cannot see a later key"
-            : `weight ${weightText(a[i * T + j], state.layer, state.head)}` }),
+            : `${valueName()} ${weightText(a[i * T + j], state.layer, state.head)}` }),
       );
       tooltip.style.left = `${e.pageX + 14}px`;
       tooltip.style.top = `${e.pageY + 14}px`;
@@ -532,9 +586,10 @@
     });
     section.append(
       el("p", { className: "hint", textContent:
-        `Layer ${LAYER[state.layer]}, head ${state.head}: query tokens down, key tokens across; ` +
-        `max weight ${headMax(a).toFixed(3)}. Hover a cell for its exact weight; ↑/↓ layer, ←/→ head.` }),
-      legend(state.scale === "head" ? `${headMax(a).toFixed(3)} (the head's max)` : "1"),
+        `Layer ${LAYER[state.layer]}, ${perLayer(state.measure) ? `layers 0–${LAYER[state.layer]} composed` : `head ${state.head}`}: query tokens down, key tokens across; ` +
+        `max ${valueName()} ${headMax(a).toFixed(3)}. Hover a cell for its exact ${valueName()}; ↑/↓ layer, ←/→ head.` }),
+      measureNote(),
+      legend(state.scale === "head" ? `${headMax(a).toFixed(3)} (the head's max)` : `${+top().toPrecision(3)}`),
       wrap,
     );
   }
@@ -544,9 +599,9 @@
     const i = Math.min(state.query, T - 1);
     const all = await Promise.all([...Array(L * H).keys()].map((n) => head(Math.floor(n / H), n % H)));
     const table = el("table", { className: "query-table" });
-    const top = el("tr", {}, el("th"));
-    for (let h = 0; h < H; h++) top.append(el("th", { textContent: `H${h}` }));
-    table.append(top);
+    const header = el("tr", {}, el("th"));
+    for (let h = 0; h < H; h++) header.append(el("th", { textContent: headName(h) }));
+    table.append(header);
     for (let l = 0; l < L; l++) {
       const row = el("tr", {}, el("th", { textContent: `L${LAYER[l]}` }));
       for (let h = 0; h < H; h++) {
@@ -557,7 +612,7 @@
         for (const j of keys) {
           const w = a[i * T + j];
           const bar = el("span", { className: "bar" });
-          bar.style.width = `${Math.round(w * 100)}%`;
+          bar.style.width = `${Math.round((w / top()) * 100)}%`;
           cell.append(el("div", { className: "key" + (D.special[j] ? " special" : ""),
             title: `${tokenLabel(j)}: ${weightText(w, l, h)}` },
           bar, el("span", { textContent: `${D.tokens[j]} ${w.toFixed(2)}` })));
@@ -568,7 +623,9 @@
     }
     section.append(
       el("p", { className: "hint", textContent:
-        `Where “${D.tokens[i]}” (position ${i}) looks: its three most-attended keys in every head.` }),
+        `Where “${D.tokens[i]}” (position ${i}) looks: its three most-attended keys in every head` +
+        (state.measure === "weights" ? "." : `, by ${state.measure}.`) }),
+      measureNote(),
       table,
     );
   }
@@ -634,9 +691,9 @@
       ));
     });
     const checks0 = [];
-    const rowError = errors[(l * H + h) * n + i];
+    const rowError = errors[(l * D.heads + h) * n + i];
     let headError = 0;
-    for (let k = 0; k < n; k++) headError = Math.max(headError, errors[(l * H + h) * n + k]);
+    for (let k = 0; k < n; k++) headError = Math.max(headError, errors[(l * D.heads + h) * n + k]);
     if (!sameTokens) {
       checks0.push("The formulas run on the model's tokens; this page's other views show " +
         `${D.unit === "word" ? "words" : "tokens"}${D.hidden_special ? " without special tokens" : ""}, ` +

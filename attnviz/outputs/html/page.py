@@ -79,14 +79,57 @@ def _colour_table(cmap: str) -> str:
     return "".join(f"{r:02x}{g:02x}{b:02x}" for r, g, b, _ in colours)
 
 
+def _measures(
+    att: Attention, measures: dict[str, Attention], lengths: np.ndarray | None, exact: bool
+) -> dict[str, Any]:
+    """The page's other measures: `norm` as each key's ‖f^h(x_j)‖ (L, H, T), which the page
+    multiplies into the weights (exact, and T numbers a head instead of T²), or as blobs where
+    the weights were merged into words; `alti` and `rollout` as one blob a layer."""
+    from attnviz.analysis.contributions import MEASURES
+
+    out: dict[str, Any] = {}
+    for name, other in measures.items():
+        measure = MEASURES[name]
+        entry: dict[str, Any] = {
+            "unit": measure.unit,
+            "help": measure.help,
+            "cite": measure.cite,
+            "per_layer": measure.per_layer,
+            "top": float(other.weights.max()) if not measure.summed else 1.0,
+        }
+        if name == "norm" and lengths is not None:
+            entry["lengths"] = [[_packed(per.astype("<f4")) for per in layer] for layer in lengths]
+        else:
+            small = exact or measure.per_layer  # L maps, not L × H: float32 where it fits
+            entry["encoding"] = (
+                "float32"
+                if small and other.weights[..., :1].size * len(other.tokens) * 4 <= EXACT_BUDGET
+                else "uint8"
+            )
+            entry["blobs"] = [
+                [_head_blob(per, entry["encoding"] == "float32") for per in layer]
+                for layer in other.weights
+            ]
+        out[name] = entry
+    return out
+
+
 def page_data(
     att: Attention,
     inside: Inside | str | None = None,
     scale: str = "absolute",
     cmap: str = "viridis",
     segments: tuple[int, ...] | None = None,
+    measures: dict[str, Attention] | None = None,
+    lengths: np.ndarray | None = None,
+    initial: str = "weights",
 ) -> dict[str, Any]:
-    """Everything the page script reads, as JSON-ready values."""
+    """Everything the page script reads, as JSON-ready values.
+
+    `att` holds the weights; `measures` the contribution measures by name (the page's
+    measure switch offers those given), `lengths` each key's ‖f^h(x_j)‖ (L, H, T) for norm,
+    and `initial` the measure the page opens with.
+    """
     from attnviz.analysis.inside import Inside
 
     n_layers, n_heads, n_tokens, _ = att.weights.shape  # (L, H, T, T)
@@ -116,6 +159,8 @@ def page_data(
         "masked": {"grey": MASKED_GREY, "hatch": MASKED_HATCH_COLOUR, "note": MASKED_NOTE},
         "label_steps": list(LABEL_STEPS),  # thinned labels on round steps, as in the PNGs
         "inside": None,
+        "measure": initial,
+        "measures": _measures(att, measures or {}, lengths, exact),
     }
     if isinstance(inside, Inside):
         data["inside"] = {
@@ -165,15 +210,20 @@ def build_page(
     scale: str = "absolute",
     cmap: str = "viridis",
     segments: tuple[int, ...] | None = None,
+    measures: dict[str, Attention] | None = None,
+    lengths: np.ndarray | None = None,
+    initial: str = "weights",
 ) -> str:
     """The whole page for one text: data, script and style inline; nothing loads from outside.
 
     `inside` (from `attnviz.analysis.inside`) feeds the "inside one head" view, or
     says why the page goes without it;
-    `segments` (0 or 1 per token) marks the two sentences of a pair.
+    `segments` (0 or 1 per token) marks the two sentences of a pair; `measures`, `lengths`
+    and `initial` are the measure switch's (see `page_data`).
     """
     script, style = _asset("page.js"), _asset("page.css")
-    data = json.dumps(page_data(att, inside, scale, cmap, segments), ensure_ascii=False)
+    found = page_data(att, inside, scale, cmap, segments, measures, lengths, initial)
+    data = json.dumps(found, ensure_ascii=False)
     # The only hashed inline script and style may run; no source outside the file is allowed.
     csp = (
         f"default-src 'none'; script-src {_csp_hash(script)}; style-src {_csp_hash(style)}; "
