@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_treebank.py
 	$(PY) bench/bench_smollm2.py
 	$(PY) bench/bench_html.py
+	$(PY) bench/bench_measures.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench docs

@@ -112,6 +112,7 @@ def attention(
     device: str = "auto",
     layers: list[int] | None = None,
     pair: str | None = None,
+    measure: str = "weights",
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
 
@@ -121,14 +122,21 @@ def attention(
     finds one), which is what makes long texts fit in memory.
     `pair` (encoders): read `[CLS] text [SEP] pair [SEP]` with token types; `segments` then
     says which sentence each token is in.
+    `measure` "norm" gives ‖α·f(x)‖ per head instead of the weights; "alti" and "rollout"
+    one map per layer, composed from layer 0 up, as `weights[layer, 0]` (`per_layer` is True;
+    docs/contributions.md says how each is computed).
     """
+    from attnviz.analysis.contributions import measured, refuse
     from attnviz.analysis.transforms import transform
     from attnviz.core.attention import require_text
-    from attnviz.core.extract import extract
+    from attnviz.core.tokens import encode
 
     require_text(text)
+    refuse(measure, hide_special)
     source = models.model(model, device)
-    shown = transform(extract(source.load(), text, truncate, layers, pair), words, hide_special)
+    loaded = source.load()
+    found = measured(loaded, [encode(loaded, text, truncate, pair)], measure, layers)[0]
+    shown = transform(found, words, hide_special)
     return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, source=source)
 
 

@@ -224,3 +224,119 @@ def test_unknown_measure_names_the_choices():
 
     with pytest.raises(InputError, match="unknown measure 'nrom'; choose one of: weights, norm"):
         get("nrom")
+
+
+# ---------- through the command line, the files and the page ----------
+
+SENTENCE = "The quick brown fox jumps over the lazy dog because it was bored."
+
+
+def _invoke(*args):
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_show_json_says_the_measure_and_finds_kobayashi_s_special_tokens(bundled):
+    """On the bundled model, as Kobayashi et al. (2020) found on BERT: special tokens take much
+    of the weight but little of the norm; ALTI's mixing ratios with the residual and the
+    LayerNorm are far below those by weights (Kobayashi et al. 2021)."""
+    import json
+
+    result = _invoke("show", SENTENCE, "--no-images", "--json", "--measure", "alti")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    assert found["measure"]["name"] == "alti" and found["measure"]["per_layer"] is True
+    assert {h["head"] for h in found["heads"]} == {0} and len(found["heads"]) == 6
+    share = found["special_share"]
+    assert share["weights"] > 2 * share["norm"] > 0
+    mixing = found["mixing"]
+    assert sorted(mixing) == [str(layer) for layer in range(6)]
+    for ratios in mixing.values():
+        assert 0 <= ratios["residual_and_norm"] < ratios["norm"] <= 1
+        assert 0 <= ratios["weights"] <= 1
+
+
+def test_show_images_of_a_per_layer_measure_are_layers(tmp_path, bundled):
+    result = _invoke("show", SENTENCE, "--measure", "rollout", "--out", tmp_path, "-j", "1")
+    assert result.exit_code == 0, result.output
+    (folder,) = tmp_path.iterdir()
+    names = sorted(p.name for p in folder.glob("*.png"))
+    assert names == [f"layer-{layer:02d}.png" for layer in range(6)] + ["overview.png"]
+    assert "wrote 7 images" in result.output
+    assert "rollout, composed" not in result.output  # the per-layer table, not a one-column map
+    assert "What each layer's rollout does on this text" in result.output
+
+
+def test_show_and_another_measure_keep_their_own_folders(tmp_path, bundled):
+    for measure in ("weights", "norm"):
+        result = _invoke("show", SENTENCE, "--measure", measure, "--out", tmp_path, "-l", "0")
+        assert result.exit_code == 0, result.output
+    folders = list(tmp_path.iterdir())
+    assert len(folders) == 2 and all((f / "done.json").is_file() for f in folders)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--measure", "nrom"], "'nrom' is not one of"),
+        (["--measure", "norm", "--hide-special"], "--hide-special renormalises rows"),
+    ],
+)
+def test_bad_measures_exit_2_with_one_line_and_write_nothing(args, message, tmp_path):
+    result = _invoke("show", SENTENCE, "--out", tmp_path, *args)
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_export_saves_the_measure_s_values(tmp_path, bundled):
+    from attnviz.analysis.contributions import measured
+    from attnviz.core.tokens import encode
+
+    sentences = tmp_path / "s.txt"
+    sentences.write_text(f"{SENTENCE}\nIt was tired.\n", encoding="utf-8")
+    for name in ("norm", "alti"):
+        out = tmp_path / name
+        result = _invoke(
+            "export", "-f", sentences, "--measure", name, "--save-raw", "-o", out, "-j", "1"
+        )
+        assert result.exit_code == 0, result.output
+        for folder, text in zip(sorted(out.glob("000*")), (SENTENCE, "It was tired.")):
+            saved = np.load(folder / "attention.npz")
+            assert str(saved["measure"]) == name
+            expected = measured(bundled, [encode(bundled, text)], name)[0].weights
+            if name == "alti":
+                expected = expected[:, 0]  # (L, T, T): one map a layer
+            # batched as export batches them: float32 rounding of the padded pass
+            np.testing.assert_allclose(saved[name], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_page_s_norm_is_the_weights_times_each_key_s_length(bundled):
+    """The page ships norm as ‖f^h(x_j)‖ per key and multiplies it into the weights: what it
+    multiplies gives the norm measure."""
+    import base64
+    import zlib
+
+    from attnviz.analysis.contributions import EveryMeasure
+    from attnviz.core.extract import attend
+    from attnviz.core.tokens import encode
+    from attnviz.outputs.html.page import page_data
+
+    encoded = encode(bundled, SENTENCE)
+    every = EveryMeasure(bundled, list(range(6)), len(encoded), "weights")
+    att = attend(bundled, [encoded], also=list(every.recorders.values()))[0]
+    page = every.page(att, att, None, lambda a: a)
+    assert sorted(page.others) == ["alti", "norm", "rollout"]
+    data = page_data(page.weights, measures=page.others, lengths=page.lengths)
+    lengths = data["measures"]["norm"]["lengths"]
+    for layer in (0, 5):
+        for h in (0, 7):
+            raw = zlib.decompress(base64.b64decode(lengths[layer][h]))
+            key_lengths = np.frombuffer(raw, "<f4")
+            product = att.weights[layer, h] * key_lengths[None, :]
+            np.testing.assert_allclose(product, page.others["norm"].weights[layer, h], rtol=1e-6)
+    assert data["measures"]["norm"]["top"] == pytest.approx(page.others["norm"].weights.max())
+    assert data["measures"]["alti"]["per_layer"] and len(data["measures"]["alti"]["blobs"][0]) == 1

@@ -176,21 +176,18 @@ def print_special_share(
     parts = []
     if by_weight is not None and by_norm is not None and not att.hidden_special:
         parts = [
-            share(list(by_weight.ravel()), "of attention weight", "per head"),
+            share(list(by_weight.ravel()), "of attention weight on average", "per head"),
             share(list(by_norm.ravel()), "by norm ‖α·f(x)‖", "per head"),
         ]
     elif att.measure in ("weights", "norm"):
-        parts = [
-            share(shown, "of attention" if att.measure == "weights" else "by norm", "per head")
-        ]
+        what = "of attention" if att.measure == "weights" else "by norm"
+        parts = [share(shown, f"{what} on average", "per head")]
     if att.per_layer:
         parts.append(share(shown, f"by {att.measure}", "per layer"))
     if not parts or max(shown) <= 0 and not att.per_layer:
         return
     console.print(
-        "Special tokens take "
-        + ", ".join(parts)
-        + " on average; --hide-special renormalises without them.",
+        "Special tokens take " + ", ".join(parts) + "; --hide-special renormalises without them.",
         highlight=False,
     )
 
