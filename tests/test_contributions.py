@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import ARCHITECTURES
 
 TEXT = "The cat sat on the mat because it was tired."
 OTHER = "A dog ran."
-# One of each way a block meets the residual stream: post-LN encoders (BERT, ALBERT,
-# DistilBERT), pre-LN decoders (GPT-2, Llama with GQA, Qwen2 with one key/value head, Phi-3),
-# and Gemma2, which normalises the block's output alone before adding it.
-FAMILIES = ("bert", "albert", "distilbert", "gpt2", "llama", "qwen2", "phi3", "gemma2")
+# Every architecture attnviz reads: the three ways a block meets the residual stream are all
+# here: post-LN encoders (BERT and its kin, ALBERT, DistilBERT), pre-LN decoders (GPT-2, Llama
+# with GQA, Qwen2 with one key/value head, Phi-3's fused projections…), and Gemma2, which
+# normalises the block's output alone before adding it.
+FAMILIES = ARCHITECTURES
 
 
 def _tensors(loaded, text):
@@ -157,8 +159,9 @@ def test_alti_decomposes_what_the_model_writes(arch, loaded_tiny):
     model = loaded.model
     layers = range(loaded.info.n_layers)
     base = model.base_model
+    encoder = lambda layer: base.encoder.layer[layer].intermediate.dense  # noqa: E731
     readers = {
-        "bert": lambda layer: base.encoder.layer[layer].intermediate.dense,
+        **{arch: encoder for arch in ("bert", "roberta", "xlm-roberta", "electra")},
         "albert": lambda layer: base.encoder.albert_layer_groups[0].albert_layers[0].ffn,
         "distilbert": lambda layer: base.transformer.layer[layer].ffn.lin1,
         "gpt2": lambda layer: base.h[layer].ln_2,

@@ -329,3 +329,21 @@ def test_pair_on_a_decoder_is_refused_before_loading(tiny_model_dirs):
     with pytest.raises(InputError, match="--pair needs an encoder .* is a decoder"):
         model.refuse_early(pair="It was tired.")
     assert model._loaded is None
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["show", "x", "--measure", "nrom"], "'nrom' is not one of 'weights', 'norm', 'alti'"),
+        (["show", "x", "--jobs", "0"], "'--jobs' / '-j': Input should be greater than or equal"),
+        (["show"], "Missing argument 'text'."),
+        (["export", "x", "--figures", "bogus"], "'bogus' is not one of 'overview'"),
+        (["bogus"], "No such command 'bogus'."),
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_2(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("usage error: "), result.stderr
+    assert message in lines[0] and lines[0].endswith("-h for help)")

@@ -26,11 +26,44 @@ class _HelpAsFlag:
         return option
 
 
-class _Group(_HelpAsFlag, TyperGroup):
-    pass
+out_console = Console()
+err_console = Console(stderr=True)
+
+# Typer raises its own copy of click's UsageError (typer._click), the base of BadParameter.
+_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
-class Command(_HelpAsFlag, TyperCommand):
+class _OneLineUsage:
+    """Usage errors (an unknown command, a bad choice, a value out of range, a missing
+    argument) as one line on stderr with exit code 2, as attnviz's own errors are."""
+
+    def make_context(self, info_name: Any, args: Any, parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent, **extra)  # type: ignore[misc]
+        except _UsageError as error:
+            raise _usage(error) from None
+
+
+def _usage(error: Any) -> typer.Exit:
+    command = error.ctx.command_path if error.ctx is not None else "attnviz"
+    message = " ".join(error.format_message().split()).replace("Value error, ", "")
+    err_console.print(
+        f"[bold red]usage error:[/] {message} ({command} -h for help)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return typer.Exit(2)
+
+
+class _Group(_OneLineUsage, _HelpAsFlag, TyperGroup):
+    def resolve_command(self, ctx: Any, args: Any) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except _UsageError as error:  # no such command
+            raise _usage(error) from None
+
+
+class Command(_OneLineUsage, _HelpAsFlag, TyperCommand):
     pass
 
 
@@ -42,8 +75,6 @@ app = typer.Typer(
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-out_console = Console()
-err_console = Console(stderr=True)
 
 
 def _version(value: bool) -> None:
