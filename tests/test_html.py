@@ -332,6 +332,52 @@ def test_matrix_pixels_are_the_weights_in_place(opened, att):
     assert not np.array_equal(grid.argmax(axis=1), grid.argmax(axis=0))  # asymmetric enough
 
 
+@pytest.mark.slow  # a page of its own in the real browser
+def test_measure_switch_paints_each_measure_in_place(browser, bundled, tmp_path):
+    """The page's measure switch: the matrix view's pixels are ALTI's composed map of the
+    chosen layer, then norm's α·‖f(x)‖ of a head on the scale of the text's largest value."""
+    from attnviz.analysis.contributions import EveryMeasure
+    from attnviz.core.extract import attend
+    from attnviz.core.tokens import encode
+    from attnviz.outputs.html import write_page
+
+    encoded = encode(bundled, SENTENCE)
+    every = EveryMeasure(bundled, list(range(6)), len(encoded), "weights")
+    att = attend(bundled, [encoded], also=list(every.recorders.values()))[0]
+    found = every.page(att, att, None, lambda a: a)
+    path = write_page(
+        found.weights, tmp_path / "measures.html", measures=found.others, lengths=found.lengths
+    )
+    opened = Opened(browser, path)
+    try:
+        opened.view("matrix")
+        n = opened.renders()
+        opened.page.select_option("#measure", "alti")
+        opened.settle(n + 1)
+        assert opened.page.locator("#head").count() == 0  # one map a layer: no head to choose
+        opened.page.select_option("#layer", "5")
+        opened.settle(n + 2)
+        size = int(opened.page.get_attribute("#matrix", "width"))
+        centres = _cell_centres(len(att.tokens), size)
+        alti = found.others["alti"].weights[5, 0]
+        assert (opened.canvas("#matrix", centres) == _expected_colours(alti)).all()
+        assert "ALTI contribution: 0" in opened.page.inner_text("#view-matrix .legend")
+        opened.page.select_option("#measure", "norm")
+        opened.settle(n + 3)
+        norm = found.others["norm"]
+        drawn = opened.canvas("#matrix", centres)
+        expected = _expected_colours(norm.weights[5, 0] / norm.weights.max())
+        # the page multiplies float32 weights by float32 lengths: a colour step at most
+        assert (np.abs(drawn - expected).max(axis=1) <= 8).all()
+        assert (drawn == expected).all(axis=1).mean() > 0.95
+        opened.view("head")
+        opened.page.select_option("#measure", "rollout")
+        assert "one map per layer" in opened.page.inner_text("#view-head")
+        assert opened.errors == [] and opened.requests == [opened.url]
+    finally:
+        opened.close()
+
+
 def test_encoder_views_have_a_colour_legend_without_masked_cells(opened):
     for view in ("model", "matrix"):
         opened.view(view)

@@ -163,7 +163,7 @@
   // ---------- page frame ----------
   const app = el("div", { id: "app" });
   document.body.append(app);
-  const facts = `${D.model.name} · ${D.model.architecture} · ${L} layers × ${H} heads · ${T} ${D.unit}s`;
+  const facts = `${D.model.name} · ${D.model.architecture} · ${L} layers × ${D.heads} heads · ${T} ${D.unit}s`;
   // A long text shows its first lines and a button for the rest: nothing is ever cut off.
   function textLine(which, text) {
     const p = el("p", { className: "text" });
@@ -587,7 +587,7 @@
     section.append(
       el("p", { className: "hint", textContent:
         `Layer ${LAYER[state.layer]}, ${perLayer(state.measure) ? `layers 0–${LAYER[state.layer]} composed` : `head ${state.head}`}: query tokens down, key tokens across; ` +
-        `max ${valueName()} ${headMax(a).toFixed(3)}. Hover a cell for its exact ${valueName()}; ↑/↓ layer, ←/→ head.` }),
+        `max ${valueName()} ${headMax(a).toFixed(3)}. Hover a cell for its exact ${valueName()}; ↑/↓ layer${perLayer(state.measure) ? "" : ", ←/→ head"}.` }),
       measureNote(),
       legend(state.scale === "head" ? `${headMax(a).toFixed(3)} (the head's max)` : `${+top().toPrecision(3)}`),
       wrap,
