@@ -343,3 +343,24 @@ def test_the_page_s_norm_is_the_weights_times_each_key_s_length(bundled):
             np.testing.assert_allclose(product, page.others["norm"].weights[layer, h], rtol=1e-6)
     assert data["measures"]["norm"]["top"] == pytest.approx(page.others["norm"].weights.max())
     assert data["measures"]["alti"]["per_layer"] and len(data["measures"]["alti"]["blobs"][0]) == 1
+
+
+def test_a_measure_a_model_cannot_give_is_one_line(tiny_model_dirs, tmp_path):
+    """BERT with relative position embeddings: its weights are not read (check refuses them),
+    so norm and alti are refused with one line, and weights still work."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    config = BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=37, position_embedding_type="relative_key",
+    )  # fmt: skip
+    folder = tmp_path / "relative"
+    BertModel(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_model_dirs["bert"]).save_pretrained(folder)
+    for measure in ("norm", "alti"):
+        result = _invoke("show", SENTENCE, "-m", folder, "--no-images", "--measure", measure)
+        assert result.exit_code == 2, result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"--measure {measure} is not defined here" in lines[0]
+    result = _invoke("show", SENTENCE, "-m", folder, "--no-images", "--measure", "rollout")
+    assert result.exit_code == 0, result.output

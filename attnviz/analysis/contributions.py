@@ -231,9 +231,17 @@ class Measured:
         self._weights = {}
         self._norms = {}
         if "input" in measure.kinds:
-            self._weights = {
-                layer: adapters.layer_weights(model, layer).to_cpu() for layer in needed
-            }
+            from attnviz.errors import UnsupportedModelError
+
+            try:
+                self._weights = {
+                    layer: adapters.layer_weights(model, layer).to_cpu() for layer in needed
+                }
+            except UnsupportedModelError as error:
+                raise UnsupportedModelError(
+                    f"--measure {measure.name} is not defined here: it needs each head's value "
+                    f"and output weights, and {error}"
+                ) from None
         if measure.name == "alti":
             self._norms = {layer: adapters.norm_after(model, layer) for layer in needed}
         heads = 1 if measure.per_layer else loaded.info.n_heads
