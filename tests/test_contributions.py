@@ -329,9 +329,9 @@ def test_the_page_s_norm_is_the_weights_times_each_key_s_length(bundled):
     from attnviz.outputs.html.page import page_data
 
     encoded = encode(bundled, SENTENCE)
-    every = EveryMeasure(bundled, list(range(6)), len(encoded), "weights")
+    every = EveryMeasure(bundled, list(range(6)), [encoded], "weights")
     att = attend(bundled, [encoded], also=list(every.recorders.values()))[0]
-    page = every.page(att, att, None, lambda a: a)
+    page = every.page(att, att, lambda a: a)
     assert sorted(page.others) == ["alti", "norm", "rollout"]
     data = page_data(page.weights, measures=page.others, lengths=page.lengths)
     lengths = data["measures"]["norm"]["lengths"]
@@ -364,3 +364,19 @@ def test_a_measure_a_model_cannot_give_is_one_line(tiny_model_dirs, tmp_path):
         assert len(lines) == 1 and f"--measure {measure} is not defined here" in lines[0]
     result = _invoke("show", SENTENCE, "-m", folder, "--no-images", "--measure", "rollout")
     assert result.exit_code == 0, result.output
+
+
+def test_export_page_of_a_measure_carries_the_weights_and_every_measure(tmp_path, bundled):
+    import json
+    import re
+
+    out = tmp_path / "out"
+    result = _invoke("export", SENTENCE, "It was tired.", "--measure", "alti", "--html", "-o", out)
+    assert result.exit_code == 0, result.output
+    for page in sorted(out.glob("*/attention.html")):
+        text = page.read_text(encoding="utf-8")
+        found = re.search(r'id="attnviz-data">(.*?)</script>', text, re.S)
+        data = json.loads(found.group(1))
+        assert data["measure"] == "alti" and data["heads"] == 12  # the weights, all heads
+        assert sorted(data["measures"]) == ["alti", "norm", "rollout"]
+        assert len(data["measures"]["alti"]["blobs"][0]) == 1  # one map a layer

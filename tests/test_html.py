@@ -342,9 +342,9 @@ def test_measure_switch_paints_each_measure_in_place(browser, bundled, tmp_path)
     from attnviz.outputs.html import write_page
 
     encoded = encode(bundled, SENTENCE)
-    every = EveryMeasure(bundled, list(range(6)), len(encoded), "weights")
+    every = EveryMeasure(bundled, list(range(6)), [encoded], "weights")
     att = attend(bundled, [encoded], also=list(every.recorders.values()))[0]
-    found = every.page(att, att, None, lambda a: a)
+    found = every.page(att, att, lambda a: a)
     path = write_page(
         found.weights, tmp_path / "measures.html", measures=found.others, lengths=found.lengths
     )

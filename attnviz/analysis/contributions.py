@@ -426,33 +426,43 @@ class PageMeasures:
 
 class EveryMeasure:
     """Recorders for the measures a pass does not make already (`chosen` is made by
-    `measured`), so that one forward pass gives the page all four."""
+    `measured`), so that one forward pass over a batch of `width` padded tokens gives each
+    text's page all four."""
 
-    def __init__(self, loaded: LoadedModel, layers: list[int], width: int, chosen: str) -> None:
+    def __init__(
+        self, loaded: LoadedModel, layers: list[int], batch: list[Any], chosen: str
+    ) -> None:
+        width = max(len(encoded) for encoded in batch)  # as `tokens.pad` pads
         self.recorders = {
-            name: Measured(loaded, measure, layers, 1, width)
+            name: Measured(loaded, measure, layers, len(batch), width)
             for name, measure in MEASURES.items()
             if name != chosen
         }
 
-    def page(self, raw: Any, shown: Any, kept: Measured | None, transform: Any) -> PageMeasures:
-        """The page's measures: `shown` is the chosen measure as the command shows it, `raw`
-        the same before `transform` (words, hide-special), which is applied to the others in
-        the same way. Norm is left out where special tokens are hidden (its rows are lengths,
-        which hiding would renormalise)."""
+    def page(
+        self, raw: Any, shown: Any, transform: Any, kept: Measured | None = None, row: int = 0
+    ) -> PageMeasures:
+        """Batch row `row`'s measures for its page: `shown` is the chosen measure as the
+        command shows it, `raw` the same before `transform` (words, hide-special), which is
+        applied to the others in the same way. Norm is left out where special tokens are hidden
+        (its rows are lengths, which hiding would renormalise)."""
         from dataclasses import replace
 
+        n = len(raw.tokens)
         made = {shown.measure: shown}
         for name, recorder in self.recorders.items():
             if name == "norm" and shown.hidden_special:
                 continue
             values = replace(
-                raw, weights=recorder.held[0], measure=name, per_layer=recorder.per_layer
+                raw,
+                weights=recorder.held[row][..., :n, :n],
+                measure=name,
+                per_layer=recorder.per_layer,
             )
             made[name] = transform(values)
         norm = self.recorders.get("norm") or kept
         lengths = None
         if shown.unit == "token" and not shown.hidden_special and norm is not None:
-            lengths = norm.lengths[0]
+            lengths = norm.lengths[row][..., :n]
         weights = made.pop("weights")
         return PageMeasures(weights, made, lengths)

@@ -41,6 +41,7 @@ from attnviz.outputs.files import (
 from attnviz.outputs.render import KINDS
 
 if TYPE_CHECKING:
+    from attnviz.analysis.contributions import PageMeasures
     from attnviz.analysis.inside import Inside
     from attnviz.core.attention import Attention, Encoded
     from attnviz.core.inputs import Sentence, Sentences
@@ -394,9 +395,9 @@ def export(
     renderer = _Renderer(jobs)
     try:
         texts = _attention(loaded, encoded_only(), batch_size, layers, options.html, measure.name)
-        for att, inside in texts:
+        for raw, inside, measures in texts:
             record, settings = queue.popleft()
-            att = transform(att, options.words, options.hide_special)
+            att = transform(raw, options.words, options.hide_special)
             record.tokens = list(att.tokens)
             record.notes = list(att.notes)
             query = None
@@ -410,7 +411,17 @@ def export(
             folder = out / record.folder
             page = None
             if options.html:
-                page = build_page(att, inside, options.scale, style.cmap, att.segments)
+                found = measures(att, lambda a: transform(a, options.words, options.hide_special))
+                page = build_page(
+                    found.weights,
+                    inside,
+                    options.scale,
+                    style.cmap,
+                    att.segments,
+                    measures=found.others,
+                    lengths=found.lengths,
+                    initial=measure.name,
+                )
             drawn = style
             if measure.name == "norm" and style.scale == "absolute":  # 1 = the text's largest
                 drawn = replace(style, top=float(att.weights.max()) or 1.0)
@@ -434,18 +445,27 @@ def _attention(
     layers: list[int],
     inside: bool,
     measure: str = "weights",
-) -> Iterator[tuple[Attention, Inside | str | None]]:
-    """Each text's attention (or `measure`'s values), and with `inside` its inside-one-head
-    numbers from the same batched forward pass (the page's inside view), in order."""
-    from attnviz.analysis.contributions import measured
+) -> Iterator[tuple[Attention, Inside | str | None, Callable[..., PageMeasures] | None]]:
+    """Each text's attention (or `measure`'s values); with `inside`, its inside-one-head
+    numbers and a function giving its page's every measure (`EveryMeasure.page` of its row),
+    all from the same batched forward pass, in order."""
+    from functools import partial
+
+    from attnviz.analysis.contributions import EveryMeasure, measured
     from attnviz.analysis.inside import InsideSteps
     from attnviz.core.extract import batched
 
     for batch in batched(encoded, batch_size):
         steps = InsideSteps(loaded, batch) if inside else None
-        found = measured(loaded, batch, measure, layers, also=[steps] if steps else [])
+        every = EveryMeasure(loaded, layers, batch, measure) if inside else None
+        also = [steps, *every.recorders.values()] if steps and every else []
+        kept: list = []
+        found = measured(loaded, batch, measure, layers, also=also, keep=kept)
         for row, att in enumerate(found):
-            yield att, steps.result(row) if steps else None
+            pages = None
+            if every is not None:
+                pages = partial(every.page, att, kept=kept[0] if kept else None, row=row)
+            yield att, steps.result(row) if steps else None, pages
 
 
 def _figures(record: Record) -> int:

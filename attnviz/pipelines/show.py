@@ -170,9 +170,7 @@ def show(
     kept: list = []
     also = [*([special] if special else []), *([inside] if inside else [])]
     # The page's measure switch: every other measure from the same pass.
-    every = (
-        EveryMeasure(loaded, chosen_layers, len(encoded), chosen_measure.name) if inside else None
-    )
+    every = EveryMeasure(loaded, chosen_layers, [encoded], chosen_measure.name) if inside else None
     also += list(every.recorders.values()) if every else []
     attended = measured(loaded, [encoded], chosen_measure.name, layers, also, kept)[0]
     shown = transform(attended, words, hide_special_tokens)
@@ -219,8 +217,8 @@ def show(
             found_page = every.page(
                 attended,
                 shown,
-                kept[0] if kept else None,
                 lambda att: transform(att, words, hide_special_tokens),
+                kept[0] if kept else None,
             )
             page = write_page(
                 found_page.weights,
