@@ -70,20 +70,38 @@ class Attention(core.Attention):
     def to_html(self, scale: str = "absolute", cmap: str = "viridis") -> str:
         """The interactive page (head, model, matrix, query and inside-one-head views) as one
         self-contained HTML string: nothing in it loads from the network."""
-        from attnviz.analysis.inside import inside_of
+        from attnviz.analysis.contributions import EveryMeasure, measured
+        from attnviz.analysis.inside import InsideSteps
+        from attnviz.analysis.transforms import transform
         from attnviz.core.tokens import encode
         from attnviz.outputs.html import build_page
 
-        # The inside view needs each layer's input, which `attention()` does not keep: this
-        # runs the text once more (`attnviz show --html` gets both from one pass).
+        # The inside view needs each layer's input and the measure switch every measure,
+        # which `attention()` does not keep: this runs the text once more (`attnviz show
+        # --html` gets all of it from one pass).
         if self.source is None:
             raise InputError(
                 "this Attention has no model to read it again: make it with attention()"
             )
         loaded = self.source.load()
         encoded = encode(loaded, self.text, self.truncated, self.pair)
-        inside = inside_of(loaded, encoded)
-        return build_page(self, inside=inside, scale=scale, cmap=cmap, segments=self.segments)
+        inside = InsideSteps(loaded, [encoded])
+        every = EveryMeasure(loaded, self.held_layers(), [encoded], self.measure)
+        layers = self.held_layers()
+        also = [inside, *every.recorders.values()]
+        raw = measured(loaded, [encoded], self.measure, layers, also)[0]
+        words, hidden = self.unit == "word", self.hidden_special
+        found = every.page(raw, self, lambda att: transform(att, words, hidden))
+        return build_page(
+            found.weights,
+            inside=inside.result(),
+            scale=scale,
+            cmap=cmap,
+            segments=self.segments,
+            measures=found.others,
+            lengths=found.lengths,
+            initial=self.measure,
+        )
 
     def _repr_html_(self) -> str:
         """A notebook cell showing an Attention shows the interactive page, in a sandboxed
