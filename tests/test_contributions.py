@@ -380,3 +380,86 @@ def test_export_page_of_a_measure_carries_the_weights_and_every_measure(tmp_path
         assert data["measure"] == "alti" and data["heads"] == 12  # the weights, all heads
         assert sorted(data["measures"]) == ["alti", "norm", "rollout"]
         assert len(data["measures"]["alti"]["blobs"][0]) == 1  # one map a layer
+
+
+# ---------- the pieces around the numbers, against plain loops ----------
+
+
+@pytest.mark.parametrize("arch", ("bert", "llama"))
+def test_special_shares_by_weight_and_by_norm_by_loops(arch, loaded_tiny):
+    """The summary's line: per layer and head, the mean over non-special queries of the share
+    special keys get, of the weights and of ‖α f(x)‖."""
+    from attnviz.analysis.contributions import SpecialShares
+    from attnviz.core.extract import attend
+    from attnviz.core.tokens import encode
+
+    loaded = loaded_tiny[arch]
+    encoded = [encode(loaded, TEXT), encode(loaded, OTHER)]
+    special = [np.array(e.special) for e in encoded]
+    layers = list(range(loaded.info.n_layers))
+    shares = SpecialShares(loaded, layers, special)
+    found = attend(loaded, encoded, also=[shares])
+    norm = [_measure(loaded, text, "norm").weights for text in (TEXT, OTHER)]
+    for row, (att, lengths) in enumerate(zip(found, norm)):
+        keys, queries = np.flatnonzero(special[row]), np.flatnonzero(~special[row])
+        assert len(keys) and len(queries)
+        for layer in layers:
+            for h in range(loaded.info.n_heads):
+                for into, grid in ((shares.by_weight, att.weights), (shares.by_norm, lengths)):
+                    expected = np.mean(
+                        [grid[layer, h, q, keys].sum() / grid[layer, h, q].sum() for q in queries]
+                    )
+                    assert into[row, layer, h] == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+def test_shares_divide_a_norm_s_rows_by_their_sums(loaded_tiny):
+    from attnviz.analysis.contributions import shares
+
+    loaded = loaded_tiny["bert"]
+    weights = _measure(loaded, TEXT, "weights")
+    assert shares(weights) is weights  # rows already sum to 1
+    norm = _measure(loaded, TEXT, "norm")
+    made = shares(norm)
+    assert made.measure == "norm" and made.weights.dtype == np.float32
+    expected = norm.weights / norm.weights.sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(made.weights, expected, rtol=1e-6)
+    zero = norm.weights.copy()
+    zero[0, 0, 1] = 0.0  # a row of zeros stays zeros (no division by 0)
+    from dataclasses import replace
+
+    assert (shares(replace(norm, weights=zero)).weights[0, 0, 1] == 0).all()
+
+
+def test_every_measure_page_of_a_batch_row_with_words_or_special_hidden(loaded_tiny):
+    """Each row of a batch gets its own text's measures, transformed as the command's view
+    is; the page's norm lengths only where the view is tokens, norm left out where special
+    tokens are hidden."""
+    from attnviz.analysis.contributions import EveryMeasure, measured
+    from attnviz.analysis.transforms import transform
+    from attnviz.core.tokens import encode
+
+    loaded = loaded_tiny["bert"]
+    batch = [encode(loaded, TEXT), encode(loaded, OTHER)]
+    every = EveryMeasure(loaded, [0, 1], batch, "alti")
+    found = measured(loaded, batch, "alti", also=list(every.recorders.values()))
+    raw = found[1]  # the shorter text, padded in the batch
+    alone = {m: _measure(loaded, OTHER, m) for m in ("weights", "norm", "rollout")}
+    page = every.page(raw, raw, lambda a: a, row=1)
+    assert page.weights.measure == "weights" and sorted(page.others) == ["alti", "norm", "rollout"]
+    np.testing.assert_allclose(page.weights.weights, alone["weights"].weights, atol=1e-5)
+    np.testing.assert_allclose(page.others["norm"].weights, alone["norm"].weights, atol=1e-5)
+    np.testing.assert_allclose(page.others["rollout"].weights, alone["rollout"].weights, atol=1e-5)
+    assert page.lengths.shape == alone["weights"].weights.shape[:3]
+    product = page.weights.weights * page.lengths[:, :, None, :]
+    np.testing.assert_allclose(product, alone["norm"].weights, rtol=1e-4, atol=1e-6)
+    words = every.page(raw, transform(raw, words=True), lambda a: transform(a, words=True), row=1)
+    assert words.lengths is None and words.others["norm"].unit == "word"
+    assert words.weights.weights.shape[-1] == len(words.weights.tokens)
+    hidden = every.page(
+        raw,
+        transform(raw, hide_special_tokens=True),
+        lambda a: transform(a, hide_special_tokens=True),
+        row=1,
+    )
+    assert "norm" not in hidden.others and hidden.lengths is None
+    assert hidden.weights.hidden_special and hidden.others["rollout"].hidden_special
