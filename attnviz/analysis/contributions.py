@@ -281,8 +281,6 @@ class Measured:
                 weights = self._weights[layer]
                 f = value_vectors(tensors["input"].float(), weights)
                 norm = self._norms[layer]
-                if norm is not None:
-                    norm = _float(norm)
                 found = alti_layer(
                     probs, f, tensors["residual"].float(), tensors["output"].float(), norm
                 )
@@ -293,13 +291,6 @@ class Measured:
             values = self._composed[:, None]
         if layer in self.slot:
             self.held[:, self.slot[layer]] = values.numpy()
-
-
-def _float(norm: Any) -> Any:
-    from dataclasses import replace
-
-    bias = norm.bias.float() if norm.bias is not None else None
-    return replace(norm, gain=norm.gain.float(), bias=bias)
 
 
 class SpecialShares:
