@@ -292,7 +292,7 @@ def test_the_page_has_the_offline_pages_policy_and_may_fetch_only_its_origin(ser
 @pytest.mark.slow
 def test_a_burst_past_the_queue_is_answered_503_with_retry_after(server):
     """--max-queue 2: of 12 page requests sent at once, some wait and the rest are refused at
-    once; every one is answered, and the server serves on."""
+    once; every one is answered, /api/health answers meanwhile, and the server serves on."""
     text = " ".join([SENTENCE] * 15)  # ~240 tokens: each request takes a while
     body = json.dumps({"text": text}).encode()
     answers: list[tuple[int, dict]] = []
@@ -306,6 +306,12 @@ def test_a_burst_past_the_queue_is_answered_503_with_retry_after(server):
     threads = [threading.Thread(target=ask) for _ in range(12)]
     for thread in threads:
         thread.start()
+    # The event loop answers while the model thread works: /api/health sees requests queued.
+    seen = []
+    while any(thread.is_alive() for thread in threads) and len(seen) < 200:
+        status, _, body = _exchange(server.port, "GET", "/api/health")
+        seen.append(json.loads(body)["queued"])
+    assert max(seen, default=0) >= 1, seen
     for thread in threads:
         thread.join(timeout=150)
     statuses = sorted(status for status, _ in answers)
