@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_smollm2.py
 	$(PY) bench/bench_html.py
 	$(PY) bench/bench_measures.py
+	$(PY) bench/bench_serve.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench docs

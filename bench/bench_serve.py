@@ -9,7 +9,7 @@ kept-alive connection (latency, and requests per second of one client); as many 
 fresh `attnviz show` processes for the same sentence. The ratio, one per round, is the
 process's median wall time over the server's median latency in that round; min / median / max
 over the rounds.
-Run: .venv/bin/python bench/bench_serve.py [--runs 5] [--requests 100] [--processes 2] [--quick]
+Run: .venv/bin/python bench/bench_serve.py [--runs 5] [--requests 40] [--processes 2] [--quick]
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def latencies(port: int, path: str, text: str, count: int) -> list[float]:
 
 def main() -> None:
     options = parser(__doc__, runs=5)
-    options.add_argument("--requests", type=int, default=100, help="POSTs per round and route")
+    options.add_argument("--requests", type=int, default=40, help="POSTs per round and route")
     options.add_argument("--processes", type=int, default=2, help="fresh processes per round")
     args = options.parse_args()
     if args.quick:
