@@ -17,10 +17,10 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
-from test_html import ARTIFACTS, browser  # noqa: F401  (the session's chromium)
 
 import attnviz
 from attnviz.errors import InputError
@@ -29,6 +29,7 @@ from attnviz.server import exposed, loopback
 
 SENTENCE = "The animal didn't cross the street because it was too tired."
 HOST = "127.0.0.1"
+ARTIFACTS = Path(__file__).parent / "artifacts"  # screenshots, gitignored
 
 
 # ---------- without a server ----------
@@ -320,7 +321,7 @@ def test_a_burst_past_the_queue_is_answered_503_with_retry_after(server):
     assert _exchange(server.port, "GET", "/api/health")[0] == 200
 
 
-def _opened(browser, url: str):  # noqa: F811
+def _opened(browser, url: str):
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     errors, requests = [], []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -331,7 +332,7 @@ def _opened(browser, url: str):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_typing_a_sentence_shows_it_and_its_url_opens_it_again(server, browser):  # noqa: F811
+def test_typing_a_sentence_shows_it_and_its_url_opens_it_again(server, browser):
     page, errors, requests = _opened(browser, server.url)
     page.fill("#text", SENTENCE)
     page.press("#text", "Enter")
@@ -360,7 +361,7 @@ def test_typing_a_sentence_shows_it_and_its_url_opens_it_again(server, browser):
 
 
 @pytest.mark.slow
-def test_a_refused_text_says_why_on_the_page(server, browser):  # noqa: F811
+def test_a_refused_text_says_why_on_the_page(server, browser):
     page, errors, _ = _opened(browser, server.url)
     page.fill("#text", "   ")
     page.press("#text", "Enter")

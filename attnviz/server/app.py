@@ -122,10 +122,7 @@ def build_app(model: Model, limits: Limits | None = None) -> Starlette:
             return _error(error.status, str(error), error.headers)
         if isinstance(error, AttnvizError):  # bad text, layer, measure: the CLI's one line
             return _error(400, _said(error))
-        if not isinstance(error, HTTPException):  # a bug: its traceback on the server's stderr
-            import traceback
-
-            traceback.print_exception(error)
+        if not isinstance(error, HTTPException):  # a bug (uvicorn logs its traceback)
             return _error(500, f"internal error: {type(error).__name__}: {error}")
         if error.status_code == 404:
             return _error(404, f"no such page: {request.url.path}; the API is under /api/")
