@@ -84,6 +84,35 @@ def test_a_good_question_is_read_as_given():
     assert asked == Question("a b", layers=(1, 0), measure="alti")
 
 
+@pytest.mark.parametrize("options", [{}, {"pair": "It was very happy.", "measure": "alti"}])
+def test_the_pages_data_is_show_htmls_from_one_pass(bundled, tmp_path, options):
+    """What /api/page answers is the data `show --html` embeds in its file, and it takes one
+    forward pass for every measure and the inside view."""
+    import re
+
+    from attnviz.core import models
+    from attnviz.pipelines import serve
+    from attnviz.pipelines.show import show
+
+    model = models.model(None, "cpu")
+    text = "The cat sat on the mat."
+    passes = []
+    embeddings = bundled.model.base_model.get_input_embeddings()
+    handle = embeddings.register_forward_hook(lambda *_: passes.append(1))
+    try:
+        answered = serve.page(model, Question(text, **options))
+    finally:
+        handle.remove()
+    written = show(model, text, out=tmp_path, images=False, html=True, **options).page
+    embedded = re.search(
+        r'<script type="application/json" id="attnviz-data">(.*?)</script>',
+        written.read_text(encoding="utf-8"),
+        re.S,
+    ).group(1)
+    assert json.loads(json.dumps(answered)) == json.loads(embedded)
+    assert len(passes) == 1
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind((HOST, 0))
