@@ -84,10 +84,11 @@ def test_a_good_question_is_read_as_given():
     assert asked == Question("a b", layers=(1, 0), measure="alti")
 
 
-@pytest.mark.parametrize("options", [{}, {"pair": "It was very happy.", "measure": "alti"}])
-def test_the_pages_data_is_show_htmls_from_one_pass(bundled, tmp_path, options):
-    """What /api/page answers is the data `show --html` embeds in its file, and it takes one
-    forward pass for every measure and the inside view."""
+@pytest.mark.slow  # two end-to-end runs of seconds each
+def test_the_pages_data_is_show_htmls_from_one_pass(bundled, tmp_path):
+    """What /api/page answers is the data `show --html` embeds in its file (here for a pair,
+    opening on alti), and it takes one forward pass for every measure and the inside view."""
+    options = {"pair": "It was very happy.", "measure": "alti"}
     import re
 
     from attnviz.core import models
@@ -258,7 +259,7 @@ def test_a_long_text_is_refused_naming_the_limit_or_cut(server):
     assert status == 400
     assert answer["error"].endswith('this model takes at most 512 (pass "truncate" to cut it)')
     # The page's data, packed small (the same text's weights as JSON numbers are 68 MB).
-    status, answer = _post(server, "/api/page", {"text": long, "truncate": True})
+    status, answer = _post(server, "/api/page", {"text": long, "truncate": True, "layers": [0]})
     assert status == 200 and len(answer["tokens"]) == 512
     assert answer["notes"] == [
         "truncated: kept the first 512 of 602 tokens (text cut after character 2549 of 3000)"
