@@ -68,11 +68,16 @@ def serve(
                 highlight=False,
                 soft_wrap=True,
             )
-            if open_browser:
+            if open_browser:  # in a thread: a browser may take a while to start
                 import threading
-                import webbrowser
 
-                threading.Thread(target=webbrowser.open, args=(address,), daemon=True).start()
+                threading.Thread(target=open_page, daemon=True).start()
+
+        def open_page() -> None:
+            import webbrowser
+
+            if not webbrowser.open(address):
+                warn(f"--open found no browser to start: open {address} in one")
 
         # A loopback server answers only to loopback names (app.py says why).
         hosts = None if warning else LOOPBACK_NAMES
