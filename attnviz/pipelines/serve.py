@@ -148,7 +148,9 @@ def page(
 
     _, found, kept = _read(model, question, recorders)
     shown = shown_as_asked(found)
-    measures = made["every"].page(found, shown, kept[0] if kept else None, shown_as_asked)
+    measures = made["every"].page(
+        found, shown, transform=shown_as_asked, kept=kept[0] if kept else None
+    )
     return page_data(
         measures.weights,
         inside=made["inside"].result(),
