@@ -40,12 +40,13 @@ bench: $(STAMP)
 	$(PY) bench/bench_smollm2.py
 	$(PY) bench/bench_html.py
 	$(PY) bench/bench_measures.py
+	$(PY) bench/bench_serve.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench docs
 	$(VENV)/bin/ruff format --check attnviz tests bench docs
-	@# The page script is a real file: a syntax check wherever node is installed.
-	@if command -v node >/dev/null; then node --check attnviz/outputs/html/page.js; fi
+	@# The page scripts are real files: a syntax check wherever node is installed.
+	@if command -v node >/dev/null; then for f in attnviz/outputs/html/*.js; do node --check $$f || exit 1; done; fi
 	@# Layers point one way and no module imports another in a cycle (pyproject.toml).
 	$(VENV)/bin/lint-imports --no-cache
 

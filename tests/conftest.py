@@ -6,6 +6,7 @@ The hub is switched off for the whole suite: nothing here may touch the network.
 from __future__ import annotations
 
 import os
+import shutil
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -290,3 +291,27 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = f"CI={os.environ['CI']} and this test needs {sorted(needs)}: {reason}"
     return report
+
+
+# ---------- the browser (test_html.py, test_serve.py) ----------
+
+CHROMIUM = os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="session")
+def browser():
+    reason = None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        reason = "playwright is not installed (pip install playwright)"
+    if reason is None and not Path(CHROMIUM).exists():
+        reason = "chromium is not installed (apt-get install chromium)"
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"browser tests cannot run on CI: {reason}")
+        pytest.skip(f"BROWSER TESTS SKIPPED: {reason}")
+    with sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()

@@ -1,4 +1,5 @@
-"""`attnviz --help` must not import torch, transformers or matplotlib."""
+"""`attnviz --help` must not import torch, transformers or matplotlib (nor the web server's
+starlette and uvicorn)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from typer.testing import CliRunner
 from attnviz.cli import app
 result = CliRunner().invoke(app, {args!r})
 assert result.exit_code == 0, result.output
-print(sorted(m for m in ("torch", "transformers", "matplotlib") if m in sys.modules))
+heavy = ("torch", "transformers", "matplotlib", "starlette", "uvicorn")
+print(sorted(m for m in heavy if m in sys.modules))
 """
 
 
-@pytest.mark.parametrize("args", [["--help"], ["show", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["show", "--help"], ["serve", "--help"]])
 def test_help_imports_no_heavy_module(args):
     done = subprocess.run(
         [sys.executable, "-c", PROBE.format(args=args)], capture_output=True, text=True, check=True

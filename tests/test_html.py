@@ -1,8 +1,8 @@
 """The interactive page: what it carries (Python side) and how it behaves in a real browser.
 
 Browser tests drive Debian's chromium (or $ATTNVIZ_CHROMIUM) through playwright, one browser
-for the session. Off CI they are skipped, loudly, when chromium or playwright is missing; with
-CI=true they fail.
+for the session (the `browser` fixture in conftest.py, which test_serve.py shares). Off CI
+they are skipped, loudly, when chromium or playwright is missing; with CI=true they fail.
 Screenshots of every view are kept in tests/artifacts/ (gitignored).
 """
 
@@ -11,9 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import re
-import shutil
 import zlib
 from pathlib import Path
 
@@ -26,7 +24,6 @@ from attnviz.cli import app
 
 SENTENCE = "The animal didn't cross the street because it was too tired."
 ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM = os.environ.get("ATTNVIZ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 VIEWS = ("head", "model", "matrix", "query", "inside")
 
 
@@ -175,25 +172,6 @@ def test_api_to_html_is_the_same_builder(bundled):
 
 
 # ---------- in a real browser ----------
-
-
-@pytest.fixture(scope="session")
-def browser():
-    reason = None
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        reason = "playwright is not installed (pip install playwright)"
-    if reason is None and not Path(CHROMIUM).exists():
-        reason = "chromium is not installed (apt-get install chromium)"
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"browser tests cannot run on CI: {reason}")
-        pytest.skip(f"BROWSER TESTS SKIPPED: {reason}")
-    with sync_playwright() as driver:
-        chromium = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
 
 
 class Opened:

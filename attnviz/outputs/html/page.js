@@ -1,10 +1,13 @@
 // attnviz interactive page: reads the JSON in #attnviz-data, draws five views.
-// Everything here runs offline: no fetch, no remote file, no eval. Weights are [layer][head]
+// Everything here runs offline: no request, no remote file, no eval. Weights are [layer][head]
 // blobs (deflate + base64) decoded only when a view needs that head.
+// `attnviz serve` adds live.js, which asks its server for a text's data and calls draw().
 "use strict";
 
-(() => {
-  const D = JSON.parse(document.getElementById("attnviz-data").textContent);
+// Draw the page for one text's data D into #app (made, or replaced if there is one):
+// `initial` may choose the view, layer, head, query and measure first shown; `onRender`
+// hears the state after each render. Returns the first render's promise.
+function draw(D, initial = {}, onRender = null) {
   const T = D.tokens.length;
   const L = D.layers;
   // The measure switch: weights, or a contribution measure (norm per head; alti and rollout
@@ -41,6 +44,12 @@
     pair: "all",
     measure: D.measure || "weights",
   };
+  if (initial.measure && (initial.measure === "weights" || MEASURES[initial.measure])) {
+    setMeasure(initial.measure);
+  }
+  for (const [key, count] of [["layer", L], ["head", H], ["query", T]]) {
+    if (Number.isInteger(initial[key]) && initial[key] >= 0 && initial[key] < count) state[key] = initial[key];
+  }
   function setMeasure(m) {
     state.measure = m;
     H = perLayer(m) ? 1 : D.heads;
@@ -162,7 +171,9 @@
 
   // ---------- page frame ----------
   const app = el("div", { id: "app" });
-  document.body.append(app);
+  const previous = document.getElementById("app");
+  if (previous) previous.replaceWith(app);
+  else document.body.append(app);
   const facts = `${D.model.name} · ${D.model.architecture} · ${L} layers × ${D.heads} heads · ${T} ${D.unit}s`;
   // A long text shows its first lines and a button for the rest: nothing is ever cut off.
   function textLine(which, text) {
@@ -200,6 +211,7 @@
   const main = el("main");
   app.append(tabs, controls, main);
   const tooltip = el("div", { id: "tooltip", role: "status" });
+  document.getElementById("tooltip")?.remove();
   document.body.append(tooltip);
 
   function drawControls() {
@@ -258,6 +270,7 @@
       main.replaceChildren(section);
       document.body.dataset.view = state.view;
       document.body.dataset.renders = String(+(document.body.dataset.renders || 0) + 1);
+      if (onRender) onRender(state);
     }).catch((err) => {
       main.replaceChildren(el("p", { className: "error", textContent: String(err) }));
       throw err;
@@ -344,8 +357,8 @@
     focus(state.focus);
   }
   let onScroll = null;
-  window.addEventListener("scroll", () => { if (state.view === "head" && onScroll) onScroll(); });
-  window.addEventListener("resize", () => { if (state.view === "head" && onScroll) onScroll(); });
+  // Assigned, not added: a page drawn again (live.js) replaces the previous page's handlers.
+  window.onscroll = window.onresize = () => { if (state.view === "head" && onScroll) onScroll(); };
 
   // The lines that carry visible weight, as [head, opacity step, [query, key, …]].
   function visibleLines(grids, f) {
@@ -728,16 +741,22 @@
   }
 
   // ---------- keyboard ----------
-  document.addEventListener("keydown", (e) => {
-    if (e.target instanceof HTMLSelectElement || e.altKey || e.ctrlKey || e.metaKey) return;
+  document.onkeydown = (e) => {
+    const typing = e.target instanceof HTMLInputElement || e.target instanceof HTMLTextAreaElement;
+    if (typing || e.target instanceof HTMLSelectElement || e.altKey || e.ctrlKey || e.metaKey) return;
     const step = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] }[e.key];
     if (!step || state.view === "model" || state.view === "query") return;
     e.preventDefault();
     state.layer = Math.min(L - 1, Math.max(0, state.layer + step[0]));
     state.head = Math.min(H - 1, Math.max(0, state.head + step[1]));
     render();
-  });
+  };
 
-  show("head");
-  rendering.then(() => { document.body.dataset.ready = "1"; });
-})();
+  show(VIEWS.some(([v]) => v === initial.view) ? initial.view : "head");
+  return rendering.then(() => { document.body.dataset.ready = "1"; });
+}
+
+{
+  const data = JSON.parse(document.getElementById("attnviz-data").textContent);
+  if (!data.live) draw(data); // live: live.js draws each text the server sends
+}

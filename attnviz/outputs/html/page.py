@@ -41,7 +41,7 @@ TEMPLATE = """<!doctype html>
 <body>
 <noscript>This page draws attention with JavaScript; allow scripts for this local file.</noscript>
 <script type="application/json" id="attnviz-data">{data}</script>
-<script>{script}</script>
+{scripts}
 </body>
 </html>
 """
@@ -221,20 +221,40 @@ def build_page(
     `segments` (0 or 1 per token) marks the two sentences of a pair; `measures`, `lengths`
     and `initial` are the measure switch's (see `page_data`).
     """
-    script, style = _asset("page.js"), _asset("page.css")
     found = page_data(att, inside, scale, cmap, segments, measures, lengths, initial)
-    data = json.dumps(found, ensure_ascii=False)
-    # The only hashed inline script and style may run; no source outside the file is allowed.
-    csp = (
-        f"default-src 'none'; script-src {_csp_hash(script)}; style-src {_csp_hash(style)}; "
-        "img-src data:; base-uri 'none'; form-action 'none'"
-    )
+    return _document(found, page_title(att))
+
+
+def live_page(model: dict[str, Any], measures: dict[str, str], limits: dict[str, int]) -> str:
+    """The page `attnviz serve` serves: page.js in live mode, with live.js's form above the
+    views, which asks the server for a text's data (`/api/page`) and draws it. `model` is
+    the model's facts, `measures` each measure's help, `limits` what the server refuses."""
+    live = {"model": model, "measures": measures, "limits": limits}
+    return _document({"live": live}, f"attnviz serve: {model['name']}", live=True)
+
+
+def _document(data: dict[str, Any], title: str, live: bool = False) -> str:
+    """The HTML around `data`: the package's script(s) and style inline, allowed by their
+    hashes alone. Nothing may load from elsewhere; the live page may also fetch from its own
+    origin (connect-src 'self')."""
+    scripts = [_asset("page.js"), *([_asset("live.js")] if live else [])]
+    style = _asset("page.css")
     return TEMPLATE.format(
-        csp=csp,
-        title=html.escape(page_title(att)),
+        csp=_csp(scripts, style, live),
+        title=html.escape(title),
         style=style,
-        data=data.replace("<", "\\u003c"),  # no "</script>" or "<!--" can end the data early
-        script=script,
+        data=json.dumps(data, ensure_ascii=False).replace("<", "\\u003c"),  # no "</script>"
+        scripts="\n".join(f"<script>{script}</script>" for script in scripts),
+    )
+
+
+def _csp(scripts: list[str], style: str, live: bool = False) -> str:
+    """The Content-Security-Policy of a page with these inline scripts and style."""
+    hashes = " ".join(_csp_hash(script) for script in scripts)
+    return (
+        f"default-src 'none'; script-src {hashes}; style-src {_csp_hash(style)}; "
+        + ("connect-src 'self'; " if live else "")
+        + "img-src data:; base-uri 'none'; form-action 'none'"
     )
 
 

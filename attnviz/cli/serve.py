@@ -1,0 +1,88 @@
+"""`attnviz serve`: the interactive page as a local web app, with the model kept loaded."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from attnviz.cli.app import Command, app, err_console, fail, warn
+from attnviz.cli.options import Device, DeviceOpt, ModelOpt, flag
+from attnviz.core import models
+from attnviz.errors import AttnvizError, Interrupted
+
+
+@app.command(cls=Command)
+def serve(
+    model: ModelOpt = None,
+    port: Annotated[
+        int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")
+    ] = 8000,
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Address to listen on. Any address but a loopback one (127.0.0.1, ::1, "
+            "localhost) lets other machines use the model, and prints a warning.",
+        ),
+    ] = "127.0.0.1",
+    open_browser: Annotated[
+        bool, flag("--open", "Open the page in the default browser once it is served.")
+    ] = False,
+    max_queue: Annotated[
+        int,
+        typer.Option(
+            "--max-queue",
+            min=1,
+            metavar="N",
+            help="Model requests that may wait or run at once; one more is answered 503 "
+            "with Retry-After.",
+        ),
+    ] = 64,
+    device: DeviceOpt = Device.auto,
+) -> None:
+    """Serve the interactive page on a local web address, with the model loaded once.
+
+    Type a sentence and press Enter: its head, model, matrix, query and inside views show at
+    once, and the address carries the text, so a view can be bookmarked. Scripts can POST to
+    /api/attention (docs/serve.md). It listens on 127.0.0.1 only, unless --host says
+    otherwise. Ctrl-C stops it (exit code 130).
+    """
+    try:
+        from attnviz.server import exposed, listen, serve, url
+        from attnviz.server.app import LOOPBACK_NAMES, Limits
+
+        warning = exposed(host, port)
+        if warning:
+            warn(warning)
+        sock = listen(host, port)  # before loading: a port in use fails at once
+        chosen = models.model(model, device.value)
+        chosen.refuse_early()
+        address = url(host, port)
+        with err_console.status(f"loading {model or 'the bundled model'}…"):
+            chosen.load()
+
+        def ready() -> None:
+            err_console.print(
+                f"attnviz serve: [bold]{address}[/] ({chosen.load().info.name}); Ctrl-C stops",
+                highlight=False,
+                soft_wrap=True,
+            )
+            if open_browser:  # in a thread: a browser may take a while to start
+                import threading
+
+                threading.Thread(target=open_page, daemon=True).start()
+
+        def open_page() -> None:
+            import webbrowser
+
+            if not webbrowser.open(address):
+                warn(f"--open found no browser to start: open {address} in one")
+
+        # A loopback server answers only to loopback names (app.py says why).
+        hosts = None if warning else LOOPBACK_NAMES
+        serve(chosen, sock, Limits(max_queue=max_queue, hosts=hosts), on_ready=ready)
+    except AttnvizError as error:
+        raise fail(error) from None
+    except KeyboardInterrupt:
+        raise fail(Interrupted("the server stopped")) from None

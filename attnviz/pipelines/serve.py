@@ -1,0 +1,163 @@
+"""`attnviz serve`'s work for one request, on the model loaded once: a text's attention as
+JSON-ready values (`/api/attention`), or the interactive page's data (`/api/page`).
+
+No HTTP here: `attnviz/server` reads requests, queues them and calls these functions in its
+one model thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnviz.errors import InputError
+
+if TYPE_CHECKING:
+    from attnviz.core.models import Model
+
+# The keys a request may carry, with the type each takes (a missing key takes its default).
+KEYS = {
+    "text": "a string",
+    "pair": "a string or null",
+    "words": "true or false",
+    "hide_special": "true or false",
+    "truncate": "true or false",
+    "layers": "a list of layer numbers or null",
+    "measure": "a string",
+}
+
+
+@dataclass(frozen=True)
+class Question:
+    """One request: the text and how to read it, as `attnviz.attention()` takes them."""
+
+    text: str
+    pair: str | None = None
+    words: bool = False
+    hide_special: bool = False
+    truncate: bool = False
+    layers: tuple[int, ...] | None = None
+    measure: str = "weights"
+
+    @classmethod
+    def of(cls, body: Any) -> Question:
+        """The question a decoded JSON body asks, refusing wrong keys and types in one line."""
+        from attnviz.analysis.contributions import refuse
+        from attnviz.core.attention import require_text
+
+        if not isinstance(body, dict):
+            raise InputError('the body must be a JSON object such as {"text": "The cat sat."}')
+        unknown = sorted(set(body) - set(KEYS))
+        if unknown:
+            raise InputError(f"unknown key {unknown[0]!r}: the keys are {', '.join(KEYS)}")
+        if "text" not in body:
+            raise InputError('"text" is missing: give the sentence to read')
+        wrong = [key for key, value in body.items() if not _fits(key, value)]
+        if wrong:
+            raise InputError(f'"{wrong[0]}" must be {KEYS[wrong[0]]}')
+        question = cls(
+            **{key: value for key, value in body.items() if key != "layers"},
+            layers=tuple(body["layers"]) if body.get("layers") is not None else None,
+        )
+        require_text(question.text)
+        if question.pair is not None:
+            require_text(question.pair, '"pair"')
+        refuse(question.measure, question.hide_special)
+        return question
+
+
+def _fits(key: str, value: Any) -> bool:
+    if key == "text" or key == "measure":
+        return isinstance(value, str)
+    if key == "pair":
+        return value is None or isinstance(value, str)
+    if key == "layers":
+        return value is None or (
+            isinstance(value, list)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        )
+    return isinstance(value, bool)
+
+
+def _read(model: Model, question: Question, also: Any = None) -> tuple[Any, Any, list]:
+    """One forward pass: the encoded text and the asked measure's Attention before words and
+    hide-special (`also`, given the loaded model and the encoded text, names more recorders
+    for the same pass). Returns (encoded, attention, the measure's kept recorder)."""
+    from attnviz.analysis.contributions import measured
+    from attnviz.core.tokens import encode
+
+    loaded = model.load()
+    encoded = encode(loaded, question.text, question.truncate, question.pair)
+    layers = list(question.layers) if question.layers is not None else None
+    loaded.info.pick_layers(layers)  # an out-of-range layer: one line naming the range
+    kept: list = []
+    more = also(loaded, encoded) if also is not None else []
+    found = measured(loaded, [encoded], question.measure, layers, more, kept)[0]
+    return encoded, found, kept
+
+
+def attention(model: Model, question: Question) -> dict[str, Any]:
+    """The text's attention as `attnviz.attention()` gives it, as JSON-ready values: weights
+    nested [layer][head][query][key] (for alti and rollout [layer][1][query][key], one map a
+    layer), the model's own float32 numbers."""
+    from attnviz.analysis.contributions import MEASURES
+    from attnviz.analysis.transforms import transform
+
+    _, found, _ = _read(model, question)
+    shown = transform(found, question.words, question.hide_special)
+    measure = MEASURES[shown.measure]
+    return {
+        "model": shown.info.as_dict(),
+        "measure": measure.name,
+        "unit": measure.unit,
+        "per_layer": measure.per_layer,
+        "text": shown.text,
+        "pair": shown.pair,
+        "tokens": list(shown.tokens),
+        "special": [bool(s) for s in shown.special],
+        "segments": list(shown.segments) if shown.segments else None,
+        "layers": shown.held_layers(),  # the model layer of each entry of "weights"
+        "weights": shown.weights.tolist(),  # (L, H, T, T), or (L, 1, T, T) per layer
+        "notes": list(shown.notes),
+    }
+
+
+def page(
+    model: Model, question: Question, scale: str = "absolute", cmap: str = "viridis"
+) -> dict[str, Any]:
+    """The interactive page's data for the text (`outputs.html.page.page_data`, what
+    `attnviz show --html` embeds): every measure and the inside view, from one forward pass."""
+    from attnviz.analysis.contributions import EveryMeasure
+    from attnviz.analysis.inside import InsideSteps
+    from attnviz.analysis.transforms import transform
+    from attnviz.outputs.html.page import page_data
+
+    made: dict[str, Any] = {}
+
+    def recorders(loaded: Any, encoded: Any) -> list:
+        made["inside"] = InsideSteps(loaded, [encoded])
+        layers = list(question.layers) if question.layers is not None else None
+        every = EveryMeasure(
+            loaded, loaded.info.pick_layers(layers), len(encoded), question.measure
+        )
+        made["every"] = every
+        return [made["inside"], *every.recorders.values()]
+
+    def shown_as_asked(att: Any) -> Any:
+        return transform(att, question.words, question.hide_special)
+
+    _, found, kept = _read(model, question, recorders)
+    shown = shown_as_asked(found)
+    measures = made["every"].page(
+        found, shown, transform=shown_as_asked, kept=kept[0] if kept else None
+    )
+    return page_data(
+        measures.weights,
+        inside=made["inside"].result(),
+        scale=scale,
+        cmap=cmap,
+        segments=shown.segments,
+        measures=measures.others,
+        lengths=measures.lengths,
+        initial=shown.measure,
+    )

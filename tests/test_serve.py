@@ -1,0 +1,417 @@
+"""`attnviz serve`: a real server process on a free loopback port, spoken to over real HTTP
+(raw sockets, so that bad bytes and `..` paths reach it as sent), and driven in chromium.
+
+One server (with --max-queue 2) serves every slow test of this module, in file order; the
+last one stops it with Ctrl-C. Nothing here sends traffic anywhere but 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.errors import InputError
+from attnviz.pipelines.serve import Question
+from attnviz.server import exposed, loopback
+
+SENTENCE = "The animal didn't cross the street because it was too tired."
+HOST = "127.0.0.1"
+ARTIFACTS = Path(__file__).parent / "artifacts"  # screenshots, gitignored
+
+
+# ---------- without a server ----------
+
+
+@pytest.mark.parametrize(
+    "host, local",
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.20", False),
+        ("example.org", False),
+    ],
+)
+def test_only_a_non_loopback_host_is_warned_about(host, local):
+    assert loopback(host) is local
+    warning = exposed(host, 8000)
+    assert (warning is None) is local
+    if not local:
+        assert "anyone who can reach this machine on port 8000 can use the model" in warning
+
+
+@pytest.mark.parametrize(
+    "body, said",
+    [
+        ([], "must be a JSON object"),
+        ({}, '"text" is missing'),
+        ({"text": 3}, '"text" must be a string'),
+        ({"text": "  "}, "text is empty"),
+        ({"text": "a", "pair": ""}, '"pair" is empty'),
+        ({"text": "a", "words": "yes"}, '"words" must be true or false'),
+        ({"text": "a", "words": 1}, '"words" must be true or false'),
+        ({"text": "a", "layers": 3}, '"layers" must be a list'),
+        ({"text": "a", "layers": [True]}, '"layers" must be a list'),
+        ({"text": "a", "measure": "nrom"}, "unknown measure 'nrom'"),
+        ({"text": "a", "hide_special": True, "measure": "norm"}, "renormalises rows"),
+        ({"text": "a", "txet": "b"}, "unknown key 'txet'"),
+    ],
+)
+def test_a_question_refuses_wrong_keys_and_types(body, said):
+    with pytest.raises(InputError, match=said):
+        Question.of(body)
+
+
+def test_a_good_question_is_read_as_given():
+    asked = Question.of({"text": "a b", "pair": None, "layers": [1, 0], "measure": "alti"})
+    assert asked == Question("a b", layers=(1, 0), measure="alti")
+
+
+@pytest.mark.slow  # two end-to-end runs of seconds each
+def test_the_pages_data_is_show_htmls_from_one_pass(bundled, tmp_path):
+    """What /api/page answers is the data `show --html` embeds in its file (here for a pair,
+    opening on alti), and it takes one forward pass for every measure and the inside view."""
+    options = {"pair": "It was very happy.", "measure": "alti"}
+    import re
+
+    from attnviz.core import models
+    from attnviz.pipelines import serve
+    from attnviz.pipelines.show import show
+
+    model = models.model(None, "cpu")
+    text = "The cat sat on the mat."
+    passes = []
+    embeddings = bundled.model.base_model.get_input_embeddings()
+    handle = embeddings.register_forward_hook(lambda *_: passes.append(1))
+    try:
+        answered = serve.page(model, Question(text, **options))
+    finally:
+        handle.remove()
+    written = show(model, text, out=tmp_path, images=False, html=True, **options).page
+    embedded = re.search(
+        r'<script type="application/json" id="attnviz-data">(.*?)</script>',
+        written.read_text(encoding="utf-8"),
+        re.S,
+    ).group(1)
+    assert json.loads(json.dumps(answered)) == json.loads(embedded)
+    assert len(passes) == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
+
+
+def _serve(*options: str, **popen) -> subprocess.Popen:
+    command = [sys.executable, "-m", "attnviz", "serve", *options]
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.Popen(command, env=env, text=True, **popen)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_a_port_in_use_is_one_line_and_exit_2(host):
+    """The warning for a public --host, then the port in use: nothing is ever served (the
+    port is held on 127.0.0.1, which 0.0.0.0 includes, so the bind fails before loading)."""
+    with socket.socket() as holder:
+        holder.bind((HOST, 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        done = _serve(
+            "--host", host, "--port", str(port), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        out, err = done.communicate(timeout=60)
+    lines = err.strip().splitlines()
+    assert done.returncode == 2, err
+    assert (
+        lines[-1] == f"error: port {port} is in use on {host}: stop what holds it or pass --port N"
+    )
+    if host == "0.0.0.0":
+        assert lines[0].startswith("warning: --host 0.0.0.0 is not a loopback address: anyone")
+        assert len(lines) == 2
+    else:
+        assert len(lines) == 1
+    assert "Traceback" not in err and out == ""
+
+
+# ---------- a real server ----------
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}/"
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    process = _serve(
+        "--port", str(port), "--max-queue", "2", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    running = Server(process, port)
+    deadline = time.monotonic() + 180  # imports, the model and its first pass, on a busy machine
+    while True:
+        assert process.poll() is None, f"the server exited: {process.stderr.read()}"
+        try:
+            if _exchange(port, "GET", "/api/health")[0] == 200:
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "the server did not answer /api/health in 180 s"
+        time.sleep(0.25)
+    yield running
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def _exchange(
+    port: int,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 request on its own connection, bytes as given (no client tidies the path
+    or the body). The body is sent from a thread, so a server that answers before reading
+    all of it (413) is heard. Returns (status, headers in lower case, body)."""
+    given = {"Host": f"{HOST}:{port}", "Connection": "close", **(headers or {})}
+    if body or method == "POST":
+        given.setdefault("Content-Length", str(len(body)))
+    head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in given.items())
+    with socket.create_connection((HOST, port), timeout=timeout) as conn:
+
+        def send() -> None:
+            try:
+                conn.sendall(head.encode("latin-1") + b"\r\n" + body)
+            except OSError:  # the server answered and closed before taking it all
+                pass
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        chunks = []
+        try:
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+        except ConnectionResetError:
+            pass
+        sender.join()
+    received = b"".join(chunks)
+    top, _, content = received.partition(b"\r\n\r\n")
+    lines = top.decode("latin-1").split("\r\n")
+    found = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), {k.lower(): v for k, v in found.items()}, content
+
+
+def _post(server: Server, path: str, found: dict) -> tuple[int, dict]:
+    status, _, body = _exchange(
+        server.port,
+        "POST",
+        path,
+        json.dumps(found).encode(),
+        {"Content-Type": "application/json"},
+    )
+    return status, json.loads(body)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("measure", ["weights", "alti"])
+def test_api_attention_is_the_python_apis(server, measure):
+    status, answer = _post(server, "/api/attention", {"text": SENTENCE, "measure": measure})
+    expected = attnviz.attention(SENTENCE, measure=measure)
+    assert status == 200
+    assert answer["tokens"] == list(expected.tokens)
+    assert answer["special"] == [bool(s) for s in expected.special]
+    assert answer["measure"] == measure and answer["per_layer"] is (measure == "alti")
+    weights = np.array(answer["weights"])
+    assert weights.shape == expected.weights.shape  # (6, 12, T, T), or (6, 1, T, T) for alti
+    assert np.abs(weights - expected.weights).max() < 1e-6
+    assert answer["model"]["n_heads"] == 12 and answer["notes"] == list(expected.notes)
+
+
+@pytest.mark.slow
+def test_a_long_text_is_refused_naming_the_limit_or_cut(server):
+    long = "word " * 600
+    status, answer = _post(server, "/api/attention", {"text": long})
+    assert status == 400
+    assert answer["error"].endswith('this model takes at most 512 (pass "truncate" to cut it)')
+    # The page's data, packed small (the same text's weights as JSON numbers are 68 MB).
+    status, answer = _post(server, "/api/page", {"text": long, "truncate": True, "layers": [0]})
+    assert status == 200 and len(answer["tokens"]) == 512
+    assert answer["notes"] == [
+        "truncated: kept the first 512 of 602 tokens (text cut after character 2549 of 3000)"
+    ]
+
+
+JSON = {"Content-Type": "application/json"}
+BAD = {
+    "empty text": ("POST", "/api/attention", b'{"text": ""}', JSON, 400, "text is empty"),
+    "10 MB body": ("POST", "/api/attention", b" " * 10_000_000, JSON, 413, "over 65536 bytes"),
+    "invalid JSON": ("POST", "/api/attention", b'{"text": ', JSON, 400, "not JSON"),
+    "invalid UTF-8": ("POST", "/api/attention", b'{"text": "\xff\xfe"}', JSON, 400, "not UTF-8"),
+    "wrong type": ("POST", "/api/attention", b'{"text": ["a"]}', JSON, 400, "must be a string"),
+    "not JSON's type": ("POST", "/api/attention", b'{"text": "a"}', {}, 415, "Content-Type"),
+    "unknown measure": (
+        "POST",
+        "/api/page",
+        b'{"text": "a", "measure": "nrom"}',
+        JSON,
+        400,
+        "choose one of: weights, norm, alti, rollout",
+    ),
+    "layer out of range": (
+        "POST",
+        "/api/attention",
+        b'{"text": "a", "layers": [6]}',
+        JSON,
+        400,
+        "layer 6 out of range: this model has layers 0–5",
+    ),
+    "unknown path": ("GET", "/api/nothing", b"", {}, 404, "no such page"),
+    "up and out": ("GET", "/../../etc/passwd", b"", {}, 404, "no such page"),
+    "encoded up": ("GET", "/static/..%2f..%2fpyproject.toml", b"", {}, 404, "no such page"),
+    "wrong method": ("GET", "/api/attention", b"", {}, 405, "GET is not allowed"),
+    "another site's name": ("GET", "/", b"", {"Host": "attacker.example"}, 403, "not this server"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", BAD, ids=list(BAD))
+def test_bad_requests_are_one_json_line_and_the_server_goes_on(server, case):
+    method, path, body, headers, expected, said = BAD[case]
+    status, found, content = _exchange(server.port, method, path, body, headers)
+    assert status == expected, content
+    assert found["content-type"] == "application/json"
+    assert said in json.loads(content)["error"]
+    assert b"root:" not in content and b"[project]" not in content
+    assert _exchange(server.port, "GET", "/api/health")[0] == 200
+
+
+@pytest.mark.slow
+def test_the_page_has_the_offline_pages_policy_and_may_fetch_only_its_origin(server):
+    status, found, content = _exchange(server.port, "GET", "/")
+    policy = found["content-security-policy"]
+    assert status == 200 and "default-src 'none'" in policy and "connect-src 'self'" in policy
+    in_meta = policy.removesuffix("; frame-ancestors 'none'")  # a header-only directive
+    assert f'content="{in_meta}"' in content.decode()
+    assert "http://" not in content.decode() and "https://" not in content.decode()
+
+
+@pytest.mark.slow
+def test_a_burst_past_the_queue_is_answered_503_with_retry_after(server):
+    """--max-queue 2: of 12 page requests sent at once, some wait and the rest are refused at
+    once; every one is answered, /api/health answers meanwhile, and the server serves on."""
+    text = " ".join([SENTENCE] * 15)  # ~240 tokens: each request takes a while
+    body = json.dumps({"text": text}).encode()
+    answers: list[tuple[int, dict]] = []
+    start = threading.Barrier(12)
+
+    def ask() -> None:
+        start.wait()
+        status, found, _ = _exchange(server.port, "POST", "/api/page", body, JSON, timeout=120)
+        answers.append((status, found))
+
+    threads = [threading.Thread(target=ask) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    # The event loop answers while the model thread works: /api/health sees requests queued.
+    seen = []
+    while any(thread.is_alive() for thread in threads) and len(seen) < 200:
+        status, _, body = _exchange(server.port, "GET", "/api/health")
+        seen.append(json.loads(body)["queued"])
+    assert max(seen, default=0) >= 1, seen
+    for thread in threads:
+        thread.join(timeout=150)
+    statuses = sorted(status for status, _ in answers)
+    assert len(answers) == 12 and set(statuses) == {200, 503}, statuses
+    assert all(found.get("retry-after") == "1" for status, found in answers if status == 503)
+    assert _exchange(server.port, "GET", "/api/health")[0] == 200
+
+
+def _opened(browser, url: str):
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors, requests = [], []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(url)
+    return page, errors, requests
+
+
+@pytest.mark.slow
+def test_typing_a_sentence_shows_it_and_its_url_opens_it_again(server, browser):
+    page, errors, requests = _opened(browser, server.url)
+    page.fill("#text", SENTENCE)
+    page.press("#text", "Enter")
+    page.wait_for_selector("body[data-ready='1'] section#view-head", timeout=60_000)
+    tokens = page.locator(".tokens.q .token").all_text_contents()
+    assert tokens == list(attnviz.attention(SENTENCE).tokens)
+    assert page.text_content("#history li") == SENTENCE
+    page.click("#tab-matrix")
+    page.wait_for_selector("section#view-matrix")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "serve-matrix.png"))
+    shared = page.url
+    assert urllib.parse.parse_qs(shared.split("#", 1)[1])["text"] == [SENTENCE]
+    page.close()
+    assert errors == [] and {r.split("#")[0] for r in requests} == {
+        server.url,
+        server.url + "api/page",
+    }
+
+    again, errors, _ = _opened(browser, shared)
+    again.wait_for_selector("body[data-ready='1'] section#view-matrix", timeout=60_000)
+    assert again.input_value("#text") == SENTENCE
+    assert again.get_attribute("body", "data-text") == SENTENCE
+    again.close()
+    assert errors == []
+
+
+@pytest.mark.slow
+def test_a_refused_text_says_why_on_the_page(server, browser):
+    page, errors, _ = _opened(browser, server.url)
+    page.fill("#text", "   ")
+    page.press("#text", "Enter")
+    page.wait_for_selector("#status.error", timeout=60_000)
+    assert page.text_content("#status") == (
+        "error: text is empty: give a sentence with at least one word"
+    )
+    page.close()
+    assert errors == [
+        "Failed to load resource: the server responded with a status of 400 (Bad Request)"
+    ]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_server_with_130_and_one_line(server):
+    """Last in this module: the shared server gets SIGINT."""
+    server.process.send_signal(signal.SIGINT)
+    _, err = server.process.communicate(timeout=60)
+    assert server.process.returncode == 130
+    lines = err.strip().splitlines()
+    assert lines[-1] == "interrupted: the server stopped"
+    assert lines[0].startswith(f"attnviz serve: {server.url}")
+    assert len(lines) == 2 and "Traceback" not in err
