@@ -137,9 +137,7 @@ def page(
     def recorders(loaded: Any, encoded: Any) -> list:
         made["inside"] = InsideSteps(loaded, [encoded])
         layers = list(question.layers) if question.layers is not None else None
-        every = EveryMeasure(
-            loaded, loaded.info.pick_layers(layers), len(encoded), question.measure
-        )
+        every = EveryMeasure(loaded, loaded.info.pick_layers(layers), [encoded], question.measure)
         made["every"] = every
         return [made["inside"], *every.recorders.values()]
 
