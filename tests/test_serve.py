@@ -340,8 +340,8 @@ def test_a_burst_past_the_queue_is_answered_503_with_retry_after(server):
     # The event loop answers while the model thread works: /api/health sees requests queued.
     seen = []
     while any(thread.is_alive() for thread in threads) and len(seen) < 200:
-        status, _, body = _exchange(server.port, "GET", "/api/health")
-        seen.append(json.loads(body)["queued"])
+        _, _, health = _exchange(server.port, "GET", "/api/health")  # not `body`: ask() sends it
+        seen.append(json.loads(health)["queued"])
     assert max(seen, default=0) >= 1, seen
     for thread in threads:
         thread.join(timeout=150)
