@@ -41,6 +41,7 @@ class Objective:
     """What importance measures a head against: its name, definition and unit."""
 
     name: str
+    short: str  # in a figure's colour bar: "next-token loss"
     help: str
     unit: str
     at_optimum: bool  # with nothing removed, its gradient is 0: gradient importance says nothing
@@ -51,6 +52,7 @@ OBJECTIVES = {
     for objective in (
         Objective(
             "next-token",
+            "next-token loss",
             "mean next-token negative log-likelihood over every predicted token of the texts "
             "(tokens 1…T−1; BOS first where the model adds one)",
             "nats",
@@ -58,6 +60,7 @@ OBJECTIVES = {
         ),
         Objective(
             "masked-lm",
+            "masked-LM loss",
             f"masked-LM loss: mean negative log-likelihood of a fixed {MASK_SHARE:.0%} of each "
             f"text's word tokens (seed {SEED}), each replaced by the mask token",
             "nats",
@@ -65,6 +68,7 @@ OBJECTIVES = {
         ),
         Objective(
             "embedding-cosine",
+            "1 − cos of the embedding",
             "1 − cosine between the sentence embedding (the last hidden state mean-pooled over "
             "the text's tokens, as sentence-transformers pools it) with and without the change, "
             "mean over texts",
@@ -90,6 +94,18 @@ METHODS = {
         Kind("gradient", "|∂objective/∂gate| of a gate on each head's output (Michel et al.)"),
     )
 }
+# What `report --importance` takes: each method, or both (and their rank correlation).
+BOTH = Kind("both", "both, with the Spearman correlation of their two rankings")
+CHOICES = {**METHODS, BOTH.name: BOTH}
+
+
+def methods_of(choice: str) -> list[str]:
+    """The methods a choice of CHOICES runs, ablation first."""
+    if choice not in CHOICES:
+        raise InputError(f"unknown importance '{choice}'; known: {', '.join(CHOICES)}")
+    return list(METHODS) if choice == BOTH.name else [choice]
+
+
 ABLATIONS = {
     kind.name: kind
     for kind in (
@@ -113,6 +129,21 @@ class Importance:
     texts: int
     layers: tuple[int, ...]
     heads: tuple[int, ...]
+    short: str = ""  # the objective in a few words
+
+    @property
+    def measure(self) -> str:
+        """What a score is, with its unit: a colour bar's label."""
+        unit = "" if self.unit in self.short else f" ({self.unit})"
+        if self.method == "gradient":
+            return f"|∂ {self.short} / ∂ gate|{unit}"
+        how = "at its mean" if self.ablation == "mean" else "zeroed"
+        return f"rise in {self.short}, head {how}{unit}"
+
+    @property
+    def how(self) -> str:
+        """The method in a few words: "zero ablation", "mean ablation", "gradient"."""
+        return "gradient" if self.method == "gradient" else f"{self.ablation} ablation"
 
     def ranks(self) -> np.ndarray:
         """(L, H): 1 for the most important head measured, 2 for the next …; 0 where not
@@ -141,6 +172,7 @@ class Importance:
             "objective": self.objective_name,
             "definition": self.objective,
             "unit": self.unit,
+            "measure": self.measure,
             "clean": self.clean,
             "texts": self.texts,
         }
@@ -364,7 +396,8 @@ def importance(
             also = [means_of]
             means_of.mask = _mask(loaded, [scorer.items[i].encoded for i in rows])
         clean += float(scorer.run(rows, also=also).sum())
-    clean /= scorer.total
+    # The embedding objective is 0 with nothing removed by definition (what is left is rounding).
+    clean = 0.0 if objective.at_optimum else clean / scorer.total
     means = None
     if means_of is not None:
         count = sum(len(t) for t in texts)
@@ -412,6 +445,7 @@ def _result(scores, clean, objective, method, ablation, n_texts, layers, heads) 
         texts=n_texts,
         layers=tuple(layers),
         heads=tuple(heads),
+        short=objective.short,
     )
 
 

@@ -541,3 +541,32 @@ def print_linguistics(console: Console, report: Report) -> None:
         "see linguistic_roles in heads.csv; * marks such a head's accuracy.[/]",
         highlight=False,
     )
+
+
+def print_importance(console: Console, report: Report, shown: int = 10) -> None:
+    """The most important heads by each method measured, with their roles."""
+    found = report.importances()
+    if not found:
+        return
+    first = next(iter(found.values()))
+    console.print(
+        f"[bold]Which heads matter[/] to the {first.short} ({first.clean:.4g} {first.unit} with "
+        "nothing removed; its definition is in report.md)",
+        highlight=False,
+    )
+    roles = {(r.layer, r.head): r.role for r in report.roles}
+    table = Table(title_justify="left", box=None, padding=(0, 2, 0, 0))
+    table.add_column("rank", justify="right")
+    table.add_column("head")
+    table.add_column("role")
+    for result in found.values():
+        table.add_column(f"{result.how} ({result.unit})", justify="right")
+    for rank, (layer, head, _) in enumerate(first.top(shown), start=1):
+        role = roles.get((layer, head), "")
+        scores = [f"{result.scores[layer, head]:.4g}" for result in found.values()]
+        style = EVERY_ROLE[role].style if role in EVERY_ROLE else ""
+        table.add_row(str(rank), f"L{layer} H{head}", Text(role, style=style), *scores)
+    console.print(table)
+    spearman = report.spearman()
+    if spearman is not None:
+        console.print(f"Spearman correlation of the two rankings: {spearman:.2f}", highlight=False)
