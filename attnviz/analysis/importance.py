@@ -202,6 +202,19 @@ def has_mlm_head(loaded: LoadedModel) -> bool:
     return not loaded.info.causal and loaded.model is not loaded.model.base_model
 
 
+def check_method(loaded: LoadedModel, method: str) -> Objective:
+    """The objective `method` will use on `loaded`, or a one-line InputError where gradients
+    say nothing (the embedding's 1 − cosine is 0 with nothing removed, its gradient 0 too)."""
+    objective = objective_of(loaded)
+    if method == "gradient" and objective.at_optimum:
+        raise InputError(
+            f"gradient importance needs an objective away from its optimum: {loaded.info.name} "
+            f"has no LM head, so its objective is 1 − cosine of the sentence embedding, which is "
+            "0 with nothing removed, and so is its gradient; use --importance ablation"
+        )
+    return objective
+
+
 def _items(loaded: LoadedModel, texts: Sequence[Encoded], objective: Objective) -> list[_Item]:
     import numpy as np
 
@@ -347,13 +360,7 @@ def importance(
         raise InputError("importance needs at least one text")
     info = loaded.info
     chosen_layers, chosen_heads = info.pick_layers(layers), info.pick_heads(heads)
-    objective = objective_of(loaded)
-    if method == "gradient" and objective.at_optimum:
-        raise InputError(
-            f"gradient importance needs an objective away from its optimum; {info.name} has no "
-            f"LM head, so the objective is {objective.unit}, which is 0 with nothing removed and "
-            "has gradient 0 there: use --importance ablation"
-        )
+    objective = check_method(loaded, method)
     scorer = _Scorer(loaded, _items(loaded, texts, objective), objective)
     width = max(len(t) for t in texts)
     rows_per_batch = batch_size or max(1, TOKEN_BUDGET // width)
@@ -474,3 +481,123 @@ def _mean_ranks(values: np.ndarray) -> np.ndarray:
         tied = values == value
         ranks[tied] = ranks[tied].mean()
     return ranks
+
+
+def parse_head(text: str) -> tuple[int, int]:
+    """ "18.6" -> (18, 6): a head as LAYER.HEAD, or a one-line InputError."""
+    layer, dot, head = text.strip().partition(".")
+    if not (dot and layer.isdigit() and head.isdigit()):
+        raise InputError(f"--ablate '{text}': give a head as LAYER.HEAD, e.g. 18.6")
+    return int(layer), int(head)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """At one position: the token that follows, and the top next-token guesses (token,
+    probability) before and after the heads are removed."""
+
+    position: int
+    token: str  # the token at `position`
+    actual: str | None  # the text's next token; None at the last position
+    before: tuple[tuple[str, float], ...]
+    after: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class AblationView:
+    """One text with some heads removed, against the text as it was."""
+
+    heads: tuple[tuple[int, int], ...]
+    ablation: str
+    objective: str  # the objective's short name
+    unit: str
+    before: float  # the objective with nothing removed (0 for the embedding's cosine)
+    after: float
+    predictions: tuple[Prediction, ...] = ()  # decoders: per position (or the query's)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "heads": [f"{layer}.{head}" for layer, head in self.heads],
+            "ablation": self.ablation,
+            "objective": self.objective,
+            "unit": self.unit,
+            "before": self.before,
+            "after": self.after,
+            "predictions": [
+                {
+                    "position": p.position,
+                    "token": p.token,
+                    "next": p.actual,
+                    "before": [[t, prob] for t, prob in p.before],
+                    "after": [[t, prob] for t, prob in p.after],
+                }
+                for p in self.predictions
+            ],
+        }
+
+
+def removing(
+    loaded: LoadedModel, heads: Sequence[tuple[int, int]], rows: int = 1, only: int | None = None
+) -> Any:
+    """An edit for `capture.run` that zero-ablates `heads` ((layer, head) pairs) in each of
+    `rows` batch rows, or in row `only`."""
+    import torch
+
+    drops: dict[int, Any] = {}
+    for layer, head in heads:
+        drops.setdefault(layer, torch.zeros((rows, loaded.info.n_heads), dtype=torch.bool))
+        drops[layer][slice(None) if only is None else only, head] = True
+    return ablating(drops, loaded.info.n_heads)
+
+
+def compare(
+    loaded: LoadedModel,
+    encoded: Encoded,
+    heads: Sequence[tuple[int, int]],
+    positions: Sequence[int] | None = None,
+    top_k: int = 5,
+) -> AblationView:
+    """Read `encoded` with `heads` zero-ablated and as it is, in one pass of two rows: a
+    decoder's next-token loss and top-`top_k` guesses at `positions` (default: every one),
+    an encoder's sentence embedding (1 − cosine; its masked-LM loss is not shown here)."""
+    import torch
+
+    from attnviz.core import capture
+    from attnviz.core.tokens import pad
+
+    for layer, head in heads:
+        loaded.info.pick_layers([layer])
+        loaded.info.pick_heads([head])
+    inputs = pad(loaded, [encoded, encoded])
+    edit = removing(loaded, heads, rows=2, only=1)  # row 0 reads the text as it is
+    causal = loaded.info.causal
+    output = capture.run(loaded, inputs, [], causal, edit)
+    chosen = tuple(sorted(set(heads)))
+    if not causal:
+        hidden = output.last_hidden_state.double()  # (2, T, d_model)
+        pooled = hidden.mean(dim=1)  # (2, d_model): every token is the text's
+        moved = 1.0 - float(torch.nn.functional.cosine_similarity(pooled[0], pooled[1], dim=0))
+        objective = OBJECTIVES["embedding-cosine"]
+        return AblationView(chosen, "zero", objective.short, objective.unit, 0.0, moved)
+    log_probs = torch.log_softmax(output.logits.double(), dim=-1)  # (2, T, V)
+    ids = torch.tensor(encoded.ids, device=log_probs.device)
+    n = len(encoded)
+    targets = ids[1:].expand(2, -1)[..., None]  # (2, T − 1, 1): token p + 1 at p
+    nll = -log_probs[:, : n - 1].gather(-1, targets)[..., 0]  # (2, T − 1)
+    before, after = (float(row.mean()) for row in nll)
+    tokenizer = loaded.tokenizer
+
+    def guesses(row: int, p: int) -> tuple[tuple[str, float], ...]:
+        probs, found = log_probs[row, p].exp().topk(top_k)
+        return tuple((tokenizer.decode([int(i)]), float(q)) for i, q in zip(found, probs))
+
+    shown = range(n) if positions is None else positions
+    predictions = tuple(
+        Prediction(p, tokenizer.decode([encoded.ids[p]]),
+                   tokenizer.decode([encoded.ids[p + 1]]) if p + 1 < n else None,
+                   guesses(0, p), guesses(1, p))
+        for p in shown
+    )  # fmt: skip
+    objective = OBJECTIVES["next-token"]
+    return AblationView(chosen, "zero", objective.short, objective.unit, before, after,
+                        predictions)  # fmt: skip

@@ -14,7 +14,7 @@ from attnviz.core.attention import Attention, Encoded
 from attnviz.core.tokens import encode, pad
 
 if TYPE_CHECKING:
-    from attnviz.core.capture import Recorder
+    from attnviz.core.capture import Edit, Recorder
     from attnviz.core.models import LoadedModel
 
 
@@ -37,11 +37,13 @@ def attend(
     batch: Sequence[Encoded],
     layers: Sequence[int] | None = None,
     also: Sequence[Recorder] = (),
+    edit: Edit | None = None,
 ) -> list[Attention]:
     """Run one padded forward pass and return each text's attention cropped to its own tokens.
 
     Only `layers` (default: all) are kept. Recorders in `also` are fed by the same pass
-    (the page's inside view takes each layer's input from it).
+    (the page's inside view takes each layer's input from it). `edit` changes the model as
+    it runs (`show --ablate` removes heads, see `capture.run`).
     Right padding keeps every text's positions 0…n-1, so a text's attention in a batch
     equals its attention alone, for causal models too.
     """
@@ -53,7 +55,7 @@ def attend(
     inputs = pad(loaded, batch)
     n_batch, width = inputs["input_ids"].shape
     weights = _Weights(chosen, n_batch, loaded.info.n_heads, width)
-    capture.run(loaded, inputs, [weights, *also])
+    capture.run(loaded, inputs, [weights, *also], edit=edit)
 
     results = []
     for row, encoded in enumerate(batch):

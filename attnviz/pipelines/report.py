@@ -83,6 +83,11 @@ def build_report(
 
     chosen_layers = loaded.info.pick_layers(layers)
     chosen_heads = loaded.info.pick_heads(heads)
+    if methods:
+        from attnviz.analysis.importance import check_method
+
+        for method in methods:
+            check_method(loaded, method)  # before the corpus's pass, not after it
     skipped: list[str] = []
     treebank = sentences if isinstance(sentences, Treebank) else None
     waiting: deque = deque()  # the treebank sentences (and encodings) on their way

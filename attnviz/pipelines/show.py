@@ -17,6 +17,7 @@ from attnviz.outputs.files import (
 )
 
 if TYPE_CHECKING:
+    from attnviz.analysis.importance import AblationView
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.summary import HeadSummary
     from attnviz.core.attention import Attention
@@ -36,6 +37,7 @@ class ShowResult:
     images: list[Path]
     query: QueryView | None = None
     page: Path | None = None  # attention.html, with html=True
+    ablation: AblationView | None = None  # with ablate: the text with those heads removed
 
     def as_dict(self) -> dict[str, Any]:
         from attnviz.analysis.summary import AVERAGED
@@ -55,6 +57,7 @@ class ShowResult:
             "folder": str(self.folder) if self.folder is not None else None,
             "images": [str(p) for p in self.images],
             "page": str(self.page) if self.page is not None else None,
+            **({"ablation": self.ablation.as_dict()} if self.ablation is not None else {}),
         }
 
 
@@ -75,6 +78,7 @@ def show(
     pair: str | None = None,
     jobs: int = 1,
     on_summary: Callable[[ShowResult], None] | None = None,
+    ablate: list[tuple[int, int]] | None = None,
 ) -> ShowResult:
     """Extract one text's attention, summarise the chosen heads, write their heatmaps to `out`.
 
@@ -86,6 +90,9 @@ def show(
     draws the figures in that many worker processes, started before the model loads.
     `on_summary` gets the result without its files as soon as the summary is known, before
     any figure is drawn (the command line prints it while the figures are drawn).
+    `ablate` ((layer, head) pairs) removes those heads (zero ablation): the attention and
+    figures are the model's without them, and `ShowResult.ablation` says what changed (a
+    decoder's loss and top-5 next tokens before and after; an encoder's embedding).
     """
     from attnviz.core.attention import require_text
 
@@ -93,6 +100,8 @@ def show(
     if pair is not None:
         require_text(pair, "the --pair sentence")
     model.refuse_early(layers, heads, text, truncate, pair)
+    if ablate:
+        model.refuse_early([layer for layer, _ in ablate], [head for _, head in ablate])
     # One folder per text, model and pair: `show TEXT -m smollm2` keeps `show TEXT`'s images.
     name = text_folder_name(text, 40, model.folder_key, pair)
     folder = prepare_dir(out / name) if out is not None else None
@@ -115,7 +124,30 @@ def show(
     encoded = encode(loaded, text, truncate, pair)
     # The page's inside view takes each layer's input from the same forward pass.
     inside = InsideSteps(loaded, [encoded]) if folder is not None and html else None
-    attended = attend(loaded, [encoded], layers, also=[inside] if inside else [])[0]
+    edit, compared = None, None
+    if ablate:
+        from attnviz.analysis.importance import removing
+
+        loaded.info.pick_layers([layer for layer, _ in ablate])  # what the files did not say
+        loaded.info.pick_heads([head for _, head in ablate])
+        edit = removing(loaded, ablate)
+    attended = attend(loaded, [encoded], layers, also=[inside] if inside else [], edit=edit)[0]
+    if ablate:
+        from dataclasses import replace
+
+        from attnviz.analysis.importance import compare
+        from attnviz.errors import InputError
+
+        at = None
+        if query is not None:
+            try:
+                at = [find_query(attended, query)]  # a token; --words queries fall back to all
+            except InputError:
+                at = None
+        compared = compare(loaded, encoded, ablate, at)
+        removed = ", ".join(f"L{layer} H{head}" for layer, head in compared.heads)
+        note = f"heads removed (zero ablation): {removed}"
+        attended = replace(attended, notes=(*attended.notes, note))
     shown = transform(attended, words, hide_special_tokens)
     chosen_layers = shown.info.pick_layers(layers)
     chosen_heads = shown.info.pick_heads(heads)
@@ -125,7 +157,11 @@ def show(
         index = find_query(shown, query)
         asked = query_view(shown, index, chosen_layers, chosen_heads, top_k)
     if on_summary is not None:
-        on_summary(ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, [], asked))
+        on_summary(
+            ShowResult(
+                shown, chosen_layers, chosen_heads, summaries, folder, [], asked, None, compared
+            )
+        )
     written: list[Path] = []
     page = None
     if folder is not None:
@@ -162,6 +198,7 @@ def show(
             "hide_special": hide_special_tokens,
             "truncate": truncate,
             "query": query,
+            "ablate": [f"{layer}.{head}" for layer, head in ablate or []],
             "images": images,
             "html": html,
             **asdict(style),
@@ -173,7 +210,9 @@ def show(
             "notes": list(shown.notes),
         }
         write_done(folder, settings, record)
-    return ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, written, asked, page)
+    return ShowResult(
+        shown, chosen_layers, chosen_heads, summaries, folder, written, asked, page, compared
+    )
 
 
 def _interrupted(folder: Path) -> Interrupted:
