@@ -310,3 +310,22 @@ def test_ranks_and_top_skip_heads_not_measured(loaded_tiny):
     assert [(layer, head) for layer, head, _ in result.top(5)] == sorted(
         [(1, 0), (1, 2)], key=lambda c: -result.scores[c]
     )
+
+
+def test_the_api_measures_texts_by_name(tiny_model_dirs, loaded_tiny):
+    """attnviz.importance(texts, model=...) gives the same scores as the loss by hand."""
+    import torch
+
+    import attnviz
+
+    result = attnviz.importance(TEXTS, model=str(tiny_model_dirs["qwen2"]), device="cpu",
+                                layers=[0], heads=[1])  # fmt: skip
+    loaded = loaded_tiny["qwen2"]
+    encoded = _encoded(loaded)
+    without = copy.deepcopy(loaded.model)
+    with torch.no_grad():
+        _w_o(_copy(loaded, without), 0).weight[:, _head_columns(loaded, 1)].zero_()
+    clean = _objective(loaded.model, encoded)
+    assert result.clean == pytest.approx(clean, abs=1e-5)
+    assert result.scores[0, 1] == pytest.approx(_objective(without, encoded) - clean, abs=1e-5)
+    assert np.isnan(result.scores[1]).all() and "next-token" in result.objective
