@@ -243,7 +243,7 @@ class _Scorer:
     """Runs batches of items (each possibly edited) and sums each row's objective terms."""
 
     def __init__(self, loaded: LoadedModel, items: list[_Item], objective: Objective) -> None:
-        self.loaded, self.items, self.objective = loaded, items, objective
+        self.loaded, self.items = loaded, items
         self.total = sum(item.weight for item in items)
         self.lm_head = objective.name != "embedding-cosine"
         self.reference: Any = None  # (N, d_model) clean embeddings, for the cosine objective
@@ -264,13 +264,15 @@ class _Scorer:
             for r, item in enumerate(batch):
                 labels[r, : len(item.labels)] = torch.tensor(item.labels)
             logits = output.logits  # (B, W, V)
+            labels = labels.to(logits.device)
+            scored = labels != -100  # (B, W)
+            # Only the scored positions' logits, as one contiguous (N, V) block.
             loss = torch.nn.functional.cross_entropy(
-                logits.transpose(1, 2), labels.to(logits.device), reduction="none"
-            )  # (B, W), 0 where the label is −100
-            return loss.double().sum(dim=1)
-        hidden = output.last_hidden_state.double()  # (B, W, d_model)
-        weights = mask[..., None].to(hidden.dtype)
-        pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1)  # (B, d_model)
+                logits[scored], labels[scored], reduction="none"
+            )  # (N,)
+            sums = torch.zeros(len(batch), dtype=torch.float64, device=logits.device)
+            return sums.index_add(0, scored.nonzero()[:, 0], loss.double())
+        pooled = _pool(output.last_hidden_state, mask)  # (B, d_model)
         if self.reference is None:
             return torch.zeros(len(rows), dtype=torch.float64)
         reference = self.reference[list(rows)].to(pooled.device)
@@ -278,18 +280,24 @@ class _Scorer:
 
     def pooled(self, rows: Sequence[int]) -> Any:
         """(B, d_model): the clean sentence embeddings of `rows`."""
-
         from attnviz.core import capture
         from attnviz.core.tokens import pad
 
         inputs = pad(self.loaded, [self.items[i].encoded for i in rows])
-        hidden = capture.run(self.loaded, inputs, []).last_hidden_state.double()
-        weights = inputs["attention_mask"][..., None].to(hidden.dtype)
-        return ((hidden * weights).sum(dim=1) / weights.sum(dim=1)).cpu()
+        output = capture.run(self.loaded, inputs, [])
+        return _pool(output.last_hidden_state, inputs["attention_mask"]).cpu()
 
     def text_batches(self, batch_size: int) -> list[list[int]]:
         n = len(self.items)
         return [list(range(s, min(s + batch_size, n))) for s in range(0, n, batch_size)]
+
+
+def _pool(hidden: Any, mask: Any) -> Any:
+    """(B, d_model) float64: the last hidden state (B, W, d_model) averaged over each row's
+    tokens (mask (B, W)), as sentence-transformers pools it."""
+    hidden = hidden.double()
+    weights = mask[..., None].to(hidden.device, hidden.dtype)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
 
 
 class _HeadMeans:
@@ -298,8 +306,7 @@ class _HeadMeans:
     def __init__(self, layers: Sequence[int]) -> None:
         self.wants = {layer: ("heads",) for layer in layers}
         self.sums: dict[int, Any] = {}
-        self.count = 0
-        self.mask: Any = None
+        self.mask: Any = None  # (B, W) of the batch being run, set before each pass
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         heads = tensors["heads"].double()  # (B, T, H·d_head)
