@@ -550,10 +550,12 @@ def print_importance(console: Console, report: Report, shown: int = 10) -> None:
     if not found:
         return
     first = next(iter(found.values()))
+    if first.objective_name == "embedding-cosine":
+        what = "the sentence embedding: 1 − cos between it with and without each head"
+    else:
+        what = f"the {first.short}: {first.clean:.4g} {first.unit} with nothing removed"
     console.print(
-        f"[bold]Which heads matter[/] to the {first.short} ({first.clean:.4g} {first.unit} with "
-        "nothing removed; its definition is in report.md)",
-        highlight=False,
+        f"[bold]Which heads matter[/] to {what} (definition in report.md)", highlight=False
     )
     roles = {(r.layer, r.head): r.role for r in report.roles}
     table = Table(title_justify="left", box=None, padding=(0, 2, 0, 0))
