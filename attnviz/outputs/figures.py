@@ -969,6 +969,5 @@ def importance_figure(
                     color="white" if dark else "black")  # fmt: skip
     width = fig.get_figwidth()
     fig.colorbar(image, ax=ax, fraction=0.8 / width, pad=0.15 / width, label=bar_label)
-    fig.text(0.5, 0.02, f"numbers: rank of the {numbered} most important heads", ha="center",
-             fontsize=7)  # fmt: skip
+    ax.set_xlabel(f"head  (numbered: the {numbered} most important, by rank)")
     return fig
