@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_html.py
 	$(PY) bench/bench_measures.py
 	$(PY) bench/bench_serve.py
+	$(PY) bench/bench_importance.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench docs

@@ -5,6 +5,7 @@ pipelines underneath.
     a = attnviz.attention("The animal didn't cross the street because it was too tired.")
     a.tokens, a.weights.shape        # tuple of str; numpy (layer, head, query, key)
     a.heatmap(5, 3); a.query("it")   # matplotlib figures
+    attnviz.importance(["It rained.", "The dog slept."]).scores  # numpy (layer, head)
 
 Models are loaded once per (model, device) in a process.
 """
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from attnviz.analysis.check import CheckResult
+    from attnviz.analysis.importance import Importance
     from attnviz.analysis.report import Report
     from attnviz.outputs.figures import Style
 
@@ -201,3 +203,31 @@ def report(
             None, [sentences] if isinstance(sentences, str) else list(sentences)
         )
     return build_report(models.model(model, device).load(), chosen, **options)
+
+
+def importance(
+    texts: str | Path | Iterable[str],
+    model: str | None = None,
+    method: str = "ablation",
+    ablation: str = "zero",
+    layers: list[int] | None = None,
+    heads: list[int] | None = None,
+    truncate: bool = False,
+    device: str = "auto",
+) -> Importance:
+    """How much each head matters to the model's objective over `texts` (a text, a list, or
+    a Path to a file with one per line), by `method` "ablation" (`ablation` "zero" or "mean")
+    or "gradient": `scores[layer, head]` (larger = more important, NaN where not measured),
+    `clean` (the objective with nothing removed), `objective` (its definition in words).
+    """
+    from attnviz.analysis.importance import importance as measure
+    from attnviz.core.inputs import read_sentences
+    from attnviz.core.tokens import encode
+
+    if isinstance(texts, Path):
+        chosen = read_sentences(str(texts), None)
+    else:
+        chosen = read_sentences(None, [texts] if isinstance(texts, str) else list(texts))
+    loaded = models.model(model, device).load()
+    encoded = [encode(loaded, item.text, truncate) for item in chosen.items]
+    return measure(loaded, encoded, method, ablation, layers, heads)

@@ -346,15 +346,17 @@ def measured(
     layers: list[int] | None = None,
     also: list[Any] | None = None,
     keep: list[Measured] | None = None,
+    edit: Any = None,
 ) -> list[Any]:
     """Each encoded text's `Attention` whose weights are `measure`'s values (one forward pass;
     recorders in `also` are fed by it too). `keep` gets the measure's recorder (ALTI's
-    mixing ratios are on it)."""
+    mixing ratios are on it); `edit` changes the model as it runs (`capture.run`: heads
+    removed)."""
     from attnviz.core.extract import attend
 
     chosen = get(measure)
     if chosen.name == DEFAULT:
-        return attend(loaded, batch, layers, also=also or [])
+        return attend(loaded, batch, layers, also=also or [], edit=edit)
 
     def make(layers: list[int], n_batch: int, width: int) -> Measured:
         made = Measured(loaded, chosen, layers, n_batch, width)
@@ -362,7 +364,7 @@ def measured(
             keep.append(made)
         return made
 
-    return attend(loaded, batch, layers, also=also or [], values=make)
+    return attend(loaded, batch, layers, also=also or [], values=make, edit=edit)
 
 
 def shares(att: Any) -> Any:

@@ -19,6 +19,7 @@ from attnviz.analysis.roles import (
 if TYPE_CHECKING:
     import numpy as np
 
+    from attnviz.analysis.importance import Importance
     from attnviz.analysis.linguistics import Linguistics
     from attnviz.analysis.probes import ProbeResult
     from attnviz.core.attention import Attention
@@ -42,6 +43,22 @@ class Report:
     heads: tuple[int, ...]
     probes: ProbeResult | None = None  # causal models: induction and duplicate-token probes
     linguistics: Linguistics | None = None  # with --treebank: syntax and coreference
+    importance: Importance | None = None  # with --importance ablation|both
+    importance_gradient: Importance | None = None  # with --importance gradient|both
+
+    def importances(self) -> dict[str, Importance]:
+        """The importance measured, by column name: `importance` (ablation) and/or
+        `importance_gradient`."""
+        found = {"importance": self.importance, "importance_gradient": self.importance_gradient}
+        return {name: result for name, result in found.items() if result is not None}
+
+    def spearman(self) -> float | None:
+        """With both methods, the Spearman correlation of their rankings of the chosen heads."""
+        from attnviz.analysis.importance import spearman
+
+        if self.importance is None or self.importance_gradient is None:
+            return None
+        return spearman(self.importance.scores, self.importance_gradient.scores)
 
     def chosen_means(self, metric: int) -> np.ndarray:
         """One metric's means over the chosen layers × heads: (len(layers), len(heads))."""
@@ -66,6 +83,9 @@ class Report:
             if self.probes is not None:
                 for p, name in enumerate(PROBES):
                     row[name] = float(self.probes.scores[p, role.layer, role.head])
+            for name, result in self.importances().items():
+                row[name] = float(result.scores[role.layer, role.head])
+                row[f"{name}_rank"] = int(result.ranks()[role.layer, role.head])
             rows.append(row)
         return rows
 
@@ -94,6 +114,9 @@ class Report:
             "layers": list(self.layers),
             "head_indices": list(self.heads),
             "probes": self.probes.as_dict() if self.probes is not None else None,
+            "importance": {name: result.as_dict() for name, result in self.importances().items()}
+            | ({"spearman": self.spearman()} if self.spearman() is not None else {})
+            or None,
             "heads": self.rows(),
             "treebank": None
             if self.linguistics is None

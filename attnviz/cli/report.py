@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from attnviz.analysis.importance import ABLATIONS
+from attnviz.analysis.importance import CHOICES as IMPORTANCE_CHOICES
 from attnviz.analysis.roles import threshold_help
 from attnviz.cli.app import Command, app, fail, out_console, progress, warn
 from attnviz.cli.options import (
@@ -88,6 +90,27 @@ def report(
             help="With --treebank: accuracy over a relation's baseline that names a head for it.",
         ),
     ] = 0.1,
+    importance: Annotated[
+        str | None,
+        typer.Option(
+            "--importance",
+            metavar="|".join(IMPORTANCE_CHOICES),
+            help="Also measure which heads matter to the model's objective on the same texts: "
+            + "; ".join(f"{k.name}: {k.help}" for k in IMPORTANCE_CHOICES.values())
+            + ". Adds importance columns, importance.png and a section to report.md.",
+            show_default=False,
+        ),
+    ] = None,
+    ablation: Annotated[
+        str,
+        typer.Option(
+            "--ablation",
+            metavar="|".join(ABLATIONS),
+            help="With --importance: what a removed head's output becomes; "
+            + "; ".join(f"{k.name}: {k.help}" for k in ABLATIONS.values())
+            + ".",
+        ),
+    ] = "zero",
     batch_size: BatchOpt = 16,
     truncate: TruncateOpt = False,
     fmt: FormatOpt = ImageFormat.png,
@@ -107,7 +130,14 @@ def report(
     With --treebank FILE.conllu, also which heads find syntactic heads and dependents
     (per relation, against the best fixed-offset baseline) and antecedents of mentions:
     syntax.csv, syntax.json, coreference.csv, sections and figures in report.md.
+
+    With --importance, also how much the model's objective (next-token loss for decoders,
+    masked-LM loss or the sentence embedding for encoders) depends on each head, on the same
+    texts: heads.csv's importance columns, importance.png and "Which heads matter".
     """
+    from rich.progress import TimeRemainingColumn
+
+    from attnviz.analysis.importance import methods_of
     from attnviz.analysis.roles import Thresholds
     from attnviz.core.inputs import read_sentences
     from attnviz.core.treebank import read_treebank
@@ -116,6 +146,10 @@ def report(
     from attnviz.pipelines.report import report as run_report
 
     try:
+        if importance is not None:
+            methods_of(importance)  # a bad choice stops here, before anything loads
+        if ablation not in ABLATIONS:
+            raise InputError(f"unknown --ablation '{ablation}'; known: {', '.join(ABLATIONS)}")
         thresholds = Thresholds.parse(threshold)
         if treebank is not None:
             if sentences or file:
@@ -130,7 +164,14 @@ def report(
                 file = str(DEFAULT_CORPUS)
             chosen = read_sentences(file, sentences)
         chosen_style = style(fmt, dpi, cmap, scale)
-        bar = progress("report")
+        bar = progress("report", TimeRemainingColumn())
+        tasks: dict[str, Any] = {}
+
+        def on_importance(done: int, total: int) -> None:
+            if "importance" not in tasks or bar.tasks[tasks["importance"]].total != total:
+                tasks["importance"] = bar.add_task("importance", total=total)
+            bar.update(tasks["importance"], completed=done)
+
         with bar:
             task = bar.add_task("report", total=len(chosen.items))
             result, written = run_report(
@@ -146,6 +187,9 @@ def report(
                 truncate=truncate,
                 min_count=min_count,
                 margin=margin,
+                importance=importance,
+                ablation=ablation,
+                on_importance=on_importance,
                 on_progress=lambda n: bar.advance(task, n),
                 on_warning=warn,
             )
@@ -157,6 +201,7 @@ def report(
     terminal.print_report(out_console, result)
     if result.linguistics is not None:
         terminal.print_linguistics(out_console, result)
+    terminal.print_importance(out_console, result)
     out_console.print(
         f"wrote {len(written)} files to [bold]{out}/[/]: report.md, heads.csv, heads.json, figures",
         highlight=False,

@@ -84,6 +84,17 @@ def show(
             show_default=False,
         ),
     ] = None,
+    ablate: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ablate",
+            metavar="L.H",
+            help="Remove head H of layer L (its output set to 0; repeatable): the maps show "
+            "the model without it, and a decoder's loss and top-5 next tokens (an encoder's "
+            "embedding) before and after are printed.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show what every attention head looks at in one sentence, and write heatmaps.
@@ -123,13 +134,17 @@ def show(
             terminal.print_head_details(console, result.attention, result.summaries)
         if len(layers) == 1 and len(heads) == 1:
             terminal.print_heatmap(console, result.attention, layers[0], heads[0], scale.value)
+        if result.ablation is not None:
+            terminal.print_ablation(console, result.ablation)
 
     try:
+        from attnviz.analysis.importance import parse_head
         from attnviz.core.inputs import read_text
         from attnviz.outputs import terminal
         from attnviz.outputs.render import default_jobs
         from attnviz.pipelines.show import show as run_show
 
+        removed = [parse_head(given) for given in ablate or []]
         result = run_show(
             models.model(model, device.value),
             read_text(text),
@@ -148,6 +163,7 @@ def show(
             jobs=jobs or default_jobs(),
             on_summary=None if as_json else print_summary,  # printed while figures are drawn
             measure=measure.value,
+            ablate=removed,
         )
     except AttnvizError as error:
         raise fail(error) from None

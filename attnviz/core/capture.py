@@ -9,12 +9,19 @@ What a caller can ask for, per layer (`KINDS`):
     output  (B, T, d_model): the block's output after W_O, before residual and normalisation
     residual (B, T, d_model): the residual stream the block's output is added to (X itself in
             a post-LN encoder; in a pre-LN decoder the stream before its input norm)
+    heads   (B, T, H·d_head): W_O's input, the heads' outputs side by side (head h's slice is
+            h·d_head … (h+1)·d_head); grouped-query models have one slice per query head
 
 A caller is a `Recorder`: the layers and kinds it wants, and a `receive(layer, tensors)`
 called once that layer has produced all of them. Tensors are moved to the CPU as they come
 and dropped once every recorder that wanted them has had them, so a long text's layers are
 never all held at once (30 layers × 9 heads × 2,048² floats is 4.5 GB). Several recorders
 share one pass: `show --html` gets its weights and the inside view's inputs from one run.
+
+An `edit` changes the model as it runs (head ablation and gates, `analysis.importance`): it
+gets each layer's W_O input (B, T, H·d_head) and returns what W_O reads instead; with
+`gradients`, the pass records a graph so that a loss can be differentiated with respect to
+tensors the edit used (the gates), and no weight changes.
 """
 
 from __future__ import annotations
@@ -27,7 +34,10 @@ from typing import Any, Protocol
 from attnviz.core import adapters
 from attnviz.core.adapters.base import LayerModules
 
-KINDS = ("input", "probs", "output", "residual")
+KINDS = ("input", "probs", "output", "residual", "heads")
+
+# What an edit is: (layer, W_O input (B, T, H·d_head)) -> the tensor W_O reads instead.
+Edit = Callable[[int, Any], Any]
 
 
 class Recorder(Protocol):
@@ -52,13 +62,19 @@ class Each:
 
 
 def run(
-    loaded: Any, inputs: dict[str, Any], recorders: Sequence[Recorder], lm_head: bool = False
+    loaded: Any,
+    inputs: dict[str, Any],
+    recorders: Sequence[Recorder],
+    lm_head: bool = False,
+    edit: Edit | None = None,
+    gradients: bool = False,
 ) -> Any:
     """Run `loaded`'s model once over `inputs` (padded ids and mask, see `tokens.pad`), feeding
     every recorder, and return the model's output.
 
     Without `lm_head` only the base model runs (no logits over the vocabulary); with it, the
-    whole model, for callers that need the loss.
+    whole model, for callers that need the loss. `edit` replaces each layer's W_O input as
+    the model runs; `gradients` runs with autograd on (for gates inside `edit`).
     """
     import torch
 
@@ -83,15 +99,20 @@ def run(
                 recorder.receive(layer, {kind: got[kind] for kind in kinds})
         del seen[layer]  # every recorder has had this layer's tensors
 
-    with _hooked(model, wanted, arrive), torch.inference_mode():
+    mode = torch.enable_grad() if gradients else torch.inference_mode()
+    with _hooked(model, wanted, arrive, edit), mode:
         return (model if lm_head else model.base_model)(**inputs)
 
 
 @contextmanager
 def _hooked(
-    model: Any, wanted: Mapping[int, set[str]], arrive: Callable[[str, int, Any], None]
+    model: Any,
+    wanted: Mapping[int, set[str]],
+    arrive: Callable[[str, int, Any], None],
+    edit: Edit | None = None,
 ) -> Iterator[None]:
-    """Hooks that pass each wanted (kind, layer) tensor to `arrive` as the layer runs.
+    """Hooks that pass each wanted (kind, layer) tensor to `arrive` as the layer runs, and
+    one that lets `edit` replace each layer's W_O input.
 
     Modules shared by several layers (ALBERT) are called once per layer, in order, so the
     n-th call of a shared module belongs to the n-th layer that uses it.
@@ -101,8 +122,13 @@ def _hooked(
     ]
     handles = []
 
-    def install(kind: str, pick: Callable[[LayerModules], Any], before: bool, take: Callable):
-        layers_of = [layer for layer, kinds in wanted.items() if kind in kinds]
+    every_layer = list(range(len(modules)))
+
+    def install(
+        layers_of: Sequence[int], pick: Callable[[LayerModules], Any], before: bool, act: Callable
+    ) -> None:
+        """Hook the module `pick` names; `act(layer, args, output)` runs for `layers_of`, and
+        what it returns (None: nothing) replaces the module's input or output."""
         if not layers_of:
             return
         users: dict[int, list[int]] = {}  # id(module) -> the layers that call it, in order
@@ -115,20 +141,31 @@ def _hooked(
             calls[id(module)] = n + 1
             layer = users[id(module)][n % len(users[id(module)])]
             if layer in layers_of:
-                arrive(kind, layer, take(args, output))
+                return act(layer, args, output)
+            return None
 
         for module in {id(pick(m)): pick(m) for m in modules}.values():
             register = module.register_forward_pre_hook if before else module.register_forward_hook
             handles.append(register(hook))
 
-    def first(args, _):
+    def record(kind: str, pick: Callable[[LayerModules], Any], before: bool, take: Callable):
+        def act(layer: int, args: Any, output: Any) -> None:
+            arrive(kind, layer, take(args, output))
+
+        install([layer for layer, kinds in wanted.items() if kind in kinds], pick, before, act)
+
+    def first(args: Any, _: Any) -> Any:
         return args[0]
 
-    install("input", lambda m: m.q, True, first)
-    install("output", lambda m: m.o, False, lambda _, output: output)
-    install("residual", lambda m: m.q if m.residual is None else m.residual, True, first)
+    record("input", lambda m: m.q, True, first)
+    record("output", lambda m: m.o, False, lambda _, output: output)
+    record("residual", lambda m: m.q if m.residual is None else m.residual, True, first)
     # Every supported attention module returns (output, probabilities) in eager mode.
-    install("probs", lambda m: m.attention, False, lambda _, output: output[1])
+    record("probs", lambda m: m.attention, False, lambda _, output: output[1])
+    record("heads", lambda m: m.o, True, lambda args, _: args[0])
+    if edit is not None:
+        # After "heads": a recorder sees what the heads computed, W_O what the edit made of it.
+        install(every_layer, lambda m: m.o, True, lambda layer, args, _: (edit(layer, args[0]),))
     try:
         yield
     finally:

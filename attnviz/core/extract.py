@@ -14,7 +14,7 @@ from attnviz.core.attention import Attention, Encoded
 from attnviz.core.tokens import encode, pad
 
 if TYPE_CHECKING:
-    from attnviz.core.capture import Recorder
+    from attnviz.core.capture import Edit, Recorder
     from attnviz.core.models import LoadedModel
 
 
@@ -38,13 +38,15 @@ def attend(
     layers: Sequence[int] | None = None,
     also: Sequence[Recorder] = (),
     values: Callable[[list[int], int, int], Any] | None = None,
+    edit: Edit | None = None,
 ) -> list[Attention]:
     """Run one padded forward pass and return each text's attention cropped to its own tokens.
 
     Only `layers` (default: all) are kept. Recorders in `also` are fed by the same pass
     (the page's inside view takes each layer's input from it). `values(chosen_layers,
     n_batch, width)` makes a recorder with a `held` array (B, L, H', W, W) and its `measure`
-    whose values replace the weights (`analysis.contributions.Measured`).
+    whose values replace the weights (`analysis.contributions.Measured`). `edit` changes the
+    model as it runs (`show --ablate` removes heads, see `capture.run`).
     Right padding keeps every text's positions 0…n-1, so a text's attention in a batch
     equals its attention alone, for causal models too.
     """
@@ -59,7 +61,7 @@ def attend(
         weights = values(chosen, n_batch, width)
     else:
         weights = _Weights(chosen, n_batch, loaded.info.n_heads, width)
-    capture.run(loaded, inputs, [weights, *also])
+    capture.run(loaded, inputs, [weights, *also], edit=edit)
     measure = getattr(weights, "measure", None)
 
     results = []

@@ -258,7 +258,13 @@ def describe(name: str | None = None) -> ModelSpec | None:
 
 def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
     """Load a model and its tokenizer for attention extraction (eval mode, eager attention)."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoTokenizer,
+    )
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -282,7 +288,10 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
     try:
         tokenizer = _from_pretrained(AutoTokenizer, source)
         # Decoders with their LM head: report's induction probe measures the model's loss.
+        # Encoders saved with their masked-LM head keep it: head importance measures its loss.
         loader = AutoModelForCausalLM if model_type in DECODER_TYPES else AutoModel
+        if loader is AutoModel and _has_mlm_head(config):
+            loader = AutoModelForMaskedLM
         model = _from_pretrained(loader, source, attn_implementation="eager")
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"could not load model '{label}': {str(exc).splitlines()[0]}") from exc
@@ -306,6 +315,11 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
         n_kv_heads=n_kv_heads,
     )
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=torch_device)
+
+
+def _has_mlm_head(config: Any) -> bool:
+    """Whether the checkpoint was saved with a masked-LM head (config.architectures says)."""
+    return any(name.endswith("ForMaskedLM") for name in config.architectures or ())
 
 
 def _max_tokens(config: Any, tokenizer: Any) -> int:

@@ -963,3 +963,45 @@ def relation_figure(
     fig.colorbar(image, cax=bar, label="accuracy")
     fig.text(0.5, 1 - 0.3 / height, title, ha="center", va="center", fontsize=10)
     return fig
+
+
+def importance_figure(
+    scores: np.ndarray,
+    ranks: np.ndarray,
+    layers: list[int],
+    heads: list[int],
+    title: str,
+    bar_label: str,
+    style: Style,
+    numbered: int = 10,
+) -> Any:
+    """Each chosen head's importance as a layers × heads map, the `numbered` most important
+    heads marked with their rank. `scores` and `ranks` are over the chosen layers × heads.
+
+    A score below 0 (removing the head helps) is blue, above 0 red, on a scale centred at 0;
+    scores that are all ≥ 0 use the style's colour map from 0.
+    """
+    import numpy as np
+    from matplotlib.colors import TwoSlopeNorm
+
+    fig, ax = _grid_axes(layers, heads, title, style, 1.6)
+    finite = scores[np.isfinite(scores)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    high = high if high > 0 else 1.0
+    if low < 0:
+        norm, cmap = TwoSlopeNorm(0.0, min(low, -1e-12), high), "RdBu_r"
+    else:
+        norm, cmap = None, style.cmap
+    image = ax.imshow(scores, cmap=cmap, norm=norm, vmin=None if norm else 0.0,
+                      vmax=None if norm else high, aspect="auto",
+                      interpolation="nearest")  # fmt: skip
+    for (r, c), rank in np.ndenumerate(ranks):
+        if 0 < rank <= numbered:
+            shade = image.cmap(image.norm(scores[r, c]))
+            dark = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5
+            ax.text(c, r, str(rank), ha="center", va="center", fontsize=7, fontweight="bold",
+                    color="white" if dark else "black")  # fmt: skip
+    width = fig.get_figwidth()
+    fig.colorbar(image, ax=ax, fraction=0.8 / width, pad=0.15 / width, label=bar_label)
+    ax.set_xlabel(f"head  (numbered: the {numbered} most important, by rank)")
+    return fig

@@ -61,6 +61,8 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
     grid.close()
     role_map = role_map_figure(report.roles, layers, heads, report.info.name, style)
     written.append(save_figure(role_map, out / f"roles.{ext}", style))
+    importance_files = _write_importance(report, out, style)
+    written += importance_files.values()
     examples: dict[str, Path] = {}
     head_fig = HeadFigure(report.example, style)
     for role, heads in report.strongest(1).items():
@@ -76,11 +78,98 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
     sections: list[str] = []
     if report.linguistics is not None:
         sections = _write_linguistics(report, report.linguistics, out, style, written)
+    sections = _importance_section(report, importance_files) + sections
     markdown = _markdown(report, examples, style, sections)
     written.append(write_text_atomic(out / "report.md", markdown))
     files = [str(path.relative_to(out.parent)) for path in written]
     write_done(out, {"model": report.info.name, **asdict(style)}, {"files": files})
     return written
+
+
+def _importance_file(name: str, ext: str) -> str:
+    """importance.png for ablation (or the only method), importance-gradient.png beside it."""
+    return f"{name.replace('_', '-')}.{ext}"
+
+
+def _write_importance(report: Report, out: Path, style: Style) -> dict[str, Path]:
+    """The importance maps, by column name (see `Report.importances`)."""
+    import numpy as np
+
+    from attnviz.outputs.figures import importance_figure, save_figure
+
+    written = {}
+    layers, heads = list(report.layers), list(report.heads)
+    pick = np.ix_(layers, heads)
+    found = report.importances()
+    for name, result in found.items():
+        file = _importance_file("importance" if len(found) == 1 else name, style.fmt)
+        title = f"Head importance by {result.how} — {report.info.name}"
+        figure = importance_figure(result.scores[pick], result.ranks()[pick], layers, heads,
+                                   title, result.measure, style)  # fmt: skip
+        written[name] = save_figure(figure, out / file, style)
+    return written
+
+
+def head_label(report: Report, layer: int, head: int) -> str:
+    """A head with its role and its importance ranks: "L18 H6 induction · rank 1 by ablation"."""
+    role = next((r.role for r in report.roles if (r.layer, r.head) == (layer, head)), None)
+    label = f"L{layer} H{head}" + (f" {role}" if role else "")
+    for result in report.importances().values():
+        rank = int(result.ranks()[layer, head])
+        if rank:
+            label += f" · rank {rank} by {result.method}"
+    return label
+
+
+def _importance_section(report: Report, files: dict[str, Path], shown: int = 15) -> list[str]:
+    """report.md's "Which heads matter": the objective, the maps, the heads ranked."""
+    found = report.importances()
+    if not found:
+        return []
+    first = next(iter(found.values()))
+    lines = [
+        "## Which heads matter",
+        "",
+        f"Objective, over the report's {first.texts} texts: {first.objective}. With nothing "
+        + (
+            "removed it is 0, by definition."
+            if first.objective_name == "embedding-cosine"
+            else f"removed it is **{first.clean:.4g} {first.unit}**."
+        ),
+        "",
+    ]
+    for result in found.values():
+        if result.method == "gradient":
+            lines.append(
+                "- *gradient*: a gate ξ = 1 multiplies each head's output; the score is "
+                "|∂ objective / ∂ ξ| over all the texts (Michel et al. 2019), one backward pass "
+                "per batch."
+            )
+        else:
+            what = "its mean over the texts' tokens" if result.ablation == "mean" else "0"
+            lines.append(
+                f"- *{result.how}*: each head's output (its slice of W_O's input) is set to "
+                f"{what} at every position, one head at a time; the score is how much the "
+                "objective rises (below 0: the model does better without the head)."
+            )
+    lines.append("")
+    spearman = report.spearman()
+    if spearman is not None:
+        lines += [f"Spearman correlation of the two rankings: **{spearman:.2f}**.", ""]
+    for name, path in files.items():
+        lines += [_figure(f"importance by {found[name].how}", path), ""]
+    roles = {(r.layer, r.head): r.role for r in report.roles}
+    header = ("rank", "head", "role") + tuple(f"{r.how} ({r.unit})" for r in found.values())
+    rows = []
+    for layer, head, _ in first.top(shown):
+        scores = tuple(f"{r.scores[layer, head]:.4g}" for r in found.values())
+        rows.append((first.ranks()[layer, head], f"layer {layer} · head {head}",
+                     roles.get((layer, head), ""), *scores))  # fmt: skip
+    lines += [f"The {len(rows)} most important heads by {first.how}:", ""]
+    lines += _table(header, rows)
+    columns = ", ".join(f"`{name}`, `{name}_rank`" for name in found)
+    lines += ["", f"Every head's score and rank: {columns} in heads.csv and heads.json.", ""]
+    return lines
 
 
 def _probe_scores(report: Report) -> dict[str, np.ndarray]:
@@ -363,7 +452,8 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style, sections:
     lines += ["", "### Strongest heads of each role", ""]
     lines += _table(
         ("role", "head", "score"),
-        [(role, f"layer {h.layer} · head {h.head}", f"{h.score:.3f}")
+        [(role, head_label(report, h.layer, h.head) if report.importances()
+          else f"layer {h.layer} · head {h.head}", f"{h.score:.3f}")
          for role, heads in report.strongest(3).items() for h in heads],
     )  # fmt: skip
     counts: dict[str, int] = {}

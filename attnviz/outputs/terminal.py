@@ -16,6 +16,7 @@ from attnviz.analysis.summary import AGREE, TOKEN
 
 if TYPE_CHECKING:
     from attnviz.analysis.check import CheckResult
+    from attnviz.analysis.importance import AblationView
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.report import Report
     from attnviz.analysis.summary import HeadSummary
@@ -599,3 +600,71 @@ def print_linguistics(console: Console, report: Report) -> None:
         "see linguistic_roles in heads.csv; * marks such a head's accuracy.[/]",
         highlight=False,
     )
+
+
+def print_importance(console: Console, report: Report, shown: int = 10) -> None:
+    """The most important heads by each method measured, with their roles."""
+    found = report.importances()
+    if not found:
+        return
+    first = next(iter(found.values()))
+    if first.objective_name == "embedding-cosine":
+        what = "the sentence embedding: 1 − cos between it with and without each head"
+    else:
+        what = f"the {first.short}: {first.clean:.4g} {first.unit} with nothing removed"
+    console.print(
+        f"[bold]Which heads matter[/] to {what} (definition in report.md)", highlight=False
+    )
+    roles = {(r.layer, r.head): r.role for r in report.roles}
+    table = Table(title_justify="left", box=None, padding=(0, 2, 0, 0))
+    table.add_column("rank", justify="right")
+    table.add_column("head")
+    table.add_column("role")
+    for result in found.values():
+        table.add_column(f"{result.how} ({result.unit})", justify="right")
+    for rank, (layer, head, _) in enumerate(first.top(shown), start=1):
+        role = roles.get((layer, head), "")
+        scores = [f"{result.scores[layer, head]:.4g}" for result in found.values()]
+        style = EVERY_ROLE[role].style if role in EVERY_ROLE else ""
+        table.add_row(str(rank), f"L{layer} H{head}", Text(role, style=style), *scores)
+    console.print(table)
+    spearman = report.spearman()
+    if spearman is not None:
+        console.print(f"Spearman correlation of the two rankings: {spearman:.2f}", highlight=False)
+
+
+def _guesses(found: tuple[tuple[str, float], ...]) -> str:
+    return "  ".join(f"{token.strip() or repr(token)} {prob:.2f}" for token, prob in found)
+
+
+def print_ablation(console: Console, view: AblationView) -> None:
+    """What removing heads changed: a decoder's loss and next-token guesses per position
+    before and after; an encoder's sentence embedding."""
+    removed = ", ".join(f"L{layer} H{head}" for layer, head in view.heads)
+    if not view.predictions:
+        console.print(
+            f"[bold]Removed {removed}[/] (zero ablation): the sentence embedding moved by "
+            f"1 − cos = {view.after:.4g}; the maps above are the model's without "
+            f"{'it' if len(view.heads) == 1 else 'them'}.",
+            highlight=False,
+        )
+        return
+    console.print(
+        f"[bold]Removed {removed}[/] (zero ablation): {view.objective} {view.before:.3f} → "
+        f"{view.after:.3f} {view.unit} ({view.after - view.before:+.3f})",
+        highlight=False,
+    )
+    table = Table(box=None, padding=(0, 2, 0, 0), title_justify="left",
+                  title="Top-5 next tokens before → after")  # fmt: skip
+    for name in ("pos", "token", "next", "before", "after"):
+        table.add_column(name, justify="right" if name == "pos" else "left")
+    for p in view.predictions:
+        changed = p.before[0][0] != p.after[0][0]
+        table.add_row(
+            str(p.position),
+            repr(p.token),
+            "—" if p.actual is None else repr(p.actual),
+            _guesses(p.before),
+            Text(_guesses(p.after), style="bold yellow" if changed else ""),
+        )
+    console.print(table)

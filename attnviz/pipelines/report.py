@@ -59,13 +59,22 @@ def build_report(
     on_warning: Callable[[str], None] | None = None,
     min_count: int = 100,
     margin: float = 0.1,
+    importance: str | None = None,
+    ablation: str = "zero",
+    on_importance: Callable[[int, int], None] | None = None,
 ) -> Report:
     """Run every sentence through the model, summing head metrics as it goes (flat memory).
 
     Metrics are summed for every head (one vectorised pass); roles and files cover the
     chosen `layers` and `heads` (default: all). A treebank's sentences are read as its
     words, and its syntax and coreference are measured too (`attnviz.analysis.linguistics`).
+    `importance` ("ablation", "gradient" or "both") also measures which heads matter to the
+    model's objective on the same texts (`attnviz.analysis.importance`; `ablation` zero or
+    mean), reporting `on_importance(batches done, batches)` as it goes.
     """
+    from attnviz.analysis.importance import methods_of
+
+    methods = methods_of(importance) if importance else []
     from attnviz.analysis.linguistics import LinguisticSums
     from attnviz.analysis.transforms import transform, word_view
     from attnviz.core.extract import extract_many
@@ -74,9 +83,15 @@ def build_report(
 
     chosen_layers = loaded.info.pick_layers(layers)
     chosen_heads = loaded.info.pick_heads(heads)
+    if methods:
+        from attnviz.analysis.importance import check_method
+
+        for method in methods:
+            check_method(loaded, method)  # before the corpus's pass, not after it
     skipped: list[str] = []
     treebank = sentences if isinstance(sentences, Treebank) else None
     waiting: deque = deque()  # the treebank sentences (and encodings) on their way
+    kept: list = []  # the encoded texts, for importance (a few hundred bytes each)
 
     def encoded():
         for sentence in sentences.items:
@@ -87,9 +102,12 @@ def build_report(
                     )
                     # before the yield: a batch may run right after
                     waiting.append((sentence, encoded_words))
-                    yield encoded_words
+                    item = encoded_words
                 else:
-                    yield encode(loaded, sentence.text, truncate)
+                    item = encode(loaded, sentence.text, truncate)
+                if methods:
+                    kept.append(item)
+                yield item
             except TextTooLongError as error:
                 note = f"{sentences.source}, line {sentence.line}: skipped, {error}"
                 skipped.append(note)
@@ -127,6 +145,14 @@ def build_report(
     wanted = {(layer, head) for layer in chosen_layers for head in chosen_heads}
     found = assign_roles(means, chosen, probes.scores if probes is not None else None)
     roles = [r for r in found if (r.layer, r.head) in wanted]
+    measured = {}
+    if methods:
+        from attnviz.analysis.importance import importance as head_importance
+
+        for method in methods:
+            measured[method] = head_importance(
+                loaded, kept, method, ablation, layers, heads, on_progress=on_importance
+            )
     return Report(
         info=loaded.info,
         unit=example.unit,
@@ -140,6 +166,8 @@ def build_report(
         layers=tuple(chosen_layers),
         heads=tuple(chosen_heads),
         probes=probes,
+        importance=measured.get("ablation"),
+        importance_gradient=measured.get("gradient"),
         linguistics=linguistic.result(
             treebank, min_count, margin, tuple(f"{n} sentence(s) {k}" for k, n in changed.items())
         )

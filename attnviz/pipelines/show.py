@@ -17,6 +17,7 @@ from attnviz.outputs.files import (
 )
 
 if TYPE_CHECKING:
+    from attnviz.analysis.importance import AblationView
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.summary import HeadSummary
     from attnviz.core.attention import Attention
@@ -40,6 +41,7 @@ class ShowResult:
     special_by_weight: Any = None
     special_by_norm: Any = None
     mixing: dict[int, dict[str, float]] | None = None  # alti: each layer's mixing ratios
+    ablation: AblationView | None = None  # with ablate: the text with those heads removed
 
     def as_dict(self) -> dict[str, Any]:
         from attnviz.analysis.contributions import MEASURES
@@ -81,6 +83,7 @@ class ShowResult:
             "folder": str(self.folder) if self.folder is not None else None,
             "images": [str(p) for p in self.images],
             "page": str(self.page) if self.page is not None else None,
+            **({"ablation": self.ablation.as_dict()} if self.ablation is not None else {}),
         }
 
 
@@ -110,6 +113,7 @@ def show(
     jobs: int = 1,
     on_summary: Callable[[ShowResult], None] | None = None,
     measure: str = "weights",
+    ablate: list[tuple[int, int]] | None = None,
 ) -> ShowResult:
     """Extract one text's attention, summarise the chosen heads, write their heatmaps to `out`.
 
@@ -122,7 +126,10 @@ def show(
     `on_summary` gets the result without its files as soon as the summary is known, before
     any figure is drawn (the command line prints it while the figures are drawn).
     `measure` (`analysis.contributions.MEASURES`) is what the summary and figures show:
-    the weights, or norm, alti or rollout.
+    the weights, or norm, alti or rollout. `ablate` ((layer, head) pairs) removes those heads
+    (zero ablation): the attention and figures are the model's without them, and
+    `ShowResult.ablation` says what changed (a decoder's loss and top-5 next tokens before and
+    after; an encoder's embedding).
     """
     from attnviz.analysis.contributions import refuse
     from attnviz.core.attention import require_text
@@ -132,10 +139,13 @@ def show(
         require_text(pair, "the --pair sentence")
     chosen_measure = refuse(measure, hide_special_tokens)
     model.refuse_early(layers, heads, text, truncate, pair)
-    # One folder per text, model, pair and measure: `show TEXT -m smollm2` keeps `show
-    # TEXT`'s images.
+    if ablate:
+        model.refuse_early([layer for layer, _ in ablate], [head for _, head in ablate])
+    # One folder per text, model, pair, measure and removed heads: `show TEXT -m smollm2`
+    # keeps `show TEXT`'s images.
     key = None if chosen_measure.name == "weights" else chosen_measure.name
-    name = text_folder_name(text, 40, model.folder_key, pair, key)
+    removed_key = ",".join(f"{layer}.{head}" for layer, head in ablate) if ablate else None
+    name = text_folder_name(text, 40, model.folder_key, pair, key, removed_key)
     folder = prepare_dir(out / name) if out is not None else None
     if folder is not None and images and jobs > 1:
         from attnviz.outputs.render import start_workers
@@ -165,6 +175,13 @@ def show(
     # The page's inside view takes each layer's input from the same forward pass.
     inside = InsideSteps(loaded, [encoded]) if folder is not None and html else None
     chosen_layers = loaded.info.pick_layers(layers)
+    edit, compared = None, None
+    if ablate:
+        from attnviz.analysis.importance import removing
+
+        loaded.info.pick_layers([layer for layer, _ in ablate])  # what the files did not say
+        loaded.info.pick_heads([head for _, head in ablate])
+        edit = removing(loaded, ablate)
     # The share special tokens take, by weight and by norm, from the same pass.
     special = SpecialShares.of(loaded, chosen_layers, [np.array(encoded.special, dtype=bool)])
     kept: list = []
@@ -172,7 +189,23 @@ def show(
     # The page's measure switch: every other measure from the same pass.
     every = EveryMeasure(loaded, chosen_layers, [encoded], chosen_measure.name) if inside else None
     also += list(every.recorders.values()) if every else []
-    attended = measured(loaded, [encoded], chosen_measure.name, layers, also, kept)[0]
+    attended = measured(loaded, [encoded], chosen_measure.name, layers, also, kept, edit)[0]
+    if ablate:
+        from dataclasses import replace
+
+        from attnviz.analysis.importance import compare
+        from attnviz.errors import InputError
+
+        at = None
+        if query is not None:
+            try:
+                at = [find_query(attended, query)]  # a token; --words queries fall back to all
+            except InputError:
+                at = None
+        compared = compare(loaded, encoded, ablate, at)
+        removed = ", ".join(f"L{layer} H{head}" for layer, head in compared.heads)
+        note = f"heads removed (zero ablation): {removed}"
+        attended = replace(attended, notes=(*attended.notes, note))
     shown = transform(attended, words, hide_special_tokens)
     chosen_heads = shown.heads_held(heads)
     ranked = shares(shown)  # a norm's rows as shares: what the summary and query rank
@@ -189,7 +222,17 @@ def show(
     )
     if on_summary is not None:
         on_summary(
-            ShowResult(shown, chosen_layers, chosen_heads, summaries, folder, [], asked, **found)
+            ShowResult(
+                shown,
+                chosen_layers,
+                chosen_heads,
+                summaries,
+                folder,
+                [],
+                asked,
+                **found,
+                ablation=compared,
+            )
         )
     if chosen_measure.name == "norm" and style.scale == "absolute":
         from dataclasses import replace
@@ -242,6 +285,7 @@ def show(
             "truncate": truncate,
             "query": query,
             "measure": chosen_measure.name,
+            "ablate": [f"{layer}.{head}" for layer, head in ablate or []],
             "images": images,
             "html": html,
             **asdict(style),
@@ -254,7 +298,16 @@ def show(
         }
         write_done(folder, settings, record)
     return ShowResult(
-        shown, chosen_layers, chosen_heads, summaries, folder, written, asked, page, **found
+        shown,
+        chosen_layers,
+        chosen_heads,
+        summaries,
+        folder,
+        written,
+        asked,
+        page,
+        **found,
+        ablation=compared,
     )
 
 

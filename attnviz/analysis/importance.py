@@ -1,0 +1,610 @@
+"""Which heads matter: each head's importance to the model's objective, by ablation and by
+gradient (Michel, Levy and Neubig 2019, "Are Sixteen Heads Really Better than One?").
+
+A head's output is its slice of W_O's input (B, T, H·d_head); `core.capture` lets an edit
+replace that input as the model runs.
+
+- *Ablation*: head h's slice is set to 0 at every position (`zero`), or to its mean over the
+  texts' tokens (`mean`); the score is how much the objective rises. Every ablated copy of the
+  texts is a batch row of its own, so one forward pass ablates many heads.
+- *Gradient*: a gate ξ_h = 1 multiplies each head's slice; the score is |∂L/∂ξ_h|, from one
+  backward pass per batch of texts, of the same corpus objective L (so that −∂L/∂ξ_h is the
+  first-order estimate of what zero ablation changes). No weight changes.
+
+The objective depends on what the loaded model can predict (`OBJECTIVES`, picked by
+`objective_of`): a decoder's next-token loss, an encoder's masked-LM loss when it has its MLM
+head, otherwise how far the sentence embedding moves. Scores are `[layer, head]`, larger =
+more important; heads not measured are NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from attnviz.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from attnviz.core.attention import Encoded
+    from attnviz.core.models import LoadedModel
+
+SEED = 0  # the masked-LM objective's choice of masked tokens
+MASK_SHARE = 0.15
+TOKEN_BUDGET = 2048  # padded tokens per ablation batch: the logits of a batch are its memory
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What importance measures a head against: its name, definition and unit."""
+
+    name: str
+    short: str  # in a figure's colour bar: "next-token loss"
+    help: str
+    unit: str
+    at_optimum: bool  # with nothing removed, its gradient is 0: gradient importance says nothing
+
+
+OBJECTIVES = {
+    objective.name: objective
+    for objective in (
+        Objective(
+            "next-token",
+            "next-token loss",
+            "mean next-token negative log-likelihood over every predicted token of the texts "
+            "(tokens 1…T−1; BOS first where the model adds one)",
+            "nats",
+            False,
+        ),
+        Objective(
+            "masked-lm",
+            "masked-LM loss",
+            f"masked-LM loss: mean negative log-likelihood of a fixed {MASK_SHARE:.0%} of each "
+            f"text's word tokens (seed {SEED}), each replaced by the mask token",
+            "nats",
+            False,
+        ),
+        Objective(
+            "embedding-cosine",
+            "1 − cos of the embedding",
+            "1 − cosine between the sentence embedding (the last hidden state mean-pooled over "
+            "the text's tokens, as sentence-transformers pools it) with and without the change, "
+            "mean over texts",
+            "1 − cos",
+            True,
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A named way of doing something, with its help (a method, an ablation)."""
+
+    name: str
+    help: str
+
+
+METHODS = {
+    kind.name: kind
+    for kind in (
+        Kind("ablation", "remove each head in turn; score = how much the objective rises"),
+        Kind("gradient", "|∂objective/∂gate| of a gate on each head's output (Michel et al.)"),
+    )
+}
+# What `report --importance` takes: each method, or both (and their rank correlation).
+BOTH = Kind("both", "both, with the Spearman correlation of their two rankings")
+CHOICES = {**METHODS, BOTH.name: BOTH}
+
+
+def methods_of(choice: str) -> list[str]:
+    """The methods a choice of CHOICES runs, ablation first."""
+    if choice not in CHOICES:
+        raise InputError(f"unknown importance '{choice}'; known: {', '.join(CHOICES)}")
+    return list(METHODS) if choice == BOTH.name else [choice]
+
+
+ABLATIONS = {
+    kind.name: kind
+    for kind in (
+        Kind("zero", "the head's output set to 0 at every position"),
+        Kind("mean", "the head's output replaced by its mean over the texts' tokens"),
+    )
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Importance:
+    """Each head's importance to one objective over some texts."""
+
+    scores: np.ndarray  # (L, H): larger = more important; NaN where not measured
+    clean: float  # the objective with nothing removed
+    objective: str  # its definition in words
+    objective_name: str
+    unit: str
+    method: str
+    ablation: str | None  # zero or mean, for method "ablation"
+    texts: int
+    layers: tuple[int, ...]
+    heads: tuple[int, ...]
+    short: str = ""  # the objective in a few words
+
+    @property
+    def measure(self) -> str:
+        """What a score is, with its unit: a colour bar's label."""
+        unit = "" if self.unit in self.short else f" ({self.unit})"
+        if self.method == "gradient":
+            return f"|∂ {self.short} / ∂ gate|{unit}"
+        how = "at its mean" if self.ablation == "mean" else "zeroed"
+        return f"rise in {self.short}, head {how}{unit}"
+
+    @property
+    def how(self) -> str:
+        """The method in a few words: "zero ablation", "mean ablation", "gradient"."""
+        return "gradient" if self.method == "gradient" else f"{self.ablation} ablation"
+
+    def ranks(self) -> np.ndarray:
+        """(L, H): 1 for the most important head measured, 2 for the next …; 0 where not
+        measured. Ties take the better rank of the two in layer, head order."""
+        import numpy as np
+
+        ranks = np.zeros(self.scores.shape, dtype=int)
+        measured = np.flatnonzero(np.isfinite(self.scores.ravel()))
+        order = measured[np.argsort(-self.scores.ravel()[measured], kind="stable")]
+        ranks.ravel()[order] = np.arange(1, len(order) + 1)
+        return ranks
+
+    def top(self, n: int) -> list[tuple[int, int, float]]:
+        """The `n` most important heads: (layer, head, score), best first."""
+        import numpy as np
+
+        ranks = self.ranks()
+        found = [(int(r), int(layer), int(head)) for (layer, head), r in np.ndenumerate(ranks)]
+        best = sorted((r, layer, head) for r, layer, head in found if r > 0)[:n]
+        return [(layer, head, float(self.scores[layer, head])) for _, layer, head in best]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "ablation": self.ablation,
+            "objective": self.objective_name,
+            "definition": self.objective,
+            "unit": self.unit,
+            "measure": self.measure,
+            "clean": self.clean,
+            "texts": self.texts,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class _Item:
+    """One text as the objective reads it: what the model gets and what it is scored on."""
+
+    encoded: Encoded  # for the masked-LM objective, with its chosen tokens masked
+    labels: tuple[int, ...]  # per position, the token its logits are scored on; −100: none
+    weight: int  # how many positions it scores (1 per text for the embedding objective)
+
+
+def objective_of(loaded: LoadedModel) -> Objective:
+    """The objective `loaded` can be measured by: a decoder's next-token loss, an encoder's
+    masked-LM loss when its MLM head is loaded, else the sentence embedding's cosine."""
+    if loaded.info.causal:
+        return OBJECTIVES["next-token"]
+    if has_mlm_head(loaded):
+        return OBJECTIVES["masked-lm"]
+    return OBJECTIVES["embedding-cosine"]
+
+
+def has_mlm_head(loaded: LoadedModel) -> bool:
+    """Whether an encoder was loaded with its masked-LM head (a *ForMaskedLM checkpoint)."""
+    return not loaded.info.causal and loaded.model is not loaded.model.base_model
+
+
+def check_method(loaded: LoadedModel, method: str) -> Objective:
+    """The objective `method` will use on `loaded`, or a one-line InputError where gradients
+    say nothing (the embedding's 1 − cosine is 0 with nothing removed, its gradient 0 too)."""
+    objective = objective_of(loaded)
+    if method == "gradient" and objective.at_optimum:
+        raise InputError(
+            f"gradient importance needs an objective away from its optimum: {loaded.info.name} "
+            f"has no LM head, so its objective is 1 − cosine of the sentence embedding, which is "
+            "0 with nothing removed, and so is its gradient; use --importance ablation"
+        )
+    return objective
+
+
+def _items(loaded: LoadedModel, texts: Sequence[Encoded], objective: Objective) -> list[_Item]:
+    import numpy as np
+
+    items = []
+    for index, encoded in enumerate(texts):
+        n = len(encoded)
+        if objective.name == "next-token":
+            # logits at p predict token p + 1; the last position predicts nothing
+            items.append(_Item(encoded, (*encoded.ids[1:], -100), n - 1))
+        elif objective.name == "masked-lm":
+            words = [p for p in range(n) if not encoded.special[p]]
+            k = max(1, round(MASK_SHARE * len(words))) if words else 0
+            chosen = set(np.random.default_rng([SEED, index]).choice(words, k, replace=False))
+            mask_id = loaded.tokenizer.mask_token_id
+            ids = tuple(mask_id if p in chosen else i for p, i in enumerate(encoded.ids))
+            labels = tuple(i if p in chosen else -100 for p, i in enumerate(encoded.ids))
+            items.append(_Item(replace(encoded, ids=ids), labels, k))
+        else:
+            items.append(_Item(encoded, (-100,) * n, 1))
+    if sum(item.weight for item in items) == 0:
+        raise InputError("the texts give the objective nothing to score: each is one token long")
+    return items
+
+
+class _Scorer:
+    """Runs batches of items (each possibly edited) and sums each row's objective terms."""
+
+    def __init__(self, loaded: LoadedModel, items: list[_Item], objective: Objective) -> None:
+        self.loaded, self.items = loaded, items
+        self.total = sum(item.weight for item in items)
+        self.lm_head = objective.name != "embedding-cosine"
+        self.reference: Any = None  # (N, d_model) clean embeddings, for the cosine objective
+
+    def run(self, rows: Sequence[int], edit: Any = None, gradients: bool = False, also=()) -> Any:
+        """(B,): each row's sum of objective terms; row r reads item `rows[r]`."""
+        import torch
+
+        from attnviz.core import capture
+        from attnviz.core.tokens import pad
+
+        batch = [self.items[i] for i in rows]
+        inputs = pad(self.loaded, [item.encoded for item in batch])
+        output = capture.run(self.loaded, inputs, also, self.lm_head, edit, gradients)
+        mask = inputs["attention_mask"]  # (B, W)
+        if self.lm_head:
+            labels = torch.full(mask.shape, -100, dtype=torch.long)
+            for r, item in enumerate(batch):
+                labels[r, : len(item.labels)] = torch.tensor(item.labels)
+            logits = output.logits  # (B, W, V)
+            labels = labels.to(logits.device)
+            scored = labels != -100  # (B, W)
+            # Only the scored positions' logits, as one contiguous (N, V) block.
+            loss = torch.nn.functional.cross_entropy(
+                logits[scored], labels[scored], reduction="none"
+            )  # (N,)
+            sums = torch.zeros(len(batch), dtype=torch.float64, device=logits.device)
+            return sums.index_add(0, scored.nonzero()[:, 0], loss.double())
+        pooled = _pool(output.last_hidden_state, mask)  # (B, d_model)
+        if self.reference is None:
+            return torch.zeros(len(rows), dtype=torch.float64)
+        reference = self.reference[list(rows)].to(pooled.device)
+        return 1.0 - torch.nn.functional.cosine_similarity(pooled, reference, dim=-1)
+
+    def pooled(self, rows: Sequence[int]) -> Any:
+        """(B, d_model): the clean sentence embeddings of `rows`."""
+        from attnviz.core import capture
+        from attnviz.core.tokens import pad
+
+        inputs = pad(self.loaded, [self.items[i].encoded for i in rows])
+        output = capture.run(self.loaded, inputs, [])
+        return _pool(output.last_hidden_state, inputs["attention_mask"]).cpu()
+
+    def text_batches(self, batch_size: int) -> list[list[int]]:
+        n = len(self.items)
+        return [list(range(s, min(s + batch_size, n))) for s in range(0, n, batch_size)]
+
+
+def _pool(hidden: Any, mask: Any) -> Any:
+    """(B, d_model) float64: the last hidden state (B, W, d_model) averaged over each row's
+    tokens (mask (B, W)), as sentence-transformers pools it."""
+    hidden = hidden.double()
+    weights = mask[..., None].to(hidden.device, hidden.dtype)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
+
+
+class _HeadMeans:
+    """A recorder: each layer's W_O input summed over the texts' real tokens, for `mean`."""
+
+    def __init__(self, layers: Sequence[int]) -> None:
+        self.wants = {layer: ("heads",) for layer in layers}
+        self.sums: dict[int, Any] = {}
+        self.mask: Any = None  # (B, W) of the batch being run, set before each pass
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        heads = tensors["heads"].double()  # (B, T, H·d_head)
+        weights = self.mask[..., None].to(heads.dtype)
+        total = (heads * weights).sum(dim=(0, 1))  # (H·d_head,)
+        self.sums[layer] = self.sums.get(layer, 0) + total
+
+
+def _split_heads(x: Any, n_heads: int) -> Any:
+    b, t, width = x.shape
+    return x.reshape(b, t, n_heads, width // n_heads)  # (B, T, H, d_head)
+
+
+def ablating(drops: dict[int, Any], n_heads: int, means: dict[int, Any] | None = None):
+    """An edit for `capture.run`: in layer l, batch row r's head h reads 0 (or its mean)
+    where `drops[l][r, h]` (a bool tensor (B, H)) is set."""
+    import torch
+
+    def edit(layer: int, x: Any) -> Any:
+        drop = drops.get(layer)
+        if drop is None:
+            return x
+        heads = _split_heads(x, n_heads)  # (B, T, H, d_head)
+        if means is None:
+            fill = torch.zeros((), dtype=x.dtype, device=x.device)
+        else:
+            fill = means[layer].reshape(n_heads, -1).to(x.device, x.dtype)  # (H, d_head)
+        kept = torch.where(drop.to(x.device)[:, None, :, None], fill, heads)
+        return kept.reshape(x.shape)
+
+    return edit
+
+
+def importance(
+    loaded: LoadedModel,
+    texts: Sequence[Encoded],
+    method: str = "ablation",
+    ablation: str = "zero",
+    layers: list[int] | None = None,
+    heads: list[int] | None = None,
+    batch_size: int | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Importance:
+    """Each chosen head's importance (default: every head) to the model's objective over
+    `texts`, by `method` ("ablation" or "gradient").
+
+    `batch_size` is rows per forward pass (default: as many as fit TOKEN_BUDGET padded
+    tokens); `on_progress(done, total)` is called after each batch.
+    """
+    import numpy as np
+    import torch
+
+    if method not in METHODS:
+        raise InputError(f"unknown importance method '{method}'; known: {', '.join(METHODS)}")
+    if ablation not in ABLATIONS:
+        raise InputError(f"unknown ablation '{ablation}'; known: {', '.join(ABLATIONS)}")
+    if not texts:
+        raise InputError("importance needs at least one text")
+    info = loaded.info
+    chosen_layers, chosen_heads = info.pick_layers(layers), info.pick_heads(heads)
+    objective = check_method(loaded, method)
+    scorer = _Scorer(loaded, _items(loaded, texts, objective), objective)
+    width = max(len(t) for t in texts)
+    rows_per_batch = batch_size or max(1, TOKEN_BUDGET // width)
+    text_batches = scorer.text_batches(rows_per_batch)
+    n_texts = len(texts)
+    scores = np.full((info.n_layers, info.n_heads), np.nan)
+
+    if method == "gradient":
+        dtype = next(loaded.model.parameters()).dtype
+        gates = torch.ones((info.n_layers, info.n_heads), dtype=dtype, device=loaded.device)
+        gates.requires_grad_(True)
+
+        def gated(layer: int, x: Any) -> Any:
+            return (_split_heads(x, info.n_heads) * gates[layer][None, None, :, None]).reshape(
+                x.shape
+            )  # (B, T, H, d_head) times each head's gate
+
+        total_grad = np.zeros((info.n_layers, info.n_heads))
+        clean = 0.0
+        for done, rows in enumerate(text_batches, start=1):
+            value = scorer.run(rows, gated, gradients=True).sum() / scorer.total
+            (grad,) = torch.autograd.grad(value, gates)
+            total_grad += grad.double().cpu().numpy()
+            clean += float(value.detach())
+            if on_progress:
+                on_progress(done, len(text_batches))
+        pick = np.ix_(chosen_layers, chosen_heads)
+        scores[pick] = np.abs(total_grad[pick])
+        return _result(scores, clean, objective, "gradient", None, n_texts, chosen_layers,
+                       chosen_heads)  # fmt: skip
+
+    # The clean pass: the objective with nothing removed, the reference embeddings, the means.
+    means_of = _HeadMeans(chosen_layers) if ablation == "mean" else None
+    if objective.name == "embedding-cosine":
+        scorer.reference = torch.cat([scorer.pooled(rows) for rows in text_batches])
+    clean = 0.0
+    for rows in text_batches:
+        also = []
+        if means_of is not None:
+            also = [means_of]
+            means_of.mask = _mask(loaded, [scorer.items[i].encoded for i in rows])
+        clean += float(scorer.run(rows, also=also).sum())
+    # The embedding objective is 0 with nothing removed by definition (what is left is rounding).
+    clean = 0.0 if objective.at_optimum else clean / scorer.total
+    means = None
+    if means_of is not None:
+        count = sum(len(t) for t in texts)
+        means = {layer: total / count for layer, total in means_of.sums.items()}
+
+    # Ablated rows: (head, text) pairs, every head of a batch in rows of its own.
+    configs = [(layer, head) for layer in chosen_layers for head in chosen_heads]
+    rows = [(c, t) for c in range(len(configs)) for t in range(n_texts)]
+    sums = np.zeros(len(configs))
+    batches = [rows[s : s + rows_per_batch] for s in range(0, len(rows), rows_per_batch)]
+    for done, batch in enumerate(batches, start=1):
+        drops: dict[int, Any] = {}
+        for r, (c, _) in enumerate(batch):
+            layer, head = configs[c]
+            if layer not in drops:
+                drops[layer] = torch.zeros((len(batch), info.n_heads), dtype=torch.bool)
+            drops[layer][r, head] = True
+        edit = ablating(drops, info.n_heads, means)
+        values = scorer.run([t for _, t in batch], edit).cpu().numpy()  # (B,)
+        np.add.at(sums, [c for c, _ in batch], values)
+        if on_progress:
+            on_progress(done, len(batches))
+    for c, (layer, head) in enumerate(configs):
+        scores[layer, head] = sums[c] / scorer.total - clean
+    return _result(scores, clean, objective, "ablation", ablation, n_texts, chosen_layers,
+                   chosen_heads)  # fmt: skip
+
+
+def _mask(loaded: LoadedModel, batch: list[Encoded]) -> Any:
+    """(B, W) on the CPU: 1 for each text's tokens, 0 for padding."""
+    from attnviz.core.tokens import pad
+
+    return pad(loaded, batch)["attention_mask"].cpu()
+
+
+def _result(scores, clean, objective, method, ablation, n_texts, layers, heads) -> Importance:
+    return Importance(
+        scores=scores,
+        clean=float(clean),
+        objective=objective.help,
+        objective_name=objective.name,
+        unit=objective.unit,
+        method=method,
+        ablation=ablation,
+        texts=n_texts,
+        layers=tuple(layers),
+        heads=tuple(heads),
+        short=objective.short,
+    )
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation of two score arrays over the cells finite in both (ties
+    share their mean rank); NaN with fewer than two such cells or a constant side."""
+    import numpy as np
+
+    both = np.isfinite(a) & np.isfinite(b)
+    if both.sum() < 2:
+        return float("nan")
+    x, y = _mean_ranks(a[both]), _mean_ranks(b[both])
+    x, y = x - x.mean(), y - y.mean()
+    spread = np.sqrt((x * x).sum() * (y * y).sum())
+    return float((x * y).sum() / spread) if spread > 0 else float("nan")
+
+
+def _mean_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1…n of `values`, tied values sharing the mean of their ranks."""
+    import numpy as np
+
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(1, len(values) + 1)
+    for value in np.unique(values):
+        tied = values == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def parse_head(text: str) -> tuple[int, int]:
+    """ "18.6" -> (18, 6): a head as LAYER.HEAD, or a one-line InputError."""
+    layer, dot, head = text.strip().partition(".")
+    if not (dot and layer.isdigit() and head.isdigit()):
+        raise InputError(f"--ablate '{text}': give a head as LAYER.HEAD, e.g. 18.6")
+    return int(layer), int(head)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """At one position: the token that follows, and the top next-token guesses (token,
+    probability) before and after the heads are removed."""
+
+    position: int
+    token: str  # the token at `position`
+    actual: str | None  # the text's next token; None at the last position
+    before: tuple[tuple[str, float], ...]
+    after: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class AblationView:
+    """One text with some heads removed, against the text as it was."""
+
+    heads: tuple[tuple[int, int], ...]
+    ablation: str
+    objective: str  # the objective's short name
+    unit: str
+    before: float  # the objective with nothing removed (0 for the embedding's cosine)
+    after: float
+    predictions: tuple[Prediction, ...] = ()  # decoders: per position (or the query's)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "heads": [f"{layer}.{head}" for layer, head in self.heads],
+            "ablation": self.ablation,
+            "objective": self.objective,
+            "unit": self.unit,
+            "before": self.before,
+            "after": self.after,
+            "predictions": [
+                {
+                    "position": p.position,
+                    "token": p.token,
+                    "next": p.actual,
+                    "before": [[t, prob] for t, prob in p.before],
+                    "after": [[t, prob] for t, prob in p.after],
+                }
+                for p in self.predictions
+            ],
+        }
+
+
+def removing(
+    loaded: LoadedModel, heads: Sequence[tuple[int, int]], rows: int = 1, only: int | None = None
+) -> Any:
+    """An edit for `capture.run` that zero-ablates `heads` ((layer, head) pairs) in each of
+    `rows` batch rows, or in row `only`."""
+    import torch
+
+    drops: dict[int, Any] = {}
+    for layer, head in heads:
+        drops.setdefault(layer, torch.zeros((rows, loaded.info.n_heads), dtype=torch.bool))
+        drops[layer][slice(None) if only is None else only, head] = True
+    return ablating(drops, loaded.info.n_heads)
+
+
+def compare(
+    loaded: LoadedModel,
+    encoded: Encoded,
+    heads: Sequence[tuple[int, int]],
+    positions: Sequence[int] | None = None,
+    top_k: int = 5,
+) -> AblationView:
+    """Read `encoded` with `heads` zero-ablated and as it is, in one pass of two rows: a
+    decoder's next-token loss and top-`top_k` guesses at `positions` (default: every one),
+    an encoder's sentence embedding (1 − cosine; its masked-LM loss is not shown here)."""
+    import torch
+
+    from attnviz.core import capture
+    from attnviz.core.tokens import pad
+
+    for layer, head in heads:
+        loaded.info.pick_layers([layer])
+        loaded.info.pick_heads([head])
+    inputs = pad(loaded, [encoded, encoded])
+    edit = removing(loaded, heads, rows=2, only=1)  # row 0 reads the text as it is
+    causal = loaded.info.causal
+    output = capture.run(loaded, inputs, [], causal, edit)
+    chosen = tuple(sorted(set(heads)))
+    if not causal:
+        hidden = output.last_hidden_state.double()  # (2, T, d_model)
+        pooled = hidden.mean(dim=1)  # (2, d_model): every token is the text's
+        moved = 1.0 - float(torch.nn.functional.cosine_similarity(pooled[0], pooled[1], dim=0))
+        objective = OBJECTIVES["embedding-cosine"]
+        return AblationView(chosen, "zero", objective.short, objective.unit, 0.0, moved)
+    log_probs = torch.log_softmax(output.logits.double(), dim=-1)  # (2, T, V)
+    ids = torch.tensor(encoded.ids, device=log_probs.device)
+    n = len(encoded)
+    targets = ids[1:].expand(2, -1)[..., None]  # (2, T − 1, 1): token p + 1 at p
+    nll = -log_probs[:, : n - 1].gather(-1, targets)[..., 0]  # (2, T − 1)
+    before, after = (float(row.mean()) for row in nll)
+    tokenizer = loaded.tokenizer
+
+    def guesses(row: int, p: int) -> tuple[tuple[str, float], ...]:
+        probs, found = log_probs[row, p].exp().topk(top_k)
+        return tuple((tokenizer.decode([int(i)]), float(q)) for i, q in zip(found, probs))
+
+    shown = range(n) if positions is None else positions
+    predictions = tuple(
+        Prediction(p, tokenizer.decode([encoded.ids[p]]),
+                   tokenizer.decode([encoded.ids[p + 1]]) if p + 1 < n else None,
+                   guesses(0, p), guesses(1, p))
+        for p in shown
+    )  # fmt: skip
+    objective = OBJECTIVES["next-token"]
+    return AblationView(chosen, "zero", objective.short, objective.unit, before, after,
+                        predictions)  # fmt: skip
