@@ -446,6 +446,12 @@ def test_every_measure_page_of_a_batch_row_with_words_or_special_hidden(loaded_t
     alone = {m: _measure(loaded, OTHER, m) for m in ("weights", "norm", "rollout")}
     page = every.page(raw, raw, lambda a: a, row=1)
     assert page.weights.measure == "weights" and sorted(page.others) == ["alti", "norm", "rollout"]
+    assert [page.others[m].per_layer for m in ("alti", "norm", "rollout")] == [True, False, True]
+    assert [page.others[m].measure for m in ("alti", "norm", "rollout")] == [
+        "alti",
+        "norm",
+        "rollout",
+    ]
     np.testing.assert_allclose(page.weights.weights, alone["weights"].weights, atol=1e-5)
     np.testing.assert_allclose(page.others["norm"].weights, alone["norm"].weights, atol=1e-5)
     np.testing.assert_allclose(page.others["rollout"].weights, alone["rollout"].weights, atol=1e-5)
