@@ -61,7 +61,7 @@ def _alti_by_loops(loaded, tensors):
     block and its normalisation write for each token), by loops."""
     from attnviz.core import adapters
 
-    per_layer, rebuilt = [], []
+    per_layer, rebuilt, mixing = [], [], []
     for layer in range(loaded.info.n_layers):
         t_ = tensors[layer]
         x = t_["input"][0].double()
@@ -75,10 +75,15 @@ def _alti_by_loops(loaded, tensors):
         n, heads = probs.shape[-1], probs.shape[0]
         c = np.zeros((n, n))
         built = np.zeros_like(r)
+        mix = np.zeros((3, n))  # by weights, by norms, with residual and normalisation
         for i in range(n):
             ts = []
+            mixed = [sum(probs[h, i, j] * f[h][j] for h in range(heads)) for j in range(n)]
+            lengths = [np.linalg.norm(m) for m in mixed]
+            mix[0, i] = 1 - np.mean([probs[h, i, i] for h in range(heads)])
+            mix[1, i] = (sum(lengths) - lengths[i]) / sum(lengths)
             for j in range(n):
-                t = sum(probs[h, i, j] * f[h][j] for h in range(heads))
+                t = mixed[j]
                 if i == j and (norm is None or norm[4]):
                     t = t + r[i]
                 ts.append(t)
@@ -98,12 +103,15 @@ def _alti_by_loops(loaded, tensors):
                     ts[i] = ts[i] + r[i]
             y = sum(ts)
             built[i] = y + bias
+            own = [np.linalg.norm(t) for t in ts]
+            mix[2, i] = (sum(own) - own[i]) / sum(own)
             for j in range(n):
                 c[i, j] = max(0.0, np.abs(y).sum() - np.abs(y - ts[j]).sum())
             c[i] /= c[i].sum()
         per_layer.append(c)
         rebuilt.append(built)
-    return per_layer, rebuilt
+        mixing.append(mix)
+    return per_layer, rebuilt, mixing
 
 
 def _composed(steps):
@@ -143,12 +151,36 @@ def test_norm_is_weight_times_value_length_by_loops(arch, loaded_tiny):
 @pytest.mark.parametrize("arch", FAMILIES)
 def test_alti_matches_loops_and_rows_sum_to_one(arch, loaded_tiny):
     loaded = loaded_tiny[arch]
-    expected, _ = _alti_by_loops(loaded, _tensors(loaded, TEXT))
+    expected, _, _ = _alti_by_loops(loaded, _tensors(loaded, TEXT))
     got = _measure(loaded, TEXT, "alti")
     assert got.measure == "alti" and got.per_layer and got.weights.shape[1] == 1
     np.testing.assert_allclose(got.weights[:, 0], _composed(expected), atol=1e-5)
     np.testing.assert_allclose(got.weights.sum(-1), 1.0, atol=1e-5)
     assert (got.weights >= 0).all()
+
+
+@pytest.mark.parametrize("arch", ("bert", "llama", "gemma2"))
+@pytest.mark.parametrize("block", (None, 200))
+def test_mixing_ratios_by_loops_in_blocks_of_queries(arch, block, loaded_tiny, monkeypatch):
+    """ALTI's by-products, each query's mixing ratio by weights, by norms and with the residual
+    and normalisation, against the loops; and the same numbers when ALTI works through the
+    queries in blocks (200 floats hold less than one query's T × d_model values: one query a
+    block)."""
+    from attnviz.analysis import contributions
+    from attnviz.core.tokens import encode
+
+    loaded = loaded_tiny[arch]
+    expected_c, _, expected = _alti_by_loops(loaded, _tensors(loaded, TEXT))
+    if block is not None:
+        monkeypatch.setattr(contributions, "BLOCK_FLOATS", block)
+    kept = []
+    got = contributions.measured(loaded, [encode(loaded, TEXT)], "alti", keep=kept)[0]
+    np.testing.assert_allclose(got.weights[:, 0], _composed(expected_c), atol=1e-5)
+    for layer, found in kept[0].mixing.items():
+        for k, ratios in enumerate(
+            (found.mixing_weights, found.mixing_norm, found.mixing_residual)
+        ):
+            np.testing.assert_allclose(ratios[0].numpy(), expected[layer][k], atol=1e-5)
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
@@ -177,7 +209,7 @@ def test_alti_decomposes_what_the_model_writes(arch, loaded_tiny):
     finally:
         for hook in hooks:
             hook.remove()
-    _, rebuilt = _alti_by_loops(loaded, tensors)
+    _, rebuilt, _ = _alti_by_loops(loaded, tensors)
     for layer in layers:
         np.testing.assert_allclose(rebuilt[layer], seen[layer][0].double().numpy(), atol=2e-5)
 
