@@ -72,8 +72,7 @@ class Attention(core.Attention):
     def to_html(self, scale: str = "absolute", cmap: str = "viridis") -> str:
         """The interactive page (head, model, matrix, query and inside-one-head views) as one
         self-contained HTML string: nothing in it loads from the network."""
-        from attnviz.analysis.contributions import EveryMeasure, measured
-        from attnviz.analysis.inside import InsideSteps
+        from attnviz.analysis.contributions import page_pass
         from attnviz.analysis.transforms import transform
         from attnviz.core.tokens import encode
         from attnviz.outputs.html import build_page
@@ -87,16 +86,17 @@ class Attention(core.Attention):
             )
         loaded = self.source.load()
         encoded = encode(loaded, self.text, self.truncated, self.pair)
-        inside = InsideSteps(loaded, [encoded])
-        every = EveryMeasure(loaded, self.held_layers(), [encoded], self.measure)
-        layers = self.held_layers()
-        also = [inside, *every.recorders.values()]
-        raw = measured(loaded, [encoded], self.measure, layers, also)[0]
         words, hidden = self.unit == "word", self.hidden_special
-        found = every.page(raw, self, lambda att: transform(att, words, hidden))
+        _, found, inside = page_pass(
+            loaded,
+            encoded,
+            self.measure,
+            self.held_layers(),
+            lambda att: transform(att, words, hidden),
+        )
         return build_page(
             found.weights,
-            inside=inside.result(),
+            inside=inside,
             scale=scale,
             cmap=cmap,
             segments=self.segments,

@@ -459,3 +459,21 @@ class EveryMeasure:
             lengths = norm.lengths[row][..., :n]
         weights = made.pop("weights")
         return PageMeasures(weights, made, lengths)
+
+
+def page_pass(
+    loaded: LoadedModel, encoded: Any, measure: str, layers: list[int] | None, transform: Any
+) -> tuple[Any, PageMeasures, Any]:
+    """One text's interactive page from one forward pass: the chosen measure as `transform`
+    shows it, every measure for the page's switch, and the inside view's numbers (`Inside`,
+    or why it is left out). `attnviz show --html` makes the same from its own pass."""
+    from attnviz.analysis.inside import InsideSteps
+
+    chosen = loaded.info.pick_layers(layers)
+    inside = InsideSteps(loaded, [encoded])
+    every = EveryMeasure(loaded, chosen, [encoded], measure)
+    kept: list[Measured] = []
+    also = [inside, *every.recorders.values()]
+    raw = measured(loaded, [encoded], measure, layers, also, kept)[0]
+    shown = transform(raw)
+    return shown, every.page(raw, shown, transform, kept[0] if kept else None), inside.result()

@@ -79,21 +79,24 @@ def _fits(key: str, value: Any) -> bool:
     return isinstance(value, bool)
 
 
-def _read(model: Model, question: Question, also: Any = None) -> tuple[Any, Any, list]:
-    """One forward pass: the encoded text and the asked measure's Attention before words and
-    hide-special (`also`, given the loaded model and the encoded text, names more recorders
-    for the same pass). Returns (encoded, attention, the measure's kept recorder)."""
-    from attnviz.analysis.contributions import measured
+def _encoded(model: Model, question: Question) -> tuple[Any, Any, list[int] | None]:
+    """The loaded model, the question's text encoded, and its layers (checked)."""
     from attnviz.core.tokens import encode
 
     loaded = model.load()
     encoded = encode(loaded, question.text, question.truncate, question.pair)
     layers = list(question.layers) if question.layers is not None else None
     loaded.info.pick_layers(layers)  # an out-of-range layer: one line naming the range
-    kept: list = []
-    more = also(loaded, encoded) if also is not None else []
-    found = measured(loaded, [encoded], question.measure, layers, more, kept)[0]
-    return encoded, found, kept
+    return loaded, encoded, layers
+
+
+def _read(model: Model, question: Question) -> Any:
+    """The asked measure's Attention of the text, before words and hide-special, from one
+    forward pass."""
+    from attnviz.analysis.contributions import measured
+
+    loaded, encoded, layers = _encoded(model, question)
+    return measured(loaded, [encoded], question.measure, layers)[0]
 
 
 def attention(model: Model, question: Question) -> dict[str, Any]:
@@ -103,7 +106,7 @@ def attention(model: Model, question: Question) -> dict[str, Any]:
     from attnviz.analysis.contributions import MEASURES
     from attnviz.analysis.transforms import transform
 
-    _, found, _ = _read(model, question)
+    found = _read(model, question)
     shown = transform(found, question.words, question.hide_special)
     measure = MEASURES[shown.measure]
     return {
@@ -127,31 +130,21 @@ def page(
 ) -> dict[str, Any]:
     """The interactive page's data for the text (`outputs.html.page.page_data`, what
     `attnviz show --html` embeds): every measure and the inside view, from one forward pass."""
-    from attnviz.analysis.contributions import EveryMeasure
-    from attnviz.analysis.inside import InsideSteps
+    from attnviz.analysis.contributions import page_pass
     from attnviz.analysis.transforms import transform
     from attnviz.outputs.html.page import page_data
 
-    made: dict[str, Any] = {}
-
-    def recorders(loaded: Any, encoded: Any) -> list:
-        made["inside"] = InsideSteps(loaded, [encoded])
-        layers = list(question.layers) if question.layers is not None else None
-        every = EveryMeasure(loaded, loaded.info.pick_layers(layers), [encoded], question.measure)
-        made["every"] = every
-        return [made["inside"], *every.recorders.values()]
-
-    def shown_as_asked(att: Any) -> Any:
-        return transform(att, question.words, question.hide_special)
-
-    _, found, kept = _read(model, question, recorders)
-    shown = shown_as_asked(found)
-    measures = made["every"].page(
-        found, shown, transform=shown_as_asked, kept=kept[0] if kept else None
+    loaded, encoded, layers = _encoded(model, question)
+    shown, measures, inside = page_pass(
+        loaded,
+        encoded,
+        question.measure,
+        layers,
+        lambda att: transform(att, question.words, question.hide_special),
     )
     return page_data(
         measures.weights,
-        inside=made["inside"].result(),
+        inside=inside,
         scale=scale,
         cmap=cmap,
         segments=shown.segments,
