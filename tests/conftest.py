@@ -222,6 +222,23 @@ def loaded_tiny(tiny_model_dirs):
 
 
 @pytest.fixture(scope="session")
+def seq2seq_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Tiny random encoder-decoder models (T5, BART, mBART, Marian) with real tokenizers."""
+    from seq2seq_models import SEQ2SEQ, tiny_seq2seq
+
+    root = tmp_path_factory.mktemp("seq2seq-models")
+    return {arch: tiny_seq2seq(arch, root / arch) for arch in SEQ2SEQ}
+
+
+@pytest.fixture(scope="session")
+def loaded_seq2seq(seq2seq_dirs):
+    """The tiny encoder-decoder models, loaded once."""
+    from attnviz.core.models import load_model
+
+    return {arch: load_model(str(path), "cpu") for arch, path in seq2seq_dirs.items()}
+
+
+@pytest.fixture(scope="session")
 def bundled():
     """The bundled pretrained encoder, loaded once: the same object the API and the
     pipelines get from `models.model(None, "cpu")` in this process."""

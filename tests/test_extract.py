@@ -146,11 +146,11 @@ def test_unknown_model_path_and_offline_hub_id(tmp_path):
 
 
 def test_unsupported_architecture_names_supported_ones(tmp_path):
-    from transformers import T5Config
+    from transformers import OPTConfig
 
     from attnviz.core.models import load_model
 
-    T5Config(d_model=16, num_layers=1, num_heads=2).save_pretrained(tmp_path)
+    OPTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2).save_pretrained(tmp_path)
     with pytest.raises(UnsupportedModelError, match="supported: bert, roberta"):
         load_model(str(tmp_path))
 

@@ -2,8 +2,10 @@
 (`Attention`).
 
 One shape convention everywhere: attention weights are `[layer, head, query, key]`, and every
-row (fixed layer, head, query) sums to 1. Figures and the page for an Attention live in the
-outputs layer; `attnviz.Attention` (the API's) adds them as methods for notebooks.
+row (fixed layer, head, query) sums to 1. Queries and keys are the same tokens except in an
+encoder-decoder model's cross-attention, where target tokens (queries) read source tokens
+(keys): its Attention carries the key side in `keys`. Figures and the page for an Attention
+live in the outputs layer; `attnviz.Attention` (the API's) adds them as methods for notebooks.
 """
 
 from __future__ import annotations
@@ -39,6 +41,27 @@ class Encoded:
         return len(self.ids)
 
 
+@dataclass(frozen=True)
+class SourceTarget:
+    """A source and target for an encoder-decoder model: the encoder reads `source`, the
+    decoder `target` (its start token first, then the target's tokens, teacher forcing)."""
+
+    source: Encoded
+    target: Encoded
+    generated: bool = False  # the model wrote the target itself (greedy)
+
+
+@dataclass(frozen=True, eq=False)
+class Keys:
+    """The key side of a non-square attention (cross-attention: the source's tokens)."""
+
+    text: str
+    tokens: tuple[str, ...]
+    special: np.ndarray  # (S,) bool
+    words: tuple[int, ...]
+    word_labels: tuple[str, ...]
+
+
 @dataclass(frozen=True, eq=False)
 class Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens`.
@@ -47,6 +70,11 @@ class Attention:
     measures of `attnviz.analysis.contributions` (`norm`: ‖α f(x)‖ per head; `alti`,
     `rollout`: one map per layer, composed from layer 0 up, held as `weights[layer, 0]` with
     `per_layer` True: the views show them as layers, not heads).
+
+    An encoder-decoder model's attention is one of its three stacks (`stack`): "encoder"
+    (source × source, `text` and `tokens` are the source), "decoder" (target × target,
+    causal) or "cross" (target × source: `tokens` are the target's, `keys` the source's, and
+    `weights` is (L, H, T, S)). `target` is the target text as the decoder read it.
     """
 
     text: str
@@ -65,6 +93,19 @@ class Attention:
     truncated: bool = False  # the text was cut to the model's limit
     measure: str = "weights"
     per_layer: bool = False  # one map per layer (no head axis): weights is (L, 1, T, T)
+    stack: str | None = None  # encoder-decoder models: "encoder", "decoder" or "cross"
+    keys: Keys | None = None  # cross-attention: the source tokens the target reads
+    target: str | None = None  # encoder-decoder models: the target text
+
+    @property
+    def key_tokens(self) -> tuple[str, ...]:
+        """The tokens along the key axis (the source's in cross-attention)."""
+        return self.keys.tokens if self.keys is not None else self.tokens
+
+    @property
+    def key_special(self) -> np.ndarray:
+        """Which keys are special tokens, (S,) bool."""
+        return self.keys.special if self.keys is not None else self.special
 
     def slot(self, layer: int) -> int:
         """Where model layer `layer` is in `weights` (refusing one that was not extracted)."""

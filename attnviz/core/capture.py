@@ -11,6 +11,12 @@ What a caller can ask for, per layer (`KINDS`):
             a post-LN encoder; in a pre-LN decoder the stream before its input norm)
     heads   (B, T, H·d_head): W_O's input, the heads' outputs side by side (head h's slice is
             h·d_head … (h+1)·d_head); grouped-query models have one slice per query head
+    source  (B, S, d_model): what the keys and values are made of: X itself in
+            self-attention, the encoder's last hidden states in cross-attention
+
+An encoder-decoder model (T5, BART) has three stacks of attention layers, "encoder",
+"decoder" and "cross" (`adapters.STACKS`); a recorder's `stack` says which one its layers
+are in (every other model has one stack, None).
 
 A caller is a `Recorder`: the layers and kinds it wants, and a `receive(layer, tensors)`
 called once that layer has produced all of them. Tensors are moved to the CPU as they come
@@ -34,14 +40,15 @@ from typing import Any, Protocol
 from attnviz.core import adapters
 from attnviz.core.adapters.base import LayerModules
 
-KINDS = ("input", "probs", "output", "residual", "heads")
+KINDS = ("input", "probs", "output", "residual", "heads", "source")
 
 # What an edit is: (layer, W_O input (B, T, H·d_head)) -> the tensor W_O reads instead.
 Edit = Callable[[int, Any], Any]
 
 
 class Recorder(Protocol):
-    """What one caller of `run` wants, and where its tensors go."""
+    """What one caller of `run` wants, and where its tensors go (a recorder may also have a
+    `stack`: which stack of an encoder-decoder model its layers are in)."""
 
     wants: Mapping[int, Sequence[str]]  # layer -> kinds, from KINDS
 
@@ -55,6 +62,7 @@ class Each:
     layers: Sequence[int]
     kinds: Sequence[str]
     receive: Callable[[int, dict[str, Any]], None]
+    stack: str | None = None
 
     @property
     def wants(self) -> dict[int, Sequence[str]]:
@@ -79,93 +87,109 @@ def run(
     import torch
 
     model = loaded.model
-    wanted: dict[int, set[str]] = {}
+    wanted: dict[Site, set[str]] = {}
     for recorder in recorders:
         for layer, kinds in recorder.wants.items():
             unknown = set(kinds) - set(KINDS)
             if unknown:
                 raise ValueError(f"unknown capture kinds {sorted(unknown)}; known: {KINDS}")
-            wanted.setdefault(layer, set()).update(kinds)
-    seen: dict[int, dict[str, Any]] = {}
+            wanted.setdefault((_stack(recorder), layer), set()).update(kinds)
+    seen: dict[Site, dict[str, Any]] = {}
 
-    def arrive(kind: str, layer: int, tensor: Any) -> None:
-        got = seen.setdefault(layer, {})
+    def arrive(kind: str, site: Site, tensor: Any) -> None:
+        got = seen.setdefault(site, {})
         got[kind] = tensor.detach().cpu()
-        if got.keys() < wanted[layer]:
+        if got.keys() < wanted[site]:
             return
+        stack, layer = site
         for recorder in recorders:
-            kinds = recorder.wants.get(layer)
+            kinds = recorder.wants.get(layer) if _stack(recorder) == stack else None
             if kinds:
                 recorder.receive(layer, {kind: got[kind] for kind in kinds})
-        del seen[layer]  # every recorder has had this layer's tensors
+        del seen[site]  # every recorder has had this layer's tensors
 
     mode = torch.enable_grad() if gradients else torch.inference_mode()
     with _hooked(model, wanted, arrive, edit), mode:
         return (model if lm_head else model.base_model)(**inputs)
 
 
+Site = tuple  # (stack, layer): a layer of one attention stack (stack None: the only one)
+
+
+def _stack(recorder: Recorder) -> str | None:
+    return getattr(recorder, "stack", None)
+
+
 @contextmanager
 def _hooked(
     model: Any,
-    wanted: Mapping[int, set[str]],
-    arrive: Callable[[str, int, Any], None],
+    wanted: Mapping[Site, set[str]],
+    arrive: Callable[[str, Site, Any], None],
     edit: Edit | None = None,
 ) -> Iterator[None]:
-    """Hooks that pass each wanted (kind, layer) tensor to `arrive` as the layer runs, and
+    """Hooks that pass each wanted (kind, site) tensor to `arrive` as the layer runs, and
     one that lets `edit` replace each layer's W_O input.
 
     Modules shared by several layers (ALBERT) are called once per layer, in order, so the
     n-th call of a shared module belongs to the n-th layer that uses it.
     """
-    modules = [
-        adapters.layer_modules(model, layer) for layer in range(model.config.num_hidden_layers)
+    sites: list[tuple[Site, LayerModules]] = [
+        ((stack, layer), adapters.layer_modules(model, layer, stack))
+        for stack in adapters.stacks_of(model)
+        for layer in range(adapters.n_layers(model, stack))
     ]
+    if edit is not None and sites[0][0][0] is not None:
+        raise ValueError("edits (head ablation, gates) are for models with one attention stack")
     handles = []
 
-    every_layer = list(range(len(modules)))
-
     def install(
-        layers_of: Sequence[int], pick: Callable[[LayerModules], Any], before: bool, act: Callable
+        sites_of: Sequence[Site], pick: Callable[[LayerModules], Any], before: bool, act: Callable
     ) -> None:
-        """Hook the module `pick` names; `act(layer, args, output)` runs for `layers_of`, and
-        what it returns (None: nothing) replaces the module's input or output."""
-        if not layers_of:
+        """Hook the module `pick` names; `act(site, mods, args, output)` runs for `sites_of`,
+        and what it returns (None: nothing) replaces the module's input or output."""
+        if not sites_of:
             return
-        users: dict[int, list[int]] = {}  # id(module) -> the layers that call it, in order
-        for layer, mods in enumerate(modules):
-            users.setdefault(id(pick(mods)), []).append(layer)
+        users: dict[int, list[tuple]] = {}  # id(module) -> the sites that call it, in order
+        for site, mods in sites:
+            users.setdefault(id(pick(mods)), []).append((site, mods))
         calls: dict[int, int] = {}
 
         def hook(module, args, output=None):
             n = calls.get(id(module), 0)
             calls[id(module)] = n + 1
-            layer = users[id(module)][n % len(users[id(module)])]
-            if layer in layers_of:
-                return act(layer, args, output)
+            callers = users[id(module)]
+            site, mods = callers[n % len(callers)]
+            if site in sites_of:
+                return act(site, mods, args, output)
             return None
 
-        for module in {id(pick(m)): pick(m) for m in modules}.values():
+        for module in {id(pick(m)): pick(m) for _, m in sites}.values():
             register = module.register_forward_pre_hook if before else module.register_forward_hook
             handles.append(register(hook))
 
     def record(kind: str, pick: Callable[[LayerModules], Any], before: bool, take: Callable):
-        def act(layer: int, args: Any, output: Any) -> None:
-            arrive(kind, layer, take(args, output))
+        def act(site: Site, mods: LayerModules, args: Any, output: Any) -> None:
+            arrive(kind, site, take(mods, args, output))
 
-        install([layer for layer, kinds in wanted.items() if kind in kinds], pick, before, act)
+        install([site for site, kinds in wanted.items() if kind in kinds], pick, before, act)
 
-    def first(args: Any, _: Any) -> Any:
+    def first(_: LayerModules, args: Any, __: Any) -> Any:
         return args[0]
 
     record("input", lambda m: m.q, True, first)
-    record("output", lambda m: m.o, False, lambda _, output: output)
+    record("output", lambda m: m.o, False, lambda _, __, output: output)
     record("residual", lambda m: m.q if m.residual is None else m.residual, True, first)
-    # Every supported attention module returns (output, probabilities) in eager mode.
-    record("probs", lambda m: m.attention, False, lambda _, output: output[1])
-    record("heads", lambda m: m.o, True, lambda args, _: args[0])
+    record("probs", lambda m: m.attention, False, lambda mods, _, output: output[mods.probs_at])
+    record("heads", lambda m: m.o, True, first)
+    record("source", lambda m: m.q if m.source is None else m.source, True, first)
     if edit is not None:
         # After "heads": a recorder sees what the heads computed, W_O what the edit made of it.
-        install(every_layer, lambda m: m.o, True, lambda layer, args, _: (edit(layer, args[0]),))
+        install(
+            [site for site, _ in sites],
+            lambda m: m.o,
+            True,
+            lambda site, _, args, __: (edit(site[1], args[0]),),
+        )
     try:
         yield
     finally:

@@ -2,7 +2,8 @@
 
 A pure step over the model (BertViz's `format_attention`, done as the forward pass runs):
 the probabilities come from `capture`, each layer copied out as it is produced, and each
-text's attention is cropped to its own tokens.
+text's attention is cropped to its own tokens. An encoder-decoder model's source and target
+give one Attention per stack (`attend_stacks`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from attnviz.core.attention import Attention, Encoded
+from attnviz.core.attention import Attention, Encoded, Keys, SourceTarget
 from attnviz.core.tokens import encode, pad
 
 if TYPE_CHECKING:
@@ -19,17 +20,28 @@ if TYPE_CHECKING:
 
 
 class _Weights:
-    """The recorder `attend` uses: each chosen layer's probabilities, into one array."""
+    """The recorder `attend` uses: each chosen layer's probabilities, into one array
+    (B, L, H, T, S): S is T except in cross-attention (of `stack`), where keys are the source."""
 
-    def __init__(self, layers: list[int], n_batch: int, n_heads: int, width: int) -> None:
+    def __init__(
+        self,
+        layers: list[int],
+        n_batch: int,
+        n_heads: int,
+        width: int,
+        key_width: int | None = None,
+        stack: str | None = None,
+    ) -> None:
         import numpy as np
 
         self.wants = {layer: ("probs",) for layer in layers}
+        self.stack = stack
         self.slot = {layer: i for i, layer in enumerate(layers)}
-        self.held = np.empty((n_batch, len(layers), n_heads, width, width), np.float32)
+        keys = width if key_width is None else key_width
+        self.held = np.empty((n_batch, len(layers), n_heads, width, keys), np.float32)
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
-        self.held[:, self.slot[layer]] = tensors["probs"].float().numpy()  # (B, H, T, T)
+        self.held[:, self.slot[layer]] = tensors["probs"].float().numpy()  # (B, H, T, S)
 
 
 def attend(
@@ -87,6 +99,77 @@ def attend(
             )
         )
     return results
+
+
+def attend_stacks(
+    loaded: LoadedModel,
+    batch: Sequence[SourceTarget],
+    stacks: Sequence[str] = ("cross",),
+    layers: Sequence[int] | None = None,
+    also: Sequence[Recorder] = (),
+) -> list[dict[str, Attention]]:
+    """Run an encoder-decoder model once over sources and targets and return, for each, the
+    attention of each of `stacks` ("encoder": source × source, "decoder": target × target,
+    causal, "cross": target × source), cropped to its own tokens. Only `layers` (checked
+    against each stack; default all) are kept.
+    """
+    import numpy as np
+
+    from attnviz.core import capture
+    from attnviz.core.seq2seq import pad_pairs
+
+    inputs = pad_pairs(loaded, batch)
+    n_batch, source_width = inputs["input_ids"].shape
+    target_width = inputs["decoder_input_ids"].shape[1]
+    infos = {stack: loaded.info.of_stack(stack) for stack in stacks}
+    chosen = {
+        stack: info.pick_layers(list(layers) if layers else None) for stack, info in infos.items()
+    }
+    widths = {"encoder": (source_width, source_width), "decoder": (target_width, target_width),
+              "cross": (target_width, source_width)}  # fmt: skip
+    recorders = {
+        stack: _Weights(chosen[stack], n_batch, infos[stack].n_heads, *widths[stack], stack=stack)
+        for stack in stacks
+    }
+    capture.run(loaded, inputs, [*recorders.values(), *also])
+
+    results = []
+    for row, item in enumerate(batch):
+        source, target = item.source, item.target
+        n_source, n_target = len(source), len(target)
+        source_keys = Keys(
+            source.text, source.tokens, np.array(source.special, dtype=bool),
+            source.words, source.word_labels,
+        )  # fmt: skip
+        found = {}
+        for stack in stacks:
+            queries = source if stack == "encoder" else target
+            n_keys = n_source if stack != "decoder" else n_target
+            weights = recorders[stack].held[row, :, :, : len(queries), :n_keys]  # (L, H, T, S)
+            found[stack] = Attention(
+                text=source.text,
+                tokens=queries.tokens,
+                special=np.array(queries.special, dtype=bool),
+                weights=np.ascontiguousarray(weights),
+                info=infos[stack],
+                unit="token",
+                words=queries.words,
+                word_labels=queries.word_labels,
+                notes=(*source.notes, *target.notes, *_generated_note(item)),
+                layers=tuple(chosen[stack]),
+                truncated=source.truncated,
+                stack=stack,
+                keys=source_keys if stack == "cross" else None,
+                target=target.text,
+            )
+        results.append(found)
+    return results
+
+
+def _generated_note(item: SourceTarget) -> tuple[str, ...]:
+    if not item.generated:
+        return ()
+    return (f"the model wrote the target itself (greedy, {len(item.target) - 1} tokens)",)
 
 
 def extract(

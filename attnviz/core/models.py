@@ -15,6 +15,58 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2 (bundled)"
 
 SUPPORTED_TYPES = adapters.SUPPORTED  # one registry: attnviz/adapters/__init__.py
 DECODER_TYPES = adapters.DECODER_TYPES
+SEQ2SEQ_TYPES = adapters.SEQ2SEQ_TYPES
+DEFAULT_STACK = "cross"  # what people come to an encoder-decoder model for
+
+
+class _Stacks:
+    """An encoder-decoder model's three attention stacks, each with its own counts."""
+
+    stacks: tuple[tuple[str, int, int], ...]  # (stack, layers, heads); () for other models
+
+    @property
+    def seq2seq(self) -> bool:
+        return bool(self.stacks)
+
+    def of_stack(self, stack: str | None):
+        """These facts for one stack (its layers and heads; the decoder's self-attention is
+        causal), refusing a stack the model does not have; the model's own facts for None."""
+        from dataclasses import replace
+
+        if stack is None:
+            return self
+        if not self.stacks:
+            raise InputError(
+                f"--stack {stack}: {self.name} has one attention stack; --stack is for "
+                "encoder-decoder models (T5, BART, Marian)"
+            )
+        _, n_layers, n_heads = next(entry for entry in self.stacks if entry[0] == stack)
+        return replace(self, stack=stack, n_layers=n_layers, n_heads=n_heads,
+                       causal=stack == "decoder")  # fmt: skip
+
+
+def _stack_counts(config: dict[str, Any]) -> tuple[tuple[str, int, int], ...]:
+    """(stack, layers, heads) for each stack of an encoder-decoder config (T5's or BART's
+    names), or () for a model with one stack."""
+    if not config.get("is_encoder_decoder") or config.get("model_type") not in SEQ2SEQ_TYPES:
+        return ()
+    encoder = _first(config, "encoder_layers", "num_layers")
+    decoder = _first(config, "decoder_layers", "num_decoder_layers") or encoder
+    encoder_heads = _first(config, "encoder_attention_heads", "num_heads")
+    decoder_heads = _first(config, "decoder_attention_heads", "num_heads")
+    return (
+        ("encoder", encoder, encoder_heads),
+        ("decoder", decoder, decoder_heads),
+        ("cross", decoder, decoder_heads),
+    )
+
+
+def needs_seq2seq(option: str, name: str) -> InputError:
+    """The error for --target/--generate/--stack on a model with one stack."""
+    return InputError(
+        f"{option} needs an encoder-decoder model (T5, BART, Marian); {name} has no decoder "
+        "reading a source"
+    )
 
 
 class _HeadRanges:
@@ -42,8 +94,12 @@ def _pick(what: str, requested: list[int] | None, count: int) -> list[int]:
 
 
 @dataclass(frozen=True)
-class ModelInfo(_HeadRanges):
-    """Facts about a loaded model that every view needs."""
+class ModelInfo(_HeadRanges, _Stacks):
+    """Facts about a loaded model that every view needs.
+
+    An encoder-decoder model's info counts its encoder; `of_stack` gives each stack's, with
+    `stack` set (an Attention of cross-attention carries the cross stack's info).
+    """
 
     name: str
     architecture: str
@@ -55,13 +111,20 @@ class ModelInfo(_HeadRanges):
     max_tokens: int
     causal: bool
     n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None: n_heads
+    stacks: tuple[tuple[str, int, int], ...] = ()  # encoder-decoder: (stack, layers, heads)
+    stack: str | None = None  # the stack these counts are of (encoder, decoder, cross)
+    max_target_tokens: int | None = None  # encoder-decoder: the decoder's limit
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        facts = dict(self.__dict__)
+        if not self.stacks:  # a model with one stack: no encoder-decoder fields
+            for key in ("stacks", "stack", "max_target_tokens"):
+                facts.pop(key)
+        return facts
 
 
 @dataclass(frozen=True)
-class ModelSpec(_HeadRanges):
+class ModelSpec(_HeadRanges, _Stacks):
     """What a model's files say before it loads (config.json, tokenizer.json).
 
     Enough to refuse a bad layer, head or too-long text in a fraction of a second, without
@@ -74,6 +137,8 @@ class ModelSpec(_HeadRanges):
     max_tokens: int | None
     tokenizer_file: Path | None
     causal: bool = False
+    stacks: tuple[tuple[str, int, int], ...] = ()
+    stack: str | None = None
 
     def count_tokens(self, text: str) -> int | None:
         """Tokens of `text` with the special tokens the model adds, or None without a
@@ -237,9 +302,12 @@ def describe(name: str | None = None) -> ModelSpec | None:
         return None
     else:
         config = json.loads(config_file.read_text(encoding="utf-8"))
-    n_layers = _first(config, "num_hidden_layers", "n_layer", "n_layers")
+    stacks = _stack_counts(config)
+    n_layers = _first(config, "num_hidden_layers", "n_layer", "n_layers", "encoder_layers")
     n_heads = _first(config, "num_attention_heads", "n_head", "n_heads")
-    if n_layers is None or n_heads is None:
+    if stacks:
+        _, n_layers, n_heads = stacks[0]
+    if n_layers is None or n_heads is None or any(None in entry for entry in stacks):
         return None
     positions = _first(config, "max_position_embeddings", "n_positions")
     tokenizer_config = _local_file(source, "tokenizer_config.json")
@@ -253,6 +321,7 @@ def describe(name: str | None = None) -> ModelSpec | None:
         max_tokens=_limit(config.get("model_type"), positions, config.get("pad_token_id"), limit),
         tokenizer_file=_local_file(source, "tokenizer.json"),
         causal=config.get("model_type") in DECODER_TYPES,
+        stacks=stacks,
     )
 
 
@@ -263,6 +332,7 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
         AutoModel,
         AutoModelForCausalLM,
         AutoModelForMaskedLM,
+        AutoModelForSeq2SeqLM,
         AutoTokenizer,
     )
     from transformers.utils import logging as hf_logging
@@ -289,30 +359,39 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
         tokenizer = _from_pretrained(AutoTokenizer, source)
         # Decoders with their LM head: report's induction probe measures the model's loss.
         # Encoders saved with their masked-LM head keep it: head importance measures its loss.
+        # Encoder-decoder models with theirs: --generate writes a target with it.
         loader = AutoModelForCausalLM if model_type in DECODER_TYPES else AutoModel
-        if loader is AutoModel and _has_mlm_head(config):
+        if model_type in SEQ2SEQ_TYPES:
+            loader = AutoModelForSeq2SeqLM
+        elif loader is AutoModel and _has_mlm_head(config):
             loader = AutoModelForMaskedLM
         model = _from_pretrained(loader, source, attn_implementation="eager")
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"could not load model '{label}': {str(exc).splitlines()[0]}") from exc
-    if not getattr(tokenizer, "is_fast", False):
+    # Marian's tokenizer is SentencePiece only (no offsets): `tokens` reads it without them.
+    if not getattr(tokenizer, "is_fast", False) and model_type not in SEQ2SEQ_TYPES:
         raise UnsupportedModelError(f"model '{label}' has no fast tokenizer (tokenizer.json)")
     model.eval().to(torch_device)
 
     n_heads = config.num_attention_heads
     d_model = config.hidden_size
     n_kv_heads = getattr(config, "num_key_value_heads", None) or n_heads
+    stacks = _stack_counts(config.to_dict())
     info = ModelInfo(
         name=label,
         architecture=type(model).__name__,
         model_type=model_type,
-        n_layers=config.num_hidden_layers,
         n_heads=n_heads,
         d_model=d_model,
-        d_head=getattr(config, "head_dim", None) or d_model // n_heads,
+        n_layers=stacks[0][1] if stacks else config.num_hidden_layers,
+        d_head=getattr(config, "head_dim", None)
+        or getattr(config, "d_kv", None)
+        or d_model // n_heads,
         max_tokens=_max_tokens(config, tokenizer),
         causal=model_type in DECODER_TYPES,
         n_kv_heads=n_kv_heads,
+        stacks=stacks,
+        max_target_tokens=_max_tokens(config, tokenizer) if stacks else None,
     )
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=torch_device)
 
@@ -324,7 +403,9 @@ def _has_mlm_head(config: Any) -> bool:
 
 def _max_tokens(config: Any, tokenizer: Any) -> int:
     """The longest token sequence the model accepts, special tokens included."""
-    positions = getattr(config, "max_position_embeddings", None) or config.n_positions
+    positions = getattr(config, "max_position_embeddings", None) or getattr(
+        config, "n_positions", None
+    )
     limit = getattr(tokenizer, "model_max_length", None)
     return _limit(config.model_type, positions, getattr(config, "pad_token_id", None), limit)
 

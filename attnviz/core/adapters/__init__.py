@@ -2,7 +2,9 @@
 
 Each adapter (a module here, see `base` for what it provides) names a layer's attention
 module, its input and output projections, and turns its weights into the `X @ W + b`
-convention of `attnviz.core.mha`. A new architecture is one new module plus one line in FAMILIES.
+convention of `attnviz.core.mha`. A new architecture is one new module plus one line in
+FAMILIES. Encoder-decoder families (T5, BART) name three attention stacks (`STACKS`); every
+other family has one, named None.
 `attnviz.core.capture` uses the adapters' modules to hook a forward pass.
 """
 
@@ -10,15 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnviz.core.adapters import albert, bert, distilbert, gpt2, llama, phi3
+from attnviz.core.adapters import albert, bart, bert, distilbert, gpt2, llama, phi3, t5
 from attnviz.core.adapters.base import LayerModules, Norm, norm_of
 from attnviz.core.mha import LayerWeights
 from attnviz.errors import UnsupportedModelError
 
-FAMILIES = (bert, albert, distilbert, gpt2, llama, phi3)
+FAMILIES = (bert, albert, distilbert, gpt2, llama, phi3, t5, bart)
 BY_TYPE = {kind: family for family in FAMILIES for kind in family.TYPES}
 SUPPORTED = tuple(BY_TYPE)
 DECODER_TYPES = tuple(kind for kind, family in BY_TYPE.items() if family.CAUSAL)
+SEQ2SEQ_TYPES = tuple(kind for kind, family in BY_TYPE.items() if hasattr(family, "STACKS"))
+STACKS = ("encoder", "decoder", "cross")
 
 
 def _family(model: Any) -> Any:
@@ -31,19 +35,45 @@ def _family(model: Any) -> Any:
     return BY_TYPE[kind]
 
 
-def layer_modules(model: Any, layer: int) -> LayerModules:
-    """The attention modules of `layer`, or a one-line error naming the supported types."""
-    return _family(model).modules(model, layer)
+def stacks_of(model: Any) -> tuple[str | None, ...]:
+    """The model's attention stacks: ("encoder", "decoder", "cross"), or (None,): one."""
+    return getattr(_family(model), "STACKS", (None,))
 
 
-def norm_after(model: Any, layer: int) -> Norm | None:
+def n_layers(model: Any, stack: str | None = None) -> int:
+    """How many layers `stack` has (cross-attention sits in each decoder layer)."""
+    config = model.config
+    if stack is None:
+        return config.num_hidden_layers
+    if stack == "encoder":
+        return getattr(config, "encoder_layers", None) or config.num_layers
+    return getattr(config, "decoder_layers", None) or config.num_decoder_layers
+
+
+def _with_stack(family: Any, stack: str | None) -> tuple:
+    if hasattr(family, "STACKS") != (stack is not None):
+        raise ValueError(
+            f"stack {stack!r} for a model whose stacks are {getattr(family, 'STACKS', None)}"
+        )
+    return () if stack is None else (stack,)
+
+
+def layer_modules(model: Any, layer: int, stack: str | None = None) -> LayerModules:
+    """The attention modules of `layer` (of `stack`, in an encoder-decoder model), or a
+    one-line error naming the supported types."""
+    family = _family(model)
+    return family.modules(model, layer, *_with_stack(family, stack))
+
+
+def norm_after(model: Any, layer: int, stack: str | None = None) -> Norm | None:
     """The normalisation that follows `layer`'s attention block, as numbers; None where the
     block's output is added to the residual stream as it is (pre-LN decoders)."""
-    mods = layer_modules(model, layer)
+    mods = layer_modules(model, layer, stack)
     return norm_of(mods.norm, mods.norm_covers_residual) if mods.norm is not None else None
 
 
-def layer_weights(model: Any, layer: int) -> LayerWeights:
+def layer_weights(model: Any, layer: int, stack: str | None = None) -> LayerWeights:
     """The weights of `layer` as `X @ W + b` (see `attnviz.core.mha.LayerWeights`), or a one-line
     UnsupportedModelError naming what the from-scratch attention does not compute."""
-    return _family(model).weights(model, layer)
+    family = _family(model)
+    return family.weights(model, layer, *_with_stack(family, stack))

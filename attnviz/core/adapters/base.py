@@ -2,6 +2,8 @@
 
 An adapter is a module with:
 - `TYPES`: the config `model_type`s it reads; `CAUSAL`: whether they are decoders;
+- for encoder-decoder models, `STACKS`: ("encoder", "decoder", "cross"), and `modules` and
+  `weights` take the stack as a third argument;
 - `modules(model, layer) -> LayerModules`: the layer's attention module (whose output holds
   the probabilities (B, H, T, T)), the projection whose input is the block's input X, and
   W_O, whose output is the block's output before residual and normalisation; and, for the
@@ -31,6 +33,10 @@ class LayerModules:
     `norm` is the normalisation after the block: of block + residual when
     `norm_covers_residual` (BERT's LayerNorm), of the block alone otherwise (Gemma2's
     post-attention RMSNorm); None where the block is added to the stream as it is.
+    `probs_at` is where the attention module's output tuple holds the probabilities (T5's
+    is (output, position bias, probabilities)); `source` the projection whose input is what
+    the keys and values are made of (cross-attention: the encoder's last hidden states),
+    None where that is X.
     """
 
     attention: Any
@@ -39,6 +45,8 @@ class LayerModules:
     residual: Any = None
     norm: Any = None
     norm_covers_residual: bool = True
+    probs_at: int = 1
+    source: Any = None
 
 
 @dataclass(frozen=True, eq=False)
