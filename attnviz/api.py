@@ -84,6 +84,8 @@ class Attention(core.Attention):
             raise InputError(
                 "this Attention has no model to read it again: make it with attention()"
             )
+        if self.stack is not None:
+            raise InputError("the interactive page of encoder-decoder models is not built yet")
         loaded = self.source.load()
         encoded = encode(loaded, self.text, self.truncated, self.pair)
         words, hidden = self.unit == "word", self.hidden_special
@@ -105,11 +107,13 @@ class Attention(core.Attention):
             initial=self.measure,
         )
 
-    def _repr_html_(self) -> str:
+    def _repr_html_(self) -> str | None:
         """A notebook cell showing an Attention shows the interactive page, in a sandboxed
         frame so that its script and Content-Security-Policy stay its own."""
         import html
 
+        if self.stack is not None:
+            return None  # not built yet: the notebook shows the overview (_repr_png_)
         page = html.escape(self.to_html(), quote=True)
         return (
             f'<iframe srcdoc="{page}" sandbox="allow-scripts" '
@@ -133,6 +137,9 @@ def attention(
     layers: list[int] | None = None,
     pair: str | None = None,
     measure: str = "weights",
+    target: str | None = None,
+    generate: int | None = None,
+    stack: str | None = None,
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
 
@@ -145,17 +152,27 @@ def attention(
     `measure` "norm" gives ‖α·f(x)‖ per head instead of the weights; "alti" and "rollout"
     one map per layer, composed from layer 0 up, as `weights[layer, 0]` (`per_layer` is True;
     docs/contributions.md says how each is computed).
+    An encoder-decoder model (T5, BART, Marian) reads `text` as its source and `target` as the
+    decoder's input (teacher forcing), or writes its own target greedily (`generate` tokens at
+    most, 40 when neither is given); the result is one `stack`'s attention: "cross" (the
+    default: `tokens` are the target's, `key_tokens` the source's, weights (L, H, T, S)),
+    "encoder" or "decoder".
     """
-    from attnviz.analysis.contributions import measured, refuse
+    from attnviz.analysis.contributions import measured, refuse, stack_values
     from attnviz.analysis.transforms import transform
     from attnviz.core.attention import require_text
+    from attnviz.core.extract import extract_seq2seq
     from attnviz.core.tokens import encode
 
     require_text(text)
     refuse(measure, hide_special)
     source = models.model(model, device)
     loaded = source.load()
-    found = measured(loaded, [encode(loaded, text, truncate, pair)], measure, layers)[0]
+    if loaded.info.seq2seq or target is not None or generate is not None or stack is not None:
+        values = stack_values(loaded, measure) if loaded.info.seq2seq else None
+        found = extract_seq2seq(loaded, text, target, generate, stack, truncate, layers, values)
+    else:
+        found = measured(loaded, [encode(loaded, text, truncate, pair)], measure, layers)[0]
     shown = transform(found, words, hide_special)
     return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, source=source)
 

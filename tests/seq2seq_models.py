@@ -1,11 +1,11 @@
-"""Tiny random encoder-decoder models (T5, BART, mBART, Marian), each saved with a real
+"""Tiny random encoder-decoder models (T5, mT5, BART, mBART, Marian), each saved with a real
 tokenizer: no pretrained encoder-decoder is on the package registries."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-SEQ2SEQ = ("t5", "bart", "mbart", "marian")
+SEQ2SEQ = ("t5", "mt5", "bart", "mbart", "marian")
 CORPUS = ["The cat sat on the mat.", "Die Katze saß auf der Matte.", "A quick brown fox!"] * 10
 
 
@@ -73,22 +73,26 @@ def tiny_seq2seq(arch: str, folder: Path) -> Path:
         MarianMTModel,
         MBartConfig,
         MBartForConditionalGeneration,
+        MT5Config,
+        MT5ForConditionalGeneration,
         T5Config,
         T5ForConditionalGeneration,
     )
 
     torch.manual_seed(0)
-    if arch == "t5":
+    if arch in ("t5", "mt5"):
         tokenizer = _sentencepiece_t5()
         pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
-        config = T5Config(
+        config = (T5Config if arch == "t5" else MT5Config)(
             vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=37, num_layers=2,
             num_decoder_layers=3, num_heads=4, relative_attention_num_buckets=8,
             relative_attention_max_distance=20, dropout_rate=0.0, pad_token_id=pad,
             eos_token_id=eos, decoder_start_token_id=pad, feed_forward_proj="gated-gelu",
             tie_word_embeddings=False,
         )  # fmt: skip
-        model = T5ForConditionalGeneration(config)
+        model = (T5ForConditionalGeneration if arch == "t5" else MT5ForConditionalGeneration)(
+            config
+        )
     elif arch in ("bart", "mbart"):
         tokenizer = _byte_level_bart()
         common = dict(

@@ -4,6 +4,9 @@ mBART and Marian models saved with real tokenizers."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -121,3 +124,137 @@ def test_the_files_tell_the_stacks_before_loading(seq2seq_dirs):
     assert spec.of_stack("decoder").n_layers == 3
     with pytest.raises(InputError, match="layer 3 out of range"):
         spec.of_stack("cross").pick_layers([3])
+
+
+def _run(*args, cwd=None):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "attnviz", *args], capture_output=True, text=True, cwd=cwd
+    )
+
+
+def test_api_gives_each_stack(seq2seq_dirs, loaded_seq2seq):
+    import attnviz
+
+    folder = str(seq2seq_dirs["t5"])
+    item = encode_source_target(loaded_seq2seq["t5"], SOURCE, TARGET)
+    reference = _reference(loaded_seq2seq["t5"], item)
+    for stack in (None, *STACKS):
+        att = attnviz.attention(SOURCE, model=folder, device="cpu", target=TARGET, stack=stack)
+        np.testing.assert_allclose(att.weights, reference[stack or "cross"], atol=1e-5)
+        assert att.stack == (stack or "cross")
+    cross = attnviz.attention(SOURCE, model=folder, device="cpu", target=TARGET)
+    assert cross.key_tokens == item.source.tokens and cross.tokens == item.target.tokens
+    # the word view and hidden special tokens keep rows summing to 1 on both sides
+    for words, hide in ((True, False), (False, True), (True, True)):
+        shown = attnviz.attention(SOURCE, model=folder, device="cpu", target=TARGET,
+                                  words=words, hide_special=hide)  # fmt: skip
+        np.testing.assert_allclose(shown.weights.sum(-1), 1.0, atol=1e-5)
+        assert shown.weights.shape[-2:] == (len(shown.tokens), len(shown.key_tokens))
+    hidden = attnviz.attention(SOURCE, model=folder, device="cpu", target=TARGET,
+                               hide_special=True)  # fmt: skip
+    assert "</s>" not in hidden.key_tokens and "<pad>" not in hidden.tokens
+    # figures of a non-square map: one row per target token, one column per source token
+    figure = cross.heatmap(1, 0)
+    image = figure.axes[0].images[0].get_array()
+    assert image.shape == (len(cross.tokens), len(cross.key_tokens))
+    assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == list(cross.key_tokens)
+    assert [t.get_text() for t in figure.axes[0].get_yticklabels()] == list(cross.tokens)
+
+
+def test_show_cli_cross_attention_json_and_images(seq2seq_dirs, loaded_seq2seq, tmp_path):
+    import json
+
+    folder = str(seq2seq_dirs["bart"])
+    result = _run("show", SOURCE, "-m", folder, "--target", TARGET, "--json", "-o", str(tmp_path),
+                  "--device", "cpu", "-q", "Katze")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    item = encode_source_target(loaded_seq2seq["bart"], SOURCE, TARGET)
+    assert found["stack"] == "cross" and found["target"] == TARGET
+    assert found["tokens"] == list(item.target.tokens)
+    assert found["key_tokens"] == list(item.source.tokens)
+    assert len(found["heads"]) == 3 * 2  # 3 decoder layers × 2 heads
+    # a key the summary names is a source token
+    assert all(entry["top"][0]["token"] in item.source.tokens for entry in found["heads"])
+    assert found["query"]["token"] == "Katze"
+    names = sorted(p.name for p in (tmp_path / found["folder"].split("/")[-1]).iterdir())
+    assert "layer-02-head-01.png" in names and "overview.png" in names
+    from PIL import Image
+
+    picture = Image.open(Path(found["folder"]) / "layer-00-head-00.png")
+    assert picture.height > 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--target", "x"], "--target needs an encoder-decoder model"),
+        (["--generate", "5"], "--generate needs an encoder-decoder model"),
+        (["--stack", "cross"], "--stack cross: .* has one attention stack"),
+    ],
+)
+def test_show_refuses_decoder_options_on_one_stack_models(args, message, tmp_path):
+    result = _run("show", SOURCE, *args, "-o", str(tmp_path / "out"), "--no-images")
+    assert result.returncode == 2
+    assert re.search(message, result.stderr) and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_show_refuses_what_is_not_built_and_a_too_long_target(seq2seq_dirs, tmp_path):
+    folder = str(seq2seq_dirs["marian"])
+    for args, message in (
+        (["--measure", "alti"], "--measure alti composes one stack.s layers"),
+        (["--target", " ".join(["cat"] * 80)], "target is [0-9]+ tokens long"),
+        (["--stack", "encoder", "-l", "2"], "layer 2 out of range: this model has layers 0–1"),
+    ):
+        result = _run("show", SOURCE, "-m", folder, *args, "-o", str(tmp_path), "--no-images")
+        assert result.returncode == 2, result.stderr
+        assert re.search(message, result.stderr), result.stderr
+        assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("arch", SEQ2SEQ)
+def test_norm_of_cross_attention_equals_a_loop_over_heads_and_source_tokens(loaded_seq2seq, arch):
+    """‖α_ij f^h(x_j)‖ with x_j the encoder's last hidden state of source token j, and
+    f^h(x) = (x W_V^h + b_V^h) W_O^h, from the model's own parameters (Kobayashi et al. 2020)."""
+    from attnviz.analysis.contributions import stack_values
+    from attnviz.core import adapters
+
+    loaded = loaded_seq2seq[arch]
+    items = [encode_source_target(loaded, SOURCE, TARGET),
+             encode_source_target(loaded, "A quick brown fox!", "Ein Fuchs!")]  # fmt: skip
+    values = stack_values(loaded, "norm")
+    found = attend_stacks(loaded, items, ("cross", "encoder"), values=values)
+    for item, stacks in zip(items, found):
+        with torch.no_grad():
+            out = loaded.model(**pad_pairs(loaded, [item]), output_attentions=True)
+        x = out.encoder_last_hidden_state[0].double()  # (S, d_model)
+        cross = stacks["cross"]
+        assert cross.measure == "norm" and cross.weights.shape[-2:] == (len(item.target), len(x))
+        for layer in range(cross.weights.shape[0]):
+            own = adapters.layer_modules(loaded.model, layer, "cross").attention
+            v, o = (own.v, own.o) if "t5" in arch else (own.v_proj, own.out_proj)
+            n_heads = cross.weights.shape[1]
+            d_k = v.weight.shape[0] // n_heads
+            probs = out.cross_attentions[layer][0].double()  # (H, T, S)
+            for h in range(n_heads):
+                rows = slice(h * d_k, (h + 1) * d_k)
+                value = x @ v.weight[rows].double().T  # (S, d_k)
+                if v.bias is not None:
+                    value = value + v.bias[rows].double()
+                f = value @ o.weight[:, rows].double().T  # (S, d_model)
+                expected = probs[h] * f.norm(dim=-1)[None, :]
+                np.testing.assert_allclose(cross.weights[layer, h], expected.detach(), atol=1e-5)
+        assert stacks["encoder"].measure == "norm" and np.all(stacks["encoder"].weights >= 0)
+
+
+def test_rollout_and_alti_are_refused_across_stacks(loaded_seq2seq):
+    from attnviz.analysis.contributions import stack_values
+
+    for measure in ("alti", "rollout"):
+        with pytest.raises(InputError, match=f"--measure {measure} composes one stack's layers"):
+            stack_values(loaded_seq2seq["bart"], measure)

@@ -229,7 +229,14 @@ class Measured:
     per-layer measures compose every layer from 0 up to the last chosen one)."""
 
     def __init__(
-        self, loaded: LoadedModel, measure: Measure, layers: list[int], n_batch: int, width: int
+        self,
+        loaded: LoadedModel,
+        measure: Measure,
+        layers: list[int],
+        n_batch: int,
+        width: int,
+        key_width: int | None = None,
+        stack: str | None = None,
     ) -> None:
         import numpy as np
 
@@ -237,9 +244,14 @@ class Measured:
 
         self.measure = measure
         self.per_layer = measure.per_layer
+        self.stack = stack  # an encoder-decoder model's stack (norm only): keys are (B, S)
         self.slot = {layer: i for i, layer in enumerate(layers)}
         needed = range(max(layers) + 1) if measure.per_layer else layers
-        self.wants = {layer: measure.kinds for layer in needed}
+        kinds = measure.kinds
+        if stack is not None:  # values are made of the keys' states: cross-attention's source
+            kinds = tuple("source" if kind == "input" else kind for kind in kinds)
+        self.wants = {layer: kinds for layer in needed}
+        self._x = "input" if stack is None else "source"
         model = loaded.model
         self._weights = {}
         self._norms = {}
@@ -248,7 +260,7 @@ class Measured:
 
             try:
                 self._weights = {
-                    layer: adapters.layer_weights(model, layer).to_cpu() for layer in needed
+                    layer: adapters.layer_weights(model, layer, stack).to_cpu() for layer in needed
                 }
             except UnsupportedModelError as error:
                 raise UnsupportedModelError(
@@ -257,11 +269,12 @@ class Measured:
                 ) from None
         if measure.name == "alti":
             self._norms = {layer: adapters.norm_after(model, layer) for layer in needed}
-        heads = 1 if measure.per_layer else loaded.info.n_heads
-        self.held = np.empty((n_batch, len(layers), heads, width, width), np.float32)
+        heads = 1 if measure.per_layer else loaded.info.of_stack(stack).n_heads
+        keys = width if key_width is None else key_width
+        self.held = np.empty((n_batch, len(layers), heads, width, keys), np.float32)
         self.mixing: dict[int, AltiLayer] = {}  # alti: each composed layer's mixing ratios
-        # norm: each key's ‖f^h(x_j)‖, (B, L, H, T): what the page multiplies into the weights
-        self.lengths = np.empty((n_batch, len(layers), heads, width), np.float32)
+        # norm: each key's ‖f^h(x_j)‖, (B, L, H, S): what the page multiplies into the weights
+        self.lengths = np.empty((n_batch, len(layers), heads, keys), np.float32)
         self._composed: torch.Tensor | None = None
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
@@ -270,7 +283,7 @@ class Measured:
         if name == "weights":
             values = probs
         elif name == "norm":
-            lengths = value_vectors(tensors["input"].float(), self._weights[layer]).norm(dim=-1)
+            lengths = value_vectors(tensors[self._x].float(), self._weights[layer]).norm(dim=-1)
             if layer in self.slot:
                 self.lengths[:, self.slot[layer]] = lengths.numpy()
             values = probs * lengths[:, :, None, :]  # ‖α f(x_j)‖ = α ‖f(x_j)‖
@@ -365,6 +378,27 @@ def measured(
         return made
 
     return attend(loaded, batch, layers, also=also or [], values=make, edit=edit)
+
+
+def stack_values(loaded: LoadedModel, measure: str) -> Any:
+    """For `extract.attend_stacks`: a factory of recorders giving `measure`'s values on an
+    encoder-decoder model's stacks (None for the weights). Of the contribution measures,
+    norm is defined there (cross-attention's values are made of the encoder's output);
+    ALTI and rollout compose one stack's layers with its residual stream, which
+    cross-attention adds to the decoder's, and are refused."""
+    chosen = get(measure)
+    if chosen.name == DEFAULT:
+        return None
+    if chosen.name != "norm":
+        raise InputError(
+            f"--measure {chosen.name} composes one stack's layers and is not defined across an "
+            "encoder-decoder model's stacks; use weights or norm"
+        )
+
+    def make(stack: str, layers: list[int], n_batch: int, width: int, key_width: int):
+        return Measured(loaded, chosen, layers, n_batch, width, key_width, stack)
+
+    return make
 
 
 def shares(att: Any) -> Any:

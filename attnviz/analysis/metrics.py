@@ -15,6 +15,10 @@ of a quantity of that query's attention row a = A[layer, head, i, :] (n keys):
     distance     Σ a[j] |i − j|                  (tokens)
     confidence   max_j a[j]
 
+In cross-attention (an encoder-decoder's target queries over source keys) the positional
+metrics (previous, next, self, local, distance) compare positions of two different texts,
+so they are not measured there; the others are, over the source keys.
+
 Everything is vectorised over layers, heads and queries; a corpus is summed sentence by
 sentence (`MetricSums`), so memory does not grow with its size.
 
@@ -46,17 +50,19 @@ class Rows:
     def __init__(self, att: Attention) -> None:
         import numpy as np
 
-        weights = att.weights.astype(np.float64)  # (L, H, T, T)
+        weights = att.weights.astype(np.float64)  # (L, H, T, S): S = T but in cross-attention
         self.n = weights.shape[-1]
+        self.square = att.keys is None  # keys are the queries' own tokens
         self.queries = np.flatnonzero(~att.special)  # (Q,)
-        self.rows = weights[:, :, self.queries, :]  # (L, H, Q, T)
+        self.rows = weights[:, :, self.queries, :]  # (L, H, Q, S)
         self.count = len(self.queries)
         positions = np.arange(self.n)
-        self.offset = positions[None, :] - self.queries[:, None]  # (Q, T): j − i
-        self.punctuation = np.array([is_punctuation(t) for t in att.tokens]) & ~att.special
-        self.separators = att.special.copy()  # special tokens after the first
+        self.offset = positions[None, :] - self.queries[:, None]  # (Q, S): j − i
+        keys, key_special = att.key_tokens, att.key_special
+        self.punctuation = np.array([is_punctuation(t) for t in keys]) & ~key_special
+        self.separators = key_special.copy()  # special tokens after the first
         self.separators[0] = False
-        self.special = att.special
+        self.special = key_special
         # keys a query can see: all of them, or (causal) those up to itself
         self.visible = self.queries + 1 if att.info.causal else np.full(self.count, self.n)
 
@@ -116,14 +122,17 @@ class Metric:
     name: str
     help: str
     sums: Callable[[Rows], tuple[np.ndarray, int]]
+    positional: bool = False  # compares query and key positions: not in cross-attention
 
 
 METRICS = {
     metric.name: metric
     for metric in (
-        Metric("previous", "a[i−1]: attention to the previous token", lambda r: r.at_offset(-1)),
-        Metric("next", "a[i+1]: attention to the next token", lambda r: r.at_offset(1)),
-        Metric("self", "a[i]: attention to itself", lambda r: r.at_offset(0)),
+        Metric(
+            "previous", "a[i−1]: attention to the previous token", lambda r: r.at_offset(-1), True
+        ),
+        Metric("next", "a[i+1]: attention to the next token", lambda r: r.at_offset(1), True),
+        Metric("self", "a[i]: attention to itself", lambda r: r.at_offset(0), True),
         Metric(
             "first",
             "a[0]: attention to the first token ([CLS], BOS, or a decoder's first token)",
@@ -139,7 +148,9 @@ METRICS = {
             "Σ a[j] over punctuation tokens",
             lambda r: r.all_queries(r.mass(r.punctuation)),
         ),
-        Metric("local", f"Σ a[j] over non-special tokens with |i − j| ≤ {LOCAL_WINDOW}", _local),
+        Metric(
+            "local", f"Σ a[j] over non-special tokens with |i − j| ≤ {LOCAL_WINDOW}", _local, True
+        ),
         Metric(
             "entropy",
             "−Σ a[j] ln a[j], in nats",
@@ -148,7 +159,7 @@ METRICS = {
         Metric(
             "entropy_norm", "entropy / ln(keys the query can see); 1 means uniform", _entropy_norm
         ),
-        Metric("distance", "Σ a[j] |i − j|: mean attention distance, in tokens", _distance),
+        Metric("distance", "Σ a[j] |i − j|: mean attention distance, in tokens", _distance, True),
         Metric(
             "confidence",
             "max_j a[j]: the largest weight",
@@ -178,7 +189,11 @@ def sentence_sums(att: Attention) -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
 
     rows = Rows(att)
-    summed = [metric.sums(rows) for metric in METRICS.values()]
+    unmeasured = (np.zeros(att.weights.shape[:2]), 0)  # counted over no query: None
+    summed = [
+        metric.sums(rows) if rows.square or not metric.positional else unmeasured
+        for metric in METRICS.values()
+    ]
     sums = np.stack([total for total, _ in summed])  # (M, L, H)
     counts = np.array([count for _, count in summed], dtype=float)  # (M,)
     return sums, counts

@@ -102,6 +102,7 @@ class HeadSummary:
     scores: dict[str, float | None]
 
     def as_dict(self, tokens: tuple[str, ...]) -> dict[str, Any]:
+        """The summary as JSON; `tokens` are the keys' (the source's in cross-attention)."""
         key = self.pattern.key
         return {
             "layer": self.layer,
@@ -128,10 +129,11 @@ def rank_keys(
     (None when every key is special)."""
     import numpy as np
 
+    keys, special = att.key_tokens, att.key_special
     order = np.argsort(-weights, kind="stable")[: min(k, len(weights))]
-    top = tuple(Target(int(i), att.tokens[i], float(weights[i])) for i in order)
-    best = int(np.argmax(np.where(att.special, -1.0, weights)))
-    other = None if att.special[best] else Target(best, att.tokens[best], float(weights[best]))
+    top = tuple(Target(int(i), keys[i], float(weights[i])) for i in order)
+    best = int(np.argmax(np.where(special, -1.0, weights)))
+    other = None if special[best] else Target(best, keys[best], float(weights[best]))
     return top, other
 
 
@@ -150,13 +152,13 @@ def role_scores(att: Attention) -> dict[str, np.ndarray | None]:
 
 
 def key_means(att: Attention, weights: np.ndarray) -> np.ndarray:
-    """Each key's weight averaged over the non-special queries that can see it, (L, H, T)
-    from `weights` (L, H, T, T); 0 for a key no such query sees."""
+    """Each key's weight averaged over the non-special queries that can see it, (L, H, S)
+    from `weights` (L, H, T, S); 0 for a key no such query sees."""
     import numpy as np
 
     queries = ~att.special  # (T,)
-    n = len(queries)
-    sees = np.broadcast_to(queries[:, None], (n, n)).copy()  # (query, key)
+    n, n_keys = len(queries), weights.shape[-1]
+    sees = np.broadcast_to(queries[:, None], (n, n_keys)).copy()  # (query, key)
     if att.info.causal:
         sees &= np.tril(np.ones((n, n), dtype=bool))
     seen_by = sees.sum(axis=0)  # (T,) queries that see each key
@@ -194,7 +196,7 @@ def pick_pattern(
         best = max(sinks, key=lambda name: cleared[name] - limit[name])
         key = 0
         if best == "separator sink":
-            later = np.flatnonzero(att.special)
+            later = np.flatnonzero(att.key_special)
             later = later[later > 0]
             key = int(later[np.argmax(received[later])])
         return Pattern(best, cleared[best], key)
@@ -216,22 +218,22 @@ def summarise(
     import numpy as np
 
     thresholds = thresholds or Thresholds()
-    weights = att.weights.astype(np.float64)  # (L, H, T, T)
+    weights = att.weights.astype(np.float64)  # (L, H, T, S): S = T but in cross-attention
     n = weights.shape[-1]
-    queries = ~att.special  # (T,)
-    received = key_means(att, weights)  # (L, H, T)
+    queries, key_special = ~att.special, att.key_special  # (T,), (S,)
+    received = key_means(att, weights)  # (L, H, S)
     per_role = role_scores(att)
-    special_rows = weights[:, :, queries][..., att.special].sum(axis=-1)  # (L, H, Q)
+    special_rows = weights[:, :, queries][..., key_special].sum(axis=-1)  # (L, H, Q)
     special_share = special_rows.mean(axis=-1) if queries.any() else np.zeros(weights.shape[:2])
     # keys a content pattern may name: non-special, seen by at least half the queries
     seen_by = np.array([(queries[k:] if att.info.causal else queries).sum() for k in range(n)])
-    candidates = ~att.special & (seen_by * 2 >= max(int(queries.sum()), 1))
+    candidates = ~key_special & (seen_by * 2 >= max(int(queries.sum()), 1))
     # the strongest link leaves out special tokens and a decoder's first query (it sees
     # only itself)
     link_rows = queries.copy()
     if att.info.causal:
         link_rows[0] = False
-    link_mask = link_rows[:, None] & ~att.special[None, :]  # (query, key)
+    link_mask = link_rows[:, None] & ~key_special[None, :]  # (query, key)
 
     summaries = []
     for layer in layers:
@@ -245,13 +247,15 @@ def summarise(
                 for name, values in per_role.items()
             }
             agreed = int(np.argmax(np.where(candidates, keys, -1.0))) if candidates.any() else None
-            grid = weights[slot, head]  # (T, T) query x key
+            grid = weights[slot, head]  # (T, S) query x key
             link = None
             if link_mask.any():
                 q, key = np.unravel_index(
                     int(np.argmax(np.where(link_mask, grid, -1.0))), grid.shape
                 )
-                link = Link(int(q), att.tokens[q], int(key), att.tokens[key], float(grid[q, key]))
+                link = Link(
+                    int(q), att.tokens[q], int(key), att.key_tokens[key], float(grid[q, key])
+                )
             summaries.append(
                 HeadSummary(
                     layer=layer,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from attnviz.core.attention import Attention
+from attnviz.core.attention import Attention, Keys
 from attnviz.errors import InputError
 
 
@@ -35,31 +35,52 @@ def word_view(att: Attention) -> Attention:
     """Merge word pieces into words.
 
     Attention *to* a word sums over its pieces; attention *from* a word averages its pieces'
-    rows. Rows still sum to 1.
+    rows. Rows still sum to 1. In cross-attention the target's words are the queries and the
+    source's the keys.
     """
     import numpy as np
 
     if att.unit == "word":
         return att
-    groups = np.array(att.words)
+
+    def members(words: tuple[int, ...], n_words: int) -> np.ndarray:
+        member = np.zeros((len(words), n_words))  # (T, W) one-hot token -> word
+        member[np.arange(len(words)), list(words)] = 1.0
+        return member
+
+    def special_words(words: tuple[int, ...], special: np.ndarray, n_words: int) -> np.ndarray:
+        groups = np.array(words)
+        return np.array([special[groups == w].all() for w in range(n_words)])
+
     n_words = len(att.word_labels)
-    member = np.zeros((len(groups), n_words))  # (T, W) one-hot token -> word
-    member[np.arange(len(groups)), groups] = 1.0
+    member = members(att.words, n_words)  # (T, W)
+    key_member, keys = member, None
+    if att.keys is not None:
+        n_source = len(att.keys.word_labels)
+        key_member = members(att.keys.words, n_source)  # (S, W_s)
+        keys = Keys(
+            att.keys.text,
+            att.keys.word_labels,
+            special_words(att.keys.words, att.keys.special, n_source),
+            tuple(range(n_source)),
+            att.keys.word_labels,
+        )
     counts = member.sum(axis=0)  # (W,)
-    to_words = att.weights.astype(np.float64) @ member  # (L, H, T, W)
-    merged = (member.T @ to_words) / counts[:, None]  # (W, T) @ (L, H, T, W) -> (L, H, W, W)
-    special = np.array([att.special[groups == w].all() for w in range(n_words)])
+    to_words = att.weights.astype(np.float64) @ key_member  # (L, H, T, W_s)
+    merged = (member.T @ to_words) / counts[:, None]  # (W, T) @ (L, H, T, W_s) -> (L, H, W, W_s)
+    groups = np.array(att.words)
     segments = None
     if att.segments is not None:
         segments = tuple(att.segments[int(np.argmax(groups == w))] for w in range(n_words))
     return replace(
         att,
         tokens=att.word_labels,
-        special=special,
+        special=special_words(att.words, att.special, n_words),
         weights=merged.astype(np.float32),
         unit="word",
         words=tuple(range(n_words)),
         segments=segments,
+        keys=keys,
         notes=att.notes + ("word view: pieces merged into words",),
     )
 
@@ -68,30 +89,51 @@ def hide_special(att: Attention) -> Attention:
     """Drop special tokens ([CLS], [SEP], BOS…) as queries and keys, renormalising each row."""
     import numpy as np
 
-    keep = ~att.special
-    if keep.all():
+    keep, keep_keys = ~att.special, ~att.key_special
+    if keep.all() and keep_keys.all():
         return replace(att, notes=att.notes + ("no special tokens to hide",))
-    if not keep.any():
+    if not keep.any() or not keep_keys.any():
         raise InputError("the text has only special tokens; nothing is left once they are hidden")
-    weights = att.weights[:, :, keep][:, :, :, keep].astype(np.float64)  # (L, H, t, t)
+    weights = att.weights[:, :, keep][:, :, :, keep_keys].astype(np.float64)  # (L, H, t, s)
     kept_share = weights.sum(axis=-1, keepdims=True)  # (L, H, t, 1)
     weights = weights / np.where(kept_share > 0, kept_share, 1.0)
     removed = 1.0 - float(kept_share.mean())
-    kept_words = [w for w, k in zip(att.words, keep) if k]
+
+    def kept(tokens, special, words, word_labels, keep):
+        kept_words = [w for w, k in zip(words, keep) if k]
+        distinct = sorted(set(kept_words))
+        return (
+            tuple(t for t, k in zip(tokens, keep) if k),
+            special[keep],
+            tuple(distinct.index(w) for w in kept_words),
+            tuple(word_labels[w] for w in distinct),
+        )
+
+    tokens, special, words, word_labels = kept(
+        att.tokens, att.special, att.words, att.word_labels, keep
+    )
+    keys = None
+    if att.keys is not None:
+        source = att.keys
+        keys = Keys(source.text, *kept(source.tokens, source.special, source.words,
+                                       source.word_labels, keep_keys))  # fmt: skip
+    hidden = int((~keep).sum()) + (int((~keep_keys).sum()) if keys is not None else 0)
+    total = len(keep) + (len(keep_keys) if keys is not None else 0)
     return replace(
         att,
-        tokens=tuple(t for t, k in zip(att.tokens, keep) if k),
-        special=att.special[keep],
+        tokens=tokens,
+        special=special,
         weights=weights.astype(np.float32),
-        words=tuple(sorted(set(kept_words)).index(w) for w in kept_words),
-        word_labels=tuple(att.word_labels[w] for w in sorted(set(kept_words))),
+        words=words,
+        word_labels=word_labels,
+        keys=keys,
         hidden_special=True,
         segments=None
         if att.segments is None
         else tuple(s for s, k in zip(att.segments, keep) if k),
         notes=att.notes
         + (
-            f"special tokens hidden ({int((~keep).sum())} of {len(keep)}); they held "
+            f"special tokens hidden ({hidden} of {total}); they held "
             f"{removed:.0%} of attention on average, and each row was renormalised",
         ),
     )

@@ -9,6 +9,7 @@ import typer
 
 from attnviz.analysis.contributions import MEASURES
 from attnviz.analysis.transforms import TRANSFORMS
+from attnviz.core.adapters import STACKS
 from attnviz.outputs.figures import FORMATS, SCALES
 
 
@@ -109,6 +110,40 @@ MeasureOpt = Annotated[
             f"{m.name}: {m.help}" + (f" ({m.cite})" if m.cite else "") for m in MEASURES.values()
         )
         + ". docs/contributions.md says how each is computed.",
+    ),
+]
+StackName = Enum("StackName", {name: name for name in STACKS}, type=str)
+
+
+StackOpt = Annotated[
+    StackName | None,
+    typer.Option(
+        "--stack",
+        help="Encoder-decoder models (T5, BART, Marian): which attention to show: encoder "
+        "(source × source), decoder (target × target, causal) or cross (target tokens reading "
+        "the source). [default: cross]",
+        show_default=False,
+    ),
+]
+TargetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        metavar="TEXT",
+        help="Encoder-decoder models: the target the decoder reads after its start token "
+        "(teacher forcing), e.g. a translation of the source.",
+        show_default=False,
+    ),
+]
+GenerateOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--generate",
+        min=1,
+        metavar="N",
+        help="Encoder-decoder models: let the model write its own target greedily, at most N "
+        "tokens, and show the attention it used (what happens without --target, with N 40).",
+        show_default=False,
     ),
 ]
 BatchOpt = Annotated[

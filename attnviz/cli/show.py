@@ -15,6 +15,7 @@ from attnviz.cli.options import (
     DeviceOpt,
     DpiOpt,
     FormatOpt,
+    GenerateOpt,
     HeadOpt,
     HideOpt,
     ImageFormat,
@@ -26,6 +27,8 @@ from attnviz.cli.options import (
     QueryOpt,
     Scale,
     ScaleOpt,
+    StackOpt,
+    TargetOpt,
     TruncateOpt,
     WordsOpt,
     flag,
@@ -95,6 +98,9 @@ def show(
             show_default=False,
         ),
     ] = None,
+    target: TargetOpt = None,
+    generate: GenerateOpt = None,
+    stack: StackOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show what every attention head looks at in one sentence, and write heatmaps.
@@ -102,7 +108,9 @@ def show(
     Prints, for each head, the tokens it attends to most; with one --layer and one --head it
     also draws that head's heatmap in the terminal. Images go to `OUT/<slug>-<hash>/` (one
     folder per distinct text, holding only its last run's files): an overview of all heads,
-    one grid per layer, one figure per head.
+    one grid per layer, one figure per head. With an encoder-decoder model (T5, BART,
+    Marian) the text is the source; --target or --generate gives the target, and --stack
+    picks the attention (cross-attention by default).
     """
 
     def print_summary(result: Any) -> None:
@@ -164,6 +172,9 @@ def show(
             on_summary=None if as_json else print_summary,  # printed while figures are drawn
             measure=measure.value,
             ablate=removed,
+            target=target,
+            generate=generate,
+            stack=stack.value if stack is not None else None,
         )
     except AttnvizError as error:
         raise fail(error) from None

@@ -107,11 +107,14 @@ def attend_stacks(
     stacks: Sequence[str] = ("cross",),
     layers: Sequence[int] | None = None,
     also: Sequence[Recorder] = (),
+    values: Callable[[str, list[int], int, int, int], Any] | None = None,
 ) -> list[dict[str, Attention]]:
     """Run an encoder-decoder model once over sources and targets and return, for each, the
     attention of each of `stacks` ("encoder": source × source, "decoder": target × target,
     causal, "cross": target × source), cropped to its own tokens. Only `layers` (checked
-    against each stack; default all) are kept.
+    against each stack; default all) are kept. `values(stack, chosen_layers, n_batch, width,
+    key_width)` makes a recorder whose `held` (B, L, H, T, S) and `measure` replace the
+    weights, as in `attend`.
     """
     import numpy as np
 
@@ -129,6 +132,8 @@ def attend_stacks(
               "cross": (target_width, source_width)}  # fmt: skip
     recorders = {
         stack: _Weights(chosen[stack], n_batch, infos[stack].n_heads, *widths[stack], stack=stack)
+        if values is None
+        else values(stack, chosen[stack], n_batch, *widths[stack])
         for stack in stacks
     }
     capture.run(loaded, inputs, [*recorders.values(), *also])
@@ -161,9 +166,37 @@ def attend_stacks(
                 stack=stack,
                 keys=source_keys if stack == "cross" else None,
                 target=target.text,
+                measure=_measure_name(recorders[stack]),
             )
         results.append(found)
     return results
+
+
+def extract_seq2seq(
+    loaded: LoadedModel,
+    source: str,
+    target: str | None = None,
+    generate: int | None = None,
+    stack: str | None = None,
+    truncate: bool = False,
+    layers: Sequence[int] | None = None,
+    values: Callable[[str, list[int], int, int, int], Any] | None = None,
+) -> Attention:
+    """An encoder-decoder model's attention of one `stack` (default cross) on `source` and
+    `target` (teacher forcing), or on its own greedy output (`generate` tokens at most, the
+    default when no target is given); `values` as in `attend_stacks`."""
+    from attnviz.core.models import DEFAULT_STACK
+    from attnviz.core.seq2seq import encode_source_target
+
+    chosen = stack or DEFAULT_STACK
+    loaded.info.of_stack(chosen)  # a model with one stack refuses --stack here
+    item = encode_source_target(loaded, source, target, generate, truncate)
+    return attend_stacks(loaded, [item], [chosen], layers, values=values)[0][chosen]
+
+
+def _measure_name(recorder: Any) -> str:
+    measure = getattr(recorder, "measure", None)
+    return measure.name if measure is not None else "weights"
 
 
 def _generated_note(item: SourceTarget) -> tuple[str, ...]:

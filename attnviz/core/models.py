@@ -446,15 +446,28 @@ class Model:
         text: str | None = None,
         truncate: bool = False,
         pair: str | None = None,
+        stack: str | None = None,
+        decoder_option: str | None = None,
     ) -> None:
         """Refuse an out-of-range layer or head, a too-long text and a sentence pair for a
         decoder from the model's files alone; what the files cannot tell is checked again
-        after loading."""
+        after loading. For an encoder-decoder model the layers and heads are `stack`'s
+        (default cross); `decoder_option` (--target, --generate) or a `stack` given to a model
+        with one stack is refused."""
         spec = describe(self.name)
         if spec is None:
             return
         if pair is not None and spec.causal:
             raise pair_needs_encoder(spec.name)
+        if decoder_option is not None and not spec.seq2seq:
+            raise needs_seq2seq(decoder_option, spec.name)
+        if pair is not None and spec.seq2seq:
+            raise InputError(
+                f"--pair is for encoders that read sentence pairs; {spec.name} is an "
+                "encoder-decoder model: give its target with --target"
+            )
+        if spec.seq2seq or stack is not None:
+            spec = spec.of_stack(stack or DEFAULT_STACK)
         spec.pick_layers(layers)
         spec.pick_heads(heads)
         if text is not None:

@@ -110,6 +110,17 @@ class Layout:
         return cls.labelled(n, side)
 
     @classmethod
+    def for_grid(cls, rows: int, cols: int, dpi: int | None = None) -> tuple[Layout, Layout]:
+        """Layouts of the query (rows) and key (columns) axes of a (rows, cols) heatmap with
+        square cells, sized as `for_tokens` sizes the longer side: the same whole number of
+        pixels per cell on both axes. Equal to `for_tokens` for a square map."""
+        longest = cls.for_tokens(max(rows, cols), dpi=dpi)
+        if rows == cols:
+            return longest, longest
+        cell_in = longest.side_in / max(rows, cols, 1)
+        return cls.labelled(rows, rows * cell_in), cls.labelled(cols, cols * cell_in)
+
+    @classmethod
     def labelled(cls, n: int, side_in: float, max_font_pt: float = 10.0) -> Layout:
         """Labels for `n` tokens along `side_in` inches: every token while a row is tall
         enough for a readable font (at least MIN_FONT_PT); otherwise every k-th token at
@@ -222,14 +233,23 @@ def _configure_matplotlib() -> None:
 
 
 def _ticks(
-    ax: Any, labels: tuple[str, ...], layout: Layout, x: bool = True, y: bool = True
+    ax: Any,
+    labels: tuple[str, ...],
+    layout: Layout,
+    x: bool = True,
+    y: bool = True,
+    keys: tuple[tuple[str, ...], Layout] | None = None,
 ) -> None:
-    positions, shown = layout.ticks(labels)
+    """Token labels down (queries) and across (keys); `keys` gives the key axis its own
+    tokens and layout where they differ (cross-attention's source)."""
+    key_labels, key_layout = keys if keys is not None else (labels, layout)
     if x:
-        ax.set_xticks(positions, shown, rotation=90, fontsize=layout.font_pt)
+        positions, shown = key_layout.ticks(key_labels)
+        ax.set_xticks(positions, shown, rotation=90, fontsize=key_layout.font_pt)
     else:
         ax.set_xticks([])
     if y:
+        positions, shown = layout.ticks(labels)
         ax.set_yticks(positions, shown, fontsize=layout.font_pt)
     else:
         ax.set_yticks([])
@@ -258,6 +278,9 @@ def view_description(att: Attention) -> str:
     from attnviz.analysis.contributions import MEASURES
 
     parts = ["word view" if att.unit == "word" else "token view"]
+    if att.stack is not None:
+        parts.insert(0, {"encoder": "encoder self-attention", "decoder": "decoder "
+                         "self-attention", "cross": "cross-attention"}[att.stack])  # fmt: skip
     if att.measure != "weights":
         measure = MEASURES[att.measure]
         parts.insert(0, f"{measure.name}: {measure.unit} ({measure.cite})")
@@ -271,11 +294,13 @@ def context_line(att: Attention, width_in: float, font_pt: float = 8.0) -> str:
     read from its title."""
     fits = int(width_in * 72 / (font_pt * 0.6))  # DejaVu Sans: ~0.6 em a character
     rest = f"{att.info.name} · “” · {view_description(att)}"
-    room = max(fits - len(rest), 12)
-    text = " ".join(att.text.split())
-    if len(text) > room:
-        text = text[: room - 1].rstrip() + "…"
-    return f"{att.info.name} · “{text}” · {view_description(att)}"
+    texts = [att.text] if att.target is None else [att.text, att.target]  # source → target
+    room = max((fits - len(rest) - 4 * (len(texts) - 1)) // len(texts), 12)
+    shown = []
+    for text in texts:
+        text = " ".join(text.split())
+        shown.append(text[: room - 1].rstrip() + "…" if len(text) > room else text)
+    return f"{att.info.name} · {' → '.join(f'“{t}”' for t in shown)} · {view_description(att)}"
 
 
 def png_bytes(rgba: np.ndarray, dpi: int) -> bytes:
@@ -436,24 +461,31 @@ class HeadFigure:
         from matplotlib.figure import Figure
 
         _configure_matplotlib()
-        tokens, unit = att.tokens, att.unit
-        n = len(tokens)
-        layout = Layout.for_tokens(n, dpi=style.dpi)
-        label_in = layout.label_inches(tokens)
+        tokens, keys, unit = att.tokens, att.key_tokens, att.unit
+        n, n_keys = len(tokens), len(keys)
+        layout, key_layout = Layout.for_grid(n, n_keys, dpi=style.dpi)
         # Axis label + tick labels, in whole pixels so that every cell spans the same pixels.
-        left = bottom = round((0.45 + label_in) * style.dpi) / style.dpi
+        left = round((0.45 + layout.label_inches(tokens)) * style.dpi) / style.dpi
+        bottom = round((0.45 + key_layout.label_inches(keys)) * style.dpi) / style.dpi
         top, right = 0.75, 1.25  # two title lines; colour bar with its ticks and label
-        side = layout.side_in
-        width, height = left + side + right, bottom + side + top
+        side, wide = layout.side_in, key_layout.side_in  # the map's height and width
+        # a short map (few target tokens) keeps room for its title and colour bar
+        dpi = style.dpi
+        top += round(max(0.0, 1.6 - side) * dpi) / dpi
+        left += round(max(0.0, (4.5 - wide - left - right) / 2) * dpi) / dpi
+        width, height = left + wide + right, bottom + side + top
         fig = Figure(figsize=(width, height), dpi=style.dpi)
-        ax = fig.add_axes((left / width, bottom / height, side / width, side / height))
+        ax = fig.add_axes((left / width, bottom / height, wide / width, side / height))
         self.image = ax.imshow(
-            np.zeros((n, n)), cmap=style.colour_map(), vmin=0.0, vmax=1.0, interpolation="nearest"
-        )
-        _ticks(ax, tokens, layout)
-        ax.set_xlabel(f"key ({unit} {_key_role(att)}){_label_note(layout, unit)}", fontsize=9)
+            np.zeros((n, n_keys)), cmap=style.colour_map(), vmin=0.0, vmax=1.0,
+            interpolation="nearest",
+        )  # fmt: skip
+        _ticks(ax, tokens, layout, keys=(keys, key_layout))
+        ax.set_xlabel(f"key ({unit} {_key_role(att)}){_label_note(key_layout, unit)}", fontsize=9)
         ax.set_ylabel(
-            f"query ({unit} {'attending' if att.measure == 'weights' else 'built'})", fontsize=9
+            f"query ({unit} {'attending' if att.measure == 'weights' else 'built'}"
+            f"{_query_side(att)})",
+            fontsize=9,
         )
         self.mask = masked_cells(att)
         # A causal model's bar makes room below it for the masked cells' key.
@@ -511,8 +543,16 @@ def head_title(att: Attention, layer: int, head: int, grid: np.ndarray) -> str:
 
 
 def _key_role(att: Attention) -> str:
-    """What a key is to its query under the measure: attended to, or contributing."""
-    return "attended to" if att.measure == "weights" else "contributing"
+    """What a key is to its query under the measure: attended to, or contributing (and, in
+    an encoder-decoder model, which text it is from)."""
+    role = "attended to" if att.measure == "weights" else "contributing"
+    side = {"encoder": "source ", "decoder": "target ", "cross": "source "}.get(att.stack, "")
+    return f"{side}{role}" if not side else f"{role}, {side.strip()}"
+
+
+def _query_side(att: Attention) -> str:
+    """Which text the queries are from, in an encoder-decoder model ("" otherwise)."""
+    return {"encoder": ", source", "decoder": ", target", "cross": ", target"}.get(att.stack, "")
 
 
 def _scale_note(style: Style) -> str:
@@ -535,27 +575,33 @@ class LayerFigure:
         from matplotlib.figure import Figure
 
         _configure_matplotlib()
-        n = len(att.tokens)
+        n, n_keys = len(att.tokens), len(att.key_tokens)
+        longest = max(n, n_keys)
         cols = min(len(heads), 4)
         rows = math.ceil(len(heads) / cols)
-        layout = Layout.for_tokens(n, max_side_in=10.0)
+        layout = Layout.for_tokens(longest, max_side_in=10.0)
         # Laid out in whole pixels, panels with whole pixels per token where they fit: every
         # cell is drawn alike, and the heatmaps can be painted straight into the canvas (see
         # _Frames). Longer texts keep the panel's size and are resampled by matplotlib.
+        # A cross-attention panel is as wide as its keys and as tall as its queries.
         dpi = style.dpi
-        panel = round(max(2.6, layout.side_in * 0.55) * dpi)  # pixels
-        if n <= panel:
-            panel = n * (panel // n)
-        small = Layout.labelled(n, panel / dpi, max_font_pt=THINNED_FONT_PT)
-        label_in = small.label_inches(att.tokens)
-        left, bottom, top, right = (round(v * dpi) for v in (0.15 + label_in, 0.15 + label_in,
-                                                             1.1, 1.2))  # fmt: skip
+        panel = round(max(2.6, layout.side_in * 0.55) * dpi)  # pixels, the longer side
+        if longest <= panel:
+            panel = longest * (panel // longest)
+        panel_h, panel_w = (round(panel * count / longest) for count in (n, n_keys))
+        small = Layout.labelled(n, panel_h / dpi, max_font_pt=THINNED_FONT_PT)
+        small_keys = Layout.labelled(n_keys, panel_w / dpi, max_font_pt=THINNED_FONT_PT)
+        left, bottom, top, right = (
+            round(v * dpi)
+            for v in (0.15 + small.label_inches(att.tokens),
+                      0.15 + small_keys.label_inches(att.key_tokens), 1.1, 1.2)
+        )  # fmt: skip
         gap_w, gap_h = round(0.15 * dpi), round(0.35 * dpi)  # panel titles sit in the gaps
-        grid_w = cols * panel + (cols - 1) * gap_w
+        grid_w = cols * panel_w + (cols - 1) * gap_w
         spare = max(0, round(5.5 * dpi) - (left + grid_w + right)) // 2  # room for the title
         left, right = left + spare, right + spare
         width = left + grid_w + right
-        height = bottom + rows * panel + (rows - 1) * gap_h + top
+        height = bottom + rows * panel_h + (rows - 1) * gap_h + top
         fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi)
         self.heads = heads
         self.style = style
@@ -565,23 +611,24 @@ class LayerFigure:
         hatching = []
         for slot in range(len(heads)):
             row, col = divmod(slot, cols)
-            x0 = left + col * (panel + gap_w)
-            y0 = bottom + (rows - 1 - row) * (panel + gap_h)
-            ax = fig.add_axes((x0 / width, y0 / height, panel / width, panel / height))
+            x0 = left + col * (panel_w + gap_w)
+            y0 = bottom + (rows - 1 - row) * (panel_h + gap_h)
+            ax = fig.add_axes((x0 / width, y0 / height, panel_w / width, panel_h / height))
             image = ax.imshow(
-                np.zeros((n, n)), cmap=style.colour_map(), vmin=0.0, vmax=1.0,
-                interpolation="nearest",
+                np.zeros((n, n_keys)), cmap=style.colour_map(), vmin=0.0, vmax=1.0,
+                interpolation="nearest", aspect="auto",
             )  # fmt: skip
             self.images.append(image)
             if self.mask is not None:
                 hatching.append(_hatch(ax, _above_diagonal(n)))
             # Panel titles as figure texts: blitting redraws them alone.
-            centre, above = (x0 + panel / 2) / width, (y0 + panel + 0.06 * dpi) / height
+            centre, above = (x0 + panel_w / 2) / width, (y0 + panel_h + 0.06 * dpi) / height
             self.panel_titles.append(fig.text(centre, above, "", ha="center", va="bottom",
                                               fontsize=9))  # fmt: skip
             last_row = row == rows - 1 or slot + cols >= len(heads)
-            _ticks(ax, att.tokens, small, x=last_row, y=col == 0)
-        grid_h = rows * panel + (rows - 1) * gap_h
+            _ticks(ax, att.tokens, small, x=last_row, y=col == 0,
+                   keys=(att.key_tokens, small_keys))  # fmt: skip
+        grid_h = rows * panel_h + (rows - 1) * gap_h
         bar = fig.add_axes(
             (
                 (width - right + 0.2 * dpi) / width,
@@ -594,7 +641,8 @@ class LayerFigure:
         if self.mask is not None:
             below = (bottom + 0.2 * grid_h) / dpi - 0.5
             _masked_key(fig, (width - right) / dpi + 0.2, below, "masked:\nkey after\nthe query")
-        note = f"{n} {att.unit}s{_label_note(small, att.unit)} · {_scale_note(style)}"
+        counted = f"{n} {att.unit}s" if att.keys is None else f"{n} × {n_keys} {att.unit}s"
+        note = f"{counted}{_label_note(small, att.unit)} · {_scale_note(style)}"
         self.info_name = att.info.name
         self.title = _header(fig, att, "", note)
         # Spines go after the images (and their hatching): a full draw paints them on top.
@@ -605,7 +653,7 @@ class LayerFigure:
     def draw(self, weights: np.ndarray, layer: int) -> Any:
         """Set `weights[head, query, key]`, the heads of layer `layer`; return the Figure."""
         for image, title, head in zip(self.images, self.panel_titles, self.heads):
-            grid = weights[head]  # (T, T)
+            grid = weights[head]  # (T, S)
             image.set_data(self.style.scaled(grid, self.mask))
             title.set_text(f"head {head} · max {float(grid.max()):.2f}")
         self.title.set_text(f"layer {layer}")
@@ -632,23 +680,27 @@ def overview_mosaic(att: Attention, layers: list[int], heads: list[int], dpi: in
     """
     import numpy as np
 
-    n = len(att.tokens)
-    block, m, cell = _overview_cells(n, dpi)
+    n, n_keys = len(att.tokens), len(att.key_tokens)
+    block, m, cell = _overview_cells(max(n, n_keys), dpi)
     gap = cell - m
     mosaic = np.full((len(layers) * cell - gap, len(heads) * cell - gap), np.nan, np.float32)
     seen = np.zeros((m * block, m * block), bool)  # the cells a panel cell averages
     mask = masked_cells(att)
-    seen[:n, :n] = True if mask is None else ~mask
+    seen[:n, :n_keys] = True if mask is None else ~mask
     counts = seen.reshape(m, block, m, block).sum(axis=(1, 3))  # (m, m)
+    # a cross-attention panel fills (queries, keys) of its m × m square; the rest is a gap
+    outside = np.ones((m, m), bool)
+    outside[: math.ceil(n / block), : math.ceil(n_keys / block)] = False
     padded = np.zeros((m * block, m * block), np.float32)
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
-            grid = att.pattern(layer, head)  # (T, T)
+            grid = att.pattern(layer, head)  # (T, S)
             peak = grid.max()
-            padded[:n, :n] = grid / peak if peak > 0 else grid
+            padded[:n, :n_keys] = grid / peak if peak > 0 else grid
             padded[~seen] = 0
             sums = padded.reshape(m, block, m, block).sum(axis=(1, 3))  # (m, m)
             means = np.where(counts > 0, sums / np.maximum(counts, 1), OVERVIEW_MASKED)
+            means[outside] = np.nan
             mosaic[r * cell : r * cell + m, c * cell : c * cell + m] = means
     return mosaic
 
@@ -680,7 +732,7 @@ def overview_figure(
         mosaic = overview_mosaic(att, layers, heads, style.dpi)
     n = len(att.tokens)
     panel_in = 1.0
-    _, m, cell = _overview_cells(n, style.dpi)
+    _, m, cell = _overview_cells(max(n, len(att.key_tokens)), style.dpi)
     inner = (len(heads) * panel_in, len(layers) * panel_in)
     side = max(0.2, (6.0 - inner[0]) / 2)  # room for the title over narrow grids
     causal = masked_cells(att) is not None
@@ -695,9 +747,13 @@ def overview_figure(
         interpolation="antialiased",
         interpolation_stage="data",
     )
-    centres = [i * cell + m / 2 - 0.5 for i in range(max(len(layers), len(heads)))]
-    ax.set_xticks(centres[: len(heads)], [att.head_label(h) for h in heads], fontsize=8)
-    ax.set_yticks(centres[: len(layers)], [f"L{layer}" for layer in layers], fontsize=8)
+    # a cross-attention panel is (queries, keys) of its m × m square: label its centre
+    block = math.ceil(max(n, len(att.key_tokens)) / m)
+    rows_m, cols_m = math.ceil(n / block), math.ceil(len(att.key_tokens) / block)
+    ax.set_xticks([i * cell + cols_m / 2 - 0.5 for i in range(len(heads))],
+                  [att.head_label(h) for h in heads], fontsize=8)  # fmt: skip
+    ax.set_yticks([i * cell + rows_m / 2 - 0.5 for i in range(len(layers))],
+                  [f"L{layer}" for layer in layers], fontsize=8)  # fmt: skip
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
@@ -715,7 +771,8 @@ def overview_figure(
     )
     if att.per_layer:
         chosen = f"{att.measure} per layer" if every else f"{len(layers)} of {info.n_layers} layers"
-    _header(fig, att, f"{chosen} · {n} {att.unit}s · each panel scaled to its own max")
+    counted = f"{n} {att.unit}s" if att.keys is None else f"{n} × {len(att.key_tokens)} {att.unit}s"
+    _header(fig, att, f"{chosen} · {counted} · each panel scaled to its own max")
     return fig
 
 
@@ -750,19 +807,19 @@ def query_figure(
     from matplotlib.patches import Rectangle
 
     _configure_matplotlib()
-    n = len(att.tokens)
+    n = len(att.key_tokens)  # the keys: the source's in cross-attention
     if rows is None:
         rows = query_rows(att, index, layers, heads, style)
     layout = Layout.for_tokens(n)
     row_in = min(0.22, max(0.1, 12.0 / len(rows)))
     inner = (layout.side_in, max(len(rows) * row_in, 1.5))
-    label_in = layout.label_inches(att.tokens)
+    label_in = layout.label_inches(att.key_tokens)
     width = 0.9 + inner[0] + 1.3
     fig, ax = _fixed_axes(inner, (0.9, 0.45 + label_in, 1.3, 0.8), style.dpi)
     image = ax.imshow(
         rows, cmap=style.colour_map(), vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"
     )
-    _ticks(ax, att.tokens, layout, y=False)
+    _ticks(ax, att.key_tokens, layout, y=False)
     font = min(8.0, max(4.0, row_in * 72 * 0.8))
     ax.set_yticks(
         range(len(rows)),
@@ -775,12 +832,14 @@ def query_figure(
         after = [(index + 0.5, -0.5), (n - 0.5, -0.5), (n - 0.5, len(rows) - 0.5)]
         _hatch(ax, [*after, (index + 0.5, len(rows) - 0.5)])
         _masked_key(fig, 0.9 + inner[0] + 0.2, 0.15, "masked:\nkey after\nthe query")
-    ax.add_patch(
-        Rectangle((index - 0.5, -0.5), 1, len(rows), fill=False, edgecolor="red", linewidth=1.2)
-    )
+    itself = ""
+    if att.keys is None:  # in cross-attention the query is not among the keys
+        ax.add_patch(
+            Rectangle((index - 0.5, -0.5), 1, len(rows), fill=False, edgecolor="red", linewidth=1.2)
+        )
+        itself = "; red: the query itself"
     ax.set_xlabel(
-        f"key ({att.unit} {_key_role(att)}){_label_note(layout, att.unit)}; red: the query itself",
-        fontsize=9,
+        f"key ({att.unit} {_key_role(att)}){_label_note(layout, att.unit)}{itself}", fontsize=9
     )
     bar = fig.colorbar(image, ax=ax, fraction=0.25 / width, pad=0.2 / width)
     bar.set_label(style.bar_label(att), fontsize=9)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnviz.analysis.metrics import PROBES
+from attnviz.analysis.metrics import METRICS, PROBES
 from attnviz.analysis.query import normal_form
 from attnviz.analysis.roles import EVERY_ROLE, MIXED, ROLES
 from attnviz.analysis.summary import AGREE, TOKEN
@@ -45,20 +45,20 @@ def _fit(label: str, width: int) -> str:
     return label if len(label) <= width else label[: width - 1] + "…"
 
 
-def _repeated(att: Attention) -> set[str]:
+def _repeated(tokens: Sequence[str]) -> set[str]:
     """Tokens that occur more than once, by --query's rule (case-insensitive, word pieces
     without their "##"): labels of these carry their position."""
     seen: set[str] = set()
     twice: set[str] = set()
-    for token in att.tokens:
+    for token in tokens:
         form = normal_form(token)
         (twice if form in seen else seen).add(form)
     return twice
 
 
-def _label(att: Attention, index: int, width: int, repeated: set[str]) -> str:
+def _label(tokens: Sequence[str], index: int, width: int, repeated: set[str]) -> str:
     """A token as shown in a cell of `width`: `the@7` when "the" occurs more than once."""
-    token = att.tokens[index]
+    token = tokens[index]
     if normal_form(token) not in repeated:
         return _fit(token, width)
     where = f"@{index}"
@@ -73,25 +73,37 @@ def _weight(value: float) -> str:
 _HEADER_TOKENS = 80
 
 
+# What each stack of an encoder-decoder model is, in the header.
+STACK_LINES = {
+    "encoder": "encoder self-attention: source × source",
+    "decoder": "decoder self-attention: target × target (causal)",
+    "cross": "cross-attention: target queries (rows) read source keys (columns)",
+}
+
+
 def print_header(console: Console, att: Attention) -> None:
     info = att.info
+    stack = f" · {info.stack} stack" if info.stack else ""
     console.print(
         f"[bold]{info.name}[/] · {info.architecture} · {info.n_layers}×{info.n_heads} heads"
-        f" · d_model {info.d_model} · d_head {info.d_head}",
+        f"{stack} · d_model {info.d_model} · d_head {info.d_head}",
         highlight=False,
     )
-    repeated = _repeated(att)
-    n = len(att.tokens)
-    shown = range(n)
-    if n > _HEADER_TOKENS:
-        shown = [*range(_HEADER_TOKENS - 20), -1, *range(n - 20, n)]
-    labels = " ".join(
-        f"… {n - _HEADER_TOKENS} more (--json lists all) …"
-        if i < 0
-        else _label(att, i, 10**6, repeated)
-        for i in shown
-    )
-    console.print(f"{n} {att.unit}s: {labels}", highlight=False)
+    if att.stack is not None:
+        console.print(
+            f"{STACK_LINES[att.stack]} (--stack encoder|decoder|cross picks another)",
+            highlight=False,
+        )
+        sides = [("target", att.tokens), ("source", att.key_tokens)]
+        if att.stack == "encoder":
+            sides = [("source", att.tokens)]
+        elif att.stack == "decoder":
+            sides = [("target", att.tokens)]
+    else:
+        sides = [("", att.tokens)]
+    repeated = set()
+    for side, tokens in sides:
+        repeated |= _print_tokens(console, tokens, f"{side} " if side else "", att.unit)
     if repeated:
         console.print(
             "[dim]token@N: the token at position N (it occurs more than once; "
@@ -99,6 +111,23 @@ def print_header(console: Console, att: Attention) -> None:
         )
     for note in att.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+def _print_tokens(console: Console, tokens: Sequence[str], side: str, unit: str) -> set[str]:
+    """One line of tokens (a long text's first and last ones); the repeated ones."""
+    repeated = _repeated(tokens)
+    n = len(tokens)
+    shown = range(n)
+    if n > _HEADER_TOKENS:
+        shown = [*range(_HEADER_TOKENS - 20), -1, *range(n - 20, n)]
+    labels = " ".join(
+        f"… {n - _HEADER_TOKENS} more (--json lists all) …"
+        if i < 0
+        else _label(tokens, i, 10**6, repeated)
+        for i in shown
+    )
+    console.print(f"{n} {side}{unit}s: {labels}", highlight=False)
+    return repeated
 
 
 def _pattern_cell(att: Attention, summary: HeadSummary, width: int, repeated: set[str]) -> Text:
@@ -109,13 +138,13 @@ def _pattern_cell(att: Attention, summary: HeadSummary, width: int, repeated: se
         return Text(MIXED.shown, style=MIXED.style)
     if pattern.role == TOKEN:
         assert pattern.key is not None and pattern.score is not None
-        label = _label(att, pattern.key, width, repeated)
+        label = _label(att.key_tokens, pattern.key, width, repeated)
         cell = Text(label, style=f"bold {text_colour(pattern.score)}")
     else:
         role = ROLES[pattern.role]
         label = role.short
-        if pattern.key is not None and len(att.tokens[pattern.key]) <= width:
-            label = att.tokens[pattern.key]  # a sink: [CLS], [SEP], <s>
+        if pattern.key is not None and len(att.key_tokens[pattern.key]) <= width:
+            label = att.key_tokens[pattern.key]  # a sink: [CLS], [SEP], <s>
         cell = Text(label, style=role.style)
     if pattern.score is not None:
         cell.append("\n" + _weight(pattern.score), style="dim")
@@ -123,10 +152,13 @@ def _pattern_cell(att: Attention, summary: HeadSummary, width: int, repeated: se
 
 
 def _map_legend(console: Console, att: Attention) -> None:
+    # cross-attention's queries and keys are different texts: no positional roles there
+    positional = {name for name, metric in METRICS.items() if metric.positional}
     roles = [
         f"{role.short}={name}"
         for name, role in ROLES.items()
-        if role.metric not in PROBES or att.info.causal
+        if (role.metric not in PROBES or att.info.causal)
+        and (att.keys is None or role.metric not in positional)
     ]
     console.print(
         Text(
@@ -211,7 +243,7 @@ def print_head_map(
     """
     print_special_share(console, att, summaries, by_weight, by_norm)
     cell_width = max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
-    repeated = _repeated(att)
+    repeated = _repeated(att.key_tokens)  # the cells name keys
     table = Table(
         title=_map_title(att),
         title_justify="left",
@@ -239,7 +271,7 @@ def print_head_map(
 def print_head_details(console: Console, att: Attention, summaries: Sequence[HeadSummary]) -> None:
     """One row per head (per layer, for a per-layer measure): what it does, its top-k keys and
     its strongest query→key link."""
-    repeated = _repeated(att)
+    repeated, key_repeated = _repeated(att.tokens), _repeated(att.key_tokens)
     table = Table(title=_map_title(att), title_justify="left")
     table.add_column("L", justify="right")
     if not att.per_layer:
@@ -253,11 +285,11 @@ def print_head_details(console: Console, att: Attention, summaries: Sequence[Hea
         for rank, target in enumerate(s.top):
             if rank:
                 top.append(" · ", style="dim")
-            label = _label(att, target.index, wide, repeated)
+            label = _label(att.key_tokens, target.index, wide, key_repeated)
             top.append(label, style=f"bold {text_colour(target.weight)}")
             top.append(" " + _weight(target.weight))
         pattern = s.pattern
-        does = _pattern_cell(att, s, wide, repeated)
+        does = _pattern_cell(att, s, wide, key_repeated)
         if pattern.role not in (MIXED.name, TOKEN):
             does = Text(pattern.role, style=ROLES[pattern.role].style)
             if pattern.score is not None:
@@ -273,9 +305,9 @@ def print_head_details(console: Console, att: Attention, summaries: Sequence[Hea
             Text("—", style="dim")
             if link is None
             else Text.assemble(
-                _label(att, link.query, wide, repeated),
+                _label(att.tokens, link.query, wide, repeated),
                 " → ",
-                _label(att, link.key, wide, repeated),
+                _label(att.key_tokens, link.key, wide, key_repeated),
                 " " + _weight(link.weight),
             ),
         )
@@ -287,8 +319,8 @@ def print_query(
 ) -> None:
     """Where one token looks: a layers × heads map of its top non-special key, then the heads
     that send it hardest to one key."""
-    repeated = _repeated(att)
-    name = _label(att, query.index, 10**6, repeated)
+    repeated, key_repeated = _repeated(att.tokens), _repeated(att.key_tokens)
+    name = _label(att.tokens, query.index, 10**6, repeated)
     cell_width = max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
     table = Table(
         title=f"Where “{name}” (position {query.index}) looks: its most-attended "
@@ -309,7 +341,7 @@ def print_query(
             if best is None:
                 cells.append(Text("—", style="dim"))
                 continue
-            cell = Text(_label(att, best.index, cell_width, repeated))
+            cell = Text(_label(att.key_tokens, best.index, cell_width, key_repeated))
             cell.stylize(f"bold {text_colour(best.weight)}")
             cell.append("\n" + _weight(best.weight), style="dim")
             cells.append(cell)
@@ -330,13 +362,15 @@ def print_query(
     for row in query.ranked(10):
         best = row.best
         assert best is not None  # ranked() keeps heads that have a non-special key
-        top = Text(" · ".join(f"{_label(att, t.index, 10**6, repeated)} {_weight(t.weight)}"
+        keys = att.key_tokens
+        top = Text(" · ".join(f"{_label(keys, t.index, 10**6, key_repeated)} {_weight(t.weight)}"
                               for t in row.top))  # fmt: skip
         ranked.add_row(
             str(row.layer),
             *([] if att.per_layer else [str(row.head)]),
             Text(
-                _label(att, best.index, 10**6, repeated), style=f"bold {text_colour(best.weight)}"
+                _label(att.key_tokens, best.index, 10**6, key_repeated),
+                style=f"bold {text_colour(best.weight)}",
             ),
             f"{best.weight:.2f}",
             top,
@@ -367,17 +401,18 @@ def print_heatmap(
 
     `scale` "head" divides the weights by the head's maximum, as the images do.
     """
-    grid = att.pattern(layer, head)  # (T, T)
+    grid = att.pattern(layer, head)  # (T, S): S = T but in cross-attention
     peak = float(grid.max())
     if scale == "head" and peak > 0:
         grid = grid / peak
-    n = len(att.tokens)
+    n, n_keys = grid.shape
     label_width = min(20 if console.width >= 120 else 12, max(len(t) for t in att.tokens))
     row_prefix = 5 + label_width
-    if row_prefix + 2 * n > console.width:
+    if row_prefix + 2 * n_keys > console.width:
         console.print(
-            f"[yellow]note:[/] the terminal heatmap of {n} {att.unit}s needs "
-            f"{row_prefix + 2 * n} columns and this terminal has {console.width}; "
+            f"[yellow]note:[/] the terminal heatmap of {n_keys} "
+            f"{'source ' if att.keys is not None else ''}{att.unit}s needs "
+            f"{row_prefix + 2 * n_keys} columns and this terminal has {console.width}; "
             "see the per-head image instead"
         )
         return False
@@ -386,18 +421,21 @@ def print_heatmap(
         "each column the key it attends to (index on top)",
         highlight=False,
     )
-    if n > 10:
+    if att.keys is not None:
+        keys = " ".join(f"{i}:{token}" for i, token in enumerate(att.key_tokens))
+        console.print(f"[dim]keys (source): {keys}[/]", highlight=False)
+    if n_keys > 10:
         tens = Text(" " * row_prefix, style="dim")
-        for key in range(n):
+        for key in range(n_keys):
             tens.append(f"{key // 10:>2}" if key >= 10 else "  ")
         console.print(tens)
     units = Text(" " * row_prefix, style="dim")
-    for key in range(n):
+    for key in range(n_keys):
         units.append(f"{key % 10:>2}")
     console.print(units)
     for query in range(n):
         row = Text(f"{query:>3} {_fit(att.tokens[query], label_width):<{label_width}} ")
-        for key in range(n):
+        for key in range(n_keys):
             row.append_text(_cell(console, float(grid[query, key])))
         console.print(row, highlight=False)
     top = "1" if scale != "head" else f"{peak:.2f} (the head's max)"

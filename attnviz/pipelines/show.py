@@ -48,7 +48,7 @@ class ShowResult:
         from attnviz.analysis.summary import AVERAGED
 
         att = self.attention
-        heads = [s.as_dict(att.tokens) for s in self.summaries]
+        heads = [s.as_dict(att.key_tokens) for s in self.summaries]
         if self.query is not None:
             for entry, row in zip(heads, self.query.heads):
                 entry["query_top"] = row.as_dict()
@@ -73,6 +73,7 @@ class ShowResult:
                 "cite": measure.cite,
             },
             "unit": att.unit,
+            **_stack_fields(att),
             "tokens": list(att.tokens),
             "notes": list(att.notes),
             **({"query": self.query.as_dict()} if self.query is not None else {}),
@@ -85,6 +86,18 @@ class ShowResult:
             "page": str(self.page) if self.page is not None else None,
             **({"ablation": self.ablation.as_dict()} if self.ablation is not None else {}),
         }
+
+
+def _stack_fields(att: Attention) -> dict[str, Any]:
+    """An encoder-decoder model's stack, target and key tokens (queries are `tokens`)."""
+    if att.stack is None:
+        return {}
+    return {
+        "stack": att.stack,
+        "source": att.text,
+        "target": att.target,
+        "key_tokens": list(att.key_tokens),
+    }
 
 
 # What the summaries of a measure other than weights were computed on.
@@ -114,6 +127,9 @@ def show(
     on_summary: Callable[[ShowResult], None] | None = None,
     measure: str = "weights",
     ablate: list[tuple[int, int]] | None = None,
+    target: str | None = None,
+    generate: int | None = None,
+    stack: str | None = None,
 ) -> ShowResult:
     """Extract one text's attention, summarise the chosen heads, write their heatmaps to `out`.
 
@@ -130,6 +146,10 @@ def show(
     (zero ablation): the attention and figures are the model's without them, and
     `ShowResult.ablation` says what changed (a decoder's loss and top-5 next tokens before and
     after; an encoder's embedding).
+    An encoder-decoder model (T5, BART, Marian) reads `text` as its source and `target` as
+    the decoder's input (teacher forcing), or writes its own target greedily (`generate`
+    tokens at most; the default when neither is given); `stack` ("encoder", "decoder" or
+    "cross", the default) is the attention shown.
     """
     from attnviz.analysis.contributions import refuse
     from attnviz.core.attention import require_text
@@ -138,74 +158,65 @@ def show(
     if pair is not None:
         require_text(pair, "the --pair sentence")
     chosen_measure = refuse(measure, hide_special_tokens)
-    model.refuse_early(layers, heads, text, truncate, pair)
+    decoder_option = "--target" if target is not None else None
+    decoder_option = "--generate" if generate is not None else decoder_option
+    model.refuse_early(layers, heads, text, truncate, pair, stack, decoder_option)
     if ablate:
         model.refuse_early([layer for layer, _ in ablate], [head for _, head in ablate])
     # One folder per text, model, pair, measure and removed heads: `show TEXT -m smollm2`
     # keeps `show TEXT`'s images.
     key = None if chosen_measure.name == "weights" else chosen_measure.name
     removed_key = ",".join(f"{layer}.{head}" for layer, head in ablate) if ablate else None
-    name = text_folder_name(text, 40, model.folder_key, pair, key, removed_key)
+    seq2seq_keys = (
+        f"target:{target}" if target is not None else None,
+        f"generate:{generate}" if generate is not None else None,
+        f"stack:{stack}" if stack is not None else None,
+    )
+    name = text_folder_name(text, 40, model.folder_key, pair, key, removed_key, *seq2seq_keys)
     folder = prepare_dir(out / name) if out is not None else None
     if folder is not None and images and jobs > 1:
         from attnviz.outputs.render import start_workers
 
         start_workers(jobs)  # they import matplotlib while this process imports torch
 
-    import numpy as np
-
     from attnviz.analysis.contributions import (
-        EveryMeasure,
-        SpecialShares,
-        measured,
         mixing_means,
         shares,
     )
-    from attnviz.analysis.inside import InsideSteps
     from attnviz.analysis.query import find_query, query_view
     from attnviz.analysis.summary import summarise
     from attnviz.analysis.transforms import transform
-    from attnviz.core.tokens import encode
     from attnviz.outputs.figures import Style
     from attnviz.outputs.render import render_text
 
     style = style or Style()
     loaded = model.load()
-    encoded = encode(loaded, text, truncate, pair)
-    # The page's inside view takes each layer's input from the same forward pass.
-    inside = InsideSteps(loaded, [encoded]) if folder is not None and html else None
-    chosen_layers = loaded.info.pick_layers(layers)
-    edit, compared = None, None
-    if ablate:
-        from attnviz.analysis.importance import removing
+    if loaded.info.seq2seq or decoder_option is not None or stack is not None:
+        refused = [
+            (bool(ablate), "--ablate"),
+            (html, "--html"),
+            (pair is not None, "--pair"),
+        ]
+        for given, option in refused:
+            if given and loaded.info.seq2seq:
+                from attnviz.errors import InputError
 
-        loaded.info.pick_layers([layer for layer, _ in ablate])  # what the files did not say
-        loaded.info.pick_heads([head for _, head in ablate])
-        edit = removing(loaded, ablate)
-    # The share special tokens take, by weight and by norm, from the same pass.
-    special = SpecialShares.of(loaded, chosen_layers, [np.array(encoded.special, dtype=bool)])
-    kept: list = []
-    also = [*([special] if special else []), *([inside] if inside else [])]
-    # The page's measure switch: every other measure from the same pass.
-    every = EveryMeasure(loaded, chosen_layers, [encoded], chosen_measure.name) if inside else None
-    also += list(every.recorders.values()) if every else []
-    attended = measured(loaded, [encoded], chosen_measure.name, layers, also, kept, edit)[0]
-    if ablate:
-        from dataclasses import replace
+                raise InputError(
+                    f"{option} is not built for encoder-decoder models yet; leave it out to see "
+                    "their weights"
+                )
+        from attnviz.analysis.contributions import stack_values
+        from attnviz.core.extract import extract_seq2seq
 
-        from attnviz.analysis.importance import compare
-        from attnviz.errors import InputError
-
-        at = None
-        if query is not None:
-            try:
-                at = [find_query(attended, query)]  # a token; --words queries fall back to all
-            except InputError:
-                at = None
-        compared = compare(loaded, encoded, ablate, at)
-        removed = ", ".join(f"L{layer} H{head}" for layer, head in compared.heads)
-        note = f"heads removed (zero ablation): {removed}"
-        attended = replace(attended, notes=(*attended.notes, note))
+        values = stack_values(loaded, chosen_measure.name)
+        attended = extract_seq2seq(loaded, text, target, generate, stack, truncate, layers, values)
+        encoded, inside, every, special, kept, compared = None, None, None, None, [], None
+        chosen_layers = attended.held_layers()
+    else:
+        attended, encoded, inside, every, special, kept, compared, chosen_layers = _one_stack(
+            loaded, text, truncate, pair, layers, html and folder is not None, chosen_measure,
+            ablate, query,
+        )  # fmt: skip
     shown = transform(attended, words, hide_special_tokens)
     chosen_heads = shown.heads_held(heads)
     ranked = shares(shown)  # a norm's rows as shares: what the summary and query rank
@@ -214,7 +225,8 @@ def show(
     if query is not None:
         index = find_query(shown, query)
         asked = query_view(ranked, index, chosen_layers, chosen_heads, top_k)
-    mixing = mixing_means(kept[0], 0, len(encoded)) if chosen_measure.name == "alti" else None
+    alti = chosen_measure.name == "alti" and encoded is not None
+    mixing = mixing_means(kept[0], 0, len(encoded)) if alti else None
     found = dict(
         special_by_weight=special.by_weight[0] if special else None,
         special_by_norm=special.by_norm[0] if special else None,
@@ -278,6 +290,7 @@ def show(
             "model": shown.info.name,
             "text": text,
             "pair": pair,
+            **({"target": target, "generate": generate, "stack": stack} if shown.stack else {}),
             "layers": chosen_layers,
             "heads": chosen_heads,
             "words": words,
@@ -292,6 +305,11 @@ def show(
         }
         record = {
             "text": text,
+            **(
+                {"target": shown.target, "key_tokens": list(shown.key_tokens)}
+                if shown.stack
+                else {}
+            ),
             "tokens": list(shown.tokens),
             "files": [str(path.relative_to(folder.parent)) for path in written + [page] if path],
             "notes": list(shown.notes),
@@ -309,6 +327,54 @@ def show(
         **found,
         ablation=compared,
     )
+
+
+def _one_stack(loaded, text, truncate, pair, layers, page, chosen_measure, ablate, query):
+    """A model with one attention stack: the text's attention (or measure), with what the
+    page (when `page`), the special-token shares and --ablate take from the same pass."""
+    import numpy as np
+
+    from attnviz.analysis.contributions import EveryMeasure, SpecialShares, measured
+    from attnviz.analysis.inside import InsideSteps
+    from attnviz.analysis.query import find_query
+    from attnviz.core.tokens import encode
+
+    encoded = encode(loaded, text, truncate, pair)
+    # The page's inside view takes each layer's input from the same forward pass.
+    inside = InsideSteps(loaded, [encoded]) if page else None
+    chosen_layers = loaded.info.pick_layers(layers)
+    edit, compared = None, None
+    if ablate:
+        from attnviz.analysis.importance import removing
+
+        loaded.info.pick_layers([layer for layer, _ in ablate])  # what the files did not say
+        loaded.info.pick_heads([head for _, head in ablate])
+        edit = removing(loaded, ablate)
+    # The share special tokens take, by weight and by norm, from the same pass.
+    special = SpecialShares.of(loaded, chosen_layers, [np.array(encoded.special, dtype=bool)])
+    kept: list = []
+    also = [*([special] if special else []), *([inside] if inside else [])]
+    # The page's measure switch: every other measure from the same pass.
+    every = EveryMeasure(loaded, chosen_layers, [encoded], chosen_measure.name) if inside else None
+    also += list(every.recorders.values()) if every else []
+    attended = measured(loaded, [encoded], chosen_measure.name, layers, also, kept, edit)[0]
+    if ablate:
+        from dataclasses import replace
+
+        from attnviz.analysis.importance import compare
+        from attnviz.errors import InputError
+
+        at = None
+        if query is not None:
+            try:
+                at = [find_query(attended, query)]  # a token; --words queries fall back to all
+            except InputError:
+                at = None
+        compared = compare(loaded, encoded, ablate, at)
+        removed = ", ".join(f"L{layer} H{head}" for layer, head in compared.heads)
+        note = f"heads removed (zero ablation): {removed}"
+        attended = replace(attended, notes=(*attended.notes, note))
+    return attended, encoded, inside, every, special, kept, compared, chosen_layers
 
 
 def _interrupted(folder: Path) -> Interrupted:
