@@ -66,7 +66,8 @@ def _packed(array: np.ndarray) -> str:
 
 
 def _head_blob(grid: np.ndarray, exact: bool) -> str:
-    """One head (T, S; S = T but in cross-attention): float32 as it is, or the head's max (float32) then uint8 steps of it.
+    """One head (T, S; S is T but in cross-attention): float32 as it is, or the head's max
+    (float32) then uint8 steps of it.
 
     Steps of the head's max rather than of each row's: diffuse rows then take few distinct
     bytes and deflate well (5 MB instead of 11 MB for 512 tokens on 6 × 12 heads).
@@ -148,6 +149,8 @@ def page_data(
             raise ValueError("an encoder-decoder page shows weights only: no measures, "
                              "lengths, segments or inside view")  # fmt: skip
         return stacks_data(att, stacks, scale, cmap)
+    if att.keys is not None:  # a single-stack page would label its keys with the queries
+        raise ValueError("a cross-attention page needs all three stacks: pass stacks=")
 
     n_layers, n_heads, n_tokens, _ = att.weights.shape  # (L, H, T, T)
     exact = att.weights[..., :1].size * n_tokens * 4 <= EXACT_BUDGET
