@@ -6,7 +6,7 @@
 "use strict";
 
 // Draw the page for one text's data D into #app (made, or replaced if there is one):
-// `initial` may choose the view, layer, head, query and measure first shown; `onRender`
+// `initial` may choose the view, stack, layer, head, query and measure first shown; `onRender`
 // hears the state after each render. Returns the first render's promise.
 function draw(D, initial = {}, onRender = null) {
   // The stacks: an encoder-decoder page has three (encoder and decoder self-attention,
