@@ -1,21 +1,32 @@
-// attnviz interactive page: reads the JSON in #attnviz-data, draws five views.
+// attnviz interactive page: reads the JSON in #attnviz-data, draws five views (an
+// encoder-decoder model's page: four, for each of its three attention stacks).
 // Everything here runs offline: no request, no remote file, no eval. Weights are [layer][head]
 // blobs (deflate + base64) decoded only when a view needs that head.
 // `attnviz serve` adds live.js, which asks its server for a text's data and calls draw().
 "use strict";
 
 // Draw the page for one text's data D into #app (made, or replaced if there is one):
-// `initial` may choose the view, layer, head, query and measure first shown; `onRender`
+// `initial` may choose the view, stack, layer, head, query and measure first shown; `onRender`
 // hears the state after each render. Returns the first render's promise.
 function draw(D, initial = {}, onRender = null) {
-  const T = D.tokens.length;
-  const L = D.layers;
+  // The stacks: an encoder-decoder page has three (encoder and decoder self-attention,
+  // cross-attention), each with its own query tokens, key tokens, counts and weights; any
+  // other page has one, whose keys are its queries. ST is the stack shown: T queries, S keys.
+  const STACKS = D.stacks || { only: { tokens: D.tokens, special: D.special, key_tokens: D.tokens,
+    key_special: D.special, causal: D.model.causal, layers: D.layers, layer_ids: D.layer_ids,
+    heads: D.heads, encoding: D.encoding, weights: D.weights } };
+  const STACK_NAMES = {
+    encoder: ["Encoder self-attention", "encoder self-attention (source → source)", "source", "source"],
+    decoder: ["Decoder self-attention", "decoder self-attention (target → target)", "target", "target"],
+    cross: ["Cross-attention", "cross-attention (target → source)", "target", "source"],
+    only: ["", "", "", ""],
+  }; // [title, the switch's option, query side, key side]
+  let ST, T, S, L, H;
+  let LAYER; // the model layer held in each slot (all layers unless chosen)
   // The measure switch: weights, or a contribution measure (norm per head; alti and rollout
   // one map per layer, so H is 1 while one of them is shown).
   const MEASURES = D.measures || {};
   const perLayer = (m) => !!(MEASURES[m] && MEASURES[m].per_layer);
-  let H = perLayer(D.measure) ? 1 : D.heads;
-  const LAYER = D.layer_ids; // the model layer held in each slot (all layers unless chosen)
   const ROW = 18; // px per token in the head view
   const VIEWS = [
     ["head", "Head view"],
@@ -23,7 +34,7 @@ function draw(D, initial = {}, onRender = null) {
     ["matrix", "Matrix view"],
     ["query", "Query view"],
     ["inside", "Inside one head"],
-  ];
+  ].filter(([v]) => !(D.stacks && v === "inside")); // not on encoder-decoder pages yet
   const PAIRS = [
     ["all", "all"],
     ["AB", "A → B"],
@@ -31,19 +42,35 @@ function draw(D, initial = {}, onRender = null) {
     ["AA", "A → A"],
     ["BB", "B → B"],
   ];
-  const firstWord = D.special.indexOf(false);
+  const firstWord = (special) => Math.max(0, special.indexOf(false));
   const state = {
     view: "head",
+    stack: STACKS[initial.stack] ? initial.stack : D.stack || "only",
     layer: 0,
     head: 0,
-    heads: new Set([...Array(H).keys()]),
-    query: firstWord < 0 ? 0 : firstWord,
+    heads: new Set(),
+    query: 0,
     focus: null, // {side: "q" | "k", index} while hovering or after a click
     locked: false,
     scale: D.scale,
     pair: "all",
     measure: D.measure || "weights",
   };
+  setStack(state.stack);
+  // Switch to another stack: its counts, every head shown, the layer, head and query kept
+  // where they exist (the query only while the queries are the same tokens: decoder, cross).
+  function setStack(name) {
+    const next = STACKS[name];
+    const same = ST && ST.tokens.join("\u0000") === next.tokens.join("\u0000");
+    state.stack = name;
+    ST = next;
+    [T, S, L, LAYER] = [ST.tokens.length, ST.key_tokens.length, ST.layers, ST.layer_ids];
+    H = perLayer(state.measure) ? 1 : ST.heads;
+    state.heads = new Set([...Array(H).keys()]);
+    state.layer = Math.min(state.layer, L - 1);
+    state.head = Math.min(state.head, H - 1);
+    state.query = same ? Math.min(state.query, T - 1) : firstWord(ST.special);
+  }
   if (initial.measure && (initial.measure === "weights" || MEASURES[initial.measure])) {
     setMeasure(initial.measure);
   }
@@ -52,7 +79,7 @@ function draw(D, initial = {}, onRender = null) {
   }
   function setMeasure(m) {
     state.measure = m;
-    H = perLayer(m) ? 1 : D.heads;
+    H = perLayer(m) ? 1 : ST.heads;
     state.heads = new Set([...Array(H).keys()]);
     state.head = Math.min(state.head, H - 1);
   }
@@ -61,6 +88,12 @@ function draw(D, initial = {}, onRender = null) {
   const top = () => (state.measure === "weights" ? 1 : MEASURES[state.measure].top);
   const headName = (h) => (perLayer(state.measure) ? "all heads" : `H${h}`);
   const valueName = () => (state.measure === "weights" ? "weight" : state.measure);
+  // How a view names its axes: "source tokens" on an encoder-decoder page, else "tokens".
+  const sideName = (n) => STACK_NAMES[state.stack][2 + n];
+  const tokensOf = (n) => (sideName(n) ? `${sideName(n)} tokens` : "tokens");
+  const axes = () => (D.stacks ? `${tokensOf(0)} (queries) down, ${tokensOf(1)} (keys) across`
+    : "query tokens down, key tokens across");
+  const layerTitle = (l) => (D.stacks ? `${STACK_NAMES[state.stack][0]}, layer ${l}` : `Layer ${l}`);
 
   // ---------- decoding ----------
   const bytesOf = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
@@ -71,30 +104,31 @@ function draw(D, initial = {}, onRender = null) {
   const floats = (bytes) => new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
 
   const heads = new Map();
-  const stepOf = new Map(); // "measure/layer/head" -> its max, when stored as uint8 steps of it
-  // One blob as a Float32Array (T × T): float32 as it is, or uint8 steps of its max.
+  const stepOf = new Map(); // "stack/measure/layer/head" -> its max, when stored as uint8 steps of it
+  // One blob as a Float32Array (T × S): float32 as it is, or uint8 steps of its max.
   function decode(key, blob, encoding) {
     return inflate(blob).then((bytes) => {
       if (encoding === "float32") return floats(bytes.slice());
       const max = floats(bytes.slice(0, 4))[0];
       stepOf.set(key, max);
-      const out = new Float32Array(T * T);
-      for (let n = 0; n < T * T; n++) out[n] = (bytes[4 + n] * max) / 255;
+      const out = new Float32Array(bytes.length - 4);
+      for (let n = 0; n < out.length; n++) out[n] = (bytes[4 + n] * max) / 255;
       return out;
     });
   }
-  // One head of the shown measure as a Float32Array (T × T), row-major [query, key]; decoded
-  // once. Norm is α_ij ‖f(x_j)‖: the weights times each key's length, where lengths are given.
+  // One head of the shown stack and measure as a Float32Array (T × S), row-major [query, key];
+  // decoded once. Norm is α_ij ‖f(x_j)‖: the weights times each key's length, where given.
   function head(l, h, m = state.measure) {
-    const key = `${m}/${l}/${h}`;
+    const key = `${state.stack}/${m}/${l}/${h}`;
     if (!heads.has(key)) {
       let made;
-      if (m === "weights") made = decode(key, D.weights[l][h], D.encoding);
+      if (m === "weights") made = decode(key, ST.weights[l][h], ST.encoding);
       else if (MEASURES[m].lengths) {
+        const keys = S;
         made = Promise.all([head(l, h, "weights"), inflate(MEASURES[m].lengths[l][h])]).then(([a, b]) => {
           const lengths = floats(b.slice());
-          const out = new Float32Array(T * T);
-          for (let n = 0; n < T * T; n++) out[n] = a[n] * lengths[n % T];
+          const out = new Float32Array(a.length);
+          for (let n = 0; n < a.length; n++) out[n] = a[n] * lengths[n % keys];
           return out;
         });
       } else made = decode(key, MEASURES[m].blobs[l][h], MEASURES[m].encoding);
@@ -107,9 +141,9 @@ function draw(D, initial = {}, onRender = null) {
   // A weight as text: exact float32 digits, or the quantised value with its error bound.
   function weightText(w, l, h) {
     const m = state.measure;
-    const stored = m === "weights" || MEASURES[m].lengths ? D.encoding : MEASURES[m].encoding;
+    const stored = m === "weights" || MEASURES[m].lengths ? ST.encoding : MEASURES[m].encoding;
     if (stored === "float32") return w.toPrecision(6);
-    const step = stepOf.get(`${m}/${l}/${h}`);
+    const step = stepOf.get(`${state.stack}/${m}/${l}/${h}`);
     if (step === undefined) return `≈${w.toFixed(4)}`; // norm from 8-bit weights
     return `≈${w.toFixed(4)} (±${(step / 510).toExponential(1)})`;
   }
@@ -123,7 +157,7 @@ function draw(D, initial = {}, onRender = null) {
   const HATCH = rgbOf(D.masked.hatch);
   const OUTSIDE = [235, 235, 235]; // cells outside the chosen sentences of a pair
   // A causal model's key after its query: the grey with a "/" line every 6 px, as in the PNGs.
-  const masked = (i, j) => D.model.causal && j > i;
+  const masked = (i, j) => ST.causal && j > i;
   function setPixel(data, p, rgb) {
     data[p] = rgb[0];
     data[p + 1] = rgb[1];
@@ -159,7 +193,8 @@ function draw(D, initial = {}, onRender = null) {
     s.value = String(current);
     return el("label", { className: "control" }, label + " ", s);
   }
-  const tokenLabel = (i) => `${i}: ${D.tokens[i]}`;
+  const tokenLabel = (i) => `${i}: ${ST.tokens[i]}`; // a query
+  const keyLabel = (j) => `${j}: ${ST.key_tokens[j]}`;
   // One line of `text`, cut at a word boundary to at most `length` characters (with "…").
   function shortened(text, length) {
     const flat = text.split(/\s+/).filter(Boolean).join(" ");
@@ -174,7 +209,16 @@ function draw(D, initial = {}, onRender = null) {
   const previous = document.getElementById("app");
   if (previous) previous.replaceWith(app);
   else document.body.append(app);
-  const facts = `${D.model.name} · ${D.model.architecture} · ${L} layers × ${D.heads} heads · ${T} ${D.unit}s`;
+  const facts = D.stacks ? stackFacts()
+    : `${D.model.name} · ${D.model.architecture} · ${L} layers × ${D.heads} heads · ${T} ${D.unit}s`;
+  // An encoder-decoder model: its stacks' counts, and the source's and target's lengths.
+  function stackFacts() {
+    const [[, le, he], [, ld, hd]] = D.model.stacks;
+    const [source, target] = [D.stacks.encoder.tokens.length, D.stacks.decoder.tokens.length];
+    return `${D.model.name} · ${D.model.architecture} · encoder ${le} layers × ${he} heads, ` +
+      `decoder ${ld} layers × ${hd} heads (self- and cross-attention) · ` +
+      `${source} source ${D.unit}s, ${target} target ${D.unit}s (the decoder's start token first)`;
+  }
   // A long text shows its first lines and a button for the rest: nothing is ever cut off.
   function textLine(which, text) {
     const p = el("p", { className: "text" });
@@ -194,10 +238,12 @@ function draw(D, initial = {}, onRender = null) {
   app.append(
     el("header", {},
       el("h1", { textContent: "attnviz" }),
-      ...(D.pair === null ? [textLine("", D.text)] : [textLine("A", D.text), textLine("B", D.pair)]),
+      ...(D.stacks ? [textLine("source", D.text), textLine("target", D.target)]
+        : D.pair === null ? [textLine("", D.text)] : [textLine("A", D.text), textLine("B", D.pair)]),
       el("p", { className: "facts", textContent: facts }),
       ...D.notes.map((n) => el("p", { className: "note", textContent: n })),
-      D.encoding === "float32" ? "" : el("p", { className: "note", textContent:
+      D.stacks ? el("p", { className: "note", textContent: D.inside_note }) : "",
+      ST.encoding === "float32" ? "" : el("p", { className: "note", textContent:
         "weights are stored as 8-bit steps of each head's maximum (error ≤ max/510); " +
         "numbers are shown with that bound" }),
     ),
@@ -217,6 +263,10 @@ function draw(D, initial = {}, onRender = null) {
   function drawControls() {
     controls.replaceChildren();
     const v = state.view;
+    if (D.stacks) {
+      const names = Object.keys(D.stacks).map((s) => [s, STACK_NAMES[s][1]]);
+      controls.append(select("Stack", "stack", names, state.stack, (x) => { setStack(x); render(); }));
+    }
     if (v !== "model" && v !== "query") {
       controls.append(select("Layer", "layer", [...Array(L).keys()].map((l) => [l, `${LAYER[l]}`]),
         state.layer, (x) => { state.layer = +x; render(); }));
@@ -227,7 +277,7 @@ function draw(D, initial = {}, onRender = null) {
         state.head, (x) => { state.head = +x; render(); }));
     }
     if (v === "query" || v === "inside") {
-      const tokens = v === "inside" && D.inside ? D.inside.tokens : D.tokens;
+      const tokens = v === "inside" && D.inside ? D.inside.tokens : ST.tokens;
       const opts = tokens.map((t, i) => [i, `${i}: ${t}`]);
       controls.append(select("Query", "query", opts, Math.min(state.query, tokens.length - 1),
         (x) => { state.query = +x; render(); }));
@@ -314,8 +364,9 @@ function draw(D, initial = {}, onRender = null) {
     const canvas = el("canvas", { id: "lines", width });
     const column = (side) => {
       const col = el("div", { className: `tokens ${side}` });
-      D.tokens.forEach((t, i) => {
-        const span = el("div", { className: "token" + (D.special[i] ? " special" : ""),
+      const [tokens, special] = side === "q" ? [ST.tokens, ST.special] : [ST.key_tokens, ST.key_special];
+      tokens.forEach((t, i) => {
+        const span = el("div", { className: "token" + (special[i] ? " special" : ""),
           textContent: t, dataset: { side, index: String(i) } });
         span.addEventListener("mouseenter", () => { if (!state.locked) focus({ side, index: i }); });
         span.addEventListener("mouseleave", () => { if (!state.locked) focus(null); });
@@ -331,9 +382,12 @@ function draw(D, initial = {}, onRender = null) {
     const left = column("q");
     const right = column("k");
     const grids = await Promise.all([...state.heads].map((h) => head(state.layer, h).then((a) => [h, a])));
-    const columns = el("div", { className: "columns" }, left, canvas, right);
+    // An encoder-decoder page names the two columns (cross-attention's differ).
+    const sides = D.stacks ? [0, el("span"), 1].map((n) => (typeof n === "number"
+      ? el("div", { className: `side ${n ? "k" : "q"}`, textContent: `${sideName(n)} (${n ? "keys" : "queries"})` }) : n)) : [];
+    const columns = el("div", { className: "columns" + (D.stacks ? " named" : "") }, ...sides, left, canvas, right);
     let lines = [];
-    const draw = () => paintLines(canvas, lines, columns);
+    const draw = () => paintLines(canvas, lines, left);
     const focus = (f) => {
       state.focus = f;
       for (const node of section.querySelectorAll(".token")) {
@@ -345,7 +399,7 @@ function draw(D, initial = {}, onRender = null) {
     };
     section.append(
       el("p", { className: "hint", textContent:
-        `Layer ${LAYER[state.layer]}. Lines from each token (left) to the tokens it attends to (right), ` +
+        `${layerTitle(LAYER[state.layer])}. Lines from each ${tokensOf(0).replace(/s$/, "")} (left) to the ${tokensOf(1)} it attends to (right), ` +
         (state.measure === "weights" ? "" : `by ${state.measure}, `) +
         "one colour per head, opacity = weight. Hover or click a token to see only its lines; " +
         "↑/↓ change the layer." }),
@@ -368,9 +422,9 @@ function draw(D, initial = {}, onRender = null) {
       const buckets = Array.from({ length: 16 }, () => []);
       const [i0, i1] = f && f.side === "q" ? [f.index, f.index + 1] : [0, T];
       for (let i = i0; i < i1; i++) {
-        for (let j = 0; j < T; j++) {
+        for (let j = 0; j < S; j++) {
           if (f && f.side === "k" && j !== f.index) continue;
-          const v = a[i * T + j] / max; // opacity is the weight, as in BertViz
+          const v = a[i * S + j] / max; // opacity is the weight, as in BertViz
           if (v < 1 / 64 || !allowed(i, j)) continue;
           buckets[Math.min(15, Math.floor(v * 16))].push(i, j);
         }
@@ -380,11 +434,13 @@ function draw(D, initial = {}, onRender = null) {
     return out;
   }
 
-  // Draw the lines that cross the part of the token columns now on screen.
-  function paintLines(canvas, lines, columns) {
-    const height = Math.min(T * ROW, window.innerHeight);
+  // Draw the lines that cross the part of the token columns now on screen (`column`: the
+  // query tokens' column, whose top is the first token's).
+  function paintLines(canvas, lines, column) {
+    const rows = Math.max(T, S);
+    const height = Math.min(rows * ROW, window.innerHeight);
     if (canvas.height !== height) canvas.height = height;
-    const top = Math.max(0, Math.min(T * ROW - height, -columns.getBoundingClientRect().top));
+    const top = Math.max(0, Math.min(rows * ROW - height, -column.getBoundingClientRect().top));
     canvas.style.marginTop = `${top}px`;
     const ctx = canvas.getContext("2d");
     const w = canvas.width;
@@ -431,7 +487,7 @@ function draw(D, initial = {}, onRender = null) {
     const box = el("div", { className: "legend" },
       el("span", { textContent: `${state.measure === "weights" ? "attention weight" : MEASURES[state.measure].unit}: 0` }),
       bar, el("span", { textContent: upper }));
-    if (D.model.causal) {
+    if (ST.causal) {
       box.append(el("span", { className: "key masked" }, swatch(maskedAt), ` ${D.masked.note}`));
     }
     if (D.segments && state.pair !== "all") {
@@ -443,6 +499,8 @@ function draw(D, initial = {}, onRender = null) {
   // ---------- model view ----------
   async function modelView(section) {
     const size = 76;
+    // A non-square stack (cross-attention) keeps its shape: the longer side is `size` px.
+    const [w, h0] = [S, T].map((n) => Math.round((size * n) / Math.max(T, S)));
     const grid = el("div", { className: "model-grid" });
     grid.style.gridTemplateColumns = `3em repeat(${H}, ${size}px)`;
     grid.append(el("span"));
@@ -453,48 +511,49 @@ function draw(D, initial = {}, onRender = null) {
     for (let l = 0; l < L; l++) {
       grid.append(el("span", { className: "axis", textContent: `L${LAYER[l]}` }));
       for (let h = 0; h < H; h++) {
-        const c = el("canvas", { width: size, height: size, className: "thumb",
+        const c = el("canvas", { width: w, height: h0, className: "thumb",
           title: `layer ${LAYER[l]} ${perLayer(state.measure) ? state.measure : `head ${h}`}: click to open the matrix`,
           dataset: { layer: String(LAYER[l]), head: String(h) },
           onclick: () => { state.layer = l; state.head = h; show("matrix"); } });
-        paint(c, all[l * H + h], size);
+        paint(c, all[l * H + h], w, h0);
         grid.append(c);
       }
     }
     section.append(
       el("p", { className: "hint", textContent:
-        "Every layer × head: query tokens down, key tokens across. Click one to open it." }),
+        `${D.stacks ? `${STACK_NAMES[state.stack][0]}, every` : "Every"} layer × head: ${axes()}. Click one to open it.` }),
       measureNote(),
       legend(state.scale === "head" ? "each head's max" : `${+top().toPrecision(3)}`),
       grid,
     );
   }
 
-  // Paint a head into `canvas` at `size` px: max-pooling keeps thin lines when T > size.
-  // A pixel none of whose cells can be seen is masked (a causal model) or outside the pair.
-  function paint(canvas, a, size) {
+  // Paint a head (T × S) into `canvas`, `width` × `height` px: max-pooling keeps thin lines
+  // when there are more tokens than pixels. A pixel none of whose cells can be seen is masked
+  // (a causal model) or outside the pair.
+  function paint(canvas, a, width, height) {
     const ctx = canvas.getContext("2d");
-    const img = ctx.createImageData(size, size);
+    const img = ctx.createImageData(width, height);
     const max = state.scale === "head" ? headMax(a) || 1 : top();
-    for (let y = 0; y < size; y++) {
-      const i0 = Math.floor((y * T) / size);
-      const i1 = Math.max(i0 + 1, Math.floor(((y + 1) * T) / size));
-      for (let x = 0; x < size; x++) {
-        const j0 = Math.floor((x * T) / size);
-        const j1 = Math.max(j0 + 1, Math.floor(((x + 1) * T) / size));
+    for (let y = 0; y < height; y++) {
+      const i0 = Math.floor((y * T) / height);
+      const i1 = Math.max(i0 + 1, Math.floor(((y + 1) * T) / height));
+      for (let x = 0; x < width; x++) {
+        const j0 = Math.floor((x * S) / width);
+        const j1 = Math.max(j0 + 1, Math.floor(((x + 1) * S) / width));
         let v = 0;
         let shown = false;
         for (let i = i0; i < i1; i++) {
           for (let j = j0; j < j1; j++) {
             if (!allowed(i, j) || masked(i, j)) continue;
             shown = true;
-            if (a[i * T + j] > v) v = a[i * T + j];
+            if (a[i * S + j] > v) v = a[i * S + j];
           }
         }
         const n = Math.min(255, Math.round((v / max) * 255));
-        const p = 4 * (y * size + x);
+        const p = 4 * (y * width + x);
         if (shown) setPixel(img.data, p, [LUT[3 * n], LUT[3 * n + 1], LUT[3 * n + 2]]);
-        else setPixel(img.data, p, D.model.causal ? maskedAt(x, y) : OUTSIDE);
+        else setPixel(img.data, p, ST.causal ? maskedAt(x, y) : OUTSIDE);
       }
     }
     ctx.putImageData(img, 0, 0);
@@ -512,23 +571,30 @@ function draw(D, initial = {}, onRender = null) {
 
   async function matrixView(section) {
     const a = await head(state.layer, state.head);
-    const size = Math.min(720, Math.max(480, T * 24));
-    const cell = size / T;
-    const heat = el("canvas", { id: "matrix", width: size, height: size });
-    const over = el("canvas", { id: "matrix-over", width: size, height: size });
-    paint(heat, a, size);
+    // The longer side 480–720 px, 24 px a token while that fits. An encoder-decoder page keeps
+    // whole pixels per token: the cells of a non-square stack are squares of one size.
+    const longer = Math.max(T, S);
+    const fit = Math.min(720, Math.max(480, longer * 24)) / longer;
+    const cell = D.stacks && fit >= 1 ? Math.floor(fit) : fit;
+    const [width, height] = [S, T].map((n) => Math.round(cell * n));
+    const heat = el("canvas", { id: "matrix", width, height });
+    const over = el("canvas", { id: "matrix-over", width, height });
+    paint(heat, a, width, height);
     const frame = el("div", { className: "matrix-frame" }, heat, over);
-    frame.style.width = frame.style.height = `${size}px`;
+    frame.style.width = `${width}px`;
+    frame.style.height = `${height}px`;
     // Every token while rows are tall enough to read; else every k-th, k a round step that
     // leaves a label's height between labels (as in the PNGs), and the token under the mouse.
     const every = cell >= 9;
     const font = every ? Math.min(13, cell * 0.8) : 12;
     const step = every ? 1 : D.label_steps.find((s) => s >= (2 * font) / cell) || Math.ceil((2 * font) / cell);
-    const text = (i) => (step === 1 ? D.tokens[i] : `${i}: ${shortLabel(D.tokens[i])}`);
+    // Rows are the queries, columns the keys (cross-attention: target down, source across).
+    const text = (i, tokens = ST.tokens) => (step === 1 ? tokens[i] : `${i}: ${shortLabel(tokens[i])}`);
+    const keyText = (j) => text(j, ST.key_tokens);
     const rows = el("div", { className: "row-labels" });
     const cols = el("div", { className: "col-labels" });
     const rowLabel = (i, extra = "") => {
-      const r = el("div", { textContent: text(i), className: (D.special[i] ? "special" : "") + extra,
+      const r = el("div", { textContent: text(i), className: (ST.special[i] ? "special" : "") + extra,
         dataset: { index: String(i) } });
       r.style.top = `${(i + 0.5) * cell - font * 0.75}px`;
       r.style.height = r.style.lineHeight = `${font * 1.5}px`;
@@ -536,30 +602,31 @@ function draw(D, initial = {}, onRender = null) {
       return r;
     };
     const colLabel = (i, extra = "") => {
-      const c = el("div", { textContent: text(i), className: (D.special[i] ? "special" : "") + extra,
+      const c = el("div", { textContent: keyText(i), className: (ST.key_special[i] ? "special" : "") + extra,
         dataset: { index: String(i) } });
       c.style.left = `${(i + 0.5) * cell}px`;
       c.style.fontSize = `${font}px`;
       return c;
     };
-    for (let i = 0; i < T; i += step) {
-      rows.append(rowLabel(i));
-      cols.append(colLabel(i));
-    }
+    for (let i = 0; i < T; i += step) rows.append(rowLabel(i));
+    for (let j = 0; j < S; j += step) cols.append(colLabel(j));
     const hoverRow = rowLabel(0, " hover");
     const hoverCol = colLabel(0, " hover");
     hoverRow.hidden = hoverCol.hidden = true;
     rows.append(hoverRow);
     cols.append(hoverCol);
-    const longest = Math.max(...D.tokens.map((_, i) => textWidth(text(i), font))); // any can hover
-    rows.style.height = cols.style.width = `${size}px`;
+    // Any label can show on hover: room for the longest of each side.
+    const longest = Math.max(...ST.tokens.map((_, i) => textWidth(text(i), font)));
+    const longestKey = Math.max(...ST.key_tokens.map((_, j) => textWidth(keyText(j), font)));
+    rows.style.height = `${height}px`;
+    cols.style.width = `${width}px`;
     rows.style.width = `${Math.ceil(longest) + 14}px`;
-    cols.style.height = `${Math.ceil(longest * Math.sin(Math.PI / 3) + font) + 8}px`; // rotated 60°
+    cols.style.height = `${Math.ceil(longestKey * Math.sin(Math.PI / 3) + font) + 8}px`; // rotated 60°
     const wrap = el("div", { className: "matrix-wrap" }, el("span"), cols, rows, frame);
     // The hovered token's label, on top; the labels it would overlap step aside meanwhile.
     const place = (label, i, vertical) => {
       label.hidden = false;
-      label.textContent = text(i);
+      label.textContent = vertical ? text(i) : keyText(i);
       label.dataset.index = String(i);
       if (vertical) label.style.top = `${(i + 0.5) * cell - font * 0.75}px`;
       else label.style.left = `${(i + 0.5) * cell}px`;
@@ -571,35 +638,35 @@ function draw(D, initial = {}, onRender = null) {
     const octx = over.getContext("2d");
     over.addEventListener("mousemove", (e) => {
       const r = over.getBoundingClientRect();
-      const j = Math.min(T - 1, Math.floor(((e.clientX - r.left) / r.width) * T));
+      const j = Math.min(S - 1, Math.floor(((e.clientX - r.left) / r.width) * S));
       const i = Math.min(T - 1, Math.floor(((e.clientY - r.top) / r.height) * T));
-      octx.clearRect(0, 0, size, size);
+      octx.clearRect(0, 0, width, height);
       octx.fillStyle = "rgba(255,255,255,0.22)";
-      octx.fillRect(0, i * cell, size, cell);
-      octx.fillRect(j * cell, 0, cell, size);
+      octx.fillRect(0, i * cell, width, cell);
+      octx.fillRect(j * cell, 0, cell, height);
       octx.strokeStyle = "#fff";
       octx.strokeRect(j * cell + 0.5, i * cell + 0.5, Math.max(1, cell - 1), Math.max(1, cell - 1));
       place(hoverRow, i, true);
       place(hoverCol, j, false);
       tooltip.hidden = false;
       tooltip.replaceChildren(
-        el("div", { textContent: `query ${tokenLabel(i)} → key ${tokenLabel(j)}` }),
+        el("div", { textContent: `query ${tokenLabel(i)} → key ${keyLabel(j)}` }),
         el("div", { className: "weight", dataset: { query: String(i), key: String(j) },
           textContent: masked(i, j) ? "masked: a causal model's query cannot see a later key"
-            : `${valueName()} ${weightText(a[i * T + j], state.layer, state.head)}` }),
+            : `${valueName()} ${weightText(a[i * S + j], state.layer, state.head)}` }),
       );
       tooltip.style.left = `${e.pageX + 14}px`;
       tooltip.style.top = `${e.pageY + 14}px`;
     });
     over.addEventListener("mouseleave", () => {
-      octx.clearRect(0, 0, size, size);
+      octx.clearRect(0, 0, width, height);
       tooltip.hidden = true;
       hoverRow.hidden = hoverCol.hidden = true;
       for (const label of wrap.querySelectorAll(".covered")) label.classList.remove("covered");
     });
     section.append(
       el("p", { className: "hint", textContent:
-        `Layer ${LAYER[state.layer]}, ${perLayer(state.measure) ? `layers 0–${LAYER[state.layer]} composed` : `head ${state.head}`}: query tokens down, key tokens across; ` +
+        `${layerTitle(LAYER[state.layer])}, ${perLayer(state.measure) ? `layers 0–${LAYER[state.layer]} composed` : `head ${state.head}`}: ${axes()}; ` +
         `max ${valueName()} ${headMax(a).toFixed(3)}. Hover a cell for its exact ${valueName()}; ↑/↓ layer${perLayer(state.measure) ? "" : ", ←/→ head"}.` }),
       measureNote(),
       legend(state.scale === "head" ? `${headMax(a).toFixed(3)} (the head's max)` : `${+top().toPrecision(3)}`),
@@ -619,16 +686,16 @@ function draw(D, initial = {}, onRender = null) {
       const row = el("tr", {}, el("th", { textContent: `L${LAYER[l]}` }));
       for (let h = 0; h < H; h++) {
         const a = all[l * H + h];
-        const keys = [...Array(T).keys()].filter((j) => allowed(i, j))
-          .sort((x, y) => a[i * T + y] - a[i * T + x]).slice(0, 3);
+        const keys = [...Array(S).keys()].filter((j) => allowed(i, j))
+          .sort((x, y) => a[i * S + y] - a[i * S + x]).slice(0, 3);
         const cell = el("td");
         for (const j of keys) {
-          const w = a[i * T + j];
+          const w = a[i * S + j];
           const bar = el("span", { className: "bar" });
           bar.style.width = `${Math.round((w / top()) * 100)}%`;
-          cell.append(el("div", { className: "key" + (D.special[j] ? " special" : ""),
-            title: `${tokenLabel(j)}: ${weightText(w, l, h)}` },
-          bar, el("span", { textContent: `${D.tokens[j]} ${w.toFixed(2)}` })));
+          cell.append(el("div", { className: "key" + (ST.key_special[j] ? " special" : ""),
+            title: `${keyLabel(j)}: ${weightText(w, l, h)}` },
+          bar, el("span", { textContent: `${ST.key_tokens[j]} ${w.toFixed(2)}` })));
         }
         row.append(cell);
       }
@@ -636,7 +703,8 @@ function draw(D, initial = {}, onRender = null) {
     }
     section.append(
       el("p", { className: "hint", textContent:
-        `Where “${D.tokens[i]}” (position ${i}) looks: its three most-attended keys in every head` +
+        `Where “${ST.tokens[i]}” (position ${i}) looks: its three most-attended ${D.stacks ? tokensOf(1) : "keys"} in every head` +
+        (D.stacks ? ` of the ${STACK_NAMES[state.stack][0].toLowerCase()}` : "") +
         (state.measure === "weights" ? "." : `, by ${state.measure}.`) }),
       measureNote(),
       table,

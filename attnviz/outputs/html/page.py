@@ -5,6 +5,10 @@ Weights travel per head, deflated and base64-encoded, so the browser decodes a h
 a view shows it (`DecompressionStream`). Up to EXACT_BUDGET raw bytes they are float32, the
 model's own numbers; past it each head is quantised to uint8 steps of its maximum (error at
 most max/510, and the page says so wherever it prints a weight).
+
+An encoder-decoder model's page carries its three attention stacks (`stacks`: encoder,
+decoder and cross-attention), each with its own query and key tokens, counts and blobs; the
+page opens on the one given as `att` and switches between them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ if TYPE_CHECKING:
     from attnviz.core.attention import Attention
 
 EXACT_BUDGET = 4 * 2**20  # float32 weights up to 4 MiB (≈120 tokens on 6 × 12 heads)
+STACKS = ("encoder", "decoder", "cross")  # an encoder-decoder page's stacks, in the model's order
+STACKS_LEFT_OUT = (
+    "The measure switch and the inside-one-head view are not on encoder-decoder pages yet: "
+    "this page shows the attention weights."
+)
 
 TEMPLATE = """<!doctype html>
 <html lang="en">
@@ -57,7 +66,8 @@ def _packed(array: np.ndarray) -> str:
 
 
 def _head_blob(grid: np.ndarray, exact: bool) -> str:
-    """One head (T, T): float32 as it is, or the head's max (float32) then uint8 steps of it.
+    """One head (T, S; S is T but in cross-attention): float32 as it is, or the head's max
+    (float32) then uint8 steps of it.
 
     Steps of the head's max rather than of each row's: diffuse rows then take few distinct
     bytes and deflate well (5 MB instead of 11 MB for 512 tokens on 6 × 12 heads).
@@ -123,14 +133,24 @@ def page_data(
     measures: dict[str, Attention] | None = None,
     lengths: np.ndarray | None = None,
     initial: str = "weights",
+    stacks: dict[str, Attention] | None = None,
 ) -> dict[str, Any]:
     """Everything the page script reads, as JSON-ready values.
 
     `att` holds the weights; `measures` the contribution measures by name (the page's
     measure switch offers those given), `lengths` each key's ‖f^h(x_j)‖ (L, H, T) for norm,
-    and `initial` the measure the page opens with.
+    and `initial` the measure the page opens with. With `stacks` (an encoder-decoder
+    model's), see `stacks_data`.
     """
     from attnviz.analysis.inside import Inside
+
+    if stacks is not None:
+        if measures or lengths is not None or segments or isinstance(inside, Inside):
+            raise ValueError("an encoder-decoder page shows weights only: no measures, "
+                             "lengths, segments or inside view")  # fmt: skip
+        return stacks_data(att, stacks, scale, cmap)
+    if att.keys is not None:  # a single-stack page would label its keys with the queries
+        raise ValueError("a cross-attention page needs all three stacks: pass stacks=")
 
     n_layers, n_heads, n_tokens, _ = att.weights.shape  # (L, H, T, T)
     exact = att.weights[..., :1].size * n_tokens * 4 <= EXACT_BUDGET
@@ -181,6 +201,60 @@ def page_data(
     return data
 
 
+def stacks_data(
+    att: Attention, stacks: dict[str, Attention], scale: str = "absolute", cmap: str = "viridis"
+) -> dict[str, Any]:
+    """An encoder-decoder page's data: each stack's query and key tokens, its layers, heads
+    and blobs (cross-attention's (T, S) per head), opening on `att`'s stack.
+
+    `stacks` holds the three stacks' Attentions by name; `att` is one of them (the stack
+    `show --stack` chose; cross-attention by default) and stands for its own entry.
+    """
+    stacks = {**stacks, att.stack: att}
+    if att.stack is None or sorted(stacks) != sorted(STACKS):
+        raise ValueError(f"an encoder-decoder page needs the stacks {', '.join(STACKS)}")
+    # One encoding for the whole page: float32 while the three stacks fit the budget together.
+    exact = sum(stacks[name].weights.size for name in STACKS) * 4 <= EXACT_BUDGET
+    return {
+        "model": att.info.as_dict(),
+        "text": att.text,
+        "target": att.target,
+        "pair": None,
+        "unit": att.unit,
+        "hidden_special": att.hidden_special,
+        "notes": list(att.notes),
+        "stack": att.stack,
+        "stacks": {name: _stack_entry(stacks[name], exact) for name in STACKS},
+        "scale": scale,
+        "cmap": cmap,
+        "colours": _colour_table(cmap),
+        "masked": {"grey": MASKED_GREY, "hatch": MASKED_HATCH_COLOUR, "note": MASKED_NOTE},
+        "label_steps": list(LABEL_STEPS),
+        "segments": None,
+        "inside": None,
+        "inside_note": STACKS_LEFT_OUT,
+        "measure": "weights",
+        "measures": {},
+    }
+
+
+def _stack_entry(att: Attention, exact: bool) -> dict[str, Any]:
+    """One stack of an encoder-decoder page: its queries, keys, counts and weights."""
+    n_layers, n_heads = att.weights.shape[:2]  # (L, H, T, S)
+    return {
+        "tokens": list(att.tokens),
+        "special": [bool(s) for s in att.special],
+        "key_tokens": list(att.key_tokens),
+        "key_special": [bool(s) for s in att.key_special],
+        "causal": att.info.causal,
+        "layers": n_layers,
+        "layer_ids": att.held_layers(),
+        "heads": n_heads,
+        "encoding": "float32" if exact else "uint8",
+        "weights": [[_head_blob(per_head, exact) for per_head in layer] for layer in att.weights],
+    }
+
+
 def shortened(text: str, length: int) -> str:
     """`text` on one line, cut at a word boundary to at most `length` characters (with "…")."""
     text = " ".join(text.split())
@@ -193,7 +267,9 @@ def shortened(text: str, length: int) -> str:
 
 
 def page_title(att: Attention) -> str:
-    """The page's <title>: the text, or both sentences of a pair, shortened."""
+    """The page's <title>: the text, both sentences of a pair, or source → target, shortened."""
+    if att.target is not None:
+        return f"attnviz: {shortened(att.text, 45)} → {shortened(att.target, 45)}"
     if att.pair is None:
         return f"attnviz: {shortened(att.text, 70)}"
     return f"attnviz: A: {shortened(att.text, 45)} | B: {shortened(att.pair, 45)}"
@@ -213,15 +289,18 @@ def build_page(
     measures: dict[str, Attention] | None = None,
     lengths: np.ndarray | None = None,
     initial: str = "weights",
+    stacks: dict[str, Attention] | None = None,
 ) -> str:
     """The whole page for one text: data, script and style inline; nothing loads from outside.
 
     `inside` (from `attnviz.analysis.inside`) feeds the "inside one head" view, or
     says why the page goes without it;
     `segments` (0 or 1 per token) marks the two sentences of a pair; `measures`, `lengths`
-    and `initial` are the measure switch's (see `page_data`).
+    and `initial` are the measure switch's (see `page_data`). An encoder-decoder model's
+    page takes its three stacks' Attentions in `stacks` and opens on `att`'s stack, with a
+    stack switch (see `stacks_data`).
     """
-    found = page_data(att, inside, scale, cmap, segments, measures, lengths, initial)
+    found = page_data(att, inside, scale, cmap, segments, measures, lengths, initial, stacks)
     return _document(found, page_title(att))
 
 

@@ -1,0 +1,243 @@
+"""The interactive page of an encoder-decoder model: three stacks (encoder, decoder and
+cross-attention) behind one switch, each drawn with its own query and key tokens.
+
+Tiny random models (tests/seq2seq_models.py); a source and a target of different lengths, so
+cross-attention's (T, S) heads are not square. Browser tests as in test_html.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from seq2seq_models import SEQ2SEQ
+from test_html import ARTIFACTS, Opened, _data, _expected_colours, _unpack
+
+STACKS = ("encoder", "decoder", "cross")
+SOURCE, TARGET = "The cat sat on the mat. A quick brown fox!", "Die Katze saß."
+
+
+def _stacks(loaded) -> dict:
+    from attnviz.core.extract import attend_stacks
+    from attnviz.core.seq2seq import encode_source_target
+
+    item = encode_source_target(loaded, SOURCE, TARGET)
+    return attend_stacks(loaded, [item], STACKS)[0]
+
+
+@pytest.fixture(scope="module")
+def found(loaded_seq2seq) -> dict:
+    """BART's three stacks: 2 encoder layers × 4 heads, 3 decoder layers × 2 heads."""
+    found = _stacks(loaded_seq2seq["bart"])
+    n_target, n_source = found["cross"].weights.shape[-2:]
+    assert n_target != n_source  # the point of these tests
+    return found
+
+
+@pytest.fixture(scope="module")
+def page_file(found, tmp_path_factory):
+    from attnviz.outputs.html import write_page
+
+    path = tmp_path_factory.mktemp("seq2seq-page") / "attention.html"
+    return write_page(found["cross"], path, stacks=found)
+
+
+@pytest.fixture
+def opened(browser, page_file):
+    page = Opened(browser, page_file)
+    yield page
+    page.close()
+    assert page.errors == []
+    assert page.requests == [page.url], "the page made a request besides its own file"
+
+
+# ---------- the file itself ----------
+
+
+@pytest.mark.parametrize("arch", SEQ2SEQ)
+def test_each_stacks_weights_in_the_page_are_attend_stacks(loaded_seq2seq, arch):
+    from attnviz.outputs.html import build_page
+
+    found = _stacks(loaded_seq2seq[arch])
+    data = _data(build_page(found["cross"], stacks=found))
+    assert data["stack"] == "cross" and data["target"] == TARGET and data["text"] == SOURCE
+    for stack, att in found.items():
+        entry = data["stacks"][stack]
+        n_layers, n_heads, n_queries, n_keys = att.weights.shape  # (L, H, T, S)
+        assert entry["tokens"] == list(att.tokens)
+        assert entry["key_tokens"] == list(att.key_tokens)
+        assert (entry["layers"], entry["heads"]) == (n_layers, n_heads)
+        assert entry["layer_ids"] == list(range(n_layers))
+        assert entry["causal"] == (stack == "decoder") and entry["encoding"] == "float32"
+        decoded = np.stack([
+            np.stack([_unpack(blob, "<f4").reshape(n_queries, n_keys) for blob in layer])
+            for layer in entry["weights"]
+        ])  # fmt: skip
+        assert np.array_equal(decoded, att.weights)
+    cross = data["stacks"]["cross"]
+    assert cross["tokens"] == data["stacks"]["decoder"]["tokens"]  # target queries
+    assert cross["key_tokens"] == data["stacks"]["encoder"]["tokens"]  # source keys
+
+
+def test_page_opens_on_the_given_stack_without_measures_or_inside(found, page_file):
+    from attnviz.outputs.html import build_page
+
+    data = _data(page_file.read_text(encoding="utf-8"))
+    assert data["measures"] == {} and data["inside"] is None
+    assert "not on encoder-decoder pages" in data["inside_note"]
+    assert [s for s, _, _ in data["model"]["stacks"]] == list(STACKS)
+    assert _data(build_page(found["encoder"], stacks=found))["stack"] == "encoder"
+
+
+def test_page_without_every_stack_or_with_measures_is_refused(found):
+    from attnviz.outputs.html import build_page
+
+    with pytest.raises(ValueError, match="needs the stacks encoder, decoder, cross"):
+        build_page(found["cross"], stacks={"cross": found["cross"]})
+    with pytest.raises(ValueError, match="cross-attention page needs all three stacks"):
+        build_page(found["cross"])
+    with pytest.raises(ValueError, match="weights only"):
+        build_page(found["cross"], stacks=found, measures={"norm": found["cross"]})
+
+
+def test_seq2seq_page_keeps_the_strict_policy(page_file):
+    import re
+
+    page = page_file.read_text(encoding="utf-8")
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
+    assert "default-src 'none'" in csp and "connect-src" not in csp
+    assert not re.search(r"(src|href)=", page) and not re.search(r"https?://", page)
+    assert re.search(r"<title>attnviz: The cat sat on the mat\. A quick brown fox! → Die", page)
+
+
+# ---------- in a real browser ----------
+
+
+def _cell_centres(n_rows: int, n_cols: int, cell: float) -> list[tuple[int, int]]:
+    """The canvas pixel at the centre of each cell, row-major [query, key]: (x, y)."""
+    return [
+        (int((k + 0.5) * cell), int((q + 0.5) * cell)) for q in range(n_rows) for k in range(n_cols)
+    ]
+
+
+def _matrix(opened: Opened) -> tuple[int, int, list[str], list[str]]:
+    """The matrix canvas's width and height, and its row and column labels' texts."""
+    width, height = (int(opened.page.get_attribute("#matrix", a)) for a in ("width", "height"))
+    rows = opened.page.locator(".row-labels div:not(.hover)").all_inner_texts()
+    cols = opened.page.locator(".col-labels div:not(.hover)").all_inner_texts()
+    return width, height, rows, cols
+
+
+def _switch(opened: Opened, stack: str) -> None:
+    n = opened.renders()
+    opened.page.select_option("#stack", stack)
+    opened.settle(n + 1)
+
+
+def test_stack_switch_redraws_the_matrix_with_its_own_tokens(opened, found):
+    """The page opens on cross-attention: target rows, source columns, whole square pixels
+    per token, each cell its weight; each stack then brings its own size, labels and
+    layer and head counts."""
+    opened.view("matrix")
+    assert opened.page.input_value("#stack") == "cross"
+    assert opened.page.locator("#tab-inside").count() == 0
+    assert opened.page.locator("#measure").count() == 0
+    assert "not on encoder-decoder pages" in opened.page.inner_text("header")
+    for stack in ("cross", "encoder", "decoder", "cross"):
+        if opened.page.input_value("#stack") != stack:
+            _switch(opened, stack)
+        att = found[stack]
+        n_layers, n_heads, n_rows, n_cols = att.weights.shape
+        width, height, rows, cols = _matrix(opened)
+        cell = width // n_cols
+        assert width == cell * n_cols and height == cell * n_rows and cell >= 9, stack
+        assert rows == list(att.tokens) and cols == list(att.key_tokens), stack
+        options = (
+            opened.page.locator("#layer option").count(),
+            opened.page.locator("#head option").count(),
+        )
+        assert options == (n_layers, n_heads), stack
+        drawn = opened.canvas("#matrix", _cell_centres(n_rows, n_cols, cell))
+        if stack == "decoder":  # later keys are drawn masked
+            keep = ~np.triu(np.ones((n_rows, n_cols), bool), k=1).ravel()
+        else:
+            keep = np.ones(n_rows * n_cols, bool)
+        assert (drawn[keep] == _expected_colours(att.weights[0, 0])[keep]).all(), stack
+    ARTIFACTS.mkdir(exist_ok=True)
+    opened.page.screenshot(path=str(ARTIFACTS / "seq2seq-cross-matrix.png"))
+
+
+def test_cross_attention_tooltip_names_a_target_query_and_a_source_key(opened, found):
+    cross = found["cross"]
+    opened.view("matrix")
+    n = opened.renders()
+    opened.page.select_option("#layer", "2")
+    opened.settle(n + 1)
+    width, height, _, _ = _matrix(opened)
+    n_rows, n_cols = cross.weights.shape[-2:]
+    box = opened.page.locator("#matrix-over").bounding_box()
+    query, key = n_rows - 1, n_cols - 2  # a key past the last target position
+    cell = width / n_cols
+    opened.page.mouse.move(box["x"] + (key + 0.5) * cell, box["y"] + (query + 0.5) * cell)
+    weight = opened.page.locator("#tooltip .weight")
+    assert (weight.get_attribute("data-query"), weight.get_attribute("data-key")) == (
+        str(query),
+        str(key),
+    )
+    assert float(weight.inner_text().split()[-1]) == pytest.approx(
+        cross.weights[2, 0, query, key], abs=1e-6
+    )
+    tooltip = opened.page.inner_text("#tooltip")
+    assert f"query {query}: {cross.tokens[query]}" in tooltip
+    assert f"key {key}: {cross.key_tokens[key]}" in tooltip
+    assert opened.page.inner_text(".col-labels .hover") == cross.key_tokens[key]
+
+
+def test_head_view_draws_target_tokens_to_source_tokens(opened, found):
+    cross = found["cross"]
+    left = opened.page.locator(".tokens.q .token").all_inner_texts()
+    right = opened.page.locator(".tokens.k .token").all_inner_texts()
+    assert left == list(cross.tokens) and right == list(cross.key_tokens)
+    assert opened.page.inner_text(".columns .side.q") == "target (queries)"
+    assert opened.page.inner_text(".columns .side.k") == "source (keys)"
+    query = 2
+    opened.page.hover(f".tokens.q .token >> nth={query}")
+    lines = int(opened.page.get_attribute("#lines", "data-lines"))
+    assert lines == int((cross.weights[0, :, query] >= 1 / 64).sum())
+    opened.page.hover(f".tokens.k .token >> nth={len(cross.key_tokens) - 1}")  # below the queries
+    lines = int(opened.page.get_attribute("#lines", "data-lines"))
+    assert lines == int((cross.weights[0, :, :, -1] >= 1 / 64).sum())
+    ARTIFACTS.mkdir(exist_ok=True)
+    opened.page.screenshot(path=str(ARTIFACTS / "seq2seq-cross-head.png"))
+    _switch(opened, "encoder")
+    left = opened.page.locator(".tokens.q .token").all_inner_texts()
+    assert left == list(found["encoder"].tokens)
+    assert opened.page.locator(".head-toggle").count() == found["encoder"].weights.shape[1]
+
+
+def test_query_and_model_views_follow_the_stack(opened, found):
+    cross = found["cross"]
+    opened.view("query")
+    options = opened.page.locator("#query option").all_inner_texts()
+    assert options == [f"{i}: {t}" for i, t in enumerate(cross.tokens)]
+    query = int(opened.page.input_value("#query"))
+    first = (
+        opened.page.locator(".query-table tr >> nth=1")
+        .locator("td >> nth=0")
+        .locator(".key >> nth=0")
+    )
+    best = int(cross.weights[0, 0, query].argmax())
+    assert first.get_attribute("title").startswith(f"{best}: {cross.key_tokens[best]}:")
+    _switch(opened, "decoder")  # the same queries: the query stays
+    assert int(opened.page.input_value("#query")) == query
+    opened.view("model")
+    n_layers, n_heads, n_rows, n_cols = found["decoder"].weights.shape
+    assert opened.page.locator(".thumb").count() == n_layers * n_heads
+    _switch(opened, "cross")
+    thumb = opened.page.locator(".thumb >> nth=0")
+    size = (int(thumb.get_attribute("width")), int(thumb.get_attribute("height")))
+    longer = max(n_rows, len(cross.key_tokens))
+    assert size == (round(76 * len(cross.key_tokens) / longer), round(76 * n_rows / longer))
+    opened.page.click(".thumb[data-layer='1'][data-head='1']")
+    opened.page.wait_for_selector("section#view-matrix")
+    assert opened.page.input_value("#stack") == "cross"
+    assert (opened.page.input_value("#layer"), opened.page.input_value("#head")) == ("1", "1")
