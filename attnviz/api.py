@@ -84,9 +84,9 @@ class Attention(core.Attention):
             raise InputError(
                 "this Attention has no model to read it again: make it with attention()"
             )
-        if self.stack is not None:
-            raise InputError("the interactive page of encoder-decoder models is not built yet")
         loaded = self.source.load()
+        if self.stack is not None:
+            return self._stacks_page(loaded, scale, cmap)
         encoded = encode(loaded, self.text, self.truncated, self.pair)
         words, hidden = self.unit == "word", self.hidden_special
         _, found, inside = page_pass(
@@ -107,13 +107,27 @@ class Attention(core.Attention):
             initial=self.measure,
         )
 
-    def _repr_html_(self) -> str | None:
+    def _stacks_page(self, loaded: Any, scale: str, cmap: str) -> str:
+        """An encoder-decoder model's page: every stack, opening on this one, with the target
+        read again from its text (a generated target is re-tokenised from what it decoded to,
+        which can differ from the ids it wrote; `show --generate --html` keeps the ids)."""
+        from attnviz.analysis.transforms import transform
+        from attnviz.core.adapters import STACKS
+        from attnviz.core.extract import extract_seq2seq
+        from attnviz.outputs.html import build_page
+
+        if self.measure != "weights":
+            raise InputError("the page of an encoder-decoder model shows its weights only")
+        found = extract_seq2seq(loaded, self.text, self.target, None, STACKS, self.truncated)
+        words, hidden = self.unit == "word", self.hidden_special
+        stacks = {name: transform(att, words, hidden) for name, att in found.items()}
+        return build_page(stacks[self.stack], stacks=stacks, scale=scale, cmap=cmap)
+
+    def _repr_html_(self) -> str:
         """A notebook cell showing an Attention shows the interactive page, in a sandboxed
         frame so that its script and Content-Security-Policy stay its own."""
         import html
 
-        if self.stack is not None:
-            return None  # not built yet: the notebook shows the overview (_repr_png_)
         page = html.escape(self.to_html(), quote=True)
         return (
             f'<iframe srcdoc="{page}" sandbox="allow-scripts" '
@@ -162,6 +176,7 @@ def attention(
     from attnviz.analysis.transforms import transform
     from attnviz.core.attention import require_text
     from attnviz.core.extract import extract_seq2seq
+    from attnviz.core.models import DEFAULT_STACK
     from attnviz.core.tokens import encode
 
     require_text(text)
@@ -170,7 +185,10 @@ def attention(
     loaded = source.load()
     if loaded.info.seq2seq or target is not None or generate is not None or stack is not None:
         values = stack_values(loaded, measure) if loaded.info.seq2seq else None
-        found = extract_seq2seq(loaded, text, target, generate, stack, truncate, layers, values)
+        chosen = stack or DEFAULT_STACK
+        found = extract_seq2seq(
+            loaded, text, target, generate, (chosen,), truncate, layers, values
+        )[chosen]
     else:
         found = measured(loaded, [encode(loaded, text, truncate, pair)], measure, layers)[0]
     shown = transform(found, words, hide_special)

@@ -258,3 +258,22 @@ def test_rollout_and_alti_are_refused_across_stacks(loaded_seq2seq):
     for measure in ("alti", "rollout"):
         with pytest.raises(InputError, match=f"--measure {measure} composes one stack's layers"):
             stack_values(loaded_seq2seq["bart"], measure)
+
+
+def test_show_html_writes_the_stack_page_and_the_api_gives_it(seq2seq_dirs, loaded_seq2seq,
+                                                               tmp_path):  # fmt: skip
+    import json
+
+    import attnviz
+
+    folder = str(seq2seq_dirs["marian"])
+    result = _run("show", SOURCE, "-m", folder, "--target", TARGET, "--html", "--no-images",
+                  "--stack", "decoder", "-o", str(tmp_path), "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    page = Path(json.loads(result.stdout)["page"]).read_text(encoding="utf-8")
+    data = json.loads(page.split('id="attnviz-data">')[1].split("</script>")[0])
+    item = encode_source_target(loaded_seq2seq["marian"], SOURCE, TARGET)
+    assert item.source.tokens[1] in page and item.target.tokens[2] in page
+    assert data["stack"] == "decoder" and sorted(data["stacks"]) == sorted(STACKS)
+    att = attnviz.attention(SOURCE, model=folder, device="cpu", target=TARGET)
+    assert "<script" in att.to_html() and att._repr_html_().startswith("<iframe")

@@ -9,7 +9,7 @@ import typer
 from attnviz.cli.app import Command, app, err_console, fail, warn
 from attnviz.cli.options import Device, DeviceOpt, ModelOpt, flag
 from attnviz.core import models
-from attnviz.errors import AttnvizError, Interrupted
+from attnviz.errors import AttnvizError, InputError, Interrupted
 
 
 @app.command(cls=Command)
@@ -60,7 +60,12 @@ def serve(
         chosen.refuse_early()
         address = url(host, port)
         with err_console.status(f"loading {model or 'the bundled model'}…"):
-            chosen.load()
+            loaded = chosen.load()
+        if loaded.info.seq2seq:
+            raise InputError(
+                f"serve reads models with one attention stack; {loaded.info.name} is an "
+                "encoder-decoder model: use attnviz show --target … --html for its page"
+            )
 
         def ready() -> None:
             err_console.print(

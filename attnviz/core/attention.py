@@ -10,6 +10,7 @@ live in the outputs layer; `attnviz.Attention` (the API's) adds them as methods 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -135,6 +136,16 @@ class Attention:
         if self.per_layer:
             return [0]
         return self.info.pick_heads(requested)
+
+    def keep_layers(self, layers: Sequence[int] | None) -> Attention:
+        """This attention with only `layers` (None: as it is)."""
+        if not layers:
+            return self
+        from dataclasses import replace
+
+        chosen = self.info.pick_layers(list(layers))
+        slots = [self.slot(layer) for layer in chosen]
+        return replace(self, weights=self.weights[slots], layers=tuple(chosen))
 
     def held_layers(self) -> list[int]:
         """The model layers this attention holds."""

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 from attnviz.core import adapters
 from attnviz.core.adapters.base import LayerModules
+from attnviz.errors import UnsupportedModelError
 
 KINDS = ("input", "probs", "output", "residual", "heads", "source")
 
@@ -87,8 +88,14 @@ def run(
     import torch
 
     model = loaded.model
+    stacks = adapters.stacks_of(model)
     wanted: dict[Site, set[str]] = {}
     for recorder in recorders:
+        if _stack(recorder) not in stacks:  # a one-stack caller on an encoder-decoder model
+            raise UnsupportedModelError(
+                f"this reads models with one attention stack; {loaded.info.name} is an "
+                "encoder-decoder model (docs/seq2seq.md says what works on it)"
+            )
         for layer, kinds in recorder.wants.items():
             unknown = set(kinds) - set(KINDS)
             if unknown:

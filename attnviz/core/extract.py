@@ -177,21 +177,20 @@ def extract_seq2seq(
     source: str,
     target: str | None = None,
     generate: int | None = None,
-    stack: str | None = None,
+    stacks: Sequence[str] = ("cross",),
     truncate: bool = False,
     layers: Sequence[int] | None = None,
     values: Callable[[str, list[int], int, int, int], Any] | None = None,
-) -> Attention:
-    """An encoder-decoder model's attention of one `stack` (default cross) on `source` and
-    `target` (teacher forcing), or on its own greedy output (`generate` tokens at most, the
-    default when no target is given); `values` as in `attend_stacks`."""
-    from attnviz.core.models import DEFAULT_STACK
+) -> dict[str, Attention]:
+    """An encoder-decoder model's attention of each of `stacks` on `source` and `target`
+    (teacher forcing), or on its own greedy output (`generate` tokens at most, the default
+    when no target is given); `layers` and `values` as in `attend_stacks`."""
     from attnviz.core.seq2seq import encode_source_target
 
-    chosen = stack or DEFAULT_STACK
-    loaded.info.of_stack(chosen)  # a model with one stack refuses --stack here
+    for stack in stacks:
+        loaded.info.of_stack(stack)  # a model with one stack refuses --stack here
     item = encode_source_target(loaded, source, target, generate, truncate)
-    return attend_stacks(loaded, [item], [chosen], layers, values=values)[0][chosen]
+    return attend_stacks(loaded, [item], stacks, layers, values=values)[0]
 
 
 def _measure_name(recorder: Any) -> str:

@@ -194,7 +194,7 @@ def show(
     if loaded.info.seq2seq or decoder_option is not None or stack is not None:
         refused = [
             (bool(ablate), "--ablate"),
-            (html, "--html"),
+            (html and chosen_measure.name != "weights", "--html with --measure"),
             (pair is not None, "--pair"),
         ]
         for given, option in refused:
@@ -206,13 +206,25 @@ def show(
                     "their weights"
                 )
         from attnviz.analysis.contributions import stack_values
+        from attnviz.core.adapters import STACKS
         from attnviz.core.extract import extract_seq2seq
+        from attnviz.core.models import DEFAULT_STACK
 
         values = stack_values(loaded, chosen_measure.name)
-        attended = extract_seq2seq(loaded, text, target, generate, stack, truncate, layers, values)
+        if html and folder is not None:  # the page's stack switch: every stack, one pass
+            page_stacks = extract_seq2seq(loaded, text, target, generate, STACKS, truncate)
+            attended = page_stacks[stack or DEFAULT_STACK].keep_layers(layers)
+        else:
+            chosen = (stack or DEFAULT_STACK,)
+            attended = extract_seq2seq(
+                loaded, text, target, generate, chosen, truncate, layers, values
+            )[chosen[0]]
         encoded, inside, every, special, kept, compared = None, None, None, None, [], None
+        if not (html and folder is not None):
+            page_stacks = None
         chosen_layers = attended.held_layers()
     else:
+        page_stacks = None
         attended, encoded, inside, every, special, kept, compared, chosen_layers = _one_stack(
             loaded, text, truncate, pair, layers, html and folder is not None, chosen_measure,
             ablate, query,
@@ -265,7 +277,17 @@ def show(
 
             stop_workers()  # the drawing processes finish what they started, then stop
             raise _interrupted(folder) from None
-        if html:
+        if html and page_stacks is not None:
+            from attnviz.outputs.html import write_page
+
+            shown_stacks = {
+                name: transform(att, words, hide_special_tokens)
+                for name, att in page_stacks.items()
+            }
+            opened = shown_stacks[shown.stack]
+            page = write_page(opened, folder / "attention.html", stacks=shown_stacks,
+                              scale=style.scale, cmap=style.cmap)  # fmt: skip
+        elif html:
             from attnviz.outputs.html import write_page
 
             assert every is not None

@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.core.adapters import STACKS  # an encoder-decoder page's stacks, in order
 from attnviz.outputs.figures import LABEL_STEPS, MASKED_GREY, MASKED_HATCH_COLOUR, MASKED_NOTE
 from attnviz.outputs.files import write_text_atomic
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from attnviz.core.attention import Attention
 
 EXACT_BUDGET = 4 * 2**20  # float32 weights up to 4 MiB (≈120 tokens on 6 × 12 heads)
-STACKS = ("encoder", "decoder", "cross")  # an encoder-decoder page's stacks, in the model's order
 STACKS_LEFT_OUT = (
     "The measure switch and the inside-one-head view are not on encoder-decoder pages yet: "
     "this page shows the attention weights."
