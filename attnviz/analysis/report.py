@@ -122,3 +122,59 @@ class Report:
             if self.linguistics is None
             else self.linguistics.as_dict(list(self.layers), list(self.heads)),
         }
+
+
+@dataclass(frozen=True, eq=False)
+class CrossReport:
+    """Cross-attention over a corpus: each head's alignment metrics (`analysis.alignment`)."""
+
+    info: ModelInfo  # the cross stack's counts
+    means: np.ndarray  # (A, L, H), in the order of ALIGNMENT
+    example: Attention
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per head: layer, head and each alignment metric (None where undefined)."""
+        from attnviz.analysis.alignment import ALIGNMENT
+
+        rows = []
+        for layer in range(self.info.n_layers):
+            for head in range(self.info.n_heads):
+                row: dict[str, Any] = {"layer": layer, "head": head}
+                for a, name in enumerate(ALIGNMENT):
+                    value = float(self.means[a, layer, head])
+                    row[name] = value if math.isfinite(value) else None
+                rows.append(row)
+        return rows
+
+
+@dataclass(frozen=True, eq=False)
+class Seq2SeqReport:
+    """An encoder-decoder model's report: positional roles of its encoder and decoder
+    self-attention (one `Report` each) and the alignment of its cross-attention."""
+
+    info: ModelInfo  # the model's
+    sentences: int  # source-target pairs
+    skipped: tuple[str, ...]
+    stacks: dict[str, Report]  # "encoder", "decoder"
+    cross: CrossReport
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per head of every stack, `stack` first (pandas-ready)."""
+        rows = []
+        for stack, report in self.stacks.items():
+            for row in report.rows():
+                row.pop("linguistic_roles")
+                rows.append({"stack": stack, **row})
+        return rows + [{"stack": "cross", **row} for row in self.cross.rows()]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.info.as_dict(),
+            "sentences": self.sentences,
+            "skipped": list(self.skipped),
+            "stacks": {
+                stack: {"queries": report.queries, "thresholds": report.thresholds.values}
+                for stack, report in self.stacks.items()
+            },
+            "heads": self.rows(),
+        }

@@ -35,12 +35,15 @@ from attnviz.cli.options import (
     style,
 )
 from attnviz.core import models
+from attnviz.core.adapters import STACKS
 from attnviz.errors import AttnvizError, Interrupted
 from attnviz.outputs.render import FIGURES
 
 # The choices of --figures, from the one list of figure kinds (attnviz.outputs.render.FIGURES).
 FigureKind = Enum("FigureKind", {kind: kind for kind in FIGURES}, type=str)
 FIGURES_HELP = "; ".join(f"{kind}: {shows}" for kind, shows in FIGURES.items())
+# The choices of --stack (encoder-decoder models), from the adapters' one list.
+StackName = Enum("StackName", {stack: stack for stack in STACKS}, type=str)
 
 
 @app.command(cls=Command)
@@ -63,6 +66,15 @@ def export(
         ),
     ] = None,
     query: QueryOpt = None,
+    stack: Annotated[
+        StackName | None,
+        typer.Option(
+            "--stack",
+            help="Encoder-decoder models: the attention to export, encoder (source × source), "
+            "decoder (target × target) or cross (target × source). Default: cross.",
+            show_default=False,
+        ),
+    ] = None,
     fmt: FormatOpt = ImageFormat.png,
     dpi: DpiOpt = 100,
     cmap: CmapOpt = "viridis",
@@ -112,6 +124,10 @@ def export(
     same settings and finishes the rest; an interrupted run leaves no half-written file.
     An output folder holds one sentence list: more sentences added at the end are exported
     there too, another list is refused (use another --out, or --overwrite to replace it).
+
+    An encoder-decoder model (T5, BART, Marian) reads source<TAB>target lines and exports
+    one --stack of each pair; --save-raw's attention.npz then also holds source_tokens,
+    target_tokens and key_tokens.
     """
     from rich.progress import TextColumn
 
@@ -136,6 +152,7 @@ def export(
             cmap=style(fmt, dpi, cmap).cmap,
             scale=scale.value,
             query=query,
+            stack=stack.value if stack else None,
         )
         bar = progress("export", TextColumn("{task.fields[rates]}"))
         with bar:

@@ -134,10 +134,15 @@ def report(
     With --importance, also how much the model's objective (next-token loss for decoders,
     masked-LM loss or the sentence embedding for encoders) depends on each head, on the same
     texts: heads.csv's importance columns, importance.png and "Which heads matter".
+
+    An encoder-decoder model (T5, BART, Marian) reads source<TAB>target lines: roles for its
+    encoder and decoder self-attention, and for cross-attention how monotone each head's
+    alignment is and how much it rests on the source's EOS; heads.csv has a stack column.
     """
     from rich.progress import TimeRemainingColumn
 
     from attnviz.analysis.importance import methods_of
+    from attnviz.analysis.report import Seq2SeqReport
     from attnviz.analysis.roles import Thresholds
     from attnviz.core.inputs import read_sentences
     from attnviz.core.treebank import read_treebank
@@ -198,6 +203,14 @@ def report(
     if as_json:
         typer.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
         return
+    if isinstance(result, Seq2SeqReport):
+        _print_seq2seq(result)
+        out_console.print(
+            f"wrote {len(written)} files to [bold]{out}/[/]: report.md, heads.csv, heads.json, "
+            "figures per stack",
+            highlight=False,
+        )
+        return
     terminal.print_report(out_console, result)
     if result.linguistics is not None:
         terminal.print_linguistics(out_console, result)
@@ -206,3 +219,27 @@ def report(
         f"wrote {len(written)} files to [bold]{out}/[/]: report.md, heads.csv, heads.json, figures",
         highlight=False,
     )
+
+
+def _print_seq2seq(result: Any, shown: int = 5) -> None:
+    """Each self-attention stack's role map, then the most monotone cross-attention heads
+    (of a `Seq2SeqReport`)."""
+    from rich.table import Table
+
+    from attnviz.analysis.alignment import ALIGNMENT
+    from attnviz.outputs import terminal
+    from attnviz.outputs.report_files import STACK_TITLES
+
+    for stack, report in result.stacks.items():
+        out_console.rule(STACK_TITLES[stack], align="left")
+        terminal.print_report(out_console, report)
+    out_console.rule(STACK_TITLES["cross"], align="left")
+    table = Table(title="Most monotone heads", title_justify="left")
+    table.add_column("head")
+    for name in ALIGNMENT:
+        table.add_column(name, justify="right")
+    rows = sorted(result.cross.rows(), key=lambda r: -(r["monotone"] or 0.0))[:shown]
+    for row in rows:
+        cells = [f"{row[n]:.2f}" if row[n] is not None else "–" for n in ALIGNMENT]
+        table.add_row(f"L{row['layer']} H{row['head']}", *cells)
+    out_console.print(table)

@@ -1,5 +1,6 @@
 """Reading what the user gives: one text (an argument or stdin) or many sentences (arguments,
-a file with one sentence per line, or stdin).
+a file with one sentence per line, or stdin); for an encoder-decoder model, each line a
+`source<TAB>target` pair (`split_pairs`).
 
 A file name given where a sentence is expected is refused with a hint, never analysed as text.
 """
@@ -21,7 +22,8 @@ class Sentence:
 
     index: int
     line: int
-    text: str
+    text: str  # an encoder-decoder model's source
+    target: str | None = None  # an encoder-decoder model's target (a `source<TAB>target` line)
 
 
 @dataclass(frozen=True)
@@ -100,3 +102,27 @@ def read_sentences(file: str | None, texts: list[str] | None) -> Sentences:
     if not items:
         raise InputError(f"{source} has no sentences ({blank} blank lines)")
     return Sentences(tuple(items), blank, source)
+
+
+def split_pairs(sentences: Sentences) -> Sentences:
+    """The same lines read as `source<TAB>target` pairs, for an encoder-decoder model.
+
+    A line without exactly one TAB, or with nothing on one side of it, is refused with its
+    line number: a pair cut in the wrong place would be analysed without a word of warning.
+    """
+    items = []
+    for sentence in sentences.items:
+        where = f"{sentences.source}, line {sentence.line}"
+        parts = sentence.text.split("\t")
+        if len(parts) != 2:
+            found = "no TAB between two texts" if len(parts) == 1 else f"{len(parts) - 1} TABs"
+            raise InputError(
+                f"{where}: {found}; an encoder-decoder model reads one source<TAB>target "
+                "pair a line"
+            )
+        source, target = (part.strip() for part in parts)
+        for side, text in (("source", source), ("target", target)):
+            if not text:
+                raise InputError(f"{where}: the {side} is empty; give source<TAB>target")
+        items.append(Sentence(sentence.index, sentence.line, source, target))
+    return Sentences(tuple(items), sentences.blank, sentences.source)

@@ -25,20 +25,12 @@ if TYPE_CHECKING:
     from attnviz.outputs.figures import Style
 
 from attnviz.analysis.metrics import METRIC_HELP
-from attnviz.analysis.report import Report
+from attnviz.analysis.report import Report, Seq2SeqReport
 
 
 def write_report(report: Report, out: Path, style: Style) -> list[Path]:
     """Write report.md, heads.csv, heads.json and the figures into `out`, then `done.json`
     listing them; the files of an earlier report into `out` are removed first."""
-    from attnviz.outputs.figures import (
-        HeadFigure,
-        MetricGrid,
-        head_title,
-        role_map_figure,
-        save_figure,
-    )
-
     prepare_dir(out)
     clear_previous(out)
     written = []
@@ -49,41 +41,178 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
             out / "heads.json", json.dumps(report.as_dict(), ensure_ascii=False, indent=1)
         )
     )
-    ext = style.fmt
-    layers, heads = list(report.layers), list(report.heads)
-    grid = MetricGrid(layers, heads, report.info.name, style)
-    for m, name in enumerate(METRICS):
-        path = out / f"metric-{name}.{ext}"
-        written.append(grid.save(report.chosen_means(m), name, METRIC_HELP[name], path))
-    for name, scores in _probe_scores(report).items():
-        path = out / f"metric-{name}.{ext}"
-        written.append(grid.save(scores, name, METRIC_HELP[name], path))
-    grid.close()
-    role_map = role_map_figure(report.roles, layers, heads, report.info.name, style)
-    written.append(save_figure(role_map, out / f"roles.{ext}", style))
+    written += _write_grids(report, out, style)
     importance_files = _write_importance(report, out, style)
     written += importance_files.values()
-    examples: dict[str, Path] = {}
-    head_fig = HeadFigure(report.example, style)
-    for role, heads in report.strongest(1).items():
-        best = heads[0]
-        grid = report.example.pattern(best.layer, best.head)  # (T, T)
-        slug = role.replace(" ", "-")
-        path = out / f"example-{slug}-layer-{best.layer:02d}-head-{best.head:02d}.{ext}"
-        examples[role] = head_fig.save(
-            grid, head_title(report.example, best.layer, best.head, grid), path
-        )
-        written.append(examples[role])
-    head_fig.close()
+    examples = _write_examples(report, out, style)
+    written += examples.values()
     sections: list[str] = []
     if report.linguistics is not None:
         sections = _write_linguistics(report, report.linguistics, out, style, written)
     sections = _importance_section(report, importance_files) + sections
     markdown = _markdown(report, examples, style, sections)
     written.append(write_text_atomic(out / "report.md", markdown))
-    files = [str(path.relative_to(out.parent)) for path in written]
-    write_done(out, {"model": report.info.name, **asdict(style)}, {"files": files})
+    _done(out, report.info.name, style, written)
     return written
+
+
+def _done(out: Path, model: str, style: Style, written: list[Path]) -> None:
+    files = [str(path.relative_to(out.parent)) for path in written]
+    write_done(out, {"model": model, **asdict(style)}, {"files": files})
+
+
+def _write_grids(report: Report, out: Path, style: Style, stack: str = "") -> list[Path]:
+    """A layers × heads figure per metric and probe, and the role map; an encoder-decoder
+    model's `stack` goes into their names (`metric-encoder-previous.png`) and titles."""
+    from attnviz.outputs.figures import MetricGrid, role_map_figure, save_figure
+
+    ext, prefix = style.fmt, _prefix(stack)
+    layers, heads = list(report.layers), list(report.heads)
+    title = f"{report.info.name} · {stack}" if stack else report.info.name
+    written = []
+    grid = MetricGrid(layers, heads, title, style)
+    means = {name: report.chosen_means(m) for m, name in enumerate(METRICS)}
+    for name, scores in {**means, **_probe_scores(report)}.items():
+        path = out / f"metric-{prefix}{name}.{ext}"
+        written.append(grid.save(scores, name, METRIC_HELP[name], path))
+    grid.close()
+    role_map = role_map_figure(report.roles, layers, heads, title, style)
+    written.append(save_figure(role_map, out / f"roles{_suffix(stack)}.{ext}", style))
+    return written
+
+
+def _prefix(stack: str) -> str:
+    return f"{stack}-" if stack else ""
+
+
+def _suffix(stack: str) -> str:
+    return f"-{stack}" if stack else ""
+
+
+def _write_examples(report: Report, out: Path, style: Style, stack: str = "") -> dict[str, Path]:
+    """The strongest head of each role, drawn on the report's example text, by role."""
+    from attnviz.outputs.figures import HeadFigure, head_title
+
+    examples: dict[str, Path] = {}
+    head_fig = HeadFigure(report.example, style)
+    for role, heads in report.strongest(1).items():
+        best = heads[0]
+        grid = report.example.pattern(best.layer, best.head)  # (T, T)
+        slug = role.replace(" ", "-")
+        name = f"example-{_prefix(stack)}{slug}-layer-{best.layer:02d}-head-{best.head:02d}"
+        title = head_title(report.example, best.layer, best.head, grid)
+        examples[role] = head_fig.save(grid, title, out / f"{name}.{style.fmt}")
+    head_fig.close()
+    return examples
+
+
+STACK_TITLES = {
+    "encoder": "Encoder self-attention (source × source)",
+    "decoder": "Decoder self-attention (target × target, causal)",
+    "cross": "Cross-attention (target × source)",
+}
+
+
+def write_seq2seq_report(report: Seq2SeqReport, out: Path, style: Style) -> list[Path]:
+    """An encoder-decoder model's report.md, heads.csv and heads.json (a `stack` column) and
+    figures per stack (`roles-encoder.png`, `metric-cross-monotone.png`, …) into `out`, then
+    `done.json`; the files of an earlier report into `out` are removed first."""
+    from attnviz.analysis.alignment import ALIGNMENT
+    from attnviz.outputs.figures import MetricGrid
+
+    prepare_dir(out)
+    clear_previous(out)
+    rows = report.rows()
+    columns = list(dict.fromkeys(key for row in rows for key in row))  # stack, layer, head, …
+    written = [
+        write_text_atomic(out / "heads.csv", _csv(rows, columns)),
+        write_text_atomic(
+            out / "heads.json", json.dumps(report.as_dict(), ensure_ascii=False, indent=1)
+        ),
+    ]
+    sections: list[str] = []
+    for stack, stack_report in report.stacks.items():
+        written += _write_grids(stack_report, out, style, stack)
+        examples = _write_examples(stack_report, out, style, stack)
+        written += examples.values()
+        sections += [f"## {STACK_TITLES[stack]}", ""]
+        sections += [
+            f"Means over **{stack_report.queries} non-special query tokens** of the "
+            f"{'sources' if stack == 'encoder' else 'targets'}.",
+            "",
+        ]
+        sections += _roles_lines(stack_report, examples, style, stack)
+        sections += ["### Every head's metrics", ""]
+        sections += _metric_figures(list(METRICS), style.fmt, stack)
+    cross = report.cross
+    layers, heads = list(range(cross.info.n_layers)), list(range(cross.info.n_heads))
+    grid = MetricGrid(layers, heads, f"{report.info.name} · cross", style)
+    for a, name in enumerate(ALIGNMENT):
+        path = out / f"metric-cross-{name}.{style.fmt}"
+        written.append(grid.save(cross.means[a], name, ALIGNMENT[name], path))
+    grid.close()
+    sections += _cross_lines(report, style)
+    markdown = _seq2seq_markdown(report, sections)
+    written.append(write_text_atomic(out / "report.md", markdown))
+    _done(out, report.info.name, style, written)
+    return written
+
+
+def _cross_lines(report: Seq2SeqReport, style: Style, shown: int = 5) -> list[str]:
+    """report.md's cross-attention section: the metrics, the most monotone heads, figures."""
+    from attnviz.analysis.alignment import ALIGNMENT
+
+    lines = [
+        f"## {STACK_TITLES['cross']}",
+        "",
+        "Each target token's *alignment* is the non-special source token it attends to most.",
+        "*monotone*: the share of non-special target tokens (the first left out) whose",
+        "alignment is at or after the previous one's (1: the head reads the source in order;",
+        "0: backwards). *source_eos*: the mean weight non-special target tokens give the",
+        "source's last special token (its EOS), where heads rest when they find nothing.",
+        "",
+    ]
+    rows = sorted(report.cross.rows(), key=lambda r: -(r["monotone"] or 0.0))[:shown]
+    lines += _table(
+        ("head", *ALIGNMENT),
+        [(_head(r["layer"], r["head"]),
+          *(f"{r[n]:.3f}" if r[n] is not None else "–" for n in ALIGNMENT)) for r in rows],
+    )  # fmt: skip
+    lines += ["", f"The {len(rows)} most monotone heads; every head: heads.csv (`cross`).", ""]
+    return lines + _metric_figures(list(ALIGNMENT), style.fmt, "cross")
+
+
+def _metric_figures(names: list[str], ext: str, stack: str = "") -> list[str]:
+    lines = []
+    for name in names:
+        lines += [_figure(name, Path(f"metric-{_prefix(stack)}{name}.{ext}")), ""]
+    return lines
+
+
+def _seq2seq_markdown(report: Seq2SeqReport, sections: list[str]) -> str:
+    from attnviz.analysis.alignment import ALIGNMENT
+
+    info = report.info
+    counts = ", ".join(f"{stack} {n_layers} layers × {n_heads} heads"
+                       for stack, n_layers, n_heads in info.stacks)  # fmt: skip
+    lines = [
+        f"# What each attention head does: {info.name}",
+        "",
+        f"{info.architecture}, an encoder-decoder model: {counts}. It read **{report.sentences} "
+        "source-target pairs**, the decoder with teacher forcing (its start token, then the "
+        "target's tokens). The encoder's and decoder's self-attention get positional roles, "
+        "metrics of each query's attention row a (a[j] is the weight query i gives key j); the "
+        "cross-attention, how it aligns target tokens to source tokens.",
+        "",
+    ]
+    if report.skipped:
+        lines += [f"Skipped: {len(report.skipped)} pair(s) longer than the model takes.", ""]
+    lines += sections
+    lines += ["## Metrics", ""]
+    definitions = [(n, METRIC_HELP[n]) for n in METRICS] + list(ALIGNMENT.items())
+    lines += _table(("metric", "definition"), definitions)
+    lines += ["", "Every number: heads.csv and heads.json (a row per stack, layer and head).", ""]
+    return "\n".join(lines)
 
 
 def _importance_file(name: str, ext: str) -> str:
@@ -182,9 +311,11 @@ def _probe_scores(report: Report) -> dict[str, np.ndarray]:
     return {name: report.probes.scores[p][pick] for p, name in enumerate(PROBES)}
 
 
-def _csv(rows: list[dict[str, Any]]) -> str:
+def _csv(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
+    """A CSV table of `rows` with `columns` (default: the first row's keys); a row without
+    one of them leaves its cell empty."""
     table = io.StringIO()
-    writer = csv.DictWriter(table, fieldnames=list(rows[0]))
+    writer = csv.DictWriter(table, fieldnames=columns or list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
     return table.getvalue()
@@ -437,7 +568,38 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style, sections:
     ]
     if report.skipped:
         lines += [f"Skipped: {len(report.skipped)} sentence(s) longer than the model takes.", ""]
-    lines += ["## Roles", "", _figure("role map", Path(f"roles.{ext}")), ""]
+    lines += ["## Roles", ""] + _roles_lines(report, examples, style)
+    probed = list(_probe_scores(report))
+    if report.probes is not None:
+        probes = report.probes
+        lines += [
+            "## Decoder probes: induction and duplicate-token heads",
+            "",
+            f"{probes.sequences} sequences of {probes.length} random tokens, each repeated once "
+            f"after BOS (seed {probes.as_dict()['seed']}): [BOS] t_1 … t_n t_1 … t_n. For each "
+            "token of the second repeat, *induction* is its attention to the token right after "
+            "its earlier occurrence, *duplicate* its attention to the earlier occurrence itself "
+            "(means over the second repeat). The model's next-token loss falls from "
+            f"**{probes.loss_first:.2f} nats** on the first repeat to "
+            f"**{probes.loss_second:.2f} nats** on the second: the drop is in-context copying, "
+            "the work of induction heads.",
+            "",
+        ]
+    lines += sections
+    lines += ["## Metrics", ""]
+    names = [*METRICS, *probed]
+    lines += _table(("metric", "definition"), [(n, METRIC_HELP[n]) for n in names])
+    lines += [""] + _metric_figures(names, ext)
+    lines += ["Every number: `heads.csv` and `heads.json` (one row per layer and head).", ""]
+    return "\n".join(lines)
+
+
+def _roles_lines(
+    report: Report, examples: dict[str, Path], style: Style, stack: str = ""
+) -> list[str]:
+    """report.md's roles: the role map, the rule and thresholds, the strongest heads of each
+    role, and those heads on the example text (an encoder-decoder model's `stack`'s)."""
+    lines = [_figure("role map", Path(f"roles{_suffix(stack)}.{style.fmt}")), ""]
     lines += [
         "A head takes the first of these roles whose score reaches its threshold; among the",
         "single-target roles (previous … punctuation) the one cleared by the widest margin wins;",
@@ -462,36 +624,14 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style, sections:
     lines += ["", "Heads per role: " + ", ".join(f"{r} {n}" for r, n in sorted(counts.items())), ""]
     if examples:
         scale = "each head scaled to its max" if style.scale == "head" else "colour 0–1"
+        example = report.example
+        text = example.target if example.stack == "decoder" else example.text
         lines += [
             "### The strongest head of each role on an example",
             "",
-            f"Example: “{report.example.text}”. Rows are queries, columns keys; {scale}.",
+            f"Example: “{text}”. Rows are queries, columns keys; {scale}.",
             "",
         ]
         for role, path in examples.items():
             lines += [f"**{role}**", "", _figure(role, path), ""]
-    probed = list(_probe_scores(report))
-    if report.probes is not None:
-        probes = report.probes
-        lines += [
-            "## Decoder probes: induction and duplicate-token heads",
-            "",
-            f"{probes.sequences} sequences of {probes.length} random tokens, each repeated once "
-            f"after BOS (seed {probes.as_dict()['seed']}): [BOS] t_1 … t_n t_1 … t_n. For each "
-            "token of the second repeat, *induction* is its attention to the token right after "
-            "its earlier occurrence, *duplicate* its attention to the earlier occurrence itself "
-            "(means over the second repeat). The model's next-token loss falls from "
-            f"**{probes.loss_first:.2f} nats** on the first repeat to "
-            f"**{probes.loss_second:.2f} nats** on the second: the drop is in-context copying, "
-            "the work of induction heads.",
-            "",
-        ]
-    lines += sections
-    lines += ["## Metrics", ""]
-    names = [*METRICS, *probed]
-    lines += _table(("metric", "definition"), [(n, METRIC_HELP[n]) for n in names])
-    lines += [""]
-    for name in names:
-        lines += [_figure(name, Path(f"metric-{name}.{ext}")), ""]
-    lines += ["Every number: `heads.csv` and `heads.json` (one row per layer and head).", ""]
-    return "\n".join(lines)
+    return lines

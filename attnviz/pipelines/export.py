@@ -9,6 +9,9 @@ An output folder holds the export of one sentence list (or of the start of it: a
 sentences added at the end resumes). Sentence folders of another list are refused before any
 work, or removed with `overwrite`, so numbers never repeat and the manifest lists every
 sentence folder there. A re-run that finds everything done says so without loading the model.
+
+An encoder-decoder model reads `source<TAB>target` lines and exports one attention stack
+(`stack`: encoder, decoder or cross, the default) of each pair, read with teacher forcing.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from attnviz.outputs.render import KINDS
 if TYPE_CHECKING:
     from attnviz.analysis.contributions import PageMeasures
     from attnviz.analysis.inside import Inside
-    from attnviz.core.attention import Attention, Encoded
+    from attnviz.core.attention import Attention, Encoded, SourceTarget
     from attnviz.core.inputs import Sentence, Sentences
     from attnviz.core.models import LoadedModel, Model, ModelSpec
     from attnviz.outputs.figures import Style
@@ -67,6 +70,7 @@ class ExportOptions:
     query: str | None = None  # "it", "it#2" or a position: also each sentence's query figure
     html: bool = False  # also attention.html, the interactive page, in each sentence's folder
     measure: str = "weights"  # or norm, alti, rollout (analysis.contributions.MEASURES)
+    stack: str | None = None  # encoder-decoder models: encoder, decoder or cross
 
 
 @dataclass
@@ -75,12 +79,14 @@ class Record:
 
     index: int
     line: int
-    text: str
+    text: str  # an encoder-decoder model's source
     folder: str
     status: str  # written | complete (skipped) | too long (skipped)
     tokens: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    target: str | None = None  # an encoder-decoder model's target
+    key_tokens: list[str] | None = None  # cross-attention: the source's tokens
 
 
 @dataclass
@@ -129,7 +135,7 @@ Progress = Callable[[Record, int], None]  # (record, figures written for it)
 
 
 def _folder_name(sentence: Sentence, width: int) -> str:
-    return f"{sentence.index:0{width}d}-{text_folder_name(sentence.text, 32)}"
+    return f"{sentence.index:0{width}d}-{text_folder_name(sentence.text, 32, sentence.target)}"
 
 
 # A name `_folder_name` makes: the sentence's number, a slug, 8 hex digits of a hash.
@@ -200,7 +206,12 @@ def _all_too_long(
 
 
 def _settings(model_name: str, sentence: Sentence, options: ExportOptions) -> dict[str, Any]:
-    return {"model": model_name, "text": sentence.text, **asdict(options)}
+    settings = {"model": model_name, "text": sentence.text, **asdict(options)}
+    if options.stack is None:  # a one-stack model's folders stay complete as they were
+        del settings["stack"]
+    else:
+        settings["target"] = sentence.target
+    return settings
 
 
 def _completed(folder: Path, settings: dict[str, Any]) -> Record | None:
@@ -224,18 +235,21 @@ def render_sentence(
     settings: dict[str, Any],
     query: int | None = None,
     page: str | None = None,
+    sides: dict[str, tuple[str, ...]] | None = None,
 ) -> Record:
     """Write one sentence's figures (and raw array, and `page` as attention.html), then
-    `done.json`; runs in a worker too."""
+    `done.json`; runs in a worker too. `sides`: an encoder-decoder model's source and target
+    tokens, for the raw array."""
     from attnviz.outputs.render import render_text
 
     folder.mkdir(parents=True, exist_ok=True)
     clear_previous(folder, text_folder=True)
-    written = render_text(att, folder, layers, heads, style, kinds=options.figures, query=query)
+    kinds = options.figures if att.keys is None or CROSS_IMAGES else ()
+    written = render_text(att, folder, layers, heads, style, kinds=kinds, query=query)
     if page is not None:
         written.append(write_text_atomic(folder / "attention.html", page))
     if options.save_raw:
-        written.append(_save_raw(att, folder / "attention.npz", layers, heads))
+        written.append(_save_raw(att, folder / "attention.npz", layers, heads, sides))
     record.files = [str(path.relative_to(folder.parent)) for path in written]
     write_done(folder, settings, asdict(record))
     # Figures live in reference cycles; left to the collector's schedule, megabytes of pixel
@@ -252,10 +266,26 @@ def _freeze_long_lived() -> None:
     gc.freeze()
 
 
-def _save_raw(att: Attention, path: Path, layers: list[int], heads: list[int]) -> Path:
+def _save_raw(
+    att: Attention,
+    path: Path,
+    layers: list[int],
+    heads: list[int],
+    sides: dict[str, tuple[str, ...]] | None = None,
+) -> Path:
     """attention.npz: the weights as `attention` (l, h, T, T), or another measure's values
-    under its name (`norm` (l, h, T, T); `alti`, `rollout` (l, T, T): one map per layer)."""
+    under its name (`norm` (l, h, T, T); `alti`, `rollout` (l, T, T): one map per layer).
+
+    An encoder-decoder model's stack adds `stack`, `key_tokens` and `key_special` (the
+    source's, for cross-attention: `attention` is (l, h, T_target, S_source)) and `sides`,
+    its `source_tokens` and `target_tokens`."""
     import numpy as np
+
+    more: dict[str, Any] = {}
+    if att.stack is not None:
+        more = {"stack": np.array(att.stack), "key_tokens": np.array(att.key_tokens),
+                "key_special": att.key_special}  # fmt: skip
+        more |= {name: np.array(tokens) for name, tokens in (sides or {}).items()}
 
     values = att.weights[np.ix_([att.slot(layer) for layer in layers], heads)]  # (l, h, T, T)
     if att.per_layer:
@@ -271,6 +301,7 @@ def _save_raw(att: Attention, path: Path, layers: list[int], heads: list[int]) -
             special=att.special,
             layers=np.array(layers),
             heads=np.array(heads),
+            **more,
         ),
     )
 
@@ -300,14 +331,24 @@ def export(
     from attnviz.analysis.contributions import refuse
 
     measure = refuse(options.measure, options.hide_special)
-    model.refuse_early(layers_asked, heads_asked)
+    spec = describe(model.name)
+    # a hub id not downloaded yet: only its loaded config tells whether it is an encoder-decoder
+    seq2seq = spec.seq2seq if spec is not None else model.load().info.seq2seq
+    if seq2seq:
+        sentences, options = _for_seq2seq(sentences, options)
+        if spec is not None:
+            spec.of_stack(options.stack).pick_layers(layers_asked)
+            spec.of_stack(options.stack).pick_heads(heads_asked)
+    else:
+        if options.stack is not None:  # refused: this model has one stack
+            (spec if spec is not None else model.load().info).of_stack(options.stack)
+        model.refuse_early(layers_asked, heads_asked)
     prepare_dir(out)
     width = max(4, len(str(len(sentences.items))))
     folders = [out / _folder_name(sentence, width) for sentence in sentences.items]
     others = _other_exports(out, {folder.name for folder in folders})
     if others and not overwrite:
         raise _refuse_other_export(out, others)
-    spec = describe(model.name)
     model_name = spec.name if spec is not None else model.name  # as loading would name it
     summary = ExportSummary(out=out, sentences=len(sentences.items), blank=sentences.blank)
 
@@ -321,7 +362,14 @@ def export(
         warn(f"{sentences.source}, line {sentence.line}: skipped, {error}")
         summary.too_long += 1
         report(
-            Record(sentence.index, sentence.line, sentence.text, folder.name, "too long (skipped)")
+            Record(
+                sentence.index,
+                sentence.line,
+                sentence.text,
+                folder.name,
+                "too long (skipped)",
+                target=sentence.target,
+            )  # fmt: skip
         )
 
     todo: list[tuple[Sentence, Path, dict[str, Any]]] = []
@@ -332,7 +380,10 @@ def export(
             report(record)
         else:
             todo.append((sentence, folder, settings))
-    errors = _all_too_long(spec, [sentence for sentence, _, _ in todo], options.truncate)
+    # (a pair's target may be too long when its source is not: the loaded model decides)
+    errors = _all_too_long(
+        None if seq2seq else spec, [sentence for sentence, _, _ in todo], options.truncate
+    )
     if errors is not None:
         for (sentence, folder, _), error in zip(todo, errors, strict=True):
             too_long(sentence, folder, error)
@@ -352,6 +403,7 @@ def export(
 
     from attnviz.analysis.query import find_query
     from attnviz.analysis.transforms import transform
+    from attnviz.core.seq2seq import encode_source_target
     from attnviz.core.tokens import encode
     from attnviz.outputs.figures import Style, check_cmap
     from attnviz.outputs.html import build_page
@@ -359,8 +411,9 @@ def export(
     style = Style(options.fmt, options.dpi, check_cmap(options.cmap), options.scale)
     loaded = model.load()
     _freeze_long_lived()
-    layers = loaded.info.pick_layers(layers_asked)
-    heads = [0] if measure.per_layer else loaded.info.pick_heads(heads_asked)
+    info = loaded.info.of_stack(options.stack)  # the stack's counts; the model's for None
+    layers = info.pick_layers(layers_asked)
+    heads = [0] if measure.per_layer else info.pick_heads(heads_asked)
     if others:  # only now: a model that fails to load leaves the earlier export whole
         summary.removed = _remove_export(out, others, warn)
     loaded_at = time.perf_counter()
@@ -368,22 +421,33 @@ def export(
     def pending() -> Iterator[tuple[Any, Record, dict[str, Any]]]:
         """Encoded sentences still to do; too-long ones are reported here."""
         for sentence, folder, settings in todo:
-            record = Record(sentence.index, sentence.line, sentence.text, folder.name, "written")
+            record = Record(sentence.index, sentence.line, sentence.text, folder.name, "written",
+                            target=sentence.target)  # fmt: skip
             try:
-                encoded = encode(loaded, sentence.text, options.truncate)
+                if options.stack is None:
+                    encoded = encode(loaded, sentence.text, options.truncate)
+                else:
+                    encoded = encode_source_target(
+                        loaded, sentence.text, sentence.target, truncate=options.truncate
+                    )
             except TextTooLongError as error:
                 too_long(sentence, folder, error)
                 continue
-            if encoded.notes:
+            notes = encoded.notes if options.stack is None else encoded.source.notes
+            if notes:
                 summary.truncated += 1
-                warn(f"{sentences.source}, line {sentence.line}: {encoded.notes[0]}")
+                warn(f"{sentences.source}, line {sentence.line}: {notes[0]}")
             yield encoded, record, settings
 
     queue: deque = deque()
 
     def encoded_only() -> Iterator[Any]:
         for encoded, record, settings in pending():
-            queue.append((record, settings))
+            sides = None
+            if options.stack is not None:
+                sides = {"source_tokens": encoded.source.tokens,
+                         "target_tokens": encoded.target.tokens}  # fmt: skip
+            queue.append((record, settings, sides))
             yield encoded
 
     def finished(records: list[Record]) -> None:
@@ -394,11 +458,18 @@ def export(
 
     renderer = _Renderer(jobs)
     try:
-        texts = _attention(loaded, encoded_only(), batch_size, layers, options.html, measure.name)
+        if options.stack is None:
+            texts = _attention(
+                loaded, encoded_only(), batch_size, layers, options.html, measure.name
+            )
+        else:
+            texts = _stack_attention(loaded, encoded_only(), batch_size, layers, options.stack)
         for raw, inside, measures in texts:
-            record, settings = queue.popleft()
+            record, settings, sides = queue.popleft()
             att = transform(raw, options.words, options.hide_special)
             record.tokens = list(att.tokens)
+            if att.keys is not None:
+                record.key_tokens = list(att.key_tokens)
             record.notes = list(att.notes)
             query = None
             if options.query is not None:
@@ -425,7 +496,7 @@ def export(
             drawn = style
             if measure.name == "norm" and style.scale == "absolute":  # 1 = the text's largest
                 drawn = replace(style, top=float(att.weights.max()) or 1.0)
-            job = (att, folder, layers, heads, drawn, options, record, settings, query, page)
+            job = (att, folder, layers, heads, drawn, options, record, settings, query, page, sides)
             finished(renderer.submit(job))
         finished(renderer.finish())
     except KeyboardInterrupt:
@@ -466,6 +537,53 @@ def _attention(
             if every is not None:
                 pages = partial(every.page, att, kept=kept[0] if kept else None, row=row)
             yield att, steps.result(row) if steps else None, pages
+
+
+def _stack_attention(
+    loaded: LoadedModel,
+    pairs: Iterator[SourceTarget],
+    batch_size: int,
+    layers: list[int],
+    stack: str,
+) -> Iterator[tuple[Attention, None, None]]:
+    """Each source-target pair's attention of `stack`, batched, in order (as `_attention`
+    yields them, without the page's numbers)."""
+    from attnviz.core.extract import attend_stacks, batched
+
+    for batch in batched(pairs, batch_size):
+        for found in attend_stacks(loaded, batch, (stack,), layers):
+            yield found[stack], None, None
+
+
+# Figures draw cross-attention (target × source, not square) once outputs/figures draws
+# non-square maps (issue 24); until then its export writes attention.npz only.
+CROSS_IMAGES = False
+# export's options an encoder-decoder model does not take yet, by ExportOptions field
+NOT_FOR_SEQ2SEQ = {"words": "--words", "hide_special": "--hide-special", "query": "--query",
+                   "html": "--html"}  # fmt: skip
+
+
+def _for_seq2seq(sentences: Sentences, options: ExportOptions) -> tuple[Sentences, ExportOptions]:
+    """The sentences as source-target pairs and the options with their stack (default
+    cross), refusing what an encoder-decoder export cannot do yet."""
+    from attnviz.core.inputs import split_pairs
+    from attnviz.core.models import DEFAULT_STACK
+
+    for name, option in NOT_FOR_SEQ2SEQ.items():
+        if getattr(options, name):
+            raise InputError(f"{option} is not available for an encoder-decoder model's export yet")
+    if options.measure != "weights":
+        raise InputError(
+            f"--measure {options.measure} is not available for an encoder-decoder model yet; "
+            "its export writes attention weights"
+        )
+    stack = options.stack or DEFAULT_STACK
+    if stack == "cross" and not CROSS_IMAGES and not options.save_raw:
+        raise InputError(
+            "export draws no cross-attention images yet (non-square heatmaps are on their way): "
+            "pass --save-raw for its arrays, or --stack encoder|decoder for images"
+        )
+    return split_pairs(sentences), replace(options, stack=stack)
 
 
 def _figures(record: Record) -> int:
@@ -511,7 +629,8 @@ def write_manifest(summary: ExportSummary, sentences: Sentences, width: int) -> 
     """`manifest.json` (sentences, tokens, files, counts); `manifest.csv`, a row a sentence.
 
     Streamed from each folder's `done.json`, so nothing per sentence is held in memory.
-    A sentence an interrupted run did not reach is listed as `pending`.
+    A sentence an interrupted run did not reach is listed as `pending`. Source-target pairs
+    get a `target` column after `text`.
     """
     counts = {key: getattr(summary, key) for key in COUNTS}
     head = {
@@ -530,7 +649,8 @@ def write_manifest(summary: ExportSummary, sentences: Sentences, width: int) -> 
             if done is not None and "record" in done:
                 yield Record(**done["record"])
             else:
-                yield Record(sentence.index, sentence.line, sentence.text, folder.name, "pending")
+                yield Record(sentence.index, sentence.line, sentence.text, folder.name,
+                             "pending", target=sentence.target)  # fmt: skip
 
     def write_json(handle) -> None:
         opening = json.dumps(head, ensure_ascii=False)[:-1] + ', "sentences": [\n'
@@ -543,8 +663,10 @@ def write_manifest(summary: ExportSummary, sentences: Sentences, width: int) -> 
     def write_csv(handle) -> None:
         text = io.TextIOWrapper(handle, encoding="utf-8", newline="")
         writer = csv.writer(text)
+        pairs = any(sentence.target is not None for sentence in sentences.items)
         writer.writerow(
             ["index", "line", "status", "folder", "n_tokens", "tokens", "files", "text"]
+            + ["target"] * pairs
         )
         for r in records():
             files = ";".join(Path(f).name for f in r.files)  # names inside `folder`
@@ -559,6 +681,7 @@ def write_manifest(summary: ExportSummary, sentences: Sentences, width: int) -> 
                     files,
                     r.text,
                 ]
+                + [r.target] * pairs
             )
         text.flush()
         text.detach()

@@ -1,4 +1,9 @@
-"""`attnviz report`: what each head does over a corpus, as numbers, roles, figures and Markdown."""
+"""`attnviz report`: what each head does over a corpus, as numbers, roles, figures and Markdown.
+
+An encoder-decoder model reads `source<TAB>target` lines: its encoder and decoder
+self-attention get positional roles, its cross-attention alignment metrics
+(`attnviz.analysis.alignment`).
+"""
 
 from __future__ import annotations
 
@@ -19,13 +24,14 @@ from attnviz.errors import InputError, TextTooLongError
 from attnviz.outputs.files import prepare_dir
 
 if TYPE_CHECKING:
+    from attnviz.core.attention import Attention
     from attnviz.core.inputs import Sentences
     from attnviz.core.models import LoadedModel, Model
     from attnviz.core.treebank import Treebank
     from attnviz.outputs.figures import Style
 
-from attnviz.analysis.report import Report
-from attnviz.outputs.report_files import write_report
+from attnviz.analysis.report import CrossReport, Report, Seq2SeqReport
+from attnviz.outputs.report_files import write_report, write_seq2seq_report
 
 # The default corpus ships inside the package, so an installed wheel finds it too.
 DEFAULT_CORPUS = Path(str(resources.files("attnviz.data").joinpath("sentences.txt")))
@@ -37,13 +43,122 @@ STAND_INS = "had a word the tokenizer drops, given as its unknown token"
 
 
 def report(
-    model: Model, sentences: Sentences, out: Path, style: Style, **options: Any
-) -> tuple[Report, list[Path]]:
-    """Load the model, build the report over `sentences` and write it to `out`."""
-    model.refuse_early(options.get("layers"), options.get("heads"))
+    model: Model, sentences: Sentences | Treebank, out: Path, style: Style, **options: Any
+) -> tuple[Report | Seq2SeqReport, list[Path]]:
+    """Load the model, build the report over `sentences` and write it to `out`; an
+    encoder-decoder model's over the sentences read as `source<TAB>target` pairs."""
+    from attnviz.core.models import describe
+
+    spec = describe(model.name)
+    if spec is not None and spec.seq2seq:  # bad lines refused before anything is written
+        sentences = _pairs(sentences, options)
+    else:
+        model.refuse_early(options.get("layers"), options.get("heads"))
     prepare_dir(out)
-    result = build_report(model.load(), sentences, **options)
-    return result, write_report(result, out, style)
+    loaded = model.load()
+    if not loaded.info.seq2seq:
+        result = build_report(loaded, sentences, **options)
+        return result, write_report(result, out, style)
+    if spec is None:  # a hub id: its files said nothing before it loaded
+        sentences = _pairs(sentences, options)
+    seq2seq = build_seq2seq_report(loaded, sentences, **options)
+    return seq2seq, write_seq2seq_report(seq2seq, out, style)
+
+
+# report's options an encoder-decoder model does not take yet, by the option's name
+NOT_FOR_SEQ2SEQ = {
+    "layers": "--layer",
+    "heads": "--head",
+    "words": "--words",
+    "importance": "--importance",
+}
+
+
+def _pairs(sentences: Sentences | Treebank, options: dict[str, Any]) -> Sentences:
+    """The sentences as source-target pairs, refusing what an encoder-decoder report cannot
+    do yet (a treebank, and the options of NOT_FOR_SEQ2SEQ)."""
+    from attnviz.core.inputs import split_pairs
+    from attnviz.core.treebank import Treebank
+
+    if isinstance(sentences, Treebank):
+        raise InputError("--treebank is for one-stack models; an encoder-decoder model's report "
+                         "reads source<TAB>target lines (--file)")  # fmt: skip
+    for name, option in NOT_FOR_SEQ2SEQ.items():
+        if options.get(name):
+            raise InputError(
+                f"{option} is not available for an encoder-decoder model's report yet; it "
+                "covers every head of the encoder, decoder and cross-attention"
+            )
+    return split_pairs(sentences)
+
+
+def build_seq2seq_report(
+    loaded: LoadedModel,
+    pairs: Sentences,
+    thresholds: Thresholds | None = None,
+    batch_size: int = 16,
+    truncate: bool = False,
+    on_progress: Callable[[int], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+    **ignored: Any,
+) -> Seq2SeqReport:
+    """Run every source-target pair through an encoder-decoder model (teacher forcing, one
+    batched pass for all three stacks), summing the encoder's and decoder's head metrics
+    and the cross-attention's alignment metrics as it goes (flat memory).
+
+    A pair too long for the model is skipped with a note, as `build_report` skips a sentence.
+    `ignored` takes the one-stack options `report` refused when they were set.
+    """
+    from attnviz.analysis.alignment import AlignmentSums
+    from attnviz.core.extract import attend_stacks, batched
+    from attnviz.core.seq2seq import encode_source_target
+
+    skipped: list[str] = []
+
+    def encoded():
+        for pair in pairs.items:
+            try:
+                yield encode_source_target(loaded, pair.text, pair.target, truncate=truncate)
+            except TextTooLongError as error:
+                note = f"{pairs.source}, line {pair.line}: skipped, {error}"
+                skipped.append(note)
+                if on_warning:
+                    on_warning(note)
+
+    sums = {"encoder": MetricSums(), "decoder": MetricSums()}
+    alignment = AlignmentSums()
+    example: dict[str, Attention] = {}
+    for batch in batched(encoded(), batch_size):
+        for found in attend_stacks(loaded, batch, ("encoder", "decoder", "cross")):
+            for stack, stack_sums in sums.items():
+                stack_sums.add(found[stack])
+            alignment.add(found["cross"])
+            example = example or found
+            if on_progress:
+                on_progress(1)
+    if not example:
+        raise InputError("no pair fits the model: every one was too long (try --truncate)")
+    chosen = thresholds or Thresholds()
+    reports = {}
+    for stack, stack_sums in sums.items():
+        means = stack_sums.means()
+        info = loaded.info.of_stack(stack)
+        reports[stack] = Report(
+            info=info,
+            unit="token",
+            sentences=stack_sums.sentences,
+            queries=stack_sums.queries,
+            skipped=tuple(skipped),
+            means=means,
+            roles=tuple(assign_roles(means, chosen)),
+            thresholds=chosen,
+            example=example[stack],
+            layers=tuple(range(info.n_layers)),
+            heads=tuple(range(info.n_heads)),
+        )
+    cross = CrossReport(loaded.info.of_stack("cross"), alignment.means(), example["cross"])
+    read = sums["encoder"].sentences  # every stack read every pair
+    return Seq2SeqReport(loaded.info, read, tuple(skipped), reports, cross)
 
 
 def build_report(
