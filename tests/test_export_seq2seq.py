@@ -48,7 +48,7 @@ def test_batched_export_equals_unbatched_attend_stacks(seq2seq_dirs, loaded_seq2
     pairs = _pairs_file(tmp_path)
     for stack in ("cross", "encoder", "decoder"):
         out = tmp_path / stack
-        figures = ("--figures", "overview") if stack != "cross" else ()
+        figures = ("--figures", "overview")
         result = _export(seq2seq_dirs[arch], pairs, out, "--stack", stack, "--save-raw",
                          "--batch-size", 3, *figures)  # fmt: skip
         assert result.exit_code == 0, result.output
@@ -66,7 +66,7 @@ def test_batched_export_equals_unbatched_attend_stacks(seq2seq_dirs, loaded_seq2
             assert tuple(raw["tokens"]) == alone.tokens
             assert tuple(raw["key_tokens"]) == alone.key_tokens
             images = sorted(p.name for p in folder.glob("*.png"))
-            assert images == ([] if stack == "cross" else ["overview.png"])
+            assert images == ["overview.png"]
     with open(tmp_path / "cross" / "manifest.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["text"], r["target"]) for r in rows] == PAIRS
@@ -104,7 +104,6 @@ def test_too_long_target_is_skipped_and_counted(seq2seq_dirs, tmp_path):
     "lines, args, message",
     [
         (["The cat sat.\tDie Katze.", "no tab"], ["--save-raw"], "line 2: no TAB between two"),
-        (["The cat sat.\tDie Katze."], [], "export draws no cross-attention images yet"),
         (["The cat sat.\tDie Katze."], ["--save-raw", "--measure", "norm"],
          "--measure norm is not available for an encoder-decoder"),
         (["The cat sat.\tDie Katze."], ["--html", "--save-raw"], "--html is not available"),

@@ -244,8 +244,7 @@ def render_sentence(
 
     folder.mkdir(parents=True, exist_ok=True)
     clear_previous(folder, text_folder=True)
-    kinds = options.figures if att.keys is None or CROSS_IMAGES else ()
-    written = render_text(att, folder, layers, heads, style, kinds=kinds, query=query)
+    written = render_text(att, folder, layers, heads, style, kinds=options.figures, query=query)
     if page is not None:
         written.append(write_text_atomic(folder / "attention.html", page))
     if options.save_raw:
@@ -555,9 +554,6 @@ def _stack_attention(
             yield found[stack], None, None
 
 
-# Figures draw cross-attention (target × source, not square) once outputs/figures draws
-# non-square maps (issue 24); until then its export writes attention.npz only.
-CROSS_IMAGES = False
 # export's options an encoder-decoder model does not take yet, by ExportOptions field
 NOT_FOR_SEQ2SEQ = {"words": "--words", "hide_special": "--hide-special", "query": "--query",
                    "html": "--html"}  # fmt: skip
@@ -578,11 +574,6 @@ def _for_seq2seq(sentences: Sentences, options: ExportOptions) -> tuple[Sentence
             "its export writes attention weights"
         )
     stack = options.stack or DEFAULT_STACK
-    if stack == "cross" and not CROSS_IMAGES and not options.save_raw:
-        raise InputError(
-            "export draws no cross-attention images yet (non-square heatmaps are on their way): "
-            "pass --save-raw for its arrays, or --stack encoder|decoder for images"
-        )
     return split_pairs(sentences), replace(options, stack=stack)
 
 
