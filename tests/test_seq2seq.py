@@ -162,6 +162,11 @@ def test_api_gives_each_stack(seq2seq_dirs, loaded_seq2seq):
     assert image.shape == (len(cross.tokens), len(cross.key_tokens))
     assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == list(cross.key_tokens)
     assert [t.get_text() for t in figure.axes[0].get_yticklabels()] == list(cross.tokens)
+    # the colour bar sits right of the map, whatever its width and height
+    assert figure.axes[1].get_position().x0 > figure.axes[0].get_position().x1
+    pixels = figure.axes[0].get_window_extent()
+    cell_w, cell_h = pixels.width / len(cross.key_tokens), pixels.height / len(cross.tokens)
+    assert cell_w == pytest.approx(cell_h) and cell_w == pytest.approx(round(cell_w))
 
 
 def test_show_cli_cross_attention_json_and_images(seq2seq_dirs, loaded_seq2seq, tmp_path):

@@ -492,7 +492,7 @@ class HeadFigure:
         bar_y = 0.1 * side if self.mask is None else 0.55
         bar = fig.add_axes(
             (
-                (left + side + 0.15) / width,
+                (left + wide + 0.15) / width,
                 (bottom + bar_y) / height,
                 0.18 / width,
                 (0.9 * side - bar_y) / height,
@@ -504,7 +504,7 @@ class HeadFigure:
         hatching = []
         if self.mask is not None:
             hatching.append(_hatch(ax, _above_diagonal(n)))
-            _masked_key(fig, left + side + 0.15, bottom, "masked:\nkey after\nthe query")
+            _masked_key(fig, left + wide + 0.15, bottom, "masked:\nkey after\nthe query")
         self.title = _header(fig, att)
         self.style = style
         self.marks = ax.add_collection(
