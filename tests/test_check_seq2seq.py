@@ -179,7 +179,7 @@ def test_cli_checks_every_stack_by_default(seq2seq_dirs):
                                  TARGET])  # fmt: skip
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    for title in ("Encoder self-attention", "Decoder self-attention", "Cross-attention"):
+    for title in ("Encoder self-attention (source × source)", "Cross-attention (target"):
         assert title in text
     assert "Q_h K_hᵀ + B_h + mask" in text and "table[bucket(j − i), h]" in text
     assert "PASS: 8 layer(s) in 3 stack(s)" in text

@@ -429,8 +429,13 @@ def _print_errors(console: Console, result: CheckResult) -> None:
     so that every number shows whole."""
     tol, layers = result.tolerance, result.layers
     n_heads = result.info.n_heads
-    if 11 + _ERROR_COLUMN * len(layers) <= console.width:
-        errors = Table(title=_ERRORS_TITLE, title_justify="left")
+    width = 11 + _ERROR_COLUMN * len(layers)
+    if width <= console.width:
+        # A title that would wrap onto more than two lines (a layer or two) goes above.
+        above = len(_ERRORS_TITLE) > 2 * width
+        if above:
+            console.print(_ERRORS_TITLE, highlight=False)
+        errors = Table(title=None if above else _ERRORS_TITLE, title_justify="left")
         errors.add_column("")
         for lc in layers:
             errors.add_column(f"L{lc.layer}", justify="right")
@@ -459,9 +464,9 @@ def _print_errors(console: Console, result: CheckResult) -> None:
 
 # Each stack of an encoder-decoder model, as check titles its tables.
 _CHECK_STACKS = {
-    "encoder": "Encoder self-attention: source queries and keys",
-    "decoder": "Decoder self-attention: target queries and keys, causal",
-    "cross": "Cross-attention: target queries; keys and values from the encoder's last states",
+    "encoder": "Encoder self-attention (source × source)",
+    "decoder": "Decoder self-attention (target × target, causal)",
+    "cross": "Cross-attention (target queries × source keys and values)",
 }
 
 
