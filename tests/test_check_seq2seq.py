@@ -266,3 +266,23 @@ def test_inside_one_cross_attention_head(loaded_seq2seq, arch):
     encoder = inside_of(loaded, item, "encoder")
     assert encoder.errors.max() <= 1e-5 and encoder.q.shape[2] == n_source
     assert (encoder.bias is not None) == (arch == "t5")
+
+
+def test_the_output_in_the_docs_is_what_check_prints(seq2seq_dirs):
+    """docs/commands.md shows check's output on the tiny T5 by hand (the docs' generator has
+    no encoder-decoder model to run): its tables and verdict are what the command prints."""
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "commands.md").read_text(encoding="utf-8")
+    command = '$ attnviz check "The cat sat on the mat." -m t5-tiny'
+    shown = doc[doc.index(command) :].split("```")[0].splitlines()
+    args = ["check", SOURCE, "-m", str(seq2seq_dirs["t5"]), "--target", TARGET, "--stack",
+            "cross", "-l", "0", "-l", "1"]  # fmt: skip
+    printed = runner.invoke(app, args).output
+
+    def rows(lines):
+        return [line.rstrip() for line in lines if line.startswith(("│", "┃"))]
+
+    assert rows(shown) and rows(shown) == rows(printed.splitlines())
+    verdict = next(line for line in shown if line.startswith("PASS"))
+    assert verdict in " ".join(printed.split())  # the runner's terminal wraps it
