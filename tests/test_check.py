@@ -147,8 +147,8 @@ def test_cli_passes_with_exit_0_and_json():
 def test_cli_reports_a_mismatch_with_exit_1(monkeypatch):
     real = adapters.layer_weights
 
-    def broken(model, layer):
-        w = real(model, layer)
+    def broken(model, layer, stack=None):
+        w = real(model, layer, stack)
         w_v = w.w_v.clone()
         w_v[:, 5 * 32 : 6 * 32] *= 1.5  # head 5's values: probabilities stay, the output moves
         return replace(w, w_v=w_v)

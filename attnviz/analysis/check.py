@@ -21,6 +21,7 @@ class LayerCheck:
     layer: int
     head_errors: tuple[float, ...]
     output_error: float
+    stack: str | None = None  # encoder-decoder models: "encoder", "decoder" or "cross"
 
     def passed(self, tolerance: float) -> bool:
         return max(self.head_errors) <= tolerance and self.output_error <= tolerance
@@ -31,13 +32,23 @@ class LayerCheck:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The verdict of a check over some layers of one model, with the shapes of each step."""
+    """The verdict of a check over some layers of one model, with the shapes of each step.
+
+    An encoder-decoder model's result holds one result per stack checked (`stacks`, each
+    with its stack's info, query tokens and steps; cross-attention's keys are the source's
+    tokens); its own `layers` are all of theirs, `tokens` the source's and `target_tokens`
+    the decoder's.
+    """
 
     info: ModelInfo
     tokens: tuple[str, ...]
     tolerance: float
     layers: tuple[LayerCheck, ...]
     shapes: tuple[tuple[str, str, tuple[int, ...]], ...]  # (step, formula, shape)
+    stack: str | None = None  # the stack these layers are of (None: the model's one)
+    key_tokens: tuple[str, ...] | None = None  # cross-attention: the source's tokens
+    stacks: tuple[CheckResult, ...] = ()  # encoder-decoder: one result per stack
+    target_tokens: tuple[str, ...] = ()  # encoder-decoder: the decoder's tokens
 
     @property
     def passed(self) -> bool:
@@ -48,23 +59,37 @@ class CheckResult:
         return max(max(*lc.head_errors, lc.output_error) for lc in self.layers)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.info.as_dict(),
-            "tokens": list(self.tokens),
-            "tolerance": self.tolerance,
-            "passed": self.passed,
-            "max_error": self.max_error,
-            "shapes": {name: list(shape) for name, _, shape in self.shapes},
-            "layers": [
-                {
-                    "layer": lc.layer,
-                    "head_errors": list(lc.head_errors),
-                    "output_error": lc.output_error,
-                    "passed": lc.passed(self.tolerance),
-                }
-                for lc in self.layers
-            ],
-        }
+        found: dict[str, Any] = {"model": self.info.as_dict(), "tokens": list(self.tokens)}
+        if self.stacks:
+            found["target_tokens"] = list(self.target_tokens)
+        found.update(tolerance=self.tolerance, passed=self.passed, max_error=self.max_error)
+        if self.stacks:
+            found["stacks"] = [part._numbers() for part in self.stacks]
+        else:
+            found.update(self._numbers())
+        return found
+
+    def _numbers(self) -> dict[str, Any]:
+        """The steps' shapes and each layer's errors (with the stack's name and its tokens,
+        for one stack of an encoder-decoder model)."""
+        found: dict[str, Any] = {}
+        if self.stack is not None:
+            found.update(stack=self.stack, passed=self.passed, max_error=self.max_error,
+                         tokens=list(self.tokens))  # fmt: skip
+            if self.key_tokens is not None:
+                found["key_tokens"] = list(self.key_tokens)
+        found["shapes"] = {name: list(shape) for name, _, shape in self.shapes}
+        found["layers"] = [
+            {
+                **({"stack": lc.stack} if lc.stack is not None else {}),
+                "layer": lc.layer,
+                "head_errors": list(lc.head_errors),
+                "output_error": lc.output_error,
+                "passed": lc.passed(self.tolerance),
+            }
+            for lc in self.layers
+        ]
+        return found
 
 
 def compare(
@@ -72,18 +97,19 @@ def compare(
     model_probs: torch.Tensor,
     model_output: torch.Tensor,
     ours: MHAResult,
-    key_mask: torch.Tensor,
+    query_mask: torch.Tensor,
+    stack: str | None = None,
 ) -> LayerCheck:
     """Max abs differences between the model's and our numbers, over real (unpadded) queries.
 
-    model_probs (B, H, T, T), model_output (B, T, d_model), key_mask (B, T). The output's
+    model_probs (B, H, T, S), model_output (B, T, d_model), query_mask (B, T). The output's
     error is divided by its largest magnitude when that exceeds 1: a float32 model keeps about
     7 significant digits, so an output of 180 (SmolLM2 has some) is only known to ~1e-5.
     """
-    real = key_mask.bool()  # (B, T): padded query rows are not part of any text
-    probs_diff = (model_probs.double() - ours.probs).abs()  # (B, H, T, T)
+    real = query_mask.bool()  # (B, T): padded query rows are not part of any text
+    probs_diff = (model_probs.double() - ours.probs).abs()  # (B, H, T, S)
     per_head = probs_diff.masked_fill(~real[:, None, :, None], 0).amax(dim=(0, 2, 3))  # (H,)
     output = model_output.double().masked_fill(~real[:, :, None], 0)  # (B, T, d_model)
     output_diff = (output - ours.output).abs().masked_fill(~real[:, :, None], 0)
     output_error = output_diff.max() / max(1.0, float(output.abs().max()))
-    return LayerCheck(layer, tuple(float(e) for e in per_head), float(output_error))
+    return LayerCheck(layer, tuple(float(e) for e in per_head), float(output_error), stack)

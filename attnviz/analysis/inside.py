@@ -4,6 +4,10 @@ The forward pass that extracts a text's attention also hands on every layer's in
 (`InsideSteps` is a `capture` recorder); `attnviz.core.mha.attention_head` (the function
 `multi_head_attention` itself uses) turns X into each head's Q_h, K_h, V_h and
 probabilities, and the probabilities are compared with the model's own, query by query.
+
+An encoder-decoder model's stacks each have their own (`InsideSteps(…, stack=…)`): in
+cross-attention Q_h comes from the target's tokens and K_h, V_h from the source's (the
+encoder's last hidden states), so K_h and V_h have a row per source token.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.core.attention import Encoded
-    from attnviz.core.models import LoadedModel, ModelInfo
+    from attnviz.core.attention import Encoded, SourceTarget
+    from attnviz.core.models import LoadedModel
 
 # Q, K and V of every layer are float32 and barely compress: past this many raw bytes the
 # page leaves the view out (and says so) rather than grow past its size budget.
@@ -26,25 +30,28 @@ INSIDE_BUDGET = 6 * 2**20
 @dataclass(frozen=True, eq=False)
 class Inside:
     """Every head's Q_h, K_h, V_h over the text's tokens, and how far our softmax is from
-    the model's."""
+    the model's (in cross-attention, K_h and V_h over the source's tokens, `key_tokens`)."""
 
     tokens: tuple[str, ...]
     q: np.ndarray  # (L, H, T, d_k) float32
-    k: np.ndarray  # (L, H, T, d_k) float32
-    v: np.ndarray  # (L, H, T, d_k) float32
+    k: np.ndarray  # (L, H, S, d_k) float32; S = T except in cross-attention
+    v: np.ndarray  # (L, H, S, d_k) float32
     errors: np.ndarray  # (L, H, T) max over keys of |ours − model's| for each query
     scores: tuple[dict[str, float | None], ...] = ()  # per layer: scale, softcap, window
+    stack: str | None = None  # encoder-decoder models: "encoder", "decoder" or "cross"
+    key_tokens: tuple[str, ...] | None = None  # cross-attention: the source's tokens
+    bias: np.ndarray | None = None  # (H, T, S) T5's relative position bias B_h, every layer's
 
 
-def inside_size(info: ModelInfo, n_tokens: int) -> int:
-    """Raw bytes of Q, K and V for every layer, as the page stores them: H · d_k values per
-    token and layer (not d_model: Qwen3 and Gemma heads are wider than d_model / H)."""
-    return 3 * info.n_layers * n_tokens * info.n_heads * info.d_head * 4
+def inside_size(n_layers: int, width: int, n_queries: int, n_keys: int | None = None) -> int:
+    """Raw bytes of Q, K and V for every layer, as the page stores them: `width` = H · d_k
+    values per token and layer (not d_model: Qwen3 and Gemma heads are wider than d_model / H),
+    Q_h a row per query, K_h and V_h a row per key (`n_keys`: cross-attention's source)."""
+    return n_layers * width * (n_queries + 2 * (n_keys or n_queries)) * 4
 
 
-def left_out(info: ModelInfo, n_tokens: int) -> str | None:
-    """Why the page leaves the inside view out for a text of `n_tokens`, or None if it fits."""
-    size = inside_size(info, n_tokens)
+def left_out(size: int) -> str | None:
+    """Why the page leaves out an inside view of `size` raw bytes, or None if it fits."""
     if size <= INSIDE_BUDGET:
         return None
     return (
@@ -57,57 +64,80 @@ def left_out(info: ModelInfo, n_tokens: int) -> str | None:
 class InsideSteps:
     """A capture recorder: recomputes every head of every layer of each text in a batch from
     scratch as the forward pass produces the layer's input and probabilities (as `check`
-    does), with RoPE, grouped K/V heads and sliding windows where the model has them.
+    does), with RoPE, grouped K/V heads, sliding windows and T5's relative position bias
+    where the model has them.
 
     Each text is cropped to its own tokens first (batches are right-padded), so its numbers
     are those of its own positions 0…n−1. A text the page leaves the view out for (over
     INSIDE_BUDGET, or an architecture the from-scratch attention cannot read) gets the reason
-    from `result` instead, and costs the pass nothing.
+    from `result` instead, and costs the pass nothing. With `stack` (an encoder-decoder
+    model's "encoder", "decoder" or "cross"), the batch is of sources and targets.
     """
 
-    def __init__(self, loaded: LoadedModel, batch: Sequence[Encoded]) -> None:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        batch: Sequence[Encoded] | Sequence[SourceTarget],
+        stack: str | None = None,
+    ) -> None:
         from attnviz.core import adapters
         from attnviz.errors import UnsupportedModelError
 
-        self.causal = loaded.info.causal
-        self.batch = list(batch)
-        self.reasons = [left_out(loaded.info, len(encoded)) for encoded in self.batch]
+        info = loaded.info.of_stack(stack)
+        self.stack, self.causal = stack, info.causal
+        self.sides = [_sides(item, stack) for item in batch]  # (queries, keys) of each text
+        at = () if stack is None else (stack,)  # a model with one stack: no stack argument
         try:  # the weights are read up front: an unsupported architecture refuses here
             self.weights = [
-                adapters.layer_weights(loaded.model, layer).to_cpu().double()
-                for layer in range(loaded.info.n_layers)
+                adapters.layer_weights(loaded.model, layer, *at).to_cpu().double()
+                for layer in range(info.n_layers)
+            ]
+            width = self.weights[0].w_q.shape[1]  # H · d_k
+            self.reasons = [
+                left_out(inside_size(info.n_layers, width, len(queries), len(keys)))
+                for queries, keys in self.sides
             ]
         except UnsupportedModelError as error:
             self.weights = []
-            self.reasons = [f"left out: {error}"] * len(self.batch)
-        every_layer = range(loaded.info.n_layers)
+            self.reasons = [f"left out: {error}"] * len(self.sides)
+        kinds = ("input", "probs", *(("source",) if stack == "cross" else ()))
         needed = any(reason is None for reason in self.reasons)
-        self.wants = {layer: ("input", "probs") for layer in every_layer} if needed else {}
-        self.steps = [{"q": [], "k": [], "v": [], "errors": [], "scores": []} for _ in batch]
+        self.wants = {layer: kinds for layer in range(info.n_layers)} if needed else {}
+        self.steps = [
+            {"q": [], "k": [], "v": [], "errors": [], "scores": [], "bias": None}
+            for _ in self.sides
+        ]
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         import numpy as np
         import torch
 
-        from attnviz.core.mha import attention_head, rope_angles, visible_keys
+        from attnviz.core.mha import attention_head, relative_bias, rope_angles, visible_keys
 
         w = self.weights[layer]
         scale = w.scale if w.scale is not None else w.d_k**-0.5
-        for row, (encoded, steps) in enumerate(zip(self.batch, self.steps)):
+        for row, ((queries, keys), steps) in enumerate(zip(self.sides, self.steps)):
             if self.reasons[row] is not None:
                 continue
-            n = len(encoded)
-            x = tensors["input"][row : row + 1, :n].double()  # (1, n, d_model)
-            model_probs = tensors["probs"][row : row + 1, :, :n, :n]  # (1, H, n, n)
-            allowed = visible_keys(1, n, causal=self.causal, window=w.window)
+            n, m = len(queries), len(keys)
+            x = tensors["input"][row : row + 1, :n].double()  # (1, T, d_model)
+            source = tensors["source"][row : row + 1, :m].double() if "source" in tensors else None
+            model_probs = tensors["probs"][row : row + 1, :, :n, :m]  # (1, H, T, S)
+            allowed = visible_keys(1, n, causal=self.causal, window=w.window, n_keys=m)
             angles = rope_angles(w.rope, n) if w.rope is not None else None
+            bias = relative_bias(w.relative, n, m) if w.relative is not None else None  # (H, T, S)
             steps["scores"].append({"scale": scale, "softcap": w.softcap, "window": w.window})
-            heads = [attention_head(x, w, h, allowed, angles) for h in range(w.n_heads)]
+            if bias is not None:
+                steps["bias"] = bias.numpy().astype(np.float32)
+            heads = [
+                attention_head(x, w, h, allowed, angles, source, None if bias is None else bias[h])
+                for h in range(w.n_heads)
+            ]
             for name in ("q", "k", "v"):
-                per_head = [getattr(head, name)[0].numpy() for head in heads]  # (n, d_k) each
-                steps[name].append(np.stack(per_head).astype(np.float32))  # (H, n, d_k)
+                per_head = [getattr(head, name)[0].numpy() for head in heads]  # (T or S, d_k)
+                steps[name].append(np.stack(per_head).astype(np.float32))  # (H, T or S, d_k)
             diff = (torch.stack([h.probs[0] for h in heads]) - model_probs[0].double()).abs()
-            steps["errors"].append(diff.amax(dim=-1).numpy())  # (H, n)
+            steps["errors"].append(diff.amax(dim=-1).numpy())  # (H, T)
 
     def result(self, row: int = 0) -> Inside | str:
         """The inside-one-head numbers of the batch's text `row`, or why they are left out."""
@@ -117,16 +147,42 @@ class InsideSteps:
             return self.reasons[row]
         steps = self.steps[row]
         q, k, v, errors = (np.stack(steps[name]) for name in ("q", "k", "v", "errors"))
-        return Inside(self.batch[row].tokens, q, k, v, errors, tuple(steps["scores"]))
+        queries, keys = self.sides[row]
+        return Inside(
+            queries.tokens, q, k, v, errors, tuple(steps["scores"]), self.stack,
+            keys.tokens if self.stack == "cross" else None, steps["bias"],
+        )  # fmt: skip
 
 
-def inside_of(loaded: LoadedModel, encoded: Encoded) -> Inside | str:
+def _sides(item: Encoded | SourceTarget, stack: str | None) -> tuple[Encoded, Encoded]:
+    """The tokens a stack's queries and keys are: a text's own for a model with one stack;
+    the source's in the encoder, the target's in the decoder, both in cross-attention."""
+    if stack is None:
+        return item, item
+    if stack == "encoder":
+        return item.source, item.source
+    if stack == "cross":
+        return item.target, item.source
+    return item.target, item.target
+
+
+def inside_of(
+    loaded: LoadedModel, encoded: Encoded | SourceTarget, stack: str | None = None
+) -> Inside | str:
     """The inside-one-head numbers of one text by a forward pass of their own (for an
-    Attention made without them: a notebook's `to_html()`), or why they are left out."""
+    Attention made without them: a notebook's `to_html()`), or why they are left out; with
+    `stack`, of one stack of an encoder-decoder model on a source and target (`encoded`)."""
     from attnviz.core import capture
-    from attnviz.core.tokens import pad
 
-    steps = InsideSteps(loaded, [encoded])
+    steps = InsideSteps(loaded, [encoded], stack)
     if steps.wants:
-        capture.run(loaded, pad(loaded, [encoded]), [steps])
+        if stack is None:
+            from attnviz.core.tokens import pad
+
+            inputs = pad(loaded, [encoded])
+        else:
+            from attnviz.core.seq2seq import pad_pairs
+
+            inputs = pad_pairs(loaded, [encoded])
+        capture.run(loaded, inputs, [steps])
     return steps.result()

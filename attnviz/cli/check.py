@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
 from typing import Annotated
 
 import typer
@@ -17,8 +18,11 @@ from attnviz.cli.options import (
     TruncateOpt,
     flag,
 )
-from attnviz.core import models
+from attnviz.core import adapters, models
 from attnviz.errors import AttnvizError, InputError
+
+# Choices come from the adapters' registry of stacks, plus "all" (check's default).
+Stack = Enum("Stack", {name: name for name in (*adapters.STACKS, "all")}, type=str)
 
 
 @app.command(cls=Command)
@@ -36,6 +40,31 @@ def check(
         float, typer.Option(min=0.0, help="Largest absolute error that still passes.")
     ] = 1e-5,
     model: ModelOpt = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            help="Encoder-decoder models: the target the decoder reads after its start token "
+            "(teacher forcing). Without it the model writes its own (--generate).",
+            show_default=False,
+        ),
+    ] = None,
+    generate: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            metavar="N",
+            help="Encoder-decoder models: let the model write the target greedily, at most N "
+            "tokens (default without --target: 40).",
+            show_default=False,
+        ),
+    ] = None,
+    stack: Annotated[
+        Stack | None,
+        typer.Option(
+            help="Encoder-decoder models: the attention stack to check. Default: all.",
+            show_default=False,
+        ),
+    ] = None,
     truncate: TruncateOpt = False,
     device: DeviceOpt = Device.auto,
     as_json: JsonOpt = False,
@@ -45,6 +74,9 @@ def check(
     For each head h: Q_h = X W_Q^h + b, K_h, V_h alike; softmax(Q_h K_hᵀ / √d_k + mask) V_h;
     heads concatenated and multiplied by W_O. Compares each head's attention probabilities
     and the block's output (after W_O, before residual and LayerNorm) with the model's own.
+    An encoder-decoder model (T5, BART, Marian) reads the text as its source, and every
+    stack is checked: encoder, decoder (causal) and cross-attention (keys and values from the
+    encoder's last hidden states); T5 adds its relative position bias to unscaled scores.
     Exit code 0 when everything is within the tolerance, 1 on a mismatch.
     """
     from attnviz.core.inputs import read_text
@@ -60,6 +92,9 @@ def check(
             layers=layer,
             tolerance=tolerance,
             truncate=truncate,
+            target=target,
+            generate=generate,
+            stacks=None if stack is None else [stack.value],
         )
     except AttnvizError as error:
         raise fail(error) from None

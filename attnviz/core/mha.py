@@ -10,6 +10,11 @@ position; grouped-query attention (GQA) lets several query heads share one key/v
 d_k (`head_dim`) need not be d_model / H; and some add an RMSNorm on Q_h and K_h (Qwen3), a
 sliding window (Mistral, Gemma2), a soft cap on the scores and their own score scale (Gemma2).
 
+Encoder-decoder models (T5, BART, Marian) have three stacks: encoder self-attention, decoder
+self-attention (causal) and cross-attention, whose keys and values are made of the
+encoder's last hidden states (`source`) while its queries come from the decoder's X. T5
+leaves the scores unscaled and adds a learned relative position bias B_h (`RelativeBias`).
+
 Plain tensor operations only (no nn.MultiheadAttention, no scaled_dot_product_attention),
 in float64, so it can check a real model's layer number by number.
 """
@@ -37,6 +42,20 @@ class Rope:
 
 
 @dataclass(frozen=True, eq=False)
+class RelativeBias:
+    """T5's relative position bias (Raffel et al., 2020, §2.1): one learned number per head
+    and bucket of the distance j − i from query i to key j, added to the scores.
+
+    The first layer of a stack holds the table, the stack's other layers reuse it; the
+    encoder's buckets tell both directions apart, the decoder's (causal) only look back.
+    """
+
+    table: torch.Tensor  # (num_buckets, H): the bias of each bucket for each head
+    bidirectional: bool
+    max_distance: int  # distances from here on share the last bucket
+
+
+@dataclass(frozen=True, eq=False)
 class LayerWeights:
     """One attention layer's parameters in the `X @ W + b` convention.
 
@@ -61,6 +80,7 @@ class LayerWeights:
     scale: float | None = None  # the scores' factor; None: 1 / √d_k
     softcap: float | None = None  # scores → softcap · tanh(scores / softcap) (Gemma2)
     window: int | None = None  # a query sees only the last `window` keys (sliding window)
+    relative: RelativeBias | None = None  # T5: a bias on the scores by relative position
 
     @property
     def d_k(self) -> int:
@@ -78,6 +98,8 @@ class LayerWeights:
         }
         if self.rope is not None:
             moved["rope"] = replace(self.rope, inv_freq=self.rope.inv_freq.cpu())
+        if self.relative is not None:
+            moved["relative"] = replace(self.relative, table=self.relative.table.cpu())
         return replace(self, **moved)
 
     def double(self) -> LayerWeights:
@@ -87,17 +109,20 @@ class LayerWeights:
             for f in fields(self)
             if hasattr(getattr(self, f.name), "double")
         }
+        if self.relative is not None:
+            doubled["relative"] = replace(self.relative, table=self.relative.table.double())
         return replace(self, **doubled)
 
 
 @dataclass(frozen=True, eq=False)
 class HeadSteps:
-    """One head's computation, step by step (each (B, T, d_k) or (B, T, T))."""
+    """One head's computation, step by step (each (B, T, d_k), (B, S, d_k) or (B, T, S): T
+    queries, S keys; S = T in self-attention)."""
 
     q: torch.Tensor  # Q_h, after RoPE (and norm) where the model has them
     k: torch.Tensor  # K_h of the key/value head this query head uses
     v: torch.Tensor  # V_h
-    scores: torch.Tensor  # scaled (and capped) scores, masked keys at −inf
+    scores: torch.Tensor  # scaled (and capped, and biased) scores, masked keys at −inf
     probs: torch.Tensor  # softmax over keys
     output: torch.Tensor  # head_h = probs V_h
 
@@ -106,7 +131,7 @@ class HeadSteps:
 class MHAResult:
     """The attention probabilities of every head, the block's output, and each step's shape."""
 
-    probs: torch.Tensor  # (B, H, T, T)
+    probs: torch.Tensor  # (B, H, T, S)
     output: torch.Tensor  # (B, T, d_model), after W_O, before residual and LayerNorm
     shapes: tuple[tuple[str, str, tuple[int, ...]], ...]  # (step, formula, shape)
 
@@ -144,29 +169,77 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return torch.cat([turned * cos + rotated_half * sin, passed], dim=-1)
 
 
+def relative_bucket(
+    distance: torch.Tensor, bidirectional: bool, n_buckets: int, max_distance: int
+) -> torch.Tensor:
+    """T5's bucket of each distance d = j − i from query i to key j (an integer tensor).
+
+    Bidirectional (the encoder): keys after the query (d > 0) take the upper half of the n
+    buckets, so n := n / 2 for each side, and r = |d|. Causal (the decoder): only keys at or
+    before the query are seen, r = max(−d, 0). Then, with e = n / 2 buckets of one distance
+    each and the rest logarithmically wider up to max_distance:
+
+        bucket(r) = r                                                        if r < e
+        bucket(r) = min(n − 1, e + ⌊ln(r / e) / ln(max_distance / e) · (n − e)⌋)   otherwise
+
+    The logarithm is taken in float32, as the model takes it, so that a distance on a
+    bucket's edge lands on the side the model puts it.
+    """
+    import torch
+
+    upper = torch.zeros_like(distance)
+    if bidirectional:
+        n_buckets //= 2
+        upper = (distance > 0).long() * n_buckets  # keys after the query: the upper half
+        r = distance.abs()
+    else:
+        r = (-distance).clamp(min=0)  # keys after the query share bucket 0 (masked anyway)
+    exact = n_buckets // 2
+    log_ratio = torch.log(r.float() / exact) / math.log(max_distance / exact)  # float32
+    far = (exact + (log_ratio * (n_buckets - exact)).long()).clamp(max=n_buckets - 1)
+    return upper + torch.where(r < exact, r, far)
+
+
+def relative_bias(relative: RelativeBias, n_queries: int, n_keys: int) -> torch.Tensor:
+    """B_h[i, j] = table[bucket(j − i), h] for every head h: (H, T, S)."""
+    import torch
+
+    distance = torch.arange(n_keys)[None, :] - torch.arange(n_queries)[:, None]  # (T, S): j − i
+    n_buckets = relative.table.shape[0]
+    buckets = relative_bucket(distance, relative.bidirectional, n_buckets, relative.max_distance)
+    return relative.table[buckets].permute(2, 0, 1)  # (T, S, H) → (H, T, S)
+
+
 def attention_head(
     x: torch.Tensor,
     w: LayerWeights,
     h: int,
     allowed: torch.Tensor,
     angles: tuple[torch.Tensor, torch.Tensor] | None = None,
+    source: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
 ) -> HeadSteps:
     """Head h of `x` (B, T, d_model), in float64: which keys each query may see is
-    `allowed` (B, T, T); `angles` are RoPE's cos and sin (from `rope_angles`)."""
+    `allowed` (B, T, S); `angles` are RoPE's cos and sin (from `rope_angles`); `source`
+    (B, S, d_model) is what keys and values are made of where that is not X (cross-attention:
+    the encoder's last hidden states); `bias` (T, S) is head h's B_h (T5, `relative_bias`)."""
     d_k = w.d_k
     g = h // (w.n_heads // w.kv_heads)  # GQA: query head h uses key/value head g
     q_cols, kv_cols = slice(h * d_k, (h + 1) * d_k), slice(g * d_k, (g + 1) * d_k)
+    kv_input = x if source is None else source  # self-attention: X; cross-attention: source
     q = x @ w.w_q[:, q_cols] + w.b_q[q_cols]  # Q_h = X W_Q^h + b: (B, T, d_k)
-    k = x @ w.w_k[:, kv_cols] + w.b_k[kv_cols]  # K_h: (B, T, d_k)
-    v = x @ w.w_v[:, kv_cols] + w.b_v[kv_cols]  # V_h: (B, T, d_k)
+    k = kv_input @ w.w_k[:, kv_cols] + w.b_k[kv_cols]  # K_h: (B, S, d_k)
+    v = kv_input @ w.w_v[:, kv_cols] + w.b_v[kv_cols]  # V_h: (B, S, d_k)
     if w.q_norm is not None:  # RMSNorm over each head's d_k dims, before RoPE
         q, k = rms_norm(q, w.q_norm, w.norm_eps), rms_norm(k, w.k_norm, w.norm_eps)
     if angles is not None:  # RoPE: turn Q_h and K_h by position-dependent angles
         q, k = rotate(q, *angles), rotate(k, *angles)
     scale = w.scale if w.scale is not None else 1 / math.sqrt(d_k)
-    scores = q @ k.transpose(-2, -1) * scale  # Q_h K_hᵀ / √d_k: (B, T, T)
+    scores = q @ k.transpose(-2, -1) * scale  # Q_h K_hᵀ / √d_k (T5: unscaled): (B, T, S)
     if w.softcap is not None:  # Gemma2 squashes the scores into (−cap, cap)
         scores = w.softcap * (scores / w.softcap).tanh()
+    if bias is not None:  # T5: + B_h, by each key's distance from the query
+        scores = scores + bias
     scores = scores.masked_fill(~allowed, float("-inf"))  # masked keys get no weight
     exps = (scores - scores.max(dim=-1, keepdim=True).values).exp()  # shifted: same softmax
     probs = exps / exps.sum(dim=-1, keepdim=True)  # softmax over keys
@@ -179,15 +252,17 @@ def visible_keys(
     key_mask: torch.Tensor | None = None,
     causal: bool = False,
     window: int | None = None,
+    n_keys: int | None = None,
 ) -> torch.Tensor:
     """Which keys each query may see, (B, T_query, T_key): not padding, not later keys when
-    causal, and only the last `window` keys (the query's own included) with a sliding window."""
+    causal, and only the last `window` keys (the query's own included) with a sliding window.
+    `n_keys` is T_key where the keys are not the queries (cross-attention's source)."""
     import torch
 
-    allowed = torch.ones(batch, length, length, dtype=torch.bool)
+    allowed = torch.ones(batch, length, n_keys or length, dtype=torch.bool)
     if key_mask is not None:
         allowed &= key_mask.bool()[:, None, :]
-    query, key = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    query, key = torch.arange(length)[:, None], torch.arange(n_keys or length)[None, :]
     if causal:
         allowed &= key <= query
     if window is not None:
@@ -200,46 +275,63 @@ def multi_head_attention(
     weights: LayerWeights,
     key_mask: torch.Tensor | None = None,
     causal: bool = False,
+    source: torch.Tensor | None = None,
 ) -> MHAResult:
-    """Compute multi-head self-attention of `x` (B, T, d_model) with the formulas above.
+    """Compute multi-head attention of `x` (B, T, d_model) with the formulas above.
 
-    `key_mask` (B, T) is 1 for real tokens and 0 for padding; `causal` stops a query from
-    seeing later keys.
+    `key_mask` (B, S) is 1 for real keys and 0 for padding; `causal` stops a query from
+    seeing later keys. Keys and values are made of `x` (self-attention, S = T) or of
+    `source` (B, S, d_model): cross-attention's encoder states.
     """
     import torch
 
     x = x.double()
+    source = source.double() if source is not None else None
     w = weights.double()
     batch, length, _ = x.shape
-    allowed = visible_keys(batch, length, key_mask, causal, w.window)
+    n_keys = length if source is None else source.shape[1]
+    allowed = visible_keys(batch, length, key_mask, causal, w.window, n_keys)
     angles = rope_angles(w.rope, length) if w.rope is not None else None
+    bias = relative_bias(w.relative, length, n_keys) if w.relative is not None else None
 
-    steps = [attention_head(x, w, h, allowed, angles) for h in range(w.n_heads)]
+    steps = [
+        attention_head(x, w, h, allowed, angles, source, None if bias is None else bias[h])
+        for h in range(w.n_heads)
+    ]
     concat = torch.cat([s.output for s in steps], dim=-1)  # Concat(head_1 … head_H): (B, T, H·d_k)
     output = concat @ w.w_o + w.b_o  # (B, T, d_model)
+    return MHAResult(
+        probs=torch.stack([s.probs for s in steps], dim=1),
+        output=output,
+        shapes=_shapes(x, source, w, steps[0], bias, concat, output),
+    )
 
-    first = steps[0]
-    shapes = (
-        ("X", "layer input", tuple(x.shape)),
-        ("W_Q^h", "query weights of one head", tuple(w.w_q[:, : w.d_k].shape)),
-        ("Q_h", "X W_Q^h + b_Q^h (K_h, V_h alike)", tuple(first.q.shape)),
-        *(
-            [
-                (
-                    "K_h, V_h",
-                    f"one per {w.n_heads // w.kv_heads} query heads (GQA)",
-                    tuple(first.k.shape),
-                )
-            ]
-            if w.kv_heads != w.n_heads
-            else []
-        ),
-        *([("RoPE", "Q_h, K_h turned by position", tuple(first.q.shape))] if angles else []),
-        ("scores", "Q_h K_hᵀ / √d_k + mask", tuple(first.scores.shape)),
+
+def _shapes(x, source, w, first, bias, concat, output) -> tuple:
+    """(step, formula, shape) of each step, as `check` prints them; the optional steps only
+    where the layer has them."""
+    steps = [("X", "layer input", tuple(x.shape))]
+    if source is not None:
+        steps.append(("source", "encoder's last hidden states", tuple(source.shape)))
+    steps.append(("W_Q^h", "query weights of one head", tuple(w.w_q[:, : w.d_k].shape)))
+    steps.append(("Q_h", "X W_Q^h + b_Q^h (K_h, V_h alike)", tuple(first.q.shape)))
+    if source is not None:
+        steps.append(("K_h, V_h", "source W_K^h + b_K^h (V_h alike)", tuple(first.k.shape)))
+    elif w.kv_heads != w.n_heads:
+        groups = w.n_heads // w.kv_heads
+        steps.append(("K_h, V_h", f"one per {groups} query heads (GQA)", tuple(first.k.shape)))
+    if w.rope is not None:
+        steps.append(("RoPE", "Q_h, K_h turned by position", tuple(first.q.shape)))
+    scores = "Q_h K_hᵀ" if w.scale == 1 else "Q_h K_hᵀ / √d_k"  # T5 leaves them unscaled
+    if bias is not None:
+        steps.append(
+            ("B_h", "table[bucket(j − i), h]: relative position bias", tuple(bias.shape[1:]))
+        )
+        scores += " + B_h"
+    return (
+        *steps,
+        ("scores", f"{scores} + mask", tuple(first.scores.shape)),
         ("head_h", "softmax(scores) V_h", tuple(first.output.shape)),
         ("concat", "Concat(head_1 … head_H)", tuple(concat.shape)),
         ("output", "concat W_O + b_O", tuple(output.shape)),
-    )
-    return MHAResult(
-        probs=torch.stack([s.probs for s in steps], dim=1), output=output, shapes=shapes
     )

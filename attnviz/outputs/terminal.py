@@ -467,8 +467,13 @@ def _print_errors(console: Console, result: CheckResult) -> None:
     so that every number shows whole."""
     tol, layers = result.tolerance, result.layers
     n_heads = result.info.n_heads
-    if 11 + _ERROR_COLUMN * len(layers) <= console.width:
-        errors = Table(title=_ERRORS_TITLE, title_justify="left")
+    width = 11 + _ERROR_COLUMN * len(layers)
+    if width <= console.width:
+        # A title that would wrap onto more than two lines (a layer or two) goes above.
+        above = len(_ERRORS_TITLE) > 2 * width
+        if above:
+            console.print(_ERRORS_TITLE, highlight=False)
+        errors = Table(title=None if above else _ERRORS_TITLE, title_justify="left")
         errors.add_column("")
         for lc in layers:
             errors.add_column(f"L{lc.layer}", justify="right")
@@ -495,25 +500,44 @@ def _print_errors(console: Console, result: CheckResult) -> None:
         console.print(errors)
 
 
+# Each stack of an encoder-decoder model, as check titles its tables.
+_CHECK_STACKS = {
+    "encoder": "Encoder self-attention (source × source)",
+    "decoder": "Decoder self-attention (target × target, causal)",
+    "cross": "Cross-attention (target queries × source keys and values)",
+}
+
+
 def print_check(console: Console, result: CheckResult) -> None:
-    """Per-head and output errors of the from-scratch MHA against the model, shapes, verdict."""
+    """Per-head and output errors of the from-scratch MHA against the model, shapes, verdict;
+    an encoder-decoder model's stacks one after another."""
     tol = result.tolerance
     info = result.info
-    console.print(
-        f"[bold]{info.name}[/] · {info.architecture} · {len(result.tokens)} tokens · "
-        f"d_model {info.d_model} · {info.n_heads} heads × d_k {info.d_head}{_kv_note(info)} · "
-        "computed in float64",
-        highlight=False,
-    )
-    shapes = Table(title="From-scratch multi-head attention, step by step", title_justify="left")
-    shapes.add_column("step")
-    shapes.add_column("formula")
-    shapes.add_column("shape", justify="right")
-    for name, formula, shape in result.shapes:
-        shapes.add_row(name, formula, " × ".join(str(d) for d in shape))
-    console.print(shapes)
-
-    _print_errors(console, result)
+    if result.stacks:
+        console.print(
+            f"[bold]{info.name}[/] · {info.architecture} · source {len(result.tokens)} tokens · "
+            f"target {len(result.target_tokens)} tokens · d_model {info.d_model} · "
+            "computed in float64",
+            highlight=False,
+        )
+        for part in result.stacks:
+            d_k = next(shape for name, _, shape in part.shapes if name == "W_Q^h")[1]
+            console.print(
+                f"[bold]{_CHECK_STACKS[part.stack]}[/] · {len(part.layers)} layer(s) · "
+                f"{part.info.n_heads} heads × d_k {d_k}",
+                highlight=False,
+            )
+            _print_steps(console, part)
+            _print_errors(console, part)
+    else:
+        console.print(
+            f"[bold]{info.name}[/] · {info.architecture} · {len(result.tokens)} tokens · "
+            f"d_model {info.d_model} · {info.n_heads} heads × d_k {info.d_head}"
+            f"{_kv_note(info)} · computed in float64",
+            highlight=False,
+        )
+        _print_steps(console, result)
+        _print_errors(console, result)
     console.print(
         "* block output before residual; relative where its largest value exceeds 1",
         style="dim",
@@ -521,20 +545,33 @@ def print_check(console: Console, result: CheckResult) -> None:
     )
 
     if result.passed:
+        stacks = f" in {len(result.stacks)} stack(s)" if result.stacks else ""
         console.print(
-            f"[bold green]PASS[/]: {len(result.layers)} layer(s), every head and output within "
-            f"{tol:.0e} (largest error {result.max_error:.1e})",
+            f"[bold green]PASS[/]: {len(result.layers)} layer(s){stacks}, every head and output "
+            f"within {tol:.0e} (largest error {result.max_error:.1e})",
             highlight=False,
         )
         return
     for lc in result.layers:
         if not lc.passed(tol):
             heads = lc.failing_heads(tol)
+            where = f"{lc.stack} layer" if lc.stack else "layer"
             console.print(
-                f"[bold red]MISMATCH[/] in layer {lc.layer}: heads {heads or 'none'}, "
+                f"[bold red]MISMATCH[/] in {where} {lc.layer}: heads {heads or 'none'}, "
                 f"output error {lc.output_error:.1e} (tolerance {tol:.0e})",
                 highlight=False,
             )
+
+
+def _print_steps(console: Console, result: CheckResult) -> None:
+    """The from-scratch attention's steps, each with its formula and shape."""
+    shapes = Table(title="From-scratch multi-head attention, step by step", title_justify="left")
+    shapes.add_column("step")
+    shapes.add_column("formula")
+    shapes.add_column("shape", justify="right")
+    for name, formula, shape in result.shapes:
+        shapes.add_row(name, Text(formula), " × ".join(str(d) for d in shape))  # [ ] as such
+    console.print(shapes)
 
 
 def print_report(console: Console, report: Report) -> None:

@@ -2,41 +2,94 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.check import DEFAULT_TOLERANCE, CheckResult, LayerCheck, compare
+from attnviz.errors import InputError
 
 if TYPE_CHECKING:
-    from attnviz.core.attention import Encoded
-    from attnviz.core.models import LoadedModel, Model
+    from attnviz.core.attention import Encoded, SourceTarget
+    from attnviz.core.capture import Each
+    from attnviz.core.models import LoadedModel, Model, ModelInfo, ModelSpec
+
+Shapes = tuple  # ((step, formula, shape), …) of one layer, as `MHAResult.shapes`
 
 
 def check_layers(
     loaded: LoadedModel, batch: Sequence[Encoded], layers: list[int]
-) -> tuple[list[LayerCheck], tuple]:
+) -> tuple[list[LayerCheck], Shapes]:
     """Run the model once on a (padded) batch and check each chosen layer against our MHA.
 
     Each layer is checked as soon as the forward pass has produced its input, probabilities
     and output, and those are dropped: a long text's layers are never all held at once.
     """
-    from attnviz.core import adapters, capture
-    from attnviz.core.mha import multi_head_attention
+    from attnviz.core import capture
     from attnviz.core.tokens import pad
 
     inputs = pad(loaded, batch)
-    key_mask = inputs["attention_mask"].cpu()
-    checks: dict[int, LayerCheck] = {}
-    shapes: list[tuple] = []
+    mask = inputs["attention_mask"].cpu()
+    checks: dict[tuple, LayerCheck] = {}
+    shapes: dict[str | None, Shapes] = {}
+    capture.run(loaded, inputs, [_checker(loaded, None, layers, (mask, mask), checks, shapes)])
+    return [checks[None, layer] for layer in layers], shapes.get(None, ())
+
+
+def check_stacks(
+    loaded: LoadedModel, batch: Sequence[SourceTarget], layers: Mapping[str, list[int]]
+) -> tuple[dict[str, list[LayerCheck]], dict[str, Shapes]]:
+    """Run an encoder-decoder model once on (padded) sources and targets and check the
+    chosen layers of each stack ({stack: layers}) against our MHA, as `check_layers` does.
+
+    Encoder self-attention: source queries and keys; decoder self-attention: target queries
+    and keys, causal; cross-attention: target queries, keys and values from the encoder's
+    last hidden states, the source's padding masked.
+    """
+    from attnviz.core import capture
+    from attnviz.core.seq2seq import pad_pairs
+
+    inputs = pad_pairs(loaded, batch)
+    source = inputs["attention_mask"].cpu()
+    target = inputs["decoder_attention_mask"].cpu()
+    masks = {"encoder": (source, source), "decoder": (target, target), "cross": (target, source)}
+    checks: dict[tuple, LayerCheck] = {}
+    shapes: dict[str | None, Shapes] = {}
+    recorders = [
+        _checker(loaded, stack, chosen, masks[stack], checks, shapes)
+        for stack, chosen in layers.items()
+    ]
+    capture.run(loaded, inputs, recorders)
+    found = {stack: [checks[stack, layer] for layer in chosen] for stack, chosen in layers.items()}
+    return found, shapes
+
+
+def _checker(
+    loaded: LoadedModel,
+    stack: str | None,
+    layers: list[int],
+    masks: tuple[Any, Any],
+    checks: dict[tuple, LayerCheck],
+    shapes: dict[str | None, Shapes],
+) -> Each:
+    """A capture recorder that checks each of `layers` of `stack` as the pass produces it,
+    into checks[stack, layer]; `masks` are (queries, keys), each (B, T) 1 for real tokens."""
+    from attnviz.core import adapters, capture
+    from attnviz.core.mha import multi_head_attention
+
+    query_mask, key_mask = masks
+    causal = loaded.info.of_stack(stack).causal
+    kinds = ("input", "probs", "output", *(("source",) if stack == "cross" else ()))
 
     def check_layer(layer: int, seen: dict[str, Any]) -> None:
-        weights = adapters.layer_weights(loaded.model, layer).to_cpu()
-        ours = multi_head_attention(seen["input"], weights, key_mask, causal=loaded.info.causal)
-        checks[layer] = compare(layer, seen["probs"], seen["output"], ours, key_mask)
-        shapes[:] = ours.shapes
+        weights = adapters.layer_weights(loaded.model, layer, stack).to_cpu()
+        source = seen.get("source")  # cross-attention: the encoder's last hidden states
+        ours = multi_head_attention(seen["input"], weights, key_mask, causal, source)
+        checks[stack, layer] = compare(
+            layer, seen["probs"], seen["output"], ours, query_mask, stack
+        )
+        shapes[stack] = ours.shapes
 
-    capture.run(loaded, inputs, [capture.Each(layers, ("input", "probs", "output"), check_layer)])
-    return [checks[layer] for layer in layers], tuple(shapes)
+    return capture.Each(layers, kinds, check_layer, stack=stack)
 
 
 def check(
@@ -45,17 +98,83 @@ def check(
     layers: list[int] | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     truncate: bool = False,
+    target: str | None = None,
+    generate: int | None = None,
+    stacks: Sequence[str] | None = None,
 ) -> CheckResult:
-    """Recompute the chosen layers (default: all) of `model` on `text` and compare."""
+    """Recompute the chosen layers (default: all) of `model` on `text` and compare.
+
+    An encoder-decoder model reads `text` as its source and `target` as the decoder's input
+    (teacher forcing), or writes its own target greedily (`generate` tokens at most; the
+    default without `target`), and checks each of `stacks` (names from `adapters.STACKS`, or
+    "all", the default); these options refuse a model with one stack.
+    """
     from attnviz.core.attention import require_text
+    from attnviz.core.models import describe
 
     require_text(text)
-    model.refuse_early(layers, None, text, truncate)
-
-    from attnviz.core.tokens import encode
+    spec = describe(model.name)
+    if spec is not None:
+        _plan(spec, layers, stacks, target, generate)
+        spec.check_length(text, truncate)
 
     loaded = model.load()
-    chosen = loaded.info.pick_layers(layers)
-    encoded = encode(loaded, text, truncate)
-    checks, shapes = check_layers(loaded, [encoded], chosen)
-    return CheckResult(loaded.info, encoded.tokens, tolerance, tuple(checks), shapes)
+    plan = _plan(loaded.info, layers, stacks, target, generate)
+    if not loaded.info.seq2seq:
+        from attnviz.core.tokens import encode
+
+        encoded = encode(loaded, text, truncate)
+        checks, shapes = check_layers(loaded, [encoded], plan[None])
+        return CheckResult(loaded.info, encoded.tokens, tolerance, tuple(checks), shapes)
+
+    from attnviz.core.seq2seq import encode_source_target
+
+    item = encode_source_target(loaded, text, target, generate, truncate)
+    found, shapes = check_stacks(loaded, [item], plan)
+    source, decoded = item.source.tokens, item.target.tokens
+    parts = tuple(
+        CheckResult(
+            loaded.info.of_stack(stack),
+            source if stack == "encoder" else decoded,
+            tolerance,
+            tuple(found[stack]),
+            shapes[stack],
+            stack=stack,
+            key_tokens=source if stack == "cross" else None,
+        )
+        for stack in plan
+    )
+    every = tuple(lc for part in parts for lc in part.layers)
+    return CheckResult(
+        loaded.info, source, tolerance, every, (), stacks=parts, target_tokens=decoded
+    )
+
+
+def _plan(
+    facts: ModelSpec | ModelInfo,
+    layers: list[int] | None,
+    stacks: Sequence[str] | None,
+    target: str | None,
+    generate: int | None,
+) -> dict[str | None, list[int]]:
+    """The layers to check in each stack ({None: layers} for a model with one stack), from
+    the model's files before it loads and from the loaded model after; the encoder-decoder
+    options on a model with one stack, or a layer a chosen stack lacks, are refused."""
+    from attnviz.core.adapters import STACKS
+    from attnviz.core.models import needs_seq2seq
+
+    if target is not None and generate is not None:
+        raise InputError("give either --target or --generate, not both")
+    if not facts.seq2seq:
+        if target is not None or generate is not None:
+            raise needs_seq2seq("--target" if target is not None else "--generate", facts.name)
+        for stack in stacks or ():
+            facts.of_stack(stack)  # refuses: this model has one stack
+        return {None: facts.pick_layers(layers)}
+    plan = {}
+    for stack in STACKS if not stacks or "all" in stacks else stacks:
+        try:
+            plan[stack] = facts.of_stack(stack).pick_layers(layers)
+        except InputError as error:
+            raise InputError(f"{error} in its {stack} stack") from None
+    return plan

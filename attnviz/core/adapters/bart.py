@@ -27,5 +27,7 @@ def modules(model: Any, layer: int, stack: str) -> LayerModules:
 
 
 def weights(model: Any, layer: int, stack: str) -> LayerWeights:
+    """The textbook's layer: scores scaled by 1/√d_k and no position term, since the
+    positions are added to the embeddings; cross-attention's K and V read the source."""
     own = modules(model, layer, stack).attention
     return separate(own.num_heads, own.q_proj, own.k_proj, own.v_proj, own.out_proj)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnviz.core.adapters.base import LayerModules, separate
-from attnviz.core.mha import LayerWeights
+from attnviz.core.mha import LayerWeights, RelativeBias
 
 TYPES = ("t5", "mt5")
 CAUSAL = False
@@ -29,5 +29,19 @@ def modules(model: Any, layer: int, stack: str) -> LayerModules:
 
 
 def weights(model: Any, layer: int, stack: str) -> LayerWeights:
+    """Unscaled scores (T5 folds 1/√d_k into its initialisation); in self-attention, the
+    relative position bias of the stack's first layer, which every layer of the stack
+    shares (bidirectional in the encoder, causal in the decoder); none in cross-attention."""
+    from dataclasses import replace
+
     own = modules(model, layer, stack).attention
-    return separate(own.n_heads, own.q, own.k, own.v, own.o)
+    plain = replace(separate(own.n_heads, own.q, own.k, own.v, own.o), scale=1.0)
+    if stack == "cross":
+        return plain
+    first = modules(model, 0, stack).attention
+    relative = RelativeBias(
+        table=first.relative_attention_bias.weight.detach(),  # (num_buckets, H)
+        bidirectional=stack == "encoder",
+        max_distance=first.relative_attention_max_distance,
+    )
+    return replace(plain, relative=relative)
