@@ -102,6 +102,9 @@ def test_layers_are_checked_against_each_stack(loaded_seq2seq):
         attend_stacks(loaded, [item], ("encoder",), layers=[2])
     with pytest.raises(InputError, match="head 2 out of range: this model has heads 0–1"):
         loaded.info.of_stack("cross").pick_heads([2])
+    # d_model 32: 4 encoder heads of 8, 2 decoder heads of 16
+    assert loaded.info.of_stack("encoder").d_head == 8
+    assert loaded.info.of_stack("decoder").d_head == loaded.info.of_stack("cross").d_head == 16
 
 
 def test_bad_input_is_one_clear_error(loaded_seq2seq, bundled):

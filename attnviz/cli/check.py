@@ -12,9 +12,11 @@ from attnviz.cli.app import Command, app, fail, out_console
 from attnviz.cli.options import (
     Device,
     DeviceOpt,
+    GenerateOpt,
     JsonOpt,
     LayerOpt,
     ModelOpt,
+    TargetOpt,
     TruncateOpt,
     flag,
 )
@@ -40,24 +42,8 @@ def check(
         float, typer.Option(min=0.0, help="Largest absolute error that still passes.")
     ] = 1e-5,
     model: ModelOpt = None,
-    target: Annotated[
-        str | None,
-        typer.Option(
-            help="Encoder-decoder models: the target the decoder reads after its start token "
-            "(teacher forcing). Without it the model writes its own (--generate).",
-            show_default=False,
-        ),
-    ] = None,
-    generate: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            metavar="N",
-            help="Encoder-decoder models: let the model write the target greedily, at most N "
-            "tokens (default without --target: 40).",
-            show_default=False,
-        ),
-    ] = None,
+    target: TargetOpt = None,
+    generate: GenerateOpt = None,
     stack: Annotated[
         Stack | None,
         typer.Option(

@@ -227,8 +227,8 @@ def _print_seq2seq(result: Any, shown: int = 5) -> None:
     from rich.table import Table
 
     from attnviz.analysis.alignment import ALIGNMENT
+    from attnviz.core.adapters import STACK_TITLES
     from attnviz.outputs import terminal
-    from attnviz.outputs.report_files import STACK_TITLES
 
     for stack, report in result.stacks.items():
         out_console.rule(STACK_TITLES[stack], align="left")

@@ -41,8 +41,11 @@ class _Stacks:
                 "encoder-decoder models (T5, BART, Marian)"
             )
         _, n_layers, n_heads = next(entry for entry in self.stacks if entry[0] == stack)
-        return replace(self, stack=stack, n_layers=n_layers, n_heads=n_heads,
-                       causal=stack == "decoder")  # fmt: skip
+        changes = dict(stack=stack, n_layers=n_layers, n_heads=n_heads, causal=stack == "decoder")
+        if hasattr(self, "d_model") and self.model_type not in ("t5", "mt5"):
+            # BART-style stacks may differ in heads, so in d_head; T5's d_kv is every stack's
+            changes.update(d_head=self.d_model // n_heads, n_kv_heads=n_heads)
+        return replace(self, **changes)
 
 
 def _stack_counts(config: dict[str, Any]) -> tuple[tuple[str, int, int], ...]:

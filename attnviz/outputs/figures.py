@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.core.adapters import STACK_TITLES
 from attnviz.outputs.files import write_atomic
 
 if TYPE_CHECKING:
@@ -278,9 +279,8 @@ def view_description(att: Attention) -> str:
     from attnviz.analysis.contributions import MEASURES
 
     parts = ["word view" if att.unit == "word" else "token view"]
-    if att.stack is not None:
-        parts.insert(0, {"encoder": "encoder self-attention", "decoder": "decoder "
-                         "self-attention", "cross": "cross-attention"}[att.stack])  # fmt: skip
+    if att.stack is not None:  # "cross-attention", "encoder self-attention"
+        parts.insert(0, STACK_TITLES[att.stack].split(" (")[0].lower())
     if att.measure != "weights":
         measure = MEASURES[att.measure]
         parts.insert(0, f"{measure.name}: {measure.unit} ({measure.cite})")

@@ -16,6 +16,7 @@ from attnviz.analysis.metrics import (
 from attnviz.analysis.roles import (
     ROLES,
 )
+from attnviz.core.adapters import STACK_TITLES
 from attnviz.outputs.files import clear_previous, prepare_dir, write_done, write_text_atomic
 
 if TYPE_CHECKING:
@@ -104,13 +105,6 @@ def _write_examples(report: Report, out: Path, style: Style, stack: str = "") ->
         examples[role] = head_fig.save(grid, title, out / f"{name}.{style.fmt}")
     head_fig.close()
     return examples
-
-
-STACK_TITLES = {
-    "encoder": "Encoder self-attention (source × source)",
-    "decoder": "Decoder self-attention (target × target, causal)",
-    "cross": "Cross-attention (target × source)",
-}
 
 
 def write_seq2seq_report(report: Seq2SeqReport, out: Path, style: Style) -> list[Path]:

@@ -13,6 +13,7 @@ from attnviz.analysis.metrics import METRICS, PROBES
 from attnviz.analysis.query import normal_form
 from attnviz.analysis.roles import EVERY_ROLE, MIXED, ROLES
 from attnviz.analysis.summary import AGREE, TOKEN
+from attnviz.core.adapters import STACK_TITLES
 
 if TYPE_CHECKING:
     from attnviz.analysis.check import CheckResult
@@ -73,14 +74,6 @@ def _weight(value: float) -> str:
 _HEADER_TOKENS = 80
 
 
-# What each stack of an encoder-decoder model is, in the header.
-STACK_LINES = {
-    "encoder": "encoder self-attention: source × source",
-    "decoder": "decoder self-attention: target × target (causal)",
-    "cross": "cross-attention: target queries (rows) read source keys (columns)",
-}
-
-
 def print_header(console: Console, att: Attention) -> None:
     info = att.info
     stack = f" · {info.stack} stack" if info.stack else ""
@@ -91,7 +84,7 @@ def print_header(console: Console, att: Attention) -> None:
     )
     if att.stack is not None:
         console.print(
-            f"{STACK_LINES[att.stack]} (--stack encoder|decoder|cross picks another)",
+            f"{STACK_TITLES[att.stack]}; --stack encoder|decoder|cross picks another",
             highlight=False,
         )
         sides = [("target", att.tokens), ("source", att.key_tokens)]
@@ -500,14 +493,6 @@ def _print_errors(console: Console, result: CheckResult) -> None:
         console.print(errors)
 
 
-# Each stack of an encoder-decoder model, as check titles its tables.
-_CHECK_STACKS = {
-    "encoder": "Encoder self-attention (source × source)",
-    "decoder": "Decoder self-attention (target × target, causal)",
-    "cross": "Cross-attention (target queries × source keys and values)",
-}
-
-
 def print_check(console: Console, result: CheckResult) -> None:
     """Per-head and output errors of the from-scratch MHA against the model, shapes, verdict;
     an encoder-decoder model's stacks one after another."""
@@ -523,7 +508,7 @@ def print_check(console: Console, result: CheckResult) -> None:
         for part in result.stacks:
             d_k = next(shape for name, _, shape in part.shapes if name == "W_Q^h")[1]
             console.print(
-                f"[bold]{_CHECK_STACKS[part.stack]}[/] · {len(part.layers)} layer(s) · "
+                f"[bold]{STACK_TITLES[part.stack]}[/] · {len(part.layers)} layer(s) · "
                 f"{part.info.n_heads} heads × d_k {d_k}",
                 highlight=False,
             )

@@ -23,6 +23,12 @@ SUPPORTED = tuple(BY_TYPE)
 DECODER_TYPES = tuple(kind for kind, family in BY_TYPE.items() if family.CAUSAL)
 SEQ2SEQ_TYPES = tuple(kind for kind, family in BY_TYPE.items() if hasattr(family, "STACKS"))
 STACKS = ("encoder", "decoder", "cross")
+# What each stack is, as the terminal, the report and the figures title it.
+STACK_TITLES = {
+    "encoder": "Encoder self-attention (source × source)",
+    "decoder": "Decoder self-attention (target × target, causal)",
+    "cross": "Cross-attention (target × source)",
+}
 
 
 def _family(model: Any) -> Any:
