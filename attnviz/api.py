@@ -202,11 +202,19 @@ def check(
     tolerance: float = 1e-5,
     truncate: bool = False,
     device: str = "auto",
+    target: str | None = None,
+    generate: int | None = None,
+    stacks: list[str] | None = None,
 ) -> CheckResult:
-    """Recompute the chosen layers (default: all) from scratch and compare with the model."""
+    """Recompute the chosen layers (default: all) from scratch and compare with the model.
+    An encoder-decoder model reads `text` as its source and `target` (or its own greedy
+    output, `generate` tokens at most) as the decoder's input; each of `stacks` (default all:
+    "encoder", "decoder", "cross") is checked, one `CheckResult` per stack in `stacks`."""
     from attnviz.pipelines.check import check as run_check
 
-    return run_check(models.model(model, device), text, layers, tolerance, truncate)
+    return run_check(
+        models.model(model, device), text, layers, tolerance, truncate, target, generate, stacks
+    )
 
 
 def report(

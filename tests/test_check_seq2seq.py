@@ -286,3 +286,11 @@ def test_the_output_in_the_docs_is_what_check_prints(seq2seq_dirs):
     assert rows(shown) and rows(shown) == rows(printed.splitlines())
     verdict = next(line for line in shown if line.startswith("PASS"))
     assert verdict in " ".join(printed.split())  # the runner's terminal wraps it
+
+
+def test_attnviz_check_passes_the_target_and_stacks_through(seq2seq_dirs):
+    import attnviz
+
+    result = attnviz.check(SOURCE, model=str(seq2seq_dirs["bart"]), device="cpu",
+                           target=TARGET, stacks=["cross"])  # fmt: skip
+    assert result.passed and [part.stack for part in result.stacks] == ["cross"]
