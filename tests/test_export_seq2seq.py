@@ -104,8 +104,8 @@ def test_too_long_target_is_skipped_and_counted(seq2seq_dirs, tmp_path):
     "lines, args, message",
     [
         (["The cat sat.\tDie Katze.", "no tab"], ["--save-raw"], "line 2: no TAB between two"),
-        (["The cat sat.\tDie Katze."], ["--save-raw", "--measure", "norm"],
-         "--measure norm is not available for an encoder-decoder"),
+        (["The cat sat.\tDie Katze."], ["--save-raw", "--measure", "alti"],
+         "--measure alti composes one stack's layers"),
         (["The cat sat.\tDie Katze."], ["--html", "--save-raw"], "--html is not available"),
         (["The cat sat.\tDie Katze."], ["--stack", "encoder", "--layer", "2"],
          "layer 2 out of range: this model has layers 0–1"),
@@ -131,3 +131,23 @@ def test_stack_on_a_one_stack_model_is_refused(tiny_model_dirs, tmp_path):
     )  # fmt: skip
     assert result.exit_code == 2 and "--stack is for encoder-decoder models" in result.output
     assert not out.exists()
+
+
+def test_export_norm_of_cross_attention_equals_attend_stacks(seq2seq_dirs, loaded_seq2seq,
+                                                             tmp_path):  # fmt: skip
+    from attnviz.analysis.contributions import stack_values
+    from attnviz.core.extract import attend_stacks
+    from attnviz.core.seq2seq import encode_source_target
+
+    loaded = loaded_seq2seq["t5"]
+    out = tmp_path / "norm"
+    result = _export(seq2seq_dirs["t5"], _pairs_file(tmp_path), out, "--measure", "norm",
+                     "--save-raw", "--batch-size", 2, "--figures", "overview")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    values = stack_values(loaded, "norm")
+    for folder, (source, target) in zip(_folders(out), PAIRS):
+        item = encode_source_target(loaded, source, target)
+        alone = attend_stacks(loaded, [item], ("cross",), values=values)[0]["cross"]
+        raw = np.load(folder / "attention.npz")
+        assert str(raw["measure"]) == "norm" and str(raw["stack"]) == "cross"
+        np.testing.assert_allclose(raw["norm"], alone.weights, rtol=1e-5, atol=1e-6)  # float32

@@ -106,6 +106,24 @@ def test_report_numbers_equal_a_plain_loop_over_attend_stacks(loaded_seq2seq, ar
     np.testing.assert_allclose(result.stacks["encoder"].means[0], expected["previous"], atol=1e-6)
     assert result.sentences == 3 and set(result.stacks) == {"encoder", "decoder"}
     assert alignment_sums(found[0]["cross"])[0].shape == (2, *found[0]["cross"].weights.shape[:2])
+    # by norm: the same loops over ‖α f(x)‖, each row as shares (norm itself is tested
+    # against the model's parameters in test_seq2seq.py)
+    from dataclasses import replace
+
+    from attnviz.analysis.contributions import stack_values
+
+    values = stack_values(loaded, "norm")
+    normed = []
+    for (s, t), stacks in zip(PAIRS, found):
+        norm = attend_stacks(loaded, [encode_source_target(loaded, s, t)], ("cross",),
+                             values=values)[0]["cross"]  # fmt: skip
+        rows = norm.weights / norm.weights.sum(axis=-1, keepdims=True)
+        normed.append({**stacks, "cross": replace(stacks["cross"], weights=rows)})
+    by_norm = _plain_loop(normed)
+    np.testing.assert_allclose(result.cross.norm_means[0], by_norm["monotone"], atol=1e-9)
+    np.testing.assert_allclose(result.cross.norm_means[1], by_norm["source_eos"], atol=1e-6)
+    row = result.cross.rows()[0]
+    assert {"monotone", "source_eos", "monotone_norm", "source_eos_norm"} <= set(row)
 
 
 @pytest.mark.slow  # seconds of end-to-end model and figure work

@@ -380,20 +380,27 @@ def measured(
     return attend(loaded, batch, layers, also=also or [], values=make, edit=edit)
 
 
+def refuse_on_stacks(measure: str) -> Measure:
+    """The measure called `measure`, refusing one not defined on an encoder-decoder model's
+    stacks (before the model loads)."""
+    chosen = get(measure)
+    if chosen.name not in (DEFAULT, "norm"):
+        raise InputError(
+            f"--measure {chosen.name} composes one stack's layers and is not defined across an "
+            "encoder-decoder model's stacks; use weights or norm"
+        )
+    return chosen
+
+
 def stack_values(loaded: LoadedModel, measure: str) -> Any:
     """For `extract.attend_stacks`: a factory of recorders giving `measure`'s values on an
     encoder-decoder model's stacks (None for the weights). Of the contribution measures,
     norm is defined there (cross-attention's values are made of the encoder's output);
     ALTI and rollout compose one stack's layers with its residual stream, which
     cross-attention adds to the decoder's, and are refused."""
-    chosen = get(measure)
+    chosen = refuse_on_stacks(measure)
     if chosen.name == DEFAULT:
         return None
-    if chosen.name != "norm":
-        raise InputError(
-            f"--measure {chosen.name} composes one stack's layers and is not defined across an "
-            "encoder-decoder model's stacks; use weights or norm"
-        )
 
     def make(stack: str, layers: list[int], n_batch: int, width: int, key_width: int):
         return Measured(loaded, chosen, layers, n_batch, width, key_width, stack)

@@ -131,18 +131,25 @@ class CrossReport:
     info: ModelInfo  # the cross stack's counts
     means: np.ndarray  # (A, L, H), in the order of ALIGNMENT
     example: Attention
+    # the same metrics on ‖α f(x)‖ (each row as shares), Kobayashi et al. 2020: (A, L, H)
+    norm_means: np.ndarray | None = None
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per head: layer, head and each alignment metric (None where undefined)."""
+        """One row per head: layer, head and each alignment metric, by weight (`monotone`)
+        and by norm (`monotone_norm`); None where undefined."""
         from attnviz.analysis.alignment import ALIGNMENT
 
+        measured = [("", self.means)]
+        if self.norm_means is not None:
+            measured.append(("_norm", self.norm_means))
         rows = []
         for layer in range(self.info.n_layers):
             for head in range(self.info.n_heads):
                 row: dict[str, Any] = {"layer": layer, "head": head}
-                for a, name in enumerate(ALIGNMENT):
-                    value = float(self.means[a, layer, head])
-                    row[name] = value if math.isfinite(value) else None
+                for suffix, means in measured:
+                    for a, name in enumerate(ALIGNMENT):
+                        value = float(means[a, layer, head])
+                        row[name + suffix] = value if math.isfinite(value) else None
                 rows.append(row)
         return rows
 

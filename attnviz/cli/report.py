@@ -224,9 +224,6 @@ def report(
 def _print_seq2seq(result: Any, shown: int = 5) -> None:
     """Each self-attention stack's role map, then the most monotone cross-attention heads
     (of a `Seq2SeqReport`)."""
-    from rich.table import Table
-
-    from attnviz.analysis.alignment import ALIGNMENT
     from attnviz.core.adapters import STACK_TITLES
     from attnviz.outputs import terminal
 
@@ -234,12 +231,4 @@ def _print_seq2seq(result: Any, shown: int = 5) -> None:
         out_console.rule(STACK_TITLES[stack], align="left")
         terminal.print_report(out_console, report)
     out_console.rule(STACK_TITLES["cross"], align="left")
-    table = Table(title="Most monotone heads", title_justify="left")
-    table.add_column("head")
-    for name in ALIGNMENT:
-        table.add_column(name, justify="right")
-    rows = sorted(result.cross.rows(), key=lambda r: -(r["monotone"] or 0.0))[:shown]
-    for row in rows:
-        cells = [f"{row[n]:.2f}" if row[n] is not None else "–" for n in ALIGNMENT]
-        table.add_row(f"L{row['layer']} H{row['head']}", *cells)
-    out_console.print(table)
+    terminal.print_alignment(out_console, result.cross, shown)

@@ -141,9 +141,13 @@ def write_seq2seq_report(report: Seq2SeqReport, out: Path, style: Style) -> list
     cross = report.cross
     layers, heads = list(range(cross.info.n_layers)), list(range(cross.info.n_heads))
     grid = MetricGrid(layers, heads, f"{report.info.name} · cross", style)
-    for a, name in enumerate(ALIGNMENT):
-        path = out / f"metric-cross-{name}.{style.fmt}"
-        written.append(grid.save(cross.means[a], name, ALIGNMENT[name], path))
+    by = [("", cross.means, "")]
+    if cross.norm_means is not None:
+        by.append(("_norm", cross.norm_means, ", by norm ‖α f(x)‖"))
+    for suffix, means, how in by:
+        for a, name in enumerate(ALIGNMENT):
+            path = out / f"metric-cross-{name}{suffix}.{style.fmt}"
+            written.append(grid.save(means[a], name + suffix, ALIGNMENT[name] + how, path))
     grid.close()
     sections += _cross_lines(report, style)
     markdown = _seq2seq_markdown(report, sections)
@@ -164,16 +168,23 @@ def _cross_lines(report: Seq2SeqReport, style: Style, shown: int = 5) -> list[st
         "alignment is at or after the previous one's (1: the head reads the source in order;",
         "0: backwards). *source_eos*: the mean weight non-special target tokens give the",
         "source's last special token (its EOS), where heads rest when they find nothing.",
+        "The `_norm` columns measure the same on ‖α f(x)‖, each row as shares: what each",
+        "source token passes on, not only where the head looks (Kobayashi et al. 2020 found",
+        "norms align words better than weights).",
         "",
     ]
     rows = sorted(report.cross.rows(), key=lambda r: -(r["monotone"] or 0.0))[:shown]
+    names = [name for name in rows[0] if name not in ("layer", "head")] if rows else []
     lines += _table(
-        ("head", *ALIGNMENT),
+        ("head", *names),
         [(_head(r["layer"], r["head"]),
-          *(f"{r[n]:.3f}" if r[n] is not None else "–" for n in ALIGNMENT)) for r in rows],
+          *(f"{r[n]:.3f}" if r[n] is not None else "–" for n in names)) for r in rows],
     )  # fmt: skip
     lines += ["", f"The {len(rows)} most monotone heads; every head: heads.csv (`cross`).", ""]
-    return lines + _metric_figures(list(ALIGNMENT), style.fmt, "cross")
+    figures = list(ALIGNMENT)
+    if report.cross.norm_means is not None:
+        figures += [f"{name}_norm" for name in ALIGNMENT]
+    return lines + _metric_figures(figures, style.fmt, "cross")
 
 
 def _metric_figures(names: list[str], ext: str, stack: str = "") -> list[str]:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.check import CheckResult
     from attnviz.analysis.importance import AblationView
     from attnviz.analysis.query import QueryView
-    from attnviz.analysis.report import Report
+    from attnviz.analysis.report import CrossReport, Report
     from attnviz.analysis.summary import HeadSummary
     from attnviz.core.attention import Attention
 
@@ -605,6 +605,21 @@ def print_report(console: Console, report: Report) -> None:
             f"{probes.loss_second:.2f} on the second",
             highlight=False,
         )
+
+
+def print_alignment(console: Console, cross: CrossReport, shown: int = 5) -> None:
+    """The most monotone cross-attention heads, with each alignment metric by weight and by
+    norm (`analysis.alignment`)."""
+    rows = sorted(cross.rows(), key=lambda r: -(r["monotone"] or 0.0))[:shown]
+    names = [name for name in rows[0] if name not in ("layer", "head")] if rows else []
+    table = Table(title="Most monotone heads (_norm: on ‖α f(x)‖)", title_justify="left")
+    table.add_column("head")
+    for name in names:
+        table.add_column(name, justify="right")
+    for row in rows:
+        cells = [f"{row[n]:.2f}" if row[n] is not None else "–" for n in names]
+        table.add_row(f"L{row['layer']} H{row['head']}", *cells)
+    console.print(table)
 
 
 def print_linguistics(console: Console, report: Report) -> None:

@@ -462,7 +462,9 @@ def export(
                 loaded, encoded_only(), batch_size, layers, options.html, measure.name
             )
         else:
-            texts = _stack_attention(loaded, encoded_only(), batch_size, layers, options.stack)
+            texts = _stack_attention(
+                loaded, encoded_only(), batch_size, layers, options.stack, measure.name
+            )
         for raw, inside, measures in texts:
             record, settings, sides = queue.popleft()
             att = transform(raw, options.words, options.hide_special)
@@ -544,13 +546,16 @@ def _stack_attention(
     batch_size: int,
     layers: list[int],
     stack: str,
+    measure: str = "weights",
 ) -> Iterator[tuple[Attention, None, None]]:
-    """Each source-target pair's attention of `stack`, batched, in order (as `_attention`
-    yields them, without the page's numbers)."""
+    """Each source-target pair's attention of `stack` (or `measure`'s values: norm), batched,
+    in order (as `_attention` yields them, without the page's numbers)."""
+    from attnviz.analysis.contributions import stack_values
     from attnviz.core.extract import attend_stacks, batched
 
+    values = stack_values(loaded, measure)
     for batch in batched(pairs, batch_size):
-        for found in attend_stacks(loaded, batch, (stack,), layers):
+        for found in attend_stacks(loaded, batch, (stack,), layers, values=values):
             yield found[stack], None, None
 
 
@@ -562,17 +567,14 @@ NOT_FOR_SEQ2SEQ = {"words": "--words", "hide_special": "--hide-special", "query"
 def _for_seq2seq(sentences: Sentences, options: ExportOptions) -> tuple[Sentences, ExportOptions]:
     """The sentences as source-target pairs and the options with their stack (default
     cross), refusing what an encoder-decoder export cannot do yet."""
+    from attnviz.analysis.contributions import refuse_on_stacks
     from attnviz.core.inputs import split_pairs
     from attnviz.core.models import DEFAULT_STACK
 
     for name, option in NOT_FOR_SEQ2SEQ.items():
         if getattr(options, name):
             raise InputError(f"{option} is not available for an encoder-decoder model's export yet")
-    if options.measure != "weights":
-        raise InputError(
-            f"--measure {options.measure} is not available for an encoder-decoder model yet; "
-            "its export writes attention weights"
-        )
+    refuse_on_stacks(options.measure)
     stack = options.stack or DEFAULT_STACK
     return split_pairs(sentences), replace(options, stack=stack)
 

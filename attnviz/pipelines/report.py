@@ -104,12 +104,17 @@ def build_seq2seq_report(
 ) -> Seq2SeqReport:
     """Run every source-target pair through an encoder-decoder model (teacher forcing, one
     batched pass for all three stacks), summing the encoder's and decoder's head metrics
-    and the cross-attention's alignment metrics as it goes (flat memory).
+    and the cross-attention's alignment metrics, by weight and by norm ‖α f(x)‖, as it goes
+    (flat memory).
 
     A pair too long for the model is skipped with a note, as `build_report` skips a sentence.
     `ignored` takes the one-stack options `report` refused when they were set.
     """
+    from dataclasses import replace
+
     from attnviz.analysis.alignment import AlignmentSums
+    from attnviz.analysis.contributions import Measured, get, shares
+    from attnviz.core.adapters import STACKS
     from attnviz.core.extract import attend_stacks, batched
     from attnviz.core.seq2seq import encode_source_target
 
@@ -126,13 +131,21 @@ def build_seq2seq_report(
                     on_warning(note)
 
     sums = {"encoder": MetricSums(), "decoder": MetricSums()}
-    alignment = AlignmentSums()
+    alignment, by_norm = AlignmentSums(), AlignmentSums()
     example: dict[str, Attention] = {}
+    cross_layers = list(range(loaded.info.of_stack("cross").n_layers))
     for batch in batched(encoded(), batch_size):
-        for found in attend_stacks(loaded, batch, ("encoder", "decoder", "cross")):
+        # cross-attention's norms ‖α f(x)‖ from the same pass (Kobayashi et al. 2020)
+        widths = (max(len(item.target) for item in batch), max(len(item.source) for item in batch))
+        norms = Measured(loaded, get("norm"), cross_layers, len(batch), *widths, stack="cross")
+        for row, found in enumerate(attend_stacks(loaded, batch, STACKS, also=[norms])):
             for stack, stack_sums in sums.items():
                 stack_sums.add(found[stack])
-            alignment.add(found["cross"])
+            cross = found["cross"]
+            alignment.add(cross)
+            n_target, n_source = cross.weights.shape[-2:]
+            held = norms.held[row, :, :, :n_target, :n_source]  # (L, H, T, S)
+            by_norm.add(shares(replace(cross, weights=held, measure="norm")))
             example = example or found
             if on_progress:
                 on_progress(1)
@@ -156,7 +169,9 @@ def build_seq2seq_report(
             layers=tuple(range(info.n_layers)),
             heads=tuple(range(info.n_heads)),
         )
-    cross = CrossReport(loaded.info.of_stack("cross"), alignment.means(), example["cross"])
+    cross = CrossReport(
+        loaded.info.of_stack("cross"), alignment.means(), example["cross"], by_norm.means()
+    )
     read = sums["encoder"].sentences  # every stack read every pair
     return Seq2SeqReport(loaded.info, read, tuple(skipped), reports, cross)
 
