@@ -17,28 +17,43 @@ SOURCE, TARGET = "The cat sat on the mat. A quick brown fox!", "Die Katze saß."
 
 
 def _stacks(loaded) -> dict:
+    return _stacks_and_inside(loaded)[0]
+
+
+def _stacks_and_inside(loaded) -> tuple[dict, dict]:
+    """The three stacks' Attentions and inside-one-head numbers, from one forward pass."""
+    from attnviz.analysis.inside import StacksInside
     from attnviz.core.extract import attend_stacks
     from attnviz.core.seq2seq import encode_source_target
 
     item = encode_source_target(loaded, SOURCE, TARGET)
-    return attend_stacks(loaded, [item], STACKS)[0]
+    inside = StacksInside(loaded)
+    found = attend_stacks(loaded, [item], STACKS, also=inside([item]))[0]
+    return found, inside.results()
 
 
 @pytest.fixture(scope="module")
-def found(loaded_seq2seq) -> dict:
-    """BART's three stacks: 2 encoder layers × 4 heads, 3 decoder layers × 2 heads."""
-    found = _stacks(loaded_seq2seq["bart"])
+def found_inside(loaded_seq2seq) -> tuple[dict, dict]:
+    """BART's three stacks: 2 encoder layers × 4 heads, 3 decoder layers × 2 heads; and
+    their inside-one-head numbers."""
+    found, inside = _stacks_and_inside(loaded_seq2seq["bart"])
     n_target, n_source = found["cross"].weights.shape[-2:]
     assert n_target != n_source  # the point of these tests
-    return found
+    return found, inside
 
 
 @pytest.fixture(scope="module")
-def page_file(found, tmp_path_factory):
+def found(found_inside) -> dict:
+    return found_inside[0]
+
+
+@pytest.fixture(scope="module")
+def page_file(found_inside, tmp_path_factory):
     from attnviz.outputs.html import write_page
 
+    found, inside = found_inside
     path = tmp_path_factory.mktemp("seq2seq-page") / "attention.html"
-    return write_page(found["cross"], path, stacks=found)
+    return write_page(found["cross"], path, stacks=found, inside=inside)
 
 
 @pytest.fixture
@@ -78,12 +93,13 @@ def test_each_stacks_weights_in_the_page_are_attend_stacks(loaded_seq2seq, arch)
     assert cross["key_tokens"] == data["stacks"]["encoder"]["tokens"]  # source keys
 
 
-def test_page_opens_on_the_given_stack_without_measures_or_inside(found, page_file):
+def test_page_opens_on_the_given_stack_without_measures(found, page_file):
     from attnviz.outputs.html import build_page
 
     data = _data(page_file.read_text(encoding="utf-8"))
     assert data["measures"] == {} and data["inside"] is None
-    assert "not on encoder-decoder pages" in data["inside_note"]
+    assert data["measures_note"].startswith("The measure switch is not on encoder-decoder pages")
+    assert all(data["stacks"][stack]["inside"] is not None for stack in STACKS)
     assert [s for s, _, _ in data["model"]["stacks"]] == list(STACKS)
     assert _data(build_page(found["encoder"], stacks=found))["stack"] == "encoder"
 
@@ -97,6 +113,72 @@ def test_page_without_every_stack_or_with_measures_is_refused(found):
         build_page(found["cross"])
     with pytest.raises(ValueError, match="weights only"):
         build_page(found["cross"], stacks=found, measures={"norm": found["cross"]})
+
+
+def _inside_probs(entry: dict, layer: int, head: int, causal: bool) -> np.ndarray:
+    """One head's probabilities recomputed from the page's own inside numbers, as page.js
+    does: Q_h K_hᵀ · scale (+ T5's B_h), later keys masked where causal, softmax. (T, S)."""
+    n, n_keys, d_k = len(entry["tokens"]), len(entry["key_tokens"]), entry["d_k"]
+    q, k = (
+        _unpack(entry[name][layer][head], "<f4").reshape(-1, d_k).astype(np.float64)
+        for name in ("q", "k")
+    )
+    assert q.shape[0] == n and k.shape[0] == n_keys  # queries × d_k, keys × d_k
+    scores = q @ k.T * entry["scores"][layer]["scale"]  # (T, S)
+    if entry["bias"] is not None:
+        scores += _unpack(entry["bias"][head], "<f4").reshape(n, n_keys)
+    if causal:
+        scores[np.triu(np.ones((n, n_keys), bool), k=1)] = -np.inf
+    exps = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return exps / exps.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("arch", ["t5", "bart"])
+def test_each_stacks_inside_numbers_are_the_models_probabilities(loaded_seq2seq, arch):
+    """Every stack's page carries its own inside view: queries and keys of the right side
+    (cross-attention: target × source), T5's bias where the stack has one, and numbers whose
+    softmax is the model's probabilities for every layer and head, within 1e-5."""
+    from attnviz.outputs.html import build_page
+
+    found, inside = _stacks_and_inside(loaded_seq2seq[arch])
+    data = _data(build_page(found["cross"], inside, stacks=found))
+    for stack, att in found.items():
+        entry = data["stacks"][stack]["inside"]
+        assert data["stacks"][stack]["inside_note"] is None
+        assert entry["tokens"] == list(att.tokens) and entry["key_tokens"] == list(att.key_tokens)
+        assert (entry["bias"] is not None) == (arch == "t5" and stack != "cross"), stack
+        n_layers, n_heads = att.weights.shape[:2]
+        assert entry["heads"] == n_heads and len(entry["q"]) == n_layers
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                ours = _inside_probs(entry, layer, head, stack == "decoder")
+                assert np.abs(ours - att.weights[layer, head]).max() < 1e-5, (stack, layer, head)
+        errors = _unpack(entry["errors"], "<f8")
+        assert errors.size == n_layers * n_heads * len(att.tokens) and errors.max() < 1e-5
+
+
+def test_the_three_stacks_share_the_inside_budget(loaded_seq2seq, monkeypatch):
+    """Each stack's Q, K and V fit the budget alone but not together: every stack goes
+    without the view, says why, and the pass records nothing for it; a page given all
+    three anyway leaves them out the same way."""
+    from attnviz.analysis import inside as inside_module
+    from attnviz.analysis.inside import StacksInside
+    from attnviz.core.seq2seq import encode_source_target
+    from attnviz.outputs.html import build_page
+
+    loaded = loaded_seq2seq["bart"]
+    found, inside = _stacks_and_inside(loaded)
+    sizes = {s: i.q.nbytes + i.k.nbytes + i.v.nbytes for s, i in inside.items()}
+    monkeypatch.setattr(inside_module, "INSIDE_BUDGET", max(sizes.values()) + 1)
+    assert sum(sizes.values()) > inside_module.INSIDE_BUDGET
+    recorders = StacksInside(loaded)([encode_source_target(loaded, SOURCE, TARGET)])
+    assert all(recorder.wants == {} for recorder in recorders)
+    reasons = {recorder.result() for recorder in recorders}
+    assert len(reasons) == 1 and "every layer of 3 stacks" in reasons.pop()
+    data = _data(build_page(found["cross"], inside, stacks=found))
+    for stack in STACKS:
+        entry = data["stacks"][stack]
+        assert entry["inside"] is None and "every layer of 3 stacks" in entry["inside_note"]
 
 
 def test_seq2seq_page_keeps_the_strict_policy(page_file):
@@ -139,9 +221,11 @@ def test_stack_switch_redraws_the_matrix_with_its_own_tokens(opened, found):
     layer and head counts."""
     opened.view("matrix")
     assert opened.page.input_value("#stack") == "cross"
-    assert opened.page.locator("#tab-inside").count() == 0
+    assert opened.page.locator("#tab-inside").count() == 1
     assert opened.page.locator("#measure").count() == 0
-    assert "not on encoder-decoder pages" in opened.page.inner_text("header")
+    header = opened.page.inner_text("header")
+    assert "measure switch is not on encoder-decoder pages" in header
+    assert "inside" not in header
     for stack in ("cross", "encoder", "decoder", "cross"):
         if opened.page.input_value("#stack") != stack:
             _switch(opened, stack)
