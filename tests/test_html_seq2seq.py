@@ -7,6 +7,8 @@ cross-attention's (T, S) heads are not square. Browser tests as in test_html.py.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from seq2seq_models import SEQ2SEQ
@@ -325,3 +327,87 @@ def test_query_and_model_views_follow_the_stack(opened, found):
     opened.page.wait_for_selector("section#view-matrix")
     assert opened.page.input_value("#stack") == "cross"
     assert (opened.page.input_value("#layer"), opened.page.input_value("#head")) == ("1", "1")
+
+
+def _select(opened: Opened, **chosen: str) -> None:
+    for control, value in chosen.items():
+        n = opened.renders()
+        opened.page.select_option(f"#{control}", value)
+        opened.settle(n + 1)
+
+
+def _inside_rows(opened: Opened) -> list[list[str]]:
+    """The inside table's rows (after its heading row), each cell's text."""
+    rows = opened.page.locator(".inside-table tr").all()[1:]
+    return [row.locator("td").all_inner_texts() for row in rows]
+
+
+def test_inside_view_on_cross_attention_reads_target_queries_and_source_keys(opened, found_inside):
+    """The inside tab on cross-attention: its queries are the target's tokens, its keys and
+    values the source's, and the softmax it computes from Q_h and K_h is the model's weight
+    for every source token; on the decoder the keys are the target's, up to the query."""
+    found, inside = found_inside
+    cross = found["cross"]
+    opened.view("inside")
+    assert opened.page.input_value("#stack") == "cross"
+    layer, head, query = 1, 1, 2
+    _select(opened, layer=str(layer), head=str(head), query=str(query))
+    options = opened.page.locator("#query option").all_inner_texts()
+    assert options == [f"{i}: {t}" for i, t in enumerate(cross.tokens)]  # the target
+    heading = opened.page.locator(".inside-table th").all_inner_texts()
+    assert heading == ["key (source)", "k_h", "q·k", "q·k · scale", "softmax", "model", "v_h"]
+    rows = _inside_rows(opened)
+    assert [row[0] for row in rows] == [f"{j}: {t}" for j, t in enumerate(cross.key_tokens)]
+    softmax = np.array([float(row[4]) for row in rows])
+    model = np.array([float(row[5]) for row in rows])
+    assert np.abs(softmax - cross.weights[layer, head, query]).max() < 1e-5
+    assert np.abs(model - cross.weights[layer, head, query]).max() < 1e-6
+    shown_q = [float(v) for v in opened.page.inner_text("#inside-q").split()]
+    assert np.allclose(shown_q, inside["cross"].q[layer, head, query], atol=5e-4)
+    hint = opened.page.inner_text("#view-inside .hint >> nth=0")
+    assert hint.startswith(
+        f"Cross-attention, layer {layer}, head {head}, query “{cross.tokens[query]}”"
+    )
+    assert "encoder's last hidden states (the source tokens)" in hint
+    checks = opened.page.locator(".check").all_inner_texts()
+    errors = [float(v) for text in checks for v in re.findall(r"\d\.\d+e[+-]\d+", text)]
+    assert len(errors) == 3 and max(errors) < 1e-5
+    assert opened.clipped("#view-inside") == []
+    ARTIFACTS.mkdir(exist_ok=True)
+    opened.page.screenshot(path=str(ARTIFACTS / "seq2seq-cross-inside.png"), full_page=True)
+    _switch(opened, "decoder")  # the same queries; keys the target's, the later ones masked
+    decoder = found["decoder"]
+    assert int(opened.page.input_value("#query")) == query
+    rows = _inside_rows(opened)
+    assert [row[0] for row in rows] == [f"{j}: {decoder.key_tokens[j]}" for j in range(query + 1)]
+    softmax = np.array([float(row[4]) for row in rows])
+    assert np.abs(softmax - decoder.weights[layer, head, query, : query + 1]).max() < 1e-5
+
+
+def test_inside_view_adds_t5s_relative_bias(browser, loaded_seq2seq, tmp_path):
+    """T5's self-attention stacks add B_h to unscaled scores: the table shows it as its own
+    column, and the softmax over q·k + B_h is the model's weight."""
+    from attnviz.outputs.html import write_page
+
+    found, inside = _stacks_and_inside(loaded_seq2seq["t5"])
+    path = write_page(found["cross"], tmp_path / "attention.html", stacks=found, inside=inside)
+    opened = Opened(browser, path)
+    try:
+        opened.view("inside")
+        _switch(opened, "encoder")
+        layer, head, query = 1, 1, 3
+        _select(opened, layer=str(layer), head=str(head), query=str(query))
+        heading = opened.page.locator(".inside-table th").all_inner_texts()
+        assert heading[3:5] == ["B_h", "q·k · scale + B_h"]
+        rows = _inside_rows(opened)
+        encoder = found["encoder"]
+        assert [row[0] for row in rows] == [f"{j}: {t}" for j, t in enumerate(encoder.tokens)]
+        bias = np.array([float(row[3]) for row in rows])
+        assert np.allclose(bias, inside["encoder"].bias[head, query], atol=5e-5)
+        softmax = np.array([float(row[5]) for row in rows])
+        assert np.abs(softmax - encoder.weights[layer, head, query]).max() < 1e-5
+        _switch(opened, "cross")  # no bias in T5's cross-attention
+        assert "B_h" not in opened.page.locator(".inside-table th").all_inner_texts()
+    finally:
+        opened.close()
+    assert opened.errors == []
