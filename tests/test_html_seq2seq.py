@@ -411,3 +411,36 @@ def test_inside_view_adds_t5s_relative_bias(browser, loaded_seq2seq, tmp_path):
     finally:
         opened.close()
     assert opened.errors == []
+
+
+def test_show_and_the_api_give_every_stack_its_inside_view_from_one_pass(
+    seq2seq_dirs, tmp_path, monkeypatch
+):
+    """`show --target --html` and `Attention.to_html()` run the model once for the page:
+    that pass gives the weights and each stack's Q, K, V and B_h."""
+    from typer.testing import CliRunner
+
+    import attnviz
+    from attnviz.cli import app
+    from attnviz.core import capture
+
+    passes = []
+    run = capture.run
+    monkeypatch.setattr(capture, "run", lambda *a, **k: passes.append(1) or run(*a, **k))
+    folder = str(seq2seq_dirs["t5"])
+    args = ["show", SOURCE, "-m", folder, "--target", TARGET, "--html", "--no-images"]
+    result = CliRunner().invoke(app, [*args, "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    pages = [next(tmp_path.rglob("attention.html")).read_text(encoding="utf-8")]
+    assert len(passes) == 1
+    att = attnviz.attention(SOURCE, model=folder, device="cpu", target=TARGET)
+    passes.clear()
+    pages.append(att.to_html())
+    assert len(passes) == 1
+    for page in pages:
+        stacks = _data(page)["stacks"]
+        for stack in STACKS:
+            entry = stacks[stack]["inside"]
+            assert entry is not None and stacks[stack]["inside_note"] is None, stack
+            assert entry["key_tokens"] == stacks[stack]["key_tokens"], stack
+            assert (entry["bias"] is None) == (stack == "cross"), stack
