@@ -111,6 +111,7 @@ class Attention(core.Attention):
         """An encoder-decoder model's page: every stack, opening on this one, with the target
         read again from its text (a generated target is re-tokenised from what it decoded to,
         which can differ from the ids it wrote; `show --generate --html` keeps the ids)."""
+        from attnviz.analysis.inside import StacksInside
         from attnviz.analysis.transforms import transform
         from attnviz.core.adapters import STACKS
         from attnviz.core.extract import extract_seq2seq
@@ -118,10 +119,15 @@ class Attention(core.Attention):
 
         if self.measure != "weights":
             raise InputError("the page of an encoder-decoder model shows its weights only")
-        found = extract_seq2seq(loaded, self.text, self.target, None, STACKS, self.truncated)
+        inside = StacksInside(loaded)  # each stack's inside view, from the same pass
+        found = extract_seq2seq(
+            loaded, self.text, self.target, None, STACKS, self.truncated, also=inside
+        )
         words, hidden = self.unit == "word", self.hidden_special
         stacks = {name: transform(att, words, hidden) for name, att in found.items()}
-        return build_page(stacks[self.stack], stacks=stacks, scale=scale, cmap=cmap)
+        return build_page(
+            stacks[self.stack], inside.results(), stacks=stacks, scale=scale, cmap=cmap
+        )
 
     def _repr_html_(self) -> str:
         """A notebook cell showing an Attention shows the interactive page, in a sandboxed

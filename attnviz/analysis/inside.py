@@ -50,12 +50,13 @@ def inside_size(n_layers: int, width: int, n_queries: int, n_keys: int | None = 
     return n_layers * width * (n_queries + 2 * (n_keys or n_queries)) * 4
 
 
-def left_out(size: int) -> str | None:
-    """Why the page leaves out an inside view of `size` raw bytes, or None if it fits."""
+def left_out(size: int, of: str = "every layer") -> str | None:
+    """Why the page leaves out an inside view of `size` raw bytes (Q, K and V `of` what),
+    or None if it fits."""
     if size <= INSIDE_BUDGET:
         return None
     return (
-        f"left out: Q, K and V of every layer would add {size / 2**20:.1f} MiB to this page "
+        f"left out: Q, K and V of {of} would add {size / 2**20:.1f} MiB to this page "
         f"(the limit is {INSIDE_BUDGET / 2**20:.0f} MiB); use a shorter text, or "
         "`attnviz check` for the numbers"
     )
@@ -84,7 +85,7 @@ class InsideSteps:
         from attnviz.errors import UnsupportedModelError
 
         info = loaded.info.of_stack(stack)
-        self.stack, self.causal = stack, info.causal
+        self.stack, self.causal, self.n_layers = stack, info.causal, info.n_layers
         self.sides = [_sides(item, stack) for item in batch]  # (queries, keys) of each text
         at = () if stack is None else (stack,)  # a model with one stack: no stack argument
         try:  # the weights are read up front: an unsupported architecture refuses here
@@ -93,20 +94,31 @@ class InsideSteps:
                 for layer in range(info.n_layers)
             ]
             width = self.weights[0].w_q.shape[1]  # H · d_k
-            self.reasons = [
-                left_out(inside_size(info.n_layers, width, len(queries), len(keys)))
+            self.sizes = [
+                inside_size(info.n_layers, width, len(queries), len(keys))
                 for queries, keys in self.sides
-            ]
+            ]  # raw bytes of each text's Q, K and V
+            self.reasons = [left_out(size) for size in self.sizes]
         except UnsupportedModelError as error:
-            self.weights = []
+            self.weights, self.sizes = [], [0] * len(self.sides)
             self.reasons = [f"left out: {error}"] * len(self.sides)
-        kinds = ("input", "probs", *(("source",) if stack == "cross" else ()))
-        needed = any(reason is None for reason in self.reasons)
-        self.wants = {layer: kinds for layer in range(info.n_layers)} if needed else {}
+        self.kinds = ("input", "probs", *(("source",) if stack == "cross" else ()))
         self.steps = [
             {"q": [], "k": [], "v": [], "errors": [], "scores": [], "bias": None}
             for _ in self.sides
         ]
+
+    @property
+    def wants(self) -> dict[int, tuple[str, ...]]:
+        """Every layer's input and probabilities while a text still wants the view; else
+        nothing, and the pass costs nothing."""
+        if all(reason is not None for reason in self.reasons):
+            return {}
+        return {layer: self.kinds for layer in range(self.n_layers)}
+
+    def leave_out(self, row: int, reason: str) -> None:
+        """Leave text `row` without the view (before the pass), for `reason`."""
+        self.reasons[row] = reason
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         import numpy as np
@@ -152,6 +164,38 @@ class InsideSteps:
             queries.tokens, q, k, v, errors, tuple(steps["scores"]), self.stack,
             keys.tokens if self.stack == "cross" else None, steps["bias"],
         )  # fmt: skip
+
+
+class StacksInside:
+    """An encoder-decoder model's page recorders, one InsideSteps per stack (encoder,
+    decoder, cross), made for the batch the pass runs on (`extract_seq2seq(…, also=…)` calls
+    it with the encoded source and target) and fed by the pass that extracts the page's
+    weights.
+
+    The three stacks share one INSIDE_BUDGET, so the page grows no more than a one-stack
+    page: a text whose three stacks' Q, K and V together exceed it goes without the view on
+    every stack, and the page says why.
+    """
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+        self.steps: dict[str, InsideSteps] = {}
+
+    def __call__(self, batch: Sequence[SourceTarget]) -> list[InsideSteps]:
+        from attnviz.core.adapters import STACKS
+
+        self.steps = {stack: InsideSteps(self.loaded, batch, stack) for stack in STACKS}
+        for row in range(len(batch)):
+            size = sum(steps.sizes[row] for steps in self.steps.values())
+            reason = left_out(size, "every layer of 3 stacks")
+            for steps in self.steps.values():
+                if reason is not None and steps.reasons[row] is None:
+                    steps.leave_out(row, reason)
+        return list(self.steps.values())
+
+    def results(self, row: int = 0) -> dict[str, Inside | str]:
+        """Each stack's inside-one-head numbers of the batch's text `row`, or why not."""
+        return {stack: steps.result(row) for stack, steps in self.steps.items()}
 
 
 def _sides(item: Encoded | SourceTarget, stack: str | None) -> tuple[Encoded, Encoded]:

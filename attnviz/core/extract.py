@@ -181,16 +181,19 @@ def extract_seq2seq(
     truncate: bool = False,
     layers: Sequence[int] | None = None,
     values: Callable[[str, list[int], int, int, int], Any] | None = None,
+    also: Callable[[list[SourceTarget]], Sequence[Recorder]] | None = None,
 ) -> dict[str, Attention]:
     """An encoder-decoder model's attention of each of `stacks` on `source` and `target`
     (teacher forcing), or on its own greedy output (`generate` tokens at most, the default
-    when no target is given); `layers` and `values` as in `attend_stacks`."""
+    when no target is given); `layers` and `values` as in `attend_stacks`. `also` makes more
+    recorders for the encoded source and target (a one-item batch), fed by the same pass."""
     from attnviz.core.seq2seq import encode_source_target
 
     for stack in stacks:
         loaded.info.of_stack(stack)  # a model with one stack refuses --stack here
     item = encode_source_target(loaded, source, target, generate, truncate)
-    return attend_stacks(loaded, [item], stacks, layers, values=values)[0]
+    extra = also([item]) if also is not None else ()
+    return attend_stacks(loaded, [item], stacks, layers, extra, values)[0]
 
 
 def _measure_name(recorder: Any) -> str:

@@ -212,7 +212,12 @@ def show(
 
         values = stack_values(loaded, chosen_measure.name)
         if html and folder is not None:  # the page's stack switch: every stack, one pass
-            page_stacks = extract_seq2seq(loaded, text, target, generate, STACKS, truncate)
+            from attnviz.analysis.inside import StacksInside
+
+            page_inside = StacksInside(loaded)  # each stack's inside view, from the same pass
+            page_stacks = extract_seq2seq(
+                loaded, text, target, generate, STACKS, truncate, also=page_inside
+            )
             attended = page_stacks[stack or DEFAULT_STACK].keep_layers(layers)
         else:
             chosen = (stack or DEFAULT_STACK,)
@@ -286,7 +291,8 @@ def show(
             }
             opened = shown_stacks[shown.stack]
             page = write_page(opened, folder / "attention.html", stacks=shown_stacks,
-                              scale=style.scale, cmap=style.cmap)  # fmt: skip
+                              inside=page_inside.results(), scale=style.scale,
+                              cmap=style.cmap)  # fmt: skip
         elif html:
             from attnviz.outputs.html import write_page
 

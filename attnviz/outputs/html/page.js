@@ -11,10 +11,12 @@
 function draw(D, initial = {}, onRender = null) {
   // The stacks: an encoder-decoder page has three (encoder and decoder self-attention,
   // cross-attention), each with its own query tokens, key tokens, counts and weights; any
-  // other page has one, whose keys are its queries. ST is the stack shown: T queries, S keys.
+  // other page has one, whose keys are its queries. ST is the stack shown: T queries, S keys;
+  // ST.inside its inside-one-head numbers (or ST.inside_note: why they are left out).
   const STACKS = D.stacks || { only: { tokens: D.tokens, special: D.special, key_tokens: D.tokens,
     key_special: D.special, causal: D.model.causal, layers: D.layers, layer_ids: D.layer_ids,
-    heads: D.heads, encoding: D.encoding, weights: D.weights } };
+    heads: D.heads, encoding: D.encoding, weights: D.weights, inside: D.inside,
+    inside_note: D.inside_note } };
   const STACK_NAMES = {
     encoder: ["Encoder self-attention", "encoder self-attention (source → source)", "source", "source"],
     decoder: ["Decoder self-attention", "decoder self-attention (target → target)", "target", "target"],
@@ -34,7 +36,7 @@ function draw(D, initial = {}, onRender = null) {
     ["matrix", "Matrix view"],
     ["query", "Query view"],
     ["inside", "Inside one head"],
-  ].filter(([v]) => !(D.stacks && v === "inside")); // not on encoder-decoder pages yet
+  ];
   const PAIRS = [
     ["all", "all"],
     ["AB", "A → B"],
@@ -242,7 +244,7 @@ function draw(D, initial = {}, onRender = null) {
         : D.pair === null ? [textLine("", D.text)] : [textLine("A", D.text), textLine("B", D.pair)]),
       el("p", { className: "facts", textContent: facts }),
       ...D.notes.map((n) => el("p", { className: "note", textContent: n })),
-      D.stacks ? el("p", { className: "note", textContent: D.inside_note }) : "",
+      D.stacks ? el("p", { className: "note", textContent: D.measures_note }) : "",
       ST.encoding === "float32" ? "" : el("p", { className: "note", textContent:
         "weights are stored as 8-bit steps of each head's maximum (error ≤ max/510); " +
         "numbers are shown with that bound" }),
@@ -272,12 +274,12 @@ function draw(D, initial = {}, onRender = null) {
         state.layer, (x) => { state.layer = +x; render(); }));
     }
     if ((v === "matrix" && !perLayer(state.measure)) || v === "inside") {
-      const count = v === "inside" ? D.heads : H;
+      const count = v === "inside" ? (ST.inside && ST.inside.heads) || ST.heads : H;
       controls.append(select("Head", "head", [...Array(count).keys()].map((h) => [h, `${h}`]),
         state.head, (x) => { state.head = +x; render(); }));
     }
     if (v === "query" || v === "inside") {
-      const tokens = v === "inside" && D.inside ? D.inside.tokens : ST.tokens;
+      const tokens = v === "inside" && ST.inside ? ST.inside.tokens : ST.tokens;
       const opts = tokens.map((t, i) => [i, `${i}: ${t}`]);
       controls.append(select("Query", "query", opts, Math.min(state.query, tokens.length - 1),
         (x) => { state.query = +x; render(); }));
@@ -721,50 +723,68 @@ function draw(D, initial = {}, onRender = null) {
     if (xs.length > SHOWN) td.append(el("span", { className: "more", textContent: ` … ${xs.length - SHOWN} more` }));
     return td;
   }
+  // An encoder-decoder stack's inside view names its sides: cross-attention's queries are the
+  // target's tokens, its keys and values the source's (the encoder's last hidden states).
+  function insideSource() {
+    if (!D.stacks) return "Q_h, K_h and V_h come from attnviz/mha.py (X W^h + b^h for this layer's real input X); ";
+    if (state.stack !== "cross") {
+      return `Q_h, K_h and V_h come from attnviz/mha.py (X W^h + b^h for this layer's real input X, the ${sideName(0)} tokens); `;
+    }
+    return "Q_h comes from attnviz/mha.py (X W_Q^h + b for this decoder layer's real input X, the target tokens), " +
+      "K_h and V_h from the encoder's last hidden states (the source tokens); ";
+  }
   async function insideView(section) {
-    if (!D.inside) {
-      section.append(el("p", { className: "note", textContent: `Inside one head: ${D.inside_note}` }));
+    const I = ST.inside;
+    if (!I) {
+      section.append(el("p", { className: "note", textContent: `Inside one head: ${ST.inside_note}` }));
       return;
     }
-    const I = D.inside;
     const n = I.tokens.length;
+    const keyTokens = I.key_tokens || I.tokens; // cross-attention: the source's
+    const nk = keyTokens.length;
+    const heads = I.heads || D.heads;
     const dk = I.d_k;
     const i = Math.min(state.query, n - 1);
     const [l, h] = [LAYER[state.layer], state.head]; // a model layer: I holds every layer
-    const [Q, K, V] = await Promise.all(["q", "k", "v"].map((m) => inflate(I[m][l][h]).then((b) => floats(b.slice()))));
+    const unpack = (blob) => inflate(blob).then((b) => floats(b.slice()));
+    const [Q, K, V] = await Promise.all(["q", "k", "v"].map((m) => unpack(I[m][l][h])));
+    const bias = I.bias ? await unpack(I.bias[h]) : null; // T5: B_h (T × S), every layer's
     const errors = new Float64Array((await inflate(I.errors)).buffer);
     const q = Q.subarray(i * dk, (i + 1) * dk);
     const { scale, softcap, window: span } = I.scores[l];
-    const visible = [...Array(n).keys()].filter(
-      (j) => (!D.model.causal || j <= i) && (span === null || j > i - span));
+    const visible = [...Array(nk).keys()].filter(
+      (j) => (!ST.causal || j <= i) && (span === null || j > i - span));
     const dots = visible.map((j) => {
       let s = 0;
       for (let c = 0; c < dk; c++) s += q[c] * K[j * dk + c];
       return s;
     });
-    const scores = dots.map((s) => (softcap === null ? s * scale : softcap * Math.tanh((s * scale) / softcap)));
+    const biasOf = (j) => (bias ? bias[i * nk + j] : 0);
+    const scores = dots.map((s, r) => (softcap === null ? s * scale : softcap * Math.tanh((s * scale) / softcap)) + biasOf(visible[r]));
     const top = Math.max(...scores);
     const exps = scores.map((s) => Math.exp(s - top));
     const total = exps.reduce((x, y) => x + y, 0);
     const probs = exps.map((e) => e / total);
     const out = new Float64Array(dk);
     visible.forEach((j, n2) => { for (let c = 0; c < dk; c++) out[c] += probs[n2] * V[j * dk + c]; });
-    const sameTokens = D.unit === "token" && !D.hidden_special && T === n;
+    const sameTokens = D.unit === "token" && !D.hidden_special && T === n && S === nk;
     const model = sameTokens ? await head(state.layer, h) : null;
 
     const table = el("table", { className: "inside-table" });
-    table.append(el("tr", {}, ...["key", "k_h", "q·k", softcap === null ? "q·k · scale" : "cap·tanh(q·k · scale / cap)", "softmax", "model", "v_h"]
-      .map((t) => el("th", { textContent: t }))));
+    const scored = (softcap === null ? "q·k · scale" : "cap·tanh(q·k · scale / cap)") + (bias ? " + B_h" : "");
+    const columns = [D.stacks ? `key (${sideName(1)})` : "key", "k_h", "q·k", ...(bias ? ["B_h"] : []), scored, "softmax", "model", "v_h"];
+    table.append(el("tr", {}, ...columns.map((t) => el("th", { textContent: t }))));
     let live = 0;
     visible.forEach((j, r) => {
-      const m = model ? model[i * T + j] : null;
+      const m = model ? model[i * S + j] : null;
       if (m !== null) live = Math.max(live, Math.abs(m - probs[r]));
       const bar = el("span", { className: "bar" });
       bar.style.width = `${Math.round(probs[r] * 100)}%`;
       table.append(el("tr", {},
-        el("td", { className: "tok", textContent: `${j}: ${I.tokens[j]}` }),
+        el("td", { className: "tok", textContent: `${j}: ${keyTokens[j]}` }),
         vecCell(K.subarray(j * dk, (j + 1) * dk)),
         el("td", { textContent: dots[r].toFixed(4) }),
+        ...(bias ? [el("td", { className: "bias", textContent: biasOf(j).toFixed(4) })] : []),
         el("td", { textContent: scores[r].toFixed(4) }),
         el("td", { className: "prob" }, bar, el("span", { textContent: probs[r].toPrecision(6) })),
         el("td", { textContent: m === null ? "–" : m.toPrecision(6) }),
@@ -772,9 +792,9 @@ function draw(D, initial = {}, onRender = null) {
       ));
     });
     const checks0 = [];
-    const rowError = errors[(l * D.heads + h) * n + i];
+    const rowError = errors[(l * heads + h) * n + i];
     let headError = 0;
-    for (let k = 0; k < n; k++) headError = Math.max(headError, errors[(l * D.heads + h) * n + k]);
+    for (let k = 0; k < n; k++) headError = Math.max(headError, errors[(l * heads + h) * n + k]);
     if (!sameTokens) {
       checks0.push("The formulas run on the model's tokens; this page's other views show " +
         `${D.unit === "word" ? "words" : "tokens"}${D.hidden_special ? " without special tokens" : ""}, ` +
@@ -784,19 +804,20 @@ function draw(D, initial = {}, onRender = null) {
       `attnviz/mha.py in float64 against the model's probabilities: max |Δ| = ` +
         `${rowError.toExponential(2)} for this query, ${headError.toExponential(2)} over all queries of this head.`,
     ];
-    if (model && D.encoding === "float32") {
+    if (model && ST.encoding === "float32") {
       checks.push(`This page's softmax above against the model's weights: max |Δ| = ${live.toExponential(2)}.`);
     }
     section.append(
       el("p", { className: "hint", textContent:
-        `Layer ${l}, head ${h}, query “${I.tokens[i]}” (position ${i}); d_k = ${dk}, ` +
+        `${layerTitle(l)}, head ${h}, query “${I.tokens[i]}” (position ${i}); d_k = ${dk}, ` +
         `scale = ${scale.toPrecision(6)}${Math.abs(scale - 1 / Math.sqrt(dk)) < 1e-12 ? " = 1/√d_k" : ""}` +
-        `${softcap === null ? "" : `, soft cap ${softcap}`}${span === null ? "" : `, window ${span}`}. ` +
-        "Q_h, K_h and V_h come from attnviz/mha.py (X W^h + b^h for this layer's real input X); " +
+        `${softcap === null ? "" : `, soft cap ${softcap}`}${span === null ? "" : `, window ${span}`}` +
+        `${bias ? ", plus T5's relative position bias B_h (one learned number per head and distance j − i)" : ""}. ` +
+        insideSource() +
         "the scores, softmax and weighted sum below are those formulas applied to them." }),
       el("h3", { textContent: "1. q_h = x W_Q^h + b_Q^h" }),
       el("pre", { className: "vec", id: "inside-q", textContent: vec(q) }),
-      el("h3", { textContent: "2–4. each key: k_h, q·k, scaled (q·k/√d_k), softmax over keys" }),
+      el("h3", { textContent: `2–4. each ${D.stacks ? `${sideName(1)} ` : ""}key: k_h, q·k, scaled (q·k/√d_k)${bias ? " + B_h" : ""}, softmax over keys` }),
       el("p", { className: "hint", textContent:
         `k_h and v_h show their first ${Math.min(SHOWN, dk)} of ${dk} numbers; hover one for all of them.` }),
       table,

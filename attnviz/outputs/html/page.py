@@ -7,8 +7,8 @@ model's own numbers; past it each head is quantised to uint8 steps of its maximu
 most max/510, and the page says so wherever it prints a weight).
 
 An encoder-decoder model's page carries its three attention stacks (`stacks`: encoder,
-decoder and cross-attention), each with its own query and key tokens, counts and blobs; the
-page opens on the one given as `att` and switches between them.
+decoder and cross-attention), each with its own query and key tokens, counts, blobs and
+inside-one-head numbers; the page opens on the one given as `att` and switches between them.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import hashlib
 import html
 import json
 import zlib
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,9 +35,9 @@ if TYPE_CHECKING:
 
 EXACT_BUDGET = 4 * 2**20  # float32 weights up to 4 MiB (≈120 tokens on 6 × 12 heads)
 STACKS_LEFT_OUT = (
-    "The measure switch and the inside-one-head view are not on encoder-decoder pages yet: "
-    "this page shows the attention weights."
+    "The measure switch is not on encoder-decoder pages yet: this page shows the attention weights."
 )
+NO_MODEL = "left out: the page was built without the model at hand"
 
 TEMPLATE = """<!doctype html>
 <html lang="en">
@@ -126,7 +127,7 @@ def _measures(
 
 def page_data(
     att: Attention,
-    inside: Inside | str | None = None,
+    inside: Inside | str | Mapping[str, Inside | str] | None = None,
     scale: str = "absolute",
     cmap: str = "viridis",
     segments: tuple[int, ...] | None = None,
@@ -140,15 +141,15 @@ def page_data(
     `att` holds the weights; `measures` the contribution measures by name (the page's
     measure switch offers those given), `lengths` each key's ‖f^h(x_j)‖ (L, H, T) for norm,
     and `initial` the measure the page opens with. With `stacks` (an encoder-decoder
-    model's), see `stacks_data`.
+    model's), see `stacks_data`; `inside` is then each stack's, by name.
     """
     from attnviz.analysis.inside import Inside
 
     if stacks is not None:
         if measures or lengths is not None or segments or isinstance(inside, Inside):
             raise ValueError("an encoder-decoder page shows weights only: no measures, "
-                             "lengths, segments or inside view")  # fmt: skip
-        return stacks_data(att, stacks, scale, cmap)
+                             "lengths or segments; its inside views by stack name")  # fmt: skip
+        return stacks_data(att, stacks, scale, cmap, inside)
     if att.keys is not None:  # a single-stack page would label its keys with the queries
         raise ValueError("a cross-attention page needs all three stacks: pass stacks=")
 
@@ -183,36 +184,64 @@ def page_data(
         "measures": _measures(att, measures or {}, lengths, exact),
     }
     if isinstance(inside, Inside):
-        data["inside"] = {
-            "tokens": list(inside.tokens),
-            "d_k": int(inside.q.shape[-1]),
-            **{
-                name: [
-                    [_packed(per_head.astype("<f4")) for per_head in per_layer]
-                    for per_layer in getattr(inside, name)
-                ]  # every model layer
-                for name in ("q", "k", "v")
-            },
-            "errors": _packed(inside.errors.astype("<f8")),
-            "scores": list(inside.scores),  # per layer: scale, softcap, window
-        }
+        data["inside"] = _inside_entry(inside)
     else:
-        data["inside_note"] = inside or "left out: the page was built without the model at hand"
+        data["inside_note"] = inside or NO_MODEL
     return data
 
 
+def _inside_entry(inside: Inside) -> dict[str, Any]:
+    """The inside view's numbers: every model layer's Q_h, K_h, V_h per head, the errors and
+    each layer's score settings; a stack's also its key tokens (cross-attention: the source's)
+    and T5's relative position bias B_h (one (T, S) blob a head, every layer's)."""
+    entry: dict[str, Any] = {
+        "tokens": list(inside.tokens),
+        "d_k": int(inside.q.shape[-1]),
+        **{
+            name: [
+                [_packed(per_head.astype("<f4")) for per_head in per_layer]
+                for per_layer in getattr(inside, name)
+            ]  # every model layer
+            for name in ("q", "k", "v")
+        },
+        "errors": _packed(inside.errors.astype("<f8")),
+        "scores": list(inside.scores),  # per layer: scale, softcap, window
+    }
+    if inside.stack is not None:
+        entry["heads"] = int(inside.q.shape[1])
+        entry["key_tokens"] = list(inside.key_tokens or inside.tokens)
+        entry["bias"] = (
+            None if inside.bias is None else [_packed(per.astype("<f4")) for per in inside.bias]
+        )
+    return entry
+
+
 def stacks_data(
-    att: Attention, stacks: dict[str, Attention], scale: str = "absolute", cmap: str = "viridis"
+    att: Attention,
+    stacks: dict[str, Attention],
+    scale: str = "absolute",
+    cmap: str = "viridis",
+    inside: Mapping[str, Inside | str] | str | None = None,
 ) -> dict[str, Any]:
     """An encoder-decoder page's data: each stack's query and key tokens, its layers, heads
     and blobs (cross-attention's (T, S) per head), opening on `att`'s stack.
 
     `stacks` holds the three stacks' Attentions by name; `att` is one of them (the stack
     `show --stack` chose; cross-attention by default) and stands for its own entry.
+    `inside` holds each stack's inside-one-head numbers or why they are left out
+    (`analysis.inside.StacksInside`), or one reason for all three. The three share the
+    one-stack page's budget for Q, K and V (`INSIDE_BUDGET`): past it, every stack goes
+    without the view and says why.
     """
+    from attnviz.analysis.inside import Inside, left_out
+
     stacks = {**stacks, att.stack: att}
     if att.stack is None or sorted(stacks) != sorted(STACKS):
         raise ValueError(f"an encoder-decoder page needs the stacks {', '.join(STACKS)}")
+    if isinstance(inside, Mapping):
+        given = [found for found in inside.values() if isinstance(found, Inside)]
+        size = sum(found.q.size + found.k.size + found.v.size for found in given) * 4  # float32
+        inside = left_out(size, "every layer of 3 stacks") or inside
     # One encoding for the whole page: float32 while the three stacks fit the budget together.
     exact = sum(stacks[name].weights.size for name in STACKS) * 4 <= EXACT_BUDGET
     return {
@@ -224,7 +253,9 @@ def stacks_data(
         "hidden_special": att.hidden_special,
         "notes": list(att.notes),
         "stack": att.stack,
-        "stacks": {name: _stack_entry(stacks[name], exact) for name in STACKS},
+        "stacks": {
+            name: _stack_entry(stacks[name], exact, _of_stack(inside, name)) for name in STACKS
+        },
         "scale": scale,
         "cmap": cmap,
         "colours": _colour_table(cmap),
@@ -232,15 +263,27 @@ def stacks_data(
         "label_steps": list(LABEL_STEPS),
         "segments": None,
         "inside": None,
-        "inside_note": STACKS_LEFT_OUT,
+        "measures_note": STACKS_LEFT_OUT,
         "measure": "weights",
         "measures": {},
     }
 
 
-def _stack_entry(att: Attention, exact: bool) -> dict[str, Any]:
-    """One stack of an encoder-decoder page: its queries, keys, counts and weights."""
+def _of_stack(inside: Mapping[str, Inside | str] | str | None, stack: str) -> Inside | str:
+    """One stack's inside numbers, or why the page goes without them."""
+    if isinstance(inside, Mapping):
+        return inside.get(stack) or NO_MODEL
+    return inside or NO_MODEL
+
+
+def _stack_entry(att: Attention, exact: bool, inside: Inside | str) -> dict[str, Any]:
+    """One stack of an encoder-decoder page: its queries, keys, counts, weights and inside
+    view (or why it is left out)."""
+    from attnviz.analysis.inside import Inside
+
     n_layers, n_heads = att.weights.shape[:2]  # (L, H, T, S)
+    if isinstance(inside, Inside) and inside.stack != att.stack:
+        raise ValueError(f"the {att.stack} stack's inside view is the {inside.stack} stack's")
     return {
         "tokens": list(att.tokens),
         "special": [bool(s) for s in att.special],
@@ -252,6 +295,8 @@ def _stack_entry(att: Attention, exact: bool) -> dict[str, Any]:
         "heads": n_heads,
         "encoding": "float32" if exact else "uint8",
         "weights": [[_head_blob(per_head, exact) for per_head in layer] for layer in att.weights],
+        "inside": _inside_entry(inside) if isinstance(inside, Inside) else None,
+        "inside_note": None if isinstance(inside, Inside) else inside,
     }
 
 
@@ -282,7 +327,7 @@ def _csp_hash(text: str) -> str:
 
 def build_page(
     att: Attention,
-    inside: Inside | str | None = None,
+    inside: Inside | str | Mapping[str, Inside | str] | None = None,
     scale: str = "absolute",
     cmap: str = "viridis",
     segments: tuple[int, ...] | None = None,
@@ -298,7 +343,7 @@ def build_page(
     `segments` (0 or 1 per token) marks the two sentences of a pair; `measures`, `lengths`
     and `initial` are the measure switch's (see `page_data`). An encoder-decoder model's
     page takes its three stacks' Attentions in `stacks` and opens on `att`'s stack, with a
-    stack switch (see `stacks_data`).
+    stack switch, and `inside` by stack name (see `stacks_data`).
     """
     found = page_data(att, inside, scale, cmap, segments, measures, lengths, initial, stacks)
     return _document(found, page_title(att))
