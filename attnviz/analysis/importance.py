@@ -6,7 +6,10 @@ replace that input as the model runs.
 
 - *Ablation*: head h's slice is set to 0 at every position (`zero`), or to its mean over the
   texts' tokens (`mean`); the score is how much the objective rises. Every ablated copy of the
-  texts is a batch row of its own, so one forward pass ablates many heads.
+  texts is a batch row of its own, so one forward pass ablates many heads. Removing a head of
+  layer l changes nothing below l: a batch ablates heads of one layer only and starts there,
+  its layer blocks below l returning the clean pass's outputs (`_LowerLayers`) instead of
+  running. Where layers share one block (ALBERT), every layer runs, as without reuse.
 - *Gradient*: a gate ξ_h = 1 multiplies each head's slice; the score is |∂L/∂ξ_h|, from one
   backward pass per batch of texts, of the same corpus objective L (so that −∂L/∂ξ_h is the
   first-order estimate of what zero ablation changes). No weight changes.
@@ -19,7 +22,8 @@ more important; heads not measured are NaN.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -287,6 +291,10 @@ class _Scorer:
         output = capture.run(self.loaded, inputs, [])
         return _pool(output.last_hidden_state, inputs["attention_mask"]).cpu()
 
+    def width(self, rows: Sequence[int]) -> int:
+        """The padded width of a batch of `rows`: its longest text's length."""
+        return max(len(self.items[i].encoded) for i in rows)
+
     def text_batches(self, batch_size: int) -> list[list[int]]:
         n = len(self.items)
         return [list(range(s, min(s + batch_size, n))) for s in range(0, n, batch_size)]
@@ -340,6 +348,91 @@ def ablating(drops: dict[int, Any], n_heads: int, means: dict[int, Any] | None =
     return edit
 
 
+def _layer_blocks(model: Any, n_layers: int) -> list[Any] | None:
+    """Each layer's block (the module the model calls once per layer, holding that layer's
+    attention), from the model's list of `n_layers` blocks; None where layers share a block
+    (ALBERT) or no such list is found."""
+    from torch import nn
+
+    from attnviz.core import adapters
+
+    attentions = [adapters.layer_modules(model, layer).attention for layer in range(n_layers)]
+    if len({id(a) for a in attentions}) < n_layers:
+        return None
+    for module in model.modules():
+        if (
+            isinstance(module, nn.ModuleList)
+            and len(module) == n_layers
+            and all(a in set(block.modules()) for block, a in zip(module, attentions))
+        ):
+            return list(module)
+    return None
+
+
+class _LowerLayers:
+    """The clean outputs of the layer blocks below the ablated layers, for one batch of texts
+    (as run, on the model's device): an ablated copy of a text starts at its ablated layer."""
+
+    def __init__(self, blocks: list[Any], texts: Sequence[int], width: int) -> None:
+        self.blocks, self.texts, self.width = blocks, list(texts), width
+        self.outputs: list[Any] | None = None  # per layer below: (B, W, d_model)
+
+    @contextmanager
+    def recording(self, below: int) -> Iterator[None]:
+        """Keep what blocks 0 … below−1 return while the clean pass over `self.texts` (padded
+        to `self.width`) runs; a block that returns anything but one (B, W, …) tensor (none in
+        transformers 5) leaves `outputs` None, and the ablated copies run every layer."""
+        import torch
+
+        held: dict[int, Any] = {}
+
+        def keep(layer: int):
+            return lambda module, args, output: held.__setitem__(layer, output)
+
+        handles = [block.register_forward_hook(keep(i)) for i, block in
+                   enumerate(self.blocks[:below])]  # fmt: skip
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+        outputs = [held.get(i) for i in range(below)]
+        shape = (len(self.texts), self.width)
+        if all(isinstance(o, torch.Tensor) and tuple(o.shape[:2]) == shape for o in outputs):
+            self.outputs = outputs
+
+    @contextmanager
+    def starting_at(self, layer: int, texts: Sequence[int], width: int) -> Iterator[None]:
+        """Blocks 0 … layer−1 skip their work while a batch of rows reading `texts` (padded to
+        `width`) runs: each returns its clean output for those texts. The layers that run still
+        get the masks and position embeddings the model makes from the batch's ids."""
+        import torch
+
+        assert self.outputs is not None
+        device = self.outputs[0].device if self.outputs else "cpu"
+        rows = torch.tensor([self.texts.index(t) for t in texts], device=device)
+
+        def clean(output: Any) -> Any:
+            def forward(*args: Any, **kwargs: Any) -> Any:
+                return output.index_select(0, rows)[:, :width].contiguous()  # (B, width, …)
+
+            return forward
+
+        stubbed = self.blocks[:layer]
+        # A block's own `forward` in its __dict__ (accelerate's wrappers) is put back after.
+        saved = [block.__dict__.get("forward") for block in stubbed]
+        for block, output in zip(stubbed, self.outputs):
+            block.forward = clean(output)
+        try:
+            yield
+        finally:
+            for block, forward in zip(stubbed, saved):
+                if forward is None:
+                    del block.forward
+                else:
+                    block.forward = forward
+
+
 def importance(
     loaded: LoadedModel,
     texts: Sequence[Encoded],
@@ -349,12 +442,15 @@ def importance(
     heads: list[int] | None = None,
     batch_size: int | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    reuse: bool = True,
 ) -> Importance:
     """Each chosen head's importance (default: every head) to the model's objective over
     `texts`, by `method` ("ablation" or "gradient").
 
     `batch_size` is rows per forward pass (default: as many as fit TOKEN_BUDGET padded
-    tokens); `on_progress(done, total)` is called after each batch.
+    tokens); `on_progress(done, total)` is called after each batch. `reuse=False` runs every
+    layer of every ablated copy instead of starting it at its ablated layer (the same scores,
+    to rounding: for tests and benchmarks).
     """
     import numpy as np
     import torch
@@ -399,17 +495,28 @@ def importance(
         return _result(scores, clean, objective, "gradient", None, n_texts, chosen_layers,
                        chosen_heads)  # fmt: skip
 
-    # The clean pass: the objective with nothing removed, the reference embeddings, the means.
+    # The clean pass: the objective with nothing removed, the reference embeddings, the means,
+    # and the first batch of texts' outputs of the layer blocks below the highest ablated layer.
     means_of = _HeadMeans(chosen_layers) if ablation == "mean" else None
     if objective.name == "embedding-cosine":
         scorer.reference = torch.cat([scorer.pooled(rows) for rows in text_batches])
+    blocks = _layer_blocks(loaded.model, info.n_layers) if reuse else None
+    below = max(chosen_layers)  # the lowest layer a batch can start at is at most this
+    lower = None
     clean = 0.0
     for rows in text_batches:
         also = []
         if means_of is not None:
             also = [means_of]
             means_of.mask = _mask(loaded, [scorer.items[i].encoded for i in rows])
-        clean += float(scorer.run(rows, also=also).sum())
+        recording = nullcontext()
+        if blocks is not None and lower is None:
+            lower = _LowerLayers(blocks, rows, scorer.width(rows))
+            recording = lower.recording(below)
+        with recording:
+            clean += float(scorer.run(rows, also=also).sum())
+    if lower is not None and lower.outputs is None:
+        lower = None  # the blocks return something else than their hidden states: no reuse
     # The embedding objective is 0 with nothing removed by definition (what is left is rounding).
     clean = 0.0 if objective.at_optimum else clean / scorer.total
     means = None
@@ -417,21 +524,35 @@ def importance(
         count = sum(len(t) for t in texts)
         means = {layer: total / count for layer, total in means_of.sums.items()}
 
-    # Ablated rows: (head, text) pairs, every head of a batch in rows of its own.
-    configs = [(layer, head) for layer in chosen_layers for head in chosen_heads]
-    rows = [(c, t) for c in range(len(configs)) for t in range(n_texts)]
+    # Ablated rows: (head, text) pairs, every head of a batch in rows of its own. A batch
+    # holds one batch of texts and one layer's heads, so that it can start at that layer.
+    configs = [(layer, head) for layer in sorted(chosen_layers) for head in chosen_heads]
     sums = np.zeros(len(configs))
-    batches = [rows[s : s + rows_per_batch] for s in range(0, len(rows), rows_per_batch)]
-    for done, batch in enumerate(batches, start=1):
-        drops: dict[int, Any] = {}
+    batches = []  # (the texts' batch, the layer, rows (config, text))
+    for texts_at, rows in enumerate(text_batches):
+        for layer in sorted(chosen_layers):
+            pairs = [(c, t) for c, (at, _) in enumerate(configs) if at == layer for t in rows]
+            size = -(-len(pairs) // -(-len(pairs) // rows_per_batch))  # as even as can be
+            batches += [(texts_at, layer, pairs[s : s + size])
+                        for s in range(0, len(pairs), size)]  # fmt: skip
+    for done, (texts_at, layer, batch) in enumerate(batches, start=1):
+        rows = text_batches[texts_at]
+        if lower is not None and lower.texts != rows:
+            # A later batch of texts (only where the texts fill more than one): the clean pass
+            # again, its lower outputs kept for this batch of texts alone (memory stays flat).
+            lower = _LowerLayers(blocks, rows, scorer.width(rows))
+            with lower.recording(below):
+                scorer.run(rows)
+        texts_of = [t for _, t in batch]
+        starting = nullcontext()
+        if lower is not None:
+            starting = lower.starting_at(layer, texts_of, scorer.width(texts_of))
+        drops = torch.zeros((len(batch), info.n_heads), dtype=torch.bool)
         for r, (c, _) in enumerate(batch):
-            layer, head = configs[c]
-            if layer not in drops:
-                drops[layer] = torch.zeros((len(batch), info.n_heads), dtype=torch.bool)
-            drops[layer][r, head] = True
-        edit = ablating(drops, info.n_heads, means)
-        values = scorer.run([t for _, t in batch], edit).cpu().numpy()  # (B,)
-        np.add.at(sums, [c for c, _ in batch], values)
+            drops[r, configs[c][1]] = True
+        with starting:
+            values = scorer.run(texts_of, ablating({layer: drops}, info.n_heads, means))  # (B,)
+        np.add.at(sums, [c for c, _ in batch], values.cpu().numpy())
         if on_progress:
             on_progress(done, len(batches))
     for c, (layer, head) in enumerate(configs):
