@@ -269,13 +269,12 @@ class _Scorer:
                 labels[r, : len(item.labels)] = torch.tensor(item.labels)
             logits = output.logits  # (B, W, V)
             labels = labels.to(logits.device)
-            scored = labels != -100  # (B, W)
-            # Only the scored positions' logits, as one contiguous (N, V) block.
+            # Every position's loss, 0 where label −100: picking the scored positions' logits
+            # first would copy them (a tenth of an ablation pass's time on SmolLM2's 49,152).
             loss = torch.nn.functional.cross_entropy(
-                logits[scored], labels[scored], reduction="none"
-            )  # (N,)
-            sums = torch.zeros(len(batch), dtype=torch.float64, device=logits.device)
-            return sums.index_add(0, scored.nonzero()[:, 0], loss.double())
+                logits.flatten(0, 1), labels.flatten(), reduction="none"
+            )  # (B·W,)
+            return loss.view(labels.shape).double().sum(dim=1)  # (B,)
         pooled = _pool(output.last_hidden_state, mask)  # (B, d_model)
         if self.reference is None:
             return torch.zeros(len(rows), dtype=torch.float64)
