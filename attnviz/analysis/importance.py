@@ -369,36 +369,22 @@ def _layer_blocks(model: Any, n_layers: int) -> list[Any] | None:
 
 
 class _LowerLayers:
-    """The clean outputs of the layer blocks below the ablated layers, for one batch of texts
-    (as run, on the model's device): an ablated copy of a text starts at its ablated layer."""
+    """A recorder for the clean pass over one batch of texts: the outputs of the layer blocks
+    below the highest ablated layer, so that an ablated copy of a text can start at its
+    ablated layer.
 
-    def __init__(self, blocks: list[Any], texts: Sequence[int], width: int) -> None:
-        self.blocks, self.texts, self.width = blocks, list(texts), width
-        self.outputs: list[Any] | None = None  # per layer below: (B, W, d_model)
+    Block l−1's output is block l's input, which is the residual stream that capture's
+    `residual` reads at layer l: every family's model hands each block's output to the next
+    block as it is (its blocks return their hidden states alone in transformers 5; the tests
+    check it for every family)."""
 
-    @contextmanager
-    def recording(self, below: int) -> Iterator[None]:
-        """Keep what blocks 0 … below−1 return while the clean pass over `self.texts` (padded
-        to `self.width`) runs; a block that returns anything but one (B, W, …) tensor (none in
-        transformers 5) leaves `outputs` None, and the ablated copies run every layer."""
-        import torch
+    def __init__(self, blocks: list[Any], texts: Sequence[int], below: int, device: Any) -> None:
+        self.blocks, self.texts, self.device = blocks, list(texts), device
+        self.wants = {layer: ("residual",) for layer in range(1, below + 1)}
+        self.outputs: dict[int, Any] = {}  # block -> its output (B, W, d_model)
 
-        held: dict[int, Any] = {}
-
-        def keep(layer: int):
-            return lambda module, args, output: held.__setitem__(layer, output)
-
-        handles = [block.register_forward_hook(keep(i)) for i, block in
-                   enumerate(self.blocks[:below])]  # fmt: skip
-        try:
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
-        outputs = [held.get(i) for i in range(below)]
-        shape = (len(self.texts), self.width)
-        if all(isinstance(o, torch.Tensor) and tuple(o.shape[:2]) == shape for o in outputs):
-            self.outputs = outputs
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        self.outputs[layer - 1] = tensors["residual"].to(self.device)
 
     @contextmanager
     def starting_at(self, layer: int, texts: Sequence[int], width: int) -> Iterator[None]:
@@ -407,9 +393,7 @@ class _LowerLayers:
         get the masks and position embeddings the model makes from the batch's ids."""
         import torch
 
-        assert self.outputs is not None
-        device = self.outputs[0].device if self.outputs else "cpu"
-        rows = torch.tensor([self.texts.index(t) for t in texts], device=device)
+        rows = torch.tensor([self.texts.index(t) for t in texts], device=self.device)
 
         def clean(output: Any) -> Any:
             def forward(*args: Any, **kwargs: Any) -> Any:
@@ -420,8 +404,8 @@ class _LowerLayers:
         stubbed = self.blocks[:layer]
         # A block's own `forward` in its __dict__ (accelerate's wrappers) is put back after.
         saved = [block.__dict__.get("forward") for block in stubbed]
-        for block, output in zip(stubbed, self.outputs):
-            block.forward = clean(output)
+        for i, block in enumerate(stubbed):
+            block.forward = clean(self.outputs[i])
         try:
             yield
         finally:
@@ -504,18 +488,14 @@ def importance(
     lower = None
     clean = 0.0
     for rows in text_batches:
-        also = []
+        also: list[Any] = []
         if means_of is not None:
-            also = [means_of]
+            also.append(means_of)
             means_of.mask = _mask(loaded, [scorer.items[i].encoded for i in rows])
-        recording = nullcontext()
         if blocks is not None and lower is None:
-            lower = _LowerLayers(blocks, rows, scorer.width(rows))
-            recording = lower.recording(below)
-        with recording:
-            clean += float(scorer.run(rows, also=also).sum())
-    if lower is not None and lower.outputs is None:
-        lower = None  # the blocks return something else than their hidden states: no reuse
+            lower = _LowerLayers(blocks, rows, below, loaded.device)
+            also.append(lower)
+        clean += float(scorer.run(rows, also=also).sum())
     # The embedding objective is 0 with nothing removed by definition (what is left is rounding).
     clean = 0.0 if objective.at_optimum else clean / scorer.total
     means = None
@@ -539,9 +519,8 @@ def importance(
         if lower is not None and lower.texts != rows:
             # A later batch of texts (only where the texts fill more than one): the clean pass
             # again, its lower outputs kept for this batch of texts alone (memory stays flat).
-            lower = _LowerLayers(blocks, rows, scorer.width(rows))
-            with lower.recording(below):
-                scorer.run(rows)
+            lower = _LowerLayers(blocks, rows, below, loaded.device)
+            scorer.run(rows, also=[lower])
         texts_of = [t for _, t in batch]
         starting = nullcontext()
         if lower is not None:
