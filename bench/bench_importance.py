@@ -4,15 +4,21 @@ Ten texts of 40 SmolLM2 tokens (the samples corpus, cut). Per round, side by sid
 process (the model loaded once, before the rounds), in an order rotated every round:
 
 - `ablation`: `analysis.importance.importance(..., "ablation")` over the heads of the chosen
-  layers (default 0, 15 and 29: 27 heads), ablated copies of the texts batched together;
+  layers, ablated copies of the texts batched together, each batch starting at its ablated
+  layer from the clean pass's outputs of the layers below (reuse);
+- `ablation, no reuse`: the same with `reuse=False`, every ablated copy through every layer;
 - `plain`: as many plain forward passes of the causal LM over the ten texts (one batch,
   logits computed, no hooks) as there are heads: what a loop that ablates one head per pass
   costs, without the ablation;
 - `gradient`: `importance(..., "gradient")` over every head, against one plain pass.
 
-Ablation costs the same per head in every layer (no pass reuses the clean pass's lower
-layers, see docs/performance.md), so the ratio over 27 heads is the ratio over all 270;
-`--all` times every head (about 4 min a side per round on 2 cores).
+With reuse a head of layer l costs layers l…29 and the LM head, so heads of low layers cost
+more than heads of high ones, about linearly in l, and a batch holds one layer's heads only
+(a layer's cost does not depend on which others are chosen). The default layers, 2, 7, 12,
+17, 22 and 27 (54 heads), are the middles of six equal spans of the 30: their mean layer is
+14.5, the mean of 0…29, so under that linear cost their time per head is all 270 heads'.
+`--all` times every head instead (5 times longer, about 9 min a round on 2 cores: fewer
+rounds, e.g. `--all --runs 3`).
 `--random-weights` builds a model of SmolLM2's shape with random weights and random token
 ids (no GGUF file needed: for a machine without it, e.g. a GPU box); `--device cuda` runs there.
 Run: .venv/bin/python bench/bench_importance.py [--runs 5] [--all] [--quick]
@@ -28,6 +34,7 @@ from _common import footer, header, parser, ratios, rounds, spread
 
 SAMPLES = Path(__file__).parent.parent / "attnviz" / "data" / "sentences.txt"
 N_TEXTS, N_TOKENS = 10, 40
+SPREAD = [2, 7, 12, 17, 22, 27]  # the middles of six equal spans of SmolLM2's 30 layers
 # SmolLM2-135M's shape (its config.json), for --random-weights.
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
@@ -86,7 +93,7 @@ def main() -> None:
     from attnviz.analysis.importance import importance
     from attnviz.core.tokens import pad
 
-    layers = None if args.all else [0, 15, 29]
+    layers = None if args.all else SPREAD
     if args.quick:
         args.runs, layers = 2, [15]
     header("Head importance: ablation and gradient against plain forward passes", args)
@@ -108,15 +115,16 @@ def main() -> None:
         sync()
         return time.perf_counter() - start
 
-    def timed(method: str, chosen) -> float:
+    def timed(method: str, chosen, reuse: bool = True) -> float:
         sync()
         start = time.perf_counter()
-        importance(loaded, texts, method, layers=chosen)
+        importance(loaded, texts, method, layers=chosen, reuse=reuse)
         sync()
         return time.perf_counter() - start
 
     sides = {
         "ablation": lambda: timed("ablation", layers),
+        "ablation, no reuse": lambda: timed("ablation", layers, reuse=False),
         "plain": lambda: plain(n_heads),
         "gradient": lambda: timed("gradient", None),
         "one pass": lambda: plain(1),
@@ -127,8 +135,9 @@ def main() -> None:
     for order in rounds(args.runs, list(sides)):
         for name in order:
             seconds[name].append(sides[name]())
+    chosen = "all layers" if layers is None else "layers " + ", ".join(map(str, layers))
     print(f"SmolLM2{' (random weights)' if args.random_weights else ''} on {args.device}, "
-          f"{N_TEXTS} texts × {N_TOKENS} tokens, {n_heads} heads ablated per round; "
+          f"{N_TEXTS} texts × {N_TOKENS} tokens, {n_heads} heads ({chosen}) ablated per round; "
           "min / **median** / max over the rounds\n")  # fmt: skip
     print("| ratio (same round) | min / median / max | target |")
     print("|---|---|---|")
@@ -137,13 +146,21 @@ def main() -> None:
         f"{spread(ratios(seconds['ablation'], seconds['plain']), bold=True)} | ≤ 0.5 |"
     )
     print(
+        f"| ablation, no reuse ÷ {n_heads} plain passes | "
+        f"{spread(ratios(seconds['ablation, no reuse'], seconds['plain']))} | |"
+    )
+    print(
+        "| ablation ÷ ablation, no reuse | "
+        f"{spread(ratios(seconds['ablation'], seconds['ablation, no reuse']))} | |"
+    )
+    print(
         f"| gradient, all heads ÷ one plain pass | "
         f"{spread(ratios(seconds['gradient'], seconds['one pass']), bold=True)} | ≤ 3 |"
     )
     print("\n| side | seconds, min / median / max | per head |")
     print("|---|---|---|")
     for name, values in seconds.items():
-        each = statistics.median(values) / n_heads if name in ("ablation", "plain") else None
+        each = statistics.median(values) / n_heads if name.startswith(("abl", "plain")) else None
         per_head = f"{each:.3f} s" if each is not None else ""
         print(f"| {name} | {spread(values, 3)} | {per_head} |")
     footer()

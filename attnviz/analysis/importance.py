@@ -6,7 +6,10 @@ replace that input as the model runs.
 
 - *Ablation*: head h's slice is set to 0 at every position (`zero`), or to its mean over the
   texts' tokens (`mean`); the score is how much the objective rises. Every ablated copy of the
-  texts is a batch row of its own, so one forward pass ablates many heads.
+  texts is a batch row of its own, so one forward pass ablates many heads. Removing a head of
+  layer l changes nothing below l: a batch ablates heads of one layer only and starts there,
+  its layer blocks below l returning the clean pass's outputs (`_LowerLayers`) instead of
+  running. Where layers share one block (ALBERT), every layer runs, as without reuse.
 - *Gradient*: a gate ξ_h = 1 multiplies each head's slice; the score is |∂L/∂ξ_h|, from one
   backward pass per batch of texts, of the same corpus objective L (so that −∂L/∂ξ_h is the
   first-order estimate of what zero ablation changes). No weight changes.
@@ -19,7 +22,8 @@ more important; heads not measured are NaN.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -265,13 +269,12 @@ class _Scorer:
                 labels[r, : len(item.labels)] = torch.tensor(item.labels)
             logits = output.logits  # (B, W, V)
             labels = labels.to(logits.device)
-            scored = labels != -100  # (B, W)
-            # Only the scored positions' logits, as one contiguous (N, V) block.
+            # Every position's loss, 0 where label −100: picking the scored positions' logits
+            # first would copy them (a tenth of an ablation pass's time on SmolLM2's 49,152).
             loss = torch.nn.functional.cross_entropy(
-                logits[scored], labels[scored], reduction="none"
-            )  # (N,)
-            sums = torch.zeros(len(batch), dtype=torch.float64, device=logits.device)
-            return sums.index_add(0, scored.nonzero()[:, 0], loss.double())
+                logits.flatten(0, 1), labels.flatten(), reduction="none"
+            )  # (B·W,)
+            return loss.view(labels.shape).double().sum(dim=1)  # (B,)
         pooled = _pool(output.last_hidden_state, mask)  # (B, d_model)
         if self.reference is None:
             return torch.zeros(len(rows), dtype=torch.float64)
@@ -286,6 +289,10 @@ class _Scorer:
         inputs = pad(self.loaded, [self.items[i].encoded for i in rows])
         output = capture.run(self.loaded, inputs, [])
         return _pool(output.last_hidden_state, inputs["attention_mask"]).cpu()
+
+    def width(self, rows: Sequence[int]) -> int:
+        """The padded width of a batch of `rows`: its longest text's length."""
+        return max(len(self.items[i].encoded) for i in rows)
 
     def text_batches(self, batch_size: int) -> list[list[int]]:
         n = len(self.items)
@@ -340,6 +347,75 @@ def ablating(drops: dict[int, Any], n_heads: int, means: dict[int, Any] | None =
     return edit
 
 
+def _layer_blocks(model: Any, n_layers: int) -> list[Any] | None:
+    """Each layer's block (the module the model calls once per layer, holding that layer's
+    attention), from the model's list of `n_layers` blocks; None where layers share a block
+    (ALBERT) or no such list is found."""
+    from torch import nn
+
+    from attnviz.core import adapters
+
+    attentions = [adapters.layer_modules(model, layer).attention for layer in range(n_layers)]
+    if len({id(a) for a in attentions}) < n_layers:
+        return None
+    for module in model.modules():
+        if (
+            isinstance(module, nn.ModuleList)
+            and len(module) == n_layers
+            and all(a in set(block.modules()) for block, a in zip(module, attentions))
+        ):
+            return list(module)
+    return None
+
+
+class _LowerLayers:
+    """A recorder for the clean pass over one batch of texts: the outputs of the layer blocks
+    below the highest ablated layer, so that an ablated copy of a text can start at its
+    ablated layer.
+
+    Block l−1's output is block l's input, which is the residual stream that capture's
+    `residual` reads at layer l: every family's model hands each block's output to the next
+    block as it is (its blocks return their hidden states alone in transformers 5; the tests
+    check it for every family)."""
+
+    def __init__(self, blocks: list[Any], texts: Sequence[int], below: int, device: Any) -> None:
+        self.blocks, self.texts, self.device = blocks, list(texts), device
+        self.wants = {layer: ("residual",) for layer in range(1, below + 1)}
+        self.outputs: dict[int, Any] = {}  # block -> its output (B, W, d_model)
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        self.outputs[layer - 1] = tensors["residual"].to(self.device)
+
+    @contextmanager
+    def starting_at(self, layer: int, texts: Sequence[int], width: int) -> Iterator[None]:
+        """Blocks 0 … layer−1 skip their work while a batch of rows reading `texts` (padded to
+        `width`) runs: each returns its clean output for those texts. The layers that run still
+        get the masks and position embeddings the model makes from the batch's ids."""
+        import torch
+
+        rows = torch.tensor([self.texts.index(t) for t in texts], device=self.device)
+
+        def clean(output: Any) -> Any:
+            def forward(*args: Any, **kwargs: Any) -> Any:
+                return output.index_select(0, rows)[:, :width].contiguous()  # (B, width, …)
+
+            return forward
+
+        stubbed = self.blocks[:layer]
+        # A block's own `forward` in its __dict__ (accelerate's wrappers) is put back after.
+        saved = [block.__dict__.get("forward") for block in stubbed]
+        for i, block in enumerate(stubbed):
+            block.forward = clean(self.outputs[i])
+        try:
+            yield
+        finally:
+            for block, forward in zip(stubbed, saved):
+                if forward is None:
+                    del block.forward
+                else:
+                    block.forward = forward
+
+
 def importance(
     loaded: LoadedModel,
     texts: Sequence[Encoded],
@@ -349,12 +425,15 @@ def importance(
     heads: list[int] | None = None,
     batch_size: int | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    reuse: bool = True,
 ) -> Importance:
     """Each chosen head's importance (default: every head) to the model's objective over
     `texts`, by `method` ("ablation" or "gradient").
 
     `batch_size` is rows per forward pass (default: as many as fit TOKEN_BUDGET padded
-    tokens); `on_progress(done, total)` is called after each batch.
+    tokens); `on_progress(done, total)` is called after each batch. `reuse=False` runs every
+    layer of every ablated copy instead of starting it at its ablated layer (the same scores,
+    to rounding: for tests and benchmarks).
     """
     import numpy as np
     import torch
@@ -399,16 +478,23 @@ def importance(
         return _result(scores, clean, objective, "gradient", None, n_texts, chosen_layers,
                        chosen_heads)  # fmt: skip
 
-    # The clean pass: the objective with nothing removed, the reference embeddings, the means.
+    # The clean pass: the objective with nothing removed, the reference embeddings, the means,
+    # and the first batch of texts' outputs of the layer blocks below the highest ablated layer.
     means_of = _HeadMeans(chosen_layers) if ablation == "mean" else None
     if objective.name == "embedding-cosine":
         scorer.reference = torch.cat([scorer.pooled(rows) for rows in text_batches])
+    blocks = _layer_blocks(loaded.model, info.n_layers) if reuse else None
+    below = max(chosen_layers)  # the lowest layer a batch can start at is at most this
+    lower = None
     clean = 0.0
     for rows in text_batches:
-        also = []
+        also: list[Any] = []
         if means_of is not None:
-            also = [means_of]
+            also.append(means_of)
             means_of.mask = _mask(loaded, [scorer.items[i].encoded for i in rows])
+        if blocks is not None and lower is None:
+            lower = _LowerLayers(blocks, rows, below, loaded.device)
+            also.append(lower)
         clean += float(scorer.run(rows, also=also).sum())
     # The embedding objective is 0 with nothing removed by definition (what is left is rounding).
     clean = 0.0 if objective.at_optimum else clean / scorer.total
@@ -417,21 +503,34 @@ def importance(
         count = sum(len(t) for t in texts)
         means = {layer: total / count for layer, total in means_of.sums.items()}
 
-    # Ablated rows: (head, text) pairs, every head of a batch in rows of its own.
-    configs = [(layer, head) for layer in chosen_layers for head in chosen_heads]
-    rows = [(c, t) for c in range(len(configs)) for t in range(n_texts)]
+    # Ablated rows: (head, text) pairs, every head of a batch in rows of its own. A batch
+    # holds one batch of texts and one layer's heads, so that it can start at that layer.
+    configs = [(layer, head) for layer in sorted(chosen_layers) for head in chosen_heads]
     sums = np.zeros(len(configs))
-    batches = [rows[s : s + rows_per_batch] for s in range(0, len(rows), rows_per_batch)]
-    for done, batch in enumerate(batches, start=1):
-        drops: dict[int, Any] = {}
+    batches = []  # (the texts' batch, the layer, rows (config, text))
+    for texts_at, rows in enumerate(text_batches):
+        for layer in sorted(chosen_layers):
+            pairs = [(c, t) for c, (at, _) in enumerate(configs) if at == layer for t in rows]
+            size = -(-len(pairs) // -(-len(pairs) // rows_per_batch))  # as even as can be
+            batches += [(texts_at, layer, pairs[s : s + size])
+                        for s in range(0, len(pairs), size)]  # fmt: skip
+    for done, (texts_at, layer, batch) in enumerate(batches, start=1):
+        rows = text_batches[texts_at]
+        if lower is not None and lower.texts != rows:
+            # A later batch of texts (only where the texts fill more than one): the clean pass
+            # again, its lower outputs kept for this batch of texts alone (memory stays flat).
+            lower = _LowerLayers(blocks, rows, below, loaded.device)
+            scorer.run(rows, also=[lower])
+        texts_of = [t for _, t in batch]
+        starting = nullcontext()
+        if lower is not None:
+            starting = lower.starting_at(layer, texts_of, scorer.width(texts_of))
+        drops = torch.zeros((len(batch), info.n_heads), dtype=torch.bool)
         for r, (c, _) in enumerate(batch):
-            layer, head = configs[c]
-            if layer not in drops:
-                drops[layer] = torch.zeros((len(batch), info.n_heads), dtype=torch.bool)
-            drops[layer][r, head] = True
-        edit = ablating(drops, info.n_heads, means)
-        values = scorer.run([t for _, t in batch], edit).cpu().numpy()  # (B,)
-        np.add.at(sums, [c for c, _ in batch], values)
+            drops[r, configs[c][1]] = True
+        with starting:
+            values = scorer.run(texts_of, ablating({layer: drops}, info.n_heads, means))  # (B,)
+        np.add.at(sums, [c for c, _ in batch], values.cpu().numpy())
         if on_progress:
             on_progress(done, len(batches))
     for c, (layer, head) in enumerate(configs):
