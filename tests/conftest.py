@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from contextlib import contextmanager
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -219,6 +220,27 @@ def loaded_tiny(tiny_model_dirs):
     from attnviz.core.models import load_model
 
     return {arch: load_model(str(path), "cpu") for arch, path in tiny_model_dirs.items()}
+
+
+@pytest.fixture(scope="session")
+def eager_tiny(tiny_model_dirs):
+    """The tiny models again, running eager attention: what transformers' own
+    `output_attentions` needs, the reference attnviz's recomputed probabilities are held to."""
+    from attnviz.core.models import load_model
+
+    return {arch: load_model(str(path), "cpu", "eager") for arch, path in tiny_model_dirs.items()}
+
+
+@contextmanager
+def eager(model):
+    """`model` running eager attention for the duration, for a reference from transformers'
+    own `output_attentions` (SDPA keeps no probabilities); its own attention after."""
+    before = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(before)
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from attnviz.analysis.linguistics import LinguisticSums
 from attnviz.analysis.metrics import METRICS, MetricSums, sentence_sums
 from attnviz.analysis.transforms import hide_special
 from attnviz.core.treebank import Mention, Treebank, TreebankSentence
-from tests.conftest import synthetic_attention
+from tests.conftest import eager, synthetic_attention
 
 
 @pytest.mark.parametrize(
@@ -160,7 +160,7 @@ def test_probe_losses_and_scores_are_the_models_own_on_each_repeat(loaded_tiny, 
         first_repeat, second_repeat = [1, 2, 3, 4, 5], [6, 7, 8, 9, 10]
     assert ids.shape == (3, second_repeat[-1] + 1)
     assert torch.equal(ids[:, first_repeat], ids[:, second_repeat])
-    with torch.no_grad():
+    with torch.no_grad(), eager(loaded.model):
         out = loaded.model(input_ids=ids, output_attentions=True)
     logits = out.logits.double()  # (S, T, V)
 

@@ -18,7 +18,7 @@ from attnviz.core.attention import Encoded
 from attnviz.core.mha import LayerWeights, multi_head_attention
 from attnviz.core.tokens import pad
 from attnviz.pipelines.check import check_layers
-from tests.conftest import ARCHITECTURES
+from tests.conftest import ARCHITECTURES, eager
 
 runner = CliRunner()
 
@@ -100,7 +100,8 @@ def _layer_run(loaded, layer, weights):
     seen = {}
     kinds = ("input", "probs", "output")
     recorder = capture.Each([layer], kinds, seen.__setitem__)
-    out = capture.run(loaded, {**inputs, "output_attentions": True}, [recorder])
+    with eager(loaded.model):  # check holds the model's own probabilities
+        out = capture.run(loaded, {**inputs, "output_attentions": True}, [recorder])
     mask = inputs["attention_mask"]
     ours = multi_head_attention(seen[layer]["input"], weights, mask, loaded.info.causal)
     torch.testing.assert_close(seen[layer]["probs"], out.attentions[layer])  # the hook's = HF's

@@ -15,6 +15,7 @@ from seq2seq_models import SEQ2SEQ
 from attnviz.core.extract import attend_stacks
 from attnviz.core.seq2seq import encode_source_target, pad_pairs
 from attnviz.errors import InputError, TextTooLongError
+from tests.conftest import eager
 
 STACKS = ("encoder", "decoder", "cross")
 SOURCE, TARGET = "The cat sat on the mat.", "Die Katze saß auf der Matte."
@@ -22,7 +23,7 @@ SOURCE, TARGET = "The cat sat on the mat.", "Die Katze saß auf der Matte."
 
 def _reference(loaded, item) -> dict[str, np.ndarray]:
     """transformers' own attentions of one source and target, (L, H, T, S) per stack."""
-    with torch.no_grad():
+    with torch.no_grad(), eager(loaded.model):
         out = loaded.model(**pad_pairs(loaded, [item]), output_attentions=True)
     found = zip(STACKS, (out.encoder_attentions, out.decoder_attentions, out.cross_attentions))
     return {stack: torch.stack(layers)[:, 0].numpy() for stack, layers in found}
@@ -238,7 +239,7 @@ def test_norm_of_cross_attention_equals_a_loop_over_heads_and_source_tokens(load
     values = stack_values(loaded, "norm")
     found = attend_stacks(loaded, items, ("cross", "encoder"), values=values)
     for item, stacks in zip(items, found):
-        with torch.no_grad():
+        with torch.no_grad(), eager(loaded.model):
             out = loaded.model(**pad_pairs(loaded, [item]), output_attentions=True)
         x = out.encoder_last_hidden_state[0].double()  # (S, d_model)
         cross = stacks["cross"]

@@ -18,6 +18,15 @@ An encoder-decoder model (T5, BART) has three stacks of attention layers, "encod
 "decoder" and "cross" (`adapters.STACKS`); a recorder's `stack` says which one its layers
 are in (every other model has one stack, None).
 
+    rows    blocks of `probs`' query rows, for callers that keep running sums and never
+            hold a layer's whole matrix: such a recorder's `receive_rows(layer, start, rows)`
+            gets rows start … start+b−1 of every head, (B, H, b, S), block after block
+
+The model runs its own attention implementation. With eager attention `probs` is read from
+the attention module; with any other (SDPA, the default) the module keeps none, and
+`probs` and `rows` are recomputed from the layer's captured X by `core.recompute`, a block
+of `block_rows` query rows at a time.
+
 A caller is a `Recorder`: the layers and kinds it wants, and a `receive(layer, tensors)`
 called once that layer has produced all of them. Tensors are moved to the CPU as they come
 and dropped once every recorder that wanted them has had them, so a long text's layers are
@@ -39,9 +48,10 @@ from typing import Any, Protocol
 
 from attnviz.core import adapters
 from attnviz.core.adapters.base import LayerModules
-from attnviz.errors import UnsupportedModelError
+from attnviz.errors import InputError, UnsupportedModelError
 
 KINDS = ("input", "probs", "output", "residual", "heads", "source")
+ROWS = "rows"  # blocks of probability rows, for a recorder with `receive_rows` (see above)
 
 # What an edit is: (layer, W_O input (B, T, H·d_head)) -> the tensor W_O reads instead.
 Edit = Callable[[int, Any], Any]
@@ -77,15 +87,19 @@ def run(
     lm_head: bool = False,
     edit: Edit | None = None,
     gradients: bool = False,
+    block_rows: int | None = None,
 ) -> Any:
     """Run `loaded`'s model once over `inputs` (padded ids and mask, see `tokens.pad`), feeding
     every recorder, and return the model's output.
 
     Without `lm_head` only the base model runs (no logits over the vocabulary); with it, the
     whole model, for callers that need the loss. `edit` replaces each layer's W_O input as
-    the model runs; `gradients` runs with autograd on (for gates inside `edit`).
+    the model runs; `gradients` runs with autograd on (for gates inside `edit`); `block_rows`
+    is how many query rows each block of recomputed probabilities holds.
     """
     import torch
+
+    from attnviz.core.recompute import BLOCK_ROWS
 
     model = loaded.model
     stacks = adapters.stacks_of(model)
@@ -97,30 +111,109 @@ def run(
                 "encoder-decoder model (docs/seq2seq.md says what works on it)"
             )
         for layer, kinds in recorder.wants.items():
-            unknown = set(kinds) - set(KINDS)
+            unknown = set(kinds) - {*KINDS, ROWS}
             if unknown:
                 raise ValueError(f"unknown capture kinds {sorted(unknown)}; known: {KINDS}")
             wanted.setdefault((_stack(recorder), layer), set()).update(kinds)
+    probabilities = _Probabilities(loaded, inputs, BLOCK_ROWS if block_rows is None else block_rows)
+    hooked = {site: probabilities.needs(site, kinds) for site, kinds in wanted.items()}
     seen: dict[Site, dict[str, Any]] = {}
 
     def arrive(kind: str, site: Site, tensor: Any) -> None:
         got = seen.setdefault(site, {})
         got[kind] = tensor.detach().cpu()
-        if got.keys() < wanted[site]:
+        if got.keys() < hooked[site]:
             return
         stack, layer = site
-        for recorder in recorders:
-            kinds = recorder.wants.get(layer) if _stack(recorder) == stack else None
-            if kinds:
-                recorder.receive(layer, {kind: got[kind] for kind in kinds})
+        mine = [r for r in recorders if _stack(r) == stack and r.wants.get(layer)]
+        if wanted[site] & {"probs", "rows"}:
+            probabilities.hand_out(site, got, wanted[site], mine)
+        for recorder in mine:
+            given = {kind: got[kind] for kind in recorder.wants[layer] if kind != "rows"}
+            recorder.receive(layer, given)
         del seen[site]  # every recorder has had this layer's tensors
 
     mode = torch.enable_grad() if gradients else torch.inference_mode()
-    with _hooked(model, wanted, arrive, edit), mode:
+    with _hooked(model, hooked, arrive, edit), mode:
         return (model if lm_head else model.base_model)(**inputs)
 
 
 Site = tuple  # (stack, layer): a layer of one attention stack (stack None: the only one)
+
+
+def recomputes(model: Any) -> bool:
+    """Whether `model` runs an attention that keeps no probabilities (SDPA, flash), so that
+    capture recomputes them from each layer's X."""
+    return getattr(model.config, "_attn_implementation", "eager") != "eager"
+
+
+class _Probabilities:
+    """Where a run's `probs` and `rows` come from: the attention module's output (eager), or
+    each layer's X, recomputed in blocks of rows (`core.recompute`)."""
+
+    def __init__(self, loaded: Any, inputs: dict[str, Any], block_rows: int) -> None:
+        if block_rows < 1:
+            raise InputError(f"--block-rows must be at least 1, not {block_rows}")
+        self.loaded, self.block_rows = loaded, block_rows
+        self.recompute = recomputes(loaded.model)
+        source = inputs.get("attention_mask")
+        target = inputs.get("decoder_attention_mask")
+        self.key_masks = {None: source, "encoder": source, "cross": source, "decoder": target}
+
+    def needs(self, site: Site, kinds: set[str]) -> set[str]:
+        """The kinds to hook at `site` for `kinds`: probabilities become the layer's X (and
+        cross-attention's source) when they are recomputed; `rows` are cut from `probs`."""
+        needed = set(kinds) - {"rows"}
+        if kinds & {"probs", "rows"}:
+            needed.add("probs")
+            if self.recompute:
+                needed.discard("probs")
+                needed.add("input")
+                if site[0] == "cross":
+                    needed.add("source")
+        return needed
+
+    def hand_out(self, site: Site, got: dict[str, Any], kinds: set[str], mine: list) -> None:
+        """Give each `rows` recorder of `site` its blocks, and put the whole matrix in
+        got["probs"] where a recorder wants it and it was recomputed."""
+        import torch
+
+        from attnviz.core import recompute
+
+        layer = site[1]
+        takers = [r for r in mine if "rows" in r.wants[layer]]
+        if not self.recompute:
+            whole = got["probs"]  # (B, H, T, S), from the attention module
+            found = (
+                (start, whole[:, :, start : start + self.block_rows])
+                for start in range(0, whole.shape[2], self.block_rows)
+            )
+            keep = None
+        else:
+            projected = self._project(site, got)
+            found = recompute.blocks(projected, self.block_rows)
+            keep = torch.empty(projected.shape) if "probs" in kinds else None
+        for start, rows in found if takers or keep is not None else ():
+            for recorder in takers:
+                recorder.receive_rows(layer, start, rows)  # (B, H, b, S)
+            if keep is not None:
+                keep[:, :, start : start + rows.shape[2]] = rows
+        if keep is not None:
+            got["probs"] = keep
+
+    def _project(self, site: Site, got: dict[str, Any]) -> Any:
+        from attnviz.core import adapters, recompute
+
+        stack, layer = site
+        mask = self.key_masks[stack]
+        weights = adapters.layer_weights(self.loaded.model, layer, stack).to_cpu()
+        return recompute.project(
+            got["input"],
+            weights,
+            mask.cpu() if mask is not None else None,
+            self.loaded.info.of_stack(stack).causal,
+            got.get("source") if stack == "cross" else None,
+        )
 
 
 def _stack(recorder: Recorder) -> str | None:

@@ -200,11 +200,15 @@ def relative_bucket(
     return upper + torch.where(r < exact, r, far)
 
 
-def relative_bias(relative: RelativeBias, n_queries: int, n_keys: int) -> torch.Tensor:
-    """B_h[i, j] = table[bucket(j − i), h] for every head h: (H, T, S)."""
+def relative_bias(
+    relative: RelativeBias, n_queries: int, n_keys: int, start: int = 0
+) -> torch.Tensor:
+    """B_h[i, j] = table[bucket(j − i), h] for every head h: (H, T, S); the queries are
+    positions start … start + n_queries − 1."""
     import torch
 
-    distance = torch.arange(n_keys)[None, :] - torch.arange(n_queries)[:, None]  # (T, S): j − i
+    queries = torch.arange(start, start + n_queries)
+    distance = torch.arange(n_keys)[None, :] - queries[:, None]  # (T, S): j − i
     n_buckets = relative.table.shape[0]
     buckets = relative_bucket(distance, relative.bidirectional, n_buckets, relative.max_distance)
     return relative.table[buckets].permute(2, 0, 1)  # (T, S, H) → (H, T, S)
@@ -253,16 +257,19 @@ def visible_keys(
     causal: bool = False,
     window: int | None = None,
     n_keys: int | None = None,
+    start: int = 0,
 ) -> torch.Tensor:
     """Which keys each query may see, (B, T_query, T_key): not padding, not later keys when
     causal, and only the last `window` keys (the query's own included) with a sliding window.
-    `n_keys` is T_key where the keys are not the queries (cross-attention's source)."""
+    `n_keys` is T_key where the keys are not the queries (cross-attention's source); the
+    queries are positions start … start + length − 1 (a block of rows)."""
     import torch
 
     allowed = torch.ones(batch, length, n_keys or length, dtype=torch.bool)
     if key_mask is not None:
         allowed &= key_mask.bool()[:, None, :]
-    query, key = torch.arange(length)[:, None], torch.arange(n_keys or length)[None, :]
+    query = torch.arange(start, start + length)[:, None]
+    key = torch.arange(n_keys or length)[None, :]
     if causal:
         allowed &= key <= query
     if window is not None:

@@ -179,7 +179,7 @@ def too_long(n_tokens: int, limit: int) -> TextTooLongError:
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model in eval mode with eager attention, its fast tokenizer and its facts."""
+    """A model in eval mode, its fast tokenizer and its facts."""
 
     model: Any
     tokenizer: Any
@@ -328,8 +328,16 @@ def describe(name: str | None = None) -> ModelSpec | None:
     )
 
 
-def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
-    """Load a model and its tokenizer for attention extraction (eval mode, eager attention)."""
+def load_model(
+    name: str | None = None, device: str = "auto", attention: str = "sdpa"
+) -> LoadedModel:
+    """Load a model and its tokenizer for attention extraction (eval mode).
+
+    `attention` is the implementation the model runs: "sdpa" (its fast attention, which
+    keeps no probabilities: capture recomputes them from each layer's X) or "eager" (the
+    probabilities are read from the model). A model without SDPA (Gemma2), or whose
+    attention attnviz cannot recompute (`adapters.layer_weights` refuses it), runs eager.
+    """
     from transformers import (
         AutoConfig,
         AutoModel,
@@ -368,13 +376,17 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
             loader = AutoModelForSeq2SeqLM
         elif loader is AutoModel and _has_mlm_head(config):
             loader = AutoModelForMaskedLM
-        model = _from_pretrained(loader, source, attn_implementation="eager")
+        # transformers' default is SDPA where the architecture has it (Gemma2 has not: eager)
+        implementation = None if attention == "sdpa" else attention
+        model = _from_pretrained(loader, source, attn_implementation=implementation)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"could not load model '{label}': {str(exc).splitlines()[0]}") from exc
     # Marian's tokenizer is SentencePiece only (no offsets): `tokens` reads it without them.
     if not getattr(tokenizer, "is_fast", False) and model_type not in SEQ2SEQ_TYPES:
         raise UnsupportedModelError(f"model '{label}' has no fast tokenizer (tokenizer.json)")
     model.eval().to(torch_device)
+    if attention != "eager" and not _recomputable(model):
+        model.set_attn_implementation("eager")
 
     n_heads = config.num_attention_heads
     d_model = config.hidden_size
@@ -397,6 +409,17 @@ def load_model(name: str | None = None, device: str = "auto") -> LoadedModel:
         max_target_tokens=_max_tokens(config, tokenizer) if stacks else None,
     )
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=torch_device)
+
+
+def _recomputable(model: Any) -> bool:
+    """Whether attnviz's recompute reads this model's attention (every stack's first layer
+    stands for its stack: the adapters refuse per family and configuration)."""
+    try:
+        for stack in adapters.stacks_of(model):
+            adapters.layer_weights(model, 0, stack)
+    except UnsupportedModelError:
+        return False
+    return True
 
 
 def _has_mlm_head(config: Any) -> bool:
@@ -431,8 +454,10 @@ class Model:
     safe to call from several threads (a server's requests share one loaded model).
     """
 
-    def __init__(self, name: str | None = None, device: str = "auto") -> None:
-        self.name, self.device = name, device
+    def __init__(
+        self, name: str | None = None, device: str = "auto", attention: str = "sdpa"
+    ) -> None:
+        self.name, self.device, self.attention = name, device, attention
         self._loaded: LoadedModel | None = None
         self._lock = threading.Lock()
 
@@ -477,19 +502,19 @@ class Model:
             spec.check_length(text, truncate)
 
     def load(self) -> LoadedModel:
-        """The loaded model (eval mode, eager attention), loading it the first time."""
+        """The loaded model (eval mode), loading it the first time."""
         with self._lock:
             if self._loaded is None:
-                self._loaded = load_model(self.name, self.device)
+                self._loaded = load_model(self.name, self.device, self.attention)
             return self._loaded
 
 
-_MODELS: dict[tuple[str | None, str], Model] = {}
+_MODELS: dict[tuple[str | None, str, str], Model] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def model(name: str | None = None, device: str = "auto") -> Model:
-    """The process's one `Model` for (name, device): a loop over sentences, or a notebook
-    calling the API again and again, loads the model once."""
+def model(name: str | None = None, device: str = "auto", attention: str = "sdpa") -> Model:
+    """The process's one `Model` for (name, device, attention): a loop over sentences, or a
+    notebook calling the API again and again, loads the model once."""
     with _MODELS_LOCK:
-        return _MODELS.setdefault((name, device), Model(name, device))
+        return _MODELS.setdefault((name, device, attention), Model(name, device, attention))

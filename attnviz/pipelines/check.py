@@ -109,6 +109,7 @@ def check(
     default without `target`), and checks each of `stacks` (names from `adapters.STACKS`, or
     "all", the default); these options refuse a model with one stack.
     """
+    from attnviz.core import models
     from attnviz.core.attention import require_text
     from attnviz.core.models import describe
 
@@ -118,7 +119,8 @@ def check(
         _plan(spec, layers, stacks, target, generate)
         spec.check_length(text, truncate)
 
-    loaded = model.load()
+    # check compares with the model's own probabilities, which only eager attention keeps
+    loaded = models.model(model.name, model.device, "eager").load()
     plan = _plan(loaded.info, layers, stacks, target, generate)
     if not loaded.info.seq2seq:
         from attnviz.core.tokens import encode

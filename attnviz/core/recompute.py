@@ -1,0 +1,117 @@
+"""Attention probabilities recomputed from a layer's captured input X, in blocks of query rows.
+
+The model runs its fast attention (SDPA), which keeps no probabilities. For each layer a
+caller wants, `capture` hands X (and, in cross-attention, the encoder's states) here, and
+the probabilities come back a block of query rows at a time (FlashAttention's tiling,
+kvpress's `compute_window_attention`): the full (B, H, T, S) matrix of a layer exists only
+if a caller asks for it, and L × H × T × T never does.
+
+The formulas are those of `attnviz.core.mha` (which `check` proves against the model's own
+eager attention, layer by layer), computed for all heads at once and in float32 rather than
+one head at a time in float64: Q and K per head (biases, Qwen3's per-head RMSNorm, RoPE at
+positions 0 … T−1), grouped-query sharing, the model's score scale, Gemma2's soft cap, T5's
+relative bias, the causal, padding and sliding-window masks, softmax over keys. Half
+precision inputs are upcast to float32 before Q and K are formed, so their product and the
+softmax are float32 whatever the model runs in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from attnviz.core.mha import relative_bias, rms_norm, rope_angles, rotate, visible_keys
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnviz.core.mha import LayerWeights
+
+# Rows per block: 256 rows of 9 heads over 8,192 keys are 75 MB of float32.
+BLOCK_ROWS = 256
+
+
+@dataclass(frozen=True, eq=False)
+class Projected:
+    """One layer's queries and keys, every head, ready for blocks of rows."""
+
+    q: torch.Tensor  # (B, H_kv, G, T, d_k): query head h = g·G + j sits at [:, g, j]
+    k: torch.Tensor  # (B, H_kv, 1, S, d_k)
+    weights: LayerWeights
+    key_mask: torch.Tensor | None  # (B, S) 1 for real keys
+    causal: bool
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(B, H, T, S): the shape of the layer's whole probability matrix."""
+        batch, kv_heads, groups, length, _ = self.q.shape
+        return batch, kv_heads * groups, length, self.k.shape[3]
+
+
+def project(
+    x: torch.Tensor,
+    weights: LayerWeights,
+    key_mask: torch.Tensor | None = None,
+    causal: bool = False,
+    source: torch.Tensor | None = None,
+) -> Projected:
+    """Q_h and K_h of every head from X (B, T, d_model), in float32; keys from `source`
+    (B, S, d_model) where they are not made of X (cross-attention)."""
+    import torch
+
+    w = weights
+    x = x.float()
+    kv_input = x if source is None else source.float()
+    batch, length, _ = x.shape
+    d_k, kv_heads = w.d_k, w.kv_heads
+    groups = w.n_heads // kv_heads
+    q = x @ w.w_q.float() + w.b_q.float()  # (B, T, H·d_k)
+    k = kv_input @ w.w_k.float() + w.b_k.float()  # (B, S, H_kv·d_k)
+    q = q.view(batch, length, w.n_heads, d_k).transpose(1, 2)  # (B, H, T, d_k)
+    k = k.view(batch, -1, kv_heads, d_k).transpose(1, 2)  # (B, H_kv, S, d_k)
+    if w.q_norm is not None:  # Qwen3: RMSNorm over each head's d_k dims, before RoPE
+        q = rms_norm(q, w.q_norm.float(), w.norm_eps)
+        k = rms_norm(k, w.k_norm.float(), w.norm_eps)
+    if w.rope is not None:  # RoPE: turn Q_h and K_h by their positions' angles
+        cos, sin = (angle.float() for angle in rope_angles(w.rope, max(length, k.shape[2])))
+        q = rotate(q, cos[:length], sin[:length])
+        k = rotate(k, cos[: k.shape[2]], sin[: k.shape[2]])
+    q = q.reshape(batch, kv_heads, groups, length, d_k)  # (B, H_kv, G, T, d_k)
+    k = k[:, :, None]  # (B, H_kv, 1, S, d_k): one key head serves its G query heads
+    mask = key_mask.to(torch.bool) if key_mask is not None else None
+    return Projected(q.contiguous(), k.contiguous(), w, mask, causal)
+
+
+def probability_rows(layer: Projected, start: int, stop: int) -> torch.Tensor:
+    """The probabilities of query rows start … stop−1 of every head, (B, H, rows, S),
+    float32; each real row sums to 1 (a row that sees no key is all 0)."""
+    import torch
+
+    w = layer.weights
+    batch, n_heads, _, n_keys = layer.shape
+    q = layer.q[:, :, :, start:stop]  # (B, H_kv, G, rows, d_k)
+    scale = w.scale if w.scale is not None else 1 / math.sqrt(w.d_k)
+    scores = (q @ layer.k.transpose(-2, -1)) * scale  # (B, H_kv, G, rows, S)
+    scores = scores.view(batch, n_heads, stop - start, n_keys)  # (B, H, rows, S)
+    if w.softcap is not None:  # Gemma2 squashes the scores into (−cap, cap)
+        scores = w.softcap * torch.tanh(scores / w.softcap)
+    if w.relative is not None:  # T5: + B_h by each key's distance from the query
+        relative = replace(w.relative, table=w.relative.table.float())
+        scores = scores + relative_bias(relative, stop - start, n_keys, start)
+    allowed = visible_keys(
+        batch, stop - start, layer.key_mask, layer.causal, w.window, n_keys, start
+    )  # (B, rows, S)
+    scores = scores.masked_fill(~allowed[:, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)  # (B, H, rows, S)
+    return probs.nan_to_num_(0.0)  # a row with no visible key (padding) is 0, not NaN
+
+
+def blocks(layer: Projected, block_rows: int = BLOCK_ROWS) -> Iterator[tuple[int, torch.Tensor]]:
+    """(start, probabilities of rows start … start+block_rows−1) over the layer's queries."""
+    if block_rows < 1:
+        raise ValueError(f"block_rows must be at least 1, not {block_rows}")
+    length = layer.shape[2]
+    for start in range(0, length, block_rows):
+        yield start, probability_rows(layer, start, min(start + block_rows, length))

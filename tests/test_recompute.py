@@ -1,0 +1,194 @@
+"""The model runs SDPA; attention is recomputed from each layer's X in blocks of query rows.
+
+Every family's recomputed probabilities equal its own eager attention (transformers'
+`output_attentions`) within 1e-5 on every layer, on a padded batch; the blocks of rows put
+together are the same whatever their size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnviz.core import capture
+from attnviz.core.extract import attend, attend_stacks
+from attnviz.core.models import load_model
+from attnviz.core.seq2seq import encode_source_target
+from attnviz.core.tokens import encode, pad
+from tests.conftest import ARCHITECTURES
+
+TEXTS = (
+    "The cat sat on the mat because it was tired of standing.",
+    "A dog.",
+    "Heads attend; the the cat cat sat sat on on mats mats again and again.",
+)
+TOLERANCE = 1e-5
+
+
+def _eager_probs(loaded, batch):
+    """transformers' own attention probabilities of every layer, (L, B, H, T, T)."""
+    import torch
+
+    inputs = pad(loaded, batch)
+    with torch.inference_mode():
+        out = loaded.model.base_model(**inputs, output_attentions=True)
+    return np.stack([a.float().numpy() for a in out.attentions]), inputs["attention_mask"]
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_recompute_equals_eager_every_layer(arch, eager_tiny):
+    """`core.recompute` from each layer's captured X against the model's eager attention,
+    every family (Gemma2 too, which runs eager: transformers has no SDPA for it)."""
+    from attnviz.core import adapters, recompute
+
+    eager = eager_tiny[arch]
+    batch = [encode(eager, text) for text in TEXTS]
+    reference, mask = _eager_probs(eager, batch)  # (L, B, H, T, T)
+    seen = {}
+    layers = range(eager.info.n_layers)
+    capture.run(eager, pad(eager, batch), [capture.Each(layers, ("input",), seen.__setitem__)])
+    real = mask.bool().numpy()
+    for layer in layers:
+        weights = adapters.layer_weights(eager.model, layer)
+        projected = recompute.project(seen[layer]["input"], weights, mask, eager.info.causal)
+        width = reference.shape[-1]
+        ours = recompute.probability_rows(projected, 0, width).numpy()  # (B, H, T, T)
+        pairs = real[:, :, None] & real[:, None, :]  # (B, T, T): real queries and keys
+        diff = np.abs(ours - reference[layer]).max(axis=1)[pairs]  # over heads
+        assert diff.max() <= TOLERANCE, layer
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_recomputed_equals_eager_every_layer(arch, loaded_tiny, eager_tiny):
+    fast, eager = loaded_tiny[arch], eager_tiny[arch]
+    assert not capture.recomputes(eager.model)
+    # every family runs SDPA and is recomputed but Gemma2, which transformers runs eager
+    assert capture.recomputes(fast.model) == (arch != "gemma2")
+    batch = [encode(fast, text) for text in TEXTS]
+    reference, mask = _eager_probs(eager, batch)  # (L, B, H, T, T)
+    found = attend(fast, batch)
+    for row, att in enumerate(found):
+        n = int(mask[row].sum())
+        theirs = reference[:, row, :, :n, :n]
+        assert att.weights.shape == theirs.shape
+        assert np.abs(att.weights - theirs).max() <= TOLERANCE
+        assert np.allclose(att.weights.sum(axis=-1), 1.0, atol=1e-5)
+    # the attention extracted eagerly, by attnviz's own path, is the same too
+    for ours, theirs in zip(found, attend(eager, batch)):
+        assert np.abs(ours.weights - theirs.weights).max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("arch", ["t5", "bart"])
+def test_recomputed_stacks_equal_eager(arch, seq2seq_dirs, loaded_seq2seq):
+    import torch
+
+    fast = loaded_seq2seq[arch]
+    eager = load_model(str(seq2seq_dirs[arch]), "cpu", "eager")
+    assert capture.recomputes(fast.model)
+    pairs = [("The cat sat on the mat.", "Die Katze sass auf der Matte."), ("Hi.", "Hallo du da.")]
+    batch = [encode_source_target(fast, s, t) for s, t in pairs]
+    stacks = ("encoder", "decoder", "cross")
+    ours = attend_stacks(fast, batch, stacks)
+    theirs = attend_stacks(eager, batch, stacks)
+    from attnviz.core.seq2seq import pad_pairs
+
+    with torch.inference_mode():
+        out = eager.model(**pad_pairs(eager, batch), output_attentions=True)
+    raw = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions,
+           "cross": out.cross_attentions}  # fmt: skip
+    for row, (mine, reference) in enumerate(zip(ours, theirs)):
+        for stack in stacks:
+            got = mine[stack].weights
+            t, s = got.shape[2:]
+            model = np.stack([a[row, :, :t, :s].float().numpy() for a in raw[stack]])
+            assert np.abs(got - model).max() <= TOLERANCE, stack
+            assert np.abs(got - reference[stack].weights).max() <= TOLERANCE, stack
+
+
+class _Rows:
+    """A recorder that keeps the blocks of rows it is given, and which starts they had."""
+
+    def __init__(self, layers):
+        self.wants = {layer: ("rows",) for layer in layers}
+        self.blocks: dict[int, list] = {layer: [] for layer in layers}
+
+    def receive_rows(self, layer, start, rows):
+        self.blocks[layer].append((start, rows.clone()))
+
+    def receive(self, layer, tensors):
+        assert tensors == {}  # nothing but rows was asked for
+
+    def whole(self, layer):
+        import torch
+
+        starts = [start for start, _ in self.blocks[layer]]
+        assert starts == sorted(starts) and starts[0] == 0
+        return torch.cat([rows for _, rows in self.blocks[layer]], dim=2).numpy()
+
+
+@pytest.mark.parametrize("arch", ["bert", "llama", "gemma2"])
+def test_block_sizes_give_the_same_rows(arch, loaded_tiny, eager_tiny):
+    """Blocks of 1, 7 and T rows, recomputed or cut from eager probabilities: one matrix."""
+    loaded = loaded_tiny[arch]
+    batch = [encode(loaded, text) for text in TEXTS]
+    inputs = pad(loaded, batch)
+    width = inputs["input_ids"].shape[1]
+    layers = range(loaded.info.n_layers)
+    wholes = []
+    for model in (loaded, eager_tiny[arch]):
+        for size in (1, 7, width):
+            rows = _Rows(layers)
+            capture.run(model, pad(model, batch), [rows], block_rows=size)
+            assert all(len(rows.blocks[layer]) == -(-width // size) for layer in layers)
+            wholes.append(np.stack([rows.whole(layer) for layer in layers]))
+    for other in wholes[1:]:
+        assert np.abs(other - wholes[0]).max() <= TOLERANCE
+    recomputed = wholes[:3]  # the same products in other shapes: float32 rounding at most
+    assert all(np.abs(other - recomputed[0]).max() <= 1e-6 for other in recomputed[1:])
+
+
+def test_no_whole_matrix_for_rows_alone(loaded_tiny, monkeypatch):
+    """A recorder of rows alone never makes the recompute build a layer's whole matrix."""
+    import torch
+
+    loaded = loaded_tiny["llama"]
+    batch = [encode(loaded, TEXTS[0])]
+    width = pad(loaded, batch)["input_ids"].shape[1]
+    made = []
+    real_empty = torch.empty
+
+    def watched(*shape, **kwargs):
+        made.append(tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape)
+        return real_empty(*shape, **kwargs)
+
+    monkeypatch.setattr(torch, "empty", watched)
+    rows = _Rows(range(loaded.info.n_layers))
+    capture.run(loaded, pad(loaded, batch), [rows], block_rows=5)
+    assert not [shape for shape in made if len(shape) == 4 and shape[-2:] == (width, width)]
+    assert all(rows.whole(layer).shape[2] == width for layer in rows.blocks)
+
+
+def test_recompute_can_fail(loaded_tiny, eager_tiny):
+    """The comparison above can fail: a wrong mask (not causal) moves a decoder's rows."""
+    from attnviz.core import adapters, recompute
+
+    loaded = loaded_tiny["llama"]
+    batch = [encode(loaded, TEXTS[0])]
+    reference, _ = _eager_probs(eager_tiny["llama"], batch)
+    seen = {}
+    capture.run(loaded, pad(loaded, batch), [capture.Each([0], ("input",), seen.__setitem__)])
+    weights = adapters.layer_weights(loaded.model, 0)
+    wrong = recompute.project(seen[0]["input"], weights, causal=False)
+    right = recompute.project(seen[0]["input"], weights, causal=True)
+    width = reference.shape[-1]
+    as_array = [recompute.probability_rows(p, 0, width).numpy()[0] for p in (wrong, right)]
+    assert np.abs(as_array[1] - reference[0, 0]).max() <= TOLERANCE
+    assert np.abs(as_array[0] - reference[0, 0]).max() > 0.1
+
+
+def test_block_rows_below_one_is_refused(loaded_tiny):
+    loaded = loaded_tiny["bert"]
+    from attnviz.errors import InputError
+
+    with pytest.raises(InputError, match="at least 1"):
+        capture.run(loaded, pad(loaded, [encode(loaded, "Hi.")]), [_Rows([0])], block_rows=0)
