@@ -45,16 +45,24 @@ LOCAL_WINDOW = 2
 
 
 class Rows:
-    """One text's non-special query rows, and what several metrics share."""
+    """One text's non-special query rows (all of them, or one block), and what several
+    metrics share.
 
-    def __init__(self, att: Attention) -> None:
+    `rows` (L, H, b, S) are query rows start … start+b−1 of `att`'s text, where they come a
+    block at a time (`core.recompute`); by default, all of `att.weights`. Every metric is a
+    sum over queries, so a text's sums are the sums of its blocks'.
+    """
+
+    def __init__(self, att: Attention, rows: np.ndarray | None = None, start: int = 0) -> None:
         import numpy as np
 
-        weights = att.weights.astype(np.float64)  # (L, H, T, S): S = T but in cross-attention
-        self.n = weights.shape[-1]
+        if rows is None:
+            rows, start = att.weights, 0  # (L, H, T, S): S = T but in cross-attention
+        self.n = len(att.key_tokens)
         self.square = att.keys is None  # keys are the queries' own tokens
-        self.queries = np.flatnonzero(~att.special)  # (Q,)
-        self.rows = weights[:, :, self.queries, :]  # (L, H, Q, S)
+        block = np.arange(start, start + rows.shape[2])
+        self.queries = block[~np.asarray(att.special)[block]]  # (Q,) positions in the text
+        self.rows = rows[:, :, self.queries - start, : self.n].astype(np.float64)  # (L, H, Q, S)
         self.count = len(self.queries)
         positions = np.arange(self.n)
         self.offset = positions[None, :] - self.queries[:, None]  # (Q, S): j − i
@@ -181,15 +189,18 @@ def is_punctuation(token: str) -> bool:
     return bool(text) and all(unicodedata.category(ch).startswith("P") for ch in text)
 
 
-def sentence_sums(att: Attention) -> tuple[np.ndarray, np.ndarray]:
-    """Per-head sums of every metric over this text's non-special queries, and their counts.
+def sentence_sums(
+    att: Attention, rows: np.ndarray | None = None, start: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-head sums of every metric over this text's non-special queries (or those of one
+    block of its rows, as `Rows` takes them), and their counts.
 
     Returns sums (M, L, H) and counts (M,) in the order of METRICS.
     """
     import numpy as np
 
-    rows = Rows(att)
-    unmeasured = (np.zeros(att.weights.shape[:2]), 0)  # counted over no query: None
+    rows = Rows(att, rows, start)
+    unmeasured = (np.zeros(rows.rows.shape[:2]), 0)  # counted over no query: None
     summed = [
         metric.sums(rows) if rows.square or not metric.positional else unmeasured
         for metric in METRICS.values()

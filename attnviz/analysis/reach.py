@@ -1,0 +1,142 @@
+"""Sinks and reach: how much of each head's attention parks on the first token, and how far
+from its query it looks; summed over blocks of query rows, so no head's whole matrix is
+ever needed (a long text's rows arrive a block at a time, `core.recompute`).
+
+Per head, over **every** query row i of a text (special tokens included), T rows each
+weighing 1/T:
+
+    first_token_alpha   mean_i a[i, 0]: the share the first token the model reads (BOS,
+                        [CLS]) receives; Gu et al. (2025)'s α₁ of an attention sink
+    distance_mean       mean_i Σ_k a[i, k] |i − k|, in tokens
+    distance_p90        the smallest distance d such that the pairs with |i − k| ≤ d hold at
+                        least 90 % of the attention: Σ_i Σ_{|i−k|≤d} a[i, k] / T ≥ 0.9
+
+Per layer, `sink_head_share` is the share of its heads whose first_token_alpha exceeds 0.3.
+A corpus's figures are each text's, averaged over texts. Cross-attention (queries and keys
+from two texts) has no distance: it is not measured there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+SINK_ALPHA = 0.3  # a head giving its first token more than this, on average, is a sink
+REACH_SHARE = 0.9  # distance_p90: the distance within which this share of attention lies
+
+
+class TextReach:
+    """One text's running sums, layer by layer, from blocks of its query rows."""
+
+    def __init__(self, n_layers: int, n_heads: int, n_tokens: int) -> None:
+        import torch
+
+        self.n = n_tokens
+        self.first = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+        self.distance = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+        # attention by distance: histogram[l, h, d] = Σ_i Σ_{|i−k| = d} a[i, k]
+        self.histogram = torch.zeros(n_layers, n_heads, n_tokens, dtype=torch.float64)
+        self.rows = torch.zeros(n_layers, dtype=torch.int64)
+
+    def add(self, slot: int, start: int, rows: torch.Tensor) -> None:
+        """Add query rows start … start+b−1 of layer `slot`: rows (H, b, S), S ≥ the text's
+        length (padding keys beyond it hold 0); rows past the text's end are ignored."""
+        import torch
+
+        stop = min(start + rows.shape[1], self.n)
+        if stop <= start:
+            return
+        block = rows[:, : stop - start, : self.n].double()  # (H, b, T)
+        queries = torch.arange(start, stop)[:, None]
+        apart = (torch.arange(self.n)[None, :] - queries).abs()  # (b, T): |i − k|
+        self.first[slot] += block[:, :, 0].sum(dim=1)
+        self.distance[slot] += (block * apart).sum(dim=(1, 2))
+        flat = apart.reshape(1, -1).expand(block.shape[0], -1)  # (H, b·T)
+        self.histogram[slot].scatter_add_(1, flat, block.reshape(block.shape[0], -1))
+        self.rows[slot] += stop - start
+
+    def finish(self) -> Reach:
+        """The text's figures, (L, H) each; every layer must have had all its rows."""
+        import numpy as np
+
+        if not bool((self.rows == self.n).all()):
+            raise ValueError(f"rows seen per layer {self.rows.tolist()}, not {self.n} each")
+        share = self.histogram.cumsum(dim=-1) / self.n  # (L, H, T): attention within d
+        # the first d where the share reaches 90 % (a little below, for float rounding)
+        p90 = (share < REACH_SHARE - 1e-9).sum(dim=-1)
+        return Reach(
+            first_token_alpha=(self.first / self.n).numpy(),
+            distance_mean=(self.distance / self.n).numpy(),
+            distance_p90=p90.double().numpy(),
+            texts=1,
+        )
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Sinks and reach per head, (L, H) each: one text's, or the mean over `texts` texts."""
+
+    first_token_alpha: np.ndarray
+    distance_mean: np.ndarray
+    distance_p90: np.ndarray
+    texts: int
+
+    @property
+    def sink_head_share(self) -> np.ndarray:
+        """Per layer, the share of heads whose first_token_alpha exceeds SINK_ALPHA, (L,)."""
+        return (self.first_token_alpha > SINK_ALPHA).mean(axis=1)
+
+    @property
+    def sink_share(self) -> float:
+        """The share of all heads that are sinks."""
+        return float((self.first_token_alpha > SINK_ALPHA).mean())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "first_token_alpha": self.first_token_alpha.tolist(),
+            "distance_mean": self.distance_mean.tolist(),
+            "distance_p90": self.distance_p90.tolist(),
+            "sink_head_share": self.sink_head_share.tolist(),
+            "sink_share": self.sink_share,
+        }
+
+
+def mean(texts: list[Reach]) -> Reach:
+    """Each figure averaged over the texts (every text weighs the same; a mean of several
+    counts as that many), summed in float64 in the texts' order."""
+    import numpy as np
+
+    if not texts:
+        raise ValueError("no text to average")
+    total = sum(t.texts for t in texts)
+
+    def averaged(name: str) -> np.ndarray:
+        return np.sum([getattr(t, name) * t.texts for t in texts], axis=0) / total
+
+    return Reach(
+        averaged("first_token_alpha"), averaged("distance_mean"), averaged("distance_p90"), total
+    )
+
+
+class ReachRecorder:
+    """A capture recorder of a padded batch's rows: one `TextReach` per text (`lengths`
+    are the texts' token counts), fed block by block (`capture.ROWS`)."""
+
+    def __init__(self, layers: list[int], n_heads: int, lengths: list[int]) -> None:
+        self.wants = {layer: ("rows",) for layer in layers}
+        self.slot = {layer: i for i, layer in enumerate(layers)}
+        self.texts = [TextReach(len(layers), n_heads, n) for n in lengths]
+
+    def receive_rows(self, layer: int, start: int, rows: torch.Tensor) -> None:
+        for row, text in enumerate(self.texts):  # rows (B, H, b, S)
+            text.add(self.slot[layer], start, rows[row])
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        """Nothing but rows is asked for."""
+
+    def finish(self) -> list[Reach]:
+        return [text.finish() for text in self.texts]
