@@ -61,7 +61,6 @@ class TextReach:
 
     def finish(self) -> Reach:
         """The text's figures, (L, H) each; every layer must have had all its rows."""
-        import numpy as np
 
         if not bool((self.rows == self.n).all()):
             raise ValueError(f"rows seen per layer {self.rows.tolist()}, not {self.n} each")
