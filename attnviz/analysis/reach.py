@@ -37,7 +37,6 @@ class TextReach:
 
         self.n = n_tokens
         self.first = torch.zeros(n_layers, n_heads, dtype=torch.float64)
-        self.distance = torch.zeros(n_layers, n_heads, dtype=torch.float64)
         # attention by distance: histogram[l, h, d] = Σ_i Σ_{|i−k| = d} a[i, k]
         self.histogram = torch.zeros(n_layers, n_heads, n_tokens, dtype=torch.float64)
         self.rows = torch.zeros(n_layers, dtype=torch.int64)
@@ -45,18 +44,13 @@ class TextReach:
     def add(self, slot: int, start: int, rows: torch.Tensor) -> None:
         """Add query rows start … start+b−1 of layer `slot`: rows (H, b, S), S ≥ the text's
         length (padding keys beyond it hold 0); rows past the text's end are ignored."""
-        import torch
-
         stop = min(start + rows.shape[1], self.n)
         if stop <= start:
             return
-        block = rows[:, : stop - start, : self.n].double()  # (H, b, T)
-        queries = torch.arange(start, stop)[:, None]
-        apart = (torch.arange(self.n)[None, :] - queries).abs()  # (b, T): |i − k|
-        self.first[slot] += block[:, :, 0].sum(dim=1)
-        self.distance[slot] += (block * apart).sum(dim=(1, 2))
-        flat = apart.reshape(1, -1).expand(block.shape[0], -1)  # (H, b·T)
-        self.histogram[slot].scatter_add_(1, flat, block.reshape(block.shape[0], -1))
+        block = rows[:, : stop - start, : self.n]  # (H, b, T)
+        self.first[slot] += block[:, :, 0].sum(dim=1, dtype=self.first.dtype)
+        sums, signed = _by_distance(block.float(), start)  # (H, W), (W,): i − k
+        self.histogram[slot].index_add_(1, signed.abs(), sums.double())
         self.rows[slot] += stop - start
 
     def finish(self) -> Reach:
@@ -64,15 +58,37 @@ class TextReach:
 
         if not bool((self.rows == self.n).all()):
             raise ValueError(f"rows seen per layer {self.rows.tolist()}, not {self.n} each")
+        import torch
+
+        distances = torch.arange(self.n, dtype=torch.float64)
         share = self.histogram.cumsum(dim=-1) / self.n  # (L, H, T): attention within d
         # the first d where the share reaches 90 % (a little below, for float rounding)
         p90 = (share < REACH_SHARE - 1e-9).sum(dim=-1)
         return Reach(
             first_token_alpha=(self.first / self.n).numpy(),
-            distance_mean=(self.distance / self.n).numpy(),
+            distance_mean=((self.histogram * distances).sum(dim=-1) / self.n).numpy(),
             distance_p90=p90.double().numpy(),
             texts=1,
         )
+
+
+def _by_distance(block: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Σ over a block's rows of the attention at each signed distance i − k: sums (H, W) and
+    their distances (W,), W = b + T − 1, for rows (H, b, T) of queries start … start+b−1.
+
+    Row r (query i = start + r) is written shifted right by b − 1 − r, so key k lands in
+    column c = k + b − 1 − r and every cell of a column has the same i − k = start + b − 1 − c:
+    summing the shifted rows sums each diagonal. One copy and one sum, not a scatter per cell.
+    """
+    import torch
+
+    heads, b, t = block.shape
+    width = t + b - 1
+    flat = block.new_zeros(heads, b * width)
+    shifted = flat.as_strided((heads, b, t), (b * width, width - 1, 1), b - 1)  # (H, b, T)
+    shifted.copy_(block)
+    sums = flat.view(heads, b, width).sum(dim=1)  # (H, W)
+    return sums, start + b - 1 - torch.arange(width)
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,20 @@ def recomputes(model: Any) -> bool:
     return getattr(model.config, "_attn_implementation", "eager") != "eager"
 
 
+@contextmanager
+def own_probabilities(model: Any) -> Iterator[None]:
+    """`model` runs eager attention for the duration, so that `probs` are the model's own
+    (what `check` compares with), not recomputed; its own implementation after."""
+    before = getattr(model.config, "_attn_implementation", "eager")
+    if before != "eager":
+        model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        if before != "eager":
+            model.set_attn_implementation(before)
+
+
 class _Probabilities:
     """Where a run's `probs` and `rows` come from: the attention module's output (eager), or
     each layer's X, recomputed in blocks of rows (`core.recompute`)."""

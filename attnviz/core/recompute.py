@@ -103,9 +103,11 @@ def probability_rows(layer: Projected, start: int, stop: int) -> torch.Tensor:
     allowed = visible_keys(
         batch, stop - start, layer.key_mask, layer.causal, w.window, n_keys, start
     )  # (B, rows, S)
-    scores = scores.masked_fill(~allowed[:, None], float("-inf"))
+    scores.masked_fill_(~allowed[:, None], float("-inf"))
     probs = torch.softmax(scores, dim=-1)  # (B, H, rows, S)
-    return probs.nan_to_num_(0.0)  # a row with no visible key (padding) is 0, not NaN
+    if not bool(allowed.any(dim=-1).all()):
+        probs.nan_to_num_(0.0)  # a row with no visible key (padding) is 0, not NaN
+    return probs
 
 
 def blocks(layer: Projected, block_rows: int = BLOCK_ROWS) -> Iterator[tuple[int, torch.Tensor]]:

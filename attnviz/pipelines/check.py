@@ -31,7 +31,9 @@ def check_layers(
     mask = inputs["attention_mask"].cpu()
     checks: dict[tuple, LayerCheck] = {}
     shapes: dict[str | None, Shapes] = {}
-    capture.run(loaded, inputs, [_checker(loaded, None, layers, (mask, mask), checks, shapes)])
+    recorder = _checker(loaded, None, layers, (mask, mask), checks, shapes)
+    with capture.own_probabilities(loaded.model):  # the model's own, not recomputed
+        capture.run(loaded, inputs, [recorder])
     return [checks[None, layer] for layer in layers], shapes.get(None, ())
 
 
@@ -58,7 +60,8 @@ def check_stacks(
         _checker(loaded, stack, chosen, masks[stack], checks, shapes)
         for stack, chosen in layers.items()
     ]
-    capture.run(loaded, inputs, recorders)
+    with capture.own_probabilities(loaded.model):  # the model's own, not recomputed
+        capture.run(loaded, inputs, recorders)
     found = {stack: [checks[stack, layer] for layer in chosen] for stack, chosen in layers.items()}
     return found, shapes
 
@@ -109,7 +112,6 @@ def check(
     default without `target`), and checks each of `stacks` (names from `adapters.STACKS`, or
     "all", the default); these options refuse a model with one stack.
     """
-    from attnviz.core import models
     from attnviz.core.attention import require_text
     from attnviz.core.models import describe
 
@@ -119,8 +121,7 @@ def check(
         _plan(spec, layers, stacks, target, generate)
         spec.check_length(text, truncate)
 
-    # check compares with the model's own probabilities, which only eager attention keeps
-    loaded = models.model(model.name, model.device, "eager").load()
+    loaded = model.load()
     plan = _plan(loaded.info, layers, stacks, target, generate)
     if not loaded.info.seq2seq:
         from attnviz.core.tokens import encode
