@@ -112,17 +112,21 @@ def get(name: str) -> Measure:
     return MEASURES[name]
 
 
+def value_heads(x: torch.Tensor, weights: Any) -> torch.Tensor:
+    """v^h_j = x_j W_V^h + b_V^h for every query head: (B, T, H, d_k) from x (B, T, d_model)
+    and a layer's `mha.LayerWeights` (query head h reads value head h // group)."""
+    d_k, group = weights.d_k, weights.n_heads // weights.kv_heads
+    v = x.to(weights.w_v.dtype) @ weights.w_v + weights.b_v  # every value head: (B, T, H_kv·d_k)
+    return v.unflatten(-1, (weights.kv_heads, d_k)).repeat_interleave(group, dim=-2)
+
+
 def value_vectors(x: torch.Tensor, weights: Any) -> torch.Tensor:
     """f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h for every head: (B, H, T, d_model) from x (B, T,
     d_model) and a layer's `mha.LayerWeights` (query head h reads value head h // group)."""
     import torch
 
-    d_k, n_heads, group = weights.d_k, weights.n_heads, weights.n_heads // weights.kv_heads
-    x = x.to(weights.w_v.dtype)
-    v = x @ weights.w_v + weights.b_v  # V, every value head: (B, T, H_kv·d_k)
-    v = v.unflatten(-1, (weights.kv_heads, d_k)).repeat_interleave(group, dim=-2)  # (B, T, H, d_k)
-    w_o = weights.w_o.reshape(n_heads, d_k, -1)  # W_O^h: (H, d_k, d_model)
-    return torch.einsum("bthk,hkd->bhtd", v, w_o)  # (B, H, T, d_model)
+    w_o = weights.w_o.reshape(weights.n_heads, weights.d_k, -1)  # W_O^h: (H, d_k, d_model)
+    return torch.einsum("bthk,hkd->bhtd", value_heads(x, weights), w_o)
 
 
 def norms(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -141,7 +145,8 @@ def rollout_layer(probs: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True, eq=False)
 class AltiLayer:
-    """One layer's ALTI contributions and the mixing ratios of its queries (`mixing_ratios`)."""
+    """One layer's ALTI contributions (`alti_layer`) and the mixing ratios of its queries
+    (`mixing_ratios`)."""
 
     contributions: torch.Tensor  # (B, T, T), rows sum to 1
     mixing_weights: torch.Tensor  # (B, T)
@@ -150,13 +155,14 @@ class AltiLayer:
 
 
 def _linearised(
-    values: torch.Tensor, residual: torch.Tensor, output: torch.Tensor, norm: Any
+    vectors: torch.Tensor, residual: torch.Tensor, output: torch.Tensor, norm: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """G^h_j and ρ_i (see `alti_layer`): the value vectors (B, H, T, d) and the residual
-    (B, T, d) through the normalisation after the block, up to each query's scale."""
-    dtype = values.dtype
+    """G and ρ_i (see `alti_layer`): `vectors` (..., d) and the residual (B, T, d) through the
+    normalisation after the block, up to each query's scale. It is linear in f, so `vectors`
+    may be the value vectors f^h_j or the rows of W_O (f^h_j = v^h_j W_O^h)."""
+    dtype = vectors.dtype
     residual = residual.to(dtype)
-    shifted, rho = values, residual  # G and ρ
+    shifted, rho = vectors, residual  # G and ρ
     if norm is not None:
         gain = norm.gain.to(dtype)
         if norm.centre:
@@ -176,10 +182,11 @@ def alti_layer(
     residual: torch.Tensor,
     output: torch.Tensor,
     norm: Any,
-) -> AltiLayer:
-    """ALTI of one layer (see the module's docstring), from probs (B, H, T, T), value vectors
-    (B, H, T, d), the residual stream r (B, T, d), the block's output after W_O (B, T, d) and
-    the normalisation after the block (`adapters.Norm`, or None).
+) -> torch.Tensor:
+    """ALTI's contributions of one layer (see the module's docstring), (B, T, T), from probs
+    (B, H, T, T), value vectors (B, H, T, d), the residual stream r (B, T, d), the block's
+    output after W_O (B, T, d) and the normalisation after the block (`adapters.Norm`, or
+    None).
 
     The normalisation is linear in t once its divisor s(u_i) is fixed, so it is applied to the
     value vectors and the residual once, not to every (i, j) pair: a LayerNorm's centring and
@@ -191,10 +198,9 @@ def alti_layer(
     import torch
 
     batch, _, length, d = values.shape
-    dtype = values.dtype
     shifted, rho = _linearised(values, residual, output, norm)
     step = max(1, BLOCK_FLOATS // max(1, length * d))
-    contributions = torch.zeros(batch, length, length, dtype=dtype)
+    contributions = torch.zeros(batch, length, length, dtype=values.dtype)
     for b in range(batch):
         by_key = shifted[b].transpose(0, 1)  # (T, H, d)
         for start in range(0, length, step):
@@ -208,7 +214,45 @@ def alti_layer(
             distance = (t - y[None]).abs().sum(dim=-1)  # ‖y_i − t'_ij‖₁: (T_key, n)
             c = (y.abs().sum(dim=-1)[None] - distance).clamp(min=0).T  # (n, T)
             contributions[b, rows] = c / c.sum(dim=-1, keepdim=True).clamp(min=1e-30)
-    return AltiLayer(contributions, *mixing_ratios(probs, values, residual, output, norm))
+    return contributions
+
+
+@dataclass(frozen=True, eq=False)
+class Grams:
+    """What a layer's mixing ratios need of its vectors, their inner products only (float64):
+    each key's H × H Gram matrices of f^h_j (`raw`) and of G^h_j (`linearised`, through the
+    normalisation after the block), and each token's ⟨G^h_i, ρ_i⟩ (`dots`) and ‖ρ_i‖²."""
+
+    raw: torch.Tensor  # (B, T, H, H)
+    linearised: torch.Tensor  # (B, T, H, H)
+    dots: torch.Tensor  # (B, T, H)
+    rho: torch.Tensor  # (B, T)
+
+    def lengths(self) -> torch.Tensor:
+        """‖f^h(x_j)‖: (B, H, T)."""
+        return self.raw.diagonal(dim1=-2, dim2=-1).clamp(min=0).sqrt().transpose(1, 2)
+
+
+def grams(
+    x: torch.Tensor, weights: Any, residual: torch.Tensor, output: torch.Tensor, norm: Any
+) -> Grams:
+    """A layer's `Grams` from its input x (B, T, d), `mha.LayerWeights`, residual stream,
+    output after W_O (B, T, d each) and the normalisation after the block (or None). G^h_j is
+    v^h_j times W_O^h through the normalisation, so no (B, H, T, d) vectors are shifted."""
+    import torch
+
+    n_heads, d_k = weights.n_heads, weights.d_k
+    v = value_heads(x.float(), weights)  # (B, T, H, d_k)
+    w_o = weights.w_o.float().reshape(n_heads, d_k, -1)  # W_O^h: (H, d_k, d)
+    g_o, rho = _linearised(w_o, residual.float(), output.float(), norm)
+    f = torch.einsum("bthk,hkd->bthd", v, w_o)  # f^h_j: (B, T, H, d)
+    g = torch.einsum("bthk,hkd->bthd", v, g_o)  # G^h_j
+    return Grams(
+        (f @ f.transpose(-1, -2)).double(),
+        (g @ g.transpose(-1, -2)).double(),
+        (g @ rho[..., None]).squeeze(-1).double(),
+        (rho * rho).sum(dim=-1).double(),
+    )
 
 
 # report's names of the three mixing ratios, in `mixing_ratios`' order
@@ -216,51 +260,42 @@ MIXING = ("weights", "norm", "norm_residual_layernorm")
 
 
 def mixing_ratios(
-    probs: torch.Tensor,
-    values: torch.Tensor,
-    residual: torch.Tensor,
-    output: torch.Tensor,
-    norm: Any,
+    probs: torch.Tensor, found: Grams
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One layer's mixing ratios for each query, (B, T) each, in the order of MIXING: the
     share of token i's update that comes from other tokens, by weights (1 − mean_h α^h_ii), by
     norms (Σ_{j≠i} ‖v_ij‖ / Σ_j ‖v_ij‖, v_ij = Σ_h α^h_ij f^h(x_j): the block's vectors without
     the residual) and with the residual and normalisation (the same of ALTI's t'_ij), all L2
-    norms as in Kobayashi et al. (2021). The arguments are `alti_layer`'s.
+    norms as in Kobayashi et al. (2021), from probs (B, H, T, T) and the layer's `grams`.
 
     One layer's own quantity, and only the vectors' lengths: ‖Σ_h α^h_ij v^h_j‖² is
     α_ijᵀ K_j α_ij, K_j the H × H Gram matrix of key j's vectors, so no (T, T, d_model) tensor
-    is made. Batch rows go a few at a time, each (rows, H, T, T) product within BLOCK_FLOATS;
-    the quadratic forms in float64 (their terms may cancel).
+    is made. Batch rows go a few at a time, each (rows, H, T, T) product within BLOCK_FLOATS.
     """
     import torch
 
-    batch, n_heads, length, _ = values.shape
-    shifted, rho = _linearised(values, residual, output, norm)
+    batch, n_heads, length, _ = probs.shape
     by_norm = torch.zeros(batch, length, dtype=torch.float64)
     by_residual = torch.zeros_like(by_norm)
     step = max(1, BLOCK_FLOATS // max(1, n_heads * length * length))
     for start in range(0, batch, step):
         rows = slice(start, start + step)
         p = probs[rows].double()  # (b, H, T, T)
-        g, r = shifted[rows], rho[rows]  # (b, H, T, d), (b, T, d)
-        by_norm[rows] = _others_share(_squared_lengths(p, values[rows]).sqrt())
+        by_norm[rows] = _others_share(_squared_lengths(p, found.raw[rows]).sqrt())
         # t'_ii also holds ρ_i: ‖Σ_h α^h_ii G^h_i + ρ_i‖² adds 2 Σ_h α^h_ii ⟨G^h_i, ρ_i⟩ + ‖ρ_i‖²
-        dots = torch.einsum("bhtd,btd->bht", g, r).double()  # ⟨G^h_i, ρ_i⟩
-        own = 2 * (p.diagonal(dim1=-2, dim2=-1) * dots).sum(1) + (r * r).sum(-1).double()
-        squared = _squared_lengths(p, g) + torch.diag_embed(own)
+        own = 2 * (p.diagonal(dim1=-2, dim2=-1) * found.dots[rows].transpose(1, 2)).sum(1)
+        squared = _squared_lengths(p, found.linearised[rows])
+        squared = squared + torch.diag_embed(own + found.rho[rows])
         by_residual[rows] = _others_share(squared.clamp(min=0).sqrt())
     by_weights = 1 - probs.double().diagonal(dim1=-2, dim2=-1).mean(dim=1)  # (B, T)
     return by_weights, by_norm, by_residual
 
 
-def _squared_lengths(p: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+def _squared_lengths(p: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
     """‖Σ_h α^h_ij v^h_j‖² for every query i and key j, (b, T, T) from probs (b, H, T, T) and
-    vectors (b, H, T, d), through each key's Gram matrix K_j (b, T, H, H)."""
+    each key's Gram matrix K_j (b, T, H, H)."""
     import torch
 
-    gram = vectors.transpose(1, 2) @ vectors.permute(0, 2, 3, 1)  # K_j: (b, T, H, H)
-    gram = gram.double()
     mixed = torch.einsum("bhij,bjhk->bkij", p, gram)  # Σ_h α^h_ij K_j[h, k]: (b, H, T, T)
     return (mixed * p).sum(dim=1).clamp(min=0)
 
@@ -340,14 +375,12 @@ class Measured:
             if name == "rollout":
                 step = rollout_layer(probs)
             else:
-                weights = self._weights[layer]
-                f = value_vectors(tensors["input"].float(), weights)
-                norm = self._norms[layer]
-                found = alti_layer(
-                    probs, f, tensors["residual"].float(), tensors["output"].float(), norm
-                )
-                self.mixing[layer] = found
-                step = found.contributions
+                weights, norm = self._weights[layer], self._norms[layer]
+                x, residual = tensors["input"].float(), tensors["residual"].float()
+                output = tensors["output"].float()
+                step = alti_layer(probs, value_vectors(x, weights), residual, output, norm)
+                ratios = mixing_ratios(probs, grams(x, weights, residual, output, norm))
+                self.mixing[layer] = AltiLayer(step, *ratios)
             previous = self._composed
             self._composed = step if previous is None else step @ previous  # R_l = C_l R_{l−1}
             values = self._composed[:, None]
@@ -356,16 +389,17 @@ class Measured:
 
 
 def special_by_weight_and_norm(
-    probs: torch.Tensor, values: torch.Tensor, special: list[Any]
+    probs: torch.Tensor, lengths: torch.Tensor, special: list[Any]
 ) -> Any:
     """`special_share` (`analysis.summary.special_shares`) of each batch row's heads by weight
     and by norm ‖α f(x)‖ (each row as shares, as `shares` makes them): (2, B, H) from probs
-    (B, H, T, T), value vectors (B, H, T, d) and each row's special tokens ((T_row,) bool)."""
+    (B, H, T, T), each key's ‖f^h(x_j)‖ (B, H, T) and each row's special tokens ((T_row,)
+    bool)."""
     import numpy as np
 
     from attnviz.analysis.summary import special_shares
 
-    lengths = norms(probs, values)  # (B, H, T, T)
+    lengths = probs * lengths[:, :, None, :]  # ‖α f(x_j)‖ = α ‖f(x_j)‖: (B, H, T, T)
     found = np.zeros((2, len(special), probs.shape[1]))
     for row, marked in enumerate(special):
         n = len(marked)
@@ -410,8 +444,8 @@ class SpecialShares:
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         probs = tensors["probs"].float()
-        values = value_vectors(tensors["input"].float(), self._weights[layer])
-        found = special_by_weight_and_norm(probs, values, self._special)
+        lengths = value_vectors(tensors["input"].float(), self._weights[layer]).norm(dim=-1)
+        found = special_by_weight_and_norm(probs, lengths, self._special)
         self.by_weight[:, self.slot[layer]], self.by_norm[:, self.slot[layer]] = found
 
 
@@ -519,17 +553,20 @@ class _ContributionPass:
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         probs = tensors["probs"].float()  # (B, H, T, T)
-        values = value_vectors(tensors[self._x].float(), self._weights[layer])  # (B, H, T, d)
-        self.by_norm[:, layer] = special_by_weight_and_norm(probs, values, self._special)[1]
+        x, weights = tensors[self._x].float(), self._weights[layer]
         if self._norms is None:
-            return
-        # the padded batch at once: a text's queries give its padding keys no weight, so
-        # their ratios are the text's own (`test_report_contributions`: batch sizes agree)
-        residual, output = tensors["residual"].float(), tensors["output"].float()
-        ratios = mixing_ratios(probs, values, residual, output, self._norms[layer])  # (B, T)
-        for row, marked in enumerate(self._special):
-            for k, ratio in enumerate(ratios):
-                self.mixing[row, k, layer] = float(ratio[row, : len(marked)].mean())
+            lengths = value_vectors(x, weights).norm(dim=-1)  # (B, H, T)
+        else:
+            # the padded batch at once: a text's queries give its padding keys no weight, so
+            # their ratios are the text's own (`test_report_contributions`: batch sizes agree)
+            residual, output = tensors["residual"], tensors["output"]
+            found = grams(x, weights, residual, output, self._norms[layer])
+            lengths = found.lengths()
+            ratios = mixing_ratios(probs, found)  # (B, T) each
+            for row, marked in enumerate(self._special):
+                for k, ratio in enumerate(ratios):
+                    self.mixing[row, k, layer] = float(ratio[row, : len(marked)].mean())
+        self.by_norm[:, layer] = special_by_weight_and_norm(probs, lengths, self._special)[1]
 
 
 def measured(
