@@ -129,12 +129,6 @@ def value_vectors(x: torch.Tensor, weights: Any) -> torch.Tensor:
     return torch.einsum("bthk,hkd->bhtd", value_heads(x, weights), w_o)
 
 
-def norms(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """‖α^h_ij f^h(x_j)‖ = α^h_ij ‖f^h(x_j)‖: (B, H, T, T) from probs (B, H, T, T) and
-    value vectors (B, H, T, d_model)."""
-    return probs * values.norm(dim=-1)[:, :, None, :]
-
-
 def rollout_layer(probs: torch.Tensor) -> torch.Tensor:
     """Ã = (mean over heads of α + I), rows renormalised: (B, T, T) from (B, H, T, T)."""
     import torch
@@ -399,11 +393,11 @@ def special_by_weight_and_norm(
 
     from attnviz.analysis.summary import special_shares
 
-    lengths = probs * lengths[:, :, None, :]  # ‖α f(x_j)‖ = α ‖f(x_j)‖: (B, H, T, T)
+    normed = probs * lengths[:, :, None, :]  # ‖α f(x_j)‖ = α ‖f(x_j)‖: (B, H, T, T)
     found = np.zeros((2, len(special), probs.shape[1]))
     for row, marked in enumerate(special):
         n = len(marked)
-        for k, grid in enumerate((probs, lengths)):
+        for k, grid in enumerate((probs, normed)):
             rows = grid[row, :, :n, :n].double().numpy()  # (H, T, T)
             if k == 1:
                 rows = rows / rows.sum(axis=-1, keepdims=True).clip(min=1e-30)
@@ -453,8 +447,8 @@ class CorpusContributions:
     """report's special shares and mixing ratios over a corpus, batch by batch (flat memory):
     `recorders(special)` before a batch's pass, `add(row, att)` for each of its texts after it,
     then `special()` and `mixing()`. `stack`: an encoder-decoder model's self-attention stack
-    (special shares only: mixing ratios are for one-stack models). Each layer's value vectors
-    are made once a batch, for both."""
+    (special shares only: mixing ratios are for one-stack models). A batch's `grams` of each
+    layer serve both."""
 
     def __init__(self, loaded: LoadedModel, stack: str | None = None) -> None:
         import numpy as np
