@@ -152,15 +152,11 @@ def test_report_json_csv_and_markdown_carry_the_columns(tiny_model_dirs, tmp_pat
 
 def test_unreadable_value_weights_leave_norm_and_mixing_out(tiny_model_dirs, monkeypatch):
     """Where the value weights cannot be read, the share by weight stays, the rest is null."""
-    from attnviz.core import adapters
-    from attnviz.errors import UnsupportedModelError
-
-    def refuse(*args, **kwargs):
-        raise UnsupportedModelError("no value weights here")
+    from attnviz.analysis import contributions
 
     model = str(tiny_model_dirs["bert"])
     result = attnviz.report(TEXTS, model=model, device="cpu")
-    monkeypatch.setattr(adapters, "layer_weights", refuse)
+    monkeypatch.setattr(contributions, "readable_weights", lambda *args: None)
     without = attnviz.report(TEXTS, model=model, device="cpu")
     assert without.mixing is None and without.as_dict()["mixing_ratio"] is None
     rows = without.rows()

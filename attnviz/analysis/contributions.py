@@ -443,6 +443,21 @@ class SpecialShares:
         self.by_weight[:, self.slot[layer]], self.by_norm[:, self.slot[layer]] = found
 
 
+def readable_weights(loaded: LoadedModel, stack: str | None = None) -> dict[int, Any] | None:
+    """Each layer's `mha.LayerWeights` (of `stack`), or None where attnviz cannot read the
+    model's value and output weights (a measure of norms then has nothing to work with)."""
+    from attnviz.core import adapters
+    from attnviz.errors import UnsupportedModelError
+
+    try:
+        return {
+            layer: adapters.layer_weights(loaded.model, layer, stack).to_cpu()
+            for layer in range(loaded.info.of_stack(stack).n_layers)
+        }
+    except UnsupportedModelError:
+        return None
+
+
 class CorpusContributions:
     """report's special shares and mixing ratios over a corpus, batch by batch (flat memory):
     `recorders(special)` before a batch's pass, `add(row, att)` for each of its texts after it,
@@ -454,21 +469,14 @@ class CorpusContributions:
         import numpy as np
 
         from attnviz.core import adapters
-        from attnviz.errors import UnsupportedModelError
 
         info = loaded.info.of_stack(stack)
         self._stack = stack
         layers = range(info.n_layers)
+        self._weights = readable_weights(loaded, stack) or {}  # for norm and mixing
         self._norms: dict[int, Any] = {}
-        try:  # norm and mixing need each head's value and output weights
-            self._weights = {
-                layer: adapters.layer_weights(loaded.model, layer, stack).to_cpu()
-                for layer in layers
-            }
-            if stack is None:  # the normalisation after each block, for the mixing ratios
-                self._norms = {layer: adapters.norm_after(loaded.model, layer) for layer in layers}
-        except UnsupportedModelError:
-            self._weights = {}
+        if stack is None and self._weights:  # the normalisation after each block, for mixing
+            self._norms = {layer: adapters.norm_after(loaded.model, layer) for layer in layers}
         mixing = stack is None and bool(self._weights)
         self._special = np.zeros((2, info.n_layers, info.n_heads))  # by weight, by norm
         self._texts = 0  # with a non-special query: where the share is defined
