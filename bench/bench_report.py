@@ -6,7 +6,8 @@ numbered suffix up to --sentences), batches of 16:
     attention, no hooks (_common.plain_forward), the baseline;
 (b) attnviz's own extraction: encode, the hooked forward pass, each text's attention copied
     out and cropped (core.extract.extract_many);
-(c) the report's measurement: (b) plus every metric (pipelines.report.build_report);
+(c) the report's measurement: (b) plus every metric, the special shares and the mixing
+    ratios from the same pass (pipelines.report.build_report);
 (d) then writing its files (Markdown, CSV, JSON, figures).
 Each side is warmed up once; a round runs (a), (b) and (c) once each, in an order rotated
 every round, then (d). Ratios within a round; min / median / max over the rounds.

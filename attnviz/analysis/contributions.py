@@ -112,25 +112,21 @@ def get(name: str) -> Measure:
     return MEASURES[name]
 
 
+def value_heads(x: torch.Tensor, weights: Any) -> torch.Tensor:
+    """v^h_j = x_j W_V^h + b_V^h for every query head: (B, T, H, d_k) from x (B, T, d_model)
+    and a layer's `mha.LayerWeights` (query head h reads value head h // group)."""
+    d_k, group = weights.d_k, weights.n_heads // weights.kv_heads
+    v = x.to(weights.w_v.dtype) @ weights.w_v + weights.b_v  # every value head: (B, T, H_kv·d_k)
+    return v.unflatten(-1, (weights.kv_heads, d_k)).repeat_interleave(group, dim=-2)
+
+
 def value_vectors(x: torch.Tensor, weights: Any) -> torch.Tensor:
     """f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h for every head: (B, H, T, d_model) from x (B, T,
     d_model) and a layer's `mha.LayerWeights` (query head h reads value head h // group)."""
     import torch
 
-    d_k, n_heads, group = weights.d_k, weights.n_heads, weights.n_heads // weights.kv_heads
-    x = x.to(weights.w_v.dtype)
-    per_head = []
-    for h in range(n_heads):
-        cols = slice((h // group) * d_k, (h // group + 1) * d_k)
-        v = x @ weights.w_v[:, cols] + weights.b_v[cols]  # V_h: (B, T, d_k)
-        per_head.append(v @ weights.w_o[h * d_k : (h + 1) * d_k])  # (B, T, d_model)
-    return torch.stack(per_head, dim=1)
-
-
-def norms(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """‖α^h_ij f^h(x_j)‖ = α^h_ij ‖f^h(x_j)‖: (B, H, T, T) from probs (B, H, T, T) and
-    value vectors (B, H, T, d_model)."""
-    return probs * values.norm(dim=-1)[:, :, None, :]
+    w_o = weights.w_o.reshape(weights.n_heads, weights.d_k, -1)  # W_O^h: (H, d_k, d_model)
+    return torch.einsum("bthk,hkd->bhtd", value_heads(x, weights), w_o)
 
 
 def rollout_layer(probs: torch.Tensor) -> torch.Tensor:
@@ -143,15 +139,35 @@ def rollout_layer(probs: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True, eq=False)
 class AltiLayer:
-    """One layer's ALTI contributions and the mixing ratios of its queries (B, T each):
-    the share of token i's update that comes from other tokens, by weights (1 − mean_h α_ii),
-    by norms (‖Σ_h α^h_ij f^h(x_j)‖, the layer's vectors without the residual) and with the
-    residual and normalisation (‖t'_ij‖), all L2 norms as in Kobayashi et al. (2021)."""
+    """One layer's ALTI contributions (`alti_layer`) and the mixing ratios of its queries
+    (`mixing_ratios`)."""
 
     contributions: torch.Tensor  # (B, T, T), rows sum to 1
     mixing_weights: torch.Tensor  # (B, T)
     mixing_norm: torch.Tensor  # (B, T)
     mixing_residual: torch.Tensor  # (B, T)
+
+
+def _linearised(
+    vectors: torch.Tensor, residual: torch.Tensor, output: torch.Tensor, norm: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """G and ρ_i (see `alti_layer`): `vectors` (..., d) and the residual (B, T, d) through the
+    normalisation after the block, up to each query's scale. It is linear in f, so `vectors`
+    may be the value vectors f^h_j or the rows of W_O (f^h_j = v^h_j W_O^h)."""
+    dtype = vectors.dtype
+    residual = residual.to(dtype)
+    shifted, rho = vectors, residual  # G and ρ
+    if norm is not None:
+        gain = norm.gain.to(dtype)
+        if norm.centre:
+            shifted = shifted - shifted.mean(dim=-1, keepdim=True)
+            rho = rho - rho.mean(dim=-1, keepdim=True) if norm.covers_residual else rho
+        shifted = gain * shifted
+        if norm.covers_residual:
+            rho = gain * rho
+        else:  # Gemma2: t'_ij s(u_i) = g ⊙ Σ_h α f + [i = j] s(u_i) r_i
+            rho = rho * norm.scale(output.to(dtype))
+    return shifted, rho
 
 
 def alti_layer(
@@ -160,10 +176,11 @@ def alti_layer(
     residual: torch.Tensor,
     output: torch.Tensor,
     norm: Any,
-) -> AltiLayer:
-    """ALTI of one layer (see the module's docstring), from probs (B, H, T, T), value vectors
-    (B, H, T, d), the residual stream r (B, T, d), the block's output after W_O (B, T, d) and
-    the normalisation after the block (`adapters.Norm`, or None).
+) -> torch.Tensor:
+    """ALTI's contributions of one layer (see the module's docstring), (B, T, T), from probs
+    (B, H, T, T), value vectors (B, H, T, d), the residual stream r (B, T, d), the block's
+    output after W_O (B, T, d) and the normalisation after the block (`adapters.Norm`, or
+    None).
 
     The normalisation is linear in t once its divisor s(u_i) is fixed, so it is applied to the
     value vectors and the residual once, not to every (i, j) pair: a LayerNorm's centring and
@@ -175,25 +192,9 @@ def alti_layer(
     import torch
 
     batch, _, length, d = values.shape
-    dtype = values.dtype
-    residual = residual.to(dtype)
-    shifted, rho = values, residual  # G and ρ
-    if norm is not None:
-        gain = norm.gain.to(dtype)
-        if norm.centre:
-            shifted = shifted - shifted.mean(dim=-1, keepdim=True)
-            rho = rho - rho.mean(dim=-1, keepdim=True) if norm.covers_residual else rho
-        shifted = gain * shifted
-        if norm.covers_residual:
-            rho = gain * rho
-        else:  # Gemma2: t'_ij s(u_i) = g ⊙ Σ_h α f + [i = j] s(u_i) r_i
-            rho = rho * norm.scale(output.to(dtype))
-    # ‖Σ_h α^h_ij f^h(x_j)‖ from each key's H × H Gram matrix of its value vectors
-    gram = values.transpose(1, 2) @ values.permute(0, 2, 3, 1)  # (B, T, H, H)
+    shifted, rho = _linearised(values, residual, output, norm)
     step = max(1, BLOCK_FLOATS // max(1, length * d))
-    contributions = torch.zeros(batch, length, length, dtype=dtype)
-    mix_norm = torch.zeros(batch, length, dtype=dtype)
-    mix_residual = torch.zeros(batch, length, dtype=dtype)
+    contributions = torch.zeros(batch, length, length, dtype=values.dtype)
     for b in range(batch):
         by_key = shifted[b].transpose(0, 1)  # (T, H, d)
         for start in range(0, length, step):
@@ -207,18 +208,95 @@ def alti_layer(
             distance = (t - y[None]).abs().sum(dim=-1)  # ‖y_i − t'_ij‖₁: (T_key, n)
             c = (y.abs().sum(dim=-1)[None] - distance).clamp(min=0).T  # (n, T)
             contributions[b, rows] = c / c.sum(dim=-1, keepdim=True).clamp(min=1e-30)
-            mixed = ((weights @ gram[b]) * weights).sum(-1).clamp(min=0).sqrt()  # (T_key, n)
-            mix_norm[b, rows] = _others_share(mixed.T, rows)
-            mix_residual[b, rows] = _others_share(t.norm(dim=-1).T, rows)
-    diagonal = probs.diagonal(dim1=-2, dim2=-1).mean(dim=1)  # mean over heads of α_ii
-    return AltiLayer(contributions, 1 - diagonal, mix_norm, mix_residual)
+    return contributions
 
 
-def _others_share(lengths: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """Σ_{j≠i} ‖v_ij‖ / Σ_j ‖v_ij‖ for each query i of `rows`, from lengths (n, T)."""
+@dataclass(frozen=True, eq=False)
+class Grams:
+    """What a layer's mixing ratios need of its vectors, their inner products only (float64):
+    each key's H × H Gram matrices of f^h_j (`raw`) and of G^h_j (`linearised`, through the
+    normalisation after the block), and each token's ⟨G^h_i, ρ_i⟩ (`dots`) and ‖ρ_i‖²."""
+
+    raw: torch.Tensor  # (B, T, H, H)
+    linearised: torch.Tensor  # (B, T, H, H)
+    dots: torch.Tensor  # (B, T, H)
+    rho: torch.Tensor  # (B, T)
+
+    def lengths(self) -> torch.Tensor:
+        """‖f^h(x_j)‖: (B, H, T)."""
+        return self.raw.diagonal(dim1=-2, dim2=-1).clamp(min=0).sqrt().transpose(1, 2)
+
+
+def grams(
+    x: torch.Tensor, weights: Any, residual: torch.Tensor, output: torch.Tensor, norm: Any
+) -> Grams:
+    """A layer's `Grams` from its input x (B, T, d), `mha.LayerWeights`, residual stream,
+    output after W_O (B, T, d each) and the normalisation after the block (or None). G^h_j is
+    v^h_j times W_O^h through the normalisation, so no (B, H, T, d) vectors are shifted."""
     import torch
 
-    own = lengths[torch.arange(len(rows)), rows]
+    n_heads, d_k = weights.n_heads, weights.d_k
+    v = value_heads(x.float(), weights)  # (B, T, H, d_k)
+    w_o = weights.w_o.float().reshape(n_heads, d_k, -1)  # W_O^h: (H, d_k, d)
+    g_o, rho = _linearised(w_o, residual.float(), output.float(), norm)
+    f = torch.einsum("bthk,hkd->bthd", v, w_o)  # f^h_j: (B, T, H, d)
+    g = torch.einsum("bthk,hkd->bthd", v, g_o)  # G^h_j
+    return Grams(
+        (f @ f.transpose(-1, -2)).double(),
+        (g @ g.transpose(-1, -2)).double(),
+        (g @ rho[..., None]).squeeze(-1).double(),
+        (rho * rho).sum(dim=-1).double(),
+    )
+
+
+# report's names of the three mixing ratios, in `mixing_ratios`' order
+MIXING = ("weights", "norm", "norm_residual_layernorm")
+
+
+def mixing_ratios(
+    probs: torch.Tensor, found: Grams
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One layer's mixing ratios for each query, (B, T) each, in the order of MIXING: the
+    share of token i's update that comes from other tokens, by weights (1 − mean_h α^h_ii), by
+    norms (Σ_{j≠i} ‖v_ij‖ / Σ_j ‖v_ij‖, v_ij = Σ_h α^h_ij f^h(x_j): the block's vectors without
+    the residual) and with the residual and normalisation (the same of ALTI's t'_ij), all L2
+    norms as in Kobayashi et al. (2021), from probs (B, H, T, T) and the layer's `grams`.
+
+    One layer's own quantity, and only the vectors' lengths: ‖Σ_h α^h_ij v^h_j‖² is
+    α_ijᵀ K_j α_ij, K_j the H × H Gram matrix of key j's vectors, so no (T, T, d_model) tensor
+    is made. Batch rows go a few at a time, each (rows, H, T, T) product within BLOCK_FLOATS.
+    """
+    import torch
+
+    batch, n_heads, length, _ = probs.shape
+    by_norm = torch.zeros(batch, length, dtype=torch.float64)
+    by_residual = torch.zeros_like(by_norm)
+    step = max(1, BLOCK_FLOATS // max(1, n_heads * length * length))
+    for start in range(0, batch, step):
+        rows = slice(start, start + step)
+        p = probs[rows].double()  # (b, H, T, T)
+        by_norm[rows] = _others_share(_squared_lengths(p, found.raw[rows]).sqrt())
+        # t'_ii also holds ρ_i: ‖Σ_h α^h_ii G^h_i + ρ_i‖² adds 2 Σ_h α^h_ii ⟨G^h_i, ρ_i⟩ + ‖ρ_i‖²
+        own = 2 * (p.diagonal(dim1=-2, dim2=-1) * found.dots[rows].transpose(1, 2)).sum(1)
+        squared = _squared_lengths(p, found.linearised[rows])
+        squared = squared + torch.diag_embed(own + found.rho[rows])
+        by_residual[rows] = _others_share(squared.clamp(min=0).sqrt())
+    by_weights = 1 - probs.double().diagonal(dim1=-2, dim2=-1).mean(dim=1)  # (B, T)
+    return by_weights, by_norm, by_residual
+
+
+def _squared_lengths(p: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
+    """‖Σ_h α^h_ij v^h_j‖² for every query i and key j, (b, T, T) from probs (b, H, T, T) and
+    each key's Gram matrix K_j (b, T, H, H)."""
+    import torch
+
+    mixed = torch.einsum("bhij,bjhk->bkij", p, gram)  # Σ_h α^h_ij K_j[h, k]: (b, H, T, T)
+    return (mixed * p).sum(dim=1).clamp(min=0)
+
+
+def _others_share(lengths: torch.Tensor) -> torch.Tensor:
+    """Σ_{j≠i} ‖v_ij‖ / Σ_j ‖v_ij‖ for each query i: (b, T) from lengths (b, T, T)."""
+    own = lengths.diagonal(dim1=-2, dim2=-1)
     total = lengths.sum(dim=-1)
     return (total - own) / total.clamp(min=1e-30)
 
@@ -291,14 +369,12 @@ class Measured:
             if name == "rollout":
                 step = rollout_layer(probs)
             else:
-                weights = self._weights[layer]
-                f = value_vectors(tensors["input"].float(), weights)
-                norm = self._norms[layer]
-                found = alti_layer(
-                    probs, f, tensors["residual"].float(), tensors["output"].float(), norm
-                )
-                self.mixing[layer] = found
-                step = found.contributions
+                weights, norm = self._weights[layer], self._norms[layer]
+                x, residual = tensors["input"].float(), tensors["residual"].float()
+                output = tensors["output"].float()
+                step = alti_layer(probs, value_vectors(x, weights), residual, output, norm)
+                ratios = mixing_ratios(probs, grams(x, weights, residual, output, norm))
+                self.mixing[layer] = AltiLayer(step, *ratios)
             previous = self._composed
             self._composed = step if previous is None else step @ previous  # R_l = C_l R_{l−1}
             values = self._composed[:, None]
@@ -306,10 +382,33 @@ class Measured:
             self.held[:, self.slot[layer]] = values.numpy()
 
 
+def special_by_weight_and_norm(
+    probs: torch.Tensor, lengths: torch.Tensor, special: list[Any]
+) -> Any:
+    """`special_share` (`analysis.summary.special_shares`) of each batch row's heads by weight
+    and by norm ‖α f(x)‖ (each row as shares, as `shares` makes them): (2, B, H) from probs
+    (B, H, T, T), each key's ‖f^h(x_j)‖ (B, H, T) and each row's special tokens ((T_row,)
+    bool)."""
+    import numpy as np
+
+    from attnviz.analysis.summary import special_shares
+
+    normed = probs * lengths[:, :, None, :]  # ‖α f(x_j)‖ = α ‖f(x_j)‖: (B, H, T, T)
+    found = np.zeros((2, len(special), probs.shape[1]))
+    for row, marked in enumerate(special):
+        n = len(marked)
+        for k, grid in enumerate((probs, normed)):
+            rows = grid[row, :, :n, :n].double().numpy()  # (H, T, T)
+            if k == 1:
+                rows = rows / rows.sum(axis=-1, keepdims=True).clip(min=1e-30)
+            found[k, row] = special_shares(rows, ~marked, marked)
+    return found
+
+
 class SpecialShares:
     """The recorder behind the summary's line on special tokens: for each chosen layer and head,
     the mean over non-special queries of the share special keys get, by weight and by norm
-    (‖α f(x)‖ over the row's sum): (B, L, H) each."""
+    (`special_by_weight_and_norm`): (B, L, H) each."""
 
     def __init__(self, loaded: LoadedModel, layers: list[int], special: list[Any]) -> None:
         import numpy as np
@@ -339,17 +438,137 @@ class SpecialShares:
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         probs = tensors["probs"].float()
-        lengths = norms(probs, value_vectors(tensors["input"].float(), self._weights[layer]))
-        for row, special in enumerate(self._special):
-            n = len(special)
-            keys = special.nonzero()[0]
-            queries = (~special).nonzero()[0]
-            if not len(keys) or not len(queries):
-                continue
-            for into, grid in ((self.by_weight, probs), (self.by_norm, lengths)):
-                rows = grid[row, :, queries][:, :, :n].numpy()  # (H, Q, T)
-                share = rows[:, :, keys].sum(-1) / rows.sum(-1).clip(min=1e-30)
-                into[row, self.slot[layer]] = share.mean(-1)
+        lengths = value_vectors(tensors["input"].float(), self._weights[layer]).norm(dim=-1)
+        found = special_by_weight_and_norm(probs, lengths, self._special)
+        self.by_weight[:, self.slot[layer]], self.by_norm[:, self.slot[layer]] = found
+
+
+def readable_weights(loaded: LoadedModel, stack: str | None = None) -> dict[int, Any] | None:
+    """Each layer's `mha.LayerWeights` (of `stack`), or None where attnviz cannot read the
+    model's value and output weights (a measure of norms then has nothing to work with)."""
+    from attnviz.core import adapters
+    from attnviz.errors import UnsupportedModelError
+
+    try:
+        return {
+            layer: adapters.layer_weights(loaded.model, layer, stack).to_cpu()
+            for layer in range(loaded.info.of_stack(stack).n_layers)
+        }
+    except UnsupportedModelError:
+        return None
+
+
+class CorpusContributions:
+    """report's special shares and mixing ratios over a corpus, batch by batch (flat memory):
+    `recorders(special)` before a batch's pass, `add(row, att)` for each of its texts after it,
+    then `special()` and `mixing()`. `stack`: an encoder-decoder model's self-attention stack
+    (special shares only: mixing ratios are for one-stack models). A batch's `grams` of each
+    layer serve both."""
+
+    def __init__(self, loaded: LoadedModel, stack: str | None = None) -> None:
+        import numpy as np
+
+        from attnviz.core import adapters
+
+        info = loaded.info.of_stack(stack)
+        self._stack = stack
+        layers = range(info.n_layers)
+        self._weights = readable_weights(loaded, stack) or {}  # for norm and mixing
+        self._norms: dict[int, Any] = {}
+        if stack is None and self._weights:  # the normalisation after each block, for mixing
+            self._norms = {layer: adapters.norm_after(loaded.model, layer) for layer in layers}
+        mixing = stack is None and bool(self._weights)
+        self._special = np.zeros((2, info.n_layers, info.n_heads))  # by weight, by norm
+        self._texts = 0  # with a non-special query: where the share is defined
+        self._mixing = np.zeros((len(MIXING), info.n_layers)) if mixing else None
+        self._tokens = 0  # summed over every token
+        self._batch: _ContributionPass | None = None
+
+    def recorders(self, special: list[Any]) -> list[Any]:
+        """One batch's recorders, from its texts' special masks ((T_row,) bool, of the
+        queries: the source's for the encoder, the target's for the decoder)."""
+        if not self._weights:
+            return []
+        norms = self._norms if self._mixing is not None else None
+        self._batch = _ContributionPass(self._weights, norms, special, self._stack)
+        return [self._batch]
+
+    def add(self, row: int, att: Any) -> None:
+        """Batch row `row`'s text, whose attention (all layers, tokens) is `att`."""
+        from attnviz.analysis.summary import special_shares
+
+        batch = self._batch
+        if self._mixing is not None and batch is not None:
+            n = len(att.tokens)
+            self._mixing += batch.mixing[row] * n  # each token weighs the same
+            self._tokens += n
+        if not (~att.special).any():
+            return
+        weights = att.weights.astype("f8")  # (L, H, T, S)
+        self._special[0] += special_shares(weights, ~att.special, att.key_special)
+        if batch is not None:
+            self._special[1] += batch.by_norm[row]
+        self._texts += 1
+
+    def special(self) -> Any:
+        """(2, L, H): each head's special share by weight and by norm ‖α f(x)‖, means over the
+        texts (NaN where undefined: no text with a non-special query; by norm, unreadable
+        value weights)."""
+        import numpy as np
+
+        found = self._special / self._texts if self._texts else np.full_like(self._special, np.nan)
+        if not self._weights:
+            found[1] = np.nan
+        return found
+
+    def mixing(self) -> Any:
+        """(3, L): each layer's mixing ratios in the order of MIXING, means over every token of
+        every text; None for a stack of an encoder-decoder model or unreadable value weights."""
+        if self._mixing is None or not self._tokens:
+            return None
+        return self._mixing / self._tokens
+
+
+class _ContributionPass:
+    """One batch's recorder for `CorpusContributions`: each layer's special shares by norm
+    (B, L, H) and, given the normalisations after the blocks (`norms`: one-stack models), the
+    mean over each row's tokens (special ones too) of its mixing ratios (B, 3, L), one
+    layer's own quantity, nothing composed. `weights`: each layer's `mha.LayerWeights`."""
+
+    def __init__(
+        self,
+        weights: dict[int, Any],
+        norms: dict[int, Any] | None,
+        special: list[Any],
+        stack: str | None,
+    ) -> None:
+        import numpy as np
+
+        self.stack = stack
+        self._x = "input" if stack is None else "source"  # what the values are made of
+        self._weights, self._norms, self._special = weights, norms, special
+        kinds = (self._x, "probs", *(("output", "residual") if norms is not None else ()))
+        self.wants = {layer: kinds for layer in weights}
+        n_layers, n_heads = len(weights), next(iter(weights.values())).n_heads
+        self.by_norm = np.zeros((len(special), n_layers, n_heads))
+        self.mixing = np.zeros((len(special), len(MIXING), n_layers))
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        probs = tensors["probs"].float()  # (B, H, T, T)
+        x, weights = tensors[self._x].float(), self._weights[layer]
+        if self._norms is None:
+            lengths = value_vectors(x, weights).norm(dim=-1)  # (B, H, T)
+        else:
+            # the padded batch at once: a text's queries give its padding keys no weight, so
+            # their ratios are the text's own (`test_report_contributions`: batch sizes agree)
+            residual, output = tensors["residual"], tensors["output"]
+            found = grams(x, weights, residual, output, self._norms[layer])
+            lengths = found.lengths()
+            ratios = mixing_ratios(probs, found)  # (B, T) each
+            for row, marked in enumerate(self._special):
+                for k, ratio in enumerate(ratios):
+                    self.mixing[row, k, layer] = float(ratio[row, : len(marked)].mean())
+        self.by_norm[:, layer] = special_by_weight_and_norm(probs, lengths, self._special)[1]
 
 
 def measured(

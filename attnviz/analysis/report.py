@@ -26,6 +26,14 @@ if TYPE_CHECKING:
     from attnviz.core.models import ModelInfo
 
 
+# heads.csv's columns of `Report.special`, in its order: the share special tokens take
+SPECIAL = ("special_weight_share", "special_norm_share")
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
 @dataclass(frozen=True, eq=False)
 class Report:
     """Per-head metric means over a corpus, the roles they give, and one example text."""
@@ -45,6 +53,11 @@ class Report:
     linguistics: Linguistics | None = None  # with --treebank: syntax and coreference
     importance: Importance | None = None  # with --importance ablation|both
     importance_gradient: Importance | None = None  # with --importance gradient|both
+    # (2, L, H): each head's special share (`summary.special_shares`) by weight and by norm
+    # ‖α f(x)‖, means over the texts, on tokens (`contributions.CorpusContributions`)
+    special: np.ndarray | None = None
+    # (3, L): each layer's mixing ratios (`contributions.MIXING`), means over every token
+    mixing: np.ndarray | None = None
 
     def importances(self) -> dict[str, Importance]:
         """The importance measured, by column name: `importance` (ablation) and/or
@@ -78,8 +91,10 @@ class Report:
                 "linguistic_roles": self.linguistic_roles(role.layer, role.head),
             }
             for m, name in enumerate(METRICS):
-                value = float(self.means[m, role.layer, role.head])
-                row[name] = value if math.isfinite(value) else None
+                row[name] = _finite(float(self.means[m, role.layer, role.head]))
+            if self.special is not None:
+                for k, name in enumerate(SPECIAL):
+                    row[name] = _finite(float(self.special[k, role.layer, role.head]))
             if self.probes is not None:
                 for p, name in enumerate(PROBES):
                     row[name] = float(self.probes.scores[p, role.layer, role.head])
@@ -88,6 +103,18 @@ class Report:
                 row[f"{name}_rank"] = int(result.ranks()[role.layer, role.head])
             rows.append(row)
         return rows
+
+    def mixing_ratio(self) -> dict[str, list[float | None]] | None:
+        """Each mixing ratio by name (`contributions.MIXING`), one value per layer of the
+        model (index: the layer); None where not measured."""
+        from attnviz.analysis.contributions import MIXING
+
+        if self.mixing is None:
+            return None
+        return {
+            name: [_finite(float(value)) for value in self.mixing[k]]
+            for k, name in enumerate(MIXING)
+        }
 
     def linguistic_roles(self, layer: int, head: int) -> list[str]:
         """What annotated text names this head for (e.g. `syntax:det`); empty without it."""
@@ -117,6 +144,7 @@ class Report:
             "importance": {name: result.as_dict() for name, result in self.importances().items()}
             | ({"spearman": self.spearman()} if self.spearman() is not None else {})
             or None,
+            "mixing_ratio": self.mixing_ratio(),
             "heads": self.rows(),
             "treebank": None
             if self.linguistics is None

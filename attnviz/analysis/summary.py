@@ -166,6 +166,18 @@ def key_means(att: Attention, weights: np.ndarray) -> np.ndarray:
     return np.where(seen_by > 0, summed / np.maximum(seen_by, 1), 0.0)
 
 
+def special_shares(weights: np.ndarray, queries: np.ndarray, key_special: np.ndarray) -> np.ndarray:
+    """`special_share`: the mean over the `queries` (T,) bool of the weight each gives the
+    special keys `key_special` (S,) bool, (...) from `weights` (..., T, S) whose rows are shares
+    (sum to 1); 0 where there is no such query. `report` averages it over a corpus's texts."""
+    import numpy as np
+
+    if not queries.any():
+        return np.zeros(weights.shape[:-2])
+    special_rows = weights[..., queries, :][..., key_special].sum(axis=-1)  # (..., Q)
+    return special_rows.mean(axis=-1)
+
+
 def pick_pattern(
     att: Attention,
     scores: dict[str, float | None],
@@ -223,8 +235,7 @@ def summarise(
     queries, key_special = ~att.special, att.key_special  # (T,), (S,)
     received = key_means(att, weights)  # (L, H, S)
     per_role = role_scores(att)
-    special_rows = weights[:, :, queries][..., key_special].sum(axis=-1)  # (L, H, Q)
-    special_share = special_rows.mean(axis=-1) if queries.any() else np.zeros(weights.shape[:2])
+    special_share = special_shares(weights, queries, key_special)  # (L, H)
     # keys a content pattern may name: non-special, seen by at least half the queries
     seen_by = np.array([(queries[k:] if att.info.causal else queries).sum() for k in range(n)])
     candidates = ~key_special & (seen_by * 2 >= max(int(queries.sum()), 1))

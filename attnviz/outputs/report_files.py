@@ -135,6 +135,7 @@ def write_seq2seq_report(report: Seq2SeqReport, out: Path, style: Style) -> list
             f"{'sources' if stack == 'encoder' else 'targets'}.",
             "",
         ]
+        sections += _special_lines(stack_report)
         sections += _roles_lines(stack_report, examples, style, stack)
         sections += ["### Every head's metrics", ""]
         sections += _metric_figures(list(METRICS), style.fmt, stack)
@@ -590,6 +591,7 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style, sections:
             "the work of induction heads.",
             "",
         ]
+    lines += _contributions_lines(report)
     lines += sections
     lines += ["## Metrics", ""]
     names = [*METRICS, *probed]
@@ -597,6 +599,62 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style, sections:
     lines += [""] + _metric_figures(names, ext)
     lines += ["Every number: `heads.csv` and `heads.json` (one row per layer and head).", ""]
     return "\n".join(lines)
+
+
+def _special_lines(report: Report) -> list[str]:
+    """The share special tokens take, by weight and by norm, over the chosen heads."""
+    import numpy as np
+
+    if report.special is None:
+        return []
+    by_weight, by_norm = (report.special[k][np.ix_(report.layers, report.heads)] for k in (0, 1))
+    if np.isnan(by_weight).all():
+        return []
+    norm = (
+        f"**{np.mean(by_norm):.1%}** by norm ‖α f(x)‖"
+        if not np.isnan(by_norm).any()
+        else "by norm not measured (the model's value weights cannot be read)"
+    )
+    return [
+        f"Special tokens ([CLS], [SEP], BOS…) take **{np.mean(by_weight):.1%}** of the attention "
+        f"weight of non-special queries and {norm} (Kobayashi et al. 2020: a key with a large "
+        "weight may pass on a short vector): means over the heads and the texts; each head's in "
+        "`special_weight_share` and `special_norm_share`.",
+        "",
+    ]
+
+
+def _contributions_lines(report: Report) -> list[str]:
+    """report.md's section on what tokens take from each other: the special shares and each
+    layer's mixing ratios (Kobayashi et al. 2021), with what each ratio shows."""
+    lines = _special_lines(report)
+    if report.mixing is None:
+        return ["## How much each token takes from the others", "", *lines] if lines else []
+    layers = list(report.layers)
+    rows = [(layer, *(f"{report.mixing[k, layer]:.1%}" for k in range(3))) for layer in layers]
+    if len(layers) > 1:
+        rows.append(("all", *(f"{report.mixing[k, layers].mean():.1%}" for k in range(3))))
+    lines += [
+        "A layer's *mixing ratio* is the share of a token's update that comes from other tokens "
+        "(Kobayashi et al. 2021), a mean over every token of every text (special ones too):",
+        "",
+        *_table(("layer", "by weights", "by norms", "with residual and normalisation"), rows),
+        "",
+        "- *By weights* (1 − the heads' mean α_ii) shows where the heads look: how much of "
+        "their attention goes to tokens other than the query itself.",
+        "- *By norms* (Σ_{j≠i} ‖Σ_h α_ij f(x_j)‖ over the same sum for every j) shows what the "
+        "block's output is made of: each token weighed by the length of the vector it passes "
+        "on, not only by where the heads look.",
+        "- *With residual and normalisation* (ALTI's t′_ij, the residual stream counted as the "
+        "token's own, through the normalisation after the block where there is one) shows how "
+        "much of the token's representation after the layer's attention comes from other "
+        "tokens at all; the rest is carried by its own residual stream.",
+        "",
+        "heads.json has the three per layer: `mixing_ratio` (`weights`, `norm`, "
+        "`norm_residual_layernorm`).",
+        "",
+    ]
+    return ["## How much each token takes from the others", "", *lines]
 
 
 def _roles_lines(

@@ -112,8 +112,10 @@ def build_seq2seq_report(
     """
     from dataclasses import replace
 
+    import numpy as np
+
     from attnviz.analysis.alignment import AlignmentSums
-    from attnviz.analysis.contributions import Measured, get, shares
+    from attnviz.analysis.contributions import CorpusContributions, Measured, get, shares
     from attnviz.core.adapters import STACKS
     from attnviz.core.extract import attend_stacks, batched
     from attnviz.core.seq2seq import encode_source_target
@@ -131,6 +133,8 @@ def build_seq2seq_report(
                     on_warning(note)
 
     sums = {"encoder": MetricSums(), "decoder": MetricSums()}
+    # each self-attention stack's special shares, from the same pass
+    contributions = {stack: CorpusContributions(loaded, stack) for stack in sums}
     alignment, by_norm = AlignmentSums(), AlignmentSums()
     example: dict[str, Attention] = {}
     cross_layers = list(range(loaded.info.of_stack("cross").n_layers))
@@ -138,9 +142,15 @@ def build_seq2seq_report(
         # cross-attention's norms ‖α f(x)‖ from the same pass (Kobayashi et al. 2020)
         widths = (max(len(item.target) for item in batch), max(len(item.source) for item in batch))
         norms = Measured(loaded, get("norm"), cross_layers, len(batch), *widths, stack="cross")
-        for row, found in enumerate(attend_stacks(loaded, batch, STACKS, also=[norms])):
+        also: list = [norms]
+        for stack, corpus in contributions.items():
+            side = "source" if stack == "encoder" else "target"
+            special = [np.array(getattr(item, side).special, dtype=bool) for item in batch]
+            also += corpus.recorders(special)
+        for row, found in enumerate(attend_stacks(loaded, batch, STACKS, also=also)):
             for stack, stack_sums in sums.items():
                 stack_sums.add(found[stack])
+                contributions[stack].add(row, found[stack])
             cross = found["cross"]
             alignment.add(cross)
             n_target, n_source = cross.weights.shape[-2:]
@@ -168,6 +178,7 @@ def build_seq2seq_report(
             example=example[stack],
             layers=tuple(range(info.n_layers)),
             heads=tuple(range(info.n_heads)),
+            special=contributions[stack].special(),
         )
     cross = CrossReport(
         loaded.info.of_stack("cross"), alignment.means(), example["cross"], by_norm.means()
@@ -202,12 +213,15 @@ def build_report(
     model's objective on the same texts (`attnviz.analysis.importance`; `ablation` zero or
     mean), reporting `on_importance(batches done, batches)` as it goes.
     """
+    import numpy as np
+
     from attnviz.analysis.importance import methods_of
 
     methods = methods_of(importance) if importance else []
+    from attnviz.analysis.contributions import CorpusContributions
     from attnviz.analysis.linguistics import LinguisticSums
     from attnviz.analysis.transforms import transform, word_view
-    from attnviz.core.extract import extract_many
+    from attnviz.core.extract import attend, batched
     from attnviz.core.tokens import encode, encode_words
     from attnviz.core.treebank import Treebank
 
@@ -248,21 +262,26 @@ def build_report(
     linguistic = LinguisticSums()
     changed: dict[str, int] = {}  # what encode_words had to do, sentences each
     example = None
-    for att in extract_many(loaded, encoded(), batch_size):
-        shown = transform(att, words)
-        sums.add(shown)
-        if treebank:
-            sentence, encoded_words = waiting.popleft()
-            linguistic.add(shown if words else word_view(att), sentence)
-            for kind, happened in (
-                (STAND_INS, encoded_words.stand_ins > 0),  # in the order of the notes
-                (CUT, encoded_words.truncated),
-            ):
-                if happened:
-                    changed[kind] = changed.get(kind, 0) + 1
-        example = example or shown
-        if on_progress:
-            on_progress(1)
+    # special shares and mixing ratios, on tokens, from the same pass
+    contributions = CorpusContributions(loaded)
+    for batch in batched(encoded(), batch_size):
+        also = contributions.recorders([np.array(item.special, dtype=bool) for item in batch])
+        for row, att in enumerate(attend(loaded, batch, also=also)):
+            contributions.add(row, att)
+            shown = transform(att, words)
+            sums.add(shown)
+            if treebank:
+                sentence, encoded_words = waiting.popleft()
+                linguistic.add(shown if words else word_view(att), sentence)
+                for kind, happened in (
+                    (STAND_INS, encoded_words.stand_ins > 0),  # in the order of the notes
+                    (CUT, encoded_words.truncated),
+                ):
+                    if happened:
+                        changed[kind] = changed.get(kind, 0) + 1
+            example = example or shown
+            if on_progress:
+                on_progress(1)
     if example is None:
         raise InputError("no sentence fits the model: every one was too long (try --truncate)")
     means = sums.means()
@@ -296,6 +315,8 @@ def build_report(
         layers=tuple(chosen_layers),
         heads=tuple(chosen_heads),
         probes=probes,
+        special=contributions.special(),
+        mixing=contributions.mixing(),
         importance=measured.get("ablation"),
         importance_gradient=measured.get("gradient"),
         linguistics=linguistic.result(
