@@ -379,3 +379,78 @@ def test_decoder_query_and_overview_figures_mask_later_keys(loaded_tiny, tmp_pat
     for (r, c, where), (x, y) in corners.items():
         pixel = png[int(height - y), int(x)]
         assert _masked(pixel) == (where == "upper right"), (r, c, where, pixel)
+
+
+# ---------- heads removed by --ablate ----------
+
+
+def _neutral(pixels: np.ndarray) -> np.ndarray:
+    """Grey pixels (white, the removed cover's hatching, black text): no colour of viridis,
+    magma or any coloured map, whose every entry has unequal channels."""
+    return (pixels[..., 0] == pixels[..., 1]) & (pixels[..., 1] == pixels[..., 2])
+
+
+def _removed_attention(causal=False):
+    from dataclasses import replace
+
+    att = _random_attention(np.random.default_rng(11), n_layers=2, n_heads=3, n=9)
+    return replace(att, info=replace(att.info, causal=causal), removed=((0, 1),))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_removed_head_is_drawn_as_removed_not_as_a_pattern(tmp_path, causal):
+    """A head whose output --ablate set to 0 gets a cover and "removed" in its title, in the
+    head figure and in its panel of the layer grid; the heads drawn after it (the figures are
+    reused, blitted) get their heatmaps back, and one drawn first keeps its cover."""
+    from attnviz.outputs.figures import head_title
+
+    att = _removed_attention(causal)
+    head = HeadFigure(att, Style())
+    for layer, h in [(0, 1), (0, 0), (0, 1), (1, 1)]:  # the removed head first, then again
+        grid = att.weights[layer, h]
+        title = head_title(att, layer, h, grid)
+        path = head.save(grid, title, tmp_path / "h.png", removed=att.is_removed(layer, h))
+        inside = _axes_pixels(head.frames.fig, head.image.axes, path)
+        assert _neutral(inside).all() == att.is_removed(layer, h), (layer, h)
+        assert ("removed" in title) == att.is_removed(layer, h)
+    layer_figure = LayerFigure(att, [0, 1, 2], Style())
+    for layer in (0, 1, 0):
+        path = layer_figure.save(att.weights[layer], layer, tmp_path / "l.png")
+        titles = [t.get_text() for t in layer_figure.panel_titles]
+        for h, image in enumerate(layer_figure.images):
+            inside = _axes_pixels(layer_figure.frames.fig, image.axes, path)
+            assert _neutral(inside).all() == att.is_removed(layer, h), (layer, h)
+            assert ("removed" in titles[h]) == att.is_removed(layer, h)
+
+
+def test_render_text_covers_a_removed_head_in_every_figure(tmp_path):
+    """Through render_text (the way show draws): the removed head's own file has no heatmap
+    (its coloured pixels are the colour bar's alone); its overview tile and query row are
+    covered; the other heads are drawn."""
+    from attnviz.outputs.figures import _overview_cells, overview_figure, query_figure, save_figure
+
+    att = _removed_attention()
+    render_text(att, tmp_path, [0, 1], [0, 1, 2], Style(), jobs=1)
+
+    def coloured(name):
+        return int((~_neutral(_png(tmp_path / name))).sum())
+
+    removed, kept = coloured("layer-00-head-01.png"), coloured("layer-00-head-00.png")
+    assert removed < 0.2 * kept  # a 9 × 9 heatmap has many times the colour bar's pixels
+    style = Style()
+    fig = overview_figure(att, [0, 1], [0, 1, 2], style)
+    _, m, cell = _overview_cells(9, style.dpi)
+    height, to_pixels = fig.bbox.height, fig.axes[0].transData.transform
+    centres = {(r, c): to_pixels((c * cell + m / 2 - 1, r * cell + m / 2 - 1)) for r in (0, 1)
+               for c in (0, 1, 2)}  # fmt: skip
+    png = _png(save_figure(fig, tmp_path / "o.png", style))
+    for (r, c), (x, y) in centres.items():
+        tile = png[int(height - y) - 20 : int(height - y) + 20, int(x) - 20 : int(x) + 20]
+        assert _neutral(tile).all() == (r == 0 and c == 1), (r, c)
+    fig = query_figure(att, 4, [0, 1], [0, 1, 2], style)
+    height, to_pixels = fig.bbox.height, fig.axes[0].transData.transform
+    rows = [[to_pixels((k, r)) for k in range(9)] for r in range(6)]
+    png = _png(save_figure(fig, tmp_path / "q.png", style))
+    for r, row in enumerate(rows):
+        cells = np.array([png[int(height - y), int(x)] for x, y in row if abs(x - row[4][0]) > 8])
+        assert _neutral(cells).all() == (r == 1), r  # row 1 is L0 H1

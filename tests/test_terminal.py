@@ -208,3 +208,33 @@ def test_check_errors_keep_layers_as_columns_when_they_fit():
     header = next(line for line in lines if "L0" in line)
     assert header.split() == ["┃", "┃", *(x for i in range(6) for x in (f"L{i}", "┃"))]
     assert sum(line.startswith("│ head ") for line in lines) == 12 and "…" not in "".join(lines)
+
+
+def test_a_removed_head_shows_a_mark_not_a_pattern():
+    """--ablate 0.0 removes head 0, the previous-token head: the map marks it (no role, no
+    score) and says what the mark means; the details row and the terminal heatmap say it is
+    removed instead of showing its top keys, link and cells."""
+    from dataclasses import replace
+
+    att = replace(_attention(), removed=((0, 0),))
+    summaries = summarise(att, [0], [0, 1])
+    console = _console()
+    terminal.print_head_map(console, att, summaries, [0], [0, 1])
+    lines = console.file.getvalue().splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("L0"))
+    assert lines[row].split() == ["L0", "✗", "[CLS]"]
+    assert lines[row + 1].split() == [".70"]  # head 1's score alone
+    assert "✗=removed (--ablate" in " ".join(lines)
+    # the share of special tokens leaves the removed head out: head 1's 80% alone
+    assert "80% of attention on average (80%–80% per head)" in " ".join(lines)
+    console = _console()
+    terminal.print_head_details(console, att, summaries)
+    details = console.file.getvalue()
+    assert "✗ removed (--ablate)" in details and "previous-token" not in details
+    console = _console()
+    terminal.print_heatmap(console, att, 0, 0)
+    drawn = console.file.getvalue()
+    assert "removed (--ablate)" in drawn and "█" not in drawn
+    plain = _console()
+    terminal.print_head_map(plain, _attention(), summarise(_attention(), [0], [0, 1]), [0], [0, 1])
+    assert "prev" in plain.file.getvalue() and "✗" not in plain.file.getvalue()

@@ -12,7 +12,7 @@ from rich.text import Text
 from attnviz.analysis.metrics import METRICS, PROBES
 from attnviz.analysis.query import normal_form
 from attnviz.analysis.roles import EVERY_ROLE, MIXED, ROLES
-from attnviz.analysis.summary import AGREE, TOKEN
+from attnviz.analysis.summary import AGREE, REMOVED, REMOVED_MARK, TOKEN
 from attnviz.core.adapters import STACK_TITLES
 
 if TYPE_CHECKING:
@@ -125,8 +125,10 @@ def _print_tokens(console: Console, tokens: Sequence[str], side: str, unit: str)
 
 def _pattern_cell(att: Attention, summary: HeadSummary, width: int, repeated: set[str]) -> Text:
     """A head's cell: what it does (a role, a sink's token, or the token its queries agree
-    on) over its score."""
+    on) over its score; a removed head's mark."""
     pattern = summary.pattern
+    if pattern.role == REMOVED:
+        return Text(REMOVED_MARK, style=_REMOVED_STYLE)
     if pattern.role == MIXED.name:
         return Text(MIXED.shown, style=MIXED.style)
     if pattern.role == TOKEN:
@@ -144,6 +146,14 @@ def _pattern_cell(att: Attention, summary: HeadSummary, width: int, repeated: se
     return cell
 
 
+_REMOVED_STYLE = "bold red"
+
+
+def _removed_legend(att: Attention) -> str:
+    """The legend's entry for removed heads, when there are any."""
+    return f"{REMOVED_MARK}=removed (--ablate: no output, no pattern)  " if att.removed else ""
+
+
 def _map_legend(console: Console, att: Attention) -> None:
     # cross-attention's queries and keys are different texts: no positional roles there
     positional = {name for name, metric in METRICS.items() if metric.positional}
@@ -153,11 +163,11 @@ def _map_legend(console: Console, att: Attention) -> None:
         if (role.metric not in PROBES or att.info.causal)
         and (att.keys is None or role.metric not in positional)
     ]
+    roles.append(f"{MIXED.shown}=mixed (no role)  {_removed_legend(att)}")
     console.print(
         Text(
-            "  ".join(roles)
-            + f"  {MIXED.shown}=mixed (no role)  a token: the queries give it ≥ {AGREE:.2f} on "
-            "average. Scores are means over the queries, each role's metric on this text "
+            "  ".join(roles) + f"a token: the queries give it ≥ {AGREE:.2f} on average. "
+            "Scores are means over the queries, each role's metric on this text "
             "(attnviz report measures a corpus; docs/report-methods.md).",
             style="dim",
         )
@@ -195,10 +205,13 @@ def print_special_share(
     per-layer measure shown."""
 
     def share(values: Any, what: str, spread: str) -> str:
+        values = [float(v) for v in values if v == v]  # NaN: a removed head
         low, high = float(min(values)), float(max(values))
         return f"{float(sum(values)) / len(values):.0%} {what} ({low:.0%}–{high:.0%} {spread})"
 
-    shown = [s.special_share for s in summaries]
+    shown = [s.special_share for s in summaries if s.special_share is not None]  # not removed
+    if not shown:
+        return
     parts = []
     if by_weight is not None and by_norm is not None and not att.hidden_special:
         parts = [
@@ -283,7 +296,9 @@ def print_head_details(console: Console, att: Attention, summaries: Sequence[Hea
             top.append(" " + _weight(target.weight))
         pattern = s.pattern
         does = _pattern_cell(att, s, wide, key_repeated)
-        if pattern.role not in (MIXED.name, TOKEN):
+        if pattern.role == REMOVED:
+            does = Text(f"{REMOVED_MARK} removed (--ablate)", style=_REMOVED_STYLE)
+        elif pattern.role not in (MIXED.name, TOKEN):
             does = Text(pattern.role, style=ROLES[pattern.role].style)
             if pattern.score is not None:
                 does.append(" " + _weight(pattern.score), style="dim")
@@ -294,7 +309,7 @@ def print_head_details(console: Console, att: Attention, summaries: Sequence[Hea
             str(s.layer),
             *([] if att.per_layer else [str(s.head)]),
             does,
-            top,
+            top if s.top else Text("—", style="dim"),
             Text("—", style="dim")
             if link is None
             else Text.assemble(
@@ -330,7 +345,11 @@ def print_query(
     for layer in layers:
         cells = []
         for head in heads:
-            best = by_position[(layer, head)].best
+            row = by_position[(layer, head)]
+            if row.removed:
+                cells.append(Text(REMOVED_MARK, style=_REMOVED_STYLE))
+                continue
+            best = row.best
             if best is None:
                 cells.append(Text("—", style="dim"))
                 continue
@@ -340,6 +359,8 @@ def print_query(
             cells.append(cell)
         table.add_row(f"L{layer}", *cells)
     console.print(table)
+    if att.removed:
+        console.print(Text(_removed_legend(att).strip(), style="dim"))
 
     where = "Layers" if att.per_layer else "Heads"
     ranked = Table(
@@ -392,8 +413,16 @@ def print_heatmap(
 ) -> bool:
     """Draw one head's `[query, key]` weights as cells; False if the terminal is too narrow.
 
-    `scale` "head" divides the weights by the head's maximum, as the images do.
+    `scale` "head" divides the weights by the head's maximum, as the images do. A removed
+    head has no pattern to draw: one line says so.
     """
+    if att.is_removed(layer, head):
+        console.print(
+            f"[bold]layer {layer} · head {head}[/] is removed (--ablate): its output was set to "
+            "0, so no heatmap is drawn",
+            highlight=False,
+        )
+        return True
     grid = att.pattern(layer, head)  # (T, S): S = T but in cross-attention
     peak = float(grid.max())
     if scale == "head" and peak > 0:
