@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import re
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -238,3 +240,36 @@ def test_a_removed_head_shows_a_mark_not_a_pattern():
     plain = _console()
     terminal.print_head_map(plain, _attention(), summarise(_attention(), [0], [0, 1]), [0], [0, 1])
     assert "prev" in plain.file.getvalue() and "✗" not in plain.file.getvalue()
+
+
+def _guesses_view():
+    """A decoder's --ablate view as SmolLM2 gives it: long tokens, five guesses a side."""
+    from attnviz.analysis.importance import AblationView, Prediction
+
+    before = (("afterlife", 0.06), ("key", 0.05), ("throne", 0.04), ("best", 0.02), (" ", 0.02))
+    after = (("most", 0.02), ("key", 0.02), ("keys", 0.02), ("code", 0.02), ("right", 0.01))
+    predictions = tuple(
+        Prediction(p, f" token{p}", f" next{p}", before[p:] + before[:p], after[p:] + after[:p])
+        for p in range(5)
+    )
+    return AblationView(((3, 0),), "zero", "loss", "nats", 2.5, 2.6, predictions)
+
+
+@pytest.mark.parametrize("width", [80, 100, 60])
+def test_ablation_guesses_never_split_a_token_from_its_probability(width):
+    """At 80 columns the top-5 lists wrap, between one guess and the next: every
+    "token probability" pair stays on one line, and every guess is there."""
+    view = _guesses_view()
+    console = _console(width)
+    terminal.print_ablation(console, view)
+    lines = console.file.getvalue().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= width
+    table = "\n".join(lines[2:])  # below the loss line and the title
+    expected = Counter(
+        f"{token.strip() or repr(token)} {prob:.2f}"
+        for p in view.predictions
+        for token, prob in (*p.before, *p.after)
+    )
+    for shown, count in expected.items():  # whole, on one line, as often as it is a guess
+        found = re.findall(rf"(?<!\S){re.escape(shown)}(?!\S)", table)
+        assert len(found) == count, (width, shown, len(found), count)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -16,6 +18,8 @@ from attnviz.analysis.summary import AGREE, REMOVED, REMOVED_MARK, TOKEN
 from attnviz.core.adapters import STACK_TITLES
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from attnviz.analysis.check import CheckResult
     from attnviz.analysis.importance import AblationView
     from attnviz.analysis.query import QueryView
@@ -737,8 +741,26 @@ def print_importance(console: Console, report: Report, shown: int = 10) -> None:
         console.print(f"Spearman correlation of the two rankings: {spearman:.2f}", highlight=False)
 
 
-def _guesses(found: tuple[tuple[str, float], ...]) -> str:
-    return "  ".join(f"{token.strip() or repr(token)} {prob:.2f}" for token, prob in found)
+class _Guesses:
+    """Next-token guesses, "token probability" separated by two spaces, that wrap between
+    one guess and the next, never inside one (rich would break at any space)."""
+
+    def __init__(self, found: tuple[tuple[str, float], ...], style: str = "") -> None:
+        self.pairs = [f"{token.strip() or repr(token)} {prob:.2f}" for token, prob in found]
+        self.style = style
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        widths = [cell_len(pair) for pair in self.pairs] or [0]
+        return Measurement(max(widths), sum(widths) + 2 * (len(widths) - 1))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        lines: list[str] = []
+        for pair in self.pairs:
+            if lines and cell_len(lines[-1]) + 2 + cell_len(pair) <= options.max_width:
+                lines[-1] += "  " + pair
+            else:
+                lines.append(pair)
+        yield Text("\n".join(lines), style=self.style)
 
 
 def print_ablation(console: Console, view: AblationView) -> None:
@@ -768,7 +790,7 @@ def print_ablation(console: Console, view: AblationView) -> None:
             str(p.position),
             repr(p.token),
             "—" if p.actual is None else repr(p.actual),
-            _guesses(p.before),
-            Text(_guesses(p.after), style="bold yellow" if changed else ""),
+            _Guesses(p.before),
+            _Guesses(p.after, style="bold yellow" if changed else ""),
         )
     console.print(table)
