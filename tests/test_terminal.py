@@ -273,3 +273,77 @@ def test_ablation_guesses_never_split_a_token_from_its_probability(width):
     for shown, count in expected.items():  # whole, on one line, as often as it is a guess
         found = re.findall(rf"(?<!\S){re.escape(shown)}(?!\S)", table)
         assert len(found) == count, (width, shown, len(found), count)
+
+
+def _importance_report(scores, gradient=None):
+    """A report of one model's head importance (and gradient), built by hand."""
+    from attnviz.analysis.importance import Importance
+    from attnviz.analysis.report import Report
+    from attnviz.analysis.roles import HeadRole, Thresholds
+
+    att = _attention()
+    n_layers, n_heads = scores.shape
+
+    def result(values, method):
+        return Importance(values, 2.0, "mean loss", "next-token-loss", "nats", method,
+                          "zero" if method == "ablation" else None, 3, tuple(range(n_layers)),
+                          tuple(range(n_heads)), "next-token loss")  # fmt: skip
+
+    roles = tuple(HeadRole(layer, head, "mixed", None) for layer in range(n_layers)
+                  for head in range(n_heads))  # fmt: skip
+    second = None if gradient is None else result(gradient, "gradient")
+    return Report(att.info, "token", 3, 20, (), np.zeros((1, n_layers, n_heads)), roles,
+                  Thresholds(), att, tuple(range(n_layers)), tuple(range(n_heads)),
+                  importance=result(scores, "ablation"), importance_gradient=second)  # fmt: skip
+
+
+# Scores over four orders of magnitude, as the bundled model's 1 − cos spans (0.10 … 0.008).
+IMPORTANCE = np.array([[0.1039, 0.066, 0.03727, 0.02912], [0.01983, 0.008926, 0.0005432, -0.26]])
+
+
+def _one_format(shown: list[str], values: list[float]) -> None:
+    """One number of decimals for the whole column, each number its value to that many
+    places, the smallest non-zero value with three significant digits."""
+    places = {len(text.partition(".")[2]) for text in shown}
+    assert len(places) == 1, shown
+    (d,) = places
+    for text, value in zip(shown, values):
+        assert float(text) == pytest.approx(value, abs=0.51 * 10**-d), (text, value)
+    smallest = min(abs(v) for v in values if v)
+    assert smallest * 10**d >= 100, (shown, d)  # three significant digits at least
+
+
+def test_importance_table_gives_each_column_one_number_format():
+    gradient = IMPORTANCE[::-1, ::-1] * 3
+    report = _importance_report(IMPORTANCE, gradient)
+    console = _console()
+    terminal.print_importance(console, report)
+    rows = [line.split() for line in console.file.getvalue().splitlines()]
+    rows = [row for row in rows if row and row[0].isdigit()]
+    top = report.importance.top(10)
+    assert len(rows) == len(top) == 8
+    for column, values in ((-2, IMPORTANCE), (-1, gradient)):
+        _one_format([row[column] for row in rows], [values[layer, head] for layer, head, _ in top])
+
+
+def test_report_md_importance_table_gives_each_column_one_number_format():
+    from attnviz.outputs.report_files import _importance_section
+
+    report = _importance_report(IMPORTANCE)
+    lines = _importance_section(report, {})
+    rows = [line.strip("|").split("|") for line in lines if line.startswith("| ") and "·" in line]
+    top = report.importance.top(15)
+    assert len(rows) == len(top)
+    _one_format(
+        [row[-1].strip() for row in rows], [IMPORTANCE[layer, head] for layer, head, _ in top]
+    )
+
+
+def test_decimals_follow_the_smallest_magnitude():
+    from attnviz.outputs.numbers import column, decimals
+
+    assert decimals([0.1039, 0.01023]) == 4  # 0.0102: three significant digits
+    assert decimals([12.5, 31.25]) == 2  # never fewer than two places
+    assert decimals([1e-9]) == 6  # never more than six
+    assert decimals([0.0, float("nan")]) == 2  # nothing to go by
+    assert column([0.1039, 0.066, 0.008117]) == ["0.10390", "0.06600", "0.00812"]

@@ -16,6 +16,7 @@ from attnviz.analysis.query import normal_form
 from attnviz.analysis.roles import EVERY_ROLE, MIXED, ROLES
 from attnviz.analysis.summary import AGREE, REMOVED, REMOVED_MARK, TOKEN
 from attnviz.core.adapters import STACK_TITLES
+from attnviz.outputs import numbers
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -730,9 +731,12 @@ def print_importance(console: Console, report: Report, shown: int = 10) -> None:
     table.add_column("role")
     for result in found.values():
         table.add_column(f"{result.how} ({result.unit})", justify="right")
-    for rank, (layer, head, _) in enumerate(first.top(shown), start=1):
+    top = first.top(shown)
+    columns = [
+        numbers.column([r.scores[layer, head] for layer, head, _ in top]) for r in found.values()
+    ]
+    for rank, ((layer, head, _), scores) in enumerate(zip(top, zip(*columns)), start=1):
         role = roles.get((layer, head), "")
-        scores = [f"{result.scores[layer, head]:.4g}" for result in found.values()]
         style = EVERY_ROLE[role].style if role in EVERY_ROLE else ""
         table.add_row(str(rank), f"L{layer} H{head}", Text(role, style=style), *scores)
     console.print(table)
