@@ -454,3 +454,65 @@ def test_render_text_covers_a_removed_head_in_every_figure(tmp_path):
     for r, row in enumerate(rows):
         cells = np.array([png[int(height - y), int(x)] for x, y in row if abs(x - row[4][0]) > 8])
         assert _neutral(cells).all() == (r == 1), r  # row 1 is L0 H1
+
+
+# ---------- report --importance's map ----------
+
+
+def _importance_map(n_layers, n_heads, low=-0.26, high=1.0):
+    from attnviz.outputs.figures import importance_figure
+
+    rng = np.random.default_rng(n_layers * n_heads)
+    scores = rng.uniform(low / 2, high / 2, size=(n_layers, n_heads))
+    scores[0, 1], scores[-1, -1] = low, high
+    ranks = np.zeros(scores.shape, int)
+    ranks.ravel()[np.argsort(-scores.ravel())] = np.arange(1, scores.size + 1)
+    title = "Head importance by zero ablation — a model"
+    fig = importance_figure(scores, ranks, list(range(n_layers)), list(range(n_heads)), title,
+                            "rise in loss (nats)", Style())  # fmt: skip
+    return fig, scores
+
+
+@pytest.mark.parametrize(("n_layers", "n_heads"), [(30, 9), (6, 12), (2, 4), (32, 32)])
+def test_importance_map_has_square_cells_readable_labels_and_no_sliver(n_layers, n_heads):
+    """SmolLM2's 30 × 9 heads made a 788 × 1995 px sliver whose colour bar squeezed the cells:
+    now every cell is square, the figure is never taller than wide (the longer axis runs
+    across), and the tick labels are at least 7 pt and do not overlap."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig, _ = _importance_map(n_layers, n_heads)
+    ax = fig.axes[0]
+    rows, cols = ax.images[0].get_array().shape
+    assert sorted((rows, cols)) == sorted((n_layers, n_heads)) and cols >= rows
+    box = ax.get_window_extent()
+    assert box.width / cols == pytest.approx(box.height / rows, abs=0.5)  # pixels a cell
+    width, height = fig.get_size_inches()
+    assert height <= width
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+        assert len(labels) in (rows, cols) and min(t.get_fontsize() for t in labels) >= 7
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:]))
+    named = " ".join(t.get_text() for t in (*ax.get_xticklabels(), *ax.get_yticklabels()))
+    assert f"L{n_layers - 1}" in named and f"H{n_heads - 1}" in named
+
+
+def test_importance_colour_bar_is_centred_on_zero_with_equal_halves():
+    """Scores from −0.26 to 1.0: the limits are ±1.0, so 0 sits at the middle of the colour
+    bar and a score and its negative are equally far from white (a two-slope scale drew
+    −0.26 as dark a blue as 1.0 is red). All scores ≥ 0 keep the style's map from 0."""
+    fig, scores = _importance_map(6, 12)
+    image, bar = fig.axes[0].images[0], fig.axes[1]
+    norm = image.norm
+    assert (norm.vmin, norm.vmax) == (-1.0, 1.0)
+    for x in (0.26, 0.5, 1.0):
+        assert norm(x) - 0.5 == pytest.approx(0.5 - norm(-x))
+    assert bar.get_ylim() == pytest.approx((-1.0, 1.0))
+    box = bar.get_window_extent()
+    zero = bar.transData.transform((0, 0))[1]
+    assert zero == pytest.approx((box.y0 + box.y1) / 2, abs=0.5)
+    assert image.get_cmap().name.startswith("RdBu_r")
+    fig, _ = _importance_map(6, 12, low=0.0, high=0.1)
+    image = fig.axes[0].images[0]
+    assert (image.norm.vmin, image.norm.vmax) == (0.0, 0.1)
+    assert image.get_cmap().name == Style().cmap

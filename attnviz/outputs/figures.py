@@ -1115,33 +1115,61 @@ def importance_figure(
     style: Style,
     numbered: int = 10,
 ) -> Any:
-    """Each chosen head's importance as a layers × heads map, the `numbered` most important
-    heads marked with their rank. `scores` and `ranks` are over the chosen layers × heads.
+    """Each chosen head's importance as a layers × heads map of square cells, the `numbered`
+    most important heads marked with their rank. `scores` and `ranks` are over the chosen
+    layers × heads.
 
-    A score below 0 (removing the head helps) is blue, above 0 red, on a scale centred at 0;
-    scores that are all ≥ 0 use the style's colour map from 0.
+    The longer of the two axes runs across, so a deep model (SmolLM2: 30 layers × 9 heads)
+    gives a wide map rather than a tall sliver. A score below 0 (removing the head helps) is
+    blue, above 0 red, on limits symmetric about 0: the colour bar is centred on 0 and equal
+    colours are equal magnitudes on both sides (a two-slope scale would stretch −0.26 to look
+    as strong as +1.0). Scores that are all ≥ 0 use the style's colour map from 0.
     """
     import numpy as np
-    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
 
-    fig, ax = _grid_axes(layers, heads, title, style, 1.6)
-    finite = scores[np.isfinite(scores)]
+    _configure_matplotlib()
+    across = len(layers) > len(heads)  # layers along x
+    grid = scores.T if across else scores  # (rows, columns) as drawn
+    numbers = ranks.T if across else ranks
+    row_labels = [f"H{h}" for h in heads] if across else [f"L{layer}" for layer in layers]
+    col_labels = [f"L{layer}" for layer in layers] if across else [f"H{h}" for h in heads]
+    n_rows, n_cols = grid.shape
+    cell = max(0.28, min(0.5, 9.0 / max(n_cols, 1)))  # inches, square
+    inner_w, inner_h = n_cols * cell, n_rows * cell
+    left, right, top, bottom = 0.75, 1.35, 0.6, 0.75
+    spare = max(0.0, 6.5 - (left + inner_w + right)) / 2  # room for the title
+    left, right = left + spare, right + spare
+    width, height = left + inner_w + right, bottom + inner_h + top
+    fig = Figure(figsize=(width, height), dpi=style.dpi)
+    ax = fig.add_axes((left / width, bottom / height, inner_w / width, inner_h / height))
+    finite = grid[np.isfinite(grid)]
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    high = high if high > 0 else 1.0
     if low < 0:
-        norm, cmap = TwoSlopeNorm(0.0, min(low, -1e-12), high), "RdBu_r"
+        extent = max(-low, high)
+        norm, cmap = Normalize(-extent, extent), "RdBu_r"
     else:
-        norm, cmap = None, style.cmap
-    image = ax.imshow(scores, cmap=cmap, norm=norm, vmin=None if norm else 0.0,
-                      vmax=None if norm else high, aspect="auto",
-                      interpolation="nearest")  # fmt: skip
-    for (r, c), rank in np.ndenumerate(ranks):
+        norm, cmap = Normalize(0.0, high if high > 0 else 1.0), style.cmap
+    image = ax.imshow(grid, cmap=cmap, norm=norm, aspect="equal", interpolation="nearest")
+    font = min(7.0, cell * 72 * 0.4)
+    for (r, c), rank in np.ndenumerate(numbers):
         if 0 < rank <= numbered:
-            shade = image.cmap(image.norm(scores[r, c]))
+            shade = image.cmap(image.norm(grid[r, c]))
             dark = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5
-            ax.text(c, r, str(rank), ha="center", va="center", fontsize=7, fontweight="bold",
+            ax.text(c, r, str(rank), ha="center", va="center", fontsize=font, fontweight="bold",
                     color="white" if dark else "black")  # fmt: skip
-    width = fig.get_figwidth()
-    fig.colorbar(image, ax=ax, fraction=0.8 / width, pad=0.15 / width, label=bar_label)
-    ax.set_xlabel(f"head  (numbered: the {numbered} most important, by rank)")
+    labels = 8.0 if cell >= 0.4 else 7.0
+    ax.set_xticks(range(n_cols), col_labels, fontsize=labels)
+    ax.set_yticks(range(n_rows), row_labels, fontsize=labels)
+    ax.tick_params(length=2)
+    what = f"numbered: the {numbered} most important, by rank"
+    ax.set_xlabel(f"layer  ({what})" if across else f"head  ({what})", fontsize=9)
+    ax.set_ylabel("head" if across else "layer", fontsize=9)
+    bar = fig.add_axes(((left + inner_w + 0.2) / width, bottom / height, 0.15 / width,
+                        inner_h / height))  # fmt: skip
+    colorbar = fig.colorbar(image, cax=bar)
+    colorbar.ax.tick_params(labelsize=7)
+    colorbar.set_label(bar_label, fontsize=8)
+    fig.text(0.5, 1 - 0.3 / height, title, ha="center", va="center", fontsize=10)
     return fig
