@@ -347,3 +347,65 @@ def test_decimals_follow_the_smallest_magnitude():
     assert decimals([1e-9]) == 6  # never more than six
     assert decimals([0.0, float("nan")]) == 2  # nothing to go by
     assert column([0.1039, 0.066, 0.008117]) == ["0.10390", "0.06600", "0.00812"]
+
+
+def _legend(text: str) -> set[str]:
+    """The role names a legend lists: the NAME of each `short=NAME` entry."""
+    joined = " ".join(text.split())
+    return set(re.findall(r"(?:^|\s)\S+=([a-z][a-z-]*(?: sink)?)", joined))
+
+
+def _roles_report(causal: bool, probed: bool):
+    from dataclasses import replace
+
+    from attnviz.analysis.probes import ProbeResult
+
+    report = _importance_report(IMPORTANCE)
+    info = replace(report.info, causal=causal)
+    probes = ProbeResult(np.zeros((2, 2, 4)), 5.0, 1.0, 4, 20) if probed else None
+    return replace(report, info=info, probes=probes, importance=None)
+
+
+@pytest.mark.parametrize(
+    ("causal", "probed", "listed", "left_out"),
+    [
+        (False, False, {"next-token", "previous-token"}, {"induction"}),
+        (True, True, {"induction", "previous-token"}, {"next-token"}),
+        (True, False, {"previous-token"}, {"induction", "next-token"}),  # a seq2seq decoder
+    ],
+)
+def test_report_legend_lists_the_roles_the_models_kind_can_get(causal, probed, listed, left_out):
+    """The bundled encoder's report listed induc=induction, which encoders never get; a
+    decoder's listed next=next-token, which a causal query cannot see."""
+    console = _console()
+    terminal.print_report(console, _roles_report(causal, probed))
+    names = _legend(console.file.getvalue())  # its one legend
+    assert listed <= names and not names & left_out, names
+    assert "mixed" in names
+
+
+@pytest.mark.parametrize(
+    ("kind", "listed", "left_out"),
+    [
+        ("encoder", {"next-token", "local"}, {"induction"}),
+        ("decoder", {"induction", "previous-token"}, {"next-token"}),
+        ("cross", {"first-token sink", "broad"}, {"previous-token", "local", "induction"}),
+    ],
+)
+def test_show_map_legend_follows_the_registry(kind, listed, left_out):
+    from dataclasses import replace
+
+    from attnviz.analysis.roles import roles_for
+    from attnviz.core.attention import Keys
+
+    att = _attention()
+    att = replace(att, info=replace(att.info, causal=kind == "decoder"))
+    if kind == "cross":
+        source = ("<s>", "x", "y", "</s>")
+        keys = Keys("x y", source, np.array([1, 0, 0, 1], bool), (0, 1, 2, 3), source)
+        att = replace(att, keys=keys)
+    console = _console()
+    terminal.print_head_map(console, att, summarise(att, [0], [0, 1]), [0], [0, 1])
+    names = _legend(console.file.getvalue().split("What each head")[1])
+    assert names - {"mixed"} == {role.name for role in roles_for(kind)}
+    assert listed <= names and not names & left_out, names

@@ -11,9 +11,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from attnviz.analysis.metrics import METRICS, PROBES
 from attnviz.analysis.query import normal_form
-from attnviz.analysis.roles import EVERY_ROLE, MIXED, ROLES
+from attnviz.analysis.roles import EVERY_ROLE, MIXED, ROLES, attention_kind, roles_for
 from attnviz.analysis.summary import AGREE, REMOVED, REMOVED_MARK, TOKEN
 from attnviz.core.adapters import STACK_TITLES
 from attnviz.outputs import numbers
@@ -160,14 +159,8 @@ def _removed_legend(att: Attention) -> str:
 
 
 def _map_legend(console: Console, att: Attention) -> None:
-    # cross-attention's queries and keys are different texts: no positional roles there
-    positional = {name for name, metric in METRICS.items() if metric.positional}
-    roles = [
-        f"{role.short}={name}"
-        for name, role in ROLES.items()
-        if (role.metric not in PROBES or att.info.causal)
-        and (att.keys is None or role.metric not in positional)
-    ]
+    kind = attention_kind(att.info.causal, cross=att.keys is not None)
+    roles = [f"{role.short}={role.name}" for role in roles_for(kind)]
     roles.append(f"{MIXED.shown}=mixed (no role)  {_removed_legend(att)}")
     console.print(
         Text(
@@ -615,7 +608,10 @@ def print_report(console: Console, report: Report) -> None:
             cells.append(Text(role.shown, style=role.style))
         table.add_row(f"L{layer}", *cells)
     console.print(table)
-    legend = Text("  ".join(f"{role.shown}={name}" for name, role in EVERY_ROLE.items()))
+    # the roles this model's attention can get (induction: only where the probe ran)
+    kind = attention_kind(info.causal)
+    can = [role for role in roles_for(kind) if not role.probed or report.probes is not None]
+    legend = Text("  ".join(f"{role.shown}={role.name}" for role in (*can, MIXED)))
     console.print(legend, style="dim")
 
     strongest = Table(title="Strongest heads of each role", title_justify="left")
