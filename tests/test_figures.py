@@ -379,3 +379,140 @@ def test_decoder_query_and_overview_figures_mask_later_keys(loaded_tiny, tmp_pat
     for (r, c, where), (x, y) in corners.items():
         pixel = png[int(height - y), int(x)]
         assert _masked(pixel) == (where == "upper right"), (r, c, where, pixel)
+
+
+# ---------- heads removed by --ablate ----------
+
+
+def _neutral(pixels: np.ndarray) -> np.ndarray:
+    """Grey pixels (white, the removed cover's hatching, black text): no colour of viridis,
+    magma or any coloured map, whose every entry has unequal channels."""
+    return (pixels[..., 0] == pixels[..., 1]) & (pixels[..., 1] == pixels[..., 2])
+
+
+def _removed_attention(causal=False):
+    from dataclasses import replace
+
+    att = _random_attention(np.random.default_rng(11), n_layers=2, n_heads=3, n=9)
+    return replace(att, info=replace(att.info, causal=causal), removed=((0, 1),))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_removed_head_is_drawn_as_removed_not_as_a_pattern(tmp_path, causal):
+    """A head whose output --ablate set to 0 gets a cover and "removed" in its title, in the
+    head figure and in its panel of the layer grid; the heads drawn after it (the figures are
+    reused, blitted) get their heatmaps back, and one drawn first keeps its cover."""
+    from attnviz.outputs.figures import head_title
+
+    att = _removed_attention(causal)
+    head = HeadFigure(att, Style())
+    for layer, h in [(0, 1), (0, 0), (0, 1), (1, 1)]:  # the removed head first, then again
+        grid = att.weights[layer, h]
+        title = head_title(att, layer, h, grid)
+        path = head.save(grid, title, tmp_path / "h.png", removed=att.is_removed(layer, h))
+        inside = _axes_pixels(head.frames.fig, head.image.axes, path)
+        assert _neutral(inside).all() == att.is_removed(layer, h), (layer, h)
+        assert ("removed" in title) == att.is_removed(layer, h)
+    layer_figure = LayerFigure(att, [0, 1, 2], Style())
+    for layer in (0, 1, 0):
+        path = layer_figure.save(att.weights[layer], layer, tmp_path / "l.png")
+        titles = [t.get_text() for t in layer_figure.panel_titles]
+        for h, image in enumerate(layer_figure.images):
+            inside = _axes_pixels(layer_figure.frames.fig, image.axes, path)
+            assert _neutral(inside).all() == att.is_removed(layer, h), (layer, h)
+            assert ("removed" in titles[h]) == att.is_removed(layer, h)
+
+
+def test_render_text_covers_a_removed_head_in_every_figure(tmp_path):
+    """Through render_text (the way show draws): the removed head's own file has no heatmap
+    (its coloured pixels are the colour bar's alone); its overview tile and query row are
+    covered; the other heads are drawn."""
+    from attnviz.outputs.figures import _overview_cells, overview_figure, query_figure, save_figure
+
+    att = _removed_attention()
+    render_text(att, tmp_path, [0, 1], [0, 1, 2], Style(), jobs=1)
+
+    def coloured(name):
+        return int((~_neutral(_png(tmp_path / name))).sum())
+
+    removed, kept = coloured("layer-00-head-01.png"), coloured("layer-00-head-00.png")
+    assert removed < 0.2 * kept  # a 9 × 9 heatmap has many times the colour bar's pixels
+    style = Style()
+    fig = overview_figure(att, [0, 1], [0, 1, 2], style)
+    _, m, cell = _overview_cells(9, style.dpi)
+    height, to_pixels = fig.bbox.height, fig.axes[0].transData.transform
+    centres = {(r, c): to_pixels((c * cell + m / 2 - 1, r * cell + m / 2 - 1)) for r in (0, 1)
+               for c in (0, 1, 2)}  # fmt: skip
+    png = _png(save_figure(fig, tmp_path / "o.png", style))
+    for (r, c), (x, y) in centres.items():
+        tile = png[int(height - y) - 20 : int(height - y) + 20, int(x) - 20 : int(x) + 20]
+        assert _neutral(tile).all() == (r == 0 and c == 1), (r, c)
+    fig = query_figure(att, 4, [0, 1], [0, 1, 2], style)
+    height, to_pixels = fig.bbox.height, fig.axes[0].transData.transform
+    rows = [[to_pixels((k, r)) for k in range(9)] for r in range(6)]
+    png = _png(save_figure(fig, tmp_path / "q.png", style))
+    for r, row in enumerate(rows):
+        cells = np.array([png[int(height - y), int(x)] for x, y in row if abs(x - row[4][0]) > 8])
+        assert _neutral(cells).all() == (r == 1), r  # row 1 is L0 H1
+
+
+# ---------- report --importance's map ----------
+
+
+def _importance_map(n_layers, n_heads, low=-0.26, high=1.0):
+    from attnviz.outputs.figures import importance_figure
+
+    rng = np.random.default_rng(n_layers * n_heads)
+    scores = rng.uniform(low / 2, high / 2, size=(n_layers, n_heads))
+    scores[0, 1], scores[-1, -1] = low, high
+    ranks = np.zeros(scores.shape, int)
+    ranks.ravel()[np.argsort(-scores.ravel())] = np.arange(1, scores.size + 1)
+    title = "Head importance by zero ablation — a model"
+    fig = importance_figure(scores, ranks, list(range(n_layers)), list(range(n_heads)), title,
+                            "rise in loss (nats)", Style())  # fmt: skip
+    return fig, scores
+
+
+@pytest.mark.parametrize(("n_layers", "n_heads"), [(30, 9), (6, 12), (2, 4), (32, 32)])
+def test_importance_map_has_square_cells_readable_labels_and_no_sliver(n_layers, n_heads):
+    """SmolLM2's 30 × 9 heads made a 788 × 1995 px sliver whose colour bar squeezed the cells:
+    now every cell is square, the figure is never taller than wide (the longer axis runs
+    across), and the tick labels are at least 7 pt and do not overlap."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig, _ = _importance_map(n_layers, n_heads)
+    ax = fig.axes[0]
+    rows, cols = ax.images[0].get_array().shape
+    assert sorted((rows, cols)) == sorted((n_layers, n_heads)) and cols >= rows
+    box = ax.get_window_extent()
+    assert box.width / cols == pytest.approx(box.height / rows, abs=0.5)  # pixels a cell
+    width, height = fig.get_size_inches()
+    assert height <= width
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+        assert len(labels) in (rows, cols) and min(t.get_fontsize() for t in labels) >= 7
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:]))
+    named = " ".join(t.get_text() for t in (*ax.get_xticklabels(), *ax.get_yticklabels()))
+    assert f"L{n_layers - 1}" in named and f"H{n_heads - 1}" in named
+
+
+def test_importance_colour_bar_is_centred_on_zero_with_equal_halves():
+    """Scores from −0.26 to 1.0: the limits are ±1.0, so 0 sits at the middle of the colour
+    bar and a score and its negative are equally far from white (a two-slope scale drew
+    −0.26 as dark a blue as 1.0 is red). All scores ≥ 0 keep the style's map from 0."""
+    fig, scores = _importance_map(6, 12)
+    image, bar = fig.axes[0].images[0], fig.axes[1]
+    norm = image.norm
+    assert (norm.vmin, norm.vmax) == (-1.0, 1.0)
+    for x in (0.26, 0.5, 1.0):
+        assert norm(x) - 0.5 == pytest.approx(0.5 - norm(-x))
+    assert bar.get_ylim() == pytest.approx((-1.0, 1.0))
+    box = bar.get_window_extent()
+    zero = bar.transData.transform((0, 0))[1]
+    assert zero == pytest.approx((box.y0 + box.y1) / 2, abs=0.5)
+    assert image.get_cmap().name.startswith("RdBu_r")
+    fig, _ = _importance_map(6, 12, low=0.0, high=0.1)
+    image = fig.axes[0].images[0]
+    assert (image.norm.vmin, image.norm.vmax) == (0.0, 0.1)
+    assert image.get_cmap().name == Style().cmap

@@ -173,3 +173,36 @@ def test_show_ablate_on_an_encoder_moves_the_embedding_and_the_maps(tiny_model_d
     plain_by_head = {(h["layer"], h["head"]): h for h in plain["heads"]}
     assert by_head[0, 0] == plain_by_head[0, 0]
     assert by_head[1, 0]["scores"] != plain_by_head[1, 0]["scores"]
+
+
+def test_show_ablate_marks_the_removed_head_in_the_map_and_the_json(tiny_model_dirs):
+    """The removed head has no pattern: `"removed": true` and nulls in --json (valid JSON:
+    no NaN in the special shares either), a mark in the terminal's map; the other heads keep
+    theirs."""
+    text = "The cat sat on the mat."
+    model = str(tiny_model_dirs["bert"])
+    result = runner.invoke(app, ["show", text, "-m", model, "--ablate", "0.1", "--no-images",
+                                 "--json", "--query", "cat"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+    def no_nan(name):
+        raise AssertionError(f"{name} in the JSON")
+
+    data = json.loads(result.output, parse_constant=no_nan)
+    by_head = {(h["layer"], h["head"]): h for h in data["heads"]}
+    removed = by_head[0, 1]
+    assert removed["removed"] is True
+    for key in ("pattern", "scores", "top", "special_share", "strongest_link", "query_top"):
+        assert removed[key] is None, key
+    others = [h for key, h in by_head.items() if key != (0, 1)]
+    assert all(h["removed"] is False and h["pattern"]["role"] for h in others)
+    assert all(h["query_top"] for h in others)
+    shares = data["special_share"]
+    assert shares["per_head_weights"][0][1] is None and shares["per_head_norm"][0][1] is None
+    kept = [v for row in shares["per_head_weights"] for v in row if v is not None]
+    assert shares["weights"] == pytest.approx(sum(kept) / len(kept))
+    shown = runner.invoke(app, ["show", text, "-m", model, "--ablate", "0.1", "--no-images"])
+    assert shown.exit_code == 0, shown.output
+    row = next(line for line in shown.output.splitlines() if line.startswith("L0"))
+    assert row.split()[2] == "✗" and row.count("✗") == 1
+    assert "✗=removed" in " ".join(shown.output.split())

@@ -248,3 +248,30 @@ def test_repeat_scores_by_hand():
     )
     scores, counted = repeat_scores(short)
     assert counted == 0 and (scores == 0).all()
+
+
+def test_role_kinds_are_where_a_role_can_be_given():
+    """The registry's kinds, which the legends list, agree with what the metrics can measure:
+    no positional role in cross-attention, the probed role on decoders only; and every head
+    built above, made causal (later keys masked, rows renormalised), gets a role that the
+    decoder's list has (the next-token head cannot: a causal query never sees the next key)."""
+    from dataclasses import replace
+
+    from attnviz.analysis.roles import MIXED, ROLES, roles_for
+    from attnviz.analysis.summary import TOKEN, summarise
+
+    for role in ROLES.values():
+        metric = METRICS.get(role.metric)
+        assert not (metric is not None and metric.positional and "cross" in role.kinds), role
+        assert not role.probed or role.kinds == ("decoder",), role
+    weights = np.tril(_attention().weights) + np.eye(len(TOKENS)) * 1e-6  # (1, 8, T, T)
+    weights /= weights.sum(-1, keepdims=True)
+    att = synthetic_attention(weights, TOKENS, special=SPECIAL)
+    att = replace(att, info=replace(att.info, causal=True))
+    decoder = {role.name for role in roles_for("decoder")}
+    sums = MetricSums()
+    sums.add(att)
+    given = {r.role for r in assign_roles(sums.means(), Thresholds())}
+    given |= {s.pattern.role for s in summarise(att, [0], list(range(len(KINDS))))}
+    assert given - {MIXED.name, TOKEN} <= decoder, given
+    assert "previous-token" in given and "next-token" not in decoder

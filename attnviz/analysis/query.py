@@ -21,15 +21,17 @@ _SHOWN_TOKENS = 60  # tokens listed in an error message before "…"
 
 @dataclass(frozen=True)
 class QueryHead:
-    """One head's row for the query: its top-k keys, and the top key that is not special."""
+    """One head's row for the query: its top-k keys, and the top key that is not special
+    (none for a head removed from the pass)."""
 
     layer: int
     head: int
     top: tuple[Target, ...]
     best: Target | None  # the most-attended non-special key (None if every key is special)
+    removed: bool = False
 
-    def as_dict(self) -> list[dict[str, Any]]:
-        return [t.__dict__ for t in self.top]
+    def as_dict(self) -> list[dict[str, Any]] | None:
+        return None if self.removed else [t.__dict__ for t in self.top]
 
 
 @dataclass(frozen=True)
@@ -101,10 +103,14 @@ def find_query(att: Attention, query: str) -> int:
 def query_view(
     att: Attention, index: int, layers: list[int], heads: list[int], top_k: int = 3
 ) -> QueryView:
-    """The query row `att.pattern(layer, head)[index, :]` of every chosen head, summarised."""
+    """The query row `att.pattern(layer, head)[index, :]` of every chosen head, summarised
+    (a removed head's row is empty: `Attention.removed`)."""
     rows = []
     for layer in layers:
         for head in heads:
+            if att.is_removed(layer, head):
+                rows.append(QueryHead(layer, head, (), None, removed=True))
+                continue
             row = att.pattern(layer, head)[index]  # (T,) over keys; sums to 1
             top, best = rank_keys(att, row, top_k)
             rows.append(QueryHead(layer, head, top, best))

@@ -2,8 +2,9 @@
 
 Each `Role` is defined once, with everything every layer needs of it: the metric (or decoder
 probe) that scores it, its default threshold and the `--threshold` name that sets it, its
-short name, its colour in figures and its style in the terminal. Adding a role is one entry
-in ROLES (and a metric in `attnviz.analysis.metrics` if it needs a new one).
+short name, its colour in figures and its style in the terminal, and the kinds of attention
+it can be given on (`KINDS`; the legends list only those). Adding a role is one entry in
+ROLES (and a metric in `attnviz.analysis.metrics` if it needs a new one).
 """
 
 from __future__ import annotations
@@ -16,6 +17,18 @@ from attnviz.errors import InputError
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+# The kinds of attention a head can have: an encoder's self-attention (every key visible), a
+# decoder's (causal: a query sees itself and earlier keys) and cross-attention (a decoder's
+# queries over the source's keys, another text: no positions to compare).
+KINDS = ("encoder", "decoder", "cross")
+SELF_ATTENTION = ("encoder", "decoder")
+
+
+def attention_kind(causal: bool, cross: bool = False) -> str:
+    """The kind (`KINDS`) of a model's or stack's attention."""
+    return "cross" if cross else "decoder" if causal else "encoder"
 
 
 @dataclass(frozen=True)
@@ -31,27 +44,38 @@ class Role:
     style: str  # rich style in the terminal
     specific: bool = True  # one token does the job; `local` and `broad` are spread
     mark: str = ""  # what the terminal's map shows, when not `short`
+    kinds: tuple[str, ...] = KINDS  # the kinds of attention it can be given on
 
     @property
     def shown(self) -> str:
         return self.mark or self.short
+
+    @property
+    def probed(self) -> bool:
+        """Scored by a decoder probe (`metrics.PROBES`), which `report` runs on decoders."""
+        return self.metric in PROBES
 
 
 # In the order they are tried and listed.
 ROLES = {
     role.name: role
     for role in (
-        Role("previous-token", "prev", "previous", 0.5, "previous", "#1f77b4", "bold blue"),
-        Role("next-token", "next", "next", 0.5, "next", "#17becf", "bold cyan"),
-        Role("self", "self", "self", 0.5, "self", "#9467bd", "bold magenta"),
+        Role("previous-token", "prev", "previous", 0.5, "previous", "#1f77b4", "bold blue",
+             kinds=SELF_ATTENTION),
+        # a causal query never sees the token after it
+        Role("next-token", "next", "next", 0.5, "next", "#17becf", "bold cyan", kinds=("encoder",)),
+        Role("self", "self", "self", 0.5, "self", "#9467bd", "bold magenta", kinds=SELF_ATTENTION),
         Role("first-token sink", "first", "first", 0.5, "first", "#7f7f7f", "dim"),
         Role("separator sink", "sep", "separator", 0.5, "separator", "#bcbd22", "yellow"),
         Role("punctuation", "punct", "punctuation", 0.4, "punctuation", "#d62728", "bold red"),
-        Role("induction", "induc", "induction", 0.4, "induction", "#8c564b", "bold green"),
-        Role("local", "local", "local", 0.7, "local", "#2ca02c", "green", specific=False),
+        # scored on repeats a query can only look back to (the probe, or the text's own)
+        Role("induction", "induc", "induction", 0.4, "induction", "#8c564b", "bold green",
+             kinds=("decoder",)),
+        Role("local", "local", "local", 0.7, "local", "#2ca02c", "green", specific=False,
+             kinds=SELF_ATTENTION),
         Role("broad", "broad", "entropy_norm", 0.8, "broad", "#ff7f0e", "bold #ff8700", False),
     )
-}
+}  # fmt: skip
 # A head that clears no threshold.
 MIXED = Role("mixed", "mixed", "", 0.0, "", "#f0f0f0", "dim", specific=False, mark="·")
 EVERY_ROLE = {**ROLES, MIXED.name: MIXED}
@@ -60,12 +84,15 @@ THRESHOLD_NAMES = {role.option: role.name for role in ROLES.values()}
 SPECIFIC_ROLES = tuple(role.name for role in ROLES.values() if role.specific)
 
 
+def roles_for(kind: str) -> list[Role]:
+    """The roles attention of this kind (`KINDS`) can be given, in ROLES' order."""
+    return [role for role in ROLES.values() if kind in role.kinds]
+
+
 def threshold_help() -> str:
     """The --threshold option's list of names, from the registry."""
-    names = [
-        f"{role.option} (decoders)" if role.metric in PROBES else role.option
-        for role in ROLES.values()
-    ]
+    only = {("decoder",): " (decoders)", ("encoder",): " (encoders)"}
+    names = [role.option + only.get(role.kinds, "") for role in ROLES.values()]
     return f"Role threshold in [0, 1]; repeat for more. NAME: {', '.join(names)}."
 
 

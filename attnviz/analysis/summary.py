@@ -15,6 +15,10 @@ A sink is named only when the head does nothing more specific: most decoder head
 attention on their first token, and the share that goes to special tokens is reported once,
 per head, as `special_share`.
 
+A head removed from the pass (`show --ablate`, `Attention.removed`) has no pattern: its
+weights are what it computed, but its output was set to 0, so nothing it attended to reached
+the model. Its summary says `removed`, and every number about its pattern is None.
+
 Each key's mean weight is taken over the non-special queries that can see it (on a decoder,
 the queries at or after it), so early keys do not win merely by being visible to more queries.
 """
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
 # A content token the queries give this much of their attention, on average, names the head.
 AGREE = 0.3
 TOKEN = "token"  # the pattern of a head whose queries agree on one content token
+REMOVED = "removed"  # the pattern of a head removed from the pass (`Attention.removed`)
+REMOVED_MARK = "✗"  # what the terminal's maps show for it
 SINKS = ("first-token sink", "separator sink")
 AVERAGED = (
     "top: each key's weight averaged over the non-special queries that can see it (on a "
@@ -68,8 +74,8 @@ class Link:
 
 @dataclass(frozen=True)
 class Pattern:
-    """What a head does on this text: a role in ROLES, `token` or `mixed`, the score that
-    earned it, and the key it names (the agreed token, or the sink)."""
+    """What a head does on this text: a role in ROLES, `token`, `mixed` or `removed`, the
+    score that earned it, and the key it names (the agreed token, or the sink)."""
 
     role: str
     score: float | None
@@ -77,9 +83,12 @@ class Pattern:
 
     @property
     def short(self) -> str:
-        """The role's short name (`prev`, `[CLS]`'s role `first`, `token`, `·` for mixed)."""
+        """The role's short name (`prev`, `[CLS]`'s role `first`, `token`, `·` for mixed, `✗`
+        for removed)."""
         if self.role == TOKEN:
             return TOKEN
+        if self.role == REMOVED:
+            return REMOVED_MARK
         return MIXED.shown if self.role == MIXED.name else ROLES[self.role].short
 
 
@@ -89,7 +98,8 @@ class HeadSummary:
 
     `top_other` is the most-attended key that is not special ([CLS], [SEP], BOS);
     `special_share` the mean weight non-special queries give special tokens; `scores` every
-    role's score on this text (None where it cannot be measured).
+    role's score on this text (None where it cannot be measured). A `removed` head has none
+    of these (see the module's docstring).
     """
 
     layer: int
@@ -97,16 +107,30 @@ class HeadSummary:
     pattern: Pattern
     top: tuple[Target, ...]
     top_other: Target | None
-    special_share: float
+    special_share: float | None
     link: Link | None
     scores: dict[str, float | None]
+    removed: bool = False
+
+    @classmethod
+    def of_removed(cls, layer: int, head: int) -> HeadSummary:
+        """A head removed from the pass: no pattern, no numbers."""
+        scores: dict[str, float | None] = dict.fromkeys(ROLES)
+        return cls(layer, head, Pattern(REMOVED, None), (), None, None, None, scores, True)
 
     def as_dict(self, tokens: tuple[str, ...]) -> dict[str, Any]:
-        """The summary as JSON; `tokens` are the keys' (the source's in cross-attention)."""
+        """The summary as JSON; `tokens` are the keys' (the source's in cross-attention). A
+        removed head keeps every key, each null (`top` too)."""
+        if self.removed:
+            empty = ("pattern", "scores", "top", "top_non_special", "special_share",
+                     "strongest_link")  # fmt: skip
+            return {"layer": self.layer, "head": self.head, "removed": True,
+                    **dict.fromkeys(empty)}  # fmt: skip
         key = self.pattern.key
         return {
             "layer": self.layer,
             "head": self.head,
+            "removed": False,
             "pattern": {
                 "role": self.pattern.role,
                 "short": self.pattern.short,
@@ -251,6 +275,9 @@ def summarise(
         slot = att.slot(layer)
         for head in heads:
             att.info.pick_heads([head])
+            if att.is_removed(layer, head):
+                summaries.append(HeadSummary.of_removed(layer, head))
+                continue
             keys = received[slot, head]  # (T,)
             top, other = rank_keys(att, keys, top_k)
             scores = {

@@ -76,6 +76,10 @@ class Attention:
     (source × source, `text` and `tokens` are the source), "decoder" (target × target,
     causal) or "cross" (target × source: `tokens` are the target's, `keys` the source's, and
     `weights` is (L, H, T, S)). `target` is the target text as the decoder read it.
+
+    `removed` are the (layer, head) pairs whose output the pass set to 0 (`show --ablate`):
+    their weights are what they computed, but nothing downstream saw their output, so the
+    views mark them as removed rather than show a pattern.
     """
 
     text: str
@@ -97,6 +101,7 @@ class Attention:
     stack: str | None = None  # encoder-decoder models: "encoder", "decoder" or "cross"
     keys: Keys | None = None  # cross-attention: the source tokens the target reads
     target: str | None = None  # encoder-decoder models: the target text
+    removed: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs ablated in the pass
 
     @property
     def key_tokens(self) -> tuple[str, ...]:
@@ -126,6 +131,10 @@ class Attention:
             return self.weights[self.slot(layer), 0]
         self.info.pick_heads([head])
         return self.weights[self.slot(layer), head]
+
+    def is_removed(self, layer: int, head: int) -> bool:
+        """Whether head `head` of layer `layer` was removed (a per-layer map never is)."""
+        return not self.per_layer and (layer, head) in self.removed
 
     def head_label(self, head: int) -> str:
         """A head's short label, `H3`; empty for a per-layer measure's one map."""

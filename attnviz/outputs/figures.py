@@ -37,6 +37,10 @@ MASKED_GREY = "#a0a0a0"
 MASKED_HATCH = "///"  # 18 lines an inch: ~6 px apart at 100 dpi
 MASKED_HATCH_COLOUR = "#ffffff"
 MASKED_NOTE = "masked: a causal model's query cannot see later keys"  # the page's legend
+# A head removed from the pass (`show --ablate`) has no pattern: its panel is white,
+# cross-hatched in light grey (unlike the masked cells' grey and white) and says "removed".
+REMOVED_HATCH = "xx"
+REMOVED_HATCH_COLOUR = "#c8c8c8"
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,31 @@ def _hatch(ax: Any, corners: list[tuple[float, float]]) -> Any:
         Polygon(corners, facecolor="none", edgecolor="none", linewidth=0, hatch=MASKED_HATCH,
                 hatchcolor=MASKED_HATCH_COLOUR)
     )  # fmt: skip
+
+
+def _removed_cover(
+    ax: Any,
+    bounds: tuple[float, float, float, float],
+    size: float,
+    text: str = "removed",
+    axes_fraction: bool = False,
+) -> tuple[Any, Any]:
+    """A removed head's panel over `bounds` (x, y, width, height; data coordinates, or
+    fractions of `ax` with `axes_fraction`): the cover and its label, both to toggle with
+    `set_visible`. Drawn over the heatmap, which shows through nowhere."""
+    from matplotlib.patches import Rectangle
+
+    transform = ax.transAxes if axes_fraction else ax.transData
+    x, y, width, height = bounds
+    cover = ax.add_patch(
+        Rectangle((x, y), width, height, transform=transform, facecolor="white",
+                  edgecolor="none", linewidth=0, hatch=REMOVED_HATCH,
+                  hatchcolor=REMOVED_HATCH_COLOUR, zorder=3)
+    )  # fmt: skip
+    label = ax.text(x + width / 2, y + height / 2, text, transform=transform, ha="center",
+                    va="center", fontsize=size, zorder=4, clip_on=True,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5})  # fmt: skip
+    return cover, label
 
 
 def _above_diagonal(n: int, x0: float = 0, y0: float = 0) -> list[tuple[float, float]]:
@@ -383,12 +412,13 @@ class _Frames:
                 path, lambda h: self.fig.savefig(h, format=self.style.fmt, dpi=self.style.dpi)
             )
         if self._background is None:
+            visible = [artist.get_visible() for artist in self.dynamic]
             for artist in self.dynamic:
                 artist.set_visible(False)
             self.canvas.draw()
             self._background = self.canvas.copy_from_bbox(self.fig.bbox)
-            for artist in self.dynamic:
-                artist.set_visible(True)
+            for artist, shown in zip(self.dynamic, visible):
+                artist.set_visible(shown)
         self.canvas.restore_region(self._background)
         for artist in self.dynamic:
             if id(artist) not in self._heatmaps or not _paint_cells(self.canvas, artist):
@@ -510,24 +540,44 @@ class HeadFigure:
         self.marks = ax.add_collection(
             PatchCollection([], facecolor="none", edgecolor="#ff2020", linewidth=1.6)
         )
-        dynamic = [self.image, *hatching, *ax.spines.values(), self.marks, self.title]
+        self.removed = _removed_cover(
+            ax, (0, 0, 1, 1), 10, "removed (--ablate)\nits output was set to 0:\nno pattern",
+            axes_fraction=True,
+        )  # fmt: skip
+        dynamic = [self.image, *hatching, *self.removed, *ax.spines.values(), self.marks,
+                   self.title]  # fmt: skip
         self.frames = _Frames(fig, dynamic, style)
 
-    def draw(self, grid: np.ndarray, title: str, marks: tuple[tuple[int, int], ...] = ()) -> Any:
+    def draw(
+        self,
+        grid: np.ndarray,
+        title: str,
+        marks: tuple[tuple[int, int], ...] = (),
+        removed: bool = False,
+    ) -> Any:
         """Set one head's `[query, key]` grid and title, outline the `(query, key)` cells in
-        `marks`; return the Figure."""
+        `marks`; return the Figure. A `removed` head's map is covered, its grid not drawn."""
+        import numpy as np
         from matplotlib.patches import Rectangle
 
-        self.image.set_data(self.style.scaled(grid, self.mask))
+        shown = np.full_like(grid, np.nan) if removed else self.style.scaled(grid, self.mask)
+        self.image.set_data(shown)
+        for artist in self.removed:
+            artist.set_visible(removed)
         self.title.set_text(title)
         self.marks.set_paths([Rectangle((k - 0.5, q - 0.5), 1, 1) for q, k in marks])
         return self.frames.fig
 
     def save(
-        self, grid: np.ndarray, title: str, path: Path, marks: tuple[tuple[int, int], ...] = ()
+        self,
+        grid: np.ndarray,
+        title: str,
+        path: Path,
+        marks: tuple[tuple[int, int], ...] = (),
+        removed: bool = False,
     ) -> Path:
         """Draw one head's `[query, key]` grid (and `marks`) and write it atomically to `path`."""
-        self.draw(grid, title, marks)
+        self.draw(grid, title, marks, removed)
         return self.frames.save(path)
 
     def close(self) -> None:
@@ -536,6 +586,8 @@ class HeadFigure:
 
 def head_title(att: Attention, layer: int, head: int, grid: np.ndarray) -> str:
     """A head figure's first title line (a per-layer measure's map names its layers)."""
+    if att.is_removed(layer, head):
+        return f"layer {layer} · head {head} · removed (--ablate)"
     peak = f"max {float(grid.max()):.2f}"
     if att.per_layer:
         return f"layer {layer} · {att.measure}, layers 0–{layer} composed · {peak}"
@@ -607,6 +659,8 @@ class LayerFigure:
         self.style = style
         self.images = []
         self.panel_titles = []
+        self.covers = []  # each panel's cover for a removed head
+        self.removed = att.removed
         self.mask = masked_cells(att)
         hatching = []
         for slot in range(len(heads)):
@@ -621,6 +675,7 @@ class LayerFigure:
             self.images.append(image)
             if self.mask is not None:
                 hatching.append(_hatch(ax, _above_diagonal(n)))
+            self.covers.append(_removed_cover(ax, (0, 0, 1, 1), 9, axes_fraction=True))
             # Panel titles as figure texts: blitting redraws them alone.
             centre, above = (x0 + panel_w / 2) / width, (y0 + panel_h + 0.06 * dpi) / height
             self.panel_titles.append(fig.text(centre, above, "", ha="center", va="bottom",
@@ -647,13 +702,26 @@ class LayerFigure:
         self.title = _header(fig, att, "", note)
         # Spines go after the images (and their hatching): a full draw paints them on top.
         spines = [spine for image in self.images for spine in image.axes.spines.values()]
-        dynamic = [*self.images, *hatching, *spines, *self.panel_titles, self.title]
+        covers = [artist for cover in self.covers for artist in cover]
+        dynamic = [*self.images, *hatching, *covers, *spines, *self.panel_titles, self.title]
         self.frames = _Frames(fig, dynamic, style)
 
     def draw(self, weights: np.ndarray, layer: int) -> Any:
-        """Set `weights[head, query, key]`, the heads of layer `layer`; return the Figure."""
-        for image, title, head in zip(self.images, self.panel_titles, self.heads):
+        """Set `weights[head, query, key]`, the heads of layer `layer`; return the Figure.
+        A removed head's panel is covered, its weights not drawn."""
+        import numpy as np
+
+        for image, title, cover, head in zip(
+            self.images, self.panel_titles, self.covers, self.heads
+        ):
             grid = weights[head]  # (T, S)
+            removed = (layer, head) in self.removed
+            for artist in cover:
+                artist.set_visible(removed)
+            if removed:
+                image.set_data(np.full_like(grid, np.nan))
+                title.set_text(f"head {head} · removed")
+                continue
             image.set_data(self.style.scaled(grid, self.mask))
             title.set_text(f"head {head} · max {float(grid.max()):.2f}")
         self.title.set_text(f"layer {layer}")
@@ -694,6 +762,8 @@ def overview_mosaic(att: Attention, layers: list[int], heads: list[int], dpi: in
     padded = np.zeros((m * block, m * block), np.float32)
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
+            if att.is_removed(layer, head):
+                continue  # left NaN: the figure covers it
             grid = att.pattern(layer, head)  # (T, S)
             peak = grid.max()
             padded[:n, :n_keys] = grid / peak if peak > 0 else grid
@@ -757,10 +827,13 @@ def overview_figure(
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
-    if causal:
-        for r in range(len(layers)):
-            for c in range(len(heads)):
+    for r, layer in enumerate(layers):
+        for c, head in enumerate(heads):
+            if att.is_removed(layer, head):
+                _removed_cover(ax, (c * cell - 0.5, r * cell - 0.5, cols_m, rows_m), 7)
+            elif causal:
                 _hatch(ax, _above_diagonal(m, c * cell, r * cell))
+    if causal:
         _masked_key(fig, 0.45 + side, 0.12, "masked: key after the query (a causal model)")
     info = att.info
     every = len(layers) == info.n_layers and (att.per_layer or len(heads) == info.n_heads)
@@ -786,8 +859,13 @@ def query_rows(
 
     mask = masked_cells(att)
     after = None if mask is None else mask[index]  # (keys,)
+    empty = np.full(len(att.key_tokens), np.nan)  # a removed head's row, covered in the figure
     return np.stack(
-        [style.scaled(att.pattern(layer, h)[index], after) for layer in layers for h in heads]
+        [
+            empty if att.is_removed(layer, h) else style.scaled(att.pattern(layer, h)[index], after)
+            for layer in layers
+            for h in heads
+        ]
     )
 
 
@@ -828,6 +906,9 @@ def query_figure(
     )
     for boundary in range(len(heads), len(rows), len(heads)):
         ax.axhline(boundary - 0.5, color="white", linewidth=1.2)
+    for r, (layer, h) in enumerate((layer, h) for layer in layers for h in heads):
+        if att.is_removed(layer, h):
+            _removed_cover(ax, (-0.5, r - 0.5, n, 1), font)
     if att.info.causal and index < n - 1:
         after = [(index + 0.5, -0.5), (n - 0.5, -0.5), (n - 0.5, len(rows) - 0.5)]
         _hatch(ax, [*after, (index + 0.5, len(rows) - 0.5)])
@@ -1034,33 +1115,61 @@ def importance_figure(
     style: Style,
     numbered: int = 10,
 ) -> Any:
-    """Each chosen head's importance as a layers × heads map, the `numbered` most important
-    heads marked with their rank. `scores` and `ranks` are over the chosen layers × heads.
+    """Each chosen head's importance as a layers × heads map of square cells, the `numbered`
+    most important heads marked with their rank. `scores` and `ranks` are over the chosen
+    layers × heads.
 
-    A score below 0 (removing the head helps) is blue, above 0 red, on a scale centred at 0;
-    scores that are all ≥ 0 use the style's colour map from 0.
+    The longer of the two axes runs across, so a deep model (SmolLM2: 30 layers × 9 heads)
+    gives a wide map rather than a tall sliver. A score below 0 (removing the head helps) is
+    blue, above 0 red, on limits symmetric about 0: the colour bar is centred on 0 and equal
+    colours are equal magnitudes on both sides (a two-slope scale would stretch −0.26 to look
+    as strong as +1.0). Scores that are all ≥ 0 use the style's colour map from 0.
     """
     import numpy as np
-    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
 
-    fig, ax = _grid_axes(layers, heads, title, style, 1.6)
-    finite = scores[np.isfinite(scores)]
+    _configure_matplotlib()
+    across = len(layers) > len(heads)  # layers along x
+    grid = scores.T if across else scores  # (rows, columns) as drawn
+    numbers = ranks.T if across else ranks
+    row_labels = [f"H{h}" for h in heads] if across else [f"L{layer}" for layer in layers]
+    col_labels = [f"L{layer}" for layer in layers] if across else [f"H{h}" for h in heads]
+    n_rows, n_cols = grid.shape
+    cell = max(0.28, min(0.5, 9.0 / max(n_cols, 1)))  # inches, square
+    inner_w, inner_h = n_cols * cell, n_rows * cell
+    left, right, top, bottom = 0.75, 1.35, 0.6, 0.75
+    spare = max(0.0, 6.5 - (left + inner_w + right)) / 2  # room for the title
+    left, right = left + spare, right + spare
+    width, height = left + inner_w + right, bottom + inner_h + top
+    fig = Figure(figsize=(width, height), dpi=style.dpi)
+    ax = fig.add_axes((left / width, bottom / height, inner_w / width, inner_h / height))
+    finite = grid[np.isfinite(grid)]
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    high = high if high > 0 else 1.0
     if low < 0:
-        norm, cmap = TwoSlopeNorm(0.0, min(low, -1e-12), high), "RdBu_r"
+        extent = max(-low, high)
+        norm, cmap = Normalize(-extent, extent), "RdBu_r"
     else:
-        norm, cmap = None, style.cmap
-    image = ax.imshow(scores, cmap=cmap, norm=norm, vmin=None if norm else 0.0,
-                      vmax=None if norm else high, aspect="auto",
-                      interpolation="nearest")  # fmt: skip
-    for (r, c), rank in np.ndenumerate(ranks):
+        norm, cmap = Normalize(0.0, high if high > 0 else 1.0), style.cmap
+    image = ax.imshow(grid, cmap=cmap, norm=norm, aspect="equal", interpolation="nearest")
+    font = min(7.0, cell * 72 * 0.4)
+    for (r, c), rank in np.ndenumerate(numbers):
         if 0 < rank <= numbered:
-            shade = image.cmap(image.norm(scores[r, c]))
+            shade = image.cmap(image.norm(grid[r, c]))
             dark = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5
-            ax.text(c, r, str(rank), ha="center", va="center", fontsize=7, fontweight="bold",
+            ax.text(c, r, str(rank), ha="center", va="center", fontsize=font, fontweight="bold",
                     color="white" if dark else "black")  # fmt: skip
-    width = fig.get_figwidth()
-    fig.colorbar(image, ax=ax, fraction=0.8 / width, pad=0.15 / width, label=bar_label)
-    ax.set_xlabel(f"head  (numbered: the {numbered} most important, by rank)")
+    labels = 8.0 if cell >= 0.4 else 7.0
+    ax.set_xticks(range(n_cols), col_labels, fontsize=labels)
+    ax.set_yticks(range(n_rows), row_labels, fontsize=labels)
+    ax.tick_params(length=2)
+    what = f"numbered: the {numbered} most important, by rank"
+    ax.set_xlabel(f"layer  ({what})" if across else f"head  ({what})", fontsize=9)
+    ax.set_ylabel("head" if across else "layer", fontsize=9)
+    bar = fig.add_axes(((left + inner_w + 0.2) / width, bottom / height, 0.15 / width,
+                        inner_h / height))  # fmt: skip
+    colorbar = fig.colorbar(image, cax=bar)
+    colorbar.ax.tick_params(labelsize=7)
+    colorbar.set_label(bar_label, fontsize=8)
+    fig.text(0.5, 1 - 0.3 / height, title, ha="center", va="center", fontsize=10)
     return fig

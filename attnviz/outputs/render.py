@@ -208,7 +208,8 @@ def draw(task: Task) -> list[Path]:
         title = figures.head_title(task.att, layer, head, grid)
         # A per-layer measure (alti, rollout) has one map a layer: layer-LL, no head.
         name = layer_file(layer, ext) if task.att.per_layer else head_file(layer, head, ext)
-        written.append(_held["head"].save(grid, title, folder / name))
+        removed = task.att.is_removed(layer, head)
+        written.append(_held["head"].save(grid, title, folder / name, removed=removed))
     return written
 
 

@@ -18,6 +18,7 @@ from attnviz.analysis.roles import (
 )
 from attnviz.core.adapters import STACK_TITLES
 from attnviz.outputs.files import clear_previous, prepare_dir, write_done, write_text_atomic
+from attnviz.outputs.numbers import column
 
 if TYPE_CHECKING:
     import numpy as np
@@ -296,8 +297,9 @@ def _importance_section(report: Report, files: dict[str, Path], shown: int = 15)
     roles = {(r.layer, r.head): r.role for r in report.roles}
     header = ("rank", "head", "role") + tuple(f"{r.how} ({r.unit})" for r in found.values())
     rows = []
-    for layer, head, _ in first.top(shown):
-        scores = tuple(f"{r.scores[layer, head]:.4g}" for r in found.values())
+    top = first.top(shown)
+    columns = [column([r.scores[layer, head] for layer, head, _ in top]) for r in found.values()]
+    for (layer, head, _), scores in zip(top, zip(*columns)):
         rows.append((first.ranks()[layer, head], f"layer {layer} · head {head}",
                      roles.get((layer, head), ""), *scores))  # fmt: skip
     lines += [f"The {len(rows)} most important heads by {first.how}:", ""]

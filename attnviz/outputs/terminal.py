@@ -5,17 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from attnviz.analysis.metrics import METRICS, PROBES
 from attnviz.analysis.query import normal_form
-from attnviz.analysis.roles import EVERY_ROLE, MIXED, ROLES
-from attnviz.analysis.summary import AGREE, TOKEN
+from attnviz.analysis.roles import EVERY_ROLE, MIXED, ROLES, attention_kind, roles_for
+from attnviz.analysis.summary import AGREE, REMOVED, REMOVED_MARK, TOKEN
 from attnviz.core.adapters import STACK_TITLES
+from attnviz.outputs import numbers
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from attnviz.analysis.check import CheckResult
     from attnviz.analysis.importance import AblationView
     from attnviz.analysis.query import QueryView
@@ -125,8 +129,10 @@ def _print_tokens(console: Console, tokens: Sequence[str], side: str, unit: str)
 
 def _pattern_cell(att: Attention, summary: HeadSummary, width: int, repeated: set[str]) -> Text:
     """A head's cell: what it does (a role, a sink's token, or the token its queries agree
-    on) over its score."""
+    on) over its score; a removed head's mark."""
     pattern = summary.pattern
+    if pattern.role == REMOVED:
+        return Text(REMOVED_MARK, style=_REMOVED_STYLE)
     if pattern.role == MIXED.name:
         return Text(MIXED.shown, style=MIXED.style)
     if pattern.role == TOKEN:
@@ -144,20 +150,22 @@ def _pattern_cell(att: Attention, summary: HeadSummary, width: int, repeated: se
     return cell
 
 
+_REMOVED_STYLE = "bold red"
+
+
+def _removed_legend(att: Attention) -> str:
+    """The legend's entry for removed heads, when there are any."""
+    return f"{REMOVED_MARK}=removed (--ablate: no output, no pattern)  " if att.removed else ""
+
+
 def _map_legend(console: Console, att: Attention) -> None:
-    # cross-attention's queries and keys are different texts: no positional roles there
-    positional = {name for name, metric in METRICS.items() if metric.positional}
-    roles = [
-        f"{role.short}={name}"
-        for name, role in ROLES.items()
-        if (role.metric not in PROBES or att.info.causal)
-        and (att.keys is None or role.metric not in positional)
-    ]
+    kind = attention_kind(att.info.causal, cross=att.keys is not None)
+    roles = [f"{role.short}={role.name}" for role in roles_for(kind)]
+    roles.append(f"{MIXED.shown}=mixed (no role)  {_removed_legend(att)}")
     console.print(
         Text(
-            "  ".join(roles)
-            + f"  {MIXED.shown}=mixed (no role)  a token: the queries give it ≥ {AGREE:.2f} on "
-            "average. Scores are means over the queries, each role's metric on this text "
+            "  ".join(roles) + f"a token: the queries give it ≥ {AGREE:.2f} on average. "
+            "Scores are means over the queries, each role's metric on this text "
             "(attnviz report measures a corpus; docs/report-methods.md).",
             style="dim",
         )
@@ -195,10 +203,13 @@ def print_special_share(
     per-layer measure shown."""
 
     def share(values: Any, what: str, spread: str) -> str:
+        values = [float(v) for v in values if v == v]  # NaN: a removed head
         low, high = float(min(values)), float(max(values))
         return f"{float(sum(values)) / len(values):.0%} {what} ({low:.0%}–{high:.0%} {spread})"
 
-    shown = [s.special_share for s in summaries]
+    shown = [s.special_share for s in summaries if s.special_share is not None]  # not removed
+    if not shown:
+        return
     parts = []
     if by_weight is not None and by_norm is not None and not att.hidden_special:
         parts = [
@@ -283,7 +294,9 @@ def print_head_details(console: Console, att: Attention, summaries: Sequence[Hea
             top.append(" " + _weight(target.weight))
         pattern = s.pattern
         does = _pattern_cell(att, s, wide, key_repeated)
-        if pattern.role not in (MIXED.name, TOKEN):
+        if pattern.role == REMOVED:
+            does = Text(f"{REMOVED_MARK} removed (--ablate)", style=_REMOVED_STYLE)
+        elif pattern.role not in (MIXED.name, TOKEN):
             does = Text(pattern.role, style=ROLES[pattern.role].style)
             if pattern.score is not None:
                 does.append(" " + _weight(pattern.score), style="dim")
@@ -294,7 +307,7 @@ def print_head_details(console: Console, att: Attention, summaries: Sequence[Hea
             str(s.layer),
             *([] if att.per_layer else [str(s.head)]),
             does,
-            top,
+            top if s.top else Text("—", style="dim"),
             Text("—", style="dim")
             if link is None
             else Text.assemble(
@@ -330,7 +343,11 @@ def print_query(
     for layer in layers:
         cells = []
         for head in heads:
-            best = by_position[(layer, head)].best
+            row = by_position[(layer, head)]
+            if row.removed:
+                cells.append(Text(REMOVED_MARK, style=_REMOVED_STYLE))
+                continue
+            best = row.best
             if best is None:
                 cells.append(Text("—", style="dim"))
                 continue
@@ -340,6 +357,8 @@ def print_query(
             cells.append(cell)
         table.add_row(f"L{layer}", *cells)
     console.print(table)
+    if att.removed:
+        console.print(Text(_removed_legend(att).strip(), style="dim"))
 
     where = "Layers" if att.per_layer else "Heads"
     ranked = Table(
@@ -392,8 +411,16 @@ def print_heatmap(
 ) -> bool:
     """Draw one head's `[query, key]` weights as cells; False if the terminal is too narrow.
 
-    `scale` "head" divides the weights by the head's maximum, as the images do.
+    `scale` "head" divides the weights by the head's maximum, as the images do. A removed
+    head has no pattern to draw: one line says so.
     """
+    if att.is_removed(layer, head):
+        console.print(
+            f"[bold]layer {layer} · head {head}[/] is removed (--ablate): its output was set to "
+            "0, so no heatmap is drawn",
+            highlight=False,
+        )
+        return True
     grid = att.pattern(layer, head)  # (T, S): S = T but in cross-attention
     peak = float(grid.max())
     if scale == "head" and peak > 0:
@@ -581,7 +608,10 @@ def print_report(console: Console, report: Report) -> None:
             cells.append(Text(role.shown, style=role.style))
         table.add_row(f"L{layer}", *cells)
     console.print(table)
-    legend = Text("  ".join(f"{role.shown}={name}" for name, role in EVERY_ROLE.items()))
+    # the roles this model's attention can get (induction: only where the probe ran)
+    kind = attention_kind(info.causal)
+    can = [role for role in roles_for(kind) if not role.probed or report.probes is not None]
+    legend = Text("  ".join(f"{role.shown}={role.name}" for role in (*can, MIXED)))
     console.print(legend, style="dim")
 
     strongest = Table(title="Strongest heads of each role", title_justify="left")
@@ -697,9 +727,12 @@ def print_importance(console: Console, report: Report, shown: int = 10) -> None:
     table.add_column("role")
     for result in found.values():
         table.add_column(f"{result.how} ({result.unit})", justify="right")
-    for rank, (layer, head, _) in enumerate(first.top(shown), start=1):
+    top = first.top(shown)
+    columns = [
+        numbers.column([r.scores[layer, head] for layer, head, _ in top]) for r in found.values()
+    ]
+    for rank, ((layer, head, _), scores) in enumerate(zip(top, zip(*columns)), start=1):
         role = roles.get((layer, head), "")
-        scores = [f"{result.scores[layer, head]:.4g}" for result in found.values()]
         style = EVERY_ROLE[role].style if role in EVERY_ROLE else ""
         table.add_row(str(rank), f"L{layer} H{head}", Text(role, style=style), *scores)
     console.print(table)
@@ -708,8 +741,26 @@ def print_importance(console: Console, report: Report, shown: int = 10) -> None:
         console.print(f"Spearman correlation of the two rankings: {spearman:.2f}", highlight=False)
 
 
-def _guesses(found: tuple[tuple[str, float], ...]) -> str:
-    return "  ".join(f"{token.strip() or repr(token)} {prob:.2f}" for token, prob in found)
+class _Guesses:
+    """Next-token guesses, "token probability" separated by two spaces, that wrap between
+    one guess and the next, never inside one (rich would break at any space)."""
+
+    def __init__(self, found: tuple[tuple[str, float], ...], style: str = "") -> None:
+        self.pairs = [f"{token.strip() or repr(token)} {prob:.2f}" for token, prob in found]
+        self.style = style
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        widths = [cell_len(pair) for pair in self.pairs] or [0]
+        return Measurement(max(widths), sum(widths) + 2 * (len(widths) - 1))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        lines: list[str] = []
+        for pair in self.pairs:
+            if lines and cell_len(lines[-1]) + 2 + cell_len(pair) <= options.max_width:
+                lines[-1] += "  " + pair
+            else:
+                lines.append(pair)
+        yield Text("\n".join(lines), style=self.style)
 
 
 def print_ablation(console: Console, view: AblationView) -> None:
@@ -739,7 +790,7 @@ def print_ablation(console: Console, view: AblationView) -> None:
             str(p.position),
             repr(p.token),
             "—" if p.actual is None else repr(p.actual),
-            _guesses(p.before),
-            Text(_guesses(p.after), style="bold yellow" if changed else ""),
+            _Guesses(p.before),
+            _Guesses(p.after, style="bold yellow" if changed else ""),
         )
     console.print(table)

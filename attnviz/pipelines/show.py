@@ -55,12 +55,18 @@ class ShowResult:
         measure = MEASURES[att.measure]
         special = {}
         if self.special_by_weight is not None:
+            import numpy as np
+
+            def per_head(values: Any) -> list[list[float | None]]:  # null: a removed head
+                rows = values.round(6).tolist()
+                return [[None if np.isnan(v) else v for v in row] for row in rows]
+
             special = {
                 "special_share": {
-                    "weights": float(self.special_by_weight.mean()),
-                    "norm": float(self.special_by_norm.mean()),
-                    "per_head_weights": self.special_by_weight.round(6).tolist(),
-                    "per_head_norm": self.special_by_norm.round(6).tolist(),
+                    "weights": float(np.nanmean(self.special_by_weight)),
+                    "norm": float(np.nanmean(self.special_by_norm)),
+                    "per_head_weights": per_head(self.special_by_weight),
+                    "per_head_norm": per_head(self.special_by_norm),
                 }
             }
         return {
@@ -244,9 +250,10 @@ def show(
         asked = query_view(ranked, index, chosen_layers, chosen_heads, top_k)
     alti = chosen_measure.name == "alti" and encoded is not None
     mixing = mixing_means(kept[0], 0, len(encoded)) if alti else None
+    by_weight, by_norm = (special.by_weight[0], special.by_norm[0]) if special else (None, None)
     found = dict(
-        special_by_weight=special.by_weight[0] if special else None,
-        special_by_norm=special.by_norm[0] if special else None,
+        special_by_weight=_without_removed(by_weight, shown, chosen_layers),
+        special_by_norm=_without_removed(by_norm, shown, chosen_layers),
         mixing=mixing,
     )
     if on_summary is not None:
@@ -401,8 +408,20 @@ def _one_stack(loaded, text, truncate, pair, layers, page, chosen_measure, ablat
         compared = compare(loaded, encoded, ablate, at)
         removed = ", ".join(f"L{layer} H{head}" for layer, head in compared.heads)
         note = f"heads removed (zero ablation): {removed}"
-        attended = replace(attended, notes=(*attended.notes, note))
+        attended = replace(attended, notes=(*attended.notes, note), removed=compared.heads)
     return attended, encoded, inside, every, special, kept, compared, chosen_layers
+
+
+def _without_removed(values: Any, att: Attention, layers: list[int]) -> Any:
+    """Per-head values (L, H) over `layers`, NaN for the heads removed from the pass: a head
+    whose output was set to 0 gave nothing, special tokens included."""
+    if values is None or not att.removed:
+        return values
+    values = values.astype("f8")  # a copy
+    for layer, head in att.removed:
+        if layer in layers:
+            values[layers.index(layer), head] = float("nan")
+    return values
 
 
 def _interrupted(folder: Path) -> Interrupted:
