@@ -232,6 +232,22 @@ def test_errors_that_need_no_weights_come_before_torch(args, message, tmp_path):
     assert message in output
 
 
+@pytest.mark.parametrize("command", ["show", "export", "report"])
+def test_an_unwritable_out_is_one_line_on_stderr(command, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    done = subprocess.run(
+        [sys.executable, "-m", "attnviz", command, "hi", "--out", str(blocker / "sub")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"error: cannot write under {blocker}: it is a file, not a folder; choose another --out"
+    ]
+
+
 def test_early_refusal_uses_the_model_directory_too(tiny_model_dirs):
     result = invoke("show", "hi", "-m", tiny_model_dirs["gpt2"], "-l", 2, "--no-images")
     assert result.exit_code == 2
