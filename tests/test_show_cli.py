@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -183,6 +184,24 @@ def test_dash_h_is_help_and_flags_look_like_flags(args):
     result = invoke(*args)
     assert result.exit_code == 0 and "Usage:" in result.output
     assert "<bool>" not in result.output
+
+
+@pytest.mark.parametrize("command", ["export", "report"])
+def test_help_shows_the_tab_between_source_and_target(command):
+    assert "reads source<TAB>target lines" in " ".join(invoke(command, "-h").output.split())
+
+
+def test_report_help_and_error_name_the_default_corpus_where_it_is(monkeypatch, tmp_path):
+    import attnviz.cli.report
+    from attnviz.data import CORPUS
+
+    text = " ".join(invoke("report", "-h").output.split())
+    named = re.search(r"\(default: [^)]*?(\S+\.txt)\)", text).group(1)
+    assert CORPUS.is_file() and CORPUS.as_posix().endswith("/" + named), named
+    monkeypatch.setattr(attnviz.cli.report, "CORPUS", tmp_path / "gone.txt")
+    missing = invoke("report", "-o", tmp_path / "out")
+    assert missing.exit_code == 2 and len(missing.output.strip().splitlines()) == 1
+    assert f"the default corpus {named} is missing" in missing.output
 
 
 def test_help_names_repeatable_options_and_head_short_flag():
