@@ -238,6 +238,7 @@ print(result.output)
         (["export", "hi", "-H", "40", "-o", "{tmp}/e"], "head 40 out of range"),
         (["report", "hi", "-l", "7", "-o", "{tmp}/r"], "layer 7 out of range"),
         (["show", "hi", "-o", "{tmp}/blocker/sub"], "it is a file, not a folder"),
+        (["show", "The cat sat.", "-q", "dog", "-l", "6"], "layer 6 out of range"),
     ],
 )
 def test_errors_that_need_no_weights_come_before_torch(args, message, tmp_path):
