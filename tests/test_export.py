@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -190,9 +191,66 @@ def test_stdin_and_unwritable_output(tiny_model_dirs, tmp_path):
     assert piped.exit_code == 0 and "2 written" in " ".join(piped.output.split())
 
 
+def _complete_everywhere(out, said):
+    """The sentences an interrupted export calls complete, checked to be the same number in its
+    message, in manifest.json's counts and rows, and as folders holding done.json."""
+    n = int(re.search(r"(\d+) of \d+ sentences are complete", " ".join(said.split())).group(1))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["interrupted"] is True
+    assert manifest["counts"]["written"] + manifest["counts"]["complete"] == n, (n, manifest)
+    listed = [s["folder"] for s in manifest["sentences"] if s["status"] != "pending"]
+    assert sorted(listed) == _sentence_folders(out) and len(listed) == n
+    return n
+
+
+def _interrupt_after(monkeypatch, n):
+    """Ctrl-C right after the `n`th done.json is written, before export counts that sentence."""
+    from attnviz.pipelines import export as pipeline
+
+    real, written = pipeline.write_done, []
+
+    def write_done(folder, settings, record):
+        path = real(folder, settings, record)
+        written.append(folder.name)
+        if len(written) == n:
+            raise KeyboardInterrupt
+        return path
+
+    monkeypatch.setattr(pipeline, "write_done", write_done)
+    return written
+
+
+def test_ctrl_c_after_a_done_json_still_counts_that_sentence(
+    tiny_model_dirs, tmp_path, monkeypatch
+):
+    tiny = tiny_model_dirs["bert"]
+    _interrupt_after(monkeypatch, 2)
+    result = _export(tiny, tmp_path, "--figures", "overview")
+    assert result.exit_code == 130, result.output
+    assert _complete_everywhere(tmp_path, result.output) == 2
+
+
+def test_an_interrupted_run_lists_no_folder_of_other_settings(
+    tiny_model_dirs, tmp_path, monkeypatch
+):
+    tiny = tiny_model_dirs["bert"]
+    assert _export(tiny, tmp_path, "--figures", "overview", "--dpi", "40").exit_code == 0
+    written = _interrupt_after(monkeypatch, 1)
+    result = _export(tiny, tmp_path, "--figures", "overview", "--dpi", "30")
+    assert result.exit_code == 130 and "1 of 5 sentences are complete" in result.output
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    listed = [s["folder"] for s in manifest["sentences"] if s["status"] != "pending"]
+    assert listed == written and manifest["counts"]["written"] == 1
+    monkeypatch.undo()
+    resumed = _export(tiny, tmp_path, "--figures", "overview", "--dpi", "30")
+    assert "4 written · 1 already complete" in " ".join(resumed.output.split())
+
+
 @pytest.mark.slow  # a real process, started, signalled or killed
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_interrupted_process_leaves_whole_files_and_resumes(tiny_model_dirs, tmp_path, sig):
+@pytest.mark.parametrize(
+    ("sig", "jobs"), [(signal.SIGINT, 1), (signal.SIGINT, 2), (signal.SIGKILL, 1)]
+)
+def test_interrupted_process_leaves_whole_files_and_resumes(tiny_model_dirs, tmp_path, sig, jobs):
     source = tmp_path / "in.txt"
     # Many cheap sentences (one overview each): a busy machine that starves this polling loop
     # for seconds still cannot finish them all before the signal lands.
@@ -203,7 +261,7 @@ def test_interrupted_process_leaves_whole_files_and_resumes(tiny_model_dirs, tmp
     out = tmp_path / "out"
     command = [sys.executable, "-m", "attnviz", "export", "-f", str(source), "-o", str(out),
                "-m", str(tiny_model_dirs["bert"]), "--batch-size", "1",
-               "--figures", "overview"]  # fmt: skip
+               "--figures", "overview", "--jobs", str(jobs)]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
@@ -216,7 +274,8 @@ def test_interrupted_process_leaves_whole_files_and_resumes(tiny_model_dirs, tmp
     if sig == signal.SIGINT:
         assert process.returncode == 130
         assert b"Traceback" not in err and err.count(b"interrupted: ") == 1, err
-        assert json.loads((out / "manifest.json").read_text())["interrupted"] is True
+        # drawing processes finish their sentences after Ctrl-C: those count too
+        assert _complete_everywhere(out, err.decode()) == finished
     for path in out.rglob("*.png"):  # whatever exists is whole (temp files are not images)
         with Image.open(path) as image:
             image.verify()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -146,3 +147,101 @@ def test_unknown_tokens_are_labelled_and_queried_by_their_text(bundled):
     assert att.tokens[4] == "🍕" and att.tokens[6] == "😀" and "[UNK]" not in att.tokens
     assert any("[UNK]" in note and "🍕 😀" in note for note in att.notes)
     assert find_query(att, "😀") == 6
+
+
+# Texts a tokenizer loaded alone must cut as the loaded model's: word pieces, accents, scripts
+# and emoji (unknown to WordPiece), and a text over every model's limit.
+TEXTS = [ANIMAL, "Héllo 世界 🙂 — it's 2024, unbelievably!", " ".join(["word"] * 600)]
+
+
+def _alone_and_loaded_agree(name, loaded):
+    """Tokens from the model's tokenizer loaded alone, with the facts of its files, are the
+    loaded model's: as many, labelled alike, cut alike, refused alike."""
+    from attnviz.core.models import Model, describe
+    from attnviz.core.tokens import encode_with
+    from attnviz.errors import TextTooLongError
+
+    alone, spec = Model(name).tokenizer(), describe(name)
+    pairs = [None] if loaded.info.causal else [None, "A second sentence, for the pair."]
+    for text, pair, truncate in itertools.product(TEXTS, pairs, (False, True)):
+        found = []
+        for tokenizer, facts in ((alone, spec), (loaded.tokenizer, loaded.info)):
+            try:
+                found.append(encode_with(tokenizer, facts, text, truncate, pair))
+            except TextTooLongError as error:
+                found.append(str(error))
+        assert found[0] == found[1], (name, text, pair, truncate)
+
+
+def test_a_tokenizer_loaded_alone_cuts_as_the_loaded_model(tiny_model_dirs, loaded_tiny, bundled):
+    """What --query is checked against before the weights load is what it is found in after."""
+    _alone_and_loaded_agree(None, bundled)
+    for arch, folder in tiny_model_dirs.items():
+        _alone_and_loaded_agree(str(folder), loaded_tiny[arch])
+
+
+def test_smollm2_tokenizer_loaded_alone_cuts_as_the_loaded_model(smollm2_gguf):
+    from attnviz.core.models import load_model
+
+    _alone_and_loaded_agree("smollm2", load_model("smollm2", "cpu"))
+
+
+def test_the_model_reuses_the_tokenizer_loaded_alone(tiny_model_dirs):
+    from attnviz.core.models import Model
+
+    model = Model(str(tiny_model_dirs["gpt2"]), "cpu")
+    alone = model.tokenizer()
+    assert model.load().tokenizer is alone and model.tokenizer() is alone
+
+
+@pytest.mark.parametrize(
+    "model, args, message",
+    [
+        (None, ["Birds sing.", "-q", "cats"],
+         "no token 'cats' in this text; tokens: 0:[CLS] 1:birds 2:sing 3:. 4:[SEP]"),
+        (None, ["Birds sing.", "-q", "cats", "--words", "--hide-special"],
+         "no word 'cats' in this text; words: 0:Birds 1:sing 2:."),
+        (None, ["Birds sing.", "-q", "5"],
+         "query position 5 out of range: this text has tokens 0–4"),
+        (None, ["Birds sing.", "-q", "sing#2"], "'sing' occurs 1 time(s), so 'sing#2' names none"),
+        ("gpt2", ["Birds sing.", "-q", "cats"], "no token 'cats' in this text; tokens: 0:"),
+    ],
+)  # fmt: skip
+def test_an_unknown_query_is_refused_before_the_weights_load(
+    tiny_model_dirs, monkeypatch, tmp_path, model, args, message
+):
+    from attnviz.core import models
+
+    def no_load(*_args, **_kwargs):
+        raise AssertionError("the model was loaded to refuse a query")
+
+    monkeypatch.setattr(models, "load_model", no_load)
+    monkeypatch.setattr(models, "_MODELS", {})  # none loaded by an earlier test
+    chosen = ["-m", str(tiny_model_dirs[model])] if model else []
+    result = runner.invoke(app, ["show", *args, *chosen, "-o", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split()) and len(result.output.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "words, hide", [(False, False), (True, False), (False, True), (True, True)]
+)
+def test_the_early_query_check_answers_as_the_loaded_attention(bundled, words, hide):
+    from attnviz.analysis.query import check_query
+    from attnviz.analysis.transforms import transform
+    from attnviz.core.extract import extract
+    from attnviz.core.tokens import encode
+
+    text = "The cat sat on the mat, unbelievably; the cat slept."
+    shown = transform(extract(bundled, text), words, hide)
+    encoded = encode(bundled, text)
+    queries = ["cat", "CAT#2", "cat#3", "3", "14", "15", "unbelievably", "##bly", "[CLS]", "dog"]
+    for query in queries:
+        try:
+            expected = find_query(shown, query)
+        except InputError as error:
+            with pytest.raises(InputError) as refused:
+                check_query(encoded, query, words, hide)
+            assert str(refused.value) == str(error)
+        else:
+            assert check_query(encoded, query, words, hide) == expected

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -185,6 +186,24 @@ def test_dash_h_is_help_and_flags_look_like_flags(args):
     assert "<bool>" not in result.output
 
 
+@pytest.mark.parametrize("command", ["export", "report"])
+def test_help_shows_the_tab_between_source_and_target(command):
+    assert "reads source<TAB>target lines" in " ".join(invoke(command, "-h").output.split())
+
+
+def test_report_help_and_error_name_the_default_corpus_where_it_is(monkeypatch, tmp_path):
+    import attnviz.cli.report
+    from attnviz.data import CORPUS
+
+    text = " ".join(invoke("report", "-h").output.split())
+    named = re.search(r"\(default: [^)]*?(\S+\.txt)\)", text).group(1)
+    assert CORPUS.is_file() and CORPUS.as_posix().endswith("/" + named), named
+    monkeypatch.setattr(attnviz.cli.report, "CORPUS", tmp_path / "gone.txt")
+    missing = invoke("report", "-o", tmp_path / "out")
+    assert missing.exit_code == 2 and len(missing.output.strip().splitlines()) == 1
+    assert f"the default corpus {named} is missing" in missing.output
+
+
 def test_help_names_repeatable_options_and_head_short_flag():
     text = invoke("show", "-h").output
     assert "-H" in text and "repeat" in text
@@ -219,6 +238,7 @@ print(result.output)
         (["export", "hi", "-H", "40", "-o", "{tmp}/e"], "head 40 out of range"),
         (["report", "hi", "-l", "7", "-o", "{tmp}/r"], "layer 7 out of range"),
         (["show", "hi", "-o", "{tmp}/blocker/sub"], "it is a file, not a folder"),
+        (["show", "The cat sat.", "-q", "dog", "-l", "6"], "layer 6 out of range"),
     ],
 )
 def test_errors_that_need_no_weights_come_before_torch(args, message, tmp_path):
@@ -230,6 +250,22 @@ def test_errors_that_need_no_weights_come_before_torch(args, message, tmp_path):
     status, output = done.stdout.split("\n", 1)
     assert status == "2 False False", output
     assert message in output
+
+
+@pytest.mark.parametrize("command", ["show", "export", "report"])
+def test_an_unwritable_out_is_one_line_on_stderr(command, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    done = subprocess.run(
+        [sys.executable, "-m", "attnviz", command, "hi", "--out", str(blocker / "sub")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"error: cannot write under {blocker}: it is a file, not a folder; choose another --out"
+    ]
 
 
 def test_early_refusal_uses_the_model_directory_too(tiny_model_dirs):

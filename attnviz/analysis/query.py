@@ -14,7 +14,7 @@ from attnviz.analysis.summary import Target, rank_keys
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
-    from attnviz.core.attention import Attention
+    from attnviz.core.attention import Attention, Encoded
 
 _SHOWN_TOKENS = 60  # tokens listed in an error message before "…"
 
@@ -98,6 +98,33 @@ def find_query(att: Attention, query: str) -> int:
             f"at positions {', '.join(map(str, found))}"
         )
     return found[occurrence - 1]
+
+
+def check_query(
+    encoded: Encoded, query: str, words: bool = False, hide_special_tokens: bool = False
+) -> int:
+    """`find_query` on a tokenised text as the views will show it (`words`,
+    `hide_special_tokens`): the tokens alone, no weights, so a query naming no token is
+    refused before the model loads."""
+    import numpy as np
+
+    from attnviz.analysis.transforms import transform
+    from attnviz.core.attention import Attention
+
+    n = len(encoded)
+    labels = Attention(
+        text=encoded.text,
+        tokens=encoded.tokens,
+        special=np.array(encoded.special, dtype=bool),
+        weights=np.zeros((0, 0, n, n), dtype=np.float32),  # (L=0, H=0, T, T): labels only
+        info=None,  # no model facts: the transforms and find_query read none
+        unit="token",
+        words=encoded.words,
+        word_labels=encoded.word_labels,
+        pair=encoded.pair,
+        segments=encoded.segments,
+    )
+    return find_query(transform(labels, words, hide_special_tokens), query)
 
 
 def query_view(

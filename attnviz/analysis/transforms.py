@@ -97,7 +97,12 @@ def hide_special(att: Attention) -> Attention:
     weights = att.weights[:, :, keep][:, :, :, keep_keys].astype(np.float64)  # (L, H, t, s)
     kept_share = weights.sum(axis=-1, keepdims=True)  # (L, H, t, 1)
     weights = weights / np.where(kept_share > 0, kept_share, 1.0)
-    removed = 1.0 - float(kept_share.mean())
+    held = ""  # what they held: nothing to say of labels without weights (`check_query`)
+    if kept_share.size:
+        held = (
+            f"; they held {1.0 - float(kept_share.mean()):.0%} of attention on average, and "
+            "each row was renormalised"
+        )
 
     def kept(tokens, special, words, word_labels, keep):
         kept_words = [w for w, k in zip(words, keep) if k]
@@ -131,11 +136,7 @@ def hide_special(att: Attention) -> Attention:
         segments=None
         if att.segments is None
         else tuple(s for s, k in zip(att.segments, keep) if k),
-        notes=att.notes
-        + (
-            f"special tokens hidden ({hidden} of {total}); they held "
-            f"{removed:.0%} of attention on average, and each row was renormalised",
-        ),
+        notes=att.notes + (f"special tokens hidden ({hidden} of {total}){held}",),
     )
 
 

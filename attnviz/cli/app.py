@@ -121,7 +121,8 @@ def warn(message: str) -> None:
 
 
 def progress(label: str, *columns):
-    """A progress bar on stderr, so stdout stays clean for results."""
+    """A progress bar on stderr, so stdout stays clean for results; none where stderr is not
+    a terminal (a pipe, a log file), which would get only the blank line rich ends it with."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(
@@ -132,6 +133,7 @@ def progress(label: str, *columns):
         TimeElapsedColumn(),
         console=err_console,
         transient=True,
+        disable=not err_console.is_interactive,
     )
 
 

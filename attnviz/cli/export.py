@@ -125,7 +125,7 @@ def export(
     An output folder holds one sentence list: more sentences added at the end are exported
     there too, another list is refused (use another --out, or --overwrite to replace it).
 
-    An encoder-decoder model (T5, BART, Marian) reads source<TAB>target lines and exports
+    An encoder-decoder model (T5, BART, Marian) reads `source<TAB>target` lines and exports
     one --stack of each pair; --save-raw's attention.npz then also holds source_tokens,
     target_tokens and key_tokens.
     """

@@ -32,6 +32,7 @@ from attnviz.cli.options import (
     style,
 )
 from attnviz.core import models
+from attnviz.data import CORPUS, CORPUS_NAME
 from attnviz.errors import AttnvizError, InputError
 
 
@@ -40,7 +41,7 @@ def report(
     sentences: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Sentences to analyse (default: samples/sentences.txt).", show_default=False
+            help=f"Sentences to analyse (default: the corpus {CORPUS_NAME}).", show_default=False
         ),
     ] = None,
     file: FileOpt = None,
@@ -135,7 +136,7 @@ def report(
     masked-LM loss or the sentence embedding for encoders) depends on each head, on the same
     texts: heads.csv's importance columns, importance.png and "Which heads matter".
 
-    An encoder-decoder model (T5, BART, Marian) reads source<TAB>target lines: roles for its
+    An encoder-decoder model (T5, BART, Marian) reads `source<TAB>target` lines: roles for its
     encoder and decoder self-attention, and for cross-attention how monotone each head's
     alignment is and how much it rests on the source's EOS; heads.csv has a stack column.
     """
@@ -147,7 +148,6 @@ def report(
     from attnviz.core.inputs import read_sentences
     from attnviz.core.treebank import read_treebank
     from attnviz.outputs import terminal
-    from attnviz.pipelines.report import DEFAULT_CORPUS
     from attnviz.pipelines.report import report as run_report
 
     try:
@@ -162,11 +162,12 @@ def report(
             chosen = read_treebank(treebank)
         else:
             if not sentences and not file:
-                if not DEFAULT_CORPUS.is_file():
+                if not CORPUS.is_file():
                     raise InputError(
-                        "the default corpus samples/sentences.txt is not here; use --file"
+                        f"the default corpus {CORPUS_NAME} is missing from this installation "
+                        f"({CORPUS}); give sentences or --file"
                     )
-                file = str(DEFAULT_CORPUS)
+                file = str(CORPUS)
             chosen = read_sentences(file, sentences)
         chosen_style = style(fmt, dpi, cmap, scale)
         bar = progress("report", TimeRemainingColumn())

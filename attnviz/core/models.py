@@ -328,8 +328,36 @@ def describe(name: str | None = None) -> ModelSpec | None:
     )
 
 
+def _source(name: str | None) -> tuple[str, str]:
+    """(source, label) to load from: `_locate`'s, a GGUF file converted first; transformers
+    quietened."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    source, label = _locate(name)
+    if gguf_cache.is_gguf(name):
+        source = str(gguf_cache.converted(name))
+    return source, label
+
+
+def _cannot_load(label: str, exc: Exception) -> ModelLoadError:
+    return ModelLoadError(f"could not load model '{label}': {str(exc).splitlines()[0]}")
+
+
+def load_tokenizer(name: str | None = None) -> Any:
+    """A model's tokenizer alone, as `load_model` loads it: transformers, none of the weights."""
+    from transformers import AutoTokenizer
+
+    source, label = _source(name)
+    try:
+        return _from_pretrained(AutoTokenizer, source)
+    except (OSError, ValueError) as exc:
+        raise _cannot_load(label, exc) from exc
+
+
 def load_model(
-    name: str | None = None, device: str = "auto", attention: str = "sdpa"
+    name: str | None = None, device: str = "auto", attention: str = "sdpa", tokenizer: Any = None
 ) -> LoadedModel:
     """Load a model and its tokenizer for attention extraction (eval mode).
 
@@ -337,6 +365,7 @@ def load_model(
     keeps no probabilities: capture recomputes them from each layer's X) or "eager" (the
     probabilities are read from the model). A model without SDPA (Gemma2), or whose
     attention attnviz cannot recompute (`adapters.layer_weights` refuses it), runs eager.
+    `tokenizer`: the one `load_tokenizer` loaded already.
     """
     from transformers import (
         AutoConfig,
@@ -346,14 +375,8 @@ def load_model(
         AutoModelForSeq2SeqLM,
         AutoTokenizer,
     )
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-
-    source, label = _locate(name)
-    if gguf_cache.is_gguf(name):
-        source = str(gguf_cache.converted(name))
+    source, label = _source(name)
     try:
         config = _from_pretrained(AutoConfig, source)
     except (OSError, ValueError) as exc:
@@ -367,7 +390,8 @@ def load_model(
 
     torch_device = resolve_device(device)
     try:
-        tokenizer = _from_pretrained(AutoTokenizer, source)
+        if tokenizer is None:
+            tokenizer = _from_pretrained(AutoTokenizer, source)
         # Decoders with their LM head: report's induction probe measures the model's loss.
         # Encoders saved with their masked-LM head keep it: head importance measures its loss.
         # Encoder-decoder models with theirs: --generate writes a target with it.
@@ -380,7 +404,7 @@ def load_model(
         implementation = None if attention == "sdpa" else attention
         model = _from_pretrained(loader, source, attn_implementation=implementation)
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"could not load model '{label}': {str(exc).splitlines()[0]}") from exc
+        raise _cannot_load(label, exc) from exc
     # Marian's tokenizer is SentencePiece only (no offsets): `tokens` reads it without them.
     if not getattr(tokenizer, "is_fast", False) and model_type not in SEQ2SEQ_TYPES:
         raise UnsupportedModelError(f"model '{label}' has no fast tokenizer (tokenizer.json)")
@@ -450,8 +474,10 @@ class Model:
     """A model by name and device, loaded on first use and kept: what pipelines take.
 
     `refuse_early` reads only the model's files, so a bad layer, head or too-long text is
-    refused in a fraction of a second, before torch is imported; `load()` loads once, and is
-    safe to call from several threads (a server's requests share one loaded model).
+    refused in a fraction of a second, before torch is imported; `tokenizer()` loads the
+    tokenizer alone, for what tokens can refuse before the weights load (`--query`); `load()`
+    loads once (reusing that tokenizer), and is safe to call from several threads (a server's
+    requests share one loaded model).
     """
 
     def __init__(
@@ -459,6 +485,7 @@ class Model:
     ) -> None:
         self.name, self.device, self.attention = name, device, attention
         self._loaded: LoadedModel | None = None
+        self._tokenizer: Any = None
         self._lock = threading.Lock()
 
     @property
@@ -501,11 +528,21 @@ class Model:
         if text is not None:
             spec.check_length(text, truncate)
 
+    def tokenizer(self) -> Any:
+        """The model's tokenizer, the loaded model's or loaded alone (no weights)."""
+        with self._lock:
+            if self._loaded is not None:
+                return self._loaded.tokenizer
+            if self._tokenizer is None:
+                self._tokenizer = load_tokenizer(self.name)
+            return self._tokenizer
+
     def load(self) -> LoadedModel:
         """The loaded model (eval mode), loading it the first time."""
         with self._lock:
             if self._loaded is None:
-                self._loaded = load_model(self.name, self.device, self.attention)
+                self._loaded = load_model(self.name, self.device, self.attention, self._tokenizer)
+                self._tokenizer = None
             return self._loaded
 
 

@@ -4,14 +4,14 @@ with each token's label, word and special-token flag; and padding a batch for on
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attnviz.core.attention import Encoded, require_text
 from attnviz.core.models import pair_needs_encoder, too_long
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.models import LoadedModel, ModelInfo, ModelSpec
 
 
 def encode(
@@ -24,21 +24,33 @@ def encode(
     BOS token put first: a decoder parks spare attention on its first token, and a special
     BOS takes that role as [CLS] does in BERT (so --hide-special and the maps treat it alike).
     """
+    return encode_with(loaded.tokenizer, loaded.info, text, truncate, pair)
+
+
+def encode_with(
+    tokenizer: Any,
+    facts: ModelInfo | ModelSpec,
+    text: str,
+    truncate: bool = False,
+    pair: str | None = None,
+) -> Encoded:
+    """`encode` with a tokenizer and the model's facts (its name, limit, and whether it is a
+    decoder): a tokenizer loaded alone and the facts of the model's files (`ModelSpec`) give
+    the tokens the loaded model will read, before its weights load."""
     require_text(text)
     if pair is not None:
         require_text(pair, "the --pair sentence")
-        if loaded.info.causal:
-            raise pair_needs_encoder(loaded.info.name)
-    tokenizer = loaded.tokenizer
-    bos = _bos_to_add(loaded)
-    limit = loaded.info.max_tokens - (bos is not None)
+        if facts.causal:
+            raise pair_needs_encoder(facts.name)
+    bos = _bos_to_add(tokenizer, facts.causal)
+    limit = facts.max_tokens - (bos is not None)
     notes: list[str] = []
     options = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
     enc = tokenizer(text, pair, **options)
     n_tokens = len(enc["input_ids"])
     if n_tokens > limit:
         if not truncate:
-            raise too_long(n_tokens + (bos is not None), loaded.info.max_tokens)
+            raise too_long(n_tokens + (bos is not None), facts.max_tokens)
         enc = tokenizer(text, pair, truncation=True, max_length=limit, **options)
         kept_chars = max((end for _, end in enc["offset_mapping"]), default=0)
         notes.append(
@@ -115,11 +127,10 @@ def _segment_of(sequence_ids: list[int | None]) -> list[int]:
     return segments
 
 
-def _bos_to_add(loaded: LoadedModel) -> int | None:
+def _bos_to_add(tokenizer: Any, causal: bool) -> int | None:
     """A decoder's BOS id when its tokenizer does not put one first itself; else None."""
-    tokenizer = loaded.tokenizer
     bos = tokenizer.bos_token_id
-    if not loaded.info.causal or bos is None:
+    if not causal or bos is None:
         return None
     first = tokenizer("a")["input_ids"]
     return None if first and first[0] == bos else bos
@@ -145,7 +156,7 @@ def encode_words(
     if not words:
         raise InputError("a sentence with no words")
     tokenizer = loaded.tokenizer
-    bos = _bos_to_add(loaded)
+    bos = _bos_to_add(tokenizer, loaded.info.causal)
     limit = loaded.info.max_tokens - (bos is not None)
     spaced = list(words)
     if _is_byte_level(tokenizer):

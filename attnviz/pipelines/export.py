@@ -214,14 +214,31 @@ def _settings(model_name: str, sentence: Sentence, options: ExportOptions) -> di
     return settings
 
 
-def _completed(folder: Path, settings: dict[str, Any]) -> Record | None:
-    """The record of a folder finished earlier with the same settings, else None."""
+def _done_record(folder: Path, settings: dict[str, Any]) -> Record | None:
+    """The record in a folder's `done.json` when it was written with `settings`, else None."""
     done = read_done(folder)
     if done is None or done.get("settings") != json.loads(json.dumps(settings)):
         return None
-    record = Record(**done["record"])
-    record.status = "complete"
+    return Record(**done["record"])
+
+
+def _completed(folder: Path, settings: dict[str, Any]) -> Record | None:
+    """The record of a folder finished earlier with the same settings, else None."""
+    record = _done_record(folder, settings)
+    if record is not None:
+        record.status = "complete"
     return record
+
+
+def _count_done(summary: ExportSummary, todo: list[tuple[Sentence, Path, dict[str, Any]]]) -> None:
+    """After an interrupt, count from the folders: a sentence is written when its folder holds
+    `done.json` with this run's settings, as the manifest lists it. The running count can be
+    short: drawing processes finish the sentences they started after Ctrl-C, and Ctrl-C can
+    land between a sentence's `done.json` and its count."""
+    found = [record for _, folder, settings in todo if (record := _done_record(folder, settings))]
+    summary.written = len(found)
+    summary.figures = sum(_figures(record) for record in found)
+    summary.too_long = len(summary.skipped)
 
 
 def render_sentence(
@@ -371,9 +388,12 @@ def export(
             )  # fmt: skip
         )
 
+    def settings_of(sentence: Sentence) -> dict[str, Any]:
+        return _settings(model_name, sentence, options)
+
     todo: list[tuple[Sentence, Path, dict[str, Any]]] = []
     for sentence, folder in zip(sentences.items, folders, strict=True):
-        settings = _settings(model_name, sentence, options)
+        settings = settings_of(sentence)
         if not overwrite and (record := _completed(folder, settings)) is not None:
             summary.complete += 1
             report(record)
@@ -392,7 +412,7 @@ def export(
         if others:
             summary.removed = _remove_export(out, others, warn)
         summary.seconds = time.perf_counter() - started
-        write_manifest(summary, sentences, width)
+        write_manifest(summary, sentences, width, settings_of)
         return summary
 
     if jobs > 1:
@@ -502,11 +522,12 @@ def export(
         finished(renderer.finish())
     except KeyboardInterrupt:
         summary.interrupted = True
-        renderer.cancel()
+        renderer.cancel()  # the drawing processes finish the sentences they started first
+        _count_done(summary, todo)
     finally:
         summary.seconds = time.perf_counter() - started
         summary.render_seconds = time.perf_counter() - loaded_at
-        write_manifest(summary, sentences, width)
+        write_manifest(summary, sentences, width, settings_of)
     return summary
 
 
@@ -612,18 +633,26 @@ class _Renderer:
         return finished
 
     def cancel(self) -> None:
+        """Stop the drawing processes: each finishes the sentence it is drawing, and the
+        queued ones are dropped."""
         if self.pool is not None:
             from attnviz.outputs.render import stop_workers
 
             stop_workers()
 
 
-def write_manifest(summary: ExportSummary, sentences: Sentences, width: int) -> None:
+def write_manifest(
+    summary: ExportSummary,
+    sentences: Sentences,
+    width: int,
+    settings_of: Callable[[Sentence], dict[str, Any]],
+) -> None:
     """`manifest.json` (sentences, tokens, files, counts); `manifest.csv`, a row a sentence.
 
     Streamed from each folder's `done.json`, so nothing per sentence is held in memory.
-    A sentence an interrupted run did not reach is listed as `pending`. Source-target pairs
-    get a `target` column after `text`.
+    A sentence an interrupted run did not reach is listed as `pending`, also when its folder
+    holds a `done.json` of other settings (`settings_of` gives each sentence's). Source-target
+    pairs get a `target` column after `text`.
     """
     counts = {key: getattr(summary, key) for key in COUNTS}
     head = {
@@ -638,9 +667,8 @@ def write_manifest(summary: ExportSummary, sentences: Sentences, width: int) -> 
             if sentence.index in summary.skipped:
                 yield summary.skipped[sentence.index]
                 continue
-            done = read_done(folder)
-            if done is not None and "record" in done:
-                yield Record(**done["record"])
+            if (record := _done_record(folder, settings_of(sentence))) is not None:
+                yield record
             else:
                 yield Record(sentence.index, sentence.line, sentence.text, folder.name,
                              "pending", target=sentence.target)  # fmt: skip

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +31,6 @@ if TYPE_CHECKING:
 
 from attnviz.analysis.report import CrossReport, Report, Seq2SeqReport
 from attnviz.outputs.report_files import write_report, write_seq2seq_report
-
-# The default corpus ships inside the package, so an installed wheel finds it too.
-DEFAULT_CORPUS = Path(str(resources.files("attnviz.data").joinpath("sentences.txt")))
-
 
 # What encode_words had to do to a treebank sentence, as the report counts it.
 CUT = "cut to the model's limit (--truncate); arcs and mentions past the cut left out"

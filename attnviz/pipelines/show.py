@@ -196,6 +196,8 @@ def show(
     from attnviz.outputs.render import render_text
 
     style = style or Style()
+    if query is not None:  # a query naming no token: refused by the tokenizer, before the weights
+        _check_query_early(model, text, query, truncate, pair, words, hide_special_tokens)
     loaded = model.load()
     if loaded.info.seq2seq or decoder_option is not None or stack is not None:
         refused = [
@@ -422,6 +424,21 @@ def _without_removed(values: Any, att: Attention, layers: list[int]) -> Any:
         if layer in layers:
             values[layers.index(layer), head] = float("nan")
     return values
+
+
+def _check_query_early(model, text, query, truncate, pair, words, hide_special_tokens):
+    """Refuse a query that names no token with the model's tokenizer alone, where its files
+    are here (an encoder-decoder model's target may be its own: it is checked after)."""
+    from attnviz.analysis.query import check_query
+    from attnviz.core.models import describe
+    from attnviz.core.tokens import encode_with
+
+    spec = describe(model.name)
+    if spec is None or spec.seq2seq or spec.tokenizer_file is None or spec.max_tokens is None:
+        return
+    encoded = encode_with(model.tokenizer(), spec, text, truncate, pair)
+    if not encoded.truncated:  # where a text is cut is the loaded model's to say
+        check_query(encoded, query, words, hide_special_tokens)
 
 
 def _interrupted(folder: Path) -> Interrupted:
