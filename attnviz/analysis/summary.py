@@ -166,6 +166,17 @@ def key_means(att: Attention, weights: np.ndarray) -> np.ndarray:
     return np.where(seen_by > 0, summed / np.maximum(seen_by, 1), 0.0)
 
 
+def special_shares(att: Attention) -> np.ndarray:
+    """The mean over non-special queries of the weight on special keys, (L, H); 0 where
+    every query is special."""
+    import numpy as np
+
+    weights, queries = att.weights.astype(np.float64), ~att.special  # (L, H, T, S), (T,)
+    if not queries.any():
+        return np.zeros(weights.shape[:2])
+    return weights[:, :, queries][..., att.key_special].sum(axis=-1).mean(axis=-1)
+
+
 def pick_pattern(
     att: Attention,
     scores: dict[str, float | None],
@@ -223,8 +234,7 @@ def summarise(
     queries, key_special = ~att.special, att.key_special  # (T,), (S,)
     received = key_means(att, weights)  # (L, H, S)
     per_role = role_scores(att)
-    special_rows = weights[:, :, queries][..., key_special].sum(axis=-1)  # (L, H, Q)
-    special_share = special_rows.mean(axis=-1) if queries.any() else np.zeros(weights.shape[:2])
+    special_share = special_shares(att)  # (L, H)
     # keys a content pattern may name: non-special, seen by at least half the queries
     seen_by = np.array([(queries[k:] if att.info.causal else queries).sum() for k in range(n)])
     candidates = ~key_special & (seen_by * 2 >= max(int(queries.sum()), 1))

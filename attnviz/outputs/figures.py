@@ -1064,3 +1064,66 @@ def importance_figure(
     fig.colorbar(image, ax=ax, fraction=0.8 / width, pad=0.15 / width, label=bar_label)
     ax.set_xlabel(f"head  (numbered: the {numbered} most important, by rank)")
     return fig
+
+
+DIFFERENCE_LABEL = "B − A, centred on 0 (white: no change)\nred: more in B, blue: more in A"
+
+
+def difference_figure(
+    a_grid: np.ndarray, b_grid: np.ndarray, labels: list[str], title: str, style: Style
+) -> Any:
+    """One head on two aligned inputs: A's and B's `[query, key]` maps (U, U) on the style's
+    colour map from 0 to 1, and B − A on a diverging map centred on 0, each with its bar."""
+    from matplotlib.figure import Figure
+
+    _configure_matplotlib()
+    tokens = tuple(labels)
+    layout = Layout.for_tokens(len(tokens))
+    side, margin = layout.side_in, layout.label_inches(tokens)
+    panel_w, gap, bar_w = side, 0.35, 0.9
+    left, bottom, top = margin + 0.35, margin + 0.55, 0.9
+    width = left + 3 * panel_w + 2 * (gap + bar_w) + bar_w
+    height = bottom + side + top
+    fig = Figure(figsize=(width, height), dpi=style.dpi)
+    difference = b_grid - a_grid
+    limit = float(abs(difference).max()) or 1e-6  # symmetric limits: 0 sits in the middle
+    panels = (
+        ("A", a_grid, style.cmap, 0.0, 1.0, "weight (rows renormalised over aligned keys)"),
+        ("B", b_grid, style.cmap, 0.0, 1.0, "weight (rows renormalised over aligned keys)"),
+        ("B − A", difference, "RdBu_r", -limit, limit, DIFFERENCE_LABEL),
+    )
+    for i, (name, grid, cmap, low, high, bar_label) in enumerate(panels):
+        x0 = left + i * (panel_w + gap + bar_w)
+        ax = fig.add_axes((x0 / width, bottom / height, panel_w / width, side / height))
+        image = ax.imshow(grid, cmap=cmap, vmin=low, vmax=high, interpolation="nearest")
+        _ticks(ax, tokens, layout, y=i == 0)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("key", fontsize=9)
+        if i == 0:
+            ax.set_ylabel("query", fontsize=9)
+        cax = fig.add_axes(((x0 + panel_w + 0.1) / width, bottom / height, 0.15 / width,
+                            side / height))  # fmt: skip
+        bar = fig.colorbar(image, cax=cax)
+        bar.set_label(bar_label, fontsize=8)
+    fig.text(0.5, 1 - 0.35 / height, title, ha="center", va="center", fontsize=10)
+    return fig
+
+
+def divergence_figure(
+    divergence: np.ndarray, layers: list[int], heads: list[int], title: str, style: Style
+) -> Any:
+    """How far each head's pattern moved: a layers × heads map of Jensen–Shannon divergence
+    (nats) from 0, the value written in each cell."""
+    import numpy as np
+
+    fig, ax = _grid_axes(layers, heads, title, style, 1.2)
+    top = float(divergence.max()) or 1e-6
+    image = ax.imshow(divergence, cmap=style.cmap, vmin=0.0, vmax=top, aspect="auto",
+                      interpolation="nearest")  # fmt: skip
+    for (r, c), value in np.ndenumerate(divergence):
+        ax.text(c, r, f"{value:.3f}".replace("0.", ".", 1), ha="center", va="center",
+                fontsize=6, color="white" if value / top < 0.55 else "black")  # fmt: skip
+    width = fig.get_figwidth()
+    bar = fig.colorbar(image, ax=ax, fraction=0.8 / width, pad=0.15 / width)
+    bar.set_label("Jensen–Shannon divergence (nats)", fontsize=8)
+    return fig

@@ -17,6 +17,7 @@ from attnviz.core.adapters import STACK_TITLES
 
 if TYPE_CHECKING:
     from attnviz.analysis.check import CheckResult
+    from attnviz.analysis.compare import Comparison, Moved, QueryMoves
     from attnviz.analysis.importance import AblationView
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.report import CrossReport, Report
@@ -742,4 +743,95 @@ def print_ablation(console: Console, view: AblationView) -> None:
             _guesses(p.before),
             Text(_guesses(p.after), style="bold yellow" if changed else ""),
         )
+    console.print(table)
+
+
+def _targets(found: Sequence[Any]) -> str:
+    return "  ".join(f"{t.token} {_weight(t.weight)}" for t in found)
+
+
+def print_comparison_header(console: Console, comparison: Comparison, models: str) -> None:
+    """What was compared: the model(s), A and B (or how many pairs), and what has no partner."""
+    pairs = comparison.pairs
+    console.print(f"[bold]Compare[/] ({models}, {comparison.a.unit}s)", highlight=False)
+    if len(pairs) == 1:
+        console.print(f"  A: {' '.join(comparison.a.tokens)}", highlight=False, soft_wrap=True)
+        console.print(f"  B: {' '.join(comparison.b.tokens)}", highlight=False, soft_wrap=True)
+    else:
+        console.print(f"  {len(pairs)} pairs; the figures are means over them", highlight=False)
+    for number, pair in enumerate(pairs, start=1):
+        note = pair.alignment.note(pair.a.tokens, pair.b.tokens)
+        if note:
+            where = f"pair {number}: " if len(pairs) > 1 else ""
+            console.print(f"  [yellow]{where}{note}[/]", highlight=False, soft_wrap=True)
+
+
+def print_divergence_map(console: Console, comparison: Comparison) -> None:
+    """Layers × heads: how far each head's pattern moved from A to B (Jensen–Shannon
+    divergence, nats), each cell shaded by its share of the largest."""
+    divergence = comparison.divergence  # (L, H)
+    top = float(divergence.max()) or 1.0
+    coloured = _has_colour(console)
+    table = Table(
+        title="How far each head moved: JS divergence A→B (nats, 0 = the same pattern; "
+        "mean over aligned queries)",
+        title_justify="left",
+        box=None,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+    )
+    table.add_column("", style="bold", no_wrap=True)
+    for head in range(divergence.shape[1]):
+        table.add_column(f"H{head}", justify="right", no_wrap=True)
+    for slot, layer in enumerate(comparison.layers):
+        cells = []
+        for value in divergence[slot]:
+            shown = f"{value:.3f}".replace("0.", ".", 1)
+            if coloured:
+                cells.append(Text(shown, style=text_colour(value / top)))
+            else:
+                shade = _SHADES[min(int(value / top * len(_SHADES)), len(_SHADES) - 1)]
+                cells.append(Text(shade + shown))
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+
+
+def print_moved(console: Console, moved: Sequence[Moved], several: bool = False) -> None:
+    """The heads that moved most, with the keys each attends to most in A and in B."""
+    table = Table(
+        title="Heads that moved most (top keys: mean weight over non-special queries)",
+        title_justify="left",
+        box=None,
+        padding=(0, 2, 0, 0),
+    )
+    for name in ("head", "JS (nats)", *(("pair",) if several else ()), "top in A", "top in B"):
+        table.add_column(name, justify="right" if name == "JS (nats)" else "left")
+    for m in moved:
+        pair = (str(m.pair + 1),) if several else ()
+        table.add_row(f"L{m.layer} H{m.head}", f"{m.divergence:.4f}", *pair,
+                      _targets(m.top_a), _targets(m.top_b))  # fmt: skip
+    console.print(table)
+
+
+def print_compare_query(
+    console: Console, query: QueryMoves, layers: Sequence[int], shown: int = 10
+) -> None:
+    """Where one aligned query looks in A and in B, in the heads where its row moved most."""
+    import numpy as np
+
+    table = Table(
+        title=f"Where “{query.label}” looks: the {shown} heads where its row moved most "
+        "(keys: aligned tokens, rows renormalised over them)",
+        title_justify="left",
+        box=None,
+        padding=(0, 2, 0, 0),
+    )
+    for name in ("head", "JS (nats)", "top in A", "top in B"):
+        table.add_column(name, justify="right" if name == "JS (nats)" else "left")
+    order = np.argsort(-query.divergence, axis=None, kind="stable")[:shown]
+    for index in order:
+        slot, head = np.unravel_index(int(index), query.divergence.shape)
+        key = (layers[int(slot)], int(head))
+        table.add_row(f"L{key[0]} H{key[1]}", f"{query.divergence[slot, head]:.4f}",
+                      _targets(query.top_a[key]), _targets(query.top_b[key]))  # fmt: skip
     console.print(table)
