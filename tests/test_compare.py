@@ -190,7 +190,7 @@ def test_terminal_map_renders_every_head():
 
     console = Console(width=100, file=io.StringIO(), color_system=None)
     found = attnviz.compare(*PAIR)
-    print_divergence_map(console, found)
+    print_divergence_map(console, found.divergence, found.layers)
     shown = console.file.getvalue()
     assert all(f"L{layer}" in shown for layer in range(6)) and "H11" in shown
     assert f"{found.divergence.max():.3f}".replace("0.", ".", 1) in shown
@@ -267,3 +267,20 @@ def test_models_with_different_tokenizers_need_words(tiny_model_dirs, tmp_path):
     labels = [unit["label"] for unit in alignment["units"]]
     assert labels[1:] == text.split()  # every word aligned; [CLS] put for the decoder's BOS
     assert alignment["unaligned_a"] == ["[SEP]"] and alignment["unaligned_b"] == []  # said
+
+
+@pytest.mark.parametrize("arch", ["bert", "llama"])
+def test_show_ablate_gives_the_divergence_of_the_kept_heads(arch, tiny_model_dirs):
+    text = "the cat sat on the mat and the dog sat on the log"
+    result = invoke("show", text, "-m", tiny_model_dirs[arch], "--ablate", "0.1", "--json",
+                    "--no-images", "--device", "cpu")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    divergence = json.loads(result.stdout)["ablation"]["divergence"]
+    assert divergence[0][1] is None  # the removed head
+    assert all(v == 0 for h, v in enumerate(divergence[0]) if h != 1)  # its layer reads as before
+    assert all(v > 0 for v in divergence[1])  # the layer above reads another input
+    shown = invoke("show", text, "-m", tiny_model_dirs[arch], "--ablate", "0.1", "--no-images",
+                   "--device", "cpu")  # fmt: skip
+    words = " ".join(shown.output.split())
+    assert "How far each kept head moved" in words and "×" in words
+    assert "e-0" in words  # a tiny model's small divergences are not all shown as .000

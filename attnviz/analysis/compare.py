@@ -390,3 +390,44 @@ def query_moves(compared: Compared, index: int, top_k: int = 3) -> QueryMoves:
                 into[(layer, head)] = tuple(Target(int(k), labels[k], float(row[k])) for k in order)
     divergence = np.nan_to_num(compared.rows[:, :, unit])  # a row without aligned weight: 0
     return QueryMoves(unit, labels[unit], divergence, top[0], top[1])
+
+
+class TwoRows:
+    """A recorder for `capture.run`: each chosen layer's probabilities of batch rows 0 and 1
+    (one text read twice, as `importance.compare` reads it: as it is, then with heads
+    removed), cropped to its `n` tokens."""
+
+    def __init__(self, layers: Sequence[int], n: int) -> None:
+        self.wants = {layer: ("probs",) for layer in layers}
+        self.layers, self.n = list(layers), n
+        self.held: dict[int, Any] = {}
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        n = self.n
+        self.held[layer] = tensors["probs"][:2, :, :n, :n].float().numpy()  # (2, H, n, n)
+
+    def weights(self, row: int) -> np.ndarray:
+        """Batch row `row`'s attention over the chosen layers, (L, H, n, n)."""
+        import numpy as np
+
+        return np.stack([self.held[layer][row] for layer in self.layers])
+
+
+def ablation_divergence(
+    att: Attention, rows: TwoRows, removed: Sequence[tuple[int, int]]
+) -> np.ndarray:
+    """How far each head's pattern moved when `removed` heads were taken out: the
+    divergence of `compare_pair` between the text as it is (row 0 of `rows`) and without
+    them (row 1), (L, H) over `rows`' layers; the removed heads themselves are NaN."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    as_it_is = replace(att, weights=rows.weights(0), layers=tuple(rows.layers), unit="token",
+                       measure="weights", per_layer=False)  # fmt: skip
+    without = replace(as_it_is, weights=rows.weights(1))
+    divergence = compare_pair(as_it_is, without).divergence.copy()
+    for layer, head in removed:
+        if layer in rows.layers:
+            divergence[rows.layers.index(layer), head] = np.nan
+    return divergence

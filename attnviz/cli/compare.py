@@ -136,7 +136,7 @@ def compare(
     names = found.models
     who = names[0] if names[0] == names[1] else f"A: {names[0]}, B: {names[1]}"
     terminal.print_comparison_header(console, found.comparison, who)
-    terminal.print_divergence_map(console, found.comparison)
+    terminal.print_divergence_map(console, found.comparison.divergence, found.comparison.layers)
     terminal.print_moved(console, found.moved, len(found.comparison.pairs) > 1)
     if found.query is not None:
         terminal.print_compare_query(console, found.query, found.comparison.layers, top)

@@ -766,27 +766,40 @@ def print_comparison_header(console: Console, comparison: Comparison, models: st
             console.print(f"  [yellow]{where}{note}[/]", highlight=False, soft_wrap=True)
 
 
-def print_divergence_map(console: Console, comparison: Comparison) -> None:
-    """Layers × heads: how far each head's pattern moved from A to B (Jensen–Shannon
-    divergence, nats), each cell shaded by its share of the largest."""
-    divergence = comparison.divergence  # (L, H)
-    top = float(divergence.max()) or 1.0
+ABLATION_TITLE = (
+    "How far each kept head moved when those were removed: JS divergence (nats, 0 = the "
+    "same pattern; mean over queries; × = removed)"
+)
+DIVERGENCE_TITLE = (
+    "How far each head moved: JS divergence A→B (nats, 0 = the same pattern; mean over "
+    "aligned queries)"
+)
+
+
+def print_divergence_map(
+    console: Console, divergence: Any, layers: Sequence[int], title: str = DIVERGENCE_TITLE
+) -> None:
+    """Layers × heads: how far each head's pattern moved (Jensen–Shannon divergence, nats,
+    (L, H) over `layers`), each cell shaded by its share of the largest; NaN (a head that
+    was removed) is shown as ×."""
+    import numpy as np
+
+    top = float(np.nanmax(divergence)) if np.isfinite(divergence).any() else 0.0
+    top = top or 1.0
     coloured = _has_colour(console)
-    table = Table(
-        title="How far each head moved: JS divergence A→B (nats, 0 = the same pattern; "
-        "mean over aligned queries)",
-        title_justify="left",
-        box=None,
-        padding=(0, 1, 0, 0),
-        show_edge=False,
-    )
+    table = Table(title=title, title_justify="left", box=None, padding=(0, 1, 0, 0),
+                  show_edge=False)  # fmt: skip
     table.add_column("", style="bold", no_wrap=True)
     for head in range(divergence.shape[1]):
         table.add_column(f"H{head}", justify="right", no_wrap=True)
-    for slot, layer in enumerate(comparison.layers):
+    for slot, layer in enumerate(layers):
         cells = []
         for value in divergence[slot]:
-            shown = f"{value:.3f}".replace("0.", ".", 1)
+            if not np.isfinite(value):
+                cells.append(Text("×", style="dim"))
+                continue
+            # small divergences (a tiny random model's) in powers of ten, not as .000
+            shown = f"{value:.3f}".replace("0.", ".", 1) if top >= 0.01 else f"{value:.0e}"
             if coloured:
                 cells.append(Text(shown, style=text_colour(value / top)))
             else:
