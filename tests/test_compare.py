@@ -38,13 +38,14 @@ def _perturbed_copy(source, target, layer: int, head: int):
     import transformers
 
     shutil.copytree(source, target)
-    model = transformers.AutoModel.from_pretrained(source)
-    config = model.config
+    config = transformers.AutoConfig.from_pretrained(source)
+    model = getattr(transformers, config.architectures[0]).from_pretrained(source)  # LM head too
     d_head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    base = model.base_model
     if config.model_type == "bert":
-        w_q = model.encoder.layer[layer].attention.self.query.weight  # (d_model, d_model)
+        w_q = base.encoder.layer[layer].attention.self.query.weight  # (d_model, d_model)
     else:
-        w_q = model.layers[layer].self_attn.q_proj.weight  # (H · d_head, d_model)
+        w_q = base.layers[layer].self_attn.q_proj.weight  # (H · d_head, d_model)
     with torch.no_grad():
         rows = slice(head * d_head, (head + 1) * d_head)
         w_q[rows] += 0.5 * torch.randn_like(w_q[rows], generator=None)
@@ -284,3 +285,23 @@ def test_show_ablate_gives_the_divergence_of_the_kept_heads(arch, tiny_model_dir
     words = " ".join(shown.output.split())
     assert "How far each kept head moved" in words and "×" in words
     assert "e-0" in words  # a tiny model's small divergences are not all shown as .000
+
+
+def test_two_models_with_importance_tell_moved_from_matters(tiny_model_dirs, tmp_path):
+    changed = _perturbed_copy(tiny_model_dirs["llama"], tmp_path / "changed", layer=1, head=2)
+    text = "the cat sat on the mat and the dog sat on the log"
+    args = ["compare", text, "-m", tiny_model_dirs["llama"], "--against-model", changed,
+            "--importance", "--device", "cpu"]  # fmt: skip
+    result = invoke(*args, "--json", "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    found = data["importance"]
+    a, b = np.array(found["a"]["scores"]), np.array(found["b"]["scores"])
+    assert a.shape == b.shape == (2, 4) and np.isfinite(a).all()
+    assert np.allclose(found["change"], b - a)
+    assert found["a"]["objective"] == "next-token" and found["clean_change"] != 0
+    names = {p.split("/")[-1] for p in data["images"]}
+    assert {"importance-a.png", "importance-b.png", "moved-or-matters.png"} <= names
+    assert [(m["layer"], m["head"]) for m in data["moved"]] == [(1, 2)]  # only it moved
+    shown = invoke(*args, "--no-images")
+    assert "Moved or matters" in shown.output and "rank A" in shown.output

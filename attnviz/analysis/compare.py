@@ -250,12 +250,17 @@ class Comparison:
         return self.a.held_layers()
 
     def moved(self, n: int) -> list[tuple[int, int, float]]:
-        """The `n` heads whose pattern moved most: (layer, head, divergence), largest first."""
+        """The `n` heads whose pattern moved most: (layer, head, divergence), largest first;
+        a head that did not move at all (0) is not listed."""
         import numpy as np
 
         order = np.argsort(-self.divergence, axis=None, kind="stable")[:n]
         slots = [np.unravel_index(int(i), self.divergence.shape) for i in order]
-        return [(self.layers[int(s)], int(h), float(self.divergence[s, h])) for s, h in slots]
+        return [
+            (self.layers[int(s)], int(h), float(self.divergence[s, h]))
+            for s, h in slots
+            if self.divergence[s, h] > 0
+        ]
 
     def as_dict(self) -> dict[str, Any]:
         def grid(values: np.ndarray | None) -> list | None:

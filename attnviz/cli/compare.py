@@ -72,6 +72,14 @@ def compare(
         int, typer.Option("--top", min=1, help="Heads listed and drawn: those that moved most.")
     ] = 6,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Keys listed per head.")] = 3,
+    importance: Annotated[
+        bool,
+        flag(
+            "--importance",
+            "Also measure each head's importance (zero ablation: one pass per head) to each "
+            "model's objective on its texts, to tell a head that moved from a head that matters.",
+        ),
+    ] = False,
     truncate: TruncateOpt = False,
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the images.")] = Path(
         "attnviz-out"
@@ -123,6 +131,7 @@ def compare(
             out=None if no_images else out,
             images=not no_images,
             style=style(fmt, dpi, cmap),
+            importance=importance,
         )
     except AttnvizError as error:
         raise fail(error) from None
@@ -138,6 +147,8 @@ def compare(
     terminal.print_comparison_header(console, found.comparison, who)
     terminal.print_divergence_map(console, found.comparison.divergence, found.comparison.layers)
     terminal.print_moved(console, found.moved, len(found.comparison.pairs) > 1)
+    if found.importance is not None:
+        terminal.print_moved_importance(console, found.moved, *found.importance)
     if found.query is not None:
         terminal.print_compare_query(console, found.query, found.comparison.layers, top)
     if found.images:

@@ -1127,3 +1127,41 @@ def divergence_figure(
     bar = fig.colorbar(image, ax=ax, fraction=0.8 / width, pad=0.15 / width)
     bar.set_label("Jensen–Shannon divergence (nats)", fontsize=8)
     return fig
+
+
+def moved_or_matters_figure(
+    divergence: np.ndarray,
+    importance_a: np.ndarray,
+    importance_b: np.ndarray,
+    layers: list[int],
+    importance_label: str,
+    title: str,
+    style: Style,
+    named: int = 6,
+) -> Any:
+    """Every head as a point: how far it moved (divergence, x) against how much it matters
+    (importance, y) in A and in B, joined by a line; the `named` heads that moved most and
+    the most important in either are labelled."""
+    import numpy as np
+
+    _configure_matplotlib()
+    fig, ax = _fixed_axes((5.5, 4.0), (0.9, 0.7, 0.3, 0.6), style.dpi)
+    x = divergence.ravel()
+    y_a, y_b = importance_a.ravel(), importance_b.ravel()
+    for xi, ya, yb in zip(x, y_a, y_b):
+        ax.plot([xi, xi], [ya, yb], color="#c0c0c0", linewidth=0.8, zorder=1)
+    ax.scatter(x, y_a, s=14, color="#1f77b4", label="importance in A", zorder=2)
+    ax.scatter(x, y_b, s=14, color="#d62728", marker="^", label="importance in B", zorder=2)
+    n_heads = divergence.shape[1]
+    wanted = set(np.argsort(-x, kind="stable")[:named]) | set(
+        np.argsort(-np.fmax(y_a, y_b), kind="stable")[:named]
+    )
+    for i in sorted(wanted):
+        ax.annotate(f"L{layers[i // n_heads]} H{i % n_heads}", (x[i], max(y_a[i], y_b[i])),
+                    fontsize=7, xytext=(3, 3), textcoords="offset points")  # fmt: skip
+    ax.set_xlabel("moved: Jensen–Shannon divergence A→B (nats)", fontsize=9)
+    ax.set_ylabel(importance_label, fontsize=8)
+    ax.axhline(0, color="#808080", linewidth=0.6)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title(title, fontsize=10)
+    return fig

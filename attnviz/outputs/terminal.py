@@ -18,7 +18,7 @@ from attnviz.core.adapters import STACK_TITLES
 if TYPE_CHECKING:
     from attnviz.analysis.check import CheckResult
     from attnviz.analysis.compare import Comparison, Moved, QueryMoves
-    from attnviz.analysis.importance import AblationView
+    from attnviz.analysis.importance import AblationView, Importance
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.report import CrossReport, Report
     from attnviz.analysis.summary import HeadSummary
@@ -800,6 +800,7 @@ def print_divergence_map(
                 continue
             # small divergences (a tiny random model's) in powers of ten, not as .000
             shown = f"{value:.3f}".replace("0.", ".", 1) if top >= 0.01 else f"{value:.0e}"
+            shown = "0" if value == 0 else shown  # exactly the same pattern
             if coloured:
                 cells.append(Text(shown, style=text_colour(value / top)))
             else:
@@ -847,4 +848,26 @@ def print_compare_query(
         key = (layers[int(slot)], int(head))
         table.add_row(f"L{key[0]} H{key[1]}", f"{query.divergence[slot, head]:.4f}",
                       _targets(query.top_a[key]), _targets(query.top_b[key]))  # fmt: skip
+    console.print(table)
+
+
+def print_moved_importance(
+    console: Console, moved: Sequence[Moved], a: Importance, b: Importance
+) -> None:
+    """The objective in A and in B, and whether the heads that moved most matter: their
+    importance (and rank) in each."""
+    console.print(
+        f"[bold]Moved or matters[/]: {a.short} {a.clean:.4g} in A, {b.clean:.4g} in B "
+        f"({b.clean - a.clean:+.4g} {a.unit}); importance = {a.measure}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    ranks_a, ranks_b = a.ranks(), b.ranks()
+    table = Table(box=None, padding=(0, 2, 0, 0))
+    for name in ("head", "JS (nats)", "importance A", "rank A", "importance B", "rank B"):
+        table.add_column(name, justify="left" if name == "head" else "right")
+    for m in moved:
+        at = (m.layer, m.head)
+        table.add_row(f"L{m.layer} H{m.head}", f"{m.divergence:.4f}", f"{a.scores[at]:.4g}",
+                      str(ranks_a[at]), f"{b.scores[at]:.4g}", str(ranks_b[at]))  # fmt: skip
     console.print(table)

@@ -12,6 +12,7 @@ from attnviz.outputs.files import prepare_dir
 
 if TYPE_CHECKING:
     from attnviz.analysis.compare import Comparison, Moved, QueryMoves
+    from attnviz.analysis.importance import Importance
     from attnviz.core.attention import Attention, Encoded
     from attnviz.core.models import LoadedModel, Model
     from attnviz.outputs.figures import Style
@@ -31,6 +32,7 @@ class CompareResult:
     query: QueryMoves | None
     folder: Path | None
     images: list[Path]
+    importance: tuple[Importance, Importance] | None = None  # with importance: A's and B's
 
     def as_dict(self) -> dict[str, Any]:
         layers = self.comparison.layers
@@ -42,8 +44,19 @@ class CompareResult:
             **self.comparison.as_dict(),
             "moved": [m.as_dict() for m in self.moved],
             **({"query": self.query.as_dict(layers)} if self.query is not None else {}),
+            **({"importance": self._importance_dict()} if self.importance else {}),
             "folder": str(self.folder) if self.folder is not None else None,
             "images": [str(p) for p in self.images],
+        }
+
+    def _importance_dict(self) -> dict[str, Any]:
+        assert self.importance is not None
+        a, b = self.importance
+        return {
+            "a": {**a.as_dict(), "scores": a.scores.tolist()},
+            "b": {**b.as_dict(), "scores": b.scores.tolist()},
+            "clean_change": b.clean - a.clean,
+            "change": (b.scores - a.scores).tolist(),
         }
 
 
@@ -61,12 +74,16 @@ def compare(
     images: bool = True,
     style: Style | None = None,
     batch_size: int = 8,
+    importance: bool = False,
 ) -> CompareResult:
     """Read each pair's text A with `model` and text B with `against` (default: `model`),
     compare them head by head (`analysis.compare`) and draw the divergence per head and the
     `top` heads that moved most (A, B and B − A) into `out`. `words` compares whole words
     (needed when the two models' tokenizers differ); `measure` is a per-head measure
-    (weights or norm); `query` (one pair only) a token of A whose row is followed."""
+    (weights or norm); `query` (one pair only) a token of A whose row is followed.
+    `importance` also measures each head's importance (zero ablation) to each model's
+    objective on its texts (`analysis.importance`): a head that moved can then be told from
+    a head that matters."""
     from attnviz.analysis.compare import compare_pairs, moved_heads, query_moves
     from attnviz.analysis.contributions import MEASURES, refuse
     from attnviz.analysis.query import find_query
@@ -115,12 +132,17 @@ def compare(
     if query is not None:
         asked = query_moves(comparison.pairs[0], find_query(comparison.a, query), top_k)
 
+    matters = None
+    if importance:
+        from attnviz.analysis.importance import importance as head_importance
+
+        matters = (head_importance(loaded, encoded_a), head_importance(loaded_b, encoded_b))
     models = (loaded.info.name, loaded_b.info.name)
     folder, written = None, []
     if out is not None and images:
         folder, written = _draw(out, model, other, pairs, comparison, moved, chosen.name,
-                                words, style, models)  # fmt: skip
-    return CompareResult(comparison, models, chosen.name, moved, asked, folder, written)
+                                words, style, models, matters)  # fmt: skip
+    return CompareResult(comparison, models, chosen.name, moved, asked, folder, written, matters)
 
 
 def _refuse_models(a: LoadedModel, b: LoadedModel, words: bool) -> None:
@@ -157,10 +179,17 @@ def _attend(loaded: LoadedModel, encoded: list[Encoded], measure: str, size: int
     return found
 
 
-def _draw(out, model, other, pairs, comparison, moved, measure, words, style, models):
+def _draw(out, model, other, pairs, comparison, moved, measure, words, style, models, matters):
     """The overview of divergence per head and each moved head's A, B and B − A, written
     into one folder per comparison (holding only its last run's files)."""
-    from attnviz.outputs.figures import Style, difference_figure, divergence_figure, save_figure
+    from attnviz.outputs.figures import (
+        Style,
+        difference_figure,
+        divergence_figure,
+        importance_figure,
+        moved_or_matters_figure,
+        save_figure,
+    )
     from attnviz.outputs.files import clear_previous, text_folder_name, write_done
 
     style = style or Style()
@@ -168,7 +197,8 @@ def _draw(out, model, other, pairs, comparison, moved, measure, words, style, mo
     against = other.folder_key if other is not model else None
     name = text_folder_name(pairs[0][0], 40, "compare", *keys, model.folder_key,
                             against and f"against:{against}", measure,
-                            "words" if words else None)  # fmt: skip
+                            "words" if words else None,
+                            "importance" if matters else None)  # fmt: skip
     folder = prepare_dir(out / name)
     clear_previous(folder, text_folder=True)
     who = models[0] if models[0] == models[1] else f"A: {models[0]}, B: {models[1]}"
@@ -187,8 +217,20 @@ def _draw(out, model, other, pairs, comparison, moved, measure, words, style, mo
                                    pair.labels, title, style)  # fmt: skip
         path = folder / f"layer-{m.layer}-head-{m.head}-compare.{style.fmt}"
         written.append(save_figure(figure, path, style))
+    if matters is not None:
+        for side, found, who_read in (("a", matters[0], models[0]), ("b", matters[1], models[1])):
+            title = f"Head importance by {found.how} ({side.upper()}) — {who_read}"
+            figure = importance_figure(found.scores, found.ranks(), layers, heads, title,
+                                       found.measure, style)  # fmt: skip
+            path = folder / f"importance-{side}.{style.fmt}"
+            written.append(save_figure(figure, path, style))
+        figure = moved_or_matters_figure(comparison.divergence, matters[0].scores,
+                                         matters[1].scores, layers, matters[0].measure,
+                                         f"Moved or matters? ({who})", style)  # fmt: skip
+        written.append(save_figure(figure, folder / f"moved-or-matters.{style.fmt}", style))
     settings = {"model": models[0], "against_model": models[1], "pairs": [list(p) for p in pairs],
-                "measure": measure, "words": words, **asdict(style)}  # fmt: skip
+                "measure": measure, "words": words, "importance": matters is not None,
+                **asdict(style)}  # fmt: skip
     record = {"files": [str(path.relative_to(folder.parent)) for path in written]}
     write_done(folder, settings, record)
     return folder, written
