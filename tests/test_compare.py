@@ -110,6 +110,7 @@ def test_alignment_of_tokenisations_of_different_lengths():
         ((4,), (6,), "token"),
     ]
     assert alignment.unaligned_a == () and alignment.unaligned_b == (5,)
+    assert alignment.labels() == ["[CLS]", "the", "cat→kitten", "sat", "[SEP]"]
     assert "only in B: down" in alignment.note(a.tokens, b.tokens)
     grids = project(b.weights, [u.b for u in alignment.units])  # (1, 2, 5, 5)
     assert np.allclose(grids.sum(-1), 1.0)

@@ -46,6 +46,7 @@ class Unit:
     a: tuple[int, ...]
     b: tuple[int, ...]
     kind: str
+    label: str  # A's token or word, `are→is` where B's differs
 
 
 @dataclass(frozen=True)
@@ -56,14 +57,9 @@ class Alignment:
     unaligned_a: tuple[int, ...]  # token positions in A with no partner in B
     unaligned_b: tuple[int, ...]
 
-    def labels(self, a_tokens: Sequence[str], b_tokens: Sequence[str]) -> list[str]:
-        """Each unit's label: A's tokens joined, `are→is` where B's differ."""
-        labels = []
-        for unit in self.units:
-            left = "".join(a_tokens[i] for i in unit.a) if len(unit.a) > 1 else a_tokens[unit.a[0]]
-            right = "".join(b_tokens[i] for i in unit.b) if len(unit.b) > 1 else b_tokens[unit.b[0]]
-            labels.append(left if left == right else f"{left}→{right}")
-        return labels
+    def labels(self) -> list[str]:
+        """Each unit's label: A's token or word, `are→is` where B's differs."""
+        return [unit.label for unit in self.units]
 
     def note(self, a_tokens: Sequence[str], b_tokens: Sequence[str]) -> str | None:
         """One line naming what could not be aligned (None when everything was)."""
@@ -82,8 +78,8 @@ class Alignment:
     def as_dict(self, a_tokens: Sequence[str], b_tokens: Sequence[str]) -> dict[str, Any]:
         return {
             "units": [
-                {"a": list(u.a), "b": list(u.b), "kind": u.kind, "label": label}
-                for u, label in zip(self.units, self.labels(a_tokens, b_tokens))
+                {"a": list(u.a), "b": list(u.b), "kind": u.kind, "label": u.label}
+                for u in self.units
             ],
             "unaligned_a": [a_tokens[i] for i in self.unaligned_a],
             "unaligned_b": [b_tokens[i] for i in self.unaligned_b],
@@ -112,13 +108,16 @@ def align(a: Attention, b: Attention) -> Alignment:
     only_b: list[int] = []
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
-            for wa, wb in zip(words_a[i1:i2], words_b[j1:j2]):
+            for word_a, word_b in zip(range(i1, i2), range(j1, j2)):
+                wa, wb = words_a[word_a], words_b[word_b]
                 same = [a.tokens[i] for i in wa] == [b.tokens[j] for j in wb]
                 if tag == "equal" and same:
-                    units.extend(Unit((i,), (j,), "token") for i, j in zip(wa, wb))
+                    units.extend(Unit((i,), (j,), "token", a.tokens[i]) for i, j in zip(wa, wb))
                 else:
+                    left, right = a.word_labels[word_a], b.word_labels[word_b]
+                    label = left if left == right else f"{left}→{right}"
                     kind = "word" if tag == "equal" else "substituted"
-                    units.append(Unit(tuple(wa), tuple(wb), kind))
+                    units.append(Unit(tuple(wa), tuple(wb), kind, label))
         else:
             only_a.extend(i for word in words_a[i1:i2] for i in word)
             only_b.extend(j for word in words_b[j1:j2] for j in word)
@@ -178,7 +177,7 @@ class Compared:
 
     @property
     def labels(self) -> list[str]:
-        return self.alignment.labels(self.a.tokens, self.b.tokens)
+        return self.alignment.labels()
 
     def unit_of(self, index: int) -> int:
         """The aligned unit holding A's token `index` (refusing one with no partner)."""
