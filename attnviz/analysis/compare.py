@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnviz.analysis.summary import Target
+from attnviz.analysis.summary import Pattern, Target
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
@@ -318,6 +318,8 @@ class Moved:
     pair: int
     top_a: tuple[Target, ...]
     top_b: tuple[Target, ...]
+    pattern_a: Pattern  # what `show` calls the head's pattern on A's text
+    pattern_b: Pattern
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -325,6 +327,8 @@ class Moved:
             "head": self.head,
             "divergence": self.divergence,
             "pair": self.pair,
+            "pattern_a": self.pattern_a.role,
+            "pattern_b": self.pattern_b.role,
             "top_a": [t.__dict__ for t in self.top_a],
             "top_b": [t.__dict__ for t in self.top_b],
         }
@@ -344,7 +348,9 @@ def moved_heads(comparison: Comparison, n: int, top_k: int = 3) -> list[Moved]:
         a, b = comparison.pairs[pair].a, comparison.pairs[pair].b
         (in_a,) = summarise(shares(a), [layer], [head], top_k)
         (in_b,) = summarise(shares(b), [layer], [head], top_k)
-        found.append(Moved(layer, head, value, pair, in_a.top, in_b.top))
+        found.append(
+            Moved(layer, head, value, pair, in_a.top, in_b.top, in_a.pattern, in_b.pattern)
+        )
     return found
 
 

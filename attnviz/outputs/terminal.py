@@ -818,11 +818,14 @@ def print_moved(console: Console, moved: Sequence[Moved], several: bool = False)
         box=None,
         padding=(0, 2, 0, 0),
     )
-    for name in ("head", "JS (nats)", *(("pair",) if several else ()), "top in A", "top in B"):
+    names = ("head", "JS (nats)", *(("pair",) if several else ()), "pattern A→B", "top in A",
+             "top in B")  # fmt: skip
+    for name in names:
         table.add_column(name, justify="right" if name == "JS (nats)" else "left")
     for m in moved:
         pair = (str(m.pair + 1),) if several else ()
-        table.add_row(f"L{m.layer} H{m.head}", f"{m.divergence:.4f}", *pair,
+        patterns = f"{m.pattern_a.short}→{m.pattern_b.short}"
+        table.add_row(f"L{m.layer} H{m.head}", f"{m.divergence:.4f}", *pair, patterns,
                       _targets(m.top_a), _targets(m.top_b))  # fmt: skip
     console.print(table)
 
