@@ -306,3 +306,12 @@ def test_two_models_with_importance_tell_moved_from_matters(tiny_model_dirs, tmp
     assert [(m["layer"], m["head"]) for m in data["moved"]] == [(1, 2)]  # only it moved
     shown = invoke(*args, "--no-images")
     assert "Moved or matters" in shown.output and "rank A" in shown.output
+
+
+def test_norm_measure_is_compared_as_shares():
+    same = attnviz.compare(PAIR[0], PAIR[0], measure="norm")
+    assert same.a.measure == "norm" and (same.divergence == 0).all()
+    by_norm, by_weight = attnviz.compare(*PAIR, measure="norm"), attnviz.compare(*PAIR)
+    assert np.isfinite(by_norm.divergence).all() and (by_norm.divergence >= 0).all()
+    assert (by_norm.divergence <= math.log(2)).all()
+    assert not np.allclose(by_norm.divergence, by_weight.divergence)
