@@ -59,9 +59,9 @@ def compare(
         typer.Option(
             "--file",
             "-f",
-            help="File of pairs, one a line: text A<TAB>text B (with --against-model, a line "
-            "without a TAB is one text for both); - reads stdin. Figures are means over the "
-            "pairs.",
+            help="File of pairs, one a line: text A, a TAB, text B (with --against-model, a "
+            "line without a TAB is one text for both); - reads stdin. Figures are means over "
+            "the pairs.",
             show_default=False,
         ),
     ] = None,
