@@ -4,6 +4,7 @@ The Python API (no heavy import until a function needs it):
 
     attention(text, model=None, words=False, hide_special=False, truncate=False, device="auto")
     check(text, model=None, layers=None, tolerance=1e-5, ...)
+    compare(a, b=None, model=None, against_model=None, words=False, measure="weights", ...)
     report(sentences, model=None, ...)
     importance(texts, model=None, method="ablation", ablation="zero", layers=None, heads=None)
 """
@@ -13,15 +14,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from attnviz.api import Attention, attention, check, importance, report
+    from attnviz.api import Attention, attention, check, compare, importance, report
 
 __version__ = "0.1.0"
-__all__ = ["Attention", "attention", "check", "importance", "report", "__version__"]
+__all__ = ["Attention", "attention", "check", "compare", "importance", "report", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
     """The API's names, imported on first use: the command line starts without them."""
-    if name in ("Attention", "attention", "check", "importance", "report"):
+    if name in ("Attention", "attention", "check", "compare", "importance", "report"):
         from attnviz import api
 
         return getattr(api, name)

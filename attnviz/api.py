@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from attnviz.analysis.check import CheckResult
+    from attnviz.analysis.compare import Comparison
     from attnviz.analysis.importance import Importance
     from attnviz.analysis.report import Report
     from attnviz.outputs.figures import Style
@@ -280,3 +281,45 @@ def importance(
     loaded = models.model(model, device).load()
     encoded = [encode(loaded, item.text, truncate) for item in chosen.items]
     return measure(loaded, encoded, method, ablation, layers, heads)
+
+
+def compare(
+    a: str | Path | Iterable[tuple[str, str]],
+    b: str | None = None,
+    model: str | None = None,
+    against_model: str | None = None,
+    words: bool = False,
+    measure: str = "weights",
+    truncate: bool = False,
+    device: str = "auto",
+) -> Comparison:
+    """How far each head's pattern moves from text `a` to text `b` (one model), or from
+    `model` to `against_model` on the same text (`b` left out) or on `b`.
+
+    `a` may also be pairs: a list of (text A, text B), or a Path to a file of
+    `text A<TAB>text B` lines; the per-head figures are then means over the pairs.
+    The result's `divergence[layer, head]` is the Jensen–Shannon divergence (natural log,
+    nats) between A's and B's row of each aligned query, each row renormalised over the
+    aligned keys, averaged over every aligned query (special tokens included);
+    `role_change` and `special_change` are B's scores minus A's; `a`, `b` and `alignment`
+    are the (first) pair's attentions and which tokens correspond (`words`: whole words, as
+    two models with different tokenizers need). `measure` is a per-head measure (weights or
+    norm). `as_dict()` is what `attnviz compare --json` prints of it.
+    """
+    from attnviz.core.inputs import read_sentences, split_compare_pairs
+    from attnviz.pipelines.compare import compare as run_compare
+
+    if isinstance(a, Path):
+        if b is not None:
+            raise InputError("give a file of pairs, or two texts, not both")
+        pairs = split_compare_pairs(read_sentences(str(a), None), against_model is not None)
+    elif isinstance(a, str):
+        if b is None and against_model is None:
+            raise InputError("give text b, or against_model to read text a with a second model")
+        pairs = [(a, b if b is not None else a)]
+    else:
+        pairs = [(first, second) for first, second in a]
+    against = models.model(against_model, device) if against_model is not None else None
+    found = run_compare(models.model(model, device), pairs, against, words, measure,
+                        truncate=truncate, out=None, images=False, top=1)  # fmt: skip
+    return found.comparison

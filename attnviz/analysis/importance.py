@@ -662,10 +662,12 @@ def compare(
     heads: Sequence[tuple[int, int]],
     positions: Sequence[int] | None = None,
     top_k: int = 5,
+    also: Sequence[Any] = (),
 ) -> AblationView:
     """Read `encoded` with `heads` zero-ablated and as it is, in one pass of two rows: a
     decoder's next-token loss and top-`top_k` guesses at `positions` (default: every one),
-    an encoder's sentence embedding (1 − cosine; its masked-LM loss is not shown here)."""
+    an encoder's sentence embedding (1 − cosine; its masked-LM loss is not shown here).
+    Recorders in `also` are fed by the same pass (row 0 as it is, row 1 without the heads)."""
     import torch
 
     from attnviz.core import capture
@@ -677,7 +679,7 @@ def compare(
     inputs = pad(loaded, [encoded, encoded])
     edit = removing(loaded, heads, rows=2, only=1)  # row 0 reads the text as it is
     causal = loaded.info.causal
-    output = capture.run(loaded, inputs, [], causal, edit)
+    output = capture.run(loaded, inputs, list(also), causal, edit)
     chosen = tuple(sorted(set(heads)))
     if not causal:
         hidden = output.last_hidden_state.double()  # (2, T, d_model)

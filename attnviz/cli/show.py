@@ -144,6 +144,10 @@ def show(
             terminal.print_heatmap(console, result.attention, layers[0], heads[0], scale.value)
         if result.ablation is not None:
             terminal.print_ablation(console, result.ablation)
+        if result.ablation_divergence is not None:
+            terminal.print_divergence_map(
+                console, result.ablation_divergence, layers, terminal.ABLATION_TITLE
+            )
 
     try:
         from attnviz.analysis.importance import parse_head

@@ -126,3 +126,29 @@ def split_pairs(sentences: Sentences) -> Sentences:
                 raise InputError(f"{where}: the {side} is empty; give source<TAB>target")
         items.append(Sentence(sentence.index, sentence.line, source, target))
     return Sentences(tuple(items), sentences.blank, sentences.source)
+
+
+def split_compare_pairs(sentences: Sentences, one_text: bool = False) -> list[tuple[str, str]]:
+    """The lines of a `compare -f` file as `text A<TAB>text B` pairs. With `one_text` (two
+    models), a line without a TAB is one text both models read. A line with no TAB (else),
+    more than one, or an empty side is refused with its line number."""
+    pairs = []
+    for sentence in sentences.items:
+        where = f"{sentences.source}, line {sentence.line}"
+        parts = sentence.text.split("\t")
+        if len(parts) == 1 and one_text:
+            parts = [parts[0], parts[0]]
+        if len(parts) != 2:
+            # lines are read stripped: a side left empty at either end leaves no TAB
+            found = (
+                "no TAB between two texts (or one side is empty)"
+                if len(parts) == 1
+                else f"{len(parts) - 1} TABs"
+            )
+            raise InputError(f"{where}: {found}; give one pair a line: text A<TAB>text B")
+        a, b = (part.strip() for part in parts)
+        for side, text in (("A", a), ("B", b)):
+            if not text:
+                raise InputError(f"{where}: text {side} is empty; give text A<TAB>text B")
+        pairs.append((a, b))
+    return pairs

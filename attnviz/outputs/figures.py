@@ -1173,3 +1173,104 @@ def importance_figure(
     colorbar.set_label(bar_label, fontsize=8)
     fig.text(0.5, 1 - 0.3 / height, title, ha="center", va="center", fontsize=10)
     return fig
+
+
+DIFFERENCE_LABEL = "B − A, centred on 0 (white: no change)\nred: more in B, blue: more in A"
+
+
+def difference_figure(
+    a_grid: np.ndarray, b_grid: np.ndarray, labels: list[str], title: str, style: Style
+) -> Any:
+    """One head on two aligned inputs: A's and B's `[query, key]` maps (U, U) on the style's
+    colour map from 0 to 1, and B − A on a diverging map centred on 0, each with its bar."""
+    from matplotlib.figure import Figure
+
+    _configure_matplotlib()
+    tokens = tuple(labels)
+    layout = Layout.for_tokens(len(tokens))
+    side, margin = layout.side_in, layout.label_inches(tokens)
+    panel_w, gap, bar_w = side, 0.35, 0.9
+    left, bottom, top = margin + 0.35, margin + 0.55, 0.9
+    width = left + 3 * panel_w + 2 * (gap + bar_w) + bar_w
+    height = bottom + side + top
+    fig = Figure(figsize=(width, height), dpi=style.dpi)
+    difference = b_grid - a_grid
+    limit = float(abs(difference).max()) or 1e-6  # symmetric limits: 0 sits in the middle
+    panels = (
+        ("A", a_grid, style.cmap, 0.0, 1.0, "weight (rows renormalised over aligned keys)"),
+        ("B", b_grid, style.cmap, 0.0, 1.0, "weight (rows renormalised over aligned keys)"),
+        ("B − A", difference, "RdBu_r", -limit, limit, DIFFERENCE_LABEL),
+    )
+    for i, (name, grid, cmap, low, high, bar_label) in enumerate(panels):
+        x0 = left + i * (panel_w + gap + bar_w)
+        ax = fig.add_axes((x0 / width, bottom / height, panel_w / width, side / height))
+        image = ax.imshow(grid, cmap=cmap, vmin=low, vmax=high, interpolation="nearest")
+        _ticks(ax, tokens, layout, y=i == 0)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("key", fontsize=9)
+        if i == 0:
+            ax.set_ylabel("query", fontsize=9)
+        cax = fig.add_axes(((x0 + panel_w + 0.1) / width, bottom / height, 0.15 / width,
+                            side / height))  # fmt: skip
+        bar = fig.colorbar(image, cax=cax)
+        bar.set_label(bar_label, fontsize=8)
+    fig.text(0.5, 1 - 0.35 / height, title, ha="center", va="center", fontsize=10)
+    return fig
+
+
+def divergence_figure(
+    divergence: np.ndarray, layers: list[int], heads: list[int], title: str, style: Style
+) -> Any:
+    """How far each head's pattern moved: a layers × heads map of Jensen–Shannon divergence
+    (nats) from 0, the value written in each cell."""
+    import numpy as np
+
+    fig, ax = _grid_axes(layers, heads, title, style, 1.2)
+    top = float(divergence.max()) or 1e-6
+    image = ax.imshow(divergence, cmap=style.cmap, vmin=0.0, vmax=top, aspect="auto",
+                      interpolation="nearest")  # fmt: skip
+    for (r, c), value in np.ndenumerate(divergence):
+        ax.text(c, r, f"{value:.3f}".replace("0.", ".", 1), ha="center", va="center",
+                fontsize=6, color="white" if value / top < 0.55 else "black")  # fmt: skip
+    width = fig.get_figwidth()
+    bar = fig.colorbar(image, ax=ax, fraction=0.8 / width, pad=0.15 / width)
+    bar.set_label("Jensen–Shannon divergence (nats)", fontsize=8)
+    return fig
+
+
+def moved_or_matters_figure(
+    divergence: np.ndarray,
+    importance_a: np.ndarray,
+    importance_b: np.ndarray,
+    layers: list[int],
+    importance_label: str,
+    title: str,
+    style: Style,
+    named: int = 6,
+) -> Any:
+    """Every head as a point: how far it moved (divergence, x) against how much it matters
+    (importance, y) in A and in B, joined by a line; the `named` heads that moved most and
+    the most important in either are labelled."""
+    import numpy as np
+
+    _configure_matplotlib()
+    fig, ax = _fixed_axes((5.5, 4.0), (0.9, 0.7, 0.3, 0.6), style.dpi)
+    x = divergence.ravel()
+    y_a, y_b = importance_a.ravel(), importance_b.ravel()
+    for xi, ya, yb in zip(x, y_a, y_b):
+        ax.plot([xi, xi], [ya, yb], color="#c0c0c0", linewidth=0.8, zorder=1)
+    ax.scatter(x, y_a, s=14, color="#1f77b4", label="importance in A", zorder=2)
+    ax.scatter(x, y_b, s=14, color="#d62728", marker="^", label="importance in B", zorder=2)
+    n_heads = divergence.shape[1]
+    wanted = set(np.argsort(-x, kind="stable")[:named]) | set(
+        np.argsort(-np.fmax(y_a, y_b), kind="stable")[:named]
+    )
+    for i in sorted(wanted):
+        ax.annotate(f"L{layers[i // n_heads]} H{i % n_heads}", (x[i], max(y_a[i], y_b[i])),
+                    fontsize=7, xytext=(3, 3), textcoords="offset points")  # fmt: skip
+    ax.set_xlabel("moved: Jensen–Shannon divergence A→B (nats)", fontsize=9)
+    ax.set_ylabel(importance_label, fontsize=8)
+    ax.axhline(0, color="#808080", linewidth=0.6)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title(title, fontsize=10)
+    return fig

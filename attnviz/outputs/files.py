@@ -99,7 +99,9 @@ def read_done(folder: Path) -> dict[str, Any] | None:
 # The names of the files one text's folder gets (render.py names the figures; export adds
 # the raw array; show and export the page). A test checks every name written matches.
 TEXT_FILES = re.compile(
-    r"(overview|layer-\d+|layer-\d+-head-\d+|query-.*-\d+)\.(png|svg|pdf)|attention\.(html|npz)"
+    r"(overview|layer-\d+|layer-\d+-head-\d+|query-.*-\d+|divergence|layer-\d+-head-\d+-compare"
+    r"|importance-[ab]|moved-or-matters)"
+    r"\.(png|svg|pdf)|attention\.(html|npz)"
 )
 
 

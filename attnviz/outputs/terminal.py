@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from attnviz.analysis.check import CheckResult
-    from attnviz.analysis.importance import AblationView
+    from attnviz.analysis.compare import Comparison, Moved, QueryMoves
+    from attnviz.analysis.importance import AblationView, Importance
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.report import CrossReport, Report
     from attnviz.analysis.summary import HeadSummary
@@ -793,4 +794,134 @@ def print_ablation(console: Console, view: AblationView) -> None:
             _Guesses(p.before),
             _Guesses(p.after, style="bold yellow" if changed else ""),
         )
+    console.print(table)
+
+
+def _targets(found: Sequence[Any]) -> str:
+    return "  ".join(f"{t.token} {_weight(t.weight)}" for t in found)
+
+
+def print_comparison_header(console: Console, comparison: Comparison, models: str) -> None:
+    """What was compared: the model(s), A and B (or how many pairs), and what has no partner."""
+    pairs = comparison.pairs
+    console.print(f"[bold]Compare[/] ({models}, {comparison.a.unit}s)", highlight=False)
+    if len(pairs) == 1:
+        console.print(f"  A: {' '.join(comparison.a.tokens)}", highlight=False, soft_wrap=True)
+        console.print(f"  B: {' '.join(comparison.b.tokens)}", highlight=False, soft_wrap=True)
+    else:
+        console.print(f"  {len(pairs)} pairs; the figures are means over them", highlight=False)
+    for number, pair in enumerate(pairs, start=1):
+        note = pair.alignment.note(pair.a.tokens, pair.b.tokens)
+        if note:
+            where = f"pair {number}: " if len(pairs) > 1 else ""
+            console.print(f"  [yellow]{where}{note}[/]", highlight=False, soft_wrap=True)
+
+
+ABLATION_TITLE = (
+    "How far each kept head moved when those were removed: JS divergence (nats, 0 = the "
+    "same pattern; mean over queries; × = removed)"
+)
+DIVERGENCE_TITLE = (
+    "How far each head moved: JS divergence A→B (nats, 0 = the same pattern; mean over "
+    "aligned queries)"
+)
+
+
+def print_divergence_map(
+    console: Console, divergence: Any, layers: Sequence[int], title: str = DIVERGENCE_TITLE
+) -> None:
+    """Layers × heads: how far each head's pattern moved (Jensen–Shannon divergence, nats,
+    (L, H) over `layers`), each cell shaded by its share of the largest; NaN (a head that
+    was removed) is shown as ×."""
+    import numpy as np
+
+    top = float(np.nanmax(divergence)) if np.isfinite(divergence).any() else 0.0
+    top = top or 1.0
+    coloured = _has_colour(console)
+    table = Table(title=title, title_justify="left", box=None, padding=(0, 1, 0, 0),
+                  show_edge=False)  # fmt: skip
+    table.add_column("", style="bold", no_wrap=True)
+    for head in range(divergence.shape[1]):
+        table.add_column(f"H{head}", justify="right", no_wrap=True)
+    for slot, layer in enumerate(layers):
+        cells = []
+        for value in divergence[slot]:
+            if not np.isfinite(value):
+                cells.append(Text("×", style="dim"))
+                continue
+            # small divergences (a tiny random model's) in powers of ten, not as .000
+            shown = f"{value:.3f}".replace("0.", ".", 1) if top >= 0.01 else f"{value:.0e}"
+            shown = "0" if value == 0 else shown  # exactly the same pattern
+            if coloured:
+                cells.append(Text(shown, style=text_colour(value / top)))
+            else:
+                shade = _SHADES[min(int(value / top * len(_SHADES)), len(_SHADES) - 1)]
+                cells.append(Text(shade + shown))
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+
+
+def print_moved(console: Console, moved: Sequence[Moved], several: bool = False) -> None:
+    """The heads that moved most, with the keys each attends to most in A and in B."""
+    table = Table(
+        title="Heads that moved most (top keys: mean weight over non-special queries)",
+        title_justify="left",
+        box=None,
+        padding=(0, 2, 0, 0),
+    )
+    names = ("head", "JS (nats)", *(("pair",) if several else ()), "pattern A→B", "top in A",
+             "top in B")  # fmt: skip
+    for name in names:
+        table.add_column(name, justify="right" if name == "JS (nats)" else "left")
+    for m in moved:
+        pair = (str(m.pair + 1),) if several else ()
+        patterns = f"{m.pattern_a.short}→{m.pattern_b.short}"
+        table.add_row(f"L{m.layer} H{m.head}", f"{m.divergence:.4f}", *pair, patterns,
+                      _targets(m.top_a), _targets(m.top_b))  # fmt: skip
+    console.print(table)
+
+
+def print_compare_query(
+    console: Console, query: QueryMoves, layers: Sequence[int], shown: int = 10
+) -> None:
+    """Where one aligned query looks in A and in B, in the heads where its row moved most."""
+    import numpy as np
+
+    table = Table(
+        title=f"Where “{query.label}” looks: the {shown} heads where its row moved most "
+        "(keys: aligned tokens, rows renormalised over them)",
+        title_justify="left",
+        box=None,
+        padding=(0, 2, 0, 0),
+    )
+    for name in ("head", "JS (nats)", "top in A", "top in B"):
+        table.add_column(name, justify="right" if name == "JS (nats)" else "left")
+    order = np.argsort(-query.divergence, axis=None, kind="stable")[:shown]
+    for index in order:
+        slot, head = np.unravel_index(int(index), query.divergence.shape)
+        key = (layers[int(slot)], int(head))
+        table.add_row(f"L{key[0]} H{key[1]}", f"{query.divergence[slot, head]:.4f}",
+                      _targets(query.top_a[key]), _targets(query.top_b[key]))  # fmt: skip
+    console.print(table)
+
+
+def print_moved_importance(
+    console: Console, moved: Sequence[Moved], a: Importance, b: Importance
+) -> None:
+    """The objective in A and in B, and whether the heads that moved most matter: their
+    importance (and rank) in each."""
+    console.print(
+        f"[bold]Moved or matters[/]: {a.short} {a.clean:.4g} in A, {b.clean:.4g} in B "
+        f"({b.clean - a.clean:+.4g} {a.unit}); importance = {a.measure}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    ranks_a, ranks_b = a.ranks(), b.ranks()
+    table = Table(box=None, padding=(0, 2, 0, 0))
+    for name in ("head", "JS (nats)", "importance A", "rank A", "importance B", "rank B"):
+        table.add_column(name, justify="left" if name == "head" else "right")
+    for m in moved:
+        at = (m.layer, m.head)
+        table.add_row(f"L{m.layer} H{m.head}", f"{m.divergence:.4f}", f"{a.scores[at]:.4g}",
+                      str(ranks_a[at]), f"{b.scores[at]:.4g}", str(ranks_b[at]))  # fmt: skip
     console.print(table)

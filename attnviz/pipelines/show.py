@@ -42,6 +42,8 @@ class ShowResult:
     special_by_norm: Any = None
     mixing: dict[int, dict[str, float]] | None = None  # alti: each layer's mixing ratios
     ablation: AblationView | None = None  # with ablate: the text with those heads removed
+    # with ablate: (L, H) how far each kept head's pattern moved (JS divergence, nats)
+    ablation_divergence: Any = None
 
     def as_dict(self) -> dict[str, Any]:
         from attnviz.analysis.contributions import MEASURES
@@ -90,8 +92,16 @@ class ShowResult:
             "folder": str(self.folder) if self.folder is not None else None,
             "images": [str(p) for p in self.images],
             "page": str(self.page) if self.page is not None else None,
-            **({"ablation": self.ablation.as_dict()} if self.ablation is not None else {}),
+            **({"ablation": self._ablation_dict()} if self.ablation is not None else {}),
         }
+
+    def _ablation_dict(self) -> dict[str, Any]:
+        assert self.ablation is not None
+        found = self.ablation.as_dict()
+        if self.ablation_divergence is not None:  # NaN (a removed head) as null
+            moved = self.ablation_divergence
+            found["divergence"] = [[None if v != v else v for v in row] for row in moved.tolist()]
+        return found
 
 
 def _stack_fields(att: Attention) -> dict[str, Any]:
@@ -233,12 +243,14 @@ def show(
                 loaded, text, target, generate, chosen, truncate, layers, values
             )[chosen[0]]
         encoded, inside, every, special, kept, compared = None, None, None, None, [], None
+        moved = None
         if not (html and folder is not None):
             page_stacks = None
         chosen_layers = attended.held_layers()
     else:
         page_stacks = None
-        attended, encoded, inside, every, special, kept, compared, chosen_layers = _one_stack(
+        (attended, encoded, inside, every, special, kept, compared, moved,
+         chosen_layers) = _one_stack(
             loaded, text, truncate, pair, layers, html and folder is not None, chosen_measure,
             ablate, query,
         )  # fmt: skip
@@ -257,6 +269,7 @@ def show(
         special_by_weight=_without_removed(by_weight, shown, chosen_layers),
         special_by_norm=_without_removed(by_norm, shown, chosen_layers),
         mixing=mixing,
+        ablation_divergence=moved,
     )
     if on_summary is not None:
         on_summary(
@@ -380,7 +393,7 @@ def _one_stack(loaded, text, truncate, pair, layers, page, chosen_measure, ablat
     # The page's inside view takes each layer's input from the same forward pass.
     inside = InsideSteps(loaded, [encoded]) if page else None
     chosen_layers = loaded.info.pick_layers(layers)
-    edit, compared = None, None
+    edit, compared, moved = None, None, None
     if ablate:
         from attnviz.analysis.importance import removing
 
@@ -398,6 +411,7 @@ def _one_stack(loaded, text, truncate, pair, layers, page, chosen_measure, ablat
     if ablate:
         from dataclasses import replace
 
+        from attnviz.analysis.compare import TwoRows, ablation_divergence
         from attnviz.analysis.importance import compare
         from attnviz.errors import InputError
 
@@ -407,11 +421,13 @@ def _one_stack(loaded, text, truncate, pair, layers, page, chosen_measure, ablat
                 at = [find_query(attended, query)]  # a token; --words queries fall back to all
             except InputError:
                 at = None
-        compared = compare(loaded, encoded, ablate, at)
+        rows = TwoRows(chosen_layers, len(encoded))  # both rows' patterns, from that pass
+        compared = compare(loaded, encoded, ablate, at, also=[rows])
+        moved = ablation_divergence(attended, rows, ablate)
         removed = ", ".join(f"L{layer} H{head}" for layer, head in compared.heads)
         note = f"heads removed (zero ablation): {removed}"
         attended = replace(attended, notes=(*attended.notes, note), removed=compared.heads)
-    return attended, encoded, inside, every, special, kept, compared, chosen_layers
+    return attended, encoded, inside, every, special, kept, compared, moved, chosen_layers
 
 
 def _without_removed(values: Any, att: Attention, layers: list[int]) -> Any:

@@ -1,0 +1,448 @@
+"""Two attentions side by side: which tokens correspond, and how far each head's pattern moved.
+
+Two texts (a minimal pair) or two models reading one text give two `Attention`s whose tokens
+need not match one for one. `align` pairs them: token for token where both tokenisations
+give the same word as the same tokens, whole words elsewhere (a word cut into other pieces,
+or one word put for another: "is" for "are"). Words inserted or deleted on one side have no
+partner; they are listed in `Alignment.unaligned_a` / `unaligned_b`, never dropped silently.
+
+Each side's attention is then read over the aligned units (`project`: a unit's query row is
+the mean of its tokens' rows, a unit's key column the sum of its tokens' columns, as
+`transforms.word_view` merges pieces), and every row is renormalised over the aligned keys,
+so that both rows are distributions over the same keys. A head's divergence is the
+Jensen–Shannon divergence (natural log, nats: 0 for the same row, at most ln 2 ≈ 0.693)
+between A's and B's row, averaged over every aligned query, special tokens included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnviz.analysis.summary import Pattern, Target
+from attnviz.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from attnviz.core.attention import Attention
+
+UNIT = "nats"
+AVERAGED = (
+    "divergence: the Jensen–Shannon divergence (natural log, nats; 0 = the same pattern, at "
+    "most ln 2 ≈ 0.693) between A's and B's row of each aligned query, each row renormalised "
+    "over the aligned keys, averaged over every aligned query (special tokens included); "
+    "role_change and special_share_change: B's score minus A's, each on its own text"
+)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One aligned position: the tokens it covers in A and in B, and how they were paired:
+    `token` (the same token), `word` (the same word, cut into other pieces) or `substituted`
+    (one word put for another at the same place)."""
+
+    a: tuple[int, ...]
+    b: tuple[int, ...]
+    kind: str
+    label: str  # A's token or word, `are→is` where B's differs
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Which of A's tokens correspond to which of B's; what has no partner is listed."""
+
+    units: tuple[Unit, ...]
+    unaligned_a: tuple[int, ...]  # token positions in A with no partner in B
+    unaligned_b: tuple[int, ...]
+
+    def labels(self) -> list[str]:
+        """Each unit's label: A's token or word, `are→is` where B's differs."""
+        return [unit.label for unit in self.units]
+
+    def note(self, a_tokens: Sequence[str], b_tokens: Sequence[str]) -> str | None:
+        """One line naming what could not be aligned (None when everything was)."""
+        sides = [
+            f"{side} {' '.join(tokens[i] for i in missing)}"
+            for side, tokens, missing in (
+                ("only in A:", a_tokens, self.unaligned_a),
+                ("only in B:", b_tokens, self.unaligned_b),
+            )
+            if missing
+        ]
+        if not sides:
+            return None
+        return "not aligned (left out of the divergence): " + "; ".join(sides)
+
+    def as_dict(self, a_tokens: Sequence[str], b_tokens: Sequence[str]) -> dict[str, Any]:
+        return {
+            "units": [
+                {"a": list(u.a), "b": list(u.b), "kind": u.kind, "label": u.label}
+                for u in self.units
+            ],
+            "unaligned_a": [a_tokens[i] for i in self.unaligned_a],
+            "unaligned_b": [b_tokens[i] for i in self.unaligned_b],
+        }
+
+
+def _word_tokens(att: Attention) -> list[list[int]]:
+    """Each word's token positions, in order."""
+    grouped: list[list[int]] = [[] for _ in att.word_labels]
+    for position, word in enumerate(att.words):
+        grouped[word].append(position)
+    return grouped
+
+
+def align(a: Attention, b: Attention) -> Alignment:
+    """Pair A's tokens with B's: the words are matched in order (difflib's longest matching
+    blocks); a matched word whose tokens are the same is paired token for token, otherwise as
+    one unit; a run of words replaced by as many words is paired word for word (substituted);
+    what is left (inserted or deleted words, or runs of unequal length) is unaligned."""
+    from difflib import SequenceMatcher
+
+    words_a, words_b = _word_tokens(a), _word_tokens(b)
+    matcher = SequenceMatcher(None, a.word_labels, b.word_labels, autojunk=False)
+    units: list[Unit] = []
+    only_a: list[int] = []
+    only_b: list[int] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
+            for word_a, word_b in zip(range(i1, i2), range(j1, j2)):
+                wa, wb = words_a[word_a], words_b[word_b]
+                same = [a.tokens[i] for i in wa] == [b.tokens[j] for j in wb]
+                if tag == "equal" and same:
+                    units.extend(Unit((i,), (j,), "token", a.tokens[i]) for i, j in zip(wa, wb))
+                else:
+                    left, right = a.word_labels[word_a], b.word_labels[word_b]
+                    label = left if left == right else f"{left}→{right}"
+                    kind = "word" if tag == "equal" else "substituted"
+                    units.append(Unit(tuple(wa), tuple(wb), kind, label))
+        else:
+            only_a.extend(i for word in words_a[i1:i2] for i in word)
+            only_b.extend(j for word in words_b[j1:j2] for j in word)
+    if not units:
+        raise InputError("the two texts have no word in common: nothing to compare")
+    return Alignment(tuple(units), tuple(only_a), tuple(only_b))
+
+
+def project(weights: np.ndarray, groups: Sequence[tuple[int, ...]]) -> np.ndarray:
+    """`weights` (L, H, T, T) read over aligned units (L, H, U, U): a unit's row is the mean
+    of its tokens' rows, its column the sum of its tokens' columns; each row is then
+    renormalised over the aligned keys (a row with no weight on them is left at 0)."""
+    import numpy as np
+
+    member = np.zeros((weights.shape[-1], len(groups)))  # (T, U) one-hot token -> unit
+    for unit, tokens in enumerate(groups):
+        member[list(tokens), unit] = 1.0
+    counts = member.sum(axis=0)  # (U,)
+    to_units = weights.astype(np.float64) @ member  # (L, H, T, U)
+    rows = (member.T @ to_units) / counts[:, None]  # (U, T) @ (L, H, T, U) -> (L, H, U, U)
+    mass = rows.sum(axis=-1, keepdims=True)  # (L, H, U, 1)
+    return rows / np.where(mass > 0, mass, 1.0)
+
+
+def js_divergence(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Jensen–Shannon divergence (natural log) between rows of `p` and `q` (..., K), summed
+    over the last axis: ½ KL(p‖m) + ½ KL(q‖m) with m = ½ (p + q); 0 log 0 = 0. Exactly 0
+    where the rows are equal, and exactly symmetric."""
+    import numpy as np
+
+    m = 0.5 * (p + q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl_p = np.where(p > 0, p * np.log(p / m), 0.0).sum(axis=-1)
+        kl_q = np.where(q > 0, q * np.log(q / m), 0.0).sum(axis=-1)
+    return np.maximum(0.5 * (kl_p + kl_q), 0.0)  # rounding must not make it negative
+
+
+@dataclass(frozen=True, eq=False)
+class Compared:
+    """One pair: both attentions, their alignment and how each head moved between them.
+
+    `rows` (L, H, U) is the divergence of each aligned query (NaN where a side's row has no
+    weight on the aligned keys); `divergence` (L, H) its mean over the queries that have one.
+    `role_change` and `special_change` are B's score minus A's, each on its own text (None
+    where a text cannot measure the role).
+    """
+
+    a: Attention
+    b: Attention
+    alignment: Alignment
+    grids_a: np.ndarray  # (L, H, U, U) A over the aligned units, rows renormalised
+    grids_b: np.ndarray
+    rows: np.ndarray  # (L, H, U)
+    divergence: np.ndarray  # (L, H)
+    role_change: dict[str, np.ndarray | None]
+    special_change: np.ndarray  # (L, H)
+
+    @property
+    def labels(self) -> list[str]:
+        return self.alignment.labels()
+
+    def unit_of(self, index: int) -> int:
+        """The aligned unit holding A's token `index` (refusing one with no partner)."""
+        for position, unit in enumerate(self.alignment.units):
+            if index in unit.a:
+                return position
+        raise InputError(
+            f"“{self.a.tokens[index]}” (position {index}) has no partner in B; pick a token "
+            "both texts share"
+        )
+
+
+def compare_pair(a: Attention, b: Attention) -> Compared:
+    """How every head moved from `a` to `b` (same model shape, same layers held)."""
+    import numpy as np
+
+    from attnviz.analysis.contributions import shares
+    from attnviz.analysis.summary import role_scores, special_shares
+
+    if a.weights.shape[:2] != b.weights.shape[:2] or a.held_layers() != b.held_layers():
+        raise InputError(
+            f"the two attentions hold different heads ({a.weights.shape[0]}×"
+            f"{a.weights.shape[1]} and {b.weights.shape[0]}×{b.weights.shape[1]} layers × "
+            "heads): compare needs models of the same shape"
+        )
+    alignment = align(a, b)
+    grids_a = project(a.weights, [u.a for u in alignment.units])  # (L, H, U, U)
+    grids_b = project(b.weights, [u.b for u in alignment.units])
+    rows = js_divergence(grids_a, grids_b)  # (L, H, U)
+    defined = (grids_a.sum(-1) > 0) & (grids_b.sum(-1) > 0)  # rows with weight on aligned keys
+    rows = np.where(defined, rows, np.nan)
+    counted = defined.sum(axis=-1)  # (L, H)
+    divergence = np.where(defined, rows, 0.0).sum(axis=-1) / np.maximum(counted, 1)
+    ranked_a, ranked_b = shares(a), shares(b)  # a norm's rows as shares, as `show` ranks them
+    before, after = role_scores(ranked_a), role_scores(ranked_b)
+    role_change = {
+        name: None if before[name] is None or after[name] is None else after[name] - before[name]
+        for name in before
+    }
+    special = _special_share(ranked_b) - _special_share(ranked_a)
+    return Compared(a, b, alignment, grids_a, grids_b, rows, divergence, role_change, special)
+
+
+def _special_share(att: Attention) -> np.ndarray:
+    """`show`'s special_share of every head, (L, H)."""
+    return special_shares(att.weights.astype("f8"), ~att.special, att.key_special)
+
+
+@dataclass(frozen=True, eq=False)
+class Comparison:
+    """Every pair compared, and the per-head means over the pairs: `divergence` (L, H) in
+    nats, `role_change` and `special_change` (B − A). With one pair, `a`, `b` and
+    `alignment` are its own."""
+
+    pairs: tuple[Compared, ...]
+    divergence: np.ndarray  # (L, H)
+    role_change: dict[str, np.ndarray | None]
+    special_change: np.ndarray  # (L, H)
+
+    @property
+    def a(self) -> Attention:
+        return self.pairs[0].a
+
+    @property
+    def b(self) -> Attention:
+        return self.pairs[0].b
+
+    @property
+    def alignment(self) -> Alignment:
+        return self.pairs[0].alignment
+
+    @property
+    def layers(self) -> list[int]:
+        return self.a.held_layers()
+
+    def moved(self, n: int) -> list[tuple[int, int, float]]:
+        """The `n` heads whose pattern moved most: (layer, head, divergence), largest first;
+        a head that did not move at all (0) is not listed."""
+        import numpy as np
+
+        order = np.argsort(-self.divergence, axis=None, kind="stable")[:n]
+        slots = [np.unravel_index(int(i), self.divergence.shape) for i in order]
+        return [
+            (self.layers[int(s)], int(h), float(self.divergence[s, h]))
+            for s, h in slots
+            if self.divergence[s, h] > 0
+        ]
+
+    def as_dict(self) -> dict[str, Any]:
+        def grid(values: np.ndarray | None) -> list | None:
+            return None if values is None else values.round(8).tolist()
+
+        return {
+            "unit": UNIT,
+            "averaged": AVERAGED,
+            "layers": self.layers,
+            "n_pairs": len(self.pairs),
+            "divergence": self.divergence.tolist(),
+            "role_change": {name: grid(v) for name, v in self.role_change.items()},
+            "special_share_change": grid(self.special_change),
+            "pairs": [
+                {
+                    "a": p.a.text,
+                    "b": p.b.text,
+                    "tokens_a": list(p.a.tokens),
+                    "tokens_b": list(p.b.tokens),
+                    "alignment": p.alignment.as_dict(p.a.tokens, p.b.tokens),
+                    "divergence": p.divergence.tolist(),
+                }
+                for p in self.pairs
+            ],
+        }
+
+
+def compare_pairs(pairs: Sequence[tuple[Attention, Attention]]) -> Comparison:
+    """Each (A, B) pair compared, and the per-head means over the pairs (a role's change is
+    averaged over the pairs where both texts measure it; None where none does)."""
+    import numpy as np
+
+    if not pairs:
+        raise InputError("no pairs to compare")
+    found = tuple(compare_pair(a, b) for a, b in pairs)
+    roles: dict[str, np.ndarray | None] = {}
+    for name in found[0].role_change:
+        measured = [p.role_change[name] for p in found if p.role_change[name] is not None]
+        roles[name] = np.mean(measured, axis=0) if measured else None
+    return Comparison(
+        found,
+        np.mean([p.divergence for p in found], axis=0),
+        roles,
+        np.mean([p.special_change for p in found], axis=0),
+    )
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A head that moved, with the keys it attends to most in A and in B (on the pair where
+    it moved most: `pair`, counted from 0)."""
+
+    layer: int
+    head: int
+    divergence: float  # the mean over the pairs
+    pair: int
+    top_a: tuple[Target, ...]
+    top_b: tuple[Target, ...]
+    pattern_a: Pattern  # what `show` calls the head's pattern on A's text
+    pattern_b: Pattern
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "layer": self.layer,
+            "head": self.head,
+            "divergence": self.divergence,
+            "pair": self.pair,
+            "pattern_a": self.pattern_a.role,
+            "pattern_b": self.pattern_b.role,
+            "top_a": [t.__dict__ for t in self.top_a],
+            "top_b": [t.__dict__ for t in self.top_b],
+        }
+
+
+def moved_heads(comparison: Comparison, n: int, top_k: int = 3) -> list[Moved]:
+    """The `n` heads that moved most, each with its top keys in A and in B (`summary`'s key
+    means: over the non-special queries that see each key)."""
+    from attnviz.analysis.contributions import shares
+    from attnviz.analysis.summary import summarise
+
+    found = []
+    for layer, head, value in comparison.moved(n):
+        slot = comparison.layers.index(layer)
+        pair = max(range(len(comparison.pairs)),
+                   key=lambda i: comparison.pairs[i].divergence[slot, head])  # fmt: skip
+        a, b = comparison.pairs[pair].a, comparison.pairs[pair].b
+        (in_a,) = summarise(shares(a), [layer], [head], top_k)
+        (in_b,) = summarise(shares(b), [layer], [head], top_k)
+        found.append(
+            Moved(layer, head, value, pair, in_a.top, in_b.top, in_a.pattern, in_b.pattern)
+        )
+    return found
+
+
+@dataclass(frozen=True, eq=False)
+class QueryMoves:
+    """One aligned query: its divergence in every head (L, H), and its top aligned keys in A
+    and in B per head (rows renormalised over the aligned keys)."""
+
+    unit: int
+    label: str
+    divergence: np.ndarray  # (L, H)
+    top_a: dict[tuple[int, int], tuple[Target, ...]]
+    top_b: dict[tuple[int, int], tuple[Target, ...]]
+
+    def as_dict(self, layers: Sequence[int]) -> dict[str, Any]:
+        return {
+            "unit": self.unit,
+            "label": self.label,
+            "divergence": self.divergence.tolist(),
+            "heads": [
+                {
+                    "layer": layer,
+                    "head": head,
+                    "top_a": [t.__dict__ for t in self.top_a[(layer, head)]],
+                    "top_b": [t.__dict__ for t in self.top_b[(layer, head)]],
+                }
+                for layer in layers
+                for head in range(self.divergence.shape[1])
+            ],
+        }
+
+
+def query_moves(compared: Compared, index: int, top_k: int = 3) -> QueryMoves:
+    """How A's token `index` (aligned in B) moved in every head: its row's divergence and
+    top aligned keys on each side."""
+    import numpy as np
+
+    unit = compared.unit_of(index)
+    labels = compared.labels
+    layers = compared.a.held_layers()
+    top: list[dict[tuple[int, int], tuple[Target, ...]]] = [{}, {}]
+    for grids, into in ((compared.grids_a, top[0]), (compared.grids_b, top[1])):
+        for slot, layer in enumerate(layers):
+            for head in range(grids.shape[1]):
+                row = grids[slot, head, unit]  # (U,) over aligned keys
+                order = np.argsort(-row, kind="stable")[:top_k]
+                into[(layer, head)] = tuple(Target(int(k), labels[k], float(row[k])) for k in order)
+    divergence = np.nan_to_num(compared.rows[:, :, unit])  # a row without aligned weight: 0
+    return QueryMoves(unit, labels[unit], divergence, top[0], top[1])
+
+
+class TwoRows:
+    """A recorder for `capture.run`: each chosen layer's probabilities of batch rows 0 and 1
+    (one text read twice, as `importance.compare` reads it: as it is, then with heads
+    removed), cropped to its `n` tokens."""
+
+    def __init__(self, layers: Sequence[int], n: int) -> None:
+        self.wants = {layer: ("probs",) for layer in layers}
+        self.layers, self.n = list(layers), n
+        self.held: dict[int, Any] = {}
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        n = self.n
+        self.held[layer] = tensors["probs"][:2, :, :n, :n].float().numpy()  # (2, H, n, n)
+
+    def weights(self, row: int) -> np.ndarray:
+        """Batch row `row`'s attention over the chosen layers, (L, H, n, n)."""
+        import numpy as np
+
+        return np.stack([self.held[layer][row] for layer in self.layers])
+
+
+def ablation_divergence(
+    att: Attention, rows: TwoRows, removed: Sequence[tuple[int, int]]
+) -> np.ndarray:
+    """How far each head's pattern moved when `removed` heads were taken out: the
+    divergence of `compare_pair` between the text as it is (row 0 of `rows`) and without
+    them (row 1), (L, H) over `rows`' layers; the removed heads themselves are NaN."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    as_it_is = replace(att, weights=rows.weights(0), layers=tuple(rows.layers), unit="token",
+                       measure="weights", per_layer=False)  # fmt: skip
+    without = replace(as_it_is, weights=rows.weights(1))
+    divergence = compare_pair(as_it_is, without).divergence.copy()
+    for layer, head in removed:
+        if layer in rows.layers:
+            divergence[rows.layers.index(layer), head] = np.nan
+    return divergence

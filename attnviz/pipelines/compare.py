@@ -1,0 +1,236 @@
+"""`attnviz compare`: two texts through one model (a minimal pair), or texts through two
+models: how far each head's pattern moved, per head and averaged over the pairs."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnviz.errors import InputError
+from attnviz.outputs.files import prepare_dir
+
+if TYPE_CHECKING:
+    from attnviz.analysis.compare import Comparison, Moved, QueryMoves
+    from attnviz.analysis.importance import Importance
+    from attnviz.core.attention import Attention, Encoded
+    from attnviz.core.models import LoadedModel, Model
+    from attnviz.outputs.figures import Style
+
+OVERVIEW = "divergence"  # the overview figure's file name, without its extension
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """Everything `compare` computed: the comparison, its most moved heads, the query's rows
+    (with `query`) and the images written."""
+
+    comparison: Comparison
+    models: tuple[str, str]  # the names of the models that read A and B
+    measure: str
+    moved: list[Moved]
+    query: QueryMoves | None
+    folder: Path | None
+    images: list[Path]
+    importance: tuple[Importance, Importance] | None = None  # with importance: A's and B's
+
+    def as_dict(self) -> dict[str, Any]:
+        layers = self.comparison.layers
+        return {
+            "model": self.models[0],
+            "against_model": self.models[1] if self.models[1] != self.models[0] else None,
+            "measure": self.measure,
+            "view": self.comparison.a.unit,
+            **self.comparison.as_dict(),
+            "moved": [m.as_dict() for m in self.moved],
+            **({"query": self.query.as_dict(layers)} if self.query is not None else {}),
+            **({"importance": self._importance_dict()} if self.importance else {}),
+            "folder": str(self.folder) if self.folder is not None else None,
+            "images": [str(p) for p in self.images],
+        }
+
+    def _importance_dict(self) -> dict[str, Any]:
+        assert self.importance is not None
+        a, b = self.importance
+        return {
+            "a": {**a.as_dict(), "scores": a.scores.tolist()},
+            "b": {**b.as_dict(), "scores": b.scores.tolist()},
+            "clean_change": b.clean - a.clean,
+            "change": (b.scores - a.scores).tolist(),
+        }
+
+
+def compare(
+    model: Model,
+    pairs: list[tuple[str, str]],
+    against: Model | None = None,
+    words: bool = False,
+    measure: str = "weights",
+    query: str | None = None,
+    top: int = 6,
+    top_k: int = 3,
+    truncate: bool = False,
+    out: Path | None = Path("attnviz-out"),
+    images: bool = True,
+    style: Style | None = None,
+    batch_size: int = 8,
+    importance: bool = False,
+) -> CompareResult:
+    """Read each pair's text A with `model` and text B with `against` (default: `model`),
+    compare them head by head (`analysis.compare`) and draw the divergence per head and the
+    `top` heads that moved most (A, B and B − A) into `out`. `words` compares whole words
+    (needed when the two models' tokenizers differ); `measure` is a per-head measure
+    (weights or norm); `query` (one pair only) a token of A whose row is followed.
+    `importance` also measures each head's importance (zero ablation) to each model's
+    objective on its texts (`analysis.importance`): a head that moved can then be told from
+    a head that matters."""
+    from attnviz.analysis.compare import compare_pairs, moved_heads, query_moves
+    from attnviz.analysis.contributions import MEASURES, refuse
+    from attnviz.analysis.query import find_query
+    from attnviz.analysis.transforms import transform
+    from attnviz.core.attention import require_text
+    from attnviz.core.tokens import encode
+
+    if not pairs:
+        raise InputError("no pairs to compare")
+    several = len(pairs) > 1
+    for number, (a, b) in enumerate(pairs, start=1):
+        where = f" of pair {number}" if several else ""
+        require_text(a, f"text A{where}")
+        require_text(b, f"text B{where}")
+    chosen = refuse(measure)
+    if chosen.per_layer:
+        per_head = ", ".join(m.name for m in MEASURES.values() if not m.per_layer)
+        raise InputError(
+            f"--measure {chosen.name} has one map per layer, not per head; compare takes {per_head}"
+        )
+    if query is not None and several:
+        raise InputError("--query follows a token of one pair; give two texts instead of -f")
+    other = against or model
+    for reader, texts in ((model, [a for a, _ in pairs]), (other, [b for _, b in pairs])):
+        for text in texts:
+            reader.refuse_early(text=text, truncate=truncate)
+
+    if out is not None and images:
+        prepare_dir(out)  # an unwritable --out is refused before the models load
+    loaded = model.load()
+    loaded_b = other.load()
+    _refuse_models(loaded, loaded_b, words)
+    encoded_a = [encode(loaded, a, truncate) for a, _ in pairs]
+    encoded_b = [encode(loaded_b, b, truncate) for _, b in pairs]
+    if loaded_b is loaded:  # one model: A and B share the passes
+        found = _attend(loaded, encoded_a + encoded_b, chosen.name, batch_size)
+        read_a, read_b = found[: len(pairs)], found[len(pairs) :]
+    else:
+        read_a = _attend(loaded, encoded_a, chosen.name, batch_size)
+        read_b = _attend(loaded_b, encoded_b, chosen.name, batch_size)
+    shown_a = [transform(att, words) for att in read_a]
+    shown_b = [transform(att, words) for att in read_b]
+    comparison = compare_pairs(list(zip(shown_a, shown_b)))
+    moved = moved_heads(comparison, top, top_k)
+    asked = None
+    if query is not None:
+        asked = query_moves(comparison.pairs[0], find_query(comparison.a, query), top_k)
+
+    matters = None
+    if importance:
+        from attnviz.analysis.importance import importance as head_importance
+
+        matters = (head_importance(loaded, encoded_a), head_importance(loaded_b, encoded_b))
+    models = (loaded.info.name, loaded_b.info.name)
+    folder, written = None, []
+    if out is not None and images:
+        folder, written = _draw(out, model, other, pairs, comparison, moved, chosen.name,
+                                words, style, models, matters)  # fmt: skip
+    return CompareResult(comparison, models, chosen.name, moved, asked, folder, written, matters)
+
+
+def _refuse_models(a: LoadedModel, b: LoadedModel, words: bool) -> None:
+    """Refuse two models that cannot be compared head by head, or token by token."""
+    if a.info.seq2seq or b.info.seq2seq:
+        raise InputError("compare reads models with one attention stack; encoder-decoder "
+                         "models are not built for it yet")  # fmt: skip
+    shape_a, shape_b = (a.info.n_layers, a.info.n_heads), (b.info.n_layers, b.info.n_heads)
+    if shape_a != shape_b:
+        raise InputError(
+            f"{a.info.name} has {shape_a[0]} layers × {shape_a[1]} heads and {b.info.name} "
+            f"{shape_b[0]} × {shape_b[1]}: compare needs models of the same shape"
+        )
+    if b is a or words:
+        return
+    same = type(a.tokenizer) is type(b.tokenizer) and (
+        a.tokenizer.get_vocab() == b.tokenizer.get_vocab()
+    )
+    if not same:
+        raise InputError(
+            f"{a.info.name} and {b.info.name} have different tokenizers, so their tokens do "
+            "not correspond: compare them by words with --words"
+        )
+
+
+def _attend(loaded: LoadedModel, encoded: list[Encoded], measure: str, size: int) -> list:
+    """Each encoded text's attention (or per-head measure), `size` texts a forward pass."""
+    from attnviz.analysis.contributions import measured
+    from attnviz.core.extract import batched
+
+    found: list[Attention] = []
+    for batch in batched(encoded, size):
+        found.extend(measured(loaded, batch, measure))
+    return found
+
+
+def _draw(out, model, other, pairs, comparison, moved, measure, words, style, models, matters):
+    """The overview of divergence per head and each moved head's A, B and B − A, written
+    into one folder per comparison (holding only its last run's files)."""
+    from attnviz.outputs.figures import (
+        Style,
+        difference_figure,
+        divergence_figure,
+        importance_figure,
+        moved_or_matters_figure,
+        save_figure,
+    )
+    from attnviz.outputs.files import clear_previous, text_folder_name, write_done
+
+    style = style or Style()
+    keys = [b for _, b in pairs] + [a for a, _ in pairs[1:]]
+    against = other.folder_key if other is not model else None
+    name = text_folder_name(pairs[0][0], 40, "compare", *keys, model.folder_key,
+                            against and f"against:{against}", measure,
+                            "words" if words else None,
+                            "importance" if matters else None)  # fmt: skip
+    folder = prepare_dir(out / name)
+    clear_previous(folder, text_folder=True)
+    who = models[0] if models[0] == models[1] else f"A: {models[0]}, B: {models[1]}"
+    over = f"mean over {len(pairs)} pairs" if len(pairs) > 1 else "A → B"
+    layers, heads = comparison.layers, list(range(comparison.divergence.shape[1]))
+    title = f"How far each head moved ({over}; {measure})\n{who}"
+    written = [save_figure(divergence_figure(comparison.divergence, layers, heads, title, style),
+                           folder / f"{OVERVIEW}.{style.fmt}", style)]  # fmt: skip
+    for m in moved:
+        pair = comparison.pairs[m.pair]
+        slot = layers.index(m.layer)
+        where = f"pair {m.pair + 1}, " if len(pairs) > 1 else ""
+        title = (f"L{m.layer} H{m.head}: JS divergence {pair.divergence[slot, m.head]:.4f} "
+                 f"nats ({where}{measure}; {who})")  # fmt: skip
+        figure = difference_figure(pair.grids_a[slot, m.head], pair.grids_b[slot, m.head],
+                                   pair.labels, title, style)  # fmt: skip
+        path = folder / f"layer-{m.layer}-head-{m.head}-compare.{style.fmt}"
+        written.append(save_figure(figure, path, style))
+    if matters is not None:
+        for side, found, who_read in (("a", matters[0], models[0]), ("b", matters[1], models[1])):
+            title = f"Head importance by {found.how} ({side.upper()}) — {who_read}"
+            figure = importance_figure(found.scores, found.ranks(), layers, heads, title,
+                                       found.measure, style)  # fmt: skip
+            path = folder / f"importance-{side}.{style.fmt}"
+            written.append(save_figure(figure, path, style))
+        figure = moved_or_matters_figure(comparison.divergence, matters[0].scores,
+                                         matters[1].scores, layers, matters[0].measure,
+                                         f"Moved or matters? ({who})", style)  # fmt: skip
+        written.append(save_figure(figure, folder / f"moved-or-matters.{style.fmt}", style))
+    settings = {"model": models[0], "against_model": models[1], "pairs": [list(p) for p in pairs],
+                "measure": measure, "words": words, "importance": matters is not None,
+                **asdict(style)}  # fmt: skip
+    record = {"files": [str(path.relative_to(folder.parent)) for path in written]}
+    write_done(folder, settings, record)
+    return folder, written
