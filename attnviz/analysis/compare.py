@@ -195,7 +195,7 @@ def compare_pair(a: Attention, b: Attention) -> Compared:
     import numpy as np
 
     from attnviz.analysis.contributions import shares
-    from attnviz.analysis.summary import role_scores, special_shares
+    from attnviz.analysis.summary import role_scores
 
     if a.weights.shape[:2] != b.weights.shape[:2] or a.held_layers() != b.held_layers():
         raise InputError(
@@ -223,6 +223,8 @@ def compare_pair(a: Attention, b: Attention) -> Compared:
 
 def _special_share(att: Attention) -> np.ndarray:
     """`show`'s special_share of every head, (L, H)."""
+    from attnviz.analysis.summary import special_shares
+
     return special_shares(att.weights.astype("f8"), ~att.special, att.key_special)
 
 
