@@ -161,6 +161,7 @@ def attention(
     target: str | None = None,
     generate: int | None = None,
     stack: str | None = None,
+    attention: str = "sdpa",
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
 
@@ -178,6 +179,8 @@ def attention(
     most, 40 when neither is given); the result is one `stack`'s attention: "cross" (the
     default: `tokens` are the target's, `key_tokens` the source's, weights (L, H, T, S)),
     "encoder" or "decoder".
+    `attention` is the model's implementation: "sdpa" (the probabilities recomputed from each
+    layer's input in blocks of rows) or "eager" (the model's own).
     """
     from attnviz.analysis.contributions import measured, refuse, stack_values
     from attnviz.analysis.transforms import transform
@@ -188,7 +191,9 @@ def attention(
 
     require_text(text)
     refuse(measure, hide_special)
-    source = models.model(model, device)
+    if attention not in ("sdpa", "eager"):
+        raise InputError(f"attention '{attention}' is not one of: sdpa, eager")
+    source = models.model(model, device, attention)
     loaded = source.load()
     if loaded.info.seq2seq or target is not None or generate is not None or stack is not None:
         values = stack_values(loaded, measure) if loaded.info.seq2seq else None

@@ -103,3 +103,22 @@ def test_metric_sums_from_blocks_equal_the_whole(arch, loaded_tiny):
         parts = [sentence_sums(att, att.weights[:, :, s : s + size], s) for s in range(0, n, size)]
         assert np.allclose(sum(p[0] for p in parts), whole, atol=1e-12)
         assert np.array_equal(sum(p[1] for p in parts), counts)
+
+
+@pytest.mark.parametrize("arch", ["bert", "llama"])
+def test_report_carries_sinks_and_reach_averaged_over_texts(arch, loaded_tiny):
+    """report's first_token_alpha, distance_mean and distance_p90 are each text's (by plain
+    loops over its whole attention) averaged over the texts; sink_head_share follows."""
+    from attnviz.core.inputs import read_sentences
+    from attnviz.pipelines.report import build_report
+
+    loaded = loaded_tiny[arch]
+    found = build_report(loaded, read_sentences(None, list(TEXTS)), batch_size=2)
+    per_text = [_loops(att.weights) for att in attend(loaded, [encode(loaded, t) for t in TEXTS])]
+    expected = [np.mean([figures[k] for figures in per_text], axis=0) for k in range(3)]
+    for name, values in zip(("first_token_alpha", "distance_mean", "distance_p90"), expected):
+        assert np.allclose(getattr(found.reach, name), values, atol=1e-5), name
+        row = found.rows()[5]
+        assert row[name] == pytest.approx(values[row["layer"], row["head"]], abs=1e-5)
+    shares = found.as_dict()["sink_head_share"]
+    assert shares == pytest.approx(list((expected[0] > reach.SINK_ALPHA).mean(axis=1)))

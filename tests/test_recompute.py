@@ -192,3 +192,30 @@ def test_block_rows_below_one_is_refused(loaded_tiny):
 
     with pytest.raises(InputError, match="at least 1"):
         capture.run(loaded, pad(loaded, [encode(loaded, "Hi.")]), [_Rows([0])], block_rows=0)
+
+
+def test_the_api_and_cli_give_the_same_numbers_either_way():
+    """`attention="eager"` (the model's own probabilities) and the default SDPA path
+    (recomputed) agree within 1e-5 through the API, and the CLI takes --attention."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import attnviz
+    from attnviz.cli import app
+
+    text = "The keys to the cabinet are on the table."
+    fast = attnviz.attention(text, device="cpu")
+    eager = attnviz.attention(text, device="cpu", attention="eager")
+    assert np.abs(fast.weights - eager.weights).max() <= TOLERANCE
+    found = {}
+    for way in ("sdpa", "eager"):
+        result = CliRunner().invoke(
+            app, ["show", text, "--json", "--no-images", "--device", "cpu", "--attention", way]
+        )
+        assert result.exit_code == 0, result.output
+        found[way] = json.loads(result.stdout)
+    for a, b in zip(found["sdpa"]["heads"], found["eager"]["heads"]):
+        assert a["special_share"] == pytest.approx(b["special_share"], abs=1e-5)
+    bad = CliRunner().invoke(app, ["show", text, "--attention", "flash"])
+    assert bad.exit_code == 2

@@ -22,12 +22,15 @@ if TYPE_CHECKING:
     from attnviz.analysis.importance import Importance
     from attnviz.analysis.linguistics import Linguistics
     from attnviz.analysis.probes import ProbeResult
+    from attnviz.analysis.reach import Reach
     from attnviz.core.attention import Attention
     from attnviz.core.models import ModelInfo
 
 
 # heads.csv's columns of `Report.special`, in its order: the share special tokens take
 SPECIAL = ("special_weight_share", "special_norm_share")
+# heads.csv's columns of `Report.reach` (`analysis.reach`): sinks and how far heads look
+REACH = ("first_token_alpha", "distance_mean", "distance_p90")
 
 
 def _finite(value: float) -> float | None:
@@ -58,6 +61,8 @@ class Report:
     special: np.ndarray | None = None
     # (3, L): each layer's mixing ratios (`contributions.MIXING`), means over every token
     mixing: np.ndarray | None = None
+    # sinks and reach per head (`analysis.reach`), each text's averaged over the texts
+    reach: Reach | None = None
 
     def importances(self) -> dict[str, Importance]:
         """The importance measured, by column name: `importance` (ablation) and/or
@@ -95,6 +100,9 @@ class Report:
             if self.special is not None:
                 for k, name in enumerate(SPECIAL):
                     row[name] = _finite(float(self.special[k, role.layer, role.head]))
+            if self.reach is not None:
+                for name in REACH:
+                    row[name] = float(getattr(self.reach, name)[role.layer, role.head])
             if self.probes is not None:
                 for p, name in enumerate(PROBES):
                     row[name] = float(self.probes.scores[p, role.layer, role.head])
@@ -114,6 +122,16 @@ class Report:
         return {
             name: [_finite(float(value)) for value in self.mixing[k]]
             for k, name in enumerate(MIXING)
+        }
+
+    def sinks(self) -> dict[str, Any]:
+        """Per layer, the share of its heads that are attention sinks (`sink_head_share`, one
+        value per layer of the model), and the share of all heads (`sink_share`)."""
+        if self.reach is None:
+            return {}
+        return {
+            "sink_head_share": self.reach.sink_head_share.tolist(),
+            "sink_share": self.reach.sink_share,
         }
 
     def linguistic_roles(self, layer: int, head: int) -> list[str]:
@@ -145,6 +163,7 @@ class Report:
             | ({"spearman": self.spearman()} if self.spearman() is not None else {})
             or None,
             "mixing_ratio": self.mixing_ratio(),
+            **self.sinks(),
             "heads": self.rows(),
             "treebank": None
             if self.linguistics is None

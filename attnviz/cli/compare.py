@@ -11,6 +11,8 @@ import typer
 
 from attnviz.cli.app import Command, app, fail, out_console
 from attnviz.cli.options import (
+    AttentionImpl,
+    AttentionOpt,
     CmapOpt,
     Device,
     DeviceOpt,
@@ -89,6 +91,7 @@ def compare(
     dpi: DpiOpt = 100,
     cmap: CmapOpt = "viridis",
     device: DeviceOpt = Device.auto,
+    attention: AttentionOpt = AttentionImpl.sdpa,
     as_json: JsonOpt = False,
 ) -> None:
     """Compare attention head by head: two texts through one model (a minimal pair), or a
@@ -119,9 +122,11 @@ def compare(
             first = read_text(text_a)
             pairs = [(first, read_text(text_b) if text_b is not None else first)]
         found = run_compare(
-            models.model(model, device.value),
+            models.model(model, device.value, attention.value),
             pairs,
-            against=models.model(against_model, device.value) if against_model else None,
+            against=models.model(against_model, device.value, attention.value)
+            if against_model
+            else None,
             words=words,
             measure=measure.value,
             query=query,

@@ -11,6 +11,8 @@ import typer
 
 from attnviz.cli.app import Command, app, fail, out_console, progress, warn
 from attnviz.cli.options import (
+    AttentionImpl,
+    AttentionOpt,
     BatchOpt,
     CmapOpt,
     Device,
@@ -115,6 +117,7 @@ def export(
         ),
     ] = False,
     device: DeviceOpt = Device.auto,
+    attention: AttentionOpt = AttentionImpl.sdpa,
     as_json: Annotated[bool, flag("--json", "Print the run's summary as JSON on stdout.")] = False,
 ) -> None:
     """Write heatmaps for many sentences: one folder each, plus manifest.json and manifest.csv.
@@ -168,7 +171,7 @@ def export(
                 bar.update(task, advance=1, rates=rates)
 
             summary = run_export(
-                models.model(model, device.value),
+                models.model(model, device.value, attention.value),
                 chosen,
                 out,
                 options=options,

@@ -42,6 +42,22 @@ ModelOpt = Annotated[
     ),
 ]
 DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
+
+
+class AttentionImpl(str, Enum):
+    sdpa = "sdpa"
+    eager = "eager"
+
+
+AttentionOpt = Annotated[
+    AttentionImpl,
+    typer.Option(
+        "--attention",
+        help="The model's attention: sdpa (fast; attnviz recomputes the probabilities from "
+        "each layer's input, in blocks of rows) or eager (the model's own probabilities, "
+        "held layer by layer; for comparison). docs/models.md says more.",
+    ),
+]
 LayerOpt = Annotated[
     list[int] | None,
     typer.Option(

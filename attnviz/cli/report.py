@@ -13,6 +13,8 @@ from attnviz.analysis.importance import CHOICES as IMPORTANCE_CHOICES
 from attnviz.analysis.roles import threshold_help
 from attnviz.cli.app import Command, app, fail, out_console, progress, warn
 from attnviz.cli.options import (
+    AttentionImpl,
+    AttentionOpt,
     BatchOpt,
     CmapOpt,
     Device,
@@ -119,6 +121,7 @@ def report(
     cmap: CmapOpt = "viridis",
     scale: ScaleOpt = Scale.absolute,
     device: DeviceOpt = Device.auto,
+    attention: AttentionOpt = AttentionImpl.sdpa,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure what every head does over a corpus and give each head a role.
@@ -181,7 +184,7 @@ def report(
         with bar:
             task = bar.add_task("report", total=len(chosen.items))
             result, written = run_report(
-                models.model(model, device.value),
+                models.model(model, device.value, attention.value),
                 chosen,
                 out,
                 chosen_style,

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from attnviz.cli.app import Command, app, err_console, fail, warn
-from attnviz.cli.options import Device, DeviceOpt, ModelOpt, flag
+from attnviz.cli.options import AttentionImpl, AttentionOpt, Device, DeviceOpt, ModelOpt, flag
 from attnviz.core import models
 from attnviz.errors import AttnvizError, InputError, Interrupted
 
@@ -40,6 +40,7 @@ def serve(
         ),
     ] = 64,
     device: DeviceOpt = Device.auto,
+    attention: AttentionOpt = AttentionImpl.sdpa,
 ) -> None:
     """Serve the interactive page on a local web address, with the model loaded once.
 
@@ -56,7 +57,7 @@ def serve(
         if warning:
             warn(warning)
         sock = listen(host, port)  # before loading: a port in use fails at once
-        chosen = models.model(model, device.value)
+        chosen = models.model(model, device.value, attention.value)
         chosen.refuse_early()
         address = url(host, port)
         with err_console.status(f"loading {model or 'the bundled model'}…"):

@@ -10,6 +10,8 @@ import typer
 
 from attnviz.cli.app import Command, app, fail, out_console
 from attnviz.cli.options import (
+    AttentionImpl,
+    AttentionOpt,
     CmapOpt,
     Device,
     DeviceOpt,
@@ -75,6 +77,7 @@ def show(
     cmap: CmapOpt = "viridis",
     scale: ScaleOpt = Scale.absolute,
     device: DeviceOpt = Device.auto,
+    attention: AttentionOpt = AttentionImpl.sdpa,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -158,7 +161,7 @@ def show(
 
         removed = [parse_head(given) for given in ablate or []]
         result = run_show(
-            models.model(model, device.value),
+            models.model(model, device.value, attention.value),
             read_text(text),
             layers=layer,
             heads=head,

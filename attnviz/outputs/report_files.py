@@ -594,6 +594,7 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style, sections:
             "",
         ]
     lines += _contributions_lines(report)
+    lines += _reach_lines(report)
     lines += sections
     lines += ["## Metrics", ""]
     names = [*METRICS, *probed]
@@ -601,6 +602,43 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style, sections:
     lines += [""] + _metric_figures(names, ext)
     lines += ["Every number: `heads.csv` and `heads.json` (one row per layer and head).", ""]
     return "\n".join(lines)
+
+
+def _reach_lines(report: Report) -> list[str]:
+    """report.md's sinks and reach: per layer, the share of sink heads and how far the
+    heads look (`analysis.reach`)."""
+    from attnviz.analysis.reach import SINK_ALPHA
+
+    reach = report.reach
+    if reach is None:
+        return []
+    layers = list(report.layers)
+    shares = reach.sink_head_share
+    rows = [
+        (
+            layer,
+            f"{shares[layer]:.0%}",
+            f"{reach.first_token_alpha[layer].mean():.2f}",
+            f"{reach.distance_mean[layer].mean():.1f}",
+            f"{reach.distance_p90[layer].mean():.1f}",
+        )
+        for layer in layers
+    ]
+    return [
+        "## Sinks and reach",
+        "",
+        f"**{reach.sink_share:.0%}** of the heads are attention sinks: they give the first "
+        f"token (BOS, [CLS]) more than {SINK_ALPHA} of their attention, averaged over every "
+        "query (Gu et al. 2025's α₁). Per layer: the share of sink heads, and the heads' "
+        "means of α₁, of the mean distance Σ_k a_ik |i − k| and of the distance within "
+        "which 90 % of the attention lies (tokens):",
+        "",
+        *_table(("layer", "sink heads", "α₁", "distance", "90 % within"), rows),
+        "",
+        "Each head's figures: `first_token_alpha`, `distance_mean` and `distance_p90` in "
+        "heads.csv and heads.json; `sink_head_share` per layer in heads.json.",
+        "",
+    ]
 
 
 def _special_lines(report: Report) -> list[str]:

@@ -23,6 +23,7 @@ from attnviz.errors import InputError, TextTooLongError
 from attnviz.outputs.files import prepare_dir
 
 if TYPE_CHECKING:
+    from attnviz.analysis.reach import Reach
     from attnviz.core.attention import Attention
     from attnviz.core.inputs import Sentences
     from attnviz.core.models import LoadedModel, Model
@@ -215,6 +216,8 @@ def build_report(
     methods = methods_of(importance) if importance else []
     from attnviz.analysis.contributions import CorpusContributions
     from attnviz.analysis.linguistics import LinguisticSums
+    from attnviz.analysis.reach import ReachRecorder
+    from attnviz.analysis.reach import mean as mean_reach
     from attnviz.analysis.transforms import transform, word_view
     from attnviz.core.extract import attend, batched
     from attnviz.core.tokens import encode, encode_words
@@ -259,9 +262,12 @@ def build_report(
     example = None
     # special shares and mixing ratios, on tokens, from the same pass
     contributions = CorpusContributions(loaded)
+    every_layer = list(range(loaded.info.n_layers))
+    reaches: list[Reach] = []  # sinks and reach of each text, from blocks of rows
     for batch in batched(encoded(), batch_size):
         also = contributions.recorders([np.array(item.special, dtype=bool) for item in batch])
-        for row, att in enumerate(attend(loaded, batch, also=also)):
+        reach = ReachRecorder(every_layer, loaded.info.n_heads, [len(item) for item in batch])
+        for row, att in enumerate(attend(loaded, batch, also=[*also, reach])):
             contributions.add(row, att)
             shown = transform(att, words)
             sums.add(shown)
@@ -277,6 +283,7 @@ def build_report(
             example = example or shown
             if on_progress:
                 on_progress(1)
+        reaches += reach.finish()
     if example is None:
         raise InputError("no sentence fits the model: every one was too long (try --truncate)")
     means = sums.means()
@@ -312,6 +319,7 @@ def build_report(
         probes=probes,
         special=contributions.special(),
         mixing=contributions.mixing(),
+        reach=mean_reach(reaches),
         importance=measured.get("ablation"),
         importance_gradient=measured.get("gradient"),
         linguistics=linguistic.result(
