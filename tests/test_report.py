@@ -116,8 +116,8 @@ def test_report_md_tables_keep_their_cells(tiny_model_dirs, tmp_path):
             cells += 1
         elif token.type == "tr_close":
             rows.append((tables, cells))
-    assert tables == 4  # roles, strongest heads, mixing ratios, metrics
-    for table in (1, 2, 3, 4):
+    assert tables == 5  # roles, strongest heads, mixing ratios, sinks and reach, metrics
+    for table in (1, 2, 3, 4, 5):
         widths = {c for t, c in rows if t == table}
         assert len(widths) == 1, (table, widths)
     html = MarkdownIt().enable("table").render((out / "report.md").read_text())
