@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from contextlib import contextmanager
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -16,6 +15,10 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+# `model` running eager attention for the duration: transformers' own `output_attentions`,
+# the reference attnviz's recomputed probabilities are held to
+from attnviz.core.capture import own_probabilities as eager  # noqa: E402, F401
 
 if "MUTANT_UNDER_TEST" in os.environ:
     # `make mutate`: mutmut's fork server imports this once and forks a test run per mutant.
@@ -229,18 +232,6 @@ def eager_tiny(tiny_model_dirs):
     from attnviz.core.models import load_model
 
     return {arch: load_model(str(path), "cpu", "eager") for arch, path in tiny_model_dirs.items()}
-
-
-@contextmanager
-def eager(model):
-    """`model` running eager attention for the duration, for a reference from transformers'
-    own `output_attentions` (SDPA keeps no probabilities); its own attention after."""
-    before = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        yield model
-    finally:
-        model.set_attn_implementation(before)
 
 
 @pytest.fixture(scope="session")

@@ -126,10 +126,10 @@ def run(
             return
         stack, layer = site
         mine = [r for r in recorders if _stack(r) == stack and r.wants.get(layer)]
-        if wanted[site] & {"probs", "rows"}:
+        if wanted[site] & {"probs", ROWS}:
             probabilities.hand_out(site, got, wanted[site], mine)
         for recorder in mine:
-            given = {kind: got[kind] for kind in recorder.wants[layer] if kind != "rows"}
+            given = {kind: got[kind] for kind in recorder.wants[layer] if kind != ROWS}
             recorder.receive(layer, given)
         del seen[site]  # every recorder has had this layer's tensors
 
@@ -151,13 +151,13 @@ def recomputes(model: Any) -> bool:
 def own_probabilities(model: Any) -> Iterator[None]:
     """`model` runs eager attention for the duration, so that `probs` are the model's own
     (what `check` compares with), not recomputed; its own implementation after."""
-    before = getattr(model.config, "_attn_implementation", "eager")
-    if before != "eager":
+    before = model.config._attn_implementation if recomputes(model) else None
+    if before is not None:
         model.set_attn_implementation("eager")
     try:
         yield
     finally:
-        if before != "eager":
+        if before is not None:
             model.set_attn_implementation(before)
 
 
@@ -167,7 +167,7 @@ class _Probabilities:
 
     def __init__(self, loaded: Any, inputs: dict[str, Any], block_rows: int) -> None:
         if block_rows < 1:
-            raise InputError(f"--block-rows must be at least 1, not {block_rows}")
+            raise InputError(f"block_rows must be at least 1, not {block_rows}")
         self.loaded, self.block_rows = loaded, block_rows
         self.recompute = recomputes(loaded.model)
         source = inputs.get("attention_mask")
@@ -177,8 +177,8 @@ class _Probabilities:
     def needs(self, site: Site, kinds: set[str]) -> set[str]:
         """The kinds to hook at `site` for `kinds`: probabilities become the layer's X (and
         cross-attention's source) when they are recomputed; `rows` are cut from `probs`."""
-        needed = set(kinds) - {"rows"}
-        if kinds & {"probs", "rows"}:
+        needed = set(kinds) - {ROWS}
+        if kinds & {"probs", ROWS}:
             needed.add("probs")
             if self.recompute:
                 needed.discard("probs")
@@ -195,7 +195,7 @@ class _Probabilities:
         from attnviz.core import recompute
 
         layer = site[1]
-        takers = [r for r in mine if "rows" in r.wants[layer]]
+        takers = [r for r in mine if ROWS in r.wants[layer]]
         if not self.recompute:
             whole = got["probs"]  # (B, H, T, S), from the attention module
             found = (
