@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -280,12 +281,19 @@ def test_the_output_in_the_docs_is_what_check_prints(seq2seq_dirs):
             "cross", "-l", "0", "-l", "1"]  # fmt: skip
     printed = runner.invoke(app, args).output
 
+    # The errors' digits are float32 rounding noise that differs between CPUs and BLAS
+    # builds: each is compared as "within tolerance", every other character as printed.
+    error = re.compile(r"\d\.\de-\d\d")
+
     def rows(lines):
-        return [line.rstrip() for line in lines if line.startswith(("│", "┃"))]
+        return [
+            error.sub("<error>", line.rstrip()) for line in lines if line.startswith(("│", "┃"))
+        ]
 
     assert rows(shown) and rows(shown) == rows(printed.splitlines())
-    verdict = next(line for line in shown if line.startswith("PASS"))
-    assert verdict in " ".join(printed.split())  # the runner's terminal wraps it
+    assert all(float(found) <= 1e-5 for found in error.findall(printed))
+    verdict = error.sub("<error>", next(line for line in shown if line.startswith("PASS")))
+    assert verdict in error.sub("<error>", " ".join(printed.split()))  # the runner wraps it
 
 
 def test_attnviz_check_passes_the_target_and_stacks_through(seq2seq_dirs):
