@@ -219,7 +219,10 @@ def test_difference_figure_centres_its_diverging_map_on_zero():
         (["only one"], "give two texts"),
         (["", "B"], "text A is empty"),
         (["A text.", "  "], "text B is empty"),
-        (["a", "b", "--measure", "rollout"], "one map per layer, not per head"),
+        (
+            ["a", "b", "--measure", "rollout"],
+            "--measure rollout is not available in attnviz compare",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_written(args, message, tmp_path):

@@ -93,6 +93,7 @@ def test_the_pages_data_is_show_htmls_from_one_pass(bundled, tmp_path):
 
     from attnviz.core import models
     from attnviz.pipelines import serve
+    from attnviz.pipelines.request import Load, Request
     from attnviz.pipelines.show import show
 
     model = models.model(None, "cpu")
@@ -104,7 +105,9 @@ def test_the_pages_data_is_show_htmls_from_one_pass(bundled, tmp_path):
         answered = serve.page(model, Question(text, **options))
     finally:
         handle.remove()
-    written = show(model, text, out=tmp_path, images=False, html=True, **options).page
+    asked = Request("show", Load(None, "cpu"), text=text, out=tmp_path, images=False, html=True,
+                    **options)  # fmt: skip
+    written = show(asked).page
     embedded = re.search(
         r'<script type="application/json" id="attnviz-data">(.*?)</script>',
         written.read_text(encoding="utf-8"),

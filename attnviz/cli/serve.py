@@ -7,14 +7,15 @@ from typing import Annotated
 import typer
 
 from attnviz.cli.app import Command, app, err_console, fail, warn
-from attnviz.cli.options import AttentionImpl, AttentionOpt, Device, DeviceOpt, ModelOpt, flag
-from attnviz.core import models
-from attnviz.errors import AttnvizError, InputError, Interrupted
+from attnviz.cli.options import LOAD, flag, grouped
+from attnviz.errors import AttnvizError, Interrupted
+from attnviz.pipelines.request import Load
 
 
 @app.command(cls=Command)
+@grouped
 def serve(
-    model: ModelOpt = None,
+    load: Load = LOAD,
     port: Annotated[
         int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")
     ] = 8000,
@@ -39,8 +40,6 @@ def serve(
             "with Retry-After.",
         ),
     ] = 64,
-    device: DeviceOpt = Device.auto,
-    attention: AttentionOpt = AttentionImpl.sdpa,
 ) -> None:
     """Serve the interactive page on a local web address, with the model loaded once.
 
@@ -50,6 +49,8 @@ def serve(
     otherwise. Ctrl-C stops it (exit code 130).
     """
     try:
+        from attnviz.pipelines import features
+        from attnviz.pipelines.request import Request
         from attnviz.server import exposed, listen, serve, url
         from attnviz.server.app import LOOPBACK_NAMES, Limits
 
@@ -57,16 +58,12 @@ def serve(
         if warning:
             warn(warning)
         sock = listen(host, port)  # before loading: a port in use fails at once
-        chosen = models.model(model, device.value, attention.value)
-        chosen.refuse_early()
+        asked = Request("serve", load)
+        chosen = asked.model()
+        features.refuse_early(asked, chosen)
         address = url(host, port)
-        with err_console.status(f"loading {model or 'the bundled model'}…"):
-            loaded = chosen.load()
-        if loaded.info.seq2seq:
-            raise InputError(
-                f"serve reads models with one attention stack; {loaded.info.name} is an "
-                "encoder-decoder model: use attnviz show --target … --html for its page"
-            )
+        with err_console.status(f"loading {load.model or 'the bundled model'}…"):
+            features.refuse(asked, chosen.load().info)
 
         def ready() -> None:
             err_console.print(

@@ -925,3 +925,69 @@ def print_moved_importance(
         table.add_row(f"L{m.layer} H{m.head}", f"{m.divergence:.4f}", f"{a.scores[at]:.4g}",
                       str(ranks_a[at]), f"{b.scores[at]:.4g}", str(ranks_b[at]))  # fmt: skip
     console.print(table)
+
+
+def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
+    """What `attnviz show` prints of its result (`pipelines.show.ShowResult`): the header,
+    then the query's heads, the per-layer measure's details, the layers × heads map or the
+    chosen heads' details; one head's heatmap; what removing heads changed."""
+    att, layers, heads = result.attention, result.layers, result.heads
+    print_header(console, att)
+    if result.query is not None:
+        print_query(console, att, result.query, layers, heads)
+    elif att.per_layer:
+        print_special_share(
+            console, att, result.summaries, result.special_by_weight, result.special_by_norm
+        )
+        print_head_details(console, att, result.summaries)
+    elif len(layers) == att.info.n_layers and len(heads) == att.info.n_heads:
+        by_weight, by_norm = result.special_by_weight, result.special_by_norm
+        print_head_map(console, att, result.summaries, layers, heads, by_weight, by_norm)
+    else:
+        print_head_details(console, att, result.summaries)
+    if len(layers) == 1 and len(heads) == 1:
+        print_heatmap(console, att, layers[0], heads[0], scale)
+    if result.ablation is not None:
+        print_ablation(console, result.ablation)
+    if result.ablation_divergence is not None:
+        print_divergence_map(console, result.ablation_divergence, layers, ABLATION_TITLE)
+
+
+def print_export(console: Console, summary: Any) -> None:
+    """What `attnviz export` prints of its summary (`pipelines.export.ExportSummary`): the
+    counts (or that nothing was left to do), an earlier export removed, where the manifest is."""
+    s = summary
+    if s.nothing_to_do:
+        too_long = f", {s.too_long} too long (skipped)" if s.too_long else ""
+        console.print(
+            f"nothing to do: {s.complete} sentences already complete with these "
+            f"settings{too_long} · {s.seconds:.1f} s (--overwrite redoes them)",
+            highlight=False,
+        )
+    else:
+        parts = [
+            f"{s.sentences} sentences",
+            f"{s.written} written",
+            f"{s.complete} already complete",
+            f"{s.too_long} too long (skipped)",
+            f"{s.truncated} truncated",
+            f"{s.blank} blank lines skipped",
+            f"{s.figures} figures",
+            f"{s.seconds:.1f} s",
+        ]
+        console.print(" · ".join(parts), highlight=False)
+    if s.removed:
+        console.print(
+            f"removed {s.removed} sentence folders of an earlier export (--overwrite)",
+            highlight=False,
+        )
+
+
+def print_written(console: Console, images: Sequence[Any], folder: Any, page: Any = None) -> None:
+    """Where a command wrote its images (and its interactive page)."""
+    if images:
+        console.print(f"wrote {len(images)} images to [bold]{folder}/[/]", highlight=False)
+    if page is not None:
+        console.print(
+            f"wrote the interactive page [bold]{page}[/]", highlight=False, soft_wrap=True
+        )

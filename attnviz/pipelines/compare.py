@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import InputError
 from attnviz.outputs.files import prepare_dir
+from attnviz.pipelines import features
 
 if TYPE_CHECKING:
     from attnviz.analysis.compare import Comparison, Moved, QueryMoves
@@ -85,11 +86,12 @@ def compare(
     objective on its texts (`analysis.importance`): a head that moved can then be told from
     a head that matters."""
     from attnviz.analysis.compare import compare_pairs, moved_heads, query_moves
-    from attnviz.analysis.contributions import MEASURES, refuse
+    from attnviz.analysis.contributions import get
     from attnviz.analysis.query import find_query
     from attnviz.analysis.transforms import transform
     from attnviz.core.attention import require_text
     from attnviz.core.tokens import encode
+    from attnviz.pipelines.request import Request
 
     if not pairs:
         raise InputError("no pairs to compare")
@@ -98,14 +100,10 @@ def compare(
         where = f" of pair {number}" if several else ""
         require_text(a, f"text A{where}")
         require_text(b, f"text B{where}")
-    chosen = refuse(measure)
-    if chosen.per_layer:
-        per_head = ", ".join(m.name for m in MEASURES.values() if not m.per_layer)
-        raise InputError(
-            f"--measure {chosen.name} has one map per layer, not per head; compare takes {per_head}"
-        )
-    if query is not None and several:
-        raise InputError("--query follows a token of one pair; give two texts instead of -f")
+    chosen = get(measure)
+    asked = Request("compare", pairs=tuple(pairs), words=words, measure=measure, query=query,
+                    importance="ablation" if importance else None)  # fmt: skip
+    features.refuse(asked)
     other = against or model
     for reader, texts in ((model, [a for a, _ in pairs]), (other, [b for _, b in pairs])):
         for text in texts:
@@ -115,6 +113,8 @@ def compare(
         prepare_dir(out)  # an unwritable --out is refused before the models load
     loaded = model.load()
     loaded_b = other.load()
+    for facts in (loaded.info, loaded_b.info):
+        features.refuse(asked, facts)
     _refuse_models(loaded, loaded_b, words)
     encoded_a = [encode(loaded, a, truncate) for a, _ in pairs]
     encoded_b = [encode(loaded_b, b, truncate) for _, b in pairs]
@@ -147,9 +147,6 @@ def compare(
 
 def _refuse_models(a: LoadedModel, b: LoadedModel, words: bool) -> None:
     """Refuse two models that cannot be compared head by head, or token by token."""
-    if a.info.seq2seq or b.info.seq2seq:
-        raise InputError("compare reads models with one attention stack; encoder-decoder "
-                         "models are not built for it yet")  # fmt: skip
     shape_a, shape_b = (a.info.n_layers, a.info.n_heads), (b.info.n_layers, b.info.n_heads)
     if shape_a != shape_b:
         raise InputError(
