@@ -80,13 +80,13 @@ def compare(
     compare them head by head (`analysis.compare`) and draw the divergence per head and the
     `top` heads that moved most (A, B and B − A) into `out`. `words` compares whole words
     (needed when the two models' tokenizers differ); `measure` is a per-head measure
-    (weights or norm); `query` (one pair only) a token of A whose row is followed.
+    (weights or norm); `query` a token of A whose row is followed.
+    Over several pairs, `query` is followed in every pair whose A has it (the mean).
     `importance` also measures each head's importance (zero ablation) to each model's
     objective on its texts (`analysis.importance`): a head that moved can then be told from
     a head that matters."""
-    from attnviz.analysis.compare import compare_pairs, moved_heads, query_moves
+    from attnviz.analysis.compare import compare_pairs, follow_query, moved_heads
     from attnviz.analysis.contributions import MEASURES, refuse
-    from attnviz.analysis.query import find_query
     from attnviz.analysis.transforms import transform
     from attnviz.core.attention import require_text
     from attnviz.core.tokens import encode
@@ -104,8 +104,6 @@ def compare(
         raise InputError(
             f"--measure {chosen.name} has one map per layer, not per head; compare takes {per_head}"
         )
-    if query is not None and several:
-        raise InputError("--query follows a token of one pair; give two texts instead of -f")
     other = against or model
     for reader, texts in ((model, [a for a, _ in pairs]), (other, [b for _, b in pairs])):
         for text in texts:
@@ -128,9 +126,7 @@ def compare(
     shown_b = [transform(att, words) for att in read_b]
     comparison = compare_pairs(list(zip(shown_a, shown_b)))
     moved = moved_heads(comparison, top, top_k)
-    asked = None
-    if query is not None:
-        asked = query_moves(comparison.pairs[0], find_query(comparison.a, query), top_k)
+    asked = follow_query(comparison, query, top_k) if query is not None else None
 
     matters = None
     if importance:
