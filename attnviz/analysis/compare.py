@@ -442,8 +442,10 @@ class QueryMoves:
             "label": self.label,
             "divergence": self.divergence.tolist(),
             **(
-                {"pairs_counted": [n + 1 for n in self.counted],
-                 "pairs_left_out": [n + 1 for n in self.skipped]}
+                {
+                    "pairs_counted": [n + 1 for n in self.counted],
+                    "pairs_left_out": [n + 1 for n in self.skipped],
+                }
                 if several
                 else {}
             ),  # fmt: skip
@@ -504,7 +506,7 @@ def follow_query(comparison: Comparison, query: str, top_k: int = 3) -> QueryMov
     if not found:
         raise InputError(
             f"no pair's text A has '{query}' with a partner in its text B; --query takes a "
-            "token of A (\"are\", \"are#2\" or a position)"
+            'token of A ("are", "are#2" or a position)'
         )
     moved = np.stack([asked.divergence for _, asked in found])  # (P, L, H)
     best = moved.argmax(axis=0)  # (L, H): where each head's row moved most

@@ -167,6 +167,34 @@ function draw(D, initial = {}, onRender = null) {
     data[p + 3] = 255;
   }
   const maskedAt = (x, y) => ((x + y) % 6 === 0 ? HATCH : MASKED);
+  // Heads the pass removed (show --ablate) have no pattern: every view marks them instead,
+  // white with light grey cross-hatching and "removed", as in the PNGs; no heatmap, no lines.
+  const REMOVED = new Set(((D.removed && D.removed.heads) || []).map(([l, h]) => `${l}/${h}`));
+  const REMOVED_HATCH = rgbOf((D.removed && D.removed.hatch) || "#c8c8c8");
+  const isRemoved = (l, h) => !perLayer(state.measure) && REMOVED.has(`${LAYER[l]}/${h}`);
+  const removedAt = (x, y) => ((x + y) % 6 === 0 || (((x - y) % 6) + 6) % 6 === 0 ? REMOVED_HATCH : [255, 255, 255]);
+  // A removed head's panel: the hatching, and `lines` of text on white in the middle.
+  function paintRemoved(canvas, width, height, lines) {
+    const ctx = canvas.getContext("2d");
+    const img = ctx.createImageData(width, height);
+    for (let y = 0; y < height; y++) {
+      for (let x = 0; x < width; x++) setPixel(img.data, 4 * (y * width + x), removedAt(x, y));
+    }
+    ctx.putImageData(img, 0, 0);
+    const size = Math.max(9, Math.min(16, Math.floor(width / 12)));
+    ctx.font = `${size}px ${getComputedStyle(document.body).fontFamily}`;
+    ctx.textAlign = "center";
+    ctx.textBaseline = "middle";
+    lines.forEach((text, n) => {
+      const y = height / 2 + (n - (lines.length - 1) / 2) * size * 1.4;
+      const w = ctx.measureText(text).width;
+      ctx.fillStyle = "#fff";
+      ctx.fillRect(width / 2 - w / 2 - 3, y - size * 0.7, w + 6, size * 1.4);
+      ctx.fillStyle = "#1d2330";
+      ctx.fillText(text, width / 2, y);
+    });
+    canvas.dataset.removed = "1";
+  }
 
   function allowed(i, j) {
     if (!D.segments || state.pair === "all") return true;
@@ -347,9 +375,11 @@ function draw(D, initial = {}, onRender = null) {
     }
     const toggles = el("div", { className: "toggles" });
     for (let h = 0; h < H; h++) {
+      const gone = isRemoved(state.layer, h);
       const b = el("button", {
-        className: "head-toggle", textContent: `${h}`, title: `head ${h} (double-click: only it)`,
-        "aria-pressed": String(state.heads.has(h)), dataset: { head: String(h) },
+        className: "head-toggle" + (gone ? " removed" : ""), textContent: `${h}`,
+        title: gone ? `head ${h}: ${D.removed.note}` : `head ${h} (double-click: only it)`,
+        "aria-pressed": String(!gone && state.heads.has(h)), dataset: { head: String(h) },
         onclick: () => { state.heads.has(h) ? state.heads.delete(h) : state.heads.add(h); render(); },
         ondblclick: () => { state.heads = new Set([h]); render(); },
       });
@@ -383,7 +413,9 @@ function draw(D, initial = {}, onRender = null) {
     };
     const left = column("q");
     const right = column("k");
-    const grids = await Promise.all([...state.heads].map((h) => head(state.layer, h).then((a) => [h, a])));
+    const drawn = [...state.heads].filter((h) => !isRemoved(state.layer, h)); // no lines for a removed head
+    const grids = await Promise.all(drawn.map((h) => head(state.layer, h).then((a) => [h, a])));
+    const gone = [...Array(H).keys()].filter((h) => isRemoved(state.layer, h));
     // An encoder-decoder page names the two columns (cross-attention's differ).
     const sides = D.stacks ? [0, el("span"), 1].map((n) => (typeof n === "number"
       ? el("div", { className: `side ${n ? "k" : "q"}`, textContent: `${sideName(n)} (${n ? "keys" : "queries"})` }) : n)) : [];
@@ -406,6 +438,8 @@ function draw(D, initial = {}, onRender = null) {
         "one colour per head, opacity = weight. Hover or click a token to see only its lines; " +
         "↑/↓ change the layer." }),
       measureNote(),
+      gone.length ? el("p", { className: "note removed", textContent:
+        `${gone.map((h) => `H${h}`).join(", ")}: ${D.removed.note}; no lines are drawn for it.` }) : "",
       toggles,
       columns,
     );
@@ -495,6 +529,9 @@ function draw(D, initial = {}, onRender = null) {
     if (D.segments && state.pair !== "all") {
       box.append(el("span", { className: "key outside" }, swatch(() => OUTSIDE), " outside the chosen sentences"));
     }
+    if (REMOVED.size && !perLayer(state.measure)) {
+      box.append(el("span", { className: "key removed" }, swatch(removedAt), ` ${D.removed.note}`));
+    }
     return box;
   }
 
@@ -513,11 +550,14 @@ function draw(D, initial = {}, onRender = null) {
     for (let l = 0; l < L; l++) {
       grid.append(el("span", { className: "axis", textContent: `L${LAYER[l]}` }));
       for (let h = 0; h < H; h++) {
+        const gone = isRemoved(l, h);
         const c = el("canvas", { width: w, height: h0, className: "thumb",
-          title: `layer ${LAYER[l]} ${perLayer(state.measure) ? state.measure : `head ${h}`}: click to open the matrix`,
+          title: `layer ${LAYER[l]} ${perLayer(state.measure) ? state.measure : `head ${h}`}` +
+            (gone ? `: ${D.removed.note}` : ": click to open the matrix"),
           dataset: { layer: String(LAYER[l]), head: String(h) },
           onclick: () => { state.layer = l; state.head = h; show("matrix"); } });
-        paint(c, all[l * H + h], w, h0);
+        if (gone) paintRemoved(c, w, h0, ["removed"]);
+        else paint(c, all[l * H + h], w, h0);
         grid.append(c);
       }
     }
@@ -571,7 +611,22 @@ function draw(D, initial = {}, onRender = null) {
     };
   })();
 
+  // A removed head's matrix: the hatched panel where its heatmap would be, and why.
+  function removedMatrix(section) {
+    const size = Math.min(720, Math.max(480, Math.max(T, S) * 24));
+    const panel = el("canvas", { id: "matrix", width: size, height: size });
+    paintRemoved(panel, size, size, ["removed (--ablate)", "its output was set to 0:", "no pattern"]);
+    const frame = el("div", { className: "matrix-frame" }, panel);
+    frame.style.width = frame.style.height = `${size}px`;
+    section.append(
+      el("p", { className: "hint", textContent: `${layerTitle(LAYER[state.layer])}, head ${state.head}: ` +
+        `${D.removed.note}; its weights are not drawn as a pattern. ↑/↓ layer, ←/→ head.` }),
+      frame,
+    );
+  }
+
   async function matrixView(section) {
+    if (isRemoved(state.layer, state.head)) return removedMatrix(section);
     const a = await head(state.layer, state.head);
     // The longer side 480–720 px, 24 px a token while that fits. An encoder-decoder page keeps
     // whole pixels per token: the cells of a non-square stack are squares of one size.
@@ -687,6 +742,10 @@ function draw(D, initial = {}, onRender = null) {
     for (let l = 0; l < L; l++) {
       const row = el("tr", {}, el("th", { textContent: `L${LAYER[l]}` }));
       for (let h = 0; h < H; h++) {
+        if (isRemoved(l, h)) {
+          row.append(el("td", { className: "removed", textContent: "removed", title: D.removed.note }));
+          continue;
+        }
         const a = all[l * H + h];
         const keys = [...Array(S).keys()].filter((j) => allowed(i, j))
           .sort((x, y) => a[i * S + y] - a[i * S + x]).slice(0, 3);
@@ -808,6 +867,9 @@ function draw(D, initial = {}, onRender = null) {
       checks.push(`This page's softmax above against the model's weights: max |Δ| = ${live.toExponential(2)}.`);
     }
     section.append(
+      isRemoved(state.layer, h) ? el("p", { className: "note removed", textContent:
+        `Layer ${l}, head ${h} was removed (--ablate): the pass set its head_h (step 5) to 0 before ` +
+        "W_O, so nothing downstream read it; the steps below are what it computed." }) : "",
       el("p", { className: "hint", textContent:
         `${layerTitle(l)}, head ${h}, query “${I.tokens[i]}” (position ${i}); d_k = ${dk}, ` +
         `scale = ${scale.toPrecision(6)}${Math.abs(scale - 1 / Math.sqrt(dk)) < 1e-12 ? " = 1/√d_k" : ""}` +

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnviz.core.adapters import STACKS  # an encoder-decoder page's stacks, in order
-from attnviz.outputs.figures import LABEL_STEPS, MASKED_GREY, MASKED_HATCH_COLOUR, MASKED_NOTE
+from attnviz.outputs.figures import (
+    LABEL_STEPS,
+    MASKED_GREY,
+    MASKED_HATCH_COLOUR,
+    MASKED_NOTE,
+    REMOVED_HATCH_COLOUR,
+    REMOVED_NOTE,
+)
 from attnviz.outputs.files import write_text_atomic
 
 if TYPE_CHECKING:
@@ -179,6 +186,12 @@ def page_data(
         # A causal model's keys after the query, drawn as in the PNGs.
         "masked": {"grey": MASKED_GREY, "hatch": MASKED_HATCH_COLOUR, "note": MASKED_NOTE},
         "label_steps": list(LABEL_STEPS),  # thinned labels on round steps, as in the PNGs
+        # Heads the pass removed (show --ablate): every view marks them instead of a pattern.
+        "removed": {
+            "heads": [[layer, head] for layer, head in att.removed],
+            "hatch": REMOVED_HATCH_COLOUR,
+            "note": REMOVED_NOTE,
+        },
         "inside": None,
         "measure": initial,
         "measures": _measures(att, measures or {}, lengths, exact),
