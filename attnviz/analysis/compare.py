@@ -26,7 +26,9 @@ from attnviz.errors import InputError
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.core.attention import Attention
+    from attnviz.analysis.inside import Inside
+    from attnviz.core.attention import Attention, Encoded
+    from attnviz.core.models import LoadedModel
 
 UNIT = "nats"
 AVERAGED = (
@@ -523,6 +525,49 @@ def follow_query(comparison: Comparison, query: str, top_k: int = 3) -> QueryMov
     counted = tuple(number for number, _ in found)
     return QueryMoves(found[0][1].unit, label, moved.mean(axis=0), top_a, top_b, pairs,
                       counted, tuple(skipped))  # fmt: skip
+
+
+def read_texts(
+    loaded: LoadedModel, encoded: Sequence[Encoded], measure: str, size: int, inside: bool = False
+) -> tuple[list[Attention], list[Inside | str] | None]:
+    """Each encoded text's attention (or per-head `measure`), `size` texts a forward pass; with
+    `inside`, each text's inside-one-head numbers too (or why they are left out), from the
+    same passes (`analysis.inside.InsideSteps`): what the compare page shows of each text."""
+    from attnviz.analysis.contributions import measured
+    from attnviz.analysis.inside import InsideSteps
+    from attnviz.core.extract import batched
+
+    found: list[Attention] = []
+    insides: list[Inside | str] = []
+    for batch in batched(encoded, size):
+        steps = InsideSteps(loaded, batch) if inside else None
+        found.extend(measured(loaded, batch, measure, also=[steps] if steps else []))
+        if steps is not None:
+            insides.extend(steps.result(row) for row in range(len(batch)))
+    return found, insides if inside else None
+
+
+def refuse_models(a: LoadedModel, b: LoadedModel, words: bool) -> None:
+    """Refuse two models that cannot be compared head by head, or token by token."""
+    if a.info.seq2seq or b.info.seq2seq:
+        raise InputError("compare reads models with one attention stack; encoder-decoder "
+                         "models are not built for it yet")  # fmt: skip
+    shape_a, shape_b = (a.info.n_layers, a.info.n_heads), (b.info.n_layers, b.info.n_heads)
+    if shape_a != shape_b:
+        raise InputError(
+            f"{a.info.name} has {shape_a[0]} layers × {shape_a[1]} heads and {b.info.name} "
+            f"{shape_b[0]} × {shape_b[1]}: compare needs models of the same shape"
+        )
+    if b is a or words:
+        return
+    same = type(a.tokenizer) is type(b.tokenizer) and (
+        a.tokenizer.get_vocab() == b.tokenizer.get_vocab()
+    )
+    if not same:
+        raise InputError(
+            f"{a.info.name} and {b.info.name} have different tokenizers, so their tokens do "
+            "not correspond: compare them by words with --words"
+        )
 
 
 class TwoRows:

@@ -163,15 +163,11 @@ def page_data(
     n_layers, n_heads, n_tokens, _ = att.weights.shape  # (L, H, T, T)
     exact = att.weights[..., :1].size * n_tokens * 4 <= EXACT_BUDGET
     data: dict[str, Any] = {
-        "model": att.info.as_dict(),
-        "text": att.text,
+        **page_frame(att, scale, cmap),
         "pair": att.pair,
-        "unit": att.unit,
-        "hidden_special": att.hidden_special,
         "tokens": list(att.tokens),
         "special": [bool(s) for s in att.special],
         "segments": list(segments) if segments else None,
-        "notes": list(att.notes),
         "layers": n_layers,
         "layer_ids": att.held_layers(),  # the model layer of each slot of `weights`
         "heads": n_heads,
@@ -180,6 +176,26 @@ def page_data(
             [_head_blob(att.weights[lay, h], exact) for h in range(n_heads)]
             for lay in range(n_layers)
         ],
+        "inside": None,
+        "measure": initial,
+        "measures": _measures(att, measures or {}, lengths, exact),
+    }
+    if isinstance(inside, Inside):
+        data["inside"] = _inside_entry(inside)
+    else:
+        data["inside_note"] = inside or NO_MODEL
+    return data
+
+
+def page_frame(att: Attention, scale: str, cmap: str) -> dict[str, Any]:
+    """What every one-stack page says around its heads: the model, the text and how it is
+    shown, the colours, and the heads the pass removed."""
+    return {
+        "model": att.info.as_dict(),
+        "text": att.text,
+        "unit": att.unit,
+        "hidden_special": att.hidden_special,
+        "notes": list(att.notes),
         "scale": scale,
         "cmap": cmap,
         "colours": _colour_table(cmap),
@@ -192,15 +208,7 @@ def page_data(
             "hatch": REMOVED_HATCH_COLOUR,
             "note": REMOVED_NOTE,
         },
-        "inside": None,
-        "measure": initial,
-        "measures": _measures(att, measures or {}, lengths, exact),
     }
-    if isinstance(inside, Inside):
-        data["inside"] = _inside_entry(inside)
-    else:
-        data["inside_note"] = inside or NO_MODEL
-    return data
 
 
 def _inside_entry(inside: Inside) -> dict[str, Any]:
