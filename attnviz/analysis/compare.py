@@ -547,6 +547,19 @@ def read_texts(
     return found, insides if inside else None
 
 
+def refuse_measure(name: str) -> Any:
+    """The measure called `name`, refusing one with no heads to compare (alti, rollout)."""
+    from attnviz.analysis.contributions import MEASURES, refuse
+
+    chosen = refuse(name)
+    if chosen.per_layer:
+        per_head = ", ".join(m.name for m in MEASURES.values() if not m.per_layer)
+        raise InputError(
+            f"--measure {chosen.name} has one map per layer, not per head; compare takes {per_head}"
+        )
+    return chosen
+
+
 def refuse_models(a: LoadedModel, b: LoadedModel, words: bool) -> None:
     """Refuse two models that cannot be compared head by head, or token by token."""
     if a.info.seq2seq or b.info.seq2seq:

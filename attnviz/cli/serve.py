@@ -15,6 +15,16 @@ from attnviz.errors import AttnvizError, InputError, Interrupted
 @app.command(cls=Command)
 def serve(
     model: ModelOpt = None,
+    against_model: Annotated[
+        str | None,
+        typer.Option(
+            "--against-model",
+            metavar="MODEL",
+            help="A second model, loaded too: the page can read text B with it and compare "
+            "the two head by head (same layers and heads; a different tokenizer needs words).",
+            show_default=False,
+        ),
+    ] = None,
     port: Annotated[
         int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")
     ] = 8000,
@@ -67,6 +77,7 @@ def serve(
                 f"serve reads models with one attention stack; {loaded.info.name} is an "
                 "encoder-decoder model: use attnviz show --target … --html for its page"
             )
+        against = _second_model(against_model, device.value, attention.value, loaded)
 
         def ready() -> None:
             err_console.print(
@@ -87,8 +98,23 @@ def serve(
 
         # A loopback server answers only to loopback names (app.py says why).
         hosts = None if warning else LOOPBACK_NAMES
-        serve(chosen, sock, Limits(max_queue=max_queue, hosts=hosts), on_ready=ready)
+        serve(chosen, sock, Limits(max_queue=max_queue, hosts=hosts), on_ready=ready,
+              against=against)  # fmt: skip
     except AttnvizError as error:
         raise fail(error) from None
     except KeyboardInterrupt:
         raise fail(Interrupted("the server stopped")) from None
+
+
+def _second_model(name: str | None, device: str, attention: str, first) -> models.Model | None:
+    """The --against-model, loaded, refused at once if it cannot be compared with `first`
+    head by head (its tokenizer is checked per request: words can bridge it)."""
+    if name is None:
+        return None
+    from attnviz.analysis.compare import refuse_models
+
+    second = models.model(name, device, attention)
+    second.refuse_early()
+    with err_console.status(f"loading {name}…"):
+        refuse_models(first, second.load(), words=True)
+    return second

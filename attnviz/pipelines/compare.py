@@ -91,9 +91,9 @@ def compare(
         follow_query,
         moved_heads,
         read_texts,
+        refuse_measure,
         refuse_models,
     )
-    from attnviz.analysis.contributions import MEASURES, refuse
     from attnviz.analysis.transforms import transform
     from attnviz.core.attention import require_text
     from attnviz.core.tokens import encode
@@ -105,12 +105,7 @@ def compare(
         where = f" of pair {number}" if several else ""
         require_text(a, f"text A{where}")
         require_text(b, f"text B{where}")
-    chosen = refuse(measure)
-    if chosen.per_layer:
-        per_head = ", ".join(m.name for m in MEASURES.values() if not m.per_layer)
-        raise InputError(
-            f"--measure {chosen.name} has one map per layer, not per head; compare takes {per_head}"
-        )
+    chosen = refuse_measure(measure)
     other = against or model
     for reader, texts in ((model, [a for a, _ in pairs]), (other, [b for _, b in pairs])):
         for text in texts:

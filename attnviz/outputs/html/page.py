@@ -370,11 +370,18 @@ def build_page(
     return _document(found, page_title(att))
 
 
-def live_page(model: dict[str, Any], measures: dict[str, str], limits: dict[str, int]) -> str:
+def live_page(
+    model: dict[str, Any],
+    measures: dict[str, str],
+    limits: dict[str, int],
+    against: dict[str, Any] | None = None,
+) -> str:
     """The page `attnviz serve` serves: page.js in live mode, with live.js's form above the
-    views, which asks the server for a text's data (`/api/page`) and draws it. `model` is
-    the model's facts, `measures` each measure's help, `limits` what the server refuses."""
-    live = {"model": model, "measures": measures, "limits": limits}
+    views, which asks the server for a text's data (`/api/page`, or `/api/compare` for two
+    texts or two models) and draws it. `model` is the model's facts, `measures` each
+    measure's help, `limits` what the server refuses, `against` the second model's facts
+    (a server started with --against-model)."""
+    live = {"model": model, "measures": measures, "limits": limits, "against": against}
     return _document({"live": live}, f"attnviz serve: {model['name']}", live=True)
 
 
