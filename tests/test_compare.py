@@ -6,11 +6,10 @@ from __future__ import annotations
 import io
 import json
 import math
-import shutil
 
 import numpy as np
 import pytest
-from conftest import synthetic_attention
+from conftest import perturbed_copy, synthetic_attention
 from typer.testing import CliRunner
 
 import attnviz
@@ -30,27 +29,6 @@ def _attentions(loaded, *texts):
     from attnviz.core.tokens import encode
 
     return attend(loaded, [encode(loaded, text) for text in texts])
-
-
-def _perturbed_copy(source, target, layer: int, head: int):
-    """A copy of a tiny model whose one head's W_Q (layer `layer`, head `head`) differs."""
-    import torch
-    import transformers
-
-    shutil.copytree(source, target)
-    config = transformers.AutoConfig.from_pretrained(source)
-    model = getattr(transformers, config.architectures[0]).from_pretrained(source)  # LM head too
-    d_head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    base = model.base_model
-    if config.model_type == "bert":
-        w_q = base.encoder.layer[layer].attention.self.query.weight  # (d_model, d_model)
-    else:
-        w_q = base.layers[layer].self_attn.q_proj.weight  # (H · d_head, d_model)
-    with torch.no_grad():
-        rows = slice(head * d_head, (head + 1) * d_head)
-        w_q[rows] += 0.5 * torch.randn_like(w_q[rows], generator=None)
-    model.save_pretrained(target)
-    return target
 
 
 def test_js_divergence_is_zero_for_equal_rows_symmetric_and_at_most_ln2():
@@ -75,7 +53,7 @@ def test_the_same_text_twice_moves_no_head(bundled):
 
 @pytest.mark.parametrize("arch", ["bert", "llama"])
 def test_one_head_s_w_q_changed_moves_that_head_and_nothing_below(arch, tiny_model_dirs, tmp_path):
-    changed = _perturbed_copy(tiny_model_dirs[arch], tmp_path / "changed", layer=1, head=2)
+    changed = perturbed_copy(tiny_model_dirs[arch], tmp_path / "changed", layer=1, head=2)
     text = "the cat sat on the mat and the dog sat on the log"
     found = attnviz.compare(
         text, model=str(tiny_model_dirs[arch]), against_model=str(changed), device="cpu"
@@ -370,7 +348,7 @@ def test_show_ablate_gives_the_divergence_of_the_kept_heads(arch, tiny_model_dir
 
 
 def test_two_models_with_importance_tell_moved_from_matters(tiny_model_dirs, tmp_path):
-    changed = _perturbed_copy(tiny_model_dirs["llama"], tmp_path / "changed", layer=1, head=2)
+    changed = perturbed_copy(tiny_model_dirs["llama"], tmp_path / "changed", layer=1, head=2)
     text = "the cat sat on the mat and the dog sat on the log"
     args = ["compare", text, "-m", tiny_model_dirs["llama"], "--against-model", changed,
             "--importance", "--device", "cpu"]  # fmt: skip

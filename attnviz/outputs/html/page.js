@@ -987,7 +987,7 @@ function draw(D, initial = {}, onRender = null) {
     const n = I.tokens.length;
     const keyTokens = I.key_tokens || I.tokens; // cross-attention: the source's
     const nk = keyTokens.length;
-    const heads = I.heads || D.heads;
+    const heads = I.heads || ST.heads;
     const dk = I.d_k;
     const i = Math.min(state.query, n - 1);
     const [l, h] = [LAYER[state.layer], state.head]; // a model layer: I holds every layer
