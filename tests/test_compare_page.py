@@ -229,3 +229,39 @@ def test_every_view_switches_between_a_b_and_the_difference(opened, written):
     # With a text chosen, the inside view is that text's from-scratch steps.
     _choose(opened, "#side", "b")
     assert opened.page.locator(".check").count() >= 1
+
+
+def test_a_decoders_difference_masks_the_later_keys(browser, loaded_tiny, tmp_path):
+    """A causal model's B − A: the keys after each aligned query are masked (hatched grey, as
+    on its A and B), every other cell is the colour of its difference; the page built without
+    the compare pass's inside numbers says why it has no inside view."""
+    from attnviz.analysis.compare import compare_pair
+    from attnviz.core.extract import attend
+    from attnviz.core.tokens import encode
+    from attnviz.outputs.html.compare import write_compare_page
+    from attnviz.outputs.html.page import NO_MODEL
+
+    loaded = loaded_tiny["gpt2"]
+    texts = ("The cat sat on the mat.", "The dog sat on the old mat.")
+    compared = compare_pair(*attend(loaded, [encode(loaded, t) for t in texts]))
+    path = write_compare_page(compared, tmp_path / "compare.html")
+    data = _data(path.read_text(encoding="utf-8"))
+    assert data["sides"]["a"]["inside"] is None and data["sides"]["a"]["inside_note"] == NO_MODEL
+    opened = Opened(browser, path)
+    try:
+        opened.view("matrix")
+        units = len(compared.labels)
+        size = int(opened.page.get_attribute("#matrix", "width"))
+        drawn = opened.canvas("#matrix", _cell_centres(units, size)).reshape(units, units, 3)
+        difference = compared.grids_b[0, 0] - compared.grids_a[0, 0]
+        expected = _rdbu()[_diverging_index(difference, data["compare"]["diff_top"])]
+        for q in range(units):
+            for k in range(units):
+                if k > q:
+                    assert tuple(drawn[q, k]) in {(160, 160, 160), (255, 255, 255)}, (q, k)
+                else:
+                    assert np.abs(drawn[q, k] - expected[q, k]).max() <= 8, (q, k)
+        assert "masked" in opened.page.inner_text("#view-matrix .legend")
+        assert opened.errors == [] and opened.requests == [opened.url]
+    finally:
+        opened.close()

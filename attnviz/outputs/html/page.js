@@ -167,7 +167,8 @@ function draw(D, initial = {}, onRender = null) {
     }
     return heads.get(key);
   }
-  const headMax = (a) => a.reduce((m, x) => (Math.abs(x) > m ? Math.abs(x) : m), 0); // B − A: |B − A|
+  // The largest value of a head; of B − A, the largest |B − A|.
+  const headMax = (a) => a.reduce((m, x) => Math.max(m, ST.diff ? Math.abs(x) : x), 0);
 
   // ---------- a compare page: A and B over their aligned units ----------
   // A side's head (n × n) read over the aligned units (U × U) as analysis/compare.py's
@@ -233,7 +234,7 @@ function draw(D, initial = {}, onRender = null) {
   // to +max, 0 in its middle.
   const colourOf = (v, max, signed) => (signed
     ? lutColour(DLUT, Math.max(0, Math.min(255, Math.round((v / max + 1) * 127.5))))
-    : lutColour(LUT, Math.min(255, Math.round((v / max) * 255))));
+    : lutColour(LUT, Math.max(0, Math.min(255, Math.round((v / max) * 255)))));
   const MORE_IN_B = () => `rgb(${lutColour(DLUT, 235).join(",")})`;
   const MORE_IN_A = () => `rgb(${lutColour(DLUT, 20).join(",")})`;
   const headColour = (h) => `hsl(${Math.round((360 * h) / H)}, 75%, 45%)`;
@@ -580,7 +581,7 @@ function draw(D, initial = {}, onRender = null) {
         for (let j = 0; j < S; j++) {
           if (f && f.side === "k" && j !== f.index) continue;
           const x = a[i * S + j] / max;
-          const v = Math.abs(x); // opacity is the weight, as in BertViz
+          const v = ST.diff ? Math.abs(x) : x; // opacity is the weight, as in BertViz
           if (v < 1 / 64 || !allowed(i, j)) continue;
           buckets[Math.min(15, Math.floor(v * 16)) + (x < 0 ? 16 : 0)].push(i, j);
         }
@@ -720,7 +721,8 @@ function draw(D, initial = {}, onRender = null) {
           for (let j = j0; j < j1; j++) {
             if (!allowed(i, j) || masked(i, j)) continue;
             shown = true;
-            if (Math.abs(a[i * S + j]) > Math.abs(v)) v = a[i * S + j];
+            const x = a[i * S + j];
+            if (signed ? Math.abs(x) > Math.abs(v) : x > v) v = x;
           }
         }
         const p = 4 * (y * width + x);
