@@ -22,6 +22,8 @@
     node.append(...children);
     return node;
   };
+  // Each box's name before it: a filled box shows no placeholder.
+  const named = (label, box) => make("label", { className: "ask-label", htmlFor: box.id, textContent: label });
   const text = make("input", { id: "text", type: "text", name: "text", autofocus: true,
     placeholder: "Type a sentence and press Enter", autocomplete: "off" });
   const pair = make("input", { id: "pair", type: "text", name: "pair", autocomplete: "off",
@@ -34,9 +36,10 @@
     ...Object.entries(S.measures).map(([m, help]) => make("option", { value: m, textContent: m, title: help })));
   const status = make("p", { id: "status", role: "status", className: "hint" });
   const form = make("form", { id: "ask" },
-    make("div", { className: "ask-row" }, text, make("button", { type: "submit", textContent: "Show" })),
-    ...(S.model.causal ? [] : [make("div", { className: "ask-row" }, pair)]),
-    make("div", { className: "ask-row" }, other, ...(AGAINST ? [make("label",
+    make("div", { className: "ask-row" }, named("text", text), text,
+      make("button", { type: "submit", textContent: "Show" })),
+    ...(S.model.causal ? [] : [make("div", { className: "ask-row" }, named("pair", pair), pair)]),
+    make("div", { className: "ask-row" }, named("compare with", other), other, ...(AGAINST ? [make("label",
       { title: `text B (or text A again, if B is empty) is read by ${AGAINST.name}` }, against,
       ` read B with ${AGAINST.name}`)] : [])),
     make("div", { className: "ask-row options" },
