@@ -94,6 +94,14 @@ def test_a_pairs_file_writes_one_page_a_pair(tmp_path):
     assert second["compare"]["pair"] == [2, 2] and second["text"] == "He is here."
     done = json.loads((folder / "done.json").read_text())
     assert done["settings"]["html"] is True and len(done["record"]["files"]) == 2
+    again = invoke(
+        "compare", "-f", pairs, "--html", "--no-images", "--json", "-o", tmp_path / "out"
+    )
+    listed = json.loads(again.stdout)
+    assert listed["images"] == [] and [p.split("/")[-1] for p in listed["pages"]] == [
+        "compare-1.html",
+        "compare-2.html",
+    ]
 
 
 def test_the_inside_views_share_one_budget(bundled, monkeypatch):

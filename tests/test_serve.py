@@ -129,7 +129,7 @@ def test_the_compare_answer_is_compare_htmls_data_from_one_pass(bundled, tmp_pat
     finally:
         handle.remove()
     assert len(passes) == 1
-    written = compare(model, [(a, b)], out=tmp_path, images=False, html=True).images[0]
+    written = compare(model, [(a, b)], out=tmp_path, images=False, html=True).pages[0]
     embedded = re.search(
         r'<script type="application/json" id="attnviz-data">(.*?)</script>',
         written.read_text(encoding="utf-8"),

@@ -165,10 +165,11 @@ def compare(
         terminal.print_moved_importance(console, found.moved, *found.importance)
     if found.query is not None:
         terminal.print_compare_query(console, found.query, found.comparison.layers, top)
-    pages = [path for path in found.images if path.suffix == ".html"]
-    if len(found.images) > len(pages):
-        console.print(f"wrote {len(found.images) - len(pages)} images to [bold]{found.folder}/[/]",
-                      highlight=False)  # fmt: skip
+    pages = found.pages
+    if found.images:
+        console.print(
+            f"wrote {len(found.images)} images to [bold]{found.folder}/[/]", highlight=False
+        )
     if pages:
         named = pages[0] if len(pages) == 1 else f"{found.folder}/compare-N.html"
         console.print(f"wrote the interactive page{'s' if len(pages) > 1 else ''} [bold]{named}[/]",

@@ -32,6 +32,7 @@ class CompareResult:
     folder: Path | None
     images: list[Path]
     importance: tuple[Importance, Importance] | None = None  # with importance: A's and B's
+    pages: tuple[Path, ...] = ()  # with html: each pair's page
 
     def as_dict(self) -> dict[str, Any]:
         layers = self.comparison.layers
@@ -46,6 +47,7 @@ class CompareResult:
             **({"importance": self._importance_dict()} if self.importance else {}),
             "folder": str(self.folder) if self.folder is not None else None,
             "images": [str(p) for p in self.images],
+            "pages": [str(p) for p in self.pages],
         }
 
     def _importance_dict(self) -> dict[str, Any]:
@@ -138,18 +140,19 @@ def compare(
 
         matters = (head_importance(loaded, encoded_a), head_importance(loaded_b, encoded_b))
     models = (loaded.info.name, loaded_b.info.name)
-    folder, written = None, []
+    folder, written, pages = None, [], []
     if out is not None and (images or html):
-        folder, written = _draw(out, model, other, pairs, comparison, moved, chosen.name,
+        folder, written, pages = _draw(out, model, other, pairs, comparison, moved, chosen.name,
                                 words, style, models, matters, images, insides)  # fmt: skip
-    return CompareResult(comparison, models, chosen.name, moved, asked, folder, written, matters)
+    return CompareResult(comparison, models, chosen.name, moved, asked, folder, written, matters,
+                         tuple(pages))  # fmt: skip
 
 
 def _draw(out, model, other, pairs, comparison, moved, measure, words, style, models, matters,
           images=True, insides=None):  # fmt: skip
     """The figures (`images`) and, with `insides` (each text's inside view: A's, then B's),
     each pair's page, written into one folder per comparison (holding only its last run's
-    files)."""
+    files): the folder, the figures' paths and the pages'."""
     from attnviz.outputs.figures import Style
     from attnviz.outputs.files import (
         clear_previous,
@@ -175,13 +178,13 @@ def _draw(out, model, other, pairs, comparison, moved, measure, words, style, mo
     written = []
     if images:
         written = _figures(folder, pairs, comparison, moved, measure, style, models, matters)
-    written += [write_text_atomic(folder / page_name, page) for page_name, page in pages]
+    pages = [write_text_atomic(folder / page_name, page) for page_name, page in pages]
     settings = {"model": models[0], "against_model": models[1], "pairs": [list(p) for p in pairs],
                 "measure": measure, "words": words, "importance": matters is not None,
                 "images": images, "html": insides is not None, **asdict(style)}  # fmt: skip
-    record = {"files": [str(path.relative_to(folder.parent)) for path in written]}
+    record = {"files": [str(path.relative_to(folder.parent)) for path in written + pages]}
     write_done(folder, settings, record)
-    return folder, written
+    return folder, written, pages
 
 
 def _figures(folder, pairs, comparison, moved, measure, style, models, matters):
