@@ -31,7 +31,6 @@ ASKING = {
     "measure-norm": dict(measure="norm"),
     "measure-composed": dict(measure="alti"),
     "query": dict(query="it"),
-    "pairs": dict(pairs=(("a", "b"), ("c", "d"))),
     "ablate": dict(ablate=((0, 1),)),
     "html": dict(html=True),
     "page-measure": dict(html=True, measure="norm"),
@@ -98,13 +97,6 @@ def test_exclusions_are_refused_whatever_the_model(fields, said):
     for facts in (None, *FACTS.values()):
         with pytest.raises(InputError, match=said):
             features.refuse(Request(command, **fields), facts)
-
-
-def test_query_with_several_pairs_is_refused_in_compare():
-    request = Request("compare", pairs=(("a", "b"), ("c", "d")), query="a")
-    with pytest.raises(InputError, match="give either --query or --file with several pairs"):
-        features.refuse(request)
-    features.refuse(Request("compare", pairs=(("a", "b"),), query="a"))  # one pair: fine
 
 
 def test_the_table_imports_nothing_heavy():

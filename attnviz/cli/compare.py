@@ -87,6 +87,14 @@ def compare(
         "attnviz-out"
     ),
     no_images: Annotated[bool, flag("--no-images", "Do not write images.")] = False,
+    html: Annotated[
+        bool,
+        flag(
+            "--html",
+            "Also write compare.html (with -f, compare-N.html a pair): the interactive page "
+            "with A, B and B − A in every view; it works offline.",
+        ),
+    ] = False,
     fmt: FormatOpt = ImageFormat.png,
     dpi: DpiOpt = 100,
     cmap: CmapOpt = "viridis",
@@ -133,10 +141,11 @@ def compare(
             top=top,
             top_k=top_k,
             truncate=truncate,
-            out=None if no_images else out,
+            out=None if no_images and not html else out,
             images=not no_images,
             style=style(fmt, dpi, cmap),
             importance=importance,
+            html=html,
         )
     except AttnvizError as error:
         raise fail(error) from None
@@ -156,7 +165,12 @@ def compare(
         terminal.print_moved_importance(console, found.moved, *found.importance)
     if found.query is not None:
         terminal.print_compare_query(console, found.query, found.comparison.layers, top)
+    pages = found.pages
     if found.images:
         console.print(
             f"wrote {len(found.images)} images to [bold]{found.folder}/[/]", highlight=False
         )
+    if pages:
+        named = pages[0] if len(pages) == 1 else f"{found.folder}/compare-N.html"
+        console.print(f"wrote the interactive page{'s' if len(pages) > 1 else ''} [bold]{named}[/]",
+                      highlight=False, soft_wrap=True)  # fmt: skip

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -11,11 +11,24 @@ from attnviz.cli.options import LOAD, flag, grouped
 from attnviz.errors import AttnvizError, Interrupted
 from attnviz.pipelines.request import Load
 
+if TYPE_CHECKING:
+    from attnviz.core.models import Model
+
 
 @app.command(cls=Command)
 @grouped
 def serve(
     load: Load = LOAD,
+    against_model: Annotated[
+        str | None,
+        typer.Option(
+            "--against-model",
+            metavar="MODEL",
+            help="A second model, loaded too: the page can read text B with it and compare "
+            "the two head by head (same layers and heads; a different tokenizer needs words).",
+            show_default=False,
+        ),
+    ] = None,
     port: Annotated[
         int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")
     ] = 8000,
@@ -63,7 +76,9 @@ def serve(
         features.refuse_early(asked, chosen)
         address = url(host, port)
         with err_console.status(f"loading {load.model or 'the bundled model'}…"):
-            features.refuse(asked, chosen.load().info)
+            loaded = chosen.load()
+        features.refuse(asked, loaded.info)
+        against = _second_model(against_model, load, loaded)
 
         def ready() -> None:
             err_console.print(
@@ -84,8 +99,28 @@ def serve(
 
         # A loopback server answers only to loopback names (app.py says why).
         hosts = None if warning else LOOPBACK_NAMES
-        serve(chosen, sock, Limits(max_queue=max_queue, hosts=hosts), on_ready=ready)
+        serve(chosen, sock, Limits(max_queue=max_queue, hosts=hosts), on_ready=ready,
+              against=against)  # fmt: skip
     except AttnvizError as error:
         raise fail(error) from None
     except KeyboardInterrupt:
         raise fail(Interrupted("the server stopped")) from None
+
+
+def _second_model(name: str | None, load: Load, first: Any) -> Model | None:
+    """The --against-model, loaded, refused at once if it cannot be compared with `first`
+    head by head (its tokenizer is checked per request: words can bridge it)."""
+    if name is None:
+        return None
+    from attnviz.analysis.compare import refuse_models
+    from attnviz.pipelines import features
+    from attnviz.pipelines.request import Request
+
+    asked = Request("serve", Load(name, load.device, load.attention))
+    second = asked.model()
+    features.refuse_early(asked, second)
+    with err_console.status(f"loading {name}…"):
+        loaded = second.load()
+        features.refuse(asked, loaded.info)
+        refuse_models(first, loaded, words=True)
+    return second

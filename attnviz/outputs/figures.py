@@ -41,6 +41,7 @@ MASKED_NOTE = "masked: a causal model's query cannot see later keys"  # the page
 # cross-hatched in light grey (unlike the masked cells' grey and white) and says "removed".
 REMOVED_HATCH = "xx"
 REMOVED_HATCH_COLOUR = "#c8c8c8"
+REMOVED_NOTE = "removed (--ablate): its output was set to 0, so it has no pattern"  # the page's
 
 
 @dataclass(frozen=True)

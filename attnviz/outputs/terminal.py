@@ -884,25 +884,46 @@ def print_moved(console: Console, moved: Sequence[Moved], several: bool = False)
 def print_compare_query(
     console: Console, query: QueryMoves, layers: Sequence[int], shown: int = 10
 ) -> None:
-    """Where one aligned query looks in A and in B, in the heads where its row moved most."""
+    """Where one aligned query looks in A and in B, in the heads where its row moved most
+    (over several pairs: the mean, and each head's keys on the pair where it moved most)."""
     import numpy as np
 
+    several = query.pair is not None
+    over = ""
+    if several:
+        over = f", mean over the {len(query.counted)} pairs whose A has it"
     table = Table(
-        title=f"Where “{query.label}” looks: the {shown} heads where its row moved most "
+        title=f"Where “{query.label}” looks: the {shown} heads where its row moved most{over} "
         "(keys: aligned tokens, rows renormalised over them)",
         title_justify="left",
         box=None,
         padding=(0, 2, 0, 0),
     )
-    for name in ("head", "JS (nats)", "top in A", "top in B"):
+    for name in ("head", "JS (nats)", *(("pair",) if several else ()), "top in A", "top in B"):
         table.add_column(name, justify="right" if name == "JS (nats)" else "left")
     order = np.argsort(-query.divergence, axis=None, kind="stable")[:shown]
     for index in order:
         slot, head = np.unravel_index(int(index), query.divergence.shape)
         key = (layers[int(slot)], int(head))
-        table.add_row(f"L{key[0]} H{key[1]}", f"{query.divergence[slot, head]:.4f}",
+        pair = (str(int(query.pair[slot, head]) + 1),) if several else ()
+        table.add_row(f"L{key[0]} H{key[1]}", f"{query.divergence[slot, head]:.4f}", *pair,
                       _targets(query.top_a[key]), _targets(query.top_b[key]))  # fmt: skip
     console.print(table)
+    if several and query.skipped:
+        left = _ranges([n + 1 for n in query.skipped])
+        console.print(f"  [yellow]“{query.label}” is not in A, or has no partner in B, in "
+                      f"pairs {left}: left out[/]", highlight=False, soft_wrap=True)  # fmt: skip
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    """Increasing numbers as runs: 1–12, 15, 21–27."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
 def print_moved_importance(

@@ -14,8 +14,7 @@ from attnviz.pipelines import features
 if TYPE_CHECKING:
     from attnviz.analysis.compare import Comparison, Moved, QueryMoves
     from attnviz.analysis.importance import Importance
-    from attnviz.core.attention import Attention, Encoded
-    from attnviz.core.models import LoadedModel, Model
+    from attnviz.core.models import Model
     from attnviz.outputs.figures import Style
 
 OVERVIEW = "divergence"  # the overview figure's file name, without its extension
@@ -34,6 +33,7 @@ class CompareResult:
     folder: Path | None
     images: list[Path]
     importance: tuple[Importance, Importance] | None = None  # with importance: A's and B's
+    pages: tuple[Path, ...] = ()  # with html: each pair's page
 
     def as_dict(self) -> dict[str, Any]:
         layers = self.comparison.layers
@@ -48,6 +48,7 @@ class CompareResult:
             **({"importance": self._importance_dict()} if self.importance else {}),
             "folder": str(self.folder) if self.folder is not None else None,
             "images": [str(p) for p in self.images],
+            "pages": [str(p) for p in self.pages],
         }
 
     def _importance_dict(self) -> dict[str, Any]:
@@ -76,18 +77,26 @@ def compare(
     style: Style | None = None,
     batch_size: int = 8,
     importance: bool = False,
+    html: bool = False,
 ) -> CompareResult:
     """Read each pair's text A with `model` and text B with `against` (default: `model`),
     compare them head by head (`analysis.compare`) and draw the divergence per head and the
     `top` heads that moved most (A, B and B − A) into `out`. `words` compares whole words
     (needed when the two models' tokenizers differ); `measure` is a per-head measure
-    (weights or norm); `query` (one pair only) a token of A whose row is followed.
+    (weights or norm); `query` a token of A whose row is followed.
+    Over several pairs, `query` is followed in every pair whose A has it (the mean).
     `importance` also measures each head's importance (zero ablation) to each model's
     objective on its texts (`analysis.importance`): a head that moved can then be told from
-    a head that matters."""
-    from attnviz.analysis.compare import compare_pairs, moved_heads, query_moves
+    a head that matters. `html` also writes the interactive page of each pair (A, B and
+    B − A in every view, `outputs.html.compare`)."""
+    from attnviz.analysis.compare import (
+        compare_pairs,
+        follow_query,
+        moved_heads,
+        read_texts,
+        refuse_models,
+    )
     from attnviz.analysis.contributions import get
-    from attnviz.analysis.query import find_query
     from attnviz.analysis.transforms import transform
     from attnviz.core.attention import require_text
     from attnviz.core.tokens import encode
@@ -109,28 +118,28 @@ def compare(
         for text in texts:
             reader.refuse_early(text=text, truncate=truncate)
 
-    if out is not None and images:
+    if out is not None and (images or html):
         prepare_dir(out)  # an unwritable --out is refused before the models load
     loaded = model.load()
     loaded_b = other.load()
     for facts in (loaded.info, loaded_b.info):
         features.refuse(asked, facts)
-    _refuse_models(loaded, loaded_b, words)
+    refuse_models(loaded, loaded_b, words)
     encoded_a = [encode(loaded, a, truncate) for a, _ in pairs]
     encoded_b = [encode(loaded_b, b, truncate) for _, b in pairs]
-    if loaded_b is loaded:  # one model: A and B share the passes
-        found = _attend(loaded, encoded_a + encoded_b, chosen.name, batch_size)
+    html = html and out is not None
+    if loaded_b is loaded:  # one model: A and B share the passes (and the page's inside view)
+        found, insides = read_texts(loaded, encoded_a + encoded_b, chosen.name, batch_size, html)
         read_a, read_b = found[: len(pairs)], found[len(pairs) :]
     else:
-        read_a = _attend(loaded, encoded_a, chosen.name, batch_size)
-        read_b = _attend(loaded_b, encoded_b, chosen.name, batch_size)
+        read_a, insides = read_texts(loaded, encoded_a, chosen.name, batch_size, html)
+        read_b, inside_b = read_texts(loaded_b, encoded_b, chosen.name, batch_size, html)
+        insides = insides + inside_b if html else None
     shown_a = [transform(att, words) for att in read_a]
     shown_b = [transform(att, words) for att in read_b]
     comparison = compare_pairs(list(zip(shown_a, shown_b)))
     moved = moved_heads(comparison, top, top_k)
-    asked = None
-    if query is not None:
-        asked = query_moves(comparison.pairs[0], find_query(comparison.a, query), top_k)
+    asked = follow_query(comparison, query, top_k) if query is not None else None
 
     matters = None
     if importance:
@@ -138,56 +147,26 @@ def compare(
 
         matters = (head_importance(loaded, encoded_a), head_importance(loaded_b, encoded_b))
     models = (loaded.info.name, loaded_b.info.name)
-    folder, written = None, []
-    if out is not None and images:
-        folder, written = _draw(out, model, other, pairs, comparison, moved, chosen.name,
-                                words, style, models, matters)  # fmt: skip
-    return CompareResult(comparison, models, chosen.name, moved, asked, folder, written, matters)
+    folder, written, pages = None, [], []
+    if out is not None and (images or html):
+        folder, written, pages = _draw(out, model, other, pairs, comparison, moved, chosen.name,
+                                words, style, models, matters, images, insides)  # fmt: skip
+    return CompareResult(comparison, models, chosen.name, moved, asked, folder, written, matters,
+                         tuple(pages))  # fmt: skip
 
 
-def _refuse_models(a: LoadedModel, b: LoadedModel, words: bool) -> None:
-    """Refuse two models that cannot be compared head by head, or token by token."""
-    shape_a, shape_b = (a.info.n_layers, a.info.n_heads), (b.info.n_layers, b.info.n_heads)
-    if shape_a != shape_b:
-        raise InputError(
-            f"{a.info.name} has {shape_a[0]} layers × {shape_a[1]} heads and {b.info.name} "
-            f"{shape_b[0]} × {shape_b[1]}: compare needs models of the same shape"
-        )
-    if b is a or words:
-        return
-    same = type(a.tokenizer) is type(b.tokenizer) and (
-        a.tokenizer.get_vocab() == b.tokenizer.get_vocab()
+def _draw(out, model, other, pairs, comparison, moved, measure, words, style, models, matters,
+          images=True, insides=None):  # fmt: skip
+    """The figures (`images`) and, with `insides` (each text's inside view: A's, then B's),
+    each pair's page, written into one folder per comparison (holding only its last run's
+    files): the folder, the figures' paths and the pages'."""
+    from attnviz.outputs.figures import Style
+    from attnviz.outputs.files import (
+        clear_previous,
+        text_folder_name,
+        write_done,
+        write_text_atomic,
     )
-    if not same:
-        raise InputError(
-            f"{a.info.name} and {b.info.name} have different tokenizers, so their tokens do "
-            "not correspond: compare them by words with --words"
-        )
-
-
-def _attend(loaded: LoadedModel, encoded: list[Encoded], measure: str, size: int) -> list:
-    """Each encoded text's attention (or per-head measure), `size` texts a forward pass."""
-    from attnviz.analysis.contributions import measured
-    from attnviz.core.extract import batched
-
-    found: list[Attention] = []
-    for batch in batched(encoded, size):
-        found.extend(measured(loaded, batch, measure))
-    return found
-
-
-def _draw(out, model, other, pairs, comparison, moved, measure, words, style, models, matters):
-    """The overview of divergence per head and each moved head's A, B and B − A, written
-    into one folder per comparison (holding only its last run's files)."""
-    from attnviz.outputs.figures import (
-        Style,
-        difference_figure,
-        divergence_figure,
-        importance_figure,
-        moved_or_matters_figure,
-        save_figure,
-    )
-    from attnviz.outputs.files import clear_previous, text_folder_name, write_done
 
     style = style or Style()
     keys = [b for _, b in pairs] + [a for a, _ in pairs[1:]]
@@ -196,8 +175,36 @@ def _draw(out, model, other, pairs, comparison, moved, measure, words, style, mo
                             against and f"against:{against}", measure,
                             "words" if words else None,
                             "importance" if matters else None)  # fmt: skip
+    pages = []
+    if insides is not None:  # built first: a page over its size is refused before any file
+        from attnviz.outputs.html.compare import compare_pages
+
+        pages = compare_pages(comparison, insides, models, style.scale, style.cmap)
     folder = prepare_dir(out / name)
     clear_previous(folder, text_folder=True)
+    written = []
+    if images:
+        written = _figures(folder, pairs, comparison, moved, measure, style, models, matters)
+    pages = [write_text_atomic(folder / page_name, page) for page_name, page in pages]
+    settings = {"model": models[0], "against_model": models[1], "pairs": [list(p) for p in pairs],
+                "measure": measure, "words": words, "importance": matters is not None,
+                "images": images, "html": insides is not None, **asdict(style)}  # fmt: skip
+    record = {"files": [str(path.relative_to(folder.parent)) for path in written + pages]}
+    write_done(folder, settings, record)
+    return folder, written, pages
+
+
+def _figures(folder, pairs, comparison, moved, measure, style, models, matters):
+    """The overview of divergence per head, each moved head's A, B and B − A, and with
+    `matters` the importance figures; the paths written."""
+    from attnviz.outputs.figures import (
+        difference_figure,
+        divergence_figure,
+        importance_figure,
+        moved_or_matters_figure,
+        save_figure,
+    )
+
     who = models[0] if models[0] == models[1] else f"A: {models[0]}, B: {models[1]}"
     over = f"mean over {len(pairs)} pairs" if len(pairs) > 1 else "A → B"
     layers, heads = comparison.layers, list(range(comparison.divergence.shape[1]))
@@ -225,9 +232,4 @@ def _draw(out, model, other, pairs, comparison, moved, measure, words, style, mo
                                          matters[1].scores, layers, matters[0].measure,
                                          f"Moved or matters? ({who})", style)  # fmt: skip
         written.append(save_figure(figure, folder / f"moved-or-matters.{style.fmt}", style))
-    settings = {"model": models[0], "against_model": models[1], "pairs": [list(p) for p in pairs],
-                "measure": measure, "words": words, "importance": matters is not None,
-                **asdict(style)}  # fmt: skip
-    record = {"files": [str(path.relative_to(folder.parent)) for path in written]}
-    write_done(folder, settings, record)
-    return folder, written
+    return written
