@@ -268,8 +268,14 @@ def grouped(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(command)
     def run(**given: Any) -> Any:
-        for name, group in groups.items():
-            given[name] = group.make(**{p.name: given.pop(p.name) for p in group.parameters})
+        from attnviz.cli.app import fail
+        from attnviz.errors import AttnvizError
+
+        try:
+            for name, group in groups.items():
+                given[name] = group.make(**{p.name: given.pop(p.name) for p in group.parameters})
+        except AttnvizError as error:  # a bad value (an unknown colour map): one line
+            raise fail(error) from None
         return command(**given)
 
     run.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
