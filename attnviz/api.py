@@ -293,6 +293,7 @@ def compare(
     """
     from attnviz.core.inputs import read_sentences, split_compare_pairs
     from attnviz.pipelines.compare import compare as run_compare
+    from attnviz.pipelines.request import Load, Request
 
     if isinstance(a, Path):
         if b is not None:
@@ -304,7 +305,8 @@ def compare(
         pairs = [(a, b if b is not None else a)]
     else:
         pairs = [(first, second) for first, second in a]
-    against = models.model(against_model, device) if against_model is not None else None
-    found = run_compare(models.model(model, device), pairs, against, words, measure,
-                        truncate=truncate, out=None, images=False, top=1)  # fmt: skip
-    return found.comparison
+    load = Load(model, device)
+    against = Load(against_model, device) if against_model is not None else None
+    asked = Request("compare", load, pairs=tuple(pairs), against=against, words=words,
+                    measure=measure, truncate=truncate, top=1)  # fmt: skip
+    return run_compare(asked).comparison

@@ -121,6 +121,7 @@ def test_the_compare_answer_is_compare_htmls_data_from_one_pass(bundled, tmp_pat
     from attnviz.core import models
     from attnviz.pipelines import serve_compare
     from attnviz.pipelines.compare import compare
+    from attnviz.pipelines.request import Load, Request
 
     a, b = "The keys to the cabinet are on the table.", "The key to the cabinets is on the table."
     model = models.model(None, "cpu")
@@ -132,7 +133,9 @@ def test_the_compare_answer_is_compare_htmls_data_from_one_pass(bundled, tmp_pat
     finally:
         handle.remove()
     assert len(passes) == 1
-    written = compare(model, [(a, b)], out=tmp_path, images=False, html=True).pages[0]
+    asked = Request("compare", Load(None, "cpu"), pairs=((a, b),), out=tmp_path, images=False,
+                    html=True)  # fmt: skip
+    written = compare(asked).pages[0]
     embedded = re.search(
         r'<script type="application/json" id="attnviz-data">(.*?)</script>',
         written.read_text(encoding="utf-8"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -15,44 +16,47 @@ if TYPE_CHECKING:
     from attnviz.core.models import Model
 
 
+AgainstOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--against-model",
+        metavar="MODEL",
+        help="A second model, loaded too: the page can read text B with it and compare "
+        "the two head by head (same layers and heads; a different tokenizer needs words).",
+        show_default=False,
+    ),
+]
+PortOpt = Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")]
+HostOpt = Annotated[
+    str,
+    typer.Option(
+        "--host",
+        help="Address to listen on. Any address but a loopback one (127.0.0.1, ::1, "
+        "localhost) lets other machines use the model, and prints a warning.",
+    ),
+]
+OpenOpt = Annotated[bool, flag("--open", "Open the page in the default browser once it is served.")]
+QueueOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-queue",
+        min=1,
+        metavar="N",
+        help="Model requests that may wait or run at once; one more is answered 503 "
+        "with Retry-After.",
+    ),
+]
+
+
 @app.command(cls=Command)
 @grouped
 def serve(
     load: Load = LOAD,
-    against_model: Annotated[
-        str | None,
-        typer.Option(
-            "--against-model",
-            metavar="MODEL",
-            help="A second model, loaded too: the page can read text B with it and compare "
-            "the two head by head (same layers and heads; a different tokenizer needs words).",
-            show_default=False,
-        ),
-    ] = None,
-    port: Annotated[
-        int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")
-    ] = 8000,
-    host: Annotated[
-        str,
-        typer.Option(
-            "--host",
-            help="Address to listen on. Any address but a loopback one (127.0.0.1, ::1, "
-            "localhost) lets other machines use the model, and prints a warning.",
-        ),
-    ] = "127.0.0.1",
-    open_browser: Annotated[
-        bool, flag("--open", "Open the page in the default browser once it is served.")
-    ] = False,
-    max_queue: Annotated[
-        int,
-        typer.Option(
-            "--max-queue",
-            min=1,
-            metavar="N",
-            help="Model requests that may wait or run at once; one more is answered 503 "
-            "with Retry-After.",
-        ),
-    ] = 64,
+    against_model: AgainstOpt = None,
+    port: PortOpt = 8000,
+    host: HostOpt = "127.0.0.1",
+    open_browser: OpenOpt = False,
+    max_queue: QueueOpt = 64,
 ) -> None:
     """Serve the interactive page on a local web address, with the model loaded once.
 
@@ -79,24 +83,7 @@ def serve(
             loaded = chosen.load()
         features.refuse(asked, loaded.info)
         against = _second_model(against_model, load, loaded)
-
-        def ready() -> None:
-            err_console.print(
-                f"attnviz serve: [bold]{address}[/] ({chosen.load().info.name}); Ctrl-C stops",
-                highlight=False,
-                soft_wrap=True,
-            )
-            if open_browser:  # in a thread: a browser may take a while to start
-                import threading
-
-                threading.Thread(target=open_page, daemon=True).start()
-
-        def open_page() -> None:
-            import webbrowser
-
-            if not webbrowser.open(address):
-                warn(f"--open found no browser to start: open {address} in one")
-
+        ready = partial(_ready, address, loaded.info.name, open_browser)
         # A loopback server answers only to loopback names (app.py says why).
         hosts = None if warning else LOOPBACK_NAMES
         serve(chosen, sock, Limits(max_queue=max_queue, hosts=hosts), on_ready=ready,
@@ -105,6 +92,24 @@ def serve(
         raise fail(error) from None
     except KeyboardInterrupt:
         raise fail(Interrupted("the server stopped")) from None
+
+
+def _ready(address: str, name: str, open_browser: bool) -> None:
+    """Say where the page is served, and open it in a browser with --open."""
+    err_console.print(
+        f"attnviz serve: [bold]{address}[/] ({name}); Ctrl-C stops", highlight=False, soft_wrap=True
+    )
+    if open_browser:  # in a thread: a browser may take a while to start
+        import threading
+
+        threading.Thread(target=_open_page, args=(address,), daemon=True).start()
+
+
+def _open_page(address: str) -> None:
+    import webbrowser
+
+    if not webbrowser.open(address):
+        warn(f"--open found no browser to start: open {address} in one")
 
 
 def _second_model(name: str | None, load: Load, first: Any) -> Model | None:

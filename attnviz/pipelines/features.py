@@ -42,8 +42,9 @@ class Feature:
 
     `option` is how a person asks for it (formatted with the request as `r`); `where` maps each
     command that offers it to the model kinds it works with there; `excludes` names the
-    features it cannot be given with, and why; `consumer` is the class that makes it, as
-    "module:Class" (None: the source or the command itself reads it)."""
+    features it cannot be given with, and why; `consumer` is the class that makes it in a run
+    built of consumers (`show`, the server's page, the API), as "module:Class" (None: the
+    source reads it; export, report and compare write their files per text or per corpus)."""
 
     name: str
     option: str | Callable[[Request], str]
@@ -102,7 +103,8 @@ FEATURES = {f.name: f for f in (
             consumer=f"{_CONSUMERS}.query:Query"),
     Feature("ablate", "--ablate", lambda r: bool(r.ablate), dict(show=ONE_STACK),
             consumer=f"{_CONSUMERS}.ablation:Ablation"),
-    Feature("html", "--html", lambda r: r.html, dict(show=EVERY, export=ONE_STACK),
+    Feature("html", "--html", lambda r: r.html, dict(show=EVERY, export=ONE_STACK,
+            compare=ONE_STACK),
             consumer=f"{_CONSUMERS}.page:Page"),
     Feature("page-measure", "--html with --measure {r.measure}",
             lambda r: r.html and r.measure != "weights", dict(show=ONE_STACK, export=ONE_STACK),
