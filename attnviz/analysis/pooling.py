@@ -17,10 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from attnviz.core.attention import Attention
 
 POOLS = {
     "mean": "each cell the mean of the visible cells it covers",
@@ -146,3 +148,44 @@ def _visible_counts(n_queries: int, n_keys: int, size: int, causal: bool) -> np.
     per_query = np.clip(queries + 1 - starts, 0, cols[None, :])  # (T, C)
     counts = np.add.reduceat(per_query, np.arange(0, n_queries, size), axis=0)
     return counts
+
+
+def pooled_attention(att: Attention, maps: dict[int, PooledMap]) -> Attention:
+    """`att`'s view drawn from its pooled maps (one per layer of `att`, all of one size and
+    kind): `weights` (L, H, ⌈T/size⌉, ⌈S/size⌉), `tokens` each block's first token (and
+    `special` whether the block holds a special token), `pooled` (size, how). Figures, the
+    page and the terminal draw it as they draw any attention, their labels giving token
+    positions."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from attnviz.core.attention import Keys
+
+    layers = att.held_layers()
+    first = maps[layers[0]]
+    size = first.size
+    weights = np.stack([maps[layer].values for layer in layers])  # (L, H, R, C)
+
+    def blocks(tokens: tuple[str, ...], special: np.ndarray) -> tuple[tuple[str, ...], Any]:
+        starts = range(0, len(tokens), size)
+        marked = np.array([bool(special[s : s + size].any()) for s in starts], dtype=bool)
+        return tuple(tokens[s] for s in starts), marked
+
+    tokens, special = blocks(att.tokens, att.special)
+    keys = None
+    if att.keys is not None:
+        key_tokens, key_special = blocks(att.keys.tokens, att.keys.special)
+        keys = Keys(att.keys.text, key_tokens, key_special, tuple(range(len(key_tokens))),
+                    key_tokens)  # fmt: skip
+    return replace(
+        att,
+        tokens=tokens,
+        special=special,
+        weights=weights,
+        words=tuple(range(len(tokens))),
+        word_labels=tokens,
+        keys=keys,
+        segments=None,
+        pooled=(size, first.how),
+    )
