@@ -311,3 +311,16 @@ def _unpack_linguistic(arrays: dict[str, np.ndarray], found: dict[str, Any]) -> 
         sums.examples[name] = (att, TreebankSentence(**sentence))
         sums.example_index[name] = example["index"]
     return sums
+
+
+def pack_means(sums: ImportanceSums) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Mean ablation's sums of the heads' outputs (all a share needs of the others')."""
+    arrays, index = sums.means.arrays("means")
+    return arrays, {"means": index, "tokens": sums.tokens}
+
+
+def unpack_means(arrays: dict[str, np.ndarray], document: dict[str, Any]) -> ImportanceSums:
+    return ImportanceSums(
+        means=OrderedSum.from_arrays("means", arrays, document["means"]),
+        tokens=document["tokens"],
+    )

@@ -36,14 +36,22 @@ def report(
     model: Model, sentences: Sentences | Treebank, out: Path, style: Style, **options: Any
 ) -> tuple[Report | Seq2SeqReport, list[Path]]:
     """Load the model, build the report over `sentences` and write it to `out`; an
-    encoder-decoder model's over the sentences read as `source<TAB>target` pairs."""
+    encoder-decoder model's over the sentences read as `source<TAB>target` pairs. With
+    `shard` ("I/N") or under a launcher, in parts (`pipelines.distributed.report_split`)."""
     from attnviz.core.models import describe
+    from attnviz.pipelines.distributed import in_parts, report_split
+    from attnviz.pipelines.shards import not_in_parts
 
+    parts = in_parts(options)  # --shard I/N, or a rank of a launched run (torchrun)
     spec = describe(model.name)
     if spec is not None and spec.seq2seq:  # bad lines refused before anything is written
+        if parts is not None:
+            raise not_in_parts()
         sentences = _pairs(sentences, options)
     else:
         model.refuse_early(options.get("layers"), options.get("heads"))
+    if parts is not None:
+        return report_split(model, sentences, out, style, **parts, **options)
     prepare_dir(out)
     loaded = model.load()
     if not loaded.info.seq2seq:
@@ -208,7 +216,7 @@ def build_report(
     """
     from attnviz.pipelines import corpus
 
-    methods = _refuse_before_the_pass(loaded, layers, heads, importance)
+    methods = corpus.refuse_before_the_pass(loaded, layers, heads, importance)
     read = corpus.read_corpus(loaded, sentences, batch_size, truncate, on_warning)
     every = range(len(read.batches))
     sums = corpus.run_part(loaded, sentences, read, every, words, truncate, on_progress)
@@ -217,35 +225,7 @@ def build_report(
     sums.importance = corpus.measure_importance(runs, on_progress=on_importance)
     return corpus.finish(
         loaded.info, sums, read, texts_per_rank=(sums.texts,), treebank=sentences,
-        probes=probes_of(loaded), objectives=objectives(runs), layers=layers, heads=heads,
+        probes=corpus.probes_of(loaded), objectives=corpus.objectives(loaded, methods),
+        layers=layers, heads=heads,
         thresholds=thresholds, min_count=min_count, margin=margin, ablation=ablation,
     )  # fmt: skip
-
-
-def _refuse_before_the_pass(
-    loaded: LoadedModel, layers: list[int] | None, heads: list[int] | None, importance: str | None
-) -> list[str]:
-    """The importance methods asked for, refusing bad layers, heads and methods before the
-    corpus's pass, not after it."""
-    from attnviz.analysis.importance import check_method, methods_of
-
-    loaded.info.pick_layers(layers)
-    loaded.info.pick_heads(heads)
-    methods = methods_of(importance) if importance else []
-    for method in methods:
-        check_method(loaded, method)
-    return methods
-
-
-def probes_of(loaded: LoadedModel) -> Any:
-    """A causal model's induction and duplicate-token probes; None for an encoder."""
-    if not loaded.info.causal:
-        return None
-    from attnviz.analysis.probes import run_probes
-
-    return run_probes(loaded)
-
-
-def objectives(runs: dict[str, Any]) -> dict[str, str]:
-    """The objective each importance run measures, by method."""
-    return {method: run.objective.name for method, (run, _) in runs.items()}
