@@ -90,6 +90,7 @@ class World:
 
     def __init__(self, rank: int, size: int, store: Any, device: str) -> None:
         self.rank, self.size, self.store, self.device = rank, size, store, device
+        self.pending = set(range(1, size)) if rank == 0 else set()  # sums not yet on rank 0
 
     @classmethod
     def join(cls, device: str) -> World:
@@ -150,9 +151,11 @@ class World:
                                  rank=0) from None  # fmt: skip
             return None
         found = [payload]
+        self.pending = set(range(1, self.size))
         for rank in range(1, self.size):
             try:
                 found.append(self._receive(rank, on_wait))
+                self.pending.discard(rank)
             except RuntimeError:
                 raise RankFailed(f"rank {rank} of {self.size} stopped before it sent {what} "
                                  "(its process ended or lost its connection)",
@@ -290,9 +293,9 @@ def _rank(
     world = World.join(device)
 
     def stopped(signum: int, frame: Any) -> None:
-        waiting = ", ".join(map(str, world.unfinished())) or "none"
-        raise RankFailed(f"stopped by the launcher (signal {signum}); ranks not finished: "
-                         f"{waiting}")  # fmt: skip
+        missing = sorted(set(world.unfinished()) | world.pending)
+        raise RankFailed(f"stopped by the launcher (signal {signum}) before rank(s) "
+                         f"{', '.join(map(str, missing))} had finished")  # fmt: skip
 
     before = signal.signal(signal.SIGTERM, stopped)
     path = partial_path(folder, rank, size)
@@ -318,6 +321,8 @@ def _run_rank(
     on_ranks: Callable[[list[int], list[int]], None] | None,
     **options: Any,
 ) -> tuple[Any, list[Path]]:
+    import signal
+
     from attnviz.outputs.partials import decode, encode
     from attnviz.outputs.report_files import write_report
     from attnviz.pipelines.shards import Share, report_of, run_share
@@ -339,6 +344,9 @@ def _run_rank(
     else:
         partials = [(f"rank {r}", decode(raw, f"rank {r}")) for r, raw in enumerate(gathered)]
         result = report_of(partials)
+        # Every rank's sums are in: a launcher stopping the run now (another rank ended after
+        # it sent them) would only cut the report's files short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         written = write_report(result, out, style)
         try:  # the other ranks may remove their partials now
             world.spread(b"written", "the news that the report is written")
