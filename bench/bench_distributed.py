@@ -86,6 +86,8 @@ def processes(args, source: Path, tmp: Path) -> None:
         wall = "1" if name == base else spread(ratios(walls[name], walls[base]), bold=True)
         peak = "1" if name == base else spread(ratios(peaks[name], peaks[base]), bold=True)
         print(f"| {name} | {wall} | {spread(walls[name])} | {peak} | {spread(peaks[name], 0)} |")
+    two, one = walls["2 ranks (torchrun), 1 thread each"], walls["1 process, 1 thread"]
+    print(f"\n2 ranks ÷ 1 process of 1 thread, wall: {spread(ratios(two, one), bold=True)}.")
     ranks = outputs["2 ranks (torchrun), 1 thread each"]
     print(f"\nTexts per rank: {ranks['texts_per_rank']}. Files of the 2 ranks against 1 "
           f"process, 1 thread: {_same(ranks, outputs['1 process, 1 thread'])}; against 1 "
@@ -93,7 +95,8 @@ def processes(args, source: Path, tmp: Path) -> None:
 
 
 def sketch(args, texts: list[str]) -> None:
-    """Seconds per text of the pass in one process, and each rank's bytes to rank 0."""
+    """Seconds per text of reading the corpus (what every rank does for all texts) and of the
+    pass in one process, and each rank's bytes to rank 0."""
     from attnviz.core.inputs import Sentence, Sentences
     from attnviz.core.models import model
     from attnviz.outputs.partials import encode
@@ -105,13 +108,17 @@ def sketch(args, texts: list[str]) -> None:
     sentences = Sentences(tuple(Sentence(i, i + 1, t) for i, t in enumerate(texts)), 0, "bench")
     read = passes.read_corpus(loaded, sentences, BATCH)
     passes.run_part(loaded, sentences, read, range(2))  # warm-up
-    seconds = []
+    reading, seconds = [], []
     for _ in range(args.runs):
+        start = time.perf_counter()
+        read = passes.read_corpus(loaded, sentences, BATCH)
+        reading.append((time.perf_counter() - start) / len(texts))
         start = time.perf_counter()
         passes.run_part(loaded, sentences, read, range(len(read.batches)))
         seconds.append((time.perf_counter() - start) / len(texts))
-    print(f"\nThe pass in one process (this process, default threads): "
-          f"{spread([s * 1000 for s in seconds])} ms per text.\n")  # fmt: skip
+    print(f"\nIn this process (default threads), min / median / max over {args.runs} runs: "
+          f"reading the corpus (tokenising) {spread([s * 1000 for s in reading], 3)} ms per "
+          f"text; the pass {spread([s * 1000 for s in seconds])} ms per text.\n")  # fmt: skip
     print("| ranks | bytes each rank sends to rank 0 (min / max over the ranks) |")
     print("|---|---|")
     for count in (2, 4, 8):

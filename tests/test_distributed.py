@@ -180,7 +180,7 @@ def _one_line_refusal(args: list[str], message: str) -> None:
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) <= 3
 
 
-def test_merge_refuses_what_does_not_make_one_report(tiny_model_dirs, tmp_path):
+def test_what_does_not_make_one_report_is_refused(tiny_model_dirs, tmp_path, monkeypatch):
     bert, gpt2 = str(tiny_model_dirs["bert"]), str(tiny_model_dirs["gpt2"])
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(CORPUS[:4]) + "\n")
@@ -226,6 +226,10 @@ def test_merge_refuses_what_does_not_make_one_report(tiny_model_dirs, tmp_path):
                       "--shard needs --partial DIR")  # fmt: skip
     _one_line_refusal(["report", "-f", str(corpus), "-m", bert, "--resume"],
                       "--partial and --resume are for --shard I/N")  # fmt: skip
+    monkeypatch.setenv("RANK", "0")  # as a launcher sets them: no rendezvous is reached
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    _one_line_refusal(["report", "-f", str(corpus), "-m", bert, "--shard", "0/2", "--partial",
+                       str(tmp_path / "m")], "each rank takes its share already")  # fmt: skip
 
 
 @contextmanager

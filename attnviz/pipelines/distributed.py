@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 PARTIALS = ".partials"  # the ranks' partials in the report folder, unless --partial says
 WAIT = 0.2  # seconds between looks at the other ranks' progress while waiting for them
-TIMEOUT = timedelta(days=7)  # a collective's limit: no limit on how long a share takes
+JOIN = timedelta(minutes=30)  # for every rank to join (torch's default)
+TIMEOUT = timedelta(days=7)  # a transfer's limit: no limit on how long a share takes
 
 
 def launched() -> tuple[int, int] | None:
@@ -54,6 +55,11 @@ def in_parts(options: dict[str, Any]) -> dict[str, Any] | None:
     parts (`shard`, or this process is a launched rank); None where it runs in one process,
     which refuses `partial` and `resume`."""
     found = {name: options.pop(name, None) for name in PARTS}
+    if found["shard"] is not None and launched() is not None:
+        raise InputError(
+            "--shard runs one share alone; under a launcher (torchrun, accelerate launch) each "
+            "rank takes its share already: leave --shard out"
+        )
     if found["shard"] is not None or launched() is not None:
         return found
     if found["partial"] is not None or found["resume"]:
@@ -98,9 +104,14 @@ class World:
         import torch.distributed as dist
 
         rank, size = launched() or (0, 1)
-        store, _, _ = next(dist.rendezvous("env://", rank, size, timeout=TIMEOUT))
+        store, _, _ = next(dist.rendezvous("env://", rank, size, timeout=JOIN))
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a restart's own keys
-        backend = "nccl" if device.startswith("cuda") else "gloo"
+        backend = "gloo"
+        if device.startswith("cuda"):
+            import torch
+
+            torch.cuda.set_device(device)  # NCCL's transfers go through this rank's GPU
+            backend = "nccl"
         dist.init_process_group(backend, store=dist.PrefixStore(f"attnviz/{restart}/pg", store),
                                 rank=rank, world_size=size, timeout=TIMEOUT)  # fmt: skip
         return cls(rank, size, dist.PrefixStore(f"attnviz/{restart}", store), device)

@@ -122,15 +122,18 @@ class Keeper:
             "shard": [share.index, share.count],
             "settings": found,
             "info": loaded.info.as_dict(),
-            "corpus": {
+            "treebank": treebank,
+            # what the report says of the whole corpus: the same in every share, kept in one
+            "corpus": None,
+        }
+        if share.index == 0:
+            self.facts["corpus"] = {
                 "kept": list(read.kept),
                 "lengths": list(read.lengths),
                 "skipped": list(read.skipped),
                 "notes": list(read.notes),
                 "batch_size": read.batch_size,
-            },  # fmt: skip
-            "treebank": treebank,
-        }
+            }
 
     def partial(self, sums: ReportSums, done: bool, probes: Any, objectives: dict) -> Partial:
         """The share's arrays and document."""
@@ -200,7 +203,8 @@ def run_share(
                     sentences)  # fmt: skip
     found = keeper.finished() if resume else None
     objectives = corpus.objectives(loaded, methods)
-    probes = corpus.probes_of(loaded) if share.index == 0 else None
+    finished = found is not None and found[1]["done"]
+    probes = corpus.probes_of(loaded) if share.index == 0 and not finished else None
     mine = corpus.split(read.costs(), share.count)[share.index]
     texts = sum(len(read.batches[b]) for b in mine)
     if on_start is not None:
