@@ -10,8 +10,9 @@ Wall time of each whole command (imports, model load and files included) and the
 the sum of RSS over its process tree (`_rss.py`: torchrun's agent and both ranks for (c)).
 Ratios within a round; min / median / max over the rounds. Identity: heads.csv, report.md and
 heads.json (less `texts_per_rank`) of (c) against (b) and against (a), byte for byte.
-Then, in this process: the pass's seconds per text (one process, every batch) and the bytes
-each rank sends to rank 0 (its partial), for the scaling sketch in docs/distributed.md.
+Then, in this process: the seconds per text of reading (tokenising) the corpus and of the
+pass (one process, every batch), and the bytes each rank sends to rank 0 (its partial; rank
+0's own is kept), for the scaling sketch in docs/distributed.md.
 Run: .venv/bin/python bench/bench_distributed.py [--sentences 200] [--runs 5] [--quick]
 """
 
@@ -119,15 +120,16 @@ def sketch(args, texts: list[str]) -> None:
     print(f"\nIn this process (default threads), min / median / max over {args.runs} runs: "
           f"reading the corpus (tokenising) {spread([s * 1000 for s in reading], 3)} ms per "
           f"text; the pass {spread([s * 1000 for s in seconds])} ms per text.\n")  # fmt: skip
-    print("| ranks | bytes each rank sends to rank 0 (min / max over the ranks) |")
-    print("|---|---|")
+    print("| ranks | bytes each of ranks 1…N−1 sends rank 0 (min / max) | rank 0's own (kept) |")
+    print("|---|---|---|")
     for count in (2, 4, 8):
         sizes = []
         for index in range(count):
-            share = Share(index, count)
-            found = run_share(chosen, loaded, sentences, share, None, batch_size=BATCH)
+            found = run_share(
+                chosen, loaded, sentences, Share(index, count), None, batch_size=BATCH
+            )
             sizes.append(len(encode(*found)))
-        print(f"| {count} | {min(sizes):,} / {max(sizes):,} |")
+        print(f"| {count} | {min(sizes[1:]):,} / {max(sizes[1:]):,} | {sizes[0]:,} |")
 
 
 def main() -> None:

@@ -279,3 +279,21 @@ def test_a_killed_rank_leaves_no_report_and_resume_finishes_it(tiny_model_dirs, 
     _single(args, tmp_path / "one")
     _assert_same_files(tmp_path / "one", tmp_path / "out")
     assert not partials.exists()
+
+
+@pytest.mark.slow  # two processes, and torch imported in each
+def test_a_rank_that_fails_is_named_with_its_reason_by_rank_0(tiny_model_dirs, tmp_path):
+    """Only rank 1 has a partial of another run to resume from: it stops, and rank 0 says
+    which rank stopped and why, in one line; rank 1 says nothing."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS[:4]) + "\n")
+    args = ["-f", str(corpus), "-m", str(tiny_model_dirs["bert"])]
+    stale = runner.invoke(app, ["report", *args, "-b", "2", "--shard", "1/2", "--partial",
+                                str(tmp_path / "out/.partials")])  # fmt: skip
+    assert stale.exit_code == 0, stale.output
+    with _ranks([*args, "-b", "1", "-o", "out", "--resume"], 2, tmp_path) as started:
+        (code0, out0, err0), (code1, out1, err1) = _finish(started)
+    assert code0 == 1 and code1 == 2 and out0 == out1 == err1 == ""
+    assert err0.count("\n") == 1, err0
+    assert "rank 1 of 2 stopped: --resume:" in err0 and "(--batch-size 2, not 1)" in err0
+    assert not (tmp_path / "out/heads.csv").exists()

@@ -15,6 +15,7 @@ not finished.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.errors import InputError, RankFailed
+from attnviz.errors import AttnvizError, InputError, RankFailed
 
 if TYPE_CHECKING:
     from attnviz.analysis.importance import ImportanceSums
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 PARTIALS = ".partials"  # the ranks' partials in the report folder, unless --partial says
 WAIT = 0.2  # seconds between looks at the other ranks' progress while waiting for them
+ERROR = b"attnviz error\n"  # what a rank sends rank 0 instead of its sums when it fails
 JOIN = timedelta(minutes=30)  # for every rank to join (torch's default)
 TIMEOUT = timedelta(days=7)  # a transfer's limit: no limit on how long a share takes
 
@@ -116,19 +118,27 @@ class World:
                                 rank=rank, world_size=size, timeout=TIMEOUT)  # fmt: skip
         return cls(rank, size, dist.PrefixStore(f"attnviz/{restart}", store), device)
 
+    def count(self, key: str, add: int = 0) -> int:
+        """Add to a count in the launcher's store, and read it."""
+        try:
+            return self.store.add(key, add)
+        except RuntimeError:  # its host is gone: the launcher, or rank 0 where none holds it
+            raise RankFailed("the launcher's store stopped answering (rank 0 or the launcher "
+                             "stopped)", rank=0) from None  # fmt: skip
+
     def tell(self, done: int) -> None:
         """Add `done` texts to this rank's progress."""
-        self.store.add(f"progress/{self.rank}", done)
+        self.count(f"progress/{self.rank}", done)
 
-    def counts(self) -> list[int]:
-        """Every rank's texts done so far."""
-        return [self.store.add(f"progress/{rank}", 0) for rank in range(self.size)]
+    def counts(self, what: str = "progress") -> list[int]:
+        """Every rank's count of `what`: texts done so far (progress), texts (total)."""
+        return [self.count(f"{what}/{rank}") for rank in range(self.size)]
 
     def finished(self) -> None:
-        self.store.add(f"done/{self.rank}", 1)
+        self.count(f"done/{self.rank}", 1)
 
     def unfinished(self) -> list[int]:
-        return [rank for rank in range(self.size) if not self.store.add(f"done/{rank}", 0)]
+        return [rank for rank, done in enumerate(self.counts("done")) if not done]
 
     def _send(self, payload: bytes, to: int, on_wait: Callable[[], None] | None) -> None:
         import torch
@@ -165,12 +175,16 @@ class World:
         self.pending = set(range(1, self.size))
         for rank in range(1, self.size):
             try:
-                found.append(self._receive(rank, on_wait))
-                self.pending.discard(rank)
+                raw = self._receive(rank, on_wait)
             except RuntimeError:
                 raise RankFailed(f"rank {rank} of {self.size} stopped before it sent {what} "
                                  "(its process ended or lost its connection)",
                                  rank=rank) from None  # fmt: skip
+            if raw.startswith(ERROR):  # the rank said why it stopped
+                message = raw[len(ERROR) :].decode("utf-8")
+                raise RankFailed(f"rank {rank} of {self.size} stopped: {message}", rank=rank)
+            found.append(raw)
+            self.pending.discard(rank)
         return found
 
     def spread(self, payload: bytes | None, what: str) -> bytes:
@@ -262,8 +276,7 @@ def _progress(world: World, on_ranks: Callable[[list[int], list[int]], None] | N
         if on_ranks is None or world.rank != 0 or time.monotonic() - last[0] < WAIT:
             return
         last[0] = time.monotonic()
-        totals = [world.store.add(f"total/{rank}", 0) for rank in range(world.size)]
-        on_ranks(world.counts(), totals)
+        on_ranks(world.counts(), world.counts("total"))
 
     def done(n: int) -> None:
         world.tell(n)
@@ -342,11 +355,17 @@ def _run_rank(
     mean = options.get("importance") in ("ablation", "both") and options.get("ablation") == "mean"
     if world.rank != 0:  # only rank 0 says anything
         options.pop("on_warning", None)
-    found = run_share(
-        model, model.load(), sentences, Share(world.rank, world.size), path, resume,
-        exchange=_exchange(world) if mean else None, on_progress=on_progress,
-        on_start=lambda n: world.store.add(f"total/{world.rank}", n), **options,
-    )  # fmt: skip
+    try:
+        found = run_share(
+            model, model.load(), sentences, Share(world.rank, world.size), path, resume,
+            exchange=_exchange(world) if mean else None, on_progress=on_progress,
+            on_start=lambda n: world.count(f"total/{world.rank}", n), **options,
+        )  # fmt: skip
+    except AttnvizError as error:
+        if world.rank != 0 and not isinstance(error, RankFailed):  # rank 0 says it, naming us
+            with contextlib.suppress(RankFailed):  # rank 0 stopped too (the same error)
+                world.gather(ERROR + str(error).encode("utf-8"), "why it stopped")
+        raise
     world.finished()
     gathered = world.gather(encode(*found), "its sums", on_wait)
     if gathered is None:

@@ -222,7 +222,7 @@ def run_share(
         runs = corpus.importance_runs(loaded, sentences, read, methods, (share.index,
                                       share.count), truncate, ablation=options.get("ablation"),
                                       layers=layers, heads=heads)  # fmt: skip
-        means = (lambda _, mine: exchange(mine)) if exchange is not None else None
+        means = (lambda _, own: exchange(own)) if exchange is not None else None
         sums.importance = corpus.measure_importance(runs, means, on_importance)
         partial = keeper.save(sums, True, probes, objectives)
     elif exchange is not None and "ablation" in sums.importance:
