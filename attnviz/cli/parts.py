@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from attnviz.cli.app import fail, out_console, progress
+from attnviz.cli.options import flag
 from attnviz.errors import AttnvizError, RankFailed
 
 ShardOpt = Annotated[
@@ -35,10 +36,10 @@ PartialOpt = Annotated[
 ]
 ResumeOpt = Annotated[
     bool,
-    typer.Option(
+    flag(
         "--resume",
-        help="Do not run again what the shards' sums in --partial hold already (after a run "
-        "that failed, with the same command).",
+        "Do not run again what the shards' sums in --partial hold already (after a run that "
+        "failed, with the same command).",
     ),
 ]
 

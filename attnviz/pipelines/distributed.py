@@ -384,13 +384,6 @@ def _run_rank(
             pass
     if path.parent.name == PARTIALS and path.parent.parent == out:  # ours to remove
         path.unlink(missing_ok=True)
-        if world.rank == 0 or not any(path.parent.iterdir()):
-            _remove_empty(path.parent)
+        with contextlib.suppress(OSError):  # another rank's partial is still there, or it is
+            path.parent.rmdir()  # gone already: the last rank out removes the folder
     return result, written
-
-
-def _remove_empty(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:  # another rank's partial is still there, or it is gone already
-        pass
