@@ -73,62 +73,39 @@ class Attention(core.Attention):
     def to_html(self, scale: str = "absolute", cmap: str = "viridis") -> str:
         """The interactive page (head, model, matrix, query and inside-one-head views) as one
         self-contained HTML string: nothing in it loads from the network."""
-        from attnviz.analysis.contributions import page_pass
-        from attnviz.analysis.transforms import transform
-        from attnviz.core.tokens import encode
+        from attnviz.outputs.figures import Style
         from attnviz.outputs.html import build_page
+        from attnviz.pipelines import sources
+        from attnviz.pipelines.consumers.page import Page
+        from attnviz.pipelines.request import Load, Request
 
         # The inside view needs each layer's input and the measure switch every measure,
         # which `attention()` does not keep: this runs the text once more (`attnviz show
-        # --html` gets all of it from one pass).
+        # --html` gets all of it from one pass). A generated target is read again from the
+        # text it decoded to, which can differ from the ids it wrote.
         if self.source is None:
             raise InputError(
                 "this Attention has no model to read it again: make it with attention()"
             )
-        loaded = self.source.load()
-        if self.stack is not None:
-            return self._stacks_page(loaded, scale, cmap)
-        encoded = encode(loaded, self.text, self.truncated, self.pair)
-        words, hidden = self.unit == "word", self.hidden_special
-        _, found, inside = page_pass(
-            loaded,
-            encoded,
-            self.measure,
-            self.held_layers(),
-            lambda att: transform(att, words, hidden),
+        model = self.source
+        request = Request(
+            "show",
+            Load(model.name, model.device, model.attention),
+            text=self.text,
+            pair=self.pair,
+            target=self.target,
+            stack=self.stack,
+            layers=None if self.stack else tuple(self.held_layers()),
+            truncate=self.truncated,
+            words=self.unit == "word",
+            hide_special=self.hidden_special,
+            measure=self.measure,
+            html=True,
+            style=Style(scale=scale, cmap=cmap),
         )
-        return build_page(
-            found.weights,
-            inside=inside,
-            scale=scale,
-            cmap=cmap,
-            segments=self.segments,
-            measures=found.others,
-            lengths=found.lengths,
-            initial=self.measure,
-        )
-
-    def _stacks_page(self, loaded: Any, scale: str, cmap: str) -> str:
-        """An encoder-decoder model's page: every stack, opening on this one, with the target
-        read again from its text (a generated target is re-tokenised from what it decoded to,
-        which can differ from the ids it wrote; `show --generate --html` keeps the ids)."""
-        from attnviz.analysis.inside import StacksInside
-        from attnviz.analysis.transforms import transform
-        from attnviz.core.adapters import STACKS
-        from attnviz.core.extract import extract_seq2seq
-        from attnviz.outputs.html import build_page
-
-        if self.measure != "weights":
-            raise InputError("the page of an encoder-decoder model shows its weights only")
-        inside = StacksInside(loaded)  # each stack's inside view, from the same pass
-        found = extract_seq2seq(
-            loaded, self.text, self.target, None, STACKS, self.truncated, also=inside
-        )
-        words, hidden = self.unit == "word", self.hidden_special
-        stacks = {name: transform(att, words, hidden) for name, att in found.items()}
-        return build_page(
-            stacks[self.stack], inside.results(), stacks=stacks, scale=scale, cmap=cmap
-        )
+        page = Page(request)
+        att, options = page.contents(sources.run(request, [page]))
+        return build_page(att, **options)
 
     def _repr_html_(self) -> str:
         """A notebook cell showing an Attention shows the interactive page, in a sandboxed
@@ -182,28 +159,28 @@ def attention(
     `attention` is the model's implementation: "sdpa" (the probabilities recomputed from each
     layer's input in blocks of rows) or "eager" (the model's own).
     """
-    from attnviz.analysis.contributions import measured, refuse, stack_values
-    from attnviz.analysis.transforms import transform
-    from attnviz.core.attention import require_text
-    from attnviz.core.extract import extract_seq2seq
-    from attnviz.core.models import DEFAULT_STACK
-    from attnviz.core.tokens import encode
+    from attnviz.pipelines import features, sources
+    from attnviz.pipelines.request import Load, Request
 
-    require_text(text)
-    refuse(measure, hide_special)
     if attention not in ("sdpa", "eager"):
         raise InputError(f"attention '{attention}' is not one of: sdpa, eager")
-    source = models.model(model, device, attention)
-    loaded = source.load()
-    if loaded.info.seq2seq or target is not None or generate is not None or stack is not None:
-        values = stack_values(loaded, measure) if loaded.info.seq2seq else None
-        chosen = stack or DEFAULT_STACK
-        found = extract_seq2seq(
-            loaded, text, target, generate, (chosen,), truncate, layers, values
-        )[chosen]
-    else:
-        found = measured(loaded, [encode(loaded, text, truncate, pair)], measure, layers)[0]
-    shown = transform(found, words, hide_special)
+    request = Request(
+        "show",
+        Load(model, device, attention),
+        text=text,
+        pair=pair,
+        target=target,
+        generate=generate,
+        layers=tuple(layers) if layers else None,
+        stack=stack,
+        truncate=truncate,
+        words=words,
+        hide_special=hide_special,
+        measure=measure,
+    )
+    source = request.model()
+    features.refuse_early(request, source)
+    shown = sources.run(request).shown
     return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, source=source)
 
 
@@ -223,10 +200,13 @@ def check(
     output, `generate` tokens at most) as the decoder's input; each of `stacks` (default all:
     "encoder", "decoder", "cross") is checked, one `CheckResult` per stack in `stacks`."""
     from attnviz.pipelines.check import check as run_check
+    from attnviz.pipelines.request import Load, Request
 
     return run_check(
-        models.model(model, device), text, layers, tolerance, truncate, target, generate, stacks
-    )
+        Request("check", Load(model, device), text=text, target=target, generate=generate,
+                layers=tuple(layers) if layers else None, stacks=tuple(stacks or ()),
+                truncate=truncate, tolerance=tolerance)
+    )  # fmt: skip
 
 
 def report(
@@ -313,6 +293,7 @@ def compare(
     """
     from attnviz.core.inputs import read_sentences, split_compare_pairs
     from attnviz.pipelines.compare import compare as run_compare
+    from attnviz.pipelines.request import Load, Request
 
     if isinstance(a, Path):
         if b is not None:
@@ -324,7 +305,8 @@ def compare(
         pairs = [(a, b if b is not None else a)]
     else:
         pairs = [(first, second) for first, second in a]
-    against = models.model(against_model, device) if against_model is not None else None
-    found = run_compare(models.model(model, device), pairs, against, words, measure,
-                        truncate=truncate, out=None, images=False, top=1)  # fmt: skip
-    return found.comparison
+    load = Load(model, device)
+    against = Load(against_model, device) if against_model is not None else None
+    asked = Request("compare", load, pairs=tuple(pairs), against=against, words=words,
+                    measure=measure, truncate=truncate, top=1)  # fmt: skip
+    return run_compare(asked).comparison

@@ -278,6 +278,27 @@ def synthetic_attention(weights, tokens, special=None, words=None, word_labels=N
     )
 
 
+def perturbed_copy(source, target, layer: int, head: int):
+    """A copy of a tiny model whose one head's W_Q (layer `layer`, head `head`) differs."""
+    import torch
+    import transformers
+
+    shutil.copytree(source, target)
+    config = transformers.AutoConfig.from_pretrained(source)
+    model = getattr(transformers, config.architectures[0]).from_pretrained(source)  # LM head too
+    d_head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    base = model.base_model
+    if config.model_type == "bert":
+        w_q = base.encoder.layer[layer].attention.self.query.weight  # (d_model, d_model)
+    else:
+        w_q = base.layers[layer].self_attn.q_proj.weight  # (H · d_head, d_model)
+    with torch.no_grad():
+        rows = slice(head * d_head, (head + 1) * d_head)
+        w_q[rows] += 0.5 * torch.randn_like(w_q[rows], generator=None)
+    model.save_pretrained(target)
+    return target
+
+
 # Tests that need these take seconds each: a real browser, or SmolLM2 (15 s to load).
 SLOW_FIXTURES = {"browser", "smollm2", "smollm2_gguf"}
 # What CI must have: a test that needs one of these fails on CI where it would skip elsewhere.

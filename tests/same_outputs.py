@@ -68,7 +68,36 @@ COMMANDS: list[tuple[str, list[str]]] = [
     ("show-words", ["show", BOOK, "--html", "--words", "--hide-special"]),
     ("show-pair", ["show", MEETING, "--pair", "It rained.", "--html"]),
     ("show-json", ["show", ALICE, "--json", "--no-images"]),
+    (
+        "show-ablate",
+        ["show", QUICK, "--ablate", "0.2", "--ablate", "3.1", "--query", "fox", "--html"],
+    ),
+    ("show-norm", ["show", DOOR, "--measure", "norm", "--html"]),
+    ("show-alti-json", ["show", BOOK, "--measure", "alti", "--json", "--no-images"]),
+    ("show-one-head", ["show", SHORT, "-l", "2", "-H", "3", "--scale", "head"]),
+    (
+        "compare",
+        ["compare", "The keys to the cabinet are here.", "The keys to the cabinet is here."],
+    ),
     ("export", ["export", "-f", SENTENCES, "--html", "--save-raw", "--json"]),
+    (
+        "export-norm",
+        [
+            "export",
+            "-f",
+            SENTENCES,
+            "--measure",
+            "norm",
+            "--query",
+            "the",
+            "--figures",
+            "overview",
+            "--save-raw",
+            "-o",
+            "attnviz-out/export-norm",
+            "--json",
+        ],
+    ),
     ("report", ["report", "-f", SENTENCES]),
     ("check-json", ["check", SHORT, "--json"]),
     ("show-smollm2", ["show", SHORT, "-m", "smollm2", "--layer", "0", "--layer", "29", "--html"]),
@@ -83,7 +112,7 @@ def stdout_file(n: int, name: str, args: list[str]) -> str:
 
 
 # The files that record how long the run took, as `"seconds": 12.345`.
-TIMED = {"attnviz-out/export/manifest.json"} | {
+TIMED = {"attnviz-out/export/manifest.json", "attnviz-out/export-norm/manifest.json"} | {
     stdout_file(n, name, args)
     for n, (name, args) in enumerate(COMMANDS, start=1)
     if args[0] == "export" and "--json" in args

@@ -158,7 +158,7 @@ def test_one_stack_models_check_as_before(bundled):
 
 
 def test_the_api_checks_each_stack_and_names_it(seq2seq_dirs):
-    result = check(_model(seq2seq_dirs, "t5"), SOURCE, target=TARGET, stacks=["decoder", "cross"])
+    result = check(_asked(seq2seq_dirs, "t5", stacks=("decoder", "cross")))
     assert result.passed and [part.stack for part in result.stacks] == ["decoder", "cross"]
     decoder, cross = result.stacks
     assert decoder.info.causal and not cross.info.causal
@@ -169,10 +169,10 @@ def test_the_api_checks_each_stack_and_names_it(seq2seq_dirs):
     ]
 
 
-def _model(dirs, arch):
-    from attnviz.core import models
+def _asked(dirs, arch, **fields):
+    from attnviz.pipelines.request import Load, Request
 
-    return models.model(str(dirs[arch]), "cpu")
+    return Request("check", Load(str(dirs[arch]), "cpu"), text=SOURCE, target=TARGET, **fields)
 
 
 def test_cli_checks_every_stack_by_default(seq2seq_dirs):
@@ -213,10 +213,14 @@ def test_cli_reports_a_mismatch_in_its_stack(seq2seq_dirs, monkeypatch):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--target", "x"], "--target needs an encoder-decoder model"),
-        (["--generate", "3"], "--generate needs an encoder-decoder model"),
-        (["--stack", "cross"], "--stack cross: all-MiniLM-L6-v2 (bundled) has one attention"),
-        (["--stack", "all"], "--stack all: all-MiniLM-L6-v2 (bundled) has one attention"),
+        (["--target", "x"], "--target in attnviz check works with encoder-decoder models"),
+        (["--generate", "3"], "--generate in attnviz check works with encoder-decoder models"),
+        (
+            ["--stack", "cross"],
+            "--stack cross in attnviz check works with encoder-decoder models "
+            "(T5, BART, Marian); all-MiniLM-L6-v2 (bundled) is an encoder",
+        ),
+        (["--stack", "all"], "--stack all in attnviz check works with encoder-decoder"),
         (
             ["-m", "bart", "--stack", "encoder", "-l", "2"],
             "layer 2 out of range: this model has layers 0–1 in its encoder stack",
@@ -242,7 +246,7 @@ def test_a_layer_only_the_decoder_has_is_checked_there(seq2seq_dirs):
 
 def test_terminal_names_the_stack_of_a_failing_layer(seq2seq_dirs, monkeypatch):
     _break(monkeypatch, lambda w, s: replace(w, w_k=w.w_k * 1.3) if s == "cross" else w)
-    result = check(_model(seq2seq_dirs, "mbart"), SOURCE, target=TARGET)
+    result = check(_asked(seq2seq_dirs, "mbart"))
     console = Console(width=100, file=io.StringIO(), color_system=None)
     terminal.print_check(console, result)
     text = " ".join(console.file.getvalue().split())

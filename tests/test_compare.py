@@ -6,11 +6,10 @@ from __future__ import annotations
 import io
 import json
 import math
-import shutil
 
 import numpy as np
 import pytest
-from conftest import synthetic_attention
+from conftest import perturbed_copy, synthetic_attention
 from typer.testing import CliRunner
 
 import attnviz
@@ -30,27 +29,6 @@ def _attentions(loaded, *texts):
     from attnviz.core.tokens import encode
 
     return attend(loaded, [encode(loaded, text) for text in texts])
-
-
-def _perturbed_copy(source, target, layer: int, head: int):
-    """A copy of a tiny model whose one head's W_Q (layer `layer`, head `head`) differs."""
-    import torch
-    import transformers
-
-    shutil.copytree(source, target)
-    config = transformers.AutoConfig.from_pretrained(source)
-    model = getattr(transformers, config.architectures[0]).from_pretrained(source)  # LM head too
-    d_head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    base = model.base_model
-    if config.model_type == "bert":
-        w_q = base.encoder.layer[layer].attention.self.query.weight  # (d_model, d_model)
-    else:
-        w_q = base.layers[layer].self_attn.q_proj.weight  # (H · d_head, d_model)
-    with torch.no_grad():
-        rows = slice(head * d_head, (head + 1) * d_head)
-        w_q[rows] += 0.5 * torch.randn_like(w_q[rows], generator=None)
-    model.save_pretrained(target)
-    return target
 
 
 def test_js_divergence_is_zero_for_equal_rows_symmetric_and_at_most_ln2():
@@ -75,7 +53,7 @@ def test_the_same_text_twice_moves_no_head(bundled):
 
 @pytest.mark.parametrize("arch", ["bert", "llama"])
 def test_one_head_s_w_q_changed_moves_that_head_and_nothing_below(arch, tiny_model_dirs, tmp_path):
-    changed = _perturbed_copy(tiny_model_dirs[arch], tmp_path / "changed", layer=1, head=2)
+    changed = perturbed_copy(tiny_model_dirs[arch], tmp_path / "changed", layer=1, head=2)
     text = "the cat sat on the mat and the dog sat on the log"
     found = attnviz.compare(
         text, model=str(tiny_model_dirs[arch]), against_model=str(changed), device="cpu"
@@ -122,6 +100,55 @@ def test_alignment_of_tokenisations_of_different_lengths():
     assert np.allclose(grids[0, 1, 2], expected / expected.sum())
     found = compare_pair(a, b)
     assert found.rows.shape == (1, 2, 5) and np.isfinite(found.divergence).all()
+
+
+def test_runs_of_unequal_length_pair_what_they_share():
+    # A: "the doghouse was red", B: "the dog house looked red": difflib replaces the run
+    # [doghouse, was] by [dog, house, looked] (2 words by 3); inside it the tokens "dog" and
+    # "house" (A's "##house") are shared, and "was"/"looked" are one word each between them.
+    rng = np.random.default_rng(3)
+    a = synthetic_attention(
+        rng.dirichlet(np.ones(7), size=(1, 2, 7)),
+        ["[CLS]", "the", "dog", "##house", "was", "red", "[SEP]"],
+        special=[1, 0, 0, 0, 0, 0, 1],
+        words=[0, 1, 2, 2, 3, 4, 5],
+        word_labels=["[CLS]", "the", "doghouse", "was", "red", "[SEP]"],
+    )
+    b = synthetic_attention(
+        rng.dirichlet(np.ones(7), size=(1, 2, 7)),
+        ["[CLS]", "the", "dog", "house", "looked", "red", "[SEP]"],
+        special=[1, 0, 0, 0, 0, 0, 1],
+    )
+    alignment = align(a, b)
+    assert [(u.a, u.b, u.kind, u.label) for u in alignment.units] == [
+        ((0,), (0,), "token", "[CLS]"),
+        ((1,), (1,), "token", "the"),
+        ((2,), (2,), "shared", "dog"),
+        ((3,), (3,), "shared", "##house→house"),
+        ((4,), (4,), "substituted", "was→looked"),
+        ((5,), (5,), "token", "red"),
+        ((6,), (6,), "token", "[SEP]"),
+    ]
+    assert alignment.unaligned_a == alignment.unaligned_b == ()
+    assert alignment.note(a.tokens, b.tokens) is None
+
+
+def test_runs_of_unequal_length_on_the_bundled_model(bundled):
+    """A word the tokenizer cuts in pieces against the same word written in two: "doghouse"
+    is dog ##house, "dog house" two words. Before, both were left unaligned."""
+    whole = compare_pair(*_attentions(bundled, "The dog slept in the doghouse.",
+                                      "The dog slept in the dog house."))  # fmt: skip
+    assert [u.kind for u in whole.alignment.units].count("shared") == 2
+    assert whole.alignment.unaligned_a == whole.alignment.unaligned_b == ()
+    # "sunflowers" is sun ##flower ##s, "sun flowers" two words: "sun" pairs; "##flower ##s"
+    # against "flowers" (part of a word against a word) does not, and is said.
+    part = compare_pair(*_attentions(bundled, "I like the sunflowers here.",
+                                     "I like the sun flowers here."))  # fmt: skip
+    shared = [u for u in part.alignment.units if u.kind == "shared"]
+    assert [(part.a.tokens[u.a[0]], part.b.tokens[u.b[0]]) for u in shared] == [("sun", "sun")]
+    note = part.alignment.note(part.a.tokens, part.b.tokens)
+    assert note.endswith(": only in A: ##flower ##s; only in B: flowers")
+    assert np.isfinite(part.divergence).all() and (part.divergence > 0).any()
 
 
 def test_real_texts_of_different_lengths_align_and_divergence_is_symmetric(bundled):
@@ -185,6 +212,38 @@ def test_pairs_file_gives_the_mean_over_its_lines(tmp_path):
     assert np.allclose(data["divergence"], (one[0] + one[1]) / 2)
 
 
+def test_query_over_a_pairs_file_is_the_mean_over_the_pairs_that_have_it(tmp_path):
+    from attnviz.analysis.compare import query_moves
+    from attnviz.analysis.query import find_query
+
+    texts = [("The king said that he was tired.", "The queen said that she was tired."),
+             ("The door is open.", "The door is not open."),
+             ("The boy said that he was late.", "The girl said that she was late.")]  # fmt: skip
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{a}\t{b}\n" for a, b in texts), encoding="utf-8")
+    result = invoke("compare", "-f", pairs, "--query", "he", "--json", "--no-images")
+    assert result.exit_code == 0, result.output
+    asked = json.loads(result.stdout)["query"]
+    assert asked["pairs_counted"] == [1, 3] and asked["pairs_left_out"] == [2]
+    found = attnviz.compare(texts)  # the same passes: the same padded batch
+    alone = [query_moves(found.pairs[n], find_query(found.pairs[n].a, "he")) for n in (0, 2)]
+    mean = (alone[0].divergence + alone[1].divergence) / 2
+    assert np.allclose(asked["divergence"], mean, atol=1e-12)
+    assert not np.allclose(alone[0].divergence, alone[1].divergence)  # a mean of two things
+    for entry in asked["heads"]:  # each head's keys from the pair where its row moved most
+        first, second = (q.divergence[entry["layer"], entry["head"]] for q in alone)
+        expected = alone[0] if first >= second else alone[1]
+        assert entry["pair"] == (1 if first >= second else 3)
+        key = (entry["layer"], entry["head"])
+        assert entry["top_b"] == [t.__dict__ for t in expected.top_b[key]]
+    shown = invoke("compare", "-f", pairs, "--query", "he", "--no-images", "--top", 3)
+    words = " ".join(shown.output.split())
+    assert "mean over the 2 pairs whose A has it" in words and "in pairs 2: left out" in words
+    nowhere = invoke("compare", "-f", pairs, "--query", "zebra", "--no-images")
+    assert nowhere.exit_code == 2 and "no pair's text A has 'zebra'" in nowhere.output
+    assert "Traceback" not in nowhere.output
+
+
 def test_terminal_map_renders_every_head():
     from rich.console import Console
 
@@ -219,7 +278,10 @@ def test_difference_figure_centres_its_diverging_map_on_zero():
         (["only one"], "give two texts"),
         (["", "B"], "text A is empty"),
         (["A text.", "  "], "text B is empty"),
-        (["a", "b", "--measure", "rollout"], "one map per layer, not per head"),
+        (
+            ["a", "b", "--measure", "rollout"],
+            "--measure rollout is not available in attnviz compare",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_written(args, message, tmp_path):
@@ -289,7 +351,7 @@ def test_show_ablate_gives_the_divergence_of_the_kept_heads(arch, tiny_model_dir
 
 
 def test_two_models_with_importance_tell_moved_from_matters(tiny_model_dirs, tmp_path):
-    changed = _perturbed_copy(tiny_model_dirs["llama"], tmp_path / "changed", layer=1, head=2)
+    changed = perturbed_copy(tiny_model_dirs["llama"], tmp_path / "changed", layer=1, head=2)
     text = "the cat sat on the mat and the dog sat on the log"
     args = ["compare", text, "-m", tiny_model_dirs["llama"], "--against-model", changed,
             "--importance", "--device", "cpu"]  # fmt: skip

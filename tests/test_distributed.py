@@ -218,7 +218,7 @@ def test_what_does_not_make_one_report_is_refused(tiny_model_dirs, tmp_path, mon
     _one_line_refusal(
         ["report", "-f", str(corpus), "-m", bert, "--shard", "0/2", "--partial",
          str(tmp_path / "m"), "--importance", "ablation", "--ablation", "mean"],
-        "--ablation mean needs every shard's mean head outputs",
+        "give either --shard or --ablation mean, not both: each shard needs every other",
     )  # fmt: skip
     _one_line_refusal(["report", "-f", str(corpus), "-m", bert, "--shard", "3/3", "--partial",
                        str(tmp_path / "m")], "give I/N with 0 ≤ I < N")  # fmt: skip
@@ -297,3 +297,12 @@ def test_a_rank_that_fails_is_named_with_its_reason_by_rank_0(tiny_model_dirs, t
     assert err0.count("\n") == 1, err0
     assert "rank 1 of 2 stopped: --resume:" in err0 and "(--batch-size 2, not 1)" in err0
     assert not (tmp_path / "out/heads.csv").exists()
+
+
+def test_an_encoder_decoder_model_runs_in_one_process(seq2seq_dirs, tmp_path):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("The cat sat.\tDie Katze saß.\n")
+    _one_line_refusal(["report", "-f", str(pairs), "-m", str(seq2seq_dirs["t5"]), "--shard",
+                       "0/2", "--partial", str(tmp_path / "p")],
+                      "--shard in attnviz report works with encoders and decoders")  # fmt: skip
+    assert not (tmp_path / "p").exists()

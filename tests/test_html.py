@@ -742,3 +742,64 @@ def test_decoder_page_recomputes_the_models_softmax(browser, loaded_tiny, tmp_pa
         assert opened.errors == [] and opened.requests == [opened.url]
     finally:
         opened.close()
+
+
+# ---------- heads removed by show --ablate ----------
+
+
+@pytest.mark.slow  # an ablated pass, then the page in the real browser
+def test_a_removed_head_is_marked_in_every_view_and_drawn_in_none(browser, tmp_path):
+    """Issue 31: `show --html --ablate 0.2` drew L0 H2's pattern in the page as if it were one.
+    Every view now marks it (the hatched panel, "removed") and draws none of its weights;
+    the other heads are drawn as before."""
+    args = ["show", SENTENCE, "--ablate", "0.2", "--no-images", "--html", "-o", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    path = next(tmp_path.glob("*/attention.html"))
+    data = _data(path.read_text(encoding="utf-8"))
+    assert data["removed"]["heads"] == [[0, 2]]
+    n = len(data["tokens"])
+    weights = np.stack([_unpack(blob, "<f4").reshape(n, n) for blob in data["weights"][0]])
+    hatched = {(255, 255, 255), (200, 200, 200)}  # white and REMOVED_HATCH_COLOUR
+    opened = Opened(browser, path)
+    try:
+        # Head view: H2's toggle is marked, and the lines are the other heads' alone.
+        assert "removed" in opened.page.get_attribute(".head-toggle[data-head='2']", "class")
+        kept = [h for h in range(12) if h != 2]
+        lines = int(opened.page.get_attribute("#lines", "data-lines"))
+        assert lines == int((weights[kept] >= 1 / 64).sum())
+        assert int((weights[2] >= 1 / 64).sum()) > 0  # it had lines to hide
+        assert "H2: removed (--ablate)" in opened.page.inner_text("#view-head")
+        # Model view: its thumbnail is the hatched panel (its corners hold no colour of the
+        # colour map), its neighbour a heatmap; the legend names the panel.
+        opened.view("model")
+        corners = [(x, y) for x in (1, 2, 3, 4, 70, 71, 72, 73) for y in (1, 2, 3, 70, 71, 72)]
+        thumb = ".thumb[data-layer='0'][data-head='{}']"
+        assert {tuple(c) for c in opened.canvas(thumb.format(2), corners)} <= hatched
+        assert opened.page.get_attribute(thumb.format(2), "data-removed") == "1"
+        assert not {tuple(c) for c in opened.canvas(thumb.format(3), corners)} <= hatched
+        assert "removed (--ablate)" in opened.page.inner_text("#view-model .legend")
+        # Matrix view of L0 H2: the panel, no hover layer, not one weight's colour.
+        opened.page.click(thumb.format(2))
+        opened.page.wait_for_selector("section#view-matrix")
+        size = int(opened.page.get_attribute("#matrix", "width"))
+        every = opened.canvas(
+            "#matrix", [(x, y) for y in range(0, size, 37) for x in (5, size - 5)]
+        )
+        assert {tuple(c) for c in every} <= hatched
+        assert opened.page.locator("#matrix-over").count() == 0
+        assert "its weights are not drawn" in opened.page.inner_text("#view-matrix")
+        # Query view: its cell says removed and lists no key.
+        opened.view("query")
+        cell = opened.page.locator(".query-table tr >> nth=1").locator("td >> nth=2")
+        assert cell.inner_text() == "removed" and cell.locator(".key").count() == 0
+        # Inside one head: the steps are there, under a note that the head was removed.
+        opened.view("inside")
+        n_renders = opened.renders()
+        opened.page.select_option("#head", "2")
+        opened.settle(n_renders + 1)
+        assert "was removed (--ablate)" in opened.page.inner_text("#view-inside")
+        opened.page.screenshot(path=str(ARTIFACTS / "removed-inside.png"))
+        assert opened.errors == [] and opened.requests == [opened.url]
+    finally:
+        opened.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,6 +26,7 @@ import pytest
 import attnviz
 from attnviz.errors import InputError
 from attnviz.pipelines.serve import Question
+from attnviz.pipelines.serve_compare import CompareQuestion
 from attnviz.server import exposed, loopback
 
 SENTENCE = "The animal didn't cross the street because it was too tired."
@@ -84,15 +86,74 @@ def test_a_good_question_is_read_as_given():
     assert asked == Question("a b", layers=(1, 0), measure="alti")
 
 
+@pytest.mark.parametrize(
+    "body, said",
+    [
+        ("A", "must be a JSON object"),
+        ({"b": "B"}, '"text" is missing'),
+        ({"text": "A"}, '"b" is missing: give text B, or "against_model": true'),
+        ({"text": "A", "b": "  "}, '"b" is empty'),
+        ({"text": "", "b": "B"}, "text A is empty"),
+        ({"text": "A", "b": 3}, '"b" must be a string or null'),
+        ({"text": "A", "against_model": "yes"}, '"against_model" must be true or false'),
+        (
+            {"text": "A", "b": "B", "measure": "rollout"},
+            "--measure rollout is not available in attnviz compare",
+        ),
+        ({"text": "A", "b": "B", "pair": "C"}, "unknown key 'pair'"),
+        ({"text": "A", "b": "B", "hide_special": True}, "unknown key 'hide_special'"),
+    ],
+)
+def test_a_compare_question_refuses_wrong_keys_types_and_measures(body, said):
+    with pytest.raises(InputError, match=re.escape(said)):
+        CompareQuestion.of(body)
+
+
+def test_a_compare_question_is_read_as_given():
+    asked = CompareQuestion.of({"text": "A b", "against_model": True, "measure": "norm"})
+    assert asked == CompareQuestion("A b", None, True, measure="norm")
+
+
+@pytest.mark.slow  # a compare run and a page's answer, seconds each
+def test_the_compare_answer_is_compare_htmls_data_from_one_pass(bundled, tmp_path):
+    """What /api/compare answers is the data `compare --html` embeds, and both texts (with
+    their inside views) take one forward pass."""
+    from attnviz.core import models
+    from attnviz.pipelines import serve_compare
+    from attnviz.pipelines.compare import compare
+    from attnviz.pipelines.request import Load, Request
+
+    a, b = "The keys to the cabinet are on the table.", "The key to the cabinets is on the table."
+    model = models.model(None, "cpu")
+    passes = []
+    embeddings = bundled.model.base_model.get_input_embeddings()
+    handle = embeddings.register_forward_hook(lambda *_: passes.append(1))
+    try:
+        answered = serve_compare.page(model, None, CompareQuestion(a, b))
+    finally:
+        handle.remove()
+    assert len(passes) == 1
+    asked = Request("compare", Load(None, "cpu"), pairs=((a, b),), out=tmp_path, images=False,
+                    html=True)  # fmt: skip
+    written = compare(asked).pages[0]
+    embedded = re.search(
+        r'<script type="application/json" id="attnviz-data">(.*?)</script>',
+        written.read_text(encoding="utf-8"),
+        re.S,
+    ).group(1)
+    assert json.loads(json.dumps(answered)) == json.loads(embedded)
+    with pytest.raises(InputError, match='this server reads one model: give "b"'):
+        serve_compare.page(model, None, CompareQuestion(a, against_model=True))
+
+
 @pytest.mark.slow  # two end-to-end runs of seconds each
 def test_the_pages_data_is_show_htmls_from_one_pass(bundled, tmp_path):
     """What /api/page answers is the data `show --html` embeds in its file (here for a pair,
     opening on alti), and it takes one forward pass for every measure and the inside view."""
     options = {"pair": "It was very happy.", "measure": "alti"}
-    import re
-
     from attnviz.core import models
     from attnviz.pipelines import serve
+    from attnviz.pipelines.request import Load, Request
     from attnviz.pipelines.show import show
 
     model = models.model(None, "cpu")
@@ -104,7 +165,9 @@ def test_the_pages_data_is_show_htmls_from_one_pass(bundled, tmp_path):
         answered = serve.page(model, Question(text, **options))
     finally:
         handle.remove()
-    written = show(model, text, out=tmp_path, images=False, html=True, **options).page
+    asked = Request("show", Load(None, "cpu"), text=text, out=tmp_path, images=False, html=True,
+                    **options)  # fmt: skip
+    written = show(asked).page
     embedded = re.search(
         r'<script type="application/json" id="attnviz-data">(.*?)</script>',
         written.read_text(encoding="utf-8"),
@@ -403,6 +466,106 @@ def test_a_refused_text_says_why_on_the_page(server, browser):
     assert errors == [
         "Failed to load resource: the server responded with a status of 400 (Bad Request)"
     ]
+
+
+@pytest.mark.slow
+def test_a_second_text_compares_and_its_url_opens_the_same_view(server, browser):
+    a, b = "The keys to the cabinet are on the table.", "The key to the cabinets is on the table."
+    page, errors, requests = _opened(browser, server.url)
+    page.fill("#text", a)
+    page.fill("#b", b)
+    page.press("#text", "Enter")
+    page.wait_for_selector("body[data-ready='1'] #side", timeout=60_000)
+    assert page.input_value("#side") == "diff"  # the compare page opens on B − A
+    page.click("#tab-matrix")
+    page.wait_for_selector("section#view-matrix")
+    page.select_option("#layer", "3")
+    page.wait_for_selector("#view-matrix .hint >> text=Layer 3, head 0")
+    page.select_option("#head", "1")
+    page.wait_for_selector("#view-matrix .hint >> text=Layer 3, head 1")
+    expected = attnviz.compare(a, b).pairs[0]
+    assert f"JS divergence {expected.divergence[3, 1]:.4f} nats" in page.inner_text("#view-matrix")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "serve-compare.png"))
+    shared = page.url
+    asked = urllib.parse.parse_qs(shared.split("#", 1)[1])
+    assert asked["text"] == [a] and asked["b"] == [b] and asked["side"] == ["diff"]
+    assert page.text_content("#history li") == f"{a} ⇄ {b}"
+    page.close()
+    assert errors == [] and {r.split("#")[0] for r in requests} == {
+        server.url,
+        server.url + "api/compare",
+    }
+
+    again, errors, _ = _opened(browser, shared)
+    again.wait_for_selector("body[data-ready='1'] section#view-matrix", timeout=60_000)
+    assert again.input_value("#text") == a and again.input_value("#b") == b
+    assert (
+        again.input_value("#side"),
+        again.input_value("#layer"),
+        again.input_value("#head"),
+    ) == (
+        "diff",
+        "3",
+        "1",
+    )
+    again.select_option("#side", "b")  # the side is kept in the address too
+    again.wait_for_function("location.hash.includes('side=b')")
+    again.close()
+    assert errors == []
+
+
+@pytest.mark.slow  # a second server, on two tiny models
+def test_a_server_with_a_second_model_compares_the_two(tiny_model_dirs, tmp_path):
+    """serve -m A --against-model B: one text through both, as `attnviz compare` reads it;
+    B differs from A in layer 1 head 2's W_Q only, so layer 0 does not move at all."""
+    from conftest import perturbed_copy
+
+    first = tiny_model_dirs["bert"]
+    changed = perturbed_copy(first, tmp_path / "changed", layer=1, head=2)
+    port = _free_port()
+    options = ["-m", str(first), "--against-model", str(changed), "--port", str(port)]
+    process = _serve(*options, "--device", "cpu", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert process.poll() is None, f"the server exited: {process.stderr.read()}"
+            try:
+                if _exchange(port, "GET", "/api/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the server did not answer in 180 s"
+            time.sleep(0.25)
+        running = Server(process, port)
+        text = "the cat sat on the mat and the dog sat on the log"
+        status, answer = _post(running, "/api/compare", {"text": text, "against_model": True})
+        assert status == 200, answer
+        expected = attnviz.compare(text, model=str(first), against_model=str(changed), device="cpu")
+        moved = np.array(answer["compare"]["divergence"])
+        assert np.allclose(moved, expected.divergence, atol=1e-7)
+        assert (moved[0] == 0).all() and moved[1, 2] == moved.max() > 0
+        assert answer["compare"]["models"][0] != answer["compare"]["models"][1]
+        health = json.loads(_exchange(port, "GET", "/api/health")[2])
+        assert health["against_model"] == answer["compare"]["models"][1]
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_second_model_of_another_shape_is_refused_at_start(tiny_model_dirs):
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+    from attnviz.core.models import bundled_model_path
+
+    args = ["serve", "-m", str(tiny_model_dirs["bert"]), "--against-model",
+            str(bundled_model_path()), "--port", str(_free_port()), "--device", "cpu"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "has 2 layers × 4 heads" in result.output
+    assert "compare needs models of the same shape" in result.output
+    assert "Traceback" not in result.output
 
 
 @pytest.mark.slow

@@ -276,7 +276,7 @@ def test_early_refusal_uses_the_model_directory_too(tiny_model_dirs):
 
 def test_the_summary_comes_before_the_figures(tiny_model_dirs, tmp_path):
     """The command line prints the summary while the figures are drawn, not after them."""
-    from attnviz.core.models import Model
+    from attnviz.pipelines.request import Load, Request
     from attnviz.pipelines.show import show
 
     seen = []
@@ -284,8 +284,9 @@ def test_the_summary_comes_before_the_figures(tiny_model_dirs, tmp_path):
     def summary(partial):
         seen.append((len(partial.summaries), list(tmp_path.rglob("*.png")), partial.images))
 
-    model = Model(str(tiny_model_dirs["bert"]))
-    result = show(model, "The cat sat on the mat.", out=tmp_path, jobs=2, on_summary=summary)
+    request = Request("show", Load(str(tiny_model_dirs["bert"])), text="The cat sat on the mat.",
+                      out=tmp_path, jobs=2)  # fmt: skip
+    result = show(request, on_summary=summary)
     ((heads, pngs_then, images_then),) = seen
     assert heads == len(result.summaries) > 0 and pngs_then == [] and images_then == []
     assert len(result.images) > 3 and all(path.exists() for path in result.images)
@@ -358,13 +359,17 @@ def test_one_text_two_models_and_a_pair_get_their_own_folders(tiny_model_dirs, t
 
 
 def test_pair_on_a_decoder_is_refused_before_loading(tiny_model_dirs):
-    from attnviz.core.models import Model
     from attnviz.errors import InputError
+    from attnviz.pipelines.request import Load, Request
+    from attnviz.pipelines.show import show
 
-    model = Model(str(tiny_model_dirs["gpt2"]), "cpu")
-    with pytest.raises(InputError, match="--pair needs an encoder .* is a decoder"):
-        model.refuse_early(pair="It was tired.")
-    assert model._loaded is None
+    request = Request("show", Load(str(tiny_model_dirs["gpt2"]), "cpu"), text="hi",
+                      pair="It was tired.", out=None)  # fmt: skip
+    with pytest.raises(
+        InputError, match="--pair in attnviz show works with encoders; .* is a decoder"
+    ):
+        show(request)
+    assert request.model()._loaded is None
 
 
 @pytest.mark.parametrize(

@@ -36,15 +36,15 @@ def _count_passes(model):
 @pytest.mark.parametrize("query", [None, "fox"])
 def test_show_with_the_page_runs_the_model_once(bundled, tmp_path, query):
     from attnviz.core import models
+    from attnviz.pipelines.request import Load, Request
     from attnviz.pipelines.show import show
 
-    model = models.model(None, "cpu")
-    assert model.load() is bundled
+    assert models.model(None, "cpu").load() is bundled
     calls, handle = _count_passes(bundled.model)
     try:
-        result = show(
-            model, "The quick brown fox jumps.", out=tmp_path, html=True, query=query, jobs=1
-        )
+        text = "The quick brown fox jumps."
+        result = show(Request("show", Load(None, "cpu"), text=text, out=tmp_path, html=True,
+                              query=query))  # fmt: skip
     finally:
         handle.remove()
     assert result.page is not None and result.page.exists()
@@ -53,15 +53,18 @@ def test_show_with_the_page_runs_the_model_once(bundled, tmp_path, query):
 
 
 def test_export_with_pages_runs_one_pass_per_batch(bundled, tmp_path):
-    from attnviz.core import models
     from attnviz.core.inputs import read_sentences
-    from attnviz.pipelines.export import ExportOptions, export
+    from attnviz.outputs.figures import Style
+    from attnviz.pipelines.export import export
+    from attnviz.pipelines.request import Load, Request
 
     sentences = read_sentences(None, ["One cat.", "Two dogs ran.", "Three birds sang loudly."])
     calls, handle = _count_passes(bundled.model)
     try:
-        options = ExportOptions(html=True, figures=("overview",))
-        export(models.model(None, "cpu"), sentences, tmp_path, options=options, batch_size=2)
+        asked = Request("export", Load(None, "cpu"), sentences=sentences, html=True,
+                        figures=("overview",), out=tmp_path, style=Style(),
+                        batch_size=2)  # fmt: skip
+        export(asked)
     finally:
         handle.remove()
     assert len(calls) == 2  # batches of 2 and 1, the inside views from the same passes

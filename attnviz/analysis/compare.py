@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from attnviz.core.attention import Attention
+    from attnviz.core.models import LoadedModel
 
 UNIT = "nats"
 AVERAGED = (
@@ -40,8 +41,9 @@ AVERAGED = (
 @dataclass(frozen=True)
 class Unit:
     """One aligned position: the tokens it covers in A and in B, and how they were paired:
-    `token` (the same token), `word` (the same word, cut into other pieces) or `substituted`
-    (one word put for another at the same place)."""
+    `token` (the same token), `word` (the same word, cut into other pieces), `substituted`
+    (one word put for another at the same place) or `shared` (a token two runs of words of
+    unequal length both hold)."""
 
     a: tuple[int, ...]
     b: tuple[int, ...]
@@ -98,32 +100,86 @@ def align(a: Attention, b: Attention) -> Alignment:
     """Pair A's tokens with B's: the words are matched in order (difflib's longest matching
     blocks); a matched word whose tokens are the same is paired token for token, otherwise as
     one unit; a run of words replaced by as many words is paired word for word (substituted);
-    what is left (inserted or deleted words, or runs of unequal length) is unaligned."""
+    inside a run replaced by a run of another length, the tokens both runs share are paired
+    (`_inside_run`); what is left (inserted or deleted words, the rest of such runs) is
+    unaligned."""
     from difflib import SequenceMatcher
 
     words_a, words_b = _word_tokens(a), _word_tokens(b)
     matcher = SequenceMatcher(None, a.word_labels, b.word_labels, autojunk=False)
-    units: list[Unit] = []
-    only_a: list[int] = []
-    only_b: list[int] = []
+    found = _Found([], [], [])
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
-            for word_a, word_b in zip(range(i1, i2), range(j1, j2)):
-                wa, wb = words_a[word_a], words_b[word_b]
-                same = [a.tokens[i] for i in wa] == [b.tokens[j] for j in wb]
-                if tag == "equal" and same:
-                    units.extend(Unit((i,), (j,), "token", a.tokens[i]) for i, j in zip(wa, wb))
-                else:
-                    left, right = a.word_labels[word_a], b.word_labels[word_b]
-                    label = left if left == right else f"{left}→{right}"
-                    kind = "word" if tag == "equal" else "substituted"
-                    units.append(Unit(tuple(wa), tuple(wb), kind, label))
+        run_a, run_b = list(range(i1, i2)), list(range(j1, j2))
+        if tag == "equal" or (tag == "replace" and len(run_a) == len(run_b)):
+            _word_for_word(a, b, words_a, words_b, run_a, run_b, tag == "equal", found)
+        elif tag == "replace":
+            _inside_run(a, b, words_a, words_b, run_a, run_b, found)
         else:
-            only_a.extend(i for word in words_a[i1:i2] for i in word)
-            only_b.extend(j for word in words_b[j1:j2] for j in word)
-    if not units:
+            found.only_a.extend(i for word in run_a for i in words_a[word])
+            found.only_b.extend(j for word in run_b for j in words_b[word])
+    if not found.units:
         raise InputError("the two texts have no word in common: nothing to compare")
-    return Alignment(tuple(units), tuple(only_a), tuple(only_b))
+    return Alignment(tuple(found.units), tuple(sorted(found.only_a)), tuple(sorted(found.only_b)))
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What `align` has paired so far, and what it left without a partner."""
+
+    units: list[Unit]
+    only_a: list[int]
+    only_b: list[int]
+
+
+def _word_for_word(a, b, words_a, words_b, run_a, run_b, equal: bool, found: _Found) -> None:
+    """Two runs of as many words, paired in order: a matched word cut into the same tokens
+    token for token, any other pair of words as one unit (the same word: `word`; two words:
+    `substituted`)."""
+    for word_a, word_b in zip(run_a, run_b):
+        wa, wb = words_a[word_a], words_b[word_b]
+        if equal and [a.tokens[i] for i in wa] == [b.tokens[j] for j in wb]:
+            found.units.extend(Unit((i,), (j,), "token", a.tokens[i]) for i, j in zip(wa, wb))
+            continue
+        left, right = a.word_labels[word_a], b.word_labels[word_b]
+        label = left if left == right else f"{left}→{right}"
+        found.units.append(Unit(tuple(wa), tuple(wb), "word" if equal else "substituted", label))
+
+
+def _inside_run(a, b, words_a, words_b, run_a, run_b, found: _Found) -> None:
+    """A run of k words replaced by m ≠ k words: the tokens the two runs share (compared as
+    --query compares them: case-insensitive, a word piece without its "##") are paired token
+    for token, in order (`shared`: "cabinet" in "key cabinet" → "cabinets"); between two
+    shared tokens, whole words on each side are paired word for word when there are as many on
+    both (substituted). The rest has no partner."""
+    from difflib import SequenceMatcher
+
+    from attnviz.analysis.query import normal_form
+
+    tokens_a = [i for word in run_a for i in words_a[word]]
+    tokens_b = [j for word in run_b for j in words_b[word]]
+    matcher = SequenceMatcher(
+        None,
+        [normal_form(a.tokens[i]) for i in tokens_a],
+        [normal_form(b.tokens[j]) for j in tokens_b],
+        autojunk=False,
+    )
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        gap_a, gap_b = tokens_a[i1:i2], tokens_b[j1:j2]
+        if tag == "equal":
+            for i, j in zip(gap_a, gap_b):
+                left, right = a.tokens[i], b.tokens[j]
+                label = left if left == right else f"{left}→{right}"
+                found.units.append(Unit((i,), (j,), "shared", label))
+            continue
+        whole_a = [w for w in run_a if words_a[w] and set(words_a[w]) <= set(gap_a)]
+        whole_b = [w for w in run_b if words_b[w] and set(words_b[w]) <= set(gap_b)]
+        covered_a = sorted(i for w in whole_a for i in words_a[w]) == sorted(gap_a)
+        covered_b = sorted(j for w in whole_b for j in words_b[w]) == sorted(gap_b)
+        if whole_a and covered_a and covered_b and len(whole_a) == len(whole_b):
+            _word_for_word(a, b, words_a, words_b, whole_a, whole_b, False, found)
+        else:
+            found.only_a.extend(gap_a)
+            found.only_b.extend(gap_b)
 
 
 def project(weights: np.ndarray, groups: Sequence[tuple[int, ...]]) -> np.ndarray:
@@ -364,27 +420,45 @@ def moved_heads(comparison: Comparison, n: int, top_k: int = 3) -> list[Moved]:
 @dataclass(frozen=True, eq=False)
 class QueryMoves:
     """One aligned query: its divergence in every head (L, H), and its top aligned keys in A
-    and in B per head (rows renormalised over the aligned keys)."""
+    and in B per head (rows renormalised over the aligned keys).
+
+    Over several pairs (`follow_query` on a file of pairs), `divergence` is the mean over the
+    pairs in `counted` (those whose text A has the token, with a partner in B), `pair` (L, H)
+    the pair each head's top keys come from (where that head's row moved most), and
+    `skipped` the pairs left out; all counted from 0."""
 
     unit: int
     label: str
     divergence: np.ndarray  # (L, H)
     top_a: dict[tuple[int, int], tuple[Target, ...]]
     top_b: dict[tuple[int, int], tuple[Target, ...]]
+    pair: np.ndarray | None = None  # (L, H) int, over several pairs
+    counted: tuple[int, ...] = ()
+    skipped: tuple[int, ...] = ()
 
     def as_dict(self, layers: Sequence[int]) -> dict[str, Any]:
+        several = self.pair is not None
         return {
             "unit": self.unit,
             "label": self.label,
             "divergence": self.divergence.tolist(),
+            **(
+                {
+                    "pairs_counted": [n + 1 for n in self.counted],
+                    "pairs_left_out": [n + 1 for n in self.skipped],
+                }
+                if several
+                else {}
+            ),  # fmt: skip
             "heads": [
                 {
                     "layer": layer,
                     "head": head,
+                    **({"pair": int(self.pair[slot, head]) + 1} if several else {}),
                     "top_a": [t.__dict__ for t in self.top_a[(layer, head)]],
                     "top_b": [t.__dict__ for t in self.top_b[(layer, head)]],
                 }
-                for layer in layers
+                for slot, layer in enumerate(layers)
                 for head in range(self.divergence.shape[1])
             ],
         }
@@ -407,6 +481,70 @@ def query_moves(compared: Compared, index: int, top_k: int = 3) -> QueryMoves:
                 into[(layer, head)] = tuple(Target(int(k), labels[k], float(row[k])) for k in order)
     divergence = np.nan_to_num(compared.rows[:, :, unit])  # a row without aligned weight: 0
     return QueryMoves(unit, labels[unit], divergence, top[0], top[1])
+
+
+def follow_query(comparison: Comparison, query: str, top_k: int = 3) -> QueryMoves:
+    """`--query`: the token `query` names in text A ("are", "are#2" or a position, as
+    `show --query` reads it) followed into B. With one pair, its row in every head (refusing a
+    token A lacks, or one with no partner in B). With several, the same token in every pair
+    whose A has it with a partner: each head's divergence is the mean over those pairs, its
+    top keys are those of the pair where its row moved most, and the other pairs are listed
+    (refused only when no pair has it)."""
+    import numpy as np
+
+    from attnviz.analysis.query import find_query
+
+    if len(comparison.pairs) == 1:
+        pair = comparison.pairs[0]
+        return query_moves(pair, find_query(pair.a, query), top_k)
+    found: list[tuple[int, QueryMoves]] = []
+    skipped = []
+    for number, pair in enumerate(comparison.pairs):
+        try:
+            found.append((number, query_moves(pair, find_query(pair.a, query), top_k)))
+        except InputError:  # not in this A, or no partner in this B
+            skipped.append(number)
+    if not found:
+        raise InputError(
+            f"no pair's text A has '{query}' with a partner in its text B; --query takes a "
+            'token of A ("are", "are#2" or a position)'
+        )
+    moved = np.stack([asked.divergence for _, asked in found])  # (P, L, H)
+    best = moved.argmax(axis=0)  # (L, H): where each head's row moved most
+    layers = comparison.layers
+    top_a, top_b = {}, {}
+    for slot, layer in enumerate(layers):
+        for head in range(moved.shape[2]):
+            asked = found[int(best[slot, head])][1]
+            top_a[(layer, head)] = asked.top_a[(layer, head)]
+            top_b[(layer, head)] = asked.top_b[(layer, head)]
+    labels = {asked.label for _, asked in found}
+    label = labels.pop() if len(labels) == 1 else query
+    pairs = np.array([number for number, _ in found])[best]  # (L, H)
+    counted = tuple(number for number, _ in found)
+    return QueryMoves(found[0][1].unit, label, moved.mean(axis=0), top_a, top_b, pairs,
+                      counted, tuple(skipped))  # fmt: skip
+
+
+def refuse_models(a: LoadedModel, b: LoadedModel, words: bool) -> None:
+    """Refuse two models that cannot be compared head by head, or token by token (that each
+    has one attention stack is `pipelines.features`' to say)."""
+    shape_a, shape_b = (a.info.n_layers, a.info.n_heads), (b.info.n_layers, b.info.n_heads)
+    if shape_a != shape_b:
+        raise InputError(
+            f"{a.info.name} has {shape_a[0]} layers × {shape_a[1]} heads and {b.info.name} "
+            f"{shape_b[0]} × {shape_b[1]}: compare needs models of the same shape"
+        )
+    if b is a or words:
+        return
+    same = type(a.tokenizer) is type(b.tokenizer) and (
+        a.tokenizer.get_vocab() == b.tokenizer.get_vocab()
+    )
+    if not same:
+        raise InputError(
+            f"{a.info.name} and {b.info.name} have different tokenizers, so their tokens do "
+            "not correspond: compare them by words with --words"
+        )
 
 
 class TwoRows:

@@ -20,8 +20,8 @@ from attnviz.cli.options import (
     TruncateOpt,
     flag,
 )
-from attnviz.core import adapters, models
-from attnviz.errors import AttnvizError, InputError
+from attnviz.core import adapters
+from attnviz.errors import AttnvizError
 
 # Choices come from the adapters' registry of stacks, plus "all" (check's default).
 Stack = Enum("Stack", {name: name for name in (*adapters.STACKS, "all")}, type=str)
@@ -68,19 +68,22 @@ def check(
     from attnviz.core.inputs import read_text
     from attnviz.outputs import terminal
     from attnviz.pipelines.check import check as run_check
+    from attnviz.pipelines.request import Load, Request
 
-    if layer and all_layers:
-        raise fail(InputError("give either --layer or --all-layers, not both"))
     try:
         result = run_check(
-            models.model(model, device.value),
-            read_text(text),
-            layers=layer,
-            tolerance=tolerance,
-            truncate=truncate,
-            target=target,
-            generate=generate,
-            stacks=None if stack is None else [stack.value],
+            Request(
+                "check",
+                Load(model, device.value),
+                text=read_text(text),
+                target=target,
+                generate=generate,
+                layers=tuple(layer) if layer else None,
+                all_layers=all_layers,
+                stacks=() if stack is None else (stack.value,),
+                truncate=truncate,
+                tolerance=tolerance,
+            )
         )
     except AttnvizError as error:
         raise fail(error) from None

@@ -3,122 +3,116 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from attnviz.cli.app import Command, app, fail, out_console, progress, warn
 from attnviz.cli.options import (
-    AttentionImpl,
-    AttentionOpt,
+    LOAD,
+    STYLE,
     BatchOpt,
-    CmapOpt,
-    Device,
-    DeviceOpt,
-    DpiOpt,
     FileOpt,
-    FormatOpt,
     HeadOpt,
     HideOpt,
-    ImageFormat,
     LayerOpt,
     MeasureName,
     MeasureOpt,
-    ModelOpt,
     QueryOpt,
-    Scale,
-    ScaleOpt,
     SentencesArg,
+    StackName,
     TruncateOpt,
     WordsOpt,
     flag,
-    style,
+    grouped,
 )
-from attnviz.core import models
-from attnviz.core.adapters import STACKS
 from attnviz.errors import AttnvizError, Interrupted
+from attnviz.outputs.figures import Style
 from attnviz.outputs.render import FIGURES
+from attnviz.pipelines.request import Load
 
 # The choices of --figures, from the one list of figure kinds (attnviz.outputs.render.FIGURES).
 FigureKind = Enum("FigureKind", {kind: kind for kind in FIGURES}, type=str)
 FIGURES_HELP = "; ".join(f"{kind}: {shows}" for kind, shows in FIGURES.items())
-# The choices of --stack (encoder-decoder models), from the adapters' one list.
-StackName = Enum("StackName", {stack: stack for stack in STACKS}, type=str)
+FiguresOpt = Annotated[
+    list[FigureKind] | None,
+    typer.Option(
+        "--figures",
+        metavar="KIND",
+        help=f"Figures to write; repeat for more ({FIGURES_HELP}). Default: all.",
+        show_default=False,
+    ),
+]
+ExportStackOpt = Annotated[
+    StackName | None,
+    typer.Option(
+        "--stack",
+        help="Encoder-decoder models: the attention to export, encoder (source × source), "
+        "decoder (target × target) or cross (target × source). Default: cross.",
+        show_default=False,
+    ),
+]
+SaveRawOpt = Annotated[
+    bool,
+    flag(
+        "--save-raw",
+        "Also write attention.npz: the weights [layer, head, q, k], or the --measure's "
+        "values under its name (alti, rollout: [layer, q, k]).",
+    ),
+]
+PagesOpt = Annotated[
+    bool, flag("--html", "Also write attention.html (interactive, offline) per sentence.")
+]
+ExportJobsOpt = Annotated[
+    int,
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        metavar="N",
+        help="Drawing processes, each drawing whole sentences while this one runs the "
+        "model; 1 draws in this process.",
+    ),
+]
+OverwriteOpt = Annotated[
+    bool,
+    flag(
+        "--overwrite",
+        "Redo every sentence, and first remove an earlier export of other sentences from "
+        "--out (only the files attnviz wrote).",
+    ),
+]
+ExportOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
+SummaryJsonOpt = Annotated[bool, flag("--json", "Print the run's summary as JSON on stdout.")]
 
 
 @app.command(cls=Command)
+@grouped
 def export(
     sentences: SentencesArg = None,
     file: FileOpt = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path(
-        "attnviz-out/export"
-    ),
-    model: ModelOpt = None,
+    out: ExportOutOpt = Path("attnviz-out/export"),
+    load: Load = LOAD,
     layer: LayerOpt = None,
     head: HeadOpt = None,
-    figures: Annotated[
-        list[FigureKind] | None,
-        typer.Option(
-            "--figures",
-            metavar="KIND",
-            help=f"Figures to write; repeat for more ({FIGURES_HELP}). Default: all.",
-            show_default=False,
-        ),
-    ] = None,
+    figures: FiguresOpt = None,
     query: QueryOpt = None,
-    stack: Annotated[
-        StackName | None,
-        typer.Option(
-            "--stack",
-            help="Encoder-decoder models: the attention to export, encoder (source × source), "
-            "decoder (target × target) or cross (target × source). Default: cross.",
-            show_default=False,
-        ),
-    ] = None,
-    fmt: FormatOpt = ImageFormat.png,
-    dpi: DpiOpt = 100,
-    cmap: CmapOpt = "viridis",
-    scale: ScaleOpt = Scale.absolute,
+    stack: ExportStackOpt = None,
+    style: Style = STYLE,
     words: WordsOpt = False,
     measure: MeasureOpt = MeasureName.weights,
     hide_special: HideOpt = False,
     truncate: TruncateOpt = False,
-    save_raw: Annotated[
-        bool,
-        flag(
-            "--save-raw",
-            "Also write attention.npz: the weights [layer, head, q, k], or the --measure's "
-            "values under its name (alti, rollout: [layer, q, k]).",
-        ),
-    ] = False,
-    html: Annotated[
-        bool, flag("--html", "Also write attention.html (interactive, offline) per sentence.")
-    ] = False,
-    jobs: Annotated[
-        int,
-        typer.Option(
-            "--jobs",
-            "-j",
-            min=1,
-            metavar="N",
-            help="Drawing processes, each drawing whole sentences while this one runs the "
-            "model; 1 draws in this process.",
-        ),
-    ] = 1,
+    save_raw: SaveRawOpt = False,
+    html: PagesOpt = False,
+    jobs: ExportJobsOpt = 1,
     batch_size: BatchOpt = 8,
-    overwrite: Annotated[
-        bool,
-        flag(
-            "--overwrite",
-            "Redo every sentence, and first remove an earlier export of other sentences from "
-            "--out (only the files attnviz wrote).",
-        ),
-    ] = False,
-    device: DeviceOpt = Device.auto,
-    attention: AttentionOpt = AttentionImpl.sdpa,
-    as_json: Annotated[bool, flag("--json", "Print the run's summary as JSON on stdout.")] = False,
+    overwrite: OverwriteOpt = False,
+    as_json: SummaryJsonOpt = False,
 ) -> None:
     """Write heatmaps for many sentences: one folder each, plus manifest.json and manifest.csv.
 
@@ -132,92 +126,57 @@ def export(
     one --stack of each pair; --save-raw's attention.npz then also holds source_tokens,
     target_tokens and key_tokens.
     """
-    from rich.progress import TextColumn
-
     from attnviz.core.inputs import read_sentences
-    from attnviz.pipelines.export import ExportOptions
+    from attnviz.outputs import terminal
     from attnviz.pipelines.export import export as run_export
+    from attnviz.pipelines.request import Request
 
     try:
-        chosen = read_sentences(file, sentences)
-        options = ExportOptions(
-            layers=tuple(layer) if layer else None,
-            heads=tuple(head) if head else None,
-            figures=tuple(k.value for k in figures) if figures else ("overview", "layers", "heads"),
-            words=words,
-            hide_special=hide_special,
-            truncate=truncate,
-            save_raw=save_raw,
-            html=html,
-            measure=measure.value,
-            fmt=fmt.value,
-            dpi=dpi,
-            cmap=style(fmt, dpi, cmap).cmap,
-            scale=scale.value,
-            query=query,
-            stack=stack.value if stack else None,
-        )
-        bar = progress("export", TextColumn("{task.fields[rates]}"))
-        with bar:
-            task = bar.add_task("export", total=len(chosen.items), rates="")
-            counted = {"figures": 0}
-
-            def advance(record, n_figures: int) -> None:
-                counted["figures"] += n_figures
-                elapsed = max(bar.tasks[0].elapsed or 0.0, 1e-9)
-                done = bar.tasks[0].completed + 1
-                figures_rate = counted["figures"] / elapsed
-                rates = f"{done / elapsed:.2f} sentences/s · {figures_rate:.0f} figures/s"
-                bar.update(task, advance=1, rates=rates)
-
-            summary = run_export(
-                models.model(model, device.value, attention.value),
-                chosen,
-                out,
-                options=options,
-                batch_size=batch_size,
-                jobs=jobs,
-                overwrite=overwrite,
-                on_progress=advance,
-                on_warning=warn,
-            )
+        request = Request(
+            "export", load,
+            sentences=read_sentences(file, sentences), layers=tuple(layer) if layer else None,
+            heads=tuple(head) if head else None, stack=stack.value if stack else None,
+            truncate=truncate, words=words, hide_special=hide_special, measure=measure.value,
+            query=query, html=html, figures=tuple(k.value for k in figures) if figures else None,
+            save_raw=save_raw, out=out, style=style, jobs=jobs,
+            batch_size=batch_size, overwrite=overwrite,
+        )  # fmt: skip
+        with _progress(len(request.sentences.items)) as advance:
+            summary = run_export(request, on_progress=advance, on_warning=warn)
     except AttnvizError as error:
         raise fail(error) from None
-
     if as_json:
         typer.echo(json.dumps(summary.as_dict(), ensure_ascii=False, indent=2))
-    elif summary.nothing_to_do:
-        too_long = f", {summary.too_long} too long (skipped)" if summary.too_long else ""
-        out_console.print(
-            f"nothing to do: {summary.complete} sentences already complete with these "
-            f"settings{too_long} · {summary.seconds:.1f} s (--overwrite redoes them)",
-            highlight=False,
-        )
     else:
-        parts = [
-            f"{summary.sentences} sentences",
-            f"{summary.written} written",
-            f"{summary.complete} already complete",
-            f"{summary.too_long} too long (skipped)",
-            f"{summary.truncated} truncated",
-            f"{summary.blank} blank lines skipped",
-            f"{summary.figures} figures",
-            f"{summary.seconds:.1f} s",
-        ]
-        out_console.print(" · ".join(parts), highlight=False)
-    if summary.removed and not as_json:
-        out_console.print(
-            f"removed {summary.removed} sentence folders of an earlier export (--overwrite)",
-            highlight=False,
-        )
+        terminal.print_export(out_console, summary)
     if summary.interrupted:
-        raise fail(
-            Interrupted(
-                f"{summary.written + summary.complete} of {summary.sentences} sentences are "
-                "complete; run the same command again to finish"
-            )
-        )
+        done = summary.written + summary.complete
+        raise fail(Interrupted(f"{done} of {summary.sentences} sentences are complete; run the "
+                               "same command again to finish"))  # fmt: skip
     if not as_json:
         out_console.print(
             f"manifest: {summary.out / 'manifest.json'} and manifest.csv", highlight=False
         )
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[Callable[[Any, int], None]]:
+    """A progress bar over `total` sentences, with sentences and figures per second; yields
+    what export calls with each sentence's record and figures."""
+    from rich.progress import TextColumn
+
+    bar = progress("export", TextColumn("{task.fields[rates]}"))
+    with bar:
+        task = bar.add_task("export", total=total, rates="")
+        counted = {"figures": 0}
+
+        def advance(record: Any, n_figures: int) -> None:
+            counted["figures"] += n_figures
+            elapsed = max(bar.tasks[0].elapsed or 0.0, 1e-9)
+            done = bar.tasks[0].completed + 1
+            rates = (
+                f"{done / elapsed:.2f} sentences/s · {counted['figures'] / elapsed:.0f} figures/s"
+            )
+            bar.update(task, advance=1, rates=rates)
+
+        yield advance

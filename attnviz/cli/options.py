@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -58,28 +63,18 @@ AttentionOpt = Annotated[
         "held layer by layer; for comparison). docs/models.md says more.",
     ),
 ]
-LayerOpt = Annotated[
-    list[int] | None,
-    typer.Option(
-        "--layer",
-        "--layers",
-        "-l",
-        metavar="N",
-        help="A layer to use; repeat for more (-l 0 -l 5). Default: all.",
-        show_default=False,
-    ),
-]
-HeadOpt = Annotated[
-    list[int] | None,
-    typer.Option(
-        "--head",
-        "--heads",
-        "-H",
-        metavar="N",
-        help="A head to use; repeat for more (-H 2 -H 7). Default: all.",
-        show_default=False,
-    ),
-]
+
+
+def _numbers(what: str, short: str, example: str) -> Any:
+    """A repeatable option of numbers: --layer/--layers/-l, --head/--heads/-H."""
+    help = f"A {what} to use; repeat for more ({example}). Default: all."
+    option = typer.Option(f"--{what}", f"--{what}s", short, metavar="N", help=help,
+                          show_default=False)  # fmt: skip
+    return Annotated[list[int] | None, option]
+
+
+LayerOpt = _numbers("layer", "-l", "-l 0 -l 5")
+HeadOpt = _numbers("head", "-H", "-H 2 -H 7")
 SentencesArg = Annotated[
     list[str] | None,
     typer.Argument(help="Sentences (or use --file).", show_default=False),
@@ -167,7 +162,121 @@ BatchOpt = Annotated[
 ]
 
 
+TextArg = Annotated[
+    str,
+    typer.Argument(help="The sentence to look at; - reads it from stdin.", show_default=False),
+]
+PairOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--pair",
+        metavar="TEXT",
+        help="A second sentence (encoders): the model reads [CLS] TEXT [SEP] PAIR [SEP] "
+        "with token types; the --html page can restrict to A→B, B→A, A→A, B→B.",
+        show_default=False,
+    ),
+]
+TopKOpt = Annotated[int, typer.Option("--top-k", "-k", min=1, help="Tokens listed per head.")]
+OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder for the heatmap images.")]
+NoImagesOpt = Annotated[bool, flag("--no-images", "Do not write images.")]
+HtmlOpt = Annotated[
+    bool, flag("--html", "Also write attention.html, an interactive page that works offline.")
+]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        metavar="N",
+        help="Drawing processes, started while the model loads [default: one per core, "
+        "at most 4]; 1 draws in this process.",
+        show_default=False,
+    ),
+]
+AblateOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--ablate",
+        metavar="L.H",
+        help="Remove head H of layer L (its output set to 0; repeatable): the maps show "
+        "the model without it, and a decoder's loss and top-5 next tokens (an encoder's "
+        "embedding) before and after are printed.",
+        show_default=False,
+    ),
+]
+
+
 def style(fmt: ImageFormat, dpi: int, cmap: str, scale: Scale = Scale.absolute):
     from attnviz.outputs.figures import Style, check_cmap
 
     return Style(fmt=fmt.value, dpi=dpi, cmap=check_cmap(cmap), scale=scale.value)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Options several commands share, declared once: a command's parameter whose default is
+    a Group stands for these options on the command line (`grouped`), and receives what
+    `make` builds of their values."""
+
+    make: Callable[..., Any]
+    parameters: tuple[inspect.Parameter, ...]
+
+    @classmethod
+    def of(cls, make: Callable[..., Any], **options: tuple[Any, Any]) -> Group:
+        """A group of options, each name=(annotation, default), in the order given."""
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        return cls(make, tuple(inspect.Parameter(name, kind, annotation=annotation,
+                                                 default=default)
+                               for name, (annotation, default) in options.items()))  # fmt: skip
+
+
+def _load(model: str | None, device: Device, attention: AttentionImpl) -> Any:
+    from attnviz.pipelines.request import Load
+
+    return Load(model, device.value, attention.value)
+
+
+# --model, --device and --attention: how the model is loaded (a pipelines.request.Load).
+LOAD = Group.of(
+    _load,
+    model=(ModelOpt, None),
+    device=(DeviceOpt, Device.auto),
+    attention=(AttentionOpt, AttentionImpl.sdpa),
+)
+# --format, --dpi, --cmap and --scale: how figures are drawn (an outputs.figures.Style).
+STYLE = Group.of(
+    style,
+    fmt=(FormatOpt, ImageFormat.png),
+    dpi=(DpiOpt, 100),
+    cmap=(CmapOpt, "viridis"),
+    scale=(ScaleOpt, Scale.absolute),
+)
+
+
+def grouped(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`command` with each parameter whose default is a `Group` replaced, in the signature
+    Typer reads, by the group's options; called with those, `command` gets what the group
+    makes of them in that parameter."""
+    signature = inspect.signature(command, eval_str=True)
+    groups = {name: p.default for name, p in signature.parameters.items()
+              if isinstance(p.default, Group)}  # fmt: skip
+    parameters: list[inspect.Parameter] = []
+    for parameter in signature.parameters.values():
+        found = groups.get(parameter.name)
+        parameters += found.parameters if found is not None else [parameter]
+
+    @functools.wraps(command)
+    def run(**given: Any) -> Any:
+        from attnviz.cli.app import fail
+        from attnviz.errors import AttnvizError
+
+        try:
+            for name, group in groups.items():
+                given[name] = group.make(**{p.name: given.pop(p.name) for p in group.parameters})
+        except AttnvizError as error:  # a bad value (an unknown colour map): one line
+            raise fail(error) from None
+        return command(**given)
+
+    run.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    return run

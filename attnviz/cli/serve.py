@@ -2,45 +2,61 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from functools import partial
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from attnviz.cli.app import Command, app, err_console, fail, warn
-from attnviz.cli.options import AttentionImpl, AttentionOpt, Device, DeviceOpt, ModelOpt, flag
-from attnviz.core import models
-from attnviz.errors import AttnvizError, InputError, Interrupted
+from attnviz.cli.options import LOAD, flag, grouped
+from attnviz.errors import AttnvizError, Interrupted
+from attnviz.pipelines.request import Load
+
+if TYPE_CHECKING:
+    from attnviz.core.models import Model
+
+
+AgainstOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--against-model",
+        metavar="MODEL",
+        help="A second model, loaded too: the page can read text B with it and compare "
+        "the two head by head (same layers and heads; a different tokenizer needs words).",
+        show_default=False,
+    ),
+]
+PortOpt = Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")]
+HostOpt = Annotated[
+    str,
+    typer.Option(
+        "--host",
+        help="Address to listen on. Any address but a loopback one (127.0.0.1, ::1, "
+        "localhost) lets other machines use the model, and prints a warning.",
+    ),
+]
+OpenOpt = Annotated[bool, flag("--open", "Open the page in the default browser once it is served.")]
+QueueOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-queue",
+        min=1,
+        metavar="N",
+        help="Model requests that may wait or run at once; one more is answered 503 "
+        "with Retry-After.",
+    ),
+]
 
 
 @app.command(cls=Command)
+@grouped
 def serve(
-    model: ModelOpt = None,
-    port: Annotated[
-        int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")
-    ] = 8000,
-    host: Annotated[
-        str,
-        typer.Option(
-            "--host",
-            help="Address to listen on. Any address but a loopback one (127.0.0.1, ::1, "
-            "localhost) lets other machines use the model, and prints a warning.",
-        ),
-    ] = "127.0.0.1",
-    open_browser: Annotated[
-        bool, flag("--open", "Open the page in the default browser once it is served.")
-    ] = False,
-    max_queue: Annotated[
-        int,
-        typer.Option(
-            "--max-queue",
-            min=1,
-            metavar="N",
-            help="Model requests that may wait or run at once; one more is answered 503 "
-            "with Retry-After.",
-        ),
-    ] = 64,
-    device: DeviceOpt = Device.auto,
-    attention: AttentionOpt = AttentionImpl.sdpa,
+    load: Load = LOAD,
+    against_model: AgainstOpt = None,
+    port: PortOpt = 8000,
+    host: HostOpt = "127.0.0.1",
+    open_browser: OpenOpt = False,
+    max_queue: QueueOpt = 64,
 ) -> None:
     """Serve the interactive page on a local web address, with the model loaded once.
 
@@ -50,6 +66,8 @@ def serve(
     otherwise. Ctrl-C stops it (exit code 130).
     """
     try:
+        from attnviz.pipelines import features
+        from attnviz.pipelines.request import Request
         from attnviz.server import exposed, listen, serve, url
         from attnviz.server.app import LOOPBACK_NAMES, Limits
 
@@ -57,38 +75,57 @@ def serve(
         if warning:
             warn(warning)
         sock = listen(host, port)  # before loading: a port in use fails at once
-        chosen = models.model(model, device.value, attention.value)
-        chosen.refuse_early()
+        asked = Request("serve", load)
+        chosen = asked.model()
+        features.refuse_early(asked, chosen)
         address = url(host, port)
-        with err_console.status(f"loading {model or 'the bundled model'}…"):
+        with err_console.status(f"loading {load.model or 'the bundled model'}…"):
             loaded = chosen.load()
-        if loaded.info.seq2seq:
-            raise InputError(
-                f"serve reads models with one attention stack; {loaded.info.name} is an "
-                "encoder-decoder model: use attnviz show --target … --html for its page"
-            )
-
-        def ready() -> None:
-            err_console.print(
-                f"attnviz serve: [bold]{address}[/] ({chosen.load().info.name}); Ctrl-C stops",
-                highlight=False,
-                soft_wrap=True,
-            )
-            if open_browser:  # in a thread: a browser may take a while to start
-                import threading
-
-                threading.Thread(target=open_page, daemon=True).start()
-
-        def open_page() -> None:
-            import webbrowser
-
-            if not webbrowser.open(address):
-                warn(f"--open found no browser to start: open {address} in one")
-
+        features.refuse(asked, loaded.info)
+        against = _second_model(against_model, load, loaded)
+        ready = partial(_ready, address, loaded.info.name, open_browser)
         # A loopback server answers only to loopback names (app.py says why).
         hosts = None if warning else LOOPBACK_NAMES
-        serve(chosen, sock, Limits(max_queue=max_queue, hosts=hosts), on_ready=ready)
+        serve(chosen, sock, Limits(max_queue=max_queue, hosts=hosts), on_ready=ready,
+              against=against)  # fmt: skip
     except AttnvizError as error:
         raise fail(error) from None
     except KeyboardInterrupt:
         raise fail(Interrupted("the server stopped")) from None
+
+
+def _ready(address: str, name: str, open_browser: bool) -> None:
+    """Say where the page is served, and open it in a browser with --open."""
+    err_console.print(
+        f"attnviz serve: [bold]{address}[/] ({name}); Ctrl-C stops", highlight=False, soft_wrap=True
+    )
+    if open_browser:  # in a thread: a browser may take a while to start
+        import threading
+
+        threading.Thread(target=_open_page, args=(address,), daemon=True).start()
+
+
+def _open_page(address: str) -> None:
+    import webbrowser
+
+    if not webbrowser.open(address):
+        warn(f"--open found no browser to start: open {address} in one")
+
+
+def _second_model(name: str | None, load: Load, first: Any) -> Model | None:
+    """The --against-model, loaded, refused at once if it cannot be compared with `first`
+    head by head (its tokenizer is checked per request: words can bridge it)."""
+    if name is None:
+        return None
+    from attnviz.analysis.compare import refuse_models
+    from attnviz.pipelines import features
+    from attnviz.pipelines.request import Request
+
+    asked = Request("serve", Load(name, load.device, load.attention))
+    second = asked.model()
+    features.refuse_early(asked, second)
+    with err_console.status(f"loading {name}…"):
+        loaded = second.load()
+        features.refuse(asked, loaded.info)
+        refuse_models(first, loaded, words=True)
+    return second

@@ -152,3 +152,19 @@ def split_compare_pairs(sentences: Sentences, one_text: bool = False) -> list[tu
                 raise InputError(f"{where}: text {side} is empty; give text A<TAB>text B")
         pairs.append((a, b))
     return pairs
+
+
+def compare_pairs_of(
+    text_a: str | None, text_b: str | None, file: str | None, against_model: bool
+) -> list[tuple[str, str]]:
+    """What `compare` reads, from its arguments: two texts, one text read by two models
+    (`against_model`), or a file of pairs (`split_compare_pairs`); "-" reads stdin."""
+    if file is not None:
+        if text_a is not None:
+            raise InputError("give two texts or --file, not both")
+        return split_compare_pairs(read_sentences(file, None), against_model)
+    if text_a is None or (text_b is None and not against_model):
+        raise InputError('give two texts (compare "A" "B"), one text and --against-model MODEL, '
+                         "or --file PAIRS.tsv")  # fmt: skip
+    first = read_text(text_a)
+    return [(first, read_text(text_b) if text_b is not None else first)]

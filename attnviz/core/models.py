@@ -35,11 +35,8 @@ class _Stacks:
 
         if stack is None:
             return self
-        if not self.stacks:
-            raise InputError(
-                f"--stack {stack}: {self.name} has one attention stack; --stack is for "
-                "encoder-decoder models (T5, BART, Marian)"
-            )
+        if not self.stacks:  # refused before (pipelines.features)
+            raise ValueError(f"{self.name} has one attention stack, not {stack}")
         _, n_layers, n_heads = next(entry for entry in self.stacks if entry[0] == stack)
         changes = dict(stack=stack, n_layers=n_layers, n_heads=n_heads, causal=stack == "decoder")
         if hasattr(self, "d_model") and self.model_type not in ("t5", "mt5"):
@@ -61,14 +58,6 @@ def _stack_counts(config: dict[str, Any]) -> tuple[tuple[str, int, int], ...]:
         ("encoder", encoder, encoder_heads),
         ("decoder", decoder, decoder_heads),
         ("cross", decoder, decoder_heads),
-    )
-
-
-def needs_seq2seq(option: str, name: str) -> InputError:
-    """The error for --target/--generate/--stack on a model with one stack."""
-    return InputError(
-        f"{option} needs an encoder-decoder model (T5, BART, Marian); {name} has no decoder "
-        "reading a source"
     )
 
 
@@ -162,11 +151,6 @@ class ModelSpec(_HeadRanges, _Stacks):
         n_tokens = self.count_tokens(text)
         if n_tokens is not None and n_tokens > self.max_tokens:
             raise too_long(n_tokens, self.max_tokens)
-
-
-def pair_needs_encoder(name: str) -> InputError:
-    """The error for --pair on a decoder, which reads no sentence pairs."""
-    return InputError(f"--pair needs an encoder that reads sentence pairs; {name} is a decoder")
 
 
 def too_long(n_tokens: int, limit: int) -> TextTooLongError:
@@ -500,28 +484,16 @@ class Model:
         heads: list[int] | None = None,
         text: str | None = None,
         truncate: bool = False,
-        pair: str | None = None,
         stack: str | None = None,
-        decoder_option: str | None = None,
     ) -> None:
-        """Refuse an out-of-range layer or head, a too-long text and a sentence pair for a
-        decoder from the model's files alone; what the files cannot tell is checked again
-        after loading. For an encoder-decoder model the layers and heads are `stack`'s
-        (default cross); `decoder_option` (--target, --generate) or a `stack` given to a model
-        with one stack is refused."""
+        """Refuse an out-of-range layer or head and a too-long text from the model's files
+        alone; what the files cannot tell is checked again after loading. For an
+        encoder-decoder model the layers and heads are `stack`'s (default cross). (Which
+        options a model takes is `pipelines.features`' to say.)"""
         spec = describe(self.name)
         if spec is None:
             return
-        if pair is not None and spec.causal:
-            raise pair_needs_encoder(spec.name)
-        if decoder_option is not None and not spec.seq2seq:
-            raise needs_seq2seq(decoder_option, spec.name)
-        if pair is not None and spec.seq2seq:
-            raise InputError(
-                f"--pair is for encoders that read sentence pairs; {spec.name} is an "
-                "encoder-decoder model: give its target with --target"
-            )
-        if spec.seq2seq or stack is not None:
+        if spec.seq2seq:
             spec = spec.of_stack(stack or DEFAULT_STACK)
         spec.pick_layers(layers)
         spec.pick_heads(heads)

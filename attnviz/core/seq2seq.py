@@ -30,10 +30,8 @@ def encode_source_target(
 ) -> SourceTarget:
     """The source and the decoder's tokens: `target` read with teacher forcing, or (with
     `generate`, or neither) the model's own greedy output of at most `generate` tokens."""
-    if not loaded.info.seq2seq:
-        from attnviz.core.models import needs_seq2seq
-
-        raise needs_seq2seq("--target" if target is not None else "--generate", loaded.info.name)
+    if not loaded.info.seq2seq:  # refused before (pipelines.features)
+        raise ValueError(f"{loaded.info.name} is not an encoder-decoder model")
     require_text(source)
     encoded = encode_side(loaded, source, truncate)
     if target is not None:

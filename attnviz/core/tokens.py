@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from attnviz.core.attention import Encoded, require_text
-from attnviz.core.models import pair_needs_encoder, too_long
+from attnviz.core.models import too_long
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ def encode_with(
     require_text(text)
     if pair is not None:
         require_text(pair, "the --pair sentence")
-        if facts.causal:
-            raise pair_needs_encoder(facts.name)
+        if facts.causal:  # refused before (pipelines.features): a decoder reads no pair
+            raise ValueError(f"{facts.name} is a decoder: it reads no sentence pair")
     bos = _bos_to_add(tokenizer, facts.causal)
     limit = facts.max_tokens - (bos is not None)
     notes: list[str] = []

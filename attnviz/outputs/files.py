@@ -101,7 +101,7 @@ def read_done(folder: Path) -> dict[str, Any] | None:
 TEXT_FILES = re.compile(
     r"(overview|layer-\d+|layer-\d+-head-\d+|query-.*-\d+|divergence|layer-\d+-head-\d+-compare"
     r"|importance-[ab]|moved-or-matters)"
-    r"\.(png|svg|pdf)|attention\.(html|npz)"
+    r"\.(png|svg|pdf)|attention\.(html|npz)|compare(-\d+)?\.html"
 )
 
 

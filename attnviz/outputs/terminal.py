@@ -884,25 +884,46 @@ def print_moved(console: Console, moved: Sequence[Moved], several: bool = False)
 def print_compare_query(
     console: Console, query: QueryMoves, layers: Sequence[int], shown: int = 10
 ) -> None:
-    """Where one aligned query looks in A and in B, in the heads where its row moved most."""
+    """Where one aligned query looks in A and in B, in the heads where its row moved most
+    (over several pairs: the mean, and each head's keys on the pair where it moved most)."""
     import numpy as np
 
+    several = query.pair is not None
+    over = ""
+    if several:
+        over = f", mean over the {len(query.counted)} pairs whose A has it"
     table = Table(
-        title=f"Where “{query.label}” looks: the {shown} heads where its row moved most "
+        title=f"Where “{query.label}” looks: the {shown} heads where its row moved most{over} "
         "(keys: aligned tokens, rows renormalised over them)",
         title_justify="left",
         box=None,
         padding=(0, 2, 0, 0),
     )
-    for name in ("head", "JS (nats)", "top in A", "top in B"):
+    for name in ("head", "JS (nats)", *(("pair",) if several else ()), "top in A", "top in B"):
         table.add_column(name, justify="right" if name == "JS (nats)" else "left")
     order = np.argsort(-query.divergence, axis=None, kind="stable")[:shown]
     for index in order:
         slot, head = np.unravel_index(int(index), query.divergence.shape)
         key = (layers[int(slot)], int(head))
-        table.add_row(f"L{key[0]} H{key[1]}", f"{query.divergence[slot, head]:.4f}",
+        pair = (str(int(query.pair[slot, head]) + 1),) if several else ()
+        table.add_row(f"L{key[0]} H{key[1]}", f"{query.divergence[slot, head]:.4f}", *pair,
                       _targets(query.top_a[key]), _targets(query.top_b[key]))  # fmt: skip
     console.print(table)
+    if several and query.skipped:
+        left = _ranges([n + 1 for n in query.skipped])
+        console.print(f"  [yellow]“{query.label}” is not in A, or has no partner in B, in "
+                      f"pairs {left}: left out[/]", highlight=False, soft_wrap=True)  # fmt: skip
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    """Increasing numbers as runs: 1–12, 15, 21–27."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
 def print_moved_importance(
@@ -925,3 +946,90 @@ def print_moved_importance(
         table.add_row(f"L{m.layer} H{m.head}", f"{m.divergence:.4f}", f"{a.scores[at]:.4g}",
                       str(ranks_a[at]), f"{b.scores[at]:.4g}", str(ranks_b[at]))  # fmt: skip
     console.print(table)
+
+
+def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
+    """What `attnviz show` prints of its result (`pipelines.show.ShowResult`): the header,
+    then the query's heads, the per-layer measure's details, the layers × heads map or the
+    chosen heads' details; one head's heatmap; what removing heads changed."""
+    att, layers, heads = result.attention, result.layers, result.heads
+    print_header(console, att)
+    if result.query is not None:
+        print_query(console, att, result.query, layers, heads)
+    elif att.per_layer:
+        print_special_share(
+            console, att, result.summaries, result.special_by_weight, result.special_by_norm
+        )
+        print_head_details(console, att, result.summaries)
+    elif len(layers) == att.info.n_layers and len(heads) == att.info.n_heads:
+        by_weight, by_norm = result.special_by_weight, result.special_by_norm
+        print_head_map(console, att, result.summaries, layers, heads, by_weight, by_norm)
+    else:
+        print_head_details(console, att, result.summaries)
+    if len(layers) == 1 and len(heads) == 1:
+        print_heatmap(console, att, layers[0], heads[0], scale)
+    if result.ablation is not None:
+        print_ablation(console, result.ablation)
+    if result.ablation_divergence is not None:
+        print_divergence_map(console, result.ablation_divergence, layers, ABLATION_TITLE)
+
+
+def print_export(console: Console, summary: Any) -> None:
+    """What `attnviz export` prints of its summary (`pipelines.export.ExportSummary`): the
+    counts (or that nothing was left to do), an earlier export removed, where the manifest is."""
+    s = summary
+    if s.nothing_to_do:
+        too_long = f", {s.too_long} too long (skipped)" if s.too_long else ""
+        console.print(
+            f"nothing to do: {s.complete} sentences already complete with these "
+            f"settings{too_long} · {s.seconds:.1f} s (--overwrite redoes them)",
+            highlight=False,
+        )
+    else:
+        parts = [
+            f"{s.sentences} sentences",
+            f"{s.written} written",
+            f"{s.complete} already complete",
+            f"{s.too_long} too long (skipped)",
+            f"{s.truncated} truncated",
+            f"{s.blank} blank lines skipped",
+            f"{s.figures} figures",
+            f"{s.seconds:.1f} s",
+        ]
+        console.print(" · ".join(parts), highlight=False)
+    if s.removed:
+        console.print(
+            f"removed {s.removed} sentence folders of an earlier export (--overwrite)",
+            highlight=False,
+        )
+
+
+def print_written(console: Console, images: Sequence[Any], folder: Any, page: Any = None) -> None:
+    """Where a command wrote its images (and its interactive page)."""
+    if images:
+        console.print(f"wrote {len(images)} images to [bold]{folder}/[/]", highlight=False)
+    if page is not None:
+        console.print(
+            f"wrote the interactive page [bold]{page}[/]", highlight=False, soft_wrap=True
+        )
+
+
+def print_compare(console: Console, found: Any, top: int) -> None:
+    """What `attnviz compare` prints of its result (`pipelines.compare.CompareResult`): who
+    read what, the divergence map, the heads that moved most (and their importance), the
+    query's heads, and what was written."""
+    names, comparison = found.models, found.comparison
+    who = names[0] if names[0] == names[1] else f"A: {names[0]}, B: {names[1]}"
+    print_comparison_header(console, comparison, who)
+    print_divergence_map(console, comparison.divergence, comparison.layers)
+    print_moved(console, found.moved, len(comparison.pairs) > 1)
+    if found.importance is not None:
+        print_moved_importance(console, found.moved, *found.importance)
+    if found.query is not None:
+        print_compare_query(console, found.query, comparison.layers, top)
+    pages = found.pages
+    print_written(console, found.images, found.folder)
+    if pages:
+        named = pages[0] if len(pages) == 1 else f"{found.folder}/compare-N.html"
+        console.print(f"wrote the interactive page{'s' if len(pages) > 1 else ''} [bold]{named}[/]",
+                      highlight=False, soft_wrap=True)  # fmt: skip

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from attnviz.analysis.check import DEFAULT_TOLERANCE, CheckResult, LayerCheck, compare
+from attnviz.analysis.check import CheckResult, LayerCheck, compare
 from attnviz.errors import InputError
+from attnviz.pipelines import features
 
 if TYPE_CHECKING:
     from attnviz.core.attention import Encoded, SourceTarget
     from attnviz.core.capture import Each
-    from attnviz.core.models import LoadedModel, Model, ModelInfo, ModelSpec
+    from attnviz.core.models import LoadedModel, ModelInfo, ModelSpec
+    from attnviz.pipelines.request import Request
 
 Shapes = tuple  # ((step, formula, shape), …) of one layer, as `MHAResult.shapes`
 
@@ -95,34 +97,28 @@ def _checker(
     return capture.Each(layers, kinds, check_layer, stack=stack)
 
 
-def check(
-    model: Model,
-    text: str,
-    layers: list[int] | None = None,
-    tolerance: float = DEFAULT_TOLERANCE,
-    truncate: bool = False,
-    target: str | None = None,
-    generate: int | None = None,
-    stacks: Sequence[str] | None = None,
-) -> CheckResult:
-    """Recompute the chosen layers (default: all) of `model` on `text` and compare.
+def check(request: Request) -> CheckResult:
+    """Recompute the chosen layers (default: all) of the model on `request.text` and compare.
 
-    An encoder-decoder model reads `text` as its source and `target` as the decoder's input
-    (teacher forcing), or writes its own target greedily (`generate` tokens at most; the
-    default without `target`), and checks each of `stacks` (names from `adapters.STACKS`, or
-    "all", the default); these options refuse a model with one stack.
+    An encoder-decoder model reads the text as its source and `request.target` as the
+    decoder's input (teacher forcing), or writes its own target greedily (`generate` tokens
+    at most; the default without a target), and checks each of `request.stacks` (names from
+    `adapters.STACKS`, or "all", the default).
     """
     from attnviz.core.attention import require_text
     from attnviz.core.models import describe
 
-    require_text(text)
+    require_text(request.text)
+    model = request.model()
     spec = describe(model.name)
+    features.refuse(request, spec)
     if spec is not None:
-        _plan(spec, layers, stacks, target, generate)
-        spec.check_length(text, truncate)
-
+        _plan(spec, request)
+        spec.check_length(request.text, request.truncate)
     loaded = model.load()
-    plan = _plan(loaded.info, layers, stacks, target, generate)
+    features.refuse(request, loaded.info)
+    plan = _plan(loaded.info, request)
+    text, truncate, tolerance = request.text, request.truncate, request.tolerance
     if not loaded.info.seq2seq:
         from attnviz.core.tokens import encode
 
@@ -132,7 +128,7 @@ def check(
 
     from attnviz.core.seq2seq import encode_source_target
 
-    item = encode_source_target(loaded, text, target, generate, truncate)
+    item = encode_source_target(loaded, text, request.target, request.generate, truncate)
     found, shapes = check_stacks(loaded, [item], plan)
     source, decoded = item.source.tokens, item.target.tokens
     parts = tuple(
@@ -153,28 +149,17 @@ def check(
     )
 
 
-def _plan(
-    facts: ModelSpec | ModelInfo,
-    layers: list[int] | None,
-    stacks: Sequence[str] | None,
-    target: str | None,
-    generate: int | None,
-) -> dict[str | None, list[int]]:
+def _plan(facts: ModelSpec | ModelInfo, request: Request) -> dict[str | None, list[int]]:
     """The layers to check in each stack ({None: layers} for a model with one stack), from
-    the model's files before it loads and from the loaded model after; the encoder-decoder
-    options on a model with one stack, or a layer a chosen stack lacks, are refused."""
+    the model's files before it loads and from the loaded model after; a layer a chosen
+    stack lacks is refused."""
     from attnviz.core.adapters import STACKS
-    from attnviz.core.models import needs_seq2seq
 
-    if target is not None and generate is not None:
-        raise InputError("give either --target or --generate, not both")
+    layers = list(request.layers) if request.layers else None
     if not facts.seq2seq:
-        if target is not None or generate is not None:
-            raise needs_seq2seq("--target" if target is not None else "--generate", facts.name)
-        for stack in stacks or ():
-            facts.of_stack(stack)  # refuses: this model has one stack
         return {None: facts.pick_layers(layers)}
     plan = {}
+    stacks = request.stacks
     for stack in STACKS if not stacks or "all" in stacks else stacks:
         try:
             plan[stack] = facts.of_stack(stack).pick_layers(layers)

@@ -251,11 +251,6 @@ def report_split(
     share = Share.parse(shard)
     if partial is None:
         raise InputError("--shard needs --partial DIR: the folder its sums are written to")
-    if options.get("importance") in ("ablation", "both") and options.get("ablation") == "mean":
-        raise InputError(
-            "--ablation mean needs every shard's mean head outputs before it ablates: run it "
-            "under torchrun, or use --ablation zero with --shard"
-        )
     from attnviz.outputs.files import prepare_dir
     from attnviz.outputs.partials import partial_path
 

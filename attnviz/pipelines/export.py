@@ -24,7 +24,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,14 +42,16 @@ from attnviz.outputs.files import (
     write_text_atomic,
 )
 from attnviz.outputs.render import KINDS
+from attnviz.pipelines import features
 
 if TYPE_CHECKING:
     from attnviz.analysis.contributions import PageMeasures
     from attnviz.analysis.inside import Inside
     from attnviz.core.attention import Attention, Encoded, SourceTarget
     from attnviz.core.inputs import Sentence, Sentences
-    from attnviz.core.models import LoadedModel, Model, ModelSpec
+    from attnviz.core.models import LoadedModel, ModelSpec
     from attnviz.outputs.figures import Style
+    from attnviz.pipelines.request import Request
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,18 @@ class ExportOptions:
     html: bool = False  # also attention.html, the interactive page, in each sentence's folder
     measure: str = "weights"  # or norm, alti, rollout (analysis.contributions.MEASURES)
     stack: str | None = None  # encoder-decoder models: encoder, decoder or cross
+
+    @classmethod
+    def of(cls, request: Request) -> ExportOptions:
+        """The settings `request` writes with, each field the request's own (the figures'
+        look from its style); an encoder-decoder model's stack is set once its kind is known."""
+        from attnviz.outputs.figures import Style
+
+        drawn = {f.name for f in fields(Style)}
+        style = request.style or Style()
+        found = {f.name: getattr(style if f.name in drawn else request, f.name)
+                 for f in fields(cls)}  # fmt: skip
+        return cls(**{**found, "figures": request.figures or KINDS})
 
 
 @dataclass
@@ -323,281 +337,273 @@ def _save_raw(
 
 
 def export(
-    model: Model,
-    sentences: Sentences,
-    out: Path,
-    options: ExportOptions | None = None,
-    batch_size: int = 8,
-    jobs: int = 1,
-    overwrite: bool = False,
+    request: Request,
     on_progress: Progress | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> ExportSummary:
-    """Export heatmaps for every sentence under `out`, skipping complete folders.
+    """Export heatmaps for every sentence of `request.sentences` under `request.out`,
+    skipping complete folders.
 
-    Refuses (OutputError) when `out` holds sentence folders of another list, unless
-    `overwrite`, which removes them once the model has loaded. The model is loaded only when
-    some sentence is still to do.
+    Refuses (OutputError) when the folder holds sentence folders of another list, unless
+    `request.overwrite`, which removes them once the model has loaded. The model is loaded
+    only when some sentence is still to do.
     """
-    options = options or ExportOptions()
-    warn = on_warning or (lambda message: None)
-    started = time.perf_counter()
-    layers_asked = list(options.layers) if options.layers else None
-    heads_asked = list(options.heads) if options.heads else None
-    from attnviz.analysis.contributions import refuse
+    run = _Export(request, on_progress, on_warning or (lambda message: None))
+    if not run.plan():
+        return run.nothing_to_do()
+    return run.render()
 
-    measure = refuse(options.measure, options.hide_special)
-    spec = describe(model.name)
-    # a hub id not downloaded yet: only its loaded config tells whether it is an encoder-decoder
-    seq2seq = spec.seq2seq if spec is not None else model.load().info.seq2seq
-    if seq2seq:
-        sentences, options = _for_seq2seq(sentences, options)
+
+class _Export:
+    """One export run: its plan (folders, what is complete, what is left), then the batched
+    passes and the figures of what is left, counted into `summary`."""
+
+    def __init__(self, request: Request, on_progress: Progress | None, warn: Callable) -> None:
+        self.request, self.on_progress, self.warn = request, on_progress, warn
+        self.started = time.perf_counter()
+        self.model = request.model()
+        self.todo: list[tuple[Sentence, Path, dict[str, Any]]] = []
+
+    def plan(self) -> bool:
+        """Refuse what cannot run, then find the sentences still to do; False when none is."""
+        from attnviz.analysis.contributions import get
+
+        r, model = self.request, self.model
+        get(r.measure)
+        spec = describe(model.name)
+        features.refuse(r, spec)
+        # a hub id not downloaded yet: only its loaded config tells what kind of model it is
+        facts = spec if spec is not None else model.load().info
+        features.refuse(r, facts)
+        self.sentences, self.options = r.sentences, ExportOptions.of(r)
+        if facts.seq2seq:
+            from attnviz.core.inputs import split_pairs
+            from attnviz.core.models import DEFAULT_STACK
+
+            self.sentences = split_pairs(r.sentences)
+            self.options = replace(self.options, stack=r.stack or DEFAULT_STACK)
+        asked = (list(r.layers) if r.layers else None, list(r.heads) if r.heads else None)
         if spec is not None:
-            spec.of_stack(options.stack).pick_layers(layers_asked)
-            spec.of_stack(options.stack).pick_heads(heads_asked)
-    else:
-        if options.stack is not None:  # refused: this model has one stack
-            (spec if spec is not None else model.load().info).of_stack(options.stack)
-        model.refuse_early(layers_asked, heads_asked)
-    prepare_dir(out)
-    width = max(4, len(str(len(sentences.items))))
-    folders = [out / _folder_name(sentence, width) for sentence in sentences.items]
-    others = _other_exports(out, {folder.name for folder in folders})
-    if others and not overwrite:
-        raise _refuse_other_export(out, others)
-    model_name = spec.name if spec is not None else model.name  # as loading would name it
-    summary = ExportSummary(out=out, sentences=len(sentences.items), blank=sentences.blank)
+            spec.of_stack(self.options.stack).pick_layers(asked[0])
+            spec.of_stack(self.options.stack).pick_heads(asked[1])
+        out = prepare_dir(r.out)
+        self.width = max(4, len(str(len(self.sentences.items))))
+        folders = [out / _folder_name(sentence, self.width) for sentence in self.sentences.items]
+        self.others = _other_exports(out, {folder.name for folder in folders})
+        if self.others and not r.overwrite:
+            raise _refuse_other_export(out, self.others)
+        self.model_name = spec.name if spec is not None else model.name  # as loading names it
+        self.summary = ExportSummary(out, len(self.sentences.items), blank=self.sentences.blank)
+        for sentence, folder in zip(self.sentences.items, folders, strict=True):
+            settings = self.settings_of(sentence)
+            if not r.overwrite and (record := _completed(folder, settings)) is not None:
+                self.summary.complete += 1
+                self.report(record)
+            else:
+                self.todo.append((sentence, folder, settings))
+        # (a pair's target may be too long when its source is not: the loaded model decides)
+        spec_length = None if facts.seq2seq else spec
+        errors = _all_too_long(spec_length, [s for s, _, _ in self.todo], r.truncate)
+        if errors is not None:
+            for (sentence, folder, _), error in zip(self.todo, errors, strict=True):
+                self.too_long(sentence, folder, error)
+            self.todo = []
+        return bool(self.todo)
 
-    def report(record: Record) -> None:
+    def settings_of(self, sentence: Sentence) -> dict[str, Any]:
+        return _settings(self.model_name, sentence, self.options)
+
+    def report(self, record: Record) -> None:
         if record.status.startswith("too long"):
-            summary.skipped[record.index] = record
-        if on_progress:
-            on_progress(record, _figures(record) if record.status == "written" else 0)
+            self.summary.skipped[record.index] = record
+        if self.on_progress:
+            self.on_progress(record, _figures(record) if record.status == "written" else 0)
 
-    def too_long(sentence: Sentence, folder: Path, error: TextTooLongError) -> None:
-        warn(f"{sentences.source}, line {sentence.line}: skipped, {error}")
-        summary.too_long += 1
-        report(
-            Record(
-                sentence.index,
-                sentence.line,
-                sentence.text,
-                folder.name,
-                "too long (skipped)",
-                target=sentence.target,
-            )  # fmt: skip
-        )
+    def too_long(self, sentence: Sentence, folder: Path, error: TextTooLongError) -> None:
+        self.warn(f"{self.sentences.source}, line {sentence.line}: skipped, {error}")
+        self.summary.too_long += 1
+        self.report(Record(sentence.index, sentence.line, sentence.text, folder.name,
+                           "too long (skipped)", target=sentence.target))  # fmt: skip
 
-    def settings_of(sentence: Sentence) -> dict[str, Any]:
-        return _settings(model_name, sentence, options)
-
-    todo: list[tuple[Sentence, Path, dict[str, Any]]] = []
-    for sentence, folder in zip(sentences.items, folders, strict=True):
-        settings = settings_of(sentence)
-        if not overwrite and (record := _completed(folder, settings)) is not None:
-            summary.complete += 1
-            report(record)
-        else:
-            todo.append((sentence, folder, settings))
-    # (a pair's target may be too long when its source is not: the loaded model decides)
-    errors = _all_too_long(
-        None if seq2seq else spec, [sentence for sentence, _, _ in todo], options.truncate
-    )
-    if errors is not None:
-        for (sentence, folder, _), error in zip(todo, errors, strict=True):
-            too_long(sentence, folder, error)
-        todo = []
-    if not todo:
+    def nothing_to_do(self) -> ExportSummary:
+        summary = self.summary
         summary.nothing_to_do = summary.complete > 0
-        if others:
-            summary.removed = _remove_export(out, others, warn)
-        summary.seconds = time.perf_counter() - started
-        write_manifest(summary, sentences, width, settings_of)
+        if self.others:
+            summary.removed = _remove_export(summary.out, self.others, self.warn)
+        summary.seconds = time.perf_counter() - self.started
+        write_manifest(summary, self.sentences, self.width, self.settings_of)
         return summary
 
-    if jobs > 1:
-        from attnviz.outputs.render import start_workers
+    def render(self) -> ExportSummary:
+        """Load the model, read the sentences left in batches and draw each one's files."""
+        from attnviz.analysis.contributions import get
+        from attnviz.outputs.figures import Style, check_cmap
 
-        start_workers(jobs)  # they import matplotlib while this process loads the model
+        r, options, summary = self.request, self.options, self.summary
+        if r.jobs > 1:
+            from attnviz.outputs.render import start_workers
 
-    from attnviz.analysis.query import find_query
-    from attnviz.analysis.transforms import transform
-    from attnviz.core.seq2seq import encode_source_target
-    from attnviz.core.tokens import encode
-    from attnviz.outputs.figures import Style, check_cmap
-    from attnviz.outputs.html import build_page
+            start_workers(r.jobs)  # they import matplotlib while this process loads the model
+        self.style = Style(options.fmt, options.dpi, check_cmap(options.cmap), options.scale)
+        self.loaded = self.model.load()
+        _freeze_long_lived()
+        info = self.loaded.info.of_stack(options.stack)  # the stack's counts; the model's for None
+        self.layers = info.pick_layers(list(r.layers) if r.layers else None)
+        per_layer = get(options.measure).per_layer
+        self.heads = [0] if per_layer else info.pick_heads(list(r.heads) if r.heads else None)
+        if self.others:  # only now: a model that fails to load leaves the earlier export whole
+            summary.removed = _remove_export(summary.out, self.others, self.warn)
+        loaded_at = time.perf_counter()
+        renderer = _Renderer(r.jobs)
+        try:
+            for raw, inside, measures, record, settings, sides in self.texts():
+                job = self.job(raw, inside, measures, record, settings, sides)
+                self.finished(renderer.submit(job))
+            self.finished(renderer.finish())
+        except KeyboardInterrupt:
+            summary.interrupted = True
+            renderer.cancel()  # the drawing processes finish the sentences they started first
+            _count_done(summary, self.todo)
+        finally:
+            summary.seconds = time.perf_counter() - self.started
+            summary.render_seconds = time.perf_counter() - loaded_at
+            write_manifest(summary, self.sentences, self.width, self.settings_of)
+        return summary
 
-    style = Style(options.fmt, options.dpi, check_cmap(options.cmap), options.scale)
-    loaded = model.load()
-    _freeze_long_lived()
-    info = loaded.info.of_stack(options.stack)  # the stack's counts; the model's for None
-    layers = info.pick_layers(layers_asked)
-    heads = [0] if measure.per_layer else info.pick_heads(heads_asked)
-    if others:  # only now: a model that fails to load leaves the earlier export whole
-        summary.removed = _remove_export(out, others, warn)
-    loaded_at = time.perf_counter()
-
-    def pending() -> Iterator[tuple[Any, Record, dict[str, Any]]]:
+    def pending(self) -> Iterator[tuple[Any, Record, dict[str, Any]]]:
         """Encoded sentences still to do; too-long ones are reported here."""
-        for sentence, folder, settings in todo:
+        from attnviz.core.seq2seq import encode_source_target
+        from attnviz.core.tokens import encode
+
+        loaded, stack, truncate = self.loaded, self.options.stack, self.request.truncate
+        for sentence, folder, settings in self.todo:
             record = Record(sentence.index, sentence.line, sentence.text, folder.name, "written",
                             target=sentence.target)  # fmt: skip
             try:
-                if options.stack is None:
-                    encoded = encode(loaded, sentence.text, options.truncate)
+                if stack is None:
+                    encoded = encode(loaded, sentence.text, truncate)
                 else:
-                    encoded = encode_source_target(
-                        loaded, sentence.text, sentence.target, truncate=options.truncate
-                    )
+                    encoded = encode_source_target(loaded, sentence.text, sentence.target,
+                                                   truncate=truncate)  # fmt: skip
             except TextTooLongError as error:
-                too_long(sentence, folder, error)
+                self.too_long(sentence, folder, error)
                 continue
-            notes = encoded.notes if options.stack is None else encoded.source.notes
+            notes = encoded.notes if stack is None else encoded.source.notes
             if notes:
-                summary.truncated += 1
-                warn(f"{sentences.source}, line {sentence.line}: {notes[0]}")
+                self.summary.truncated += 1
+                self.warn(f"{self.sentences.source}, line {sentence.line}: {notes[0]}")
             yield encoded, record, settings
 
-    queue: deque = deque()
+    def texts(self) -> Iterator[tuple[Any, ...]]:
+        """Each sentence left, read in batched passes: (attention, inside view, page measures,
+        record, settings, sides), in order."""
+        queue: deque = deque()
+        options, stack = self.options, self.options.stack
 
-    def encoded_only() -> Iterator[Any]:
-        for encoded, record, settings in pending():
-            sides = None
-            if options.stack is not None:
-                sides = {"source_tokens": encoded.source.tokens,
-                         "target_tokens": encoded.target.tokens}  # fmt: skip
-            queue.append((record, settings, sides))
-            yield encoded
+        def encoded_only() -> Iterator[Any]:
+            for encoded, record, settings in self.pending():
+                sides = None
+                if stack is not None:
+                    sides = {"source_tokens": encoded.source.tokens,
+                             "target_tokens": encoded.target.tokens}  # fmt: skip
+                queue.append((record, settings, sides))
+                yield encoded
 
-    def finished(records: list[Record]) -> None:
-        for done in records:
-            summary.written += 1
-            summary.figures += _figures(done)
-            report(done)
-
-    renderer = _Renderer(jobs)
-    try:
-        if options.stack is None:
-            texts = _attention(
-                loaded, encoded_only(), batch_size, layers, options.html, measure.name
-            )
+        r, loaded = self.request, self.loaded
+        if stack is None:
+            read = _attention(loaded, r, encoded_only(), self.layers, options.html)
         else:
-            texts = _stack_attention(
-                loaded, encoded_only(), batch_size, layers, options.stack, measure.name
-            )
-        for raw, inside, measures in texts:
-            record, settings, sides = queue.popleft()
-            att = transform(raw, options.words, options.hide_special)
-            record.tokens = list(att.tokens)
-            if att.keys is not None:
-                record.key_tokens = list(att.key_tokens)
-            record.notes = list(att.notes)
-            query = None
-            if options.query is not None:
-                try:
-                    query = find_query(att, options.query)
-                except InputError:
-                    note = f"no query figure: '{options.query}' names no {att.unit} here"
-                    record.notes.append(note)
-                    warn(f"{sentences.source}, line {record.line}: {note}")
-            folder = out / record.folder
-            page = None
-            if options.html:
-                found = measures(att, lambda a: transform(a, options.words, options.hide_special))
-                page = build_page(
-                    found.weights,
-                    inside,
-                    options.scale,
-                    style.cmap,
-                    att.segments,
-                    measures=found.others,
-                    lengths=found.lengths,
-                    initial=measure.name,
-                )
-            drawn = style
-            if measure.name == "norm" and style.scale == "absolute":  # 1 = the text's largest
-                drawn = replace(style, top=float(att.weights.max()) or 1.0)
-            job = (att, folder, layers, heads, drawn, options, record, settings, query, page, sides)
-            finished(renderer.submit(job))
-        finished(renderer.finish())
-    except KeyboardInterrupt:
-        summary.interrupted = True
-        renderer.cancel()  # the drawing processes finish the sentences they started first
-        _count_done(summary, todo)
-    finally:
-        summary.seconds = time.perf_counter() - started
-        summary.render_seconds = time.perf_counter() - loaded_at
-        write_manifest(summary, sentences, width, settings_of)
-    return summary
+            read = _stack_attention(loaded, r, encoded_only(), stack)
+        for raw, inside, measures in read:
+            yield (raw, inside, measures, *queue.popleft())
+
+    def job(self, raw, inside, measures, record, settings, sides) -> tuple:
+        """What `render_sentence` takes to write one sentence's files."""
+        from attnviz.analysis.query import find_query
+        from attnviz.analysis.transforms import transform
+        from attnviz.outputs.html import build_page
+
+        options, style = self.options, self.style
+
+        def view(att: Attention) -> Attention:
+            return transform(att, options.words, options.hide_special)
+
+        att = view(raw)
+        record.tokens = list(att.tokens)
+        if att.keys is not None:
+            record.key_tokens = list(att.key_tokens)
+        record.notes = list(att.notes)
+        query = None
+        if options.query is not None:
+            try:
+                query = find_query(att, options.query)
+            except InputError:
+                note = f"no query figure: '{options.query}' names no {att.unit} here"
+                record.notes.append(note)
+                self.warn(f"{self.sentences.source}, line {record.line}: {note}")
+        page = None
+        if options.html:
+            found = measures(att, view)
+            page = build_page(found.weights, inside, options.scale, style.cmap, att.segments,
+                              measures=found.others, lengths=found.lengths,
+                              initial=options.measure)  # fmt: skip
+        drawn = style
+        if options.measure == "norm" and style.scale == "absolute":  # 1 = the text's largest
+            drawn = replace(style, top=float(att.weights.max()) or 1.0)
+        folder = self.summary.out / record.folder
+        return (att, folder, self.layers, self.heads, drawn, options, record, settings, query,
+                page, sides)  # fmt: skip
+
+    def finished(self, records: list[Record]) -> None:
+        for done in records:
+            self.summary.written += 1
+            self.summary.figures += _figures(done)
+            self.report(done)
 
 
 def _attention(
     loaded: LoadedModel,
+    request: Request,
     encoded: Iterator[Encoded],
-    batch_size: int,
     layers: list[int],
     inside: bool,
-    measure: str = "weights",
 ) -> Iterator[tuple[Attention, Inside | str | None, Callable[..., PageMeasures] | None]]:
-    """Each text's attention (or `measure`'s values); with `inside`, its inside-one-head
-    numbers and a function giving its page's every measure (`EveryMeasure.page` of its row),
-    all from the same batched forward pass, in order."""
+    """Each text's attention (or the request's measure's values); with `inside`, its
+    inside-one-head numbers and a function giving its page's every measure
+    (`EveryMeasure.page` of its row), all from the same batched forward pass, in order."""
     from functools import partial
 
-    from attnviz.analysis.contributions import EveryMeasure, measured
+    from attnviz.analysis.contributions import EveryMeasure
     from attnviz.analysis.inside import InsideSteps
     from attnviz.core.extract import batched
+    from attnviz.pipelines.sources import OneStack
 
-    for batch in batched(encoded, batch_size):
+    source = OneStack(loaded, request)
+    for batch in batched(encoded, request.batch_size):
         steps = InsideSteps(loaded, batch) if inside else None
-        every = EveryMeasure(loaded, layers, batch, measure) if inside else None
-        also = [steps, *every.recorders.values()] if steps and every else []
-        kept: list = []
-        found = measured(loaded, batch, measure, layers, also=also, keep=kept)
+        every = EveryMeasure(loaded, layers, batch, request.measure) if inside else None
+        found, kept = source.batch(batch, [steps, *every.recorders.values()] if every else [])
         for row, att in enumerate(found):
             pages = None
             if every is not None:
-                pages = partial(every.page, att, kept=kept[0] if kept else None, row=row)
+                pages = partial(every.page, att, kept=kept, row=row)
             yield att, steps.result(row) if steps else None, pages
 
 
 def _stack_attention(
-    loaded: LoadedModel,
-    pairs: Iterator[SourceTarget],
-    batch_size: int,
-    layers: list[int],
-    stack: str,
-    measure: str = "weights",
+    loaded: LoadedModel, request: Request, pairs: Iterator[SourceTarget], stack: str
 ) -> Iterator[tuple[Attention, None, None]]:
-    """Each source-target pair's attention of `stack` (or `measure`'s values: norm), batched,
-    in order (as `_attention` yields them, without the page's numbers)."""
-    from attnviz.analysis.contributions import stack_values
-    from attnviz.core.extract import attend_stacks, batched
+    """Each source-target pair's attention of `stack` (or the request's measure: norm),
+    batched, in order (as `_attention` yields them, without the page's numbers)."""
+    from dataclasses import replace as changed
 
-    values = stack_values(loaded, measure)
-    for batch in batched(pairs, batch_size):
-        for found in attend_stacks(loaded, batch, (stack,), layers, values=values):
+    from attnviz.core.extract import batched
+    from attnviz.pipelines.sources import Stacks
+
+    source = Stacks(loaded, changed(request, stack=stack))
+    for batch in batched(pairs, request.batch_size):
+        for found in source.batch(batch):
             yield found[stack], None, None
-
-
-# export's options an encoder-decoder model does not take yet, by ExportOptions field
-NOT_FOR_SEQ2SEQ = {"words": "--words", "hide_special": "--hide-special", "query": "--query",
-                   "html": "--html"}  # fmt: skip
-
-
-def _for_seq2seq(sentences: Sentences, options: ExportOptions) -> tuple[Sentences, ExportOptions]:
-    """The sentences as source-target pairs and the options with their stack (default
-    cross), refusing what an encoder-decoder export cannot do yet."""
-    from attnviz.analysis.contributions import refuse_on_stacks
-    from attnviz.core.inputs import split_pairs
-    from attnviz.core.models import DEFAULT_STACK
-
-    for name, option in NOT_FOR_SEQ2SEQ.items():
-        if getattr(options, name):
-            raise InputError(f"{option} is not available for an encoder-decoder model's export yet")
-    refuse_on_stacks(options.measure)
-    stack = options.stack or DEFAULT_STACK
-    return split_pairs(sentences), replace(options, stack=stack)
 
 
 def _figures(record: Record) -> int:

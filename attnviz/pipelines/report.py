@@ -20,6 +20,7 @@ from attnviz.analysis.roles import (
 )
 from attnviz.errors import InputError, TextTooLongError
 from attnviz.outputs.files import prepare_dir
+from attnviz.pipelines import features
 
 if TYPE_CHECKING:
     from attnviz.core.attention import Attention
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from attnviz.core.models import LoadedModel, Model
     from attnviz.core.treebank import Treebank
     from attnviz.outputs.figures import Style
+    from attnviz.pipelines.request import Request
 
 from attnviz.analysis.report import CrossReport, Report, Seq2SeqReport
 from attnviz.outputs.report_files import write_report, write_seq2seq_report
@@ -40,53 +42,51 @@ def report(
     `shard` ("I/N") or under a launcher, in parts (`pipelines.distributed.report_split`)."""
     from attnviz.core.models import describe
     from attnviz.pipelines.distributed import in_parts, report_split
-    from attnviz.pipelines.shards import not_in_parts
 
     parts = in_parts(options)  # --shard I/N, or a rank of a launched run (torchrun)
+    asked = _request(sentences, options, parts)
     spec = describe(model.name)
+    features.refuse(asked, spec)
     if spec is not None and spec.seq2seq:  # bad lines refused before anything is written
-        if parts is not None:
-            raise not_in_parts()
-        sentences = _pairs(sentences, options)
+        sentences = _pairs(sentences)
     else:
         model.refuse_early(options.get("layers"), options.get("heads"))
-    if parts is not None:
-        return report_split(model, sentences, out, style, **parts, **options)
+    if parts is not None:  # refused after loading, as below, where a hub id loads
+        return report_split(model, sentences, out, style, request=asked, **parts, **options)
     prepare_dir(out)
     loaded = model.load()
+    features.refuse(asked, loaded.info)  # a hub id: its files said nothing before it loaded
     if not loaded.info.seq2seq:
         result = build_report(loaded, sentences, **options)
         return result, write_report(result, out, style)
-    if spec is None:  # a hub id: its files said nothing before it loaded
-        sentences = _pairs(sentences, options)
+    if spec is None:
+        sentences = _pairs(sentences)
     seq2seq = build_seq2seq_report(loaded, sentences, **options)
     return seq2seq, write_seq2seq_report(seq2seq, out, style)
 
 
-# report's options an encoder-decoder model does not take yet, by the option's name
-NOT_FOR_SEQ2SEQ = {
-    "layers": "--layer",
-    "heads": "--head",
-    "words": "--words",
-    "importance": "--importance",
-}
-
-
-def _pairs(sentences: Sentences | Treebank, options: dict[str, Any]) -> Sentences:
-    """The sentences as source-target pairs, refusing what an encoder-decoder report cannot
-    do yet (a treebank, and the options of NOT_FOR_SEQ2SEQ)."""
-    from attnviz.core.inputs import split_pairs
+def _request(
+    sentences: Sentences | Treebank, options: dict[str, Any], parts: dict[str, Any] | None
+) -> Request:
+    """The request `features.refuse` checks: what of the options combines with what (`parts`:
+    the options of a report in parts, where it runs in parts)."""
     from attnviz.core.treebank import Treebank
+    from attnviz.pipelines.request import Request
 
-    if isinstance(sentences, Treebank):
-        raise InputError("--treebank is for one-stack models; an encoder-decoder model's report "
-                         "reads source<TAB>target lines (--file)")  # fmt: skip
-    for name, option in NOT_FOR_SEQ2SEQ.items():
-        if options.get(name):
-            raise InputError(
-                f"{option} is not available for an encoder-decoder model's report yet; it "
-                "covers every head of the encoder, decoder and cross-attention"
-            )
+    layers, heads = options.get("layers"), options.get("heads")
+    return Request("report", layers=tuple(layers) if layers else None,
+                   heads=tuple(heads) if heads else None, words=bool(options.get("words")),
+                   importance=options.get("importance"),
+                   ablation=options.get("ablation") or "zero",
+                   treebank=isinstance(sentences, Treebank),
+                   shard=(parts or {}).get("shard"),
+                   launched=parts is not None and parts.get("shard") is None)  # fmt: skip
+
+
+def _pairs(sentences: Sentences) -> Sentences:
+    """The sentences as source-target pairs (an encoder-decoder model's report)."""
+    from attnviz.core.inputs import split_pairs
+
     return split_pairs(sentences)
 
 

@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import InputError
+from attnviz.pipelines import features
 
 if TYPE_CHECKING:
     from attnviz.core.models import Model
+    from attnviz.outputs.figures import Style
+    from attnviz.pipelines.request import Request
 
 # The keys a request may carry, with the type each takes (a missing key takes its default).
 KEYS = {
@@ -42,7 +45,7 @@ class Question:
     @classmethod
     def of(cls, body: Any) -> Question:
         """The question a decoded JSON body asks, refusing wrong keys and types in one line."""
-        from attnviz.analysis.contributions import refuse
+        from attnviz.analysis.contributions import get
         from attnviz.core.attention import require_text
 
         if not isinstance(body, dict):
@@ -62,8 +65,17 @@ class Question:
         require_text(question.text)
         if question.pair is not None:
             require_text(question.pair, '"pair"')
-        refuse(question.measure, question.hide_special)
+        get(question.measure)
+        features.refuse(question.request(None))
         return question
+
+    def request(self, model: Model | None, style: Style | None = None) -> Request:
+        """The run this question asks `model` for (its page drawn in `style`)."""
+        from attnviz.pipelines.request import Load, Request
+
+        load = Load(model.name, model.device, model.attention) if model is not None else Load()
+        fields = {key: getattr(self, key) for key in KEYS}
+        return Request("serve", load, **fields, style=style)
 
 
 def _fits(key: str, value: Any) -> bool:
@@ -79,24 +91,13 @@ def _fits(key: str, value: Any) -> bool:
     return isinstance(value, bool)
 
 
-def _encoded(model: Model, question: Question) -> tuple[Any, Any, list[int] | None]:
-    """The loaded model, the question's text encoded, and its layers (checked)."""
-    from attnviz.core.tokens import encode
+def _run(model: Model, question: Question, consumers: list[Any], style: Style | None = None):
+    """The question's text read by `model` in one pass, with `consumers`."""
+    from attnviz.pipelines import sources
 
-    loaded = model.load()
-    encoded = encode(loaded, question.text, question.truncate, question.pair)
-    layers = list(question.layers) if question.layers is not None else None
-    loaded.info.pick_layers(layers)  # an out-of-range layer: one line naming the range
-    return loaded, encoded, layers
-
-
-def _read(model: Model, question: Question) -> Any:
-    """The asked measure's Attention of the text, before words and hide-special, from one
-    forward pass."""
-    from attnviz.analysis.contributions import measured
-
-    loaded, encoded, layers = _encoded(model, question)
-    return measured(loaded, [encoded], question.measure, layers)[0]
+    request = question.request(model, style)
+    features.refuse_early(request, model)
+    return sources.run(request, consumers)
 
 
 def attention(model: Model, question: Question) -> dict[str, Any]:
@@ -104,10 +105,8 @@ def attention(model: Model, question: Question) -> dict[str, Any]:
     nested [layer][head][query][key] (for alti and rollout [layer][1][query][key], one map a
     layer), the model's own float32 numbers."""
     from attnviz.analysis.contributions import MEASURES
-    from attnviz.analysis.transforms import transform
 
-    found = _read(model, question)
-    shown = transform(found, question.words, question.hide_special)
+    shown = _run(model, question, []).shown
     measure = MEASURES[shown.measure]
     return {
         "model": shown.info.as_dict(),
@@ -130,25 +129,10 @@ def page(
 ) -> dict[str, Any]:
     """The interactive page's data for the text (`outputs.html.page.page_data`, what
     `attnviz show --html` embeds): every measure and the inside view, from one forward pass."""
-    from attnviz.analysis.contributions import page_pass
-    from attnviz.analysis.transforms import transform
+    from attnviz.outputs.figures import Style
     from attnviz.outputs.html.page import page_data
+    from attnviz.pipelines.consumers.page import Page
 
-    loaded, encoded, layers = _encoded(model, question)
-    shown, measures, inside = page_pass(
-        loaded,
-        encoded,
-        question.measure,
-        layers,
-        lambda att: transform(att, question.words, question.hide_special),
-    )
-    return page_data(
-        measures.weights,
-        inside=inside,
-        scale=scale,
-        cmap=cmap,
-        segments=shown.segments,
-        measures=measures.others,
-        lengths=measures.lengths,
-        initial=shown.measure,
-    )
+    page = Page(question.request(model))
+    att, options = page.contents(_run(model, question, [page], Style(scale=scale, cmap=cmap)))
+    return page_data(att, **options)

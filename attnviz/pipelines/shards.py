@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from attnviz.core.inputs import Sentences
     from attnviz.core.models import LoadedModel, Model
     from attnviz.core.treebank import Treebank
+    from attnviz.pipelines.request import Request
 
 FORMAT = 1  # of a partial's document
 # report's options a share's numbers depend on, by their command-line names
@@ -38,13 +39,6 @@ OPTIONS = {"words": "--words", "layers": "--layer", "heads": "--head",
            "ablation": "--ablation"}  # fmt: skip
 
 Partial = tuple[dict[str, "np.ndarray"], dict[str, Any]]  # its arrays and its document
-
-
-def not_in_parts() -> InputError:
-    return InputError(
-        "--shard and launched runs (torchrun, accelerate launch) are for models with one "
-        "stack; an encoder-decoder model's report runs in one process"
-    )
 
 
 @dataclass(frozen=True)
@@ -184,17 +178,19 @@ def run_share(
     on_importance: Callable[[int, int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    request: Request | None = None,
     **options: Any,
 ) -> Partial:
     """Run share `share` of the report's work (its batches, and its part of importance),
     writing its partial to `path` as it goes; with `resume`, what `path` holds is not run
     again. `exchange` gives mean ablation the clean sums of every share (from this one's);
-    `on_start(texts)` says how many texts the share has, `on_progress(n)` as they are done."""
+    `on_start(texts)` says how many texts the share has, `on_progress(n)` as they are done;
+    `request` is checked against the loaded model (`features.refuse`)."""
     from attnviz.analysis.report_sums import unpack
-    from attnviz.pipelines import corpus
+    from attnviz.pipelines import corpus, features
 
-    if loaded.info.seq2seq:  # a hub id's files said nothing before it loaded
-        raise not_in_parts()
+    if request is not None:  # a hub id's files said nothing before it loaded
+        features.refuse(request, loaded.info)
     layers, heads = options.get("layers"), options.get("heads")
     methods = corpus.refuse_before_the_pass(loaded, layers, heads, options.get("importance"))
     batch_size, truncate = options.get("batch_size", 16), options.get("truncate", False)

@@ -80,9 +80,11 @@ def serve(
     sock: socket.socket,
     limits: Limits,
     on_ready: Callable[[], None] | None = None,
+    against: Model | None = None,
 ) -> None:
     """Serve the app on `sock` until Ctrl-C (then KeyboardInterrupt, once the server has
-    stopped). `on_ready` runs once requests are answered."""
+    stopped). `on_ready` runs once requests are answered; `against` is a second model for
+    comparisons (/api/compare)."""
     import contextlib
 
     import uvicorn
@@ -90,7 +92,7 @@ def serve(
     from attnviz.pipelines.serve import Question, page
     from attnviz.server.app import build_app
 
-    app = build_app(model, limits)
+    app = build_app(model, limits, against)
     # A first forward pass is several times slower than the next (lazy set-up in torch): it
     # is spent here, not on the first person's request.
     page(model, Question("The model reads one sentence before the first request."))

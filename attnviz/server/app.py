@@ -26,6 +26,7 @@ from attnviz.core.models import Model
 from attnviz.errors import AttnvizError
 from attnviz.outputs.html.page import live_page
 from attnviz.pipelines import serve as work
+from attnviz.pipelines import serve_compare
 
 MAX_BODY = 64 * 1024  # bytes of a request body
 MAX_QUEUE = 64  # model requests waiting or running
@@ -65,17 +66,21 @@ def _said(error: AttnvizError) -> str:
     return _OPTION.sub(lambda m: '"' + m.group(1).replace("-", "_") + '"', str(error))
 
 
-def build_app(model: Model, limits: Limits | None = None) -> Starlette:
+def build_app(
+    model: Model, limits: Limits | None = None, against: Model | None = None
+) -> Starlette:
     """The app for `model`, which is loaded here if it is not yet (a first request should not
-    wait for it)."""
+    wait for it); `against` is a second model that /api/compare can read text B with."""
     from attnviz.analysis.contributions import MEASURES
 
     limits = limits or Limits()
     info = model.load().info
+    other = against.load().info if against is not None else None
     page = live_page(
         info.as_dict(),
         {name: m.help for name, m in MEASURES.items()},
         {"max_body": limits.max_body, "max_tokens": info.max_tokens},
+        other.as_dict() if other is not None else None,
     )
     headers = {
         # The meta tag's policy, and what only a header can say: no other site may frame it.
@@ -87,8 +92,10 @@ def build_app(model: Model, limits: Limits | None = None) -> Starlette:
     model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-model")
     queued = [0]  # model requests waiting or running; changed on the event loop only
 
-    async def run(request: Request, answer: Callable[[Model, work.Question], Any]) -> Response:
-        question = work.Question.of(await _json_body(request, limits.max_body))
+    async def run(
+        request: Request, answer: Callable[[Model, Any], Any], asks: Any = work.Question
+    ) -> Response:
+        question = asks.of(await _json_body(request, limits.max_body))
         if queued[0] >= limits.max_queue:
             raise Refused(
                 503,
@@ -109,13 +116,22 @@ def build_app(model: Model, limits: Limits | None = None) -> Starlette:
         return HTMLResponse(page, headers=headers)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"ok": True, "model": info.name, "queued": queued[0]})
+        second = other.name if other is not None else None
+        return JSONResponse(
+            {"ok": True, "model": info.name, "against_model": second, "queued": queued[0]}
+        )
 
     async def attention(request: Request) -> Response:
         return await run(request, work.attention)
 
     async def page_data(request: Request) -> Response:
         return await run(request, work.page)
+
+    async def compare(request: Request) -> Response:
+        def answer(model: Model, question: Any) -> Any:
+            return serve_compare.page(model, against, question)
+
+        return await run(request, answer, serve_compare.CompareQuestion)
 
     async def refused(request: Request, error: Exception) -> Response:
         if isinstance(error, Refused):
@@ -136,6 +152,7 @@ def build_app(model: Model, limits: Limits | None = None) -> Starlette:
             Route("/api/health", health, methods=["GET"]),
             Route("/api/attention", attention, methods=["POST"]),
             Route("/api/page", page_data, methods=["POST"]),
+            Route("/api/compare", compare, methods=["POST"]),
         ],
         exception_handlers={
             Refused: refused,

@@ -2,7 +2,9 @@
 // this page (POST /api/page, the only request it makes), which answers with the same data an
 // offline page embeds; page.js's draw() shows it. The URL's hash carries the text and the view
 // (#text=…&view=matrix&layer=3), so a view can be bookmarked and shared; Back and Forward go
-// through the texts asked. The session's texts are listed on the side.
+// through the texts asked. The session's texts are listed on the side. A text B (or, on a
+// server with a second model, "read B with it") asks /api/compare instead: the compare page
+// of A, B and B − A, whose hash keeps both texts and the side shown (#text=…&b=…&side=diff).
 "use strict";
 
 {
@@ -10,8 +12,9 @@
   const FLAGS = [["words", "words", "merge word pieces into words"],
     ["hide_special", "hide special", "drop [CLS]/[SEP]/BOS and renormalise each row"],
     ["truncate", "truncate", `cut a text past the model's ${S.model.max_tokens} tokens`]];
+  const AGAINST = S.against; // the second model's facts (serve --against-model), or null
   // What the server reads (a new request when one changes) and what only the view shows.
-  const ASKED = ["text", "pair", "words", "hide_special", "truncate"];
+  const ASKED = ["text", "pair", "b", "against", "words", "hide_special", "truncate"];
   const VIEWED = ["measure", "view", "layer", "head", "query"];
 
   const make = (tag, props = {}, ...children) => {
@@ -19,17 +22,26 @@
     node.append(...children);
     return node;
   };
+  // Each box's name before it: a filled box shows no placeholder.
+  const named = (label, box) => make("label", { className: "ask-label", htmlFor: box.id, textContent: label });
   const text = make("input", { id: "text", type: "text", name: "text", autofocus: true,
     placeholder: "Type a sentence and press Enter", autocomplete: "off" });
   const pair = make("input", { id: "pair", type: "text", name: "pair", autocomplete: "off",
     placeholder: "a second sentence (optional): the model reads the pair" });
+  const other = make("input", { id: "b", type: "text", name: "b", autocomplete: "off",
+    placeholder: "compare with text B (optional): every head of A and B, and B − A" });
+  const against = make("input", { type: "checkbox", id: "against" });
   const boxes = Object.fromEntries(FLAGS.map(([key]) => [key, make("input", { type: "checkbox", id: key })]));
   const measure = make("select", { id: "ask-measure" },
     ...Object.entries(S.measures).map(([m, help]) => make("option", { value: m, textContent: m, title: help })));
   const status = make("p", { id: "status", role: "status", className: "hint" });
   const form = make("form", { id: "ask" },
-    make("div", { className: "ask-row" }, text, make("button", { type: "submit", textContent: "Show" })),
-    ...(S.model.causal ? [] : [make("div", { className: "ask-row" }, pair)]),
+    make("div", { className: "ask-row" }, named("text", text), text,
+      make("button", { type: "submit", textContent: "Show" })),
+    ...(S.model.causal ? [] : [make("div", { className: "ask-row" }, named("pair", pair), pair)]),
+    make("div", { className: "ask-row" }, named("compare with", other), other, ...(AGAINST ? [make("label",
+      { title: `text B (or text A again, if B is empty) is read by ${AGAINST.name}` }, against,
+      ` read B with ${AGAINST.name}`)] : [])),
     make("div", { className: "ask-row options" },
       ...FLAGS.map(([key, label, help]) => make("label", { title: help }, boxes[key], ` ${label}`)),
       make("label", {}, "measure ", measure)),
@@ -45,21 +57,28 @@
 
   // The hash's parameters (URLSearchParams), and the form's question as parameters.
   const params = () => new URLSearchParams(location.hash.slice(1));
-  const key = (p) => ASKED.map((k) => p.get(k) || "").join("\u0000");
+  // A comparison asks the server for one measure (the plain page carries them all).
+  const comparing = (p) => !!(p.get("b") || p.get("against") === "1");
+  const key = (p) => ASKED.map((k) => p.get(k) || "").join("\u0000") +
+    (comparing(p) ? `\u0000${p.get("measure") || "weights"}` : "");
   // The view, layer and head stay as they are for a new text; the query (a position) does not.
   function fromForm(viewOf) {
     const p = new URLSearchParams();
     p.set("text", text.value);
     if (pair.value.trim() && !S.model.causal) p.set("pair", pair.value);
+    if (other.value.trim()) p.set("b", other.value);
+    if (AGAINST && against.checked) p.set("against", "1");
     for (const [k] of FLAGS) if (boxes[k].checked) p.set(k, "1");
     if (measure.value !== "weights") p.set("measure", measure.value);
-    for (const k of VIEWED.slice(1)) if (viewOf.has(k)) p.set(k, viewOf.get(k));
+    for (const k of [...VIEWED.slice(1), "side"]) if (viewOf.has(k)) p.set(k, viewOf.get(k));
     if (key(p) !== key(viewOf)) p.delete("query");
     return p;
   }
   function toForm(p) {
     text.value = p.get("text") || "";
     pair.value = p.get("pair") || "";
+    other.value = p.get("b") || "";
+    against.checked = p.get("against") === "1";
     for (const [k] of FLAGS) boxes[k].checked = p.get(k) === "1";
     measure.value = p.get("measure") || "weights";
   }
@@ -71,17 +90,18 @@
     toForm(p);
     if (!p.get("text")) return;
     const number = ++asked;
-    const initial = { view: p.get("view"), measure: p.get("measure") || "weights" };
+    const initial = { view: p.get("view"), measure: p.get("measure") || "weights",
+      stack: p.get("side") || undefined };
     for (const k of ["layer", "head", "query"]) if (p.has(k)) initial[k] = +p.get(k);
     if (!shown || shown.key !== key(p)) {
       status.textContent = "reading…";
       status.className = "hint";
-      const body = { text: p.get("text"), pair: p.get("pair") || null, measure: initial.measure };
-      for (const [k] of FLAGS) body[k] = p.get(k) === "1";
+      const [route, body] = question(p);
       const started = performance.now();
       let answer;
       try {
-        const response = await fetch("/api/page", { method: "POST",
+        if (!body) throw new Error(route);
+        const response = await fetch(route, { method: "POST",
           headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
         answer = await response.json();
         if (!response.ok) throw new Error(answer.error || `the server answered ${response.status}`);
@@ -93,20 +113,42 @@
       }
       if (number !== asked) return;
       shown = { key: key(p), data: answer };
-      status.textContent = `${answer.tokens.length} ${answer.unit}s in ${Math.round(performance.now() - started)} ms`;
+      const counts = answer.compare
+        ? `${answer.sides.a.tokens.length} and ${answer.sides.b.tokens.length} ${answer.unit}s (A, B)`
+        : `${answer.tokens.length} ${answer.unit}s`;
+      status.textContent = `${counts} in ${Math.round(performance.now() - started)} ms`;
       remember(p);
     }
     await draw(shown.data, initial, keepInHash);
     document.body.dataset.text = shown.data.text;
   }
 
+  // The request a hash asks: [route, body], or [why it cannot be asked, null]. A comparison
+  // reads its texts alone, so a pair and hide special are not sent with one.
+  function question(p) {
+    const flags = (names) => Object.fromEntries(names.map((k) => [k, p.get(k) === "1"]));
+    const measured = p.get("measure") || "weights";
+    if (!comparing(p)) {
+      return ["/api/page", { text: p.get("text"), pair: p.get("pair") || null, measure: measured,
+        ...flags(FLAGS.map(([k]) => k)) }];
+    }
+    if (p.get("pair")) return ["a sentence pair and text B do not combine: clear one of them", null];
+    if (p.get("hide_special") === "1") return ["hide special is not built for comparisons: uncheck it", null];
+    return ["/api/compare", { text: p.get("text"), b: p.get("b") || null,
+      against_model: p.get("against") === "1", measure: measured, ...flags(["words", "truncate"]) }];
+  }
+
   // The view's state into the hash, without a history entry (Back goes to the previous text).
+  // A comparison's measure is part of its question, and its side (A, B, B − A) of the view.
   function keepInHash(state) {
     const p = params();
-    if (state.measure === "weights") p.delete("measure");
-    else p.set("measure", state.measure);
+    if (!comparing(p)) {
+      if (state.measure === "weights") p.delete("measure");
+      else p.set("measure", state.measure);
+      measure.value = state.measure;
+      p.delete("side");
+    } else p.set("side", state.stack);
     for (const k of VIEWED.slice(1)) p.set(k, String(state[k]));
-    measure.value = state.measure;
     history.replaceState(null, "", `#${p}`);
   }
 
@@ -117,7 +159,9 @@
     seen.add(entry);
     const q = new URLSearchParams();
     for (const k of ASKED) if (p.get(k)) q.set(k, p.get(k));
-    const label = p.get("pair") ? `${p.get("text")} | ${p.get("pair")}` : p.get("text");
+    const label = comparing(p)
+      ? `${p.get("text")} ⇄ ${p.get("b") || "(A again)"}${p.get("against") === "1" ? ` (B: ${AGAINST.name})` : ""}`
+      : p.get("pair") ? `${p.get("text")} | ${p.get("pair")}` : p.get("text");
     texts.prepend(make("li", {}, make("a", { href: `#${q}`, textContent: label, title: label })));
   }
 

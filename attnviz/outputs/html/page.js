@@ -1,5 +1,6 @@
 // attnviz interactive page: reads the JSON in #attnviz-data, draws five views (an
-// encoder-decoder model's page: four, for each of its three attention stacks).
+// encoder-decoder model's page: four, for each of its three attention stacks; a compare
+// page: five, for text A, text B and B − A over their aligned tokens).
 // Everything here runs offline: no request, no remote file, no eval. Weights are [layer][head]
 // blobs (deflate + base64) decoded only when a view needs that head.
 // `attnviz serve` adds live.js, which asks its server for a text's data and calls draw().
@@ -13,15 +14,28 @@ function draw(D, initial = {}, onRender = null) {
   // cross-attention), each with its own query tokens, key tokens, counts and weights; any
   // other page has one, whose keys are its queries. ST is the stack shown: T queries, S keys;
   // ST.inside its inside-one-head numbers (or ST.inside_note: why they are left out).
-  const STACKS = D.stacks || { only: { tokens: D.tokens, special: D.special, key_tokens: D.tokens,
-    key_special: D.special, causal: D.model.causal, layers: D.layers, layer_ids: D.layer_ids,
-    heads: D.heads, encoding: D.encoding, weights: D.weights, inside: D.inside,
-    inside_note: D.inside_note } };
+  // A compare page (D.compare, C) has three sides in place of stacks: text A, text B, and
+  // B − A over their aligned units, which is made here from A's and B's heads.
+  const C = D.compare || null;
+  const STACKS = C ? { ...D.sides, diff: diffSide() } : D.stacks || { only: { tokens: D.tokens,
+    special: D.special, key_tokens: D.tokens, key_special: D.special, causal: D.model.causal,
+    layers: D.layers, layer_ids: D.layer_ids, heads: D.heads, encoding: D.encoding,
+    weights: D.weights, inside: D.inside, inside_note: D.inside_note } };
+  function diffSide() {
+    const [a, b] = [D.sides.a, D.sides.b];
+    const exact = a.encoding === "float32" && b.encoding === "float32";
+    return { tokens: C.labels, special: C.special, key_tokens: C.labels, key_special: C.special,
+      causal: a.causal, layers: a.layers, layer_ids: a.layer_ids, heads: a.heads,
+      encoding: exact ? "float32" : "uint8", diff: true, inside: null, inside_note: null };
+  }
   const STACK_NAMES = {
     encoder: ["Encoder self-attention", "encoder self-attention (source → source)", "source", "source"],
     decoder: ["Decoder self-attention", "decoder self-attention (target → target)", "target", "target"],
     cross: ["Cross-attention", "cross-attention (target → source)", "target", "source"],
     only: ["", "", "", ""],
+    a: ["Text A", "A", "", ""],
+    b: ["Text B", "B", "", ""],
+    diff: ["B − A", "B − A (aligned tokens)", "aligned", "aligned"],
   }; // [title, the switch's option, query side, key side]
   let ST, T, S, L, H;
   let LAYER; // the model layer held in each slot (all layers unless chosen)
@@ -64,6 +78,7 @@ function draw(D, initial = {}, onRender = null) {
   function setStack(name) {
     const next = STACKS[name];
     const same = ST && ST.tokens.join("\u0000") === next.tokens.join("\u0000");
+    const carried = C && ST ? carry(state.stack, name, state.query) : -1;
     state.stack = name;
     ST = next;
     [T, S, L, LAYER] = [ST.tokens.length, ST.key_tokens.length, ST.layers, ST.layer_ids];
@@ -71,7 +86,15 @@ function draw(D, initial = {}, onRender = null) {
     state.heads = new Set([...Array(H).keys()]);
     state.layer = Math.min(state.layer, L - 1);
     state.head = Math.min(state.head, H - 1);
-    state.query = same ? Math.min(state.query, T - 1) : firstWord(ST.special);
+    state.query = same ? Math.min(state.query, T - 1) : carried >= 0 ? carried : firstWord(ST.special);
+  }
+  // A compare page's query, from one side to another through the aligned units: a token of A
+  // or B to its unit, a unit to its first token; -1 for a token with no partner.
+  function carry(from, to, i) {
+    const unitsOf = (side) => (side === "a" ? C.units_a : C.units_b);
+    const unit = from === "diff" ? i : unitsOf(from).findIndex((tokens) => tokens.includes(i));
+    if (unit < 0) return -1;
+    return to === "diff" ? unit : unitsOf(to)[unit][0];
   }
   if (initial.measure && (initial.measure === "weights" || MEASURES[initial.measure])) {
     setMeasure(initial.measure);
@@ -87,9 +110,14 @@ function draw(D, initial = {}, onRender = null) {
   }
   // 1 on the absolute colour scale: 1 for weights and rows that sum to 1, the text's largest
   // value for norm (a length).
-  const top = () => (state.measure === "weights" ? 1 : MEASURES[state.measure].top);
+  // On a compare page: 1 for weights, a norm's largest value, and B − A's largest |B − A|.
+  const top = () => (ST.diff ? C.diff_top : C ? C.top
+    : state.measure === "weights" ? 1 : MEASURES[state.measure].top);
   const headName = (h) => (perLayer(state.measure) ? "all heads" : `H${h}`);
-  const valueName = () => (state.measure === "weights" ? "weight" : state.measure);
+  const valueName = () => (ST.diff ? "B − A" : C ? (C.measure === "weights" ? "weight" : C.measure)
+    : state.measure === "weights" ? "weight" : state.measure);
+  const unitName = () => (C ? C.unit : state.measure === "weights" ? "attention weight"
+    : MEASURES[state.measure].unit);
   // How a view names its axes: "source tokens" on an encoder-decoder page, else "tokens".
   const sideName = (n) => STACK_NAMES[state.stack][2 + n];
   const tokensOf = (n) => (sideName(n) ? `${sideName(n)} tokens` : "tokens");
@@ -124,7 +152,8 @@ function draw(D, initial = {}, onRender = null) {
     const key = `${state.stack}/${m}/${l}/${h}`;
     if (!heads.has(key)) {
       let made;
-      if (m === "weights") made = decode(key, ST.weights[l][h], ST.encoding);
+      if (ST.diff) made = aligned(l, h).then((g) => g.diff);
+      else if (m === "weights") made = decode(key, ST.weights[l][h], ST.encoding);
       else if (MEASURES[m].lengths) {
         const keys = S;
         made = Promise.all([head(l, h, "weights"), inflate(MEASURES[m].lengths[l][h])]).then(([a, b]) => {
@@ -138,10 +167,54 @@ function draw(D, initial = {}, onRender = null) {
     }
     return heads.get(key);
   }
-  const headMax = (a) => a.reduce((m, x) => (x > m ? x : m), 0);
+  // The largest value of a head; of B − A, the largest |B − A|.
+  const headMax = (a) => a.reduce((m, x) => Math.max(m, ST.diff ? Math.abs(x) : x), 0);
+
+  // ---------- a compare page: A and B over their aligned units ----------
+  // A side's head (n × n) read over the aligned units (U × U) as analysis/compare.py's
+  // `project` reads it: a unit's row is the mean of its tokens' rows and its column the sum of
+  // its tokens' columns, then each row is renormalised over the aligned keys (the mean's
+  // 1/count cancels there; a row with no weight on them stays 0).
+  function project(a, n, units) {
+    const U = units.length;
+    const unitOf = new Int32Array(n).fill(-1);
+    units.forEach((tokens, u) => tokens.forEach((t) => { unitOf[t] = u; }));
+    const out = new Float64Array(U * U);
+    units.forEach((tokens, u) => {
+      for (const i of tokens) {
+        for (let j = 0; j < n; j++) if (unitOf[j] >= 0) out[u * U + unitOf[j]] += a[i * n + j];
+      }
+      let mass = 0;
+      for (let k = 0; k < U; k++) mass += out[u * U + k];
+      if (mass > 0) for (let k = 0; k < U; k++) out[u * U + k] /= mass;
+    });
+    return out;
+  }
+  // Layer slot l, head h of A and of B over the aligned units, and B − A: made once.
+  const alignedHeads = new Map();
+  function aligned(l, h) {
+    const key = `${l}/${h}`;
+    if (!alignedHeads.has(key)) {
+      const side = (name) => {
+        const s = STACKS[name];
+        const k = `${name}/weights/${l}/${h}`; // the key head() gives it on that side
+        if (!heads.has(k)) heads.set(k, decode(k, s.weights[l][h], s.encoding));
+        return heads.get(k).then((a) => project(a, s.tokens.length, name === "a" ? C.units_a : C.units_b));
+      };
+      alignedHeads.set(key, Promise.all([side("a"), side("b")])
+        .then(([a, b]) => ({ a, b, diff: b.map((x, n) => x - a[n]) })));
+    }
+    return alignedHeads.get(key);
+  }
+  // Each aligned query's JS divergence (L × H × U, nats; NaN where it has none), as compare
+  // computed it, and each head's: the Python numbers.
+  const rowsMoved = C ? inflate(C.rows).then((b) => floats(b.slice())) : null;
+  const moved = (l, h) => C.divergence[l][h];
+  const nats = (x) => (Number.isFinite(x) ? x.toFixed(4) : "–");
 
   // A weight as text: exact float32 digits, or the quantised value with its error bound.
   function weightText(w, l, h) {
+    if (ST.diff) return `${ST.encoding === "float32" ? "" : "≈"}${w > 0 ? "+" : ""}${ST.encoding === "float32" ? w.toPrecision(6) : w.toFixed(4)}`;
     const m = state.measure;
     const stored = m === "weights" || MEASURES[m].lengths ? ST.encoding : MEASURES[m].encoding;
     if (stored === "float32") return w.toPrecision(6);
@@ -153,6 +226,17 @@ function draw(D, initial = {}, onRender = null) {
   // ---------- colours ----------
   const LUT = new Uint8Array(256 * 3);
   for (let n = 0; n < 256 * 3; n++) LUT[n] = parseInt(D.colours.substr(2 * n, 2), 16);
+  // B − A's diverging map (a compare page): blue (more in A) through white (0) to red (more in B).
+  const DLUT = new Uint8Array(256 * 3);
+  if (C) for (let n = 0; n < 256 * 3; n++) DLUT[n] = parseInt(C.diverging.substr(2 * n, 2), 16);
+  const lutColour = (lut, n) => [lut[3 * n], lut[3 * n + 1], lut[3 * n + 2]];
+  // A value's colour: the colour map from 0 to `max`, or (signed) the diverging map from −max
+  // to +max, 0 in its middle.
+  const colourOf = (v, max, signed) => (signed
+    ? lutColour(DLUT, Math.max(0, Math.min(255, Math.round((v / max + 1) * 127.5))))
+    : lutColour(LUT, Math.max(0, Math.min(255, Math.round((v / max) * 255)))));
+  const MORE_IN_B = () => `rgb(${lutColour(DLUT, 235).join(",")})`;
+  const MORE_IN_A = () => `rgb(${lutColour(DLUT, 20).join(",")})`;
   const headColour = (h) => `hsl(${Math.round((360 * h) / H)}, 75%, 45%)`;
   const rgbOf = (hex) => [1, 3, 5].map((n) => parseInt(hex.substr(n, 2), 16));
   const MASKED = rgbOf(D.masked.grey);
@@ -167,6 +251,34 @@ function draw(D, initial = {}, onRender = null) {
     data[p + 3] = 255;
   }
   const maskedAt = (x, y) => ((x + y) % 6 === 0 ? HATCH : MASKED);
+  // Heads the pass removed (show --ablate) have no pattern: every view marks them instead,
+  // white with light grey cross-hatching and "removed", as in the PNGs; no heatmap, no lines.
+  const REMOVED = new Set(((D.removed && D.removed.heads) || []).map(([l, h]) => `${l}/${h}`));
+  const REMOVED_HATCH = rgbOf((D.removed && D.removed.hatch) || "#c8c8c8");
+  const isRemoved = (l, h) => !perLayer(state.measure) && REMOVED.has(`${LAYER[l]}/${h}`);
+  const removedAt = (x, y) => ((x + y) % 6 === 0 || (((x - y) % 6) + 6) % 6 === 0 ? REMOVED_HATCH : [255, 255, 255]);
+  // A removed head's panel: the hatching, and `lines` of text on white in the middle.
+  function paintRemoved(canvas, width, height, lines) {
+    const ctx = canvas.getContext("2d");
+    const img = ctx.createImageData(width, height);
+    for (let y = 0; y < height; y++) {
+      for (let x = 0; x < width; x++) setPixel(img.data, 4 * (y * width + x), removedAt(x, y));
+    }
+    ctx.putImageData(img, 0, 0);
+    const size = Math.max(9, Math.min(16, Math.floor(width / 12)));
+    ctx.font = `${size}px ${getComputedStyle(document.body).fontFamily}`;
+    ctx.textAlign = "center";
+    ctx.textBaseline = "middle";
+    lines.forEach((text, n) => {
+      const y = height / 2 + (n - (lines.length - 1) / 2) * size * 1.4;
+      const w = ctx.measureText(text).width;
+      ctx.fillStyle = "#fff";
+      ctx.fillRect(width / 2 - w / 2 - 3, y - size * 0.7, w + 6, size * 1.4);
+      ctx.fillStyle = "#1d2330";
+      ctx.fillText(text, width / 2, y);
+    });
+    canvas.dataset.removed = "1";
+  }
 
   function allowed(i, j) {
     if (!D.segments || state.pair === "all") return true;
@@ -211,8 +323,28 @@ function draw(D, initial = {}, onRender = null) {
   const previous = document.getElementById("app");
   if (previous) previous.replaceWith(app);
   else document.body.append(app);
-  const facts = D.stacks ? stackFacts()
+  const facts = D.stacks ? stackFacts() : C ? compareFacts()
     : `${D.model.name} · ${D.model.architecture} · ${L} layers × ${D.heads} heads · ${T} ${D.unit}s`;
+  // A compare page: the model(s), the counts of both texts and of their aligned units.
+  function compareFacts() {
+    const [ma, mb] = C.models;
+    const who = ma === mb ? ma : `A: ${ma} · B: ${mb}`;
+    const [ta, tb] = [D.sides.a.tokens.length, D.sides.b.tokens.length];
+    return `${who} · ${D.model.architecture} · ${L} layers × ${D.sides.a.heads} heads · ` +
+      `A ${ta} ${D.unit}s, B ${tb} ${D.unit}s, ${C.labels.length} aligned` +
+      (C.pair ? ` · pair ${C.pair[0]} of ${C.pair[1]}` : "") +
+      (C.measure === "weights" ? "" : ` · compared by ${C.measure}`);
+  }
+  // The heads that moved most, as the terminal lists them.
+  function movedLine() {
+    const all = C.divergence.flatMap((row, l) => row.map((d, h) => [d, l, h]));
+    const most = all.sort((x, y) => y[0] - x[0]).slice(0, 3)
+      .map(([d, l, h]) => `L${LAYER[l]} H${h} ${d.toFixed(4)}`).join(", ");
+    const mean = all.reduce((t, [d]) => t + d, 0) / all.length;
+    return `How far each head moved from A to B (JS divergence, nats; mean over the aligned ` +
+      `queries): most ${most}; mean over the heads ${mean.toFixed(4)}. “Text” switches every view between ` +
+      "A, B and B − A.";
+  }
   // An encoder-decoder model: its stacks' counts, and the source's and target's lengths.
   function stackFacts() {
     const [[, le, he], [, ld, hd]] = D.model.stacks;
@@ -241,8 +373,11 @@ function draw(D, initial = {}, onRender = null) {
     el("header", {},
       el("h1", { textContent: "attnviz" }),
       ...(D.stacks ? [textLine("source", D.text), textLine("target", D.target)]
-        : D.pair === null ? [textLine("", D.text)] : [textLine("A", D.text), textLine("B", D.pair)]),
+        : C ? [textLine("A", D.text), textLine("B", C.text_b)]
+          : D.pair === null ? [textLine("", D.text)] : [textLine("A", D.text), textLine("B", D.pair)]),
       el("p", { className: "facts", textContent: facts }),
+      C ? el("p", { className: "facts moved", textContent: movedLine() }) : "",
+      C && C.note ? el("p", { className: "note", id: "unaligned", textContent: C.note }) : "",
       ...D.notes.map((n) => el("p", { className: "note", textContent: n })),
       D.stacks ? el("p", { className: "note", textContent: D.measures_note }) : "",
       ST.encoding === "float32" ? "" : el("p", { className: "note", textContent:
@@ -269,6 +404,10 @@ function draw(D, initial = {}, onRender = null) {
       const names = Object.keys(D.stacks).map((s) => [s, STACK_NAMES[s][1]]);
       controls.append(select("Stack", "stack", names, state.stack, (x) => { setStack(x); render(); }));
     }
+    if (C) {
+      const names = Object.keys(STACKS).map((s) => [s, STACK_NAMES[s][1]]);
+      controls.append(select("Text", "side", names, state.stack, (x) => { setStack(x); render(); }));
+    }
     if (v !== "model" && v !== "query") {
       controls.append(select("Layer", "layer", [...Array(L).keys()].map((l) => [l, `${LAYER[l]}`]),
         state.layer, (x) => { state.layer = +x; render(); }));
@@ -291,7 +430,8 @@ function draw(D, initial = {}, onRender = null) {
     }
     if (v !== "inside") {
       controls.append(select("Colour scale", "scale",
-        [["absolute", `absolute (0–${+top().toPrecision(3)})`], ["head", "each head to its max"]], state.scale,
+        [["absolute", ST.diff ? `absolute (±${+top().toPrecision(3)})` : `absolute (0–${+top().toPrecision(3)})`],
+          ["head", "each head to its max"]], state.scale,
         (x) => { state.scale = x; render(); }));
     }
     if (D.segments && v !== "inside") {
@@ -347,9 +487,14 @@ function draw(D, initial = {}, onRender = null) {
     }
     const toggles = el("div", { className: "toggles" });
     for (let h = 0; h < H; h++) {
+      const gone = isRemoved(state.layer, h);
       const b = el("button", {
-        className: "head-toggle", textContent: `${h}`, title: `head ${h} (double-click: only it)`,
-        "aria-pressed": String(state.heads.has(h)), dataset: { head: String(h) },
+        className: "head-toggle" + (gone ? " removed" : ""),
+        textContent: ST.diff ? `${h} · ${nats(moved(state.layer, h))}` : `${h}`,
+        title: gone ? `head ${h}: ${D.removed.note}` : ST.diff
+          ? `head ${h}: JS divergence ${nats(moved(state.layer, h))} nats (double-click: only it)`
+          : `head ${h} (double-click: only it)`,
+        "aria-pressed": String(!gone && state.heads.has(h)), dataset: { head: String(h) },
         onclick: () => { state.heads.has(h) ? state.heads.delete(h) : state.heads.add(h); render(); },
         ondblclick: () => { state.heads = new Set([h]); render(); },
       });
@@ -383,7 +528,9 @@ function draw(D, initial = {}, onRender = null) {
     };
     const left = column("q");
     const right = column("k");
-    const grids = await Promise.all([...state.heads].map((h) => head(state.layer, h).then((a) => [h, a])));
+    const drawn = [...state.heads].filter((h) => !isRemoved(state.layer, h)); // no lines for a removed head
+    const grids = await Promise.all(drawn.map((h) => head(state.layer, h).then((a) => [h, a])));
+    const gone = [...Array(H).keys()].filter((h) => isRemoved(state.layer, h));
     // An encoder-decoder page names the two columns (cross-attention's differ).
     const sides = D.stacks ? [0, el("span"), 1].map((n) => (typeof n === "number"
       ? el("div", { className: `side ${n ? "k" : "q"}`, textContent: `${sideName(n)} (${n ? "keys" : "queries"})` }) : n)) : [];
@@ -400,12 +547,18 @@ function draw(D, initial = {}, onRender = null) {
       draw();
     };
     section.append(
-      el("p", { className: "hint", textContent:
-        `${layerTitle(LAYER[state.layer])}. Lines from each ${tokensOf(0).replace(/s$/, "")} (left) to the ${tokensOf(1)} it attends to (right), ` +
+      el("p", { className: "hint", textContent: ST.diff
+        ? `${layerTitle(LAYER[state.layer])}, B − A: a line from each aligned token (left) to each aligned token ` +
+          "(right) whose weight changed from A to B (rows renormalised over the aligned keys), red where B " +
+          "gives it more, blue where A does, opacity = |B − A|; each head's button gives its JS divergence " +
+          "(nats). Hover or click a token to see only its lines; ↑/↓ change the layer."
+        : `${layerTitle(LAYER[state.layer])}. Lines from each ${tokensOf(0).replace(/s$/, "")} (left) to the ${tokensOf(1)} it attends to (right), ` +
         (state.measure === "weights" ? "" : `by ${state.measure}, `) +
         "one colour per head, opacity = weight. Hover or click a token to see only its lines; " +
         "↑/↓ change the layer." }),
       measureNote(),
+      gone.length ? el("p", { className: "note removed", textContent:
+        `${gone.map((h) => `H${h}`).join(", ")}: ${D.removed.note}; no lines are drawn for it.` }) : "",
       toggles,
       columns,
     );
@@ -416,22 +569,24 @@ function draw(D, initial = {}, onRender = null) {
   // Assigned, not added: a page drawn again (live.js) replaces the previous page's handlers.
   window.onscroll = window.onresize = () => { if (state.view === "head" && onScroll) onScroll(); };
 
-  // The lines that carry visible weight, as [head, opacity step, [query, key, …]].
+  // The lines that carry visible weight, as [head, opacity step, [query, key, …], sign]
+  // (B − A: 1 where B gives more, -1 where A does; opacity is |B − A|).
   function visibleLines(grids, f) {
     const out = [];
     for (const [h, a] of grids) {
       const max = state.scale === "head" ? headMax(a) || 1 : top();
-      const buckets = Array.from({ length: 16 }, () => []);
+      const buckets = Array.from({ length: 32 }, () => []); // 16 opacity steps of each sign
       const [i0, i1] = f && f.side === "q" ? [f.index, f.index + 1] : [0, T];
       for (let i = i0; i < i1; i++) {
         for (let j = 0; j < S; j++) {
           if (f && f.side === "k" && j !== f.index) continue;
-          const v = a[i * S + j] / max; // opacity is the weight, as in BertViz
+          const x = a[i * S + j] / max;
+          const v = ST.diff ? Math.abs(x) : x; // opacity is the weight, as in BertViz
           if (v < 1 / 64 || !allowed(i, j)) continue;
-          buckets[Math.min(15, Math.floor(v * 16))].push(i, j);
+          buckets[Math.min(15, Math.floor(v * 16)) + (x < 0 ? 16 : 0)].push(i, j);
         }
       }
-      buckets.forEach((pairs, b) => { if (pairs.length) out.push([h, b, pairs]); });
+      buckets.forEach((pairs, b) => { if (pairs.length) out.push([h, b % 16, pairs, b < 16 ? 1 : -1]); });
     }
     return out;
   }
@@ -449,8 +604,8 @@ function draw(D, initial = {}, onRender = null) {
     ctx.clearRect(0, 0, w, height);
     ctx.lineWidth = 1.6;
     let painted = 0;
-    for (const [h, b, pairs] of lines) {
-      ctx.strokeStyle = headColour(h);
+    for (const [h, b, pairs, sign] of lines) {
+      ctx.strokeStyle = ST.diff ? (sign > 0 ? MORE_IN_B() : MORE_IN_A()) : headColour(h);
       ctx.globalAlpha = (b + 1) / 16;
       ctx.beginPath();
       for (let n = 0; n < pairs.length; n += 2) {
@@ -482,18 +637,24 @@ function draw(D, initial = {}, onRender = null) {
     const bar = el("canvas", { className: "legend-bar", width: 256, height: 14 });
     const ctx = bar.getContext("2d");
     const img = ctx.createImageData(256, 14);
+    const lut = ST.diff ? DLUT : LUT;
+    const numeric = /^[\d.]/.test(upper);
     for (let y = 0; y < 14; y++) {
-      for (let x = 0; x < 256; x++) setPixel(img.data, 4 * (y * 256 + x), [LUT[3 * x], LUT[3 * x + 1], LUT[3 * x + 2]]);
+      for (let x = 0; x < 256; x++) setPixel(img.data, 4 * (y * 256 + x), lutColour(lut, x));
     }
     ctx.putImageData(img, 0, 0);
     const box = el("div", { className: "legend" },
-      el("span", { textContent: `${state.measure === "weights" ? "attention weight" : MEASURES[state.measure].unit}: 0` }),
-      bar, el("span", { textContent: upper }));
+      el("span", { textContent: ST.diff ? `B − A: −${numeric ? upper : "max"}` : `${unitName()}: 0` }),
+      bar, el("span", { textContent: ST.diff ? `+${numeric ? upper : `max (${upper})`}` : upper }));
+    if (ST.diff) box.append(el("span", { className: "key diverging", textContent: C.legend }));
     if (ST.causal) {
       box.append(el("span", { className: "key masked" }, swatch(maskedAt), ` ${D.masked.note}`));
     }
     if (D.segments && state.pair !== "all") {
       box.append(el("span", { className: "key outside" }, swatch(() => OUTSIDE), " outside the chosen sentences"));
+    }
+    if (REMOVED.size && !perLayer(state.measure)) {
+      box.append(el("span", { className: "key removed" }, swatch(removedAt), ` ${D.removed.note}`));
     }
     return box;
   }
@@ -513,17 +674,26 @@ function draw(D, initial = {}, onRender = null) {
     for (let l = 0; l < L; l++) {
       grid.append(el("span", { className: "axis", textContent: `L${LAYER[l]}` }));
       for (let h = 0; h < H; h++) {
+        const gone = isRemoved(l, h);
         const c = el("canvas", { width: w, height: h0, className: "thumb",
-          title: `layer ${LAYER[l]} ${perLayer(state.measure) ? state.measure : `head ${h}`}: click to open the matrix`,
+          title: `layer ${LAYER[l]} ${perLayer(state.measure) ? state.measure : `head ${h}`}` +
+            (gone ? `: ${D.removed.note}` : ": click to open the matrix"),
           dataset: { layer: String(LAYER[l]), head: String(h) },
           onclick: () => { state.layer = l; state.head = h; show("matrix"); } });
-        paint(c, all[l * H + h], w, h0);
-        grid.append(c);
+        if (gone) paintRemoved(c, w, h0, ["removed"]);
+        else paint(c, all[l * H + h], w, h0);
+        if (ST.diff) { // under each head, how far it moved
+          c.title = `layer ${LAYER[l]} head ${h}: JS divergence ${nats(moved(l, h))} nats; click to open the matrix`;
+          grid.append(el("div", { className: "thumb-cell" }, c,
+            el("span", { className: "moved", textContent: nats(moved(l, h)) })));
+        } else grid.append(c);
       }
     }
     section.append(
-      el("p", { className: "hint", textContent:
-        `${D.stacks ? `${STACK_NAMES[state.stack][0]}, every` : "Every"} layer × head: ${axes()}. Click one to open it.` }),
+      el("p", { className: "hint", textContent: ST.diff
+        ? `B − A in every layer × head, over the aligned tokens (${axes()}); under each, its JS divergence ` +
+          "(nats; mean over the aligned queries). Click one to open it."
+        : `${D.stacks ? `${STACK_NAMES[state.stack][0]}, every` : "Every"} layer × head: ${axes()}. Click one to open it.` }),
       measureNote(),
       legend(state.scale === "head" ? "each head's max" : `${+top().toPrecision(3)}`),
       grid,
@@ -533,10 +703,12 @@ function draw(D, initial = {}, onRender = null) {
   // Paint a head (T × S) into `canvas`, `width` × `height` px: max-pooling keeps thin lines
   // when there are more tokens than pixels. A pixel none of whose cells can be seen is masked
   // (a causal model) or outside the pair.
-  function paint(canvas, a, width, height) {
+  // B − A (`signed`) keeps the value of largest magnitude and takes the diverging map; `max`
+  // is 1 on the colour scale.
+  function paint(canvas, a, width, height, signed = !!ST.diff,
+    max = state.scale === "head" ? headMax(a) || 1 : top()) {
     const ctx = canvas.getContext("2d");
     const img = ctx.createImageData(width, height);
-    const max = state.scale === "head" ? headMax(a) || 1 : top();
     for (let y = 0; y < height; y++) {
       const i0 = Math.floor((y * T) / height);
       const i1 = Math.max(i0 + 1, Math.floor(((y + 1) * T) / height));
@@ -549,12 +721,12 @@ function draw(D, initial = {}, onRender = null) {
           for (let j = j0; j < j1; j++) {
             if (!allowed(i, j) || masked(i, j)) continue;
             shown = true;
-            if (a[i * S + j] > v) v = a[i * S + j];
+            const x = a[i * S + j];
+            if (signed ? Math.abs(x) > Math.abs(v) : x > v) v = x;
           }
         }
-        const n = Math.min(255, Math.round((v / max) * 255));
         const p = 4 * (y * width + x);
-        if (shown) setPixel(img.data, p, [LUT[3 * n], LUT[3 * n + 1], LUT[3 * n + 2]]);
+        if (shown) setPixel(img.data, p, colourOf(v, max, signed));
         else setPixel(img.data, p, ST.causal ? maskedAt(x, y) : OUTSIDE);
       }
     }
@@ -571,8 +743,24 @@ function draw(D, initial = {}, onRender = null) {
     };
   })();
 
+  // A removed head's matrix: the hatched panel where its heatmap would be, and why.
+  function removedMatrix(section) {
+    const size = Math.min(720, Math.max(480, Math.max(T, S) * 24));
+    const panel = el("canvas", { id: "matrix", width: size, height: size });
+    paintRemoved(panel, size, size, ["removed (--ablate)", "its output was set to 0:", "no pattern"]);
+    const frame = el("div", { className: "matrix-frame" }, panel);
+    frame.style.width = frame.style.height = `${size}px`;
+    section.append(
+      el("p", { className: "hint", textContent: `${layerTitle(LAYER[state.layer])}, head ${state.head}: ` +
+        `${D.removed.note}; its weights are not drawn as a pattern. ↑/↓ layer, ←/→ head.` }),
+      frame,
+    );
+  }
+
   async function matrixView(section) {
+    if (isRemoved(state.layer, state.head)) return removedMatrix(section);
     const a = await head(state.layer, state.head);
+    const g = ST.diff ? await aligned(state.layer, state.head) : null; // A's and B's too
     // The longer side 480–720 px, 24 px a token while that fits. An encoder-decoder page keeps
     // whole pixels per token: the cells of a non-square stack are squares of one size.
     const longer = Math.max(T, S);
@@ -656,6 +844,8 @@ function draw(D, initial = {}, onRender = null) {
         el("div", { className: "weight", dataset: { query: String(i), key: String(j) },
           textContent: masked(i, j) ? "masked: a causal model's query cannot see a later key"
             : `${valueName()} ${weightText(a[i * S + j], state.layer, state.head)}` }),
+        ...(g ? [el("div", { className: "sides", textContent:
+          `A ${g.a[i * S + j].toPrecision(6)} → B ${g.b[i * S + j].toPrecision(6)}` })] : []),
       );
       tooltip.style.left = `${e.pageX + 14}px`;
       tooltip.style.top = `${e.pageY + 14}px`;
@@ -667,19 +857,34 @@ function draw(D, initial = {}, onRender = null) {
       for (const label of wrap.querySelectorAll(".covered")) label.classList.remove("covered");
     });
     section.append(
-      el("p", { className: "hint", textContent:
-        `${layerTitle(LAYER[state.layer])}, ${perLayer(state.measure) ? `layers 0–${LAYER[state.layer]} composed` : `head ${state.head}`}: ${axes()}; ` +
+      el("p", { className: "hint", textContent: g
+        ? `${layerTitle(LAYER[state.layer])}, head ${state.head}, B − A over the aligned tokens (A's and B's rows ` +
+          `renormalised over them, as compare reads them): ${axes()}; JS divergence ${nats(moved(state.layer, state.head))} ` +
+          `nats; largest |B − A| ${headMax(a).toFixed(3)}. A and B beside it. Hover a cell for its numbers; ↑/↓ layer, ←/→ head.`
+        : `${layerTitle(LAYER[state.layer])}, ${perLayer(state.measure) ? `layers 0–${LAYER[state.layer]} composed` : `head ${state.head}`}: ${axes()}; ` +
         `max ${valueName()} ${headMax(a).toFixed(3)}. Hover a cell for its exact ${valueName()}; ↑/↓ layer${perLayer(state.measure) ? "" : ", ←/→ head"}.` }),
       measureNote(),
       legend(state.scale === "head" ? `${headMax(a).toFixed(3)} (the head's max)` : `${+top().toPrecision(3)}`),
-      wrap,
+      g ? el("div", { className: "beside-wrap" }, wrap, besides(g, width)) : wrap,
     );
+  }
+  // A compare page's A and B of the head in the matrix view, beside B − A: each over the
+  // aligned tokens, rows renormalised, on the colour map from 0 to 1 (or the head's max).
+  function besides(g, width) {
+    const size = Math.round(width / 2);
+    return el("div", { className: "besides" }, ...["a", "b"].map((name) => {
+      const c = el("canvas", { id: `matrix-${name}`, width: size, height: size });
+      paint(c, g[name], size, size, false, state.scale === "head" ? headMax(g[name]) || 1 : 1);
+      return el("figure", {}, el("figcaption", { textContent: `${name.toUpperCase()} (0–` +
+        `${state.scale === "head" ? "its max" : "1"}): ${shortened(name === "a" ? D.text : C.text_b, 40)}` }), c);
+    }));
   }
 
   // ---------- query view ----------
   async function queryView(section) {
     const i = Math.min(state.query, T - 1);
     const all = await Promise.all([...Array(L * H).keys()].map((n) => head(Math.floor(n / H), n % H)));
+    const rows = ST.diff ? await rowsMoved : null; // B − A: each head's divergence at this query
     const table = el("table", { className: "query-table" });
     const header = el("tr", {}, el("th"));
     for (let h = 0; h < H; h++) header.append(el("th", { textContent: headName(h) }));
@@ -687,25 +892,37 @@ function draw(D, initial = {}, onRender = null) {
     for (let l = 0; l < L; l++) {
       const row = el("tr", {}, el("th", { textContent: `L${LAYER[l]}` }));
       for (let h = 0; h < H; h++) {
+        if (isRemoved(l, h)) {
+          row.append(el("td", { className: "removed", textContent: "removed", title: D.removed.note }));
+          continue;
+        }
         const a = all[l * H + h];
+        // The most-attended keys; for B − A, the keys whose weight changed most either way.
+        const size = (w) => (ST.diff ? Math.abs(w) : w);
         const keys = [...Array(S).keys()].filter((j) => allowed(i, j))
-          .sort((x, y) => a[i * S + y] - a[i * S + x]).slice(0, 3);
+          .sort((x, y) => size(a[i * S + y]) - size(a[i * S + x])).slice(0, 3);
         const cell = el("td");
+        if (rows) {
+          cell.append(el("div", { className: "js", textContent: `JS ${nats(rows[(l * H + h) * T + i])}` }));
+        }
         for (const j of keys) {
           const w = a[i * S + j];
-          const bar = el("span", { className: "bar" });
-          bar.style.width = `${Math.round((w / top()) * 100)}%`;
+          const bar = el("span", { className: "bar" + (ST.diff ? (w > 0 ? " more" : " less") : "") });
+          bar.style.width = `${Math.round((size(w) / top()) * 100)}%`;
           cell.append(el("div", { className: "key" + (ST.key_special[j] ? " special" : ""),
             title: `${keyLabel(j)}: ${weightText(w, l, h)}` },
-          bar, el("span", { textContent: `${ST.key_tokens[j]} ${w.toFixed(2)}` })));
+          bar, el("span", { textContent: `${ST.key_tokens[j]} ${ST.diff && w > 0 ? "+" : ""}${w.toFixed(2)}` })));
         }
         row.append(cell);
       }
       table.append(row);
     }
     section.append(
-      el("p", { className: "hint", textContent:
-        `Where “${ST.tokens[i]}” (position ${i}) looks: its three most-attended ${D.stacks ? tokensOf(1) : "keys"} in every head` +
+      el("p", { className: "hint", textContent: ST.diff
+        ? `How the row of “${ST.tokens[i]}” (aligned position ${i}) moved from A to B in every head: its JS ` +
+          "divergence (nats), and the three aligned keys whose weight changed most (B − A, rows renormalised " +
+          "over the aligned keys; bars: red more in B, blue more in A)."
+        : `Where “${ST.tokens[i]}” (position ${i}) looks: its three most-attended ${D.stacks ? tokensOf(1) : "keys"} in every head` +
         (D.stacks ? ` of the ${STACK_NAMES[state.stack][0].toLowerCase()}` : "") +
         (state.measure === "weights" ? "." : `, by ${state.measure}.`) }),
       measureNote(),
@@ -733,7 +950,37 @@ function draw(D, initial = {}, onRender = null) {
     return "Q_h comes from attnviz/mha.py (X W_Q^h + b for this decoder layer's real input X, the target tokens), " +
       "K_h and V_h from the encoder's last hidden states (the source tokens); ";
   }
+  // B − A inside one head: the query's row in A and in B over the aligned keys, and B − A.
+  async function insideDiff(section) {
+    const [l, h, u] = [state.layer, state.head, Math.min(state.query, T - 1)];
+    const g = await aligned(l, h);
+    const rows = await rowsMoved;
+    const table = el("table", { className: "inside-table diff-table" });
+    table.append(el("tr", {}, ...["key (aligned)", "A", "B", "B − A"].map((t) => el("th", { textContent: t }))));
+    for (let k = 0; k < T; k++) {
+      const [x, y] = [g.a[u * T + k], g.b[u * T + k]];
+      const bar = el("span", { className: "bar" + (y - x > 0 ? " more" : " less") });
+      bar.style.width = `${Math.round(Math.abs(y - x) * 100)}%`;
+      table.append(el("tr", { dataset: { key: String(k) } },
+        el("td", { className: "tok", textContent: `${k}: ${ST.tokens[k]}` }),
+        el("td", { textContent: x.toPrecision(6) }),
+        el("td", { textContent: y.toPrecision(6) }),
+        el("td", { className: "prob" }, bar, el("span", { textContent: `${y - x > 0 ? "+" : ""}${(y - x).toPrecision(6)}` })),
+      ));
+    }
+    section.append(
+      el("p", { className: "hint", textContent:
+        `Layer ${LAYER[l]}, head ${h}, query “${ST.tokens[u]}” (aligned position ${u}): A's and B's softmax row ` +
+        "over the aligned keys (each renormalised over them, as compare reads them), and B − A. " +
+        `JS divergence of this row: ${nats(rows[(l * H + h) * T + u])} nats; of the head (mean over the aligned ` +
+        `queries): ${nats(moved(l, h))} nats.` }),
+      table,
+      el("p", { className: "note", textContent: "The from-scratch steps (q_h, each k_h, q·k, the softmax, v_h) " +
+        "of each text are in this view with Text A or Text B chosen." }),
+    );
+  }
   async function insideView(section) {
+    if (ST.diff) return insideDiff(section);
     const I = ST.inside;
     if (!I) {
       section.append(el("p", { className: "note", textContent: `Inside one head: ${ST.inside_note}` }));
@@ -742,7 +989,7 @@ function draw(D, initial = {}, onRender = null) {
     const n = I.tokens.length;
     const keyTokens = I.key_tokens || I.tokens; // cross-attention: the source's
     const nk = keyTokens.length;
-    const heads = I.heads || D.heads;
+    const heads = I.heads || ST.heads;
     const dk = I.d_k;
     const i = Math.min(state.query, n - 1);
     const [l, h] = [LAYER[state.layer], state.head]; // a model layer: I holds every layer
@@ -808,6 +1055,9 @@ function draw(D, initial = {}, onRender = null) {
       checks.push(`This page's softmax above against the model's weights: max |Δ| = ${live.toExponential(2)}.`);
     }
     section.append(
+      isRemoved(state.layer, h) ? el("p", { className: "note removed", textContent:
+        `Layer ${l}, head ${h} was removed (--ablate): the pass set its head_h (step 5) to 0 before ` +
+        "W_O, so nothing downstream read it; the steps below are what it computed." }) : "",
       el("p", { className: "hint", textContent:
         `${layerTitle(l)}, head ${h}, query “${I.tokens[i]}” (position ${i}); d_k = ${dk}, ` +
         `scale = ${scale.toPrecision(6)}${Math.abs(scale - 1 / Math.sqrt(dk)) < 1e-12 ? " = 1/√d_k" : ""}` +

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnviz.core.adapters import STACKS  # an encoder-decoder page's stacks, in order
-from attnviz.outputs.figures import LABEL_STEPS, MASKED_GREY, MASKED_HATCH_COLOUR, MASKED_NOTE
+from attnviz.outputs.figures import (
+    LABEL_STEPS,
+    MASKED_GREY,
+    MASKED_HATCH_COLOUR,
+    MASKED_NOTE,
+    REMOVED_HATCH_COLOUR,
+    REMOVED_NOTE,
+)
 from attnviz.outputs.files import write_text_atomic
 
 if TYPE_CHECKING:
@@ -156,15 +163,11 @@ def page_data(
     n_layers, n_heads, n_tokens, _ = att.weights.shape  # (L, H, T, T)
     exact = att.weights[..., :1].size * n_tokens * 4 <= EXACT_BUDGET
     data: dict[str, Any] = {
-        "model": att.info.as_dict(),
-        "text": att.text,
+        **page_frame(att, scale, cmap),
         "pair": att.pair,
-        "unit": att.unit,
-        "hidden_special": att.hidden_special,
         "tokens": list(att.tokens),
         "special": [bool(s) for s in att.special],
         "segments": list(segments) if segments else None,
-        "notes": list(att.notes),
         "layers": n_layers,
         "layer_ids": att.held_layers(),  # the model layer of each slot of `weights`
         "heads": n_heads,
@@ -173,12 +176,6 @@ def page_data(
             [_head_blob(att.weights[lay, h], exact) for h in range(n_heads)]
             for lay in range(n_layers)
         ],
-        "scale": scale,
-        "cmap": cmap,
-        "colours": _colour_table(cmap),
-        # A causal model's keys after the query, drawn as in the PNGs.
-        "masked": {"grey": MASKED_GREY, "hatch": MASKED_HATCH_COLOUR, "note": MASKED_NOTE},
-        "label_steps": list(LABEL_STEPS),  # thinned labels on round steps, as in the PNGs
         "inside": None,
         "measure": initial,
         "measures": _measures(att, measures or {}, lengths, exact),
@@ -188,6 +185,30 @@ def page_data(
     else:
         data["inside_note"] = inside or NO_MODEL
     return data
+
+
+def page_frame(att: Attention, scale: str, cmap: str) -> dict[str, Any]:
+    """What every one-stack page says around its heads: the model, the text and how it is
+    shown, the colours, and the heads the pass removed."""
+    return {
+        "model": att.info.as_dict(),
+        "text": att.text,
+        "unit": att.unit,
+        "hidden_special": att.hidden_special,
+        "notes": list(att.notes),
+        "scale": scale,
+        "cmap": cmap,
+        "colours": _colour_table(cmap),
+        # A causal model's keys after the query, drawn as in the PNGs.
+        "masked": {"grey": MASKED_GREY, "hatch": MASKED_HATCH_COLOUR, "note": MASKED_NOTE},
+        "label_steps": list(LABEL_STEPS),  # thinned labels on round steps, as in the PNGs
+        # Heads the pass removed (show --ablate): every view marks them instead of a pattern.
+        "removed": {
+            "heads": [[layer, head] for layer, head in att.removed],
+            "hatch": REMOVED_HATCH_COLOUR,
+            "note": REMOVED_NOTE,
+        },
+    }
 
 
 def _inside_entry(inside: Inside) -> dict[str, Any]:
@@ -349,11 +370,18 @@ def build_page(
     return _document(found, page_title(att))
 
 
-def live_page(model: dict[str, Any], measures: dict[str, str], limits: dict[str, int]) -> str:
+def live_page(
+    model: dict[str, Any],
+    measures: dict[str, str],
+    limits: dict[str, int],
+    against: dict[str, Any] | None = None,
+) -> str:
     """The page `attnviz serve` serves: page.js in live mode, with live.js's form above the
-    views, which asks the server for a text's data (`/api/page`) and draws it. `model` is
-    the model's facts, `measures` each measure's help, `limits` what the server refuses."""
-    live = {"model": model, "measures": measures, "limits": limits}
+    views, which asks the server for a text's data (`/api/page`, or `/api/compare` for two
+    texts or two models) and draws it. `model` is the model's facts, `measures` each
+    measure's help, `limits` what the server refuses, `against` the second model's facts
+    (a server started with --against-model)."""
+    live = {"model": model, "measures": measures, "limits": limits, "against": against}
     return _document({"live": live}, f"attnviz serve: {model['name']}", live=True)
 
 

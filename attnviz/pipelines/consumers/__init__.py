@@ -1,0 +1,79 @@
+"""What a run makes, one consumer per thing: each asks for the recorders and the edit it
+needs before the pass, reads what the pass gave, finishes its result and writes its files.
+
+A pipeline calls every consumer's hooks in order, without knowing which features exist
+(transformers' logits processors, Lightning's callbacks):
+
+    early(model)        before the weights load (the tokenizer may refuse a query here)
+    recorders(run)      capture recorders for the one pass (`core.capture`)
+    edit(run)           a change to the pass (head ablation), or None
+    read(run)           right after the pass, on `run.raw` (before --words / --hide-special)
+    finish(run)         its result, from `run.shown`, into `run.result`
+    write(run, folder)  its files into the text's folder; writers run last, `Done` very last
+
+`run.result` holds each consumer's result under the name of the result's field
+(`pipelines.show.ShowResult`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnviz.core.attention import Attention
+    from attnviz.core.models import LoadedModel, Model
+    from attnviz.outputs.figures import Style
+    from attnviz.pipelines.request import Request
+
+
+@dataclass(eq=False)
+class Run:
+    """One text's run: the request, the loaded model, the encoded input and the layers
+    chosen, then what the pass read and what the consumers made of it."""
+
+    request: Request
+    loaded: LoadedModel
+    encoded: Any  # core.attention.Encoded, or SourceTarget (encoder-decoder models)
+    layers: list[int]  # the chosen layers (of the chosen stack)
+    measured: Any = None  # the measure's recorder (contributions.Measured), unless weights
+    raw: Attention | None = None  # as the pass read it
+    stacks: dict[str, Attention] | None = None  # encoder-decoder models: each stack read
+    shown: Attention | None = None  # after --words / --hide-special
+    heads: list[int] = field(default_factory=list)
+    style: Style | None = None  # how figures are drawn (norm: 1 is the text's largest value)
+    result: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def ranked(self) -> Attention:
+        """`shown` with a norm's rows as shares: what summaries and the query rank."""
+        from attnviz.analysis.contributions import shares
+
+        return shares(self.shown)
+
+
+class Consumer:
+    """A consumer that does nothing at any step; each consumer overrides its own."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+
+    def early(self, model: Model) -> None:
+        return None
+
+    def recorders(self, run: Run) -> list[Any]:
+        return []
+
+    def edit(self, run: Run) -> Any:
+        return None
+
+    def read(self, run: Run) -> None:
+        return None
+
+    def finish(self, run: Run) -> None:
+        return None
+
+    def write(self, run: Run, folder: Path) -> None:
+        return None

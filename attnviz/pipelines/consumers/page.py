@@ -1,0 +1,56 @@
+"""`--html`: the interactive page, attention.html, from the same pass: every measure for
+its switch and each layer's input for the inside view (every stack of an encoder-decoder
+model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from attnviz.pipelines.consumers import Consumer, Run
+
+
+class Page(Consumer):
+    inside: Any = None  # InsideSteps (one stack) or StacksInside
+    every: Any = None  # EveryMeasure (one stack)
+
+    def every_stack(self, run: Run) -> bool:
+        """Whether the pass reads every stack (an encoder-decoder model's page switches)."""
+        return run.loaded.info.seq2seq
+
+    def recorders(self, run: Run) -> list[Any]:
+        from attnviz.analysis.contributions import EveryMeasure
+        from attnviz.analysis.inside import InsideSteps, StacksInside
+
+        if run.loaded.info.seq2seq:
+            self.inside = StacksInside(run.loaded)  # each stack's inside view
+            return self.inside([run.encoded])
+        self.inside = InsideSteps(run.loaded, [run.encoded])
+        self.every = EveryMeasure(run.loaded, run.layers, [run.encoded], self.request.measure)
+        return [self.inside, *self.every.recorders.values()]
+
+    def contents(self, run: Run) -> tuple[Any, dict[str, Any]]:
+        """The page's attention and the rest of what `outputs.html` builds it from."""
+        r, style = self.request, run.style
+        if run.stacks is not None:
+            stacks = {name: _view(r, att) for name, att in run.stacks.items()}
+            options = dict(stacks=stacks, inside=self.inside.results(), scale=style.scale,
+                           cmap=style.cmap)  # fmt: skip
+            return stacks[run.shown.stack], options
+        found = self.every.page(run.raw, run.shown, lambda att: _view(r, att), run.measured)
+        return found.weights, dict(inside=self.inside.result(), scale=style.scale,
+                                   cmap=style.cmap, segments=run.shown.segments,
+                                   measures=found.others, lengths=found.lengths,
+                                   initial=r.measure)  # fmt: skip
+
+    def write(self, run: Run, folder: Path) -> None:
+        from attnviz.outputs.html import write_page
+
+        att, options = self.contents(run)
+        run.result["page"] = write_page(att, folder / "attention.html", **options)
+
+
+def _view(r: Any, att: Any) -> Any:
+    from attnviz.analysis.transforms import transform
+
+    return transform(att, r.words, r.hide_special)

@@ -1,0 +1,35 @@
+"""`--query TOKEN`: where one token looks in every chosen head."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attnviz.pipelines.consumers import Consumer, Run
+
+if TYPE_CHECKING:
+    from attnviz.core.models import Model
+
+
+class Query(Consumer):
+    def early(self, model: Model) -> None:
+        """Refuse a query that names no token with the model's tokenizer alone, where its
+        files are here (an encoder-decoder model's target may be its own: checked after)."""
+        from attnviz.analysis.query import check_query
+        from attnviz.core.models import describe
+        from attnviz.core.tokens import encode_with
+
+        r = self.request
+        spec = describe(model.name)
+        if spec is None or spec.seq2seq or spec.tokenizer_file is None or spec.max_tokens is None:
+            return
+        encoded = encode_with(model.tokenizer(), spec, r.text, r.truncate, r.pair)
+        if not encoded.truncated:  # where a text is cut is the loaded model's to say
+            check_query(encoded, r.query, r.words, r.hide_special)
+
+    def finish(self, run: Run) -> None:
+        from attnviz.analysis.query import find_query, query_view
+
+        index = find_query(run.shown, self.request.query)
+        run.result["query"] = query_view(
+            run.ranked, index, run.layers, run.heads, self.request.top_k
+        )

@@ -1,0 +1,208 @@
+"""The one table of what a run can ask for: each feature's option, the commands and model
+kinds it works with, what it excludes, and the consumer that makes it.
+
+`refuse(request, facts)` checks a request against the table: once with the model's files
+(`core.models.describe`, before anything loads) and once with the loaded model's facts (a hub
+id whose files were not here yet). It is the only place that says which options combine;
+its errors share one wording. A new option is one row here and, when it makes something, one
+consumer module (`attnviz/pipelines/consumers/`), named by its "module:Class" path so that
+`attnviz --help` imports none of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnviz.errors import InputError
+
+if TYPE_CHECKING:
+    from attnviz.core.models import Model
+    from attnviz.pipelines.request import Request
+
+ENCODER, DECODER, SEQ2SEQ = "encoder", "decoder", "encoder-decoder"
+ONE_STACK = frozenset({ENCODER, DECODER})
+EVERY = frozenset({ENCODER, DECODER, SEQ2SEQ})
+_A_KIND = {ENCODER: "an encoder", DECODER: "a decoder", SEQ2SEQ: "an encoder-decoder model"}
+_KINDS = {
+    frozenset({ENCODER}): "encoders",
+    frozenset({DECODER}): "decoders",
+    frozenset({SEQ2SEQ}): "encoder-decoder models (T5, BART, Marian)",
+    ONE_STACK: "encoders and decoders (one attention stack)",
+}
+# The commands whose whole run needs one attention stack.
+COMMAND_KINDS = {"compare": ONE_STACK, "serve": ONE_STACK}
+COMPOSED = ("alti", "rollout")  # the measures with one map per layer
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One thing a request can ask for.
+
+    `option` is how a person asks for it (formatted with the request as `r`); `where` maps each
+    command that offers it to the model kinds it works with there; `excludes` names the
+    features it cannot be given with, and why; `consumer` is the class that makes it in a run
+    built of consumers (`show`, the server's page, the API), as "module:Class" (None: the
+    source reads it; export, report and compare write their files per text or per corpus)."""
+
+    name: str
+    option: str | Callable[[Request], str]
+    given: Callable[[Request], bool]
+    where: Mapping[str, frozenset[str]]
+    excludes: tuple[tuple[str, str], ...] = ()
+    why: str = ""  # said when a model kind or a command cannot take it
+    consumer: str | None = None
+
+    def label(self, request: Request) -> str:
+        if callable(self.option):
+            return self.option(request)
+        return self.option.format(r=request)
+
+
+ENCODERS, DECODERS, SEQ2SEQS = frozenset({ENCODER}), frozenset({DECODER}), frozenset({SEQ2SEQ})
+_PAIR = "the model reads [CLS] text [SEP] pair [SEP]"
+_EVERY_HEAD = "the report covers every head of every stack"
+_NORM_ROWS = "--hide-special renormalises rows to sum to 1, and norm's rows are lengths"
+_COMPOSED = (
+    "it gives one map per layer, composed from layer 0 up through one stack's "
+    "residual stream; use weights or norm"
+)
+_CONSUMERS = "attnviz.pipelines.consumers"
+_ONE_PROCESS = "an encoder-decoder model's report runs in one process"
+_SHARDED_MEANS = (
+    "each shard needs every other shard's mean head outputs before it ablates, which only "
+    "the ranks of a launched run exchange (torchrun); use --ablation zero with --shard"
+)
+
+# fmt: off
+FEATURES = {f.name: f for f in (
+    Feature("pair", "--pair", lambda r: r.pair is not None,
+            dict(show=ENCODERS, serve=ENCODERS), why=_PAIR),
+    Feature("target", "--target", lambda r: r.target is not None,
+            dict(show=SEQ2SEQS, check=SEQ2SEQS), excludes=(("generate", ""),)),
+    Feature("generate", "--generate", lambda r: r.generate is not None,
+            dict(show=SEQ2SEQS, check=SEQ2SEQS)),
+    Feature("stack", lambda r: f"--stack {r.stack or ','.join(r.stacks)}",
+            lambda r: r.stack is not None or bool(r.stacks),
+            dict(show=SEQ2SEQS, export=SEQ2SEQS, check=SEQ2SEQS)),
+    Feature("layers", "--layer", lambda r: bool(r.layers),
+            dict(show=EVERY, export=EVERY, check=EVERY, report=ONE_STACK, serve=ONE_STACK),
+            excludes=(("all-layers", ""),), why=_EVERY_HEAD),
+    Feature("all-layers", "--all-layers", lambda r: r.all_layers, dict(check=EVERY)),
+    Feature("heads", "--head", lambda r: bool(r.heads),
+            dict(show=EVERY, export=EVERY, report=ONE_STACK), why=_EVERY_HEAD),
+    Feature("treebank", "--treebank", lambda r: r.treebank, dict(report=ONE_STACK),
+            why="its report reads source<TAB>target lines (--file)"),
+    Feature("words", "--words", lambda r: r.words, dict(show=EVERY, export=ONE_STACK,
+            report=ONE_STACK, compare=ONE_STACK, serve=ONE_STACK)),
+    Feature("hide-special", "--hide-special", lambda r: r.hide_special,
+            dict(show=EVERY, export=ONE_STACK, serve=ONE_STACK),
+            excludes=(("measure-norm", _NORM_ROWS),)),
+    Feature("measure-norm", "--measure norm", lambda r: r.measure == "norm",
+            dict(show=EVERY, export=EVERY, compare=ONE_STACK, serve=ONE_STACK)),
+    Feature("measure-composed", "--measure {r.measure}", lambda r: r.measure in COMPOSED,
+            dict(show=ONE_STACK, export=ONE_STACK, serve=ONE_STACK), why=_COMPOSED),
+    Feature("query", "--query", lambda r: r.query is not None,
+            dict(show=EVERY, export=ONE_STACK, compare=ONE_STACK),
+            consumer=f"{_CONSUMERS}.query:Query"),
+    Feature("ablate", "--ablate", lambda r: bool(r.ablate), dict(show=ONE_STACK),
+            consumer=f"{_CONSUMERS}.ablation:Ablation"),
+    Feature("html", "--html", lambda r: r.html, dict(show=EVERY, export=ONE_STACK,
+            compare=ONE_STACK),
+            consumer=f"{_CONSUMERS}.page:Page"),
+    Feature("page-measure", "--html with --measure {r.measure}",
+            lambda r: r.html and r.measure != "weights", dict(show=ONE_STACK, export=ONE_STACK),
+            why="its page shows the weights of every stack"),
+    Feature("importance", "--importance", lambda r: r.importance is not None,
+            dict(report=ONE_STACK, compare=ONE_STACK)),
+    Feature("mean-ablation", "--ablation mean",
+            lambda r: r.importance in ("ablation", "both") and r.ablation == "mean",
+            dict(report=ONE_STACK)),
+    Feature("shard", "--shard", lambda r: r.shard is not None, dict(report=ONE_STACK),
+            excludes=(("mean-ablation", _SHARDED_MEANS),), why=_ONE_PROCESS),
+    Feature("launched", "a launched run (torchrun, accelerate launch)", lambda r: r.launched,
+            dict(report=ONE_STACK), why=_ONE_PROCESS),
+)}
+# fmt: on
+
+
+def kind_of(facts: Any) -> str:
+    """A model's kind from its facts (`ModelSpec` or `ModelInfo`)."""
+    if facts.seq2seq:
+        return SEQ2SEQ
+    return DECODER if facts.causal else ENCODER
+
+
+def given(request: Request) -> list[Feature]:
+    """The features `request` asks for, in the table's order."""
+    return [feature for feature in FEATURES.values() if feature.given(request)]
+
+
+def refuse(request: Request, facts: Any = None) -> None:
+    """Raise one InputError for the first thing in `request` that does not combine: two
+    features that exclude each other, a feature its command does not offer, or (with the
+    model's `facts`) one its kind of model cannot take. `facts` None (a hub id not on this
+    machine yet): only what needs no model is checked."""
+    command, asked = request.command, given(request)
+    names = {feature.name for feature in asked}
+    for feature in asked:
+        for other, why in feature.excludes:
+            if other in names:
+                both = f"give either {feature.label(request)} or "
+                both += f"{FEATURES[other].label(request)}, not both"
+                raise InputError(f"{both}: {why}" if why else both)
+        if command not in feature.where:
+            reason = f": {feature.why}" if feature.why else ""
+            raise InputError(f"{feature.label(request)} is not available in attnviz {command}"
+                             f"{reason}")  # fmt: skip
+    if facts is None:
+        return
+    kind = kind_of(facts)
+    if kind not in COMMAND_KINDS.get(command, EVERY):
+        raise _wrong_kind(f"attnviz {command}", COMMAND_KINDS[command], facts, "")
+    for feature in asked:
+        if kind not in feature.where[command]:
+            label = f"{feature.label(request)} in attnviz {command}"
+            raise _wrong_kind(label, feature.where[command], facts, feature.why)
+
+
+def refuse_early(request: Request, model: Model) -> None:
+    """Refuse bad input before anything loads: an empty text, an unknown measure, what does
+    not combine (`refuse` on the model's files), layers and heads out of range, a text too
+    long."""
+    from attnviz.analysis.contributions import get
+    from attnviz.core.attention import require_text
+    from attnviz.core.models import describe
+
+    if request.text is not None:
+        require_text(request.text)
+    if request.pair is not None:
+        require_text(request.pair, "the --pair sentence")
+    get(request.measure)
+    refuse(request, describe(model.name))
+    layers, heads = list(request.layers or ()) or None, list(request.heads or ()) or None
+    model.refuse_early(layers, heads, request.text, request.truncate, request.stack)
+    if request.ablate:
+        model.refuse_early([layer for layer, _ in request.ablate],
+                           [head for _, head in request.ablate])  # fmt: skip
+
+
+def _wrong_kind(what: str, kinds: frozenset[str], facts: Any, why: str) -> InputError:
+    said = (
+        f"{what} works with {_KINDS[frozenset(kinds)]}; {facts.name} is {_A_KIND[kind_of(facts)]}"
+    )
+    return InputError(f"{said}: {why}" if why else said)
+
+
+def consumers(request: Request) -> list[Any]:
+    """The consumers of the features `request` asks for, made from the request, in the
+    table's order (their modules imported only now)."""
+    from importlib import import_module
+
+    made = []
+    for feature in given(request):
+        if feature.consumer is not None:
+            module, name = feature.consumer.split(":")
+            made.append(getattr(import_module(module), name)(request))
+    return made

@@ -1,0 +1,94 @@
+"""A command's run as one frozen request: what is read, by which model, which part of it, what
+is made of it and where it goes. The command line, the API and the server build it the same
+way; `features.refuse` checks it against the one table of what combines with what, and a
+pipeline runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnviz.core.models import Model
+    from attnviz.outputs.figures import Style
+
+COMMANDS = ("show", "export", "report", "check", "compare", "serve")
+
+
+@dataclass(frozen=True)
+class Load:
+    """How the model is loaded: its name (None: the bundled one), device and attention."""
+
+    model: str | None = None
+    device: str = "auto"
+    attention: str = "sdpa"
+
+    def get(self) -> Model:
+        """The process's one `Model` for these settings (loaded on first use)."""
+        from attnviz.core import models
+
+        return models.model(self.model, self.device, self.attention)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One run of `command`. A field left at its default is not asked for; which fields are
+    features, and what each combines with, is `features.FEATURES`."""
+
+    command: str
+    load: Load = field(default_factory=Load)
+    # What is read: one text (with a pair, or a target), or many (export, report, compare).
+    text: str | None = None
+    pair: str | None = None  # encoders: [CLS] text [SEP] pair [SEP]
+    target: str | None = None  # encoder-decoder models: the decoder's input
+    generate: int | None = None  # encoder-decoder models: the model writes its own target
+    sentences: Any = None  # core.inputs.Sentences, or a core.treebank.Treebank (report)
+    pairs: tuple[tuple[str, str], ...] = ()  # compare: (text A, text B)
+    against: Load | None = None  # compare: the model that reads text B
+    # Which part of the model.
+    layers: tuple[int, ...] | None = None
+    heads: tuple[int, ...] | None = None
+    stack: str | None = None  # encoder-decoder models: encoder, decoder or cross
+    stacks: tuple[str, ...] = ()  # check: the stacks to check (or "all")
+    all_layers: bool = False  # check: --all-layers (the default, said)
+    # How the text is read and what is made of it.
+    truncate: bool = False
+    words: bool = False
+    hide_special: bool = False
+    measure: str = "weights"
+    query: str | None = None
+    ablate: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs removed from the pass
+    html: bool = False
+    images: bool = True
+    figures: tuple[str, ...] | None = None  # export: the figure kinds (None: all)
+    save_raw: bool = False  # export: attention.npz
+    importance: str | None = None  # report: ablation, gradient or both; compare: "ablation"
+    ablation: str = "zero"  # report --importance: zero or mean
+    treebank: bool = False  # report: `sentences` is a CoNLL-U treebank
+    thresholds: Any = None  # report: analysis.roles.Thresholds
+    min_count: int = 100  # report --treebank
+    margin: float = 0.1  # report --treebank
+    shard: str | None = None  # report --shard I/N: one share of the corpus alone
+    launched: bool = False  # report: one rank of a run under a launcher (torchrun, accelerate)
+    tolerance: float = 1e-5  # check
+    top: int = 6  # compare: heads listed and drawn
+    top_k: int = 3  # tokens listed per head
+    # Where it goes, and how fast.
+    out: Path | None = None
+    style: Style | None = None
+    jobs: int = 1
+    batch_size: int = 8
+    overwrite: bool = False  # export
+
+    def model(self) -> Model:
+        """The model that reads the text (text A in compare)."""
+        return self.load.get()
+
+    @property
+    def decoder_option(self) -> str | None:
+        """The option that gives an encoder-decoder model's target, if one was given."""
+        if self.target is not None:
+            return "--target"
+        return "--generate" if self.generate is not None else None

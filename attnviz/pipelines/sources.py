@@ -1,0 +1,157 @@
+"""Where a run's attention comes from: one source per kind of model. A source encodes the
+text, gathers the consumers' recorders and edit, runs the one capture pass and puts the
+attention it read on the run (`run.raw`; an encoder-decoder model's stacks in `run.stacks`).
+
+    OneStack  encoders and decoders: the text (and a sentence pair), the chosen measure's
+              values in place of the weights where it is not the weights
+    Stacks    encoder-decoder models: the source and its target (given, or written by the
+              model), one stack's attention, or every stack for a page
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from attnviz.pipelines.consumers import Consumer, Run
+
+if TYPE_CHECKING:
+    from attnviz.core.models import LoadedModel
+    from attnviz.pipelines.request import Request
+
+
+def run(request: Request, consumers: Sequence[Consumer] = ()) -> Run:
+    """Load the model and read `request`'s text in one pass by the source of its kind, with
+    every consumer's recorders and edit, then view it and let each consumer finish (the
+    request was checked with `features.refuse_early`; the writers have not run)."""
+    from attnviz.pipelines import features
+
+    model = request.model()
+    for consumer in consumers:
+        consumer.early(model)
+    loaded = model.load()
+    features.refuse(request, loaded.info)  # what the files did not say (a hub id)
+    source = Stacks if loaded.info.seq2seq else OneStack
+    found = source(loaded, request).read(consumers)
+    for consumer in consumers:
+        consumer.read(found)
+    _view(found)
+    for consumer in consumers:
+        consumer.finish(found)
+    return found
+
+
+class OneStack:
+    """A model with one attention stack (an encoder or a decoder)."""
+
+    def __init__(self, loaded: LoadedModel, request: Request) -> None:
+        self.loaded, self.request = loaded, request
+        self.layers = list(request.layers) if request.layers else None
+
+    def read(self, consumers: Sequence[Consumer]) -> Run:
+        """The request's text, read in one pass with the consumers' recorders and edit."""
+        from attnviz.core.tokens import encode
+
+        r, loaded = self.request, self.loaded
+        encoded = encode(loaded, r.text, r.truncate, r.pair)
+        run = Run(r, loaded, encoded, loaded.info.pick_layers(self.layers))
+        recorders = [recorder for c in consumers for recorder in c.recorders(run)]
+        edit = _one_edit([c.edit(run) for c in consumers])
+        found, run.measured = self.batch([encoded], recorders, edit)
+        run.raw = found[0]
+        return run
+
+    def batch(self, batch: Sequence[Any], recorders: Sequence[Any] = (), edit: Any = None):
+        """Encoded texts read in one padded pass: each text's attention (the request's measure
+        in place of the weights where it is not the weights) and the measure's recorder."""
+        from attnviz.analysis.contributions import measured
+
+        kept: list = []
+        found = measured(self.loaded, list(batch), self.request.measure, self.layers,
+                         list(recorders), kept, edit)  # fmt: skip
+        return found, kept[0] if kept else None
+
+
+class Stacks:
+    """An encoder-decoder model: the text is its source, the target given (teacher forcing)
+    or written by the model; `request.stack` (default cross) is the attention shown."""
+
+    def __init__(self, loaded: LoadedModel, request: Request) -> None:
+        from attnviz.core.models import DEFAULT_STACK
+
+        self.loaded, self.request = loaded, request
+        self.stack = request.stack or DEFAULT_STACK
+        self.layers = list(request.layers) if request.layers else None
+
+    def read(self, consumers: Sequence[Consumer]) -> Run:
+        """The request's source and target, read in one pass with the consumers' recorders;
+        every stack, every layer where a consumer asks for them (a page's switch)."""
+        from attnviz.core.seq2seq import encode_source_target
+
+        r, loaded = self.request, self.loaded
+        item = encode_source_target(loaded, r.text, r.target, r.generate, r.truncate)
+        run = Run(r, loaded, item, loaded.info.of_stack(self.stack).pick_layers(self.layers))
+        recorders = [recorder for c in consumers for recorder in c.recorders(run)]
+        if any(getattr(c, "every_stack", lambda _: False)(run) for c in consumers):
+            run.stacks = self.batch([item], recorders, every=True)[0]
+            run.raw = run.stacks[self.stack].keep_layers(self.layers)
+        else:
+            run.raw = self.batch([item], recorders)[0][self.stack]
+        return run
+
+    def batch(self, batch: Sequence[Any], recorders: Sequence[Any] = (), every: bool = False):
+        """Sources and targets read in one padded pass: each one's attention of the chosen
+        stack (its measure's values where it is not the weights), or of every stack and
+        layer (`every`, the weights)."""
+        from attnviz.analysis.contributions import stack_values
+        from attnviz.core.adapters import STACKS
+        from attnviz.core.extract import attend_stacks
+
+        if every:
+            return attend_stacks(self.loaded, list(batch), STACKS, None, list(recorders))
+        values = stack_values(self.loaded, self.request.measure)
+        return attend_stacks(self.loaded, list(batch), (self.stack,), self.layers,
+                             list(recorders), values)  # fmt: skip
+
+
+def read_texts(
+    loaded: LoadedModel, request: Request, encoded: Sequence[Any], inside: bool = False
+) -> tuple[list[Any], list[Any] | None]:
+    """Each encoded text's attention (or the request's per-head measure), `batch_size` texts
+    a pass; with `inside`, each text's inside-one-head numbers too (or why they are left out),
+    from the same passes: what the compare page shows of each text."""
+    from attnviz.analysis.inside import InsideSteps
+    from attnviz.core.extract import batched
+
+    source = OneStack(loaded, request)
+    found: list[Any] = []
+    insides: list[Any] = []
+    for batch in batched(encoded, request.batch_size):
+        steps = InsideSteps(loaded, batch) if inside else None
+        found.extend(source.batch(batch, [steps] if steps else [])[0])
+        if steps is not None:
+            insides.extend(steps.result(row) for row in range(len(batch)))
+    return found, insides if inside else None
+
+
+def _one_edit(edits: list[Any]) -> Any:
+    """The one edit of a pass (head ablation), or None."""
+    made = [edit for edit in edits if edit is not None]
+    if len(made) > 1:
+        raise ValueError("one edit per pass: two consumers asked to change the model")
+    return made[0] if made else None
+
+
+def _view(run: Run) -> None:
+    """The attention as shown (--words, --hide-special), its heads and the figures' style."""
+    from dataclasses import replace
+
+    from attnviz.analysis.transforms import transform
+    from attnviz.outputs.figures import Style
+
+    r = run.request
+    run.shown = transform(run.raw, r.words, r.hide_special)
+    run.heads = run.shown.heads_held(list(r.heads) if r.heads else None)
+    run.style = r.style or Style()
+    if r.measure == "norm" and run.style.scale == "absolute":  # 1 = the text's largest value
+        run.style = replace(run.style, top=float(run.shown.weights.max()) or 1.0)

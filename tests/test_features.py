@@ -1,0 +1,161 @@
+"""The one table of what combines (`attnviz.pipelines.features`): every row against every
+model kind and every command, exclusions, one wording, and refusals before the weights load."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from attnviz.cli import app
+from attnviz.errors import InputError
+from attnviz.pipelines import features
+from attnviz.pipelines.features import COMMAND_KINDS, DECODER, ENCODER, EVERY, FEATURES, SEQ2SEQ
+from attnviz.pipelines.request import COMMANDS, Request
+
+runner = CliRunner()
+
+# What makes each feature given: one row here per row of the table (a new row needs one).
+ASKING = {
+    "pair": dict(pair="It rained."),
+    "target": dict(target="Es regnete."),
+    "generate": dict(generate=5),
+    "stack": dict(stack="cross"),
+    "layers": dict(layers=(0,)),
+    "all-layers": dict(all_layers=True),
+    "heads": dict(heads=(0,)),
+    "treebank": dict(treebank=True),
+    "words": dict(words=True),
+    "hide-special": dict(hide_special=True),
+    "measure-norm": dict(measure="norm"),
+    "measure-composed": dict(measure="alti"),
+    "query": dict(query="it"),
+    "ablate": dict(ablate=((0, 1),)),
+    "html": dict(html=True),
+    "page-measure": dict(html=True, measure="norm"),
+    "importance": dict(importance="ablation"),
+    "mean-ablation": dict(importance="ablation", ablation="mean"),
+    "shard": dict(shard="0/2"),
+    "launched": dict(launched=True),
+}
+FACTS = {
+    ENCODER: SimpleNamespace(name="enc", seq2seq=False, causal=False),
+    DECODER: SimpleNamespace(name="dec", seq2seq=False, causal=True),
+    SEQ2SEQ: SimpleNamespace(name="s2s", seq2seq=True, causal=False),
+}
+
+
+def test_every_row_has_a_way_to_ask_for_it():
+    assert set(ASKING) == set(FEATURES)
+    for name, fields in ASKING.items():
+        given = [feature.name for feature in features.given(Request("show", **fields))]
+        assert name in given, (name, given)
+
+
+@pytest.mark.parametrize("name", list(FEATURES))
+@pytest.mark.parametrize("kind", list(FACTS))
+def test_every_row_against_every_model_kind_and_command(name, kind):
+    """A request asking for the row's feature (and what it needs: page-measure is --html with
+    a measure) runs exactly where every feature it asks for works on that kind of model; else
+    the first that does not is named, in one line of the table's wording."""
+    for command in COMMANDS:
+        request = Request(command, **ASKING[name])
+        asked = features.given(request)
+        offered = [f for f in asked if command not in f.where]
+        command_kinds = COMMAND_KINDS.get(command, EVERY)
+        wrong_kind = [f for f in asked if command in f.where and kind not in f.where[command]]
+        if not offered and kind in command_kinds and not wrong_kind:
+            features.refuse(request, FACTS[kind])
+            continue
+        with pytest.raises(InputError) as refused:
+            features.refuse(request, FACTS[kind])
+        said = str(refused.value)
+        assert "\n" not in said
+        if offered:
+            assert said.startswith(f"{offered[0].label(request)} is not available in attnviz")
+        elif kind not in command_kinds:
+            assert said.startswith(f"attnviz {command} works with ")
+        else:
+            first = wrong_kind[0]
+            assert said.startswith(f"{first.label(request)} in attnviz {command} works with ")
+            assert f"; {FACTS[kind].name} is a" in said
+
+
+def test_a_command_not_offering_a_feature_is_refused_without_a_model():
+    with pytest.raises(InputError, match="--ablate is not available in attnviz export"):
+        features.refuse(Request("export", ablate=((0, 1),)))
+
+
+@pytest.mark.parametrize(
+    "fields, said",
+    [
+        (dict(target="x", generate=3), "give either --target or --generate, not both"),
+        (dict(layers=(1,), all_layers=True), "give either --layer or --all-layers, not both"),
+        (dict(hide_special=True, measure="norm"), "give either --hide-special or --measure norm"),
+    ],
+)
+def test_exclusions_are_refused_whatever_the_model(fields, said):
+    command = "check" if "all_layers" in fields else "show"
+    for facts in (None, *FACTS.values()):
+        with pytest.raises(InputError, match=said):
+            features.refuse(Request(command, **fields), facts)
+
+
+def test_the_table_imports_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import attnviz.pipelines.features, attnviz.pipelines.request; "
+        "print(any(m in sys.modules for m in ('torch', 'transformers', 'matplotlib')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_each_consumer_named_in_the_table_exists():
+    from importlib import import_module
+
+    from attnviz.pipelines.consumers import Consumer
+
+    named = [feature.consumer for feature in FEATURES.values() if feature.consumer]
+    assert named
+    for path in named:
+        module, name = path.split(":")
+        assert issubclass(getattr(import_module(module), name), Consumer)
+
+
+def test_ablate_on_an_encoder_decoder_model_is_refused_before_loading(seq2seq_dirs, monkeypatch):
+    from attnviz.core import models
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the refusal")
+
+    monkeypatch.setattr(models, "load_model", no_load)
+    monkeypatch.setattr(models, "_MODELS", {})
+    result = runner.invoke(
+        app, ["show", "A cat.", "-m", str(seq2seq_dirs["t5"]), "--ablate", "0.1", "--no-images"]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        f"error: --ablate in attnviz show works with encoders and decoders (one attention "
+        f"stack); {seq2seq_dirs['t5']} is an encoder-decoder model"
+    )
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["show", "hi", "--pair", "ho"], "--pair in attnviz show works with encoders; {gpt2} is a"
+         " decoder: the model reads [CLS] text [SEP] pair [SEP]"),
+        (["export", "hi", "--stack", "cross"], "--stack cross in attnviz export works with "
+         "encoder-decoder models (T5, BART, Marian); {gpt2} is a decoder"),
+    ],
+)  # fmt: skip
+def test_refusals_of_the_command_line_are_one_line(tiny_model_dirs, tmp_path, args, said):
+    gpt2 = str(tiny_model_dirs["gpt2"])
+    result = runner.invoke(app, [*args, "-m", gpt2, "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: {said.format(gpt2=gpt2)}"
+    assert not (tmp_path / "out").exists()
