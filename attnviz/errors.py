@@ -33,3 +33,14 @@ class Interrupted(AttnvizError):
 
     exit_code = 130
     label = "interrupted"
+
+
+class RankFailed(AttnvizError):
+    """Another process of a distributed run stopped (it died, lost its connection, or the
+    launcher stopped the run): nothing was written. `rank` is the one that stopped, if known."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank

@@ -35,6 +35,9 @@ ASKING = {
     "html": dict(html=True),
     "page-measure": dict(html=True, measure="norm"),
     "importance": dict(importance="ablation"),
+    "mean-ablation": dict(importance="ablation", ablation="mean"),
+    "shard": dict(shard="0/2"),
+    "launched": dict(launched=True),
 }
 FACTS = {
     ENCODER: SimpleNamespace(name="enc", seq2seq=False, causal=False),

@@ -458,16 +458,68 @@ def readable_weights(loaded: LoadedModel, stack: str | None = None) -> dict[int,
         return None
 
 
+class ContributionSums:
+    """report's special shares and mixing ratios as sums over the texts, each text's at its
+    index in the corpus (`analysis.ordered`), so that parts summed apart `merge` into the
+    same bits. `mixing`: whether mixing ratios are measured; `by_norm`: whether the value
+    weights could be read (special shares by norm)."""
+
+    def __init__(self, n_layers: int, n_heads: int, mixing: bool, by_norm: bool) -> None:
+        from attnviz.analysis.ordered import OrderedSum
+
+        self.shape = (n_layers, n_heads)
+        self.by_norm = by_norm
+        self.special_sums = OrderedSum()  # of (2, L, H) per text: by weight, by norm
+        self.texts = 0  # with a non-special query: where the share is defined
+        self.mixing_sums = OrderedSum() if mixing else None  # of (3, L) per text, × tokens
+        self.tokens = 0  # summed over every token
+
+    def add(self, index: int, special: Any, mixing: Any, n_tokens: int) -> None:
+        """Text `index`'s special shares (2, L, H) (None: no non-special query) and the sum
+        of its tokens' mixing ratios (3, L) (None: not measured), over its `n_tokens`."""
+        self.special_sums.add(index, special)
+        self.texts += special is not None
+        if self.mixing_sums is not None:
+            self.mixing_sums.add(index, mixing)
+            self.tokens += n_tokens if mixing is not None else 0
+
+    def merge(self, other: ContributionSums) -> ContributionSums:
+        merged = ContributionSums(*self.shape, self.mixing_sums is not None, self.by_norm)
+        merged.special_sums = self.special_sums.merge(other.special_sums)
+        merged.texts = self.texts + other.texts
+        if self.mixing_sums is not None and other.mixing_sums is not None:
+            merged.mixing_sums = self.mixing_sums.merge(other.mixing_sums)
+            merged.tokens = self.tokens + other.tokens
+        return merged
+
+    def special(self) -> Any:
+        """(2, L, H): each head's special share by weight and by norm ‖α f(x)‖, means over the
+        texts (NaN where undefined: no text with a non-special query; by norm, unreadable
+        value weights)."""
+        import numpy as np
+
+        total = self.special_sums.total()
+        found = total / self.texts if self.texts else np.full((2, *self.shape), np.nan)
+        if not self.by_norm:
+            found[1] = np.nan
+        return found
+
+    def mixing(self) -> Any:
+        """(3, L): each layer's mixing ratios in the order of MIXING, means over every token of
+        every text; None for a stack of an encoder-decoder model or unreadable value weights."""
+        if self.mixing_sums is None or not self.tokens:
+            return None
+        return self.mixing_sums.total() / self.tokens
+
+
 class CorpusContributions:
     """report's special shares and mixing ratios over a corpus, batch by batch (flat memory):
     `recorders(special)` before a batch's pass, `add(row, att)` for each of its texts after it,
-    then `special()` and `mixing()`. `stack`: an encoder-decoder model's self-attention stack
-    (special shares only: mixing ratios are for one-stack models). A batch's `grams` of each
-    layer serve both."""
+    then `special()` and `mixing()` (the sums themselves: `sums`). `stack`: an
+    encoder-decoder model's self-attention stack (special shares only: mixing ratios are for
+    one-stack models). A batch's `grams` of each layer serve both."""
 
     def __init__(self, loaded: LoadedModel, stack: str | None = None) -> None:
-        import numpy as np
-
         from attnviz.core import adapters
 
         info = loaded.info.of_stack(stack)
@@ -478,10 +530,8 @@ class CorpusContributions:
         if stack is None and self._weights:  # the normalisation after each block, for mixing
             self._norms = {layer: adapters.norm_after(loaded.model, layer) for layer in layers}
         mixing = stack is None and bool(self._weights)
-        self._special = np.zeros((2, info.n_layers, info.n_heads))  # by weight, by norm
-        self._texts = 0  # with a non-special query: where the share is defined
-        self._mixing = np.zeros((len(MIXING), info.n_layers)) if mixing else None
-        self._tokens = 0  # summed over every token
+        self.sums = ContributionSums(info.n_layers, info.n_heads, mixing, bool(self._weights))
+        self._added = 0
         self._batch: _ContributionPass | None = None
 
     def recorders(self, special: list[Any]) -> list[Any]:
@@ -489,44 +539,36 @@ class CorpusContributions:
         queries: the source's for the encoder, the target's for the decoder)."""
         if not self._weights:
             return []
-        norms = self._norms if self._mixing is not None else None
+        norms = self._norms if self.sums.mixing_sums is not None else None
         self._batch = _ContributionPass(self._weights, norms, special, self._stack)
         return [self._batch]
 
-    def add(self, row: int, att: Any) -> None:
-        """Batch row `row`'s text, whose attention (all layers, tokens) is `att`."""
+    def add(self, row: int, att: Any, index: int | None = None) -> None:
+        """Batch row `row`'s text, whose attention (all layers, tokens) is `att`, at its
+        `index` in the corpus (default: after the texts added so far)."""
+        import numpy as np
+
         from attnviz.analysis.summary import special_shares
 
         batch = self._batch
-        if self._mixing is not None and batch is not None:
-            n = len(att.tokens)
-            self._mixing += batch.mixing[row] * n  # each token weighs the same
-            self._tokens += n
-        if not (~att.special).any():
-            return
-        weights = att.weights.astype("f8")  # (L, H, T, S)
-        self._special[0] += special_shares(weights, ~att.special, att.key_special)
-        if batch is not None:
-            self._special[1] += batch.by_norm[row]
-        self._texts += 1
+        n = len(att.tokens)
+        mixing = None
+        if self.sums.mixing_sums is not None and batch is not None:
+            mixing = batch.mixing[row] * n  # each token weighs the same
+        special = None
+        if (~att.special).any():
+            weights = att.weights.astype("f8")  # (L, H, T, S)
+            by_weight = special_shares(weights, ~att.special, att.key_special)
+            by_norm = batch.by_norm[row] if batch is not None else np.zeros_like(by_weight)
+            special = np.stack([by_weight, by_norm])
+        self.sums.add(self._added if index is None else index, special, mixing, n)
+        self._added += 1
 
     def special(self) -> Any:
-        """(2, L, H): each head's special share by weight and by norm ‖α f(x)‖, means over the
-        texts (NaN where undefined: no text with a non-special query; by norm, unreadable
-        value weights)."""
-        import numpy as np
-
-        found = self._special / self._texts if self._texts else np.full_like(self._special, np.nan)
-        if not self._weights:
-            found[1] = np.nan
-        return found
+        return self.sums.special()
 
     def mixing(self) -> Any:
-        """(3, L): each layer's mixing ratios in the order of MIXING, means over every token of
-        every text; None for a stack of an encoder-decoder model or unreadable value weights."""
-        if self._mixing is None or not self._tokens:
-            return None
-        return self._mixing / self._tokens
+        return self.sums.mixing()
 
 
 class _ContributionPass:

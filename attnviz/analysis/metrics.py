@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
+
+from attnviz.analysis.ordered import OrderedSum
 
 if TYPE_CHECKING:
     import numpy as np
@@ -212,29 +214,40 @@ def sentence_sums(
 
 @dataclass
 class MetricSums:
-    """Running sums of the metrics over a corpus; add sentences one at a time."""
+    """Running sums of the metrics over a corpus; add sentences one at a time, each at its
+    index in the corpus, so that parts of a corpus summed apart `merge` into the same bits
+    (`analysis.ordered`)."""
 
-    sums: Any = None  # (M, L, H)
-    counts: Any = None  # (M,)
+    sums: OrderedSum = field(default_factory=OrderedSum)  # of (M, L, H) per sentence
+    counts: Any = None  # (M,), whole numbers: exact in any order
     sentences: int = 0
     queries: int = 0
 
-    def add(self, att: Attention) -> None:
+    def add(self, att: Attention, index: int | None = None) -> None:
+        """Add one sentence, at `index` (default: after the sentences added so far)."""
         sums, counts = sentence_sums(att)
-        if self.sums is None:
-            self.sums, self.counts = sums, counts
-        else:
-            self.sums += sums
-            self.counts += counts
+        self.sums.add(self.sentences if index is None else index, sums)
+        self.counts = counts if self.counts is None else self.counts + counts
         self.sentences += 1
         self.queries += int(counts[list(METRICS).index("self")])
+
+    def merge(self, other: MetricSums) -> MetricSums:
+        """This part of the corpus and `other` (other sentences) as one."""
+        if other.counts is None or self.counts is None:
+            return other if self.counts is None else self
+        return MetricSums(
+            self.sums.merge(other.sums),
+            self.counts + other.counts,
+            self.sentences + other.sentences,
+            self.queries + other.queries,
+        )
 
     def means(self) -> np.ndarray:
         """Mean of each metric, (M, L, H); NaN where no query qualified."""
         import numpy as np
 
         with np.errstate(invalid="ignore", divide="ignore"):
-            return self.sums / self.counts[:, None, None]
+            return self.sums.total() / self.counts[:, None, None]
 
 
 # A text's own repeats score induction only when this many queries repeat an earlier token.

@@ -11,7 +11,8 @@ import typer
 from attnviz.analysis.importance import ABLATIONS
 from attnviz.analysis.importance import CHOICES as IMPORTANCE_CHOICES
 from attnviz.analysis.roles import threshold_help
-from attnviz.cli.app import Command, app, fail, out_console, progress, warn
+from attnviz.cli import parts
+from attnviz.cli.app import Command, app, out_console, warn
 from attnviz.cli.options import (
     AttentionImpl,
     AttentionOpt,
@@ -123,6 +124,9 @@ def report(
     device: DeviceOpt = Device.auto,
     attention: AttentionOpt = AttentionImpl.sdpa,
     as_json: JsonOpt = False,
+    shard: parts.ShardOpt = None,
+    partial: parts.PartialOpt = None,
+    resume: parts.ResumeOpt = False,
 ) -> None:
     """Measure what every head does over a corpus and give each head a role.
 
@@ -150,7 +154,6 @@ def report(
     from attnviz.analysis.roles import Thresholds
     from attnviz.core.inputs import read_sentences
     from attnviz.core.treebank import read_treebank
-    from attnviz.outputs import terminal
     from attnviz.pipelines.report import report as run_report
 
     try:
@@ -173,7 +176,7 @@ def report(
                 file = str(CORPUS)
             chosen = read_sentences(file, sentences)
         chosen_style = style(fmt, dpi, cmap, scale)
-        bar = progress("report", TimeRemainingColumn())
+        bar = parts.bar("report", TimeRemainingColumn())
         tasks: dict[str, Any] = {}
 
         def on_importance(done: int, total: int) -> None:
@@ -182,7 +185,9 @@ def report(
             bar.update(tasks["importance"], completed=done)
 
         with bar:
-            task = bar.add_task("report", total=len(chosen.items))
+            # a launched run's ranks each have a bar (parts.RankBars); a shard, some texts
+            total = len(chosen.items) if shard is None else None
+            task = bar.add_task("report", total=total) if parts.rank() is None else None
             result, written = run_report(
                 models.model(model, device.value, attention.value),
                 chosen,
@@ -201,9 +206,18 @@ def report(
                 on_importance=on_importance,
                 on_progress=lambda n: bar.advance(task, n),
                 on_warning=warn,
+                shard=shard,
+                partial=partial,
+                resume=resume,
+                on_ranks=parts.RankBars(bar),
             )
     except AttnvizError as error:
-        raise fail(error) from None
+        raise parts.failed(error) from None
+    if result is None:  # a rank other than 0 of a launched run
+        return
+    if isinstance(result, dict):  # --shard: its partial
+        parts.say_shard(result, written, as_json)
+        return
     if as_json:
         typer.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
         return
@@ -215,6 +229,13 @@ def report(
             highlight=False,
         )
         return
+    print_report(result, written, out)
+
+
+def print_report(result: Any, written: list[Path], out: Path) -> None:
+    """A one-stack model's report in the terminal, and the files written (`report`, `merge`)."""
+    from attnviz.outputs import terminal
+
     terminal.print_report(out_console, result)
     if result.linguistics is not None:
         terminal.print_linguistics(out_console, result)

@@ -69,6 +69,11 @@ _COMPOSED = (
     "residual stream; use weights or norm"
 )
 _CONSUMERS = "attnviz.pipelines.consumers"
+_ONE_PROCESS = "an encoder-decoder model's report runs in one process"
+_SHARDED_MEANS = (
+    "each shard needs every other shard's mean head outputs before it ablates, which only "
+    "the ranks of a launched run exchange (torchrun); use --ablation zero with --shard"
+)
 
 # fmt: off
 FEATURES = {f.name: f for f in (
@@ -111,6 +116,13 @@ FEATURES = {f.name: f for f in (
             why="its page shows the weights of every stack"),
     Feature("importance", "--importance", lambda r: r.importance is not None,
             dict(report=ONE_STACK, compare=ONE_STACK)),
+    Feature("mean-ablation", "--ablation mean",
+            lambda r: r.importance in ("ablation", "both") and r.ablation == "mean",
+            dict(report=ONE_STACK)),
+    Feature("shard", "--shard", lambda r: r.shard is not None, dict(report=ONE_STACK),
+            excludes=(("mean-ablation", _SHARDED_MEANS),), why=_ONE_PROCESS),
+    Feature("launched", "a launched run (torchrun, accelerate launch)", lambda r: r.launched,
+            dict(report=ONE_STACK), why=_ONE_PROCESS),
 )}
 # fmt: on
 

@@ -7,7 +7,6 @@ self-attention get positional roles, its cross-attention alignment metrics
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,6 @@ from attnviz.outputs.files import prepare_dir
 from attnviz.pipelines import features
 
 if TYPE_CHECKING:
-    from attnviz.analysis.reach import Reach
     from attnviz.core.attention import Attention
     from attnviz.core.inputs import Sentences
     from attnviz.core.models import LoadedModel, Model
@@ -35,25 +33,26 @@ if TYPE_CHECKING:
 from attnviz.analysis.report import CrossReport, Report, Seq2SeqReport
 from attnviz.outputs.report_files import write_report, write_seq2seq_report
 
-# What encode_words had to do to a treebank sentence, as the report counts it.
-CUT = "cut to the model's limit (--truncate); arcs and mentions past the cut left out"
-STAND_INS = "had a word the tokenizer drops, given as its unknown token"
-
 
 def report(
     model: Model, sentences: Sentences | Treebank, out: Path, style: Style, **options: Any
 ) -> tuple[Report | Seq2SeqReport, list[Path]]:
     """Load the model, build the report over `sentences` and write it to `out`; an
-    encoder-decoder model's over the sentences read as `source<TAB>target` pairs."""
+    encoder-decoder model's over the sentences read as `source<TAB>target` pairs. With
+    `shard` ("I/N") or under a launcher, in parts (`pipelines.distributed.report_split`)."""
     from attnviz.core.models import describe
+    from attnviz.pipelines.distributed import in_parts, report_split
 
-    asked = _request(sentences, options)
+    parts = in_parts(options)  # --shard I/N, or a rank of a launched run (torchrun)
+    asked = _request(sentences, options, parts)
     spec = describe(model.name)
     features.refuse(asked, spec)
     if spec is not None and spec.seq2seq:  # bad lines refused before anything is written
         sentences = _pairs(sentences)
     else:
         model.refuse_early(options.get("layers"), options.get("heads"))
+    if parts is not None:  # refused after loading, as below, where a hub id loads
+        return report_split(model, sentences, out, style, request=asked, **parts, **options)
     prepare_dir(out)
     loaded = model.load()
     features.refuse(asked, loaded.info)  # a hub id: its files said nothing before it loaded
@@ -66,8 +65,11 @@ def report(
     return seq2seq, write_seq2seq_report(seq2seq, out, style)
 
 
-def _request(sentences: Sentences | Treebank, options: dict[str, Any]) -> Request:
-    """The request `features.refuse` checks: what of the options combines with what."""
+def _request(
+    sentences: Sentences | Treebank, options: dict[str, Any], parts: dict[str, Any] | None
+) -> Request:
+    """The request `features.refuse` checks: what of the options combines with what (`parts`:
+    the options of a report in parts, where it runs in parts)."""
     from attnviz.core.treebank import Treebank
     from attnviz.pipelines.request import Request
 
@@ -75,7 +77,10 @@ def _request(sentences: Sentences | Treebank, options: dict[str, Any]) -> Reques
     return Request("report", layers=tuple(layers) if layers else None,
                    heads=tuple(heads) if heads else None, words=bool(options.get("words")),
                    importance=options.get("importance"),
-                   treebank=isinstance(sentences, Treebank))  # fmt: skip
+                   ablation=options.get("ablation") or "zero",
+                   treebank=isinstance(sentences, Treebank),
+                   shard=(parts or {}).get("shard"),
+                   launched=parts is not None and parts.get("shard") is None)  # fmt: skip
 
 
 def _pairs(sentences: Sentences) -> Sentences:
@@ -205,123 +210,22 @@ def build_report(
     `importance` ("ablation", "gradient" or "both") also measures which heads matter to the
     model's objective on the same texts (`attnviz.analysis.importance`; `ablation` zero or
     mean), reporting `on_importance(batches done, batches)` as it goes.
+
+    One process runs every part of the corpus (`pipelines.corpus`); a distributed run splits
+    them (`pipelines.distributed`) and gets the same numbers.
     """
-    import numpy as np
+    from attnviz.pipelines import corpus
 
-    from attnviz.analysis.importance import methods_of
-
-    methods = methods_of(importance) if importance else []
-    from attnviz.analysis.contributions import CorpusContributions
-    from attnviz.analysis.linguistics import LinguisticSums
-    from attnviz.analysis.reach import ReachRecorder
-    from attnviz.analysis.reach import mean as mean_reach
-    from attnviz.analysis.transforms import transform, word_view
-    from attnviz.core.extract import attend, batched
-    from attnviz.core.tokens import encode, encode_words
-    from attnviz.core.treebank import Treebank
-
-    chosen_layers = loaded.info.pick_layers(layers)
-    chosen_heads = loaded.info.pick_heads(heads)
-    if methods:
-        from attnviz.analysis.importance import check_method
-
-        for method in methods:
-            check_method(loaded, method)  # before the corpus's pass, not after it
-    skipped: list[str] = []
-    treebank = sentences if isinstance(sentences, Treebank) else None
-    waiting: deque = deque()  # the treebank sentences (and encodings) on their way
-    kept: list = []  # the encoded texts, for importance (a few hundred bytes each)
-
-    def encoded():
-        for sentence in sentences.items:
-            try:
-                if treebank:
-                    encoded_words = encode_words(
-                        loaded, sentence.words, sentence.space_after, sentence.text, truncate
-                    )
-                    # before the yield: a batch may run right after
-                    waiting.append((sentence, encoded_words))
-                    item = encoded_words
-                else:
-                    item = encode(loaded, sentence.text, truncate)
-                if methods:
-                    kept.append(item)
-                yield item
-            except TextTooLongError as error:
-                note = f"{sentences.source}, line {sentence.line}: skipped, {error}"
-                skipped.append(note)
-                if on_warning:
-                    on_warning(note)
-
-    sums = MetricSums()
-    linguistic = LinguisticSums()
-    changed: dict[str, int] = {}  # what encode_words had to do, sentences each
-    example = None
-    # special shares and mixing ratios, on tokens, from the same pass
-    contributions = CorpusContributions(loaded)
-    every_layer = list(range(loaded.info.n_layers))
-    reaches: list[Reach] = []  # sinks and reach of each text, from blocks of rows
-    for batch in batched(encoded(), batch_size):
-        also = contributions.recorders([np.array(item.special, dtype=bool) for item in batch])
-        reach = ReachRecorder(every_layer, loaded.info.n_heads, [len(item) for item in batch])
-        for row, att in enumerate(attend(loaded, batch, also=[*also, reach])):
-            contributions.add(row, att)
-            shown = transform(att, words)
-            sums.add(shown)
-            if treebank:
-                sentence, encoded_words = waiting.popleft()
-                linguistic.add(shown if words else word_view(att), sentence)
-                for kind, happened in (
-                    (STAND_INS, encoded_words.stand_ins > 0),  # in the order of the notes
-                    (CUT, encoded_words.truncated),
-                ):
-                    if happened:
-                        changed[kind] = changed.get(kind, 0) + 1
-            example = example or shown
-            if on_progress:
-                on_progress(1)
-        reaches += reach.finish()
-    if example is None:
-        raise InputError("no sentence fits the model: every one was too long (try --truncate)")
-    means = sums.means()
-    chosen = thresholds or Thresholds()
-    probes = None
-    if loaded.info.causal:
-        from attnviz.analysis.probes import run_probes
-
-        probes = run_probes(loaded)
-    wanted = {(layer, head) for layer in chosen_layers for head in chosen_heads}
-    found = assign_roles(means, chosen, probes.scores if probes is not None else None)
-    roles = [r for r in found if (r.layer, r.head) in wanted]
-    measured = {}
-    if methods:
-        from attnviz.analysis.importance import importance as head_importance
-
-        for method in methods:
-            measured[method] = head_importance(
-                loaded, kept, method, ablation, layers, heads, on_progress=on_importance
-            )
-    return Report(
-        info=loaded.info,
-        unit=example.unit,
-        sentences=sums.sentences,
-        queries=sums.queries,
-        skipped=tuple(skipped),
-        means=means,
-        roles=tuple(roles),
-        thresholds=chosen,
-        example=example,
-        layers=tuple(chosen_layers),
-        heads=tuple(chosen_heads),
-        probes=probes,
-        special=contributions.special(),
-        mixing=contributions.mixing(),
-        reach=mean_reach(reaches),
-        importance=measured.get("ablation"),
-        importance_gradient=measured.get("gradient"),
-        linguistics=linguistic.result(
-            treebank, min_count, margin, tuple(f"{n} sentence(s) {k}" for k, n in changed.items())
-        )
-        if treebank
-        else None,
-    )
+    methods = corpus.refuse_before_the_pass(loaded, layers, heads, importance)
+    read = corpus.read_corpus(loaded, sentences, batch_size, truncate, on_warning)
+    every = range(len(read.batches))
+    sums = corpus.run_part(loaded, sentences, read, every, words, truncate, on_progress)
+    runs = corpus.importance_runs(loaded, sentences, read, methods, truncate=truncate,
+                                  ablation=ablation, layers=layers, heads=heads)  # fmt: skip
+    sums.importance = corpus.measure_importance(runs, on_progress=on_importance)
+    return corpus.finish(
+        loaded.info, sums, read, texts_per_rank=(sums.texts,), treebank=sentences,
+        probes=corpus.probes_of(loaded), objectives=corpus.objectives(loaded, methods),
+        layers=layers, heads=heads,
+        thresholds=thresholds, min_count=min_count, margin=margin, ablation=ablation,
+    )  # fmt: skip

@@ -70,6 +70,8 @@ class Request:
     thresholds: Any = None  # report: analysis.roles.Thresholds
     min_count: int = 100  # report --treebank
     margin: float = 0.1  # report --treebank
+    shard: str | None = None  # report --shard I/N: one share of the corpus alone
+    launched: bool = False  # report: one rank of a run under a launcher (torchrun, accelerate)
     tolerance: float = 1e-5  # check
     top: int = 6  # compare: heads listed and drawn
     top_k: int = 3  # tokens listed per head
