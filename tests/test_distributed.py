@@ -225,7 +225,7 @@ def test_what_does_not_make_one_report_is_refused(tiny_model_dirs, tmp_path, mon
     _one_line_refusal(["report", "-f", str(corpus), "-m", bert, "--shard", "0/3"],
                       "--shard needs --partial DIR")  # fmt: skip
     _one_line_refusal(["report", "-f", str(corpus), "-m", bert, "--resume"],
-                      "--partial and --resume are for --shard I/N")  # fmt: skip
+                      "--partial/--resume needs --shard or a launched run")  # fmt: skip
     monkeypatch.setenv("RANK", "0")  # as a launcher sets them: no rendezvous is reached
     monkeypatch.setenv("WORLD_SIZE", "2")
     _one_line_refusal(["report", "-f", str(corpus), "-m", bert, "--shard", "0/2", "--partial",

@@ -192,13 +192,13 @@ def test_help_shows_the_tab_between_source_and_target(command):
 
 
 def test_report_help_and_error_name_the_default_corpus_where_it_is(monkeypatch, tmp_path):
-    import attnviz.cli.report
+    import attnviz.data
     from attnviz.data import CORPUS
 
     text = " ".join(invoke("report", "-h").output.split())
     named = re.search(r"\(default: [^)]*?(\S+\.txt)\)", text).group(1)
     assert CORPUS.is_file() and CORPUS.as_posix().endswith("/" + named), named
-    monkeypatch.setattr(attnviz.cli.report, "CORPUS", tmp_path / "gone.txt")
+    monkeypatch.setattr(attnviz.data, "CORPUS", tmp_path / "gone.txt")
     missing = invoke("report", "-o", tmp_path / "out")
     assert missing.exit_code == 2 and len(missing.output.strip().splitlines()) == 1
     assert f"the default corpus {named} is missing" in missing.output

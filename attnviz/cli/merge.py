@@ -9,20 +9,13 @@ from typing import Annotated
 import typer
 
 from attnviz.cli.app import Command, app, fail
-from attnviz.cli.options import (
-    CmapOpt,
-    DpiOpt,
-    FormatOpt,
-    ImageFormat,
-    JsonOpt,
-    Scale,
-    ScaleOpt,
-    style,
-)
+from attnviz.cli.options import STYLE, JsonOpt, grouped
 from attnviz.errors import AttnvizError
+from attnviz.outputs.figures import Style
 
 
 @app.command(cls=Command)
+@grouped
 def merge(
     folders: Annotated[
         list[Path],
@@ -34,10 +27,7 @@ def merge(
     out: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path(
         "attnviz-out/report"
     ),
-    fmt: FormatOpt = ImageFormat.png,
-    dpi: DpiOpt = 100,
-    cmap: CmapOpt = "viridis",
-    scale: ScaleOpt = Scale.absolute,
+    style: Style = STYLE,
     as_json: JsonOpt = False,
 ) -> None:
     """Merge the partials of `attnviz report --shard I/N` runs into one report.
@@ -51,7 +41,7 @@ def merge(
     from attnviz.pipelines.merge import merge as run_merge
 
     try:
-        result, written = run_merge(folders, out, style(fmt, dpi, cmap, scale))
+        result, written = run_merge(folders, out, style)
     except AttnvizError as error:
         raise fail(error) from None
     if as_json:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from attnviz.errors import InputError
 
@@ -168,3 +169,22 @@ def compare_pairs_of(
                          "or --file PAIRS.tsv")  # fmt: skip
     first = read_text(text_a)
     return [(first, read_text(text_b) if text_b is not None else first)]
+
+
+def report_corpus(sentences: list[str] | None, file: str | None, treebank: str | None) -> Any:
+    """What `report` reads, from its arguments: a CoNLL-U treebank, sentences or a file of
+    them, or (none given) the corpus that comes with attnviz."""
+    from attnviz.data import CORPUS, CORPUS_NAME
+
+    if treebank is not None:
+        if sentences or file:
+            raise InputError("give --treebank or sentences/--file, not both")
+        from attnviz.core.treebank import read_treebank
+
+        return read_treebank(treebank)
+    if not sentences and not file:
+        if not CORPUS.is_file():
+            raise InputError(f"the default corpus {CORPUS_NAME} is missing from this "
+                             f"installation ({CORPUS}); give sentences or --file")  # fmt: skip
+        file = str(CORPUS)
+    return read_sentences(file, sentences)

@@ -1033,3 +1033,15 @@ def print_compare(console: Console, found: Any, top: int) -> None:
         named = pages[0] if len(pages) == 1 else f"{found.folder}/compare-N.html"
         console.print(f"wrote the interactive page{'s' if len(pages) > 1 else ''} [bold]{named}[/]",
                       highlight=False, soft_wrap=True)  # fmt: skip
+
+
+def print_seq2seq_report(console: Console, result: Any, shown: int = 5) -> None:
+    """An encoder-decoder model's report (`analysis.report.Seq2SeqReport`): each
+    self-attention stack's role map, then the most monotone cross-attention heads."""
+    from attnviz.core.adapters import STACK_TITLES
+
+    for stack, report in result.stacks.items():
+        console.rule(STACK_TITLES[stack], align="left")
+        print_report(console, report)
+    console.rule(STACK_TITLES["cross"], align="left")
+    print_alignment(console, result.cross, shown)

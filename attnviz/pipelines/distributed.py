@@ -48,28 +48,6 @@ def launched() -> tuple[int, int] | None:
     return int(rank), int(size)
 
 
-# report's options for a report in parts
-PARTS = ("shard", "partial", "resume", "on_ranks")
-
-
-def in_parts(options: dict[str, Any]) -> dict[str, Any] | None:
-    """Take the options of a report in parts out of `options`: them, where the report runs in
-    parts (`shard`, or this process is a launched rank); None where it runs in one process,
-    which refuses `partial` and `resume`."""
-    found = {name: options.pop(name, None) for name in PARTS}
-    if found["shard"] is not None and launched() is not None:
-        raise InputError(
-            "--shard runs one share alone; under a launcher (torchrun, accelerate launch) each "
-            "rank takes its share already: leave --shard out"
-        )
-    if found["shard"] is not None or launched() is not None:
-        return found
-    if found["partial"] is not None or found["resume"]:
-        raise InputError("--partial and --resume are for --shard I/N and for runs under a "
-                         "launcher (torchrun, accelerate launch)")  # fmt: skip
-    return None
-
-
 def _waiting(call: Callable[[], Any], on_wait: Callable[[], None] | None) -> Any:
     """`call()` (a blocking send or receive) in a thread of its own, while this thread looks
     at progress every WAIT seconds and stays free to take a signal; its error, if any."""

@@ -25,62 +25,59 @@ from attnviz.pipelines import features
 if TYPE_CHECKING:
     from attnviz.core.attention import Attention
     from attnviz.core.inputs import Sentences
-    from attnviz.core.models import LoadedModel, Model
+    from attnviz.core.models import LoadedModel
     from attnviz.core.treebank import Treebank
-    from attnviz.outputs.figures import Style
     from attnviz.pipelines.request import Request
 
 from attnviz.analysis.report import CrossReport, Report, Seq2SeqReport
 from attnviz.outputs.report_files import write_report, write_seq2seq_report
 
 
-def report(
-    model: Model, sentences: Sentences | Treebank, out: Path, style: Style, **options: Any
-) -> tuple[Report | Seq2SeqReport, list[Path]]:
-    """Load the model, build the report over `sentences` and write it to `out`; an
-    encoder-decoder model's over the sentences read as `source<TAB>target` pairs. With
-    `shard` ("I/N") or under a launcher, in parts (`pipelines.distributed.report_split`)."""
-    from attnviz.core.models import describe
-    from attnviz.pipelines.distributed import in_parts, report_split
+def report(request: Request, **callbacks: Any) -> tuple[Any, list[Path]]:
+    """Load the model, build the report over `request.sentences` (a treebank's with its
+    syntax and coreference) and write it to `request.out`; an encoder-decoder model's over
+    the sentences read as `source<TAB>target` pairs. With `request.shard` ("I/N") or under a
+    launcher, in parts (`pipelines.distributed.report_split`). `callbacks`: on_progress,
+    on_warning, on_importance and on_ranks, as `build_report` and the parts take them."""
+    from dataclasses import replace
 
-    parts = in_parts(options)  # --shard I/N, or a rank of a launched run (torchrun)
-    asked = _request(sentences, options, parts)
+    from attnviz.core.models import describe
+    from attnviz.pipelines.distributed import launched, report_split
+
+    request = replace(request, launched=launched() is not None)
+    model, sentences = request.model(), request.sentences
+    on_ranks = callbacks.pop("on_ranks", None)
+    options = _options(request, callbacks)
     spec = describe(model.name)
-    features.refuse(asked, spec)
+    features.refuse(request, spec)
     if spec is not None and spec.seq2seq:  # bad lines refused before anything is written
         sentences = _pairs(sentences)
     else:
-        model.refuse_early(options.get("layers"), options.get("heads"))
-    if parts is not None:  # refused after loading, as below, where a hub id loads
-        return report_split(model, sentences, out, style, request=asked, **parts, **options)
-    prepare_dir(out)
+        model.refuse_early(options["layers"], options["heads"])
+    if request.shard is not None or request.launched:  # refused after loading, where needed
+        return report_split(model, sentences, request.out, request.style, request.shard,
+                            request.partial, request.resume, on_ranks, request=request,
+                            **options)  # fmt: skip
+    prepare_dir(request.out)
     loaded = model.load()
-    features.refuse(asked, loaded.info)  # a hub id: its files said nothing before it loaded
+    features.refuse(request, loaded.info)  # a hub id: its files said nothing before it loaded
     if not loaded.info.seq2seq:
         result = build_report(loaded, sentences, **options)
-        return result, write_report(result, out, style)
+        return result, write_report(result, request.out, request.style)
     if spec is None:
         sentences = _pairs(sentences)
     seq2seq = build_seq2seq_report(loaded, sentences, **options)
-    return seq2seq, write_seq2seq_report(seq2seq, out, style)
+    return seq2seq, write_seq2seq_report(seq2seq, request.out, request.style)
 
 
-def _request(
-    sentences: Sentences | Treebank, options: dict[str, Any], parts: dict[str, Any] | None
-) -> Request:
-    """The request `features.refuse` checks: what of the options combines with what (`parts`:
-    the options of a report in parts, where it runs in parts)."""
-    from attnviz.core.treebank import Treebank
-    from attnviz.pipelines.request import Request
-
-    layers, heads = options.get("layers"), options.get("heads")
-    return Request("report", layers=tuple(layers) if layers else None,
-                   heads=tuple(heads) if heads else None, words=bool(options.get("words")),
-                   importance=options.get("importance"),
-                   ablation=options.get("ablation") or "zero",
-                   treebank=isinstance(sentences, Treebank),
-                   shard=(parts or {}).get("shard"),
-                   launched=parts is not None and parts.get("shard") is None)  # fmt: skip
+def _options(request: Request, callbacks: dict[str, Any]) -> dict[str, Any]:
+    """What the report's builders take, from the request and its callbacks."""
+    r = request
+    return dict(layers=list(r.layers) if r.layers else None,
+                heads=list(r.heads) if r.heads else None, words=r.words,
+                thresholds=r.thresholds, batch_size=r.batch_size, truncate=r.truncate,
+                min_count=r.min_count, margin=r.margin, importance=r.importance,
+                ablation=r.ablation, **callbacks)  # fmt: skip
 
 
 def _pairs(sentences: Sentences) -> Sentences:
