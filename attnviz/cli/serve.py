@@ -53,6 +53,17 @@ def serve(
             "with Retry-After.",
         ),
     ] = 64,
+    hold_mib: Annotated[
+        int,
+        typer.Option(
+            "--hold-mib",
+            min=1,
+            metavar="MIB",
+            help="Memory for the last text's X at every layer, which the page's zoom (tiles) "
+            "is recomputed from; a longer text is refused for tiles (SmolLM2 at 8,192 tokens "
+            "holds 540 MiB).",
+        ),
+    ] = 1024,
 ) -> None:
     """Serve the interactive page on a local web address, with the model loaded once.
 
@@ -99,8 +110,8 @@ def serve(
 
         # A loopback server answers only to loopback names (app.py says why).
         hosts = None if warning else LOOPBACK_NAMES
-        serve(chosen, sock, Limits(max_queue=max_queue, hosts=hosts), on_ready=ready,
-              against=against)  # fmt: skip
+        limits = Limits(max_queue=max_queue, hosts=hosts, hold_bytes=hold_mib * 2**20)
+        serve(chosen, sock, limits, on_ready=ready, against=against)
     except AttnvizError as error:
         raise fail(error) from None
     except KeyboardInterrupt:
