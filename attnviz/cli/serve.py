@@ -68,9 +68,10 @@ def serve(
     """Serve the interactive page on a local web address, with the model loaded once.
 
     Type a sentence and press Enter: its head, model, matrix, query and inside views show at
-    once, and the address carries the text, so a view can be bookmarked. Scripts can POST to
-    /api/attention (docs/serve.md). It listens on 127.0.0.1 only, unless --host says
-    otherwise. Ctrl-C stops it (exit code 130).
+    once, and the address carries the text, so a view can be bookmarked. A drag over the
+    matrix view zooms into a head's exact cells (tiles, from the last text's X, which the
+    server keeps). Scripts can POST to /api/attention and /api/tile (docs/serve.md). It
+    listens on 127.0.0.1 only, unless --host says otherwise. Ctrl-C stops it (exit code 130).
     """
     try:
         from attnviz.pipelines import features

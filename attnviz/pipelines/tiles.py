@@ -141,7 +141,9 @@ def one_stack(loaded: LoadedModel) -> str:
 
 
 def _mib(size: int) -> str:
-    return f"{size / 2**20:,.0f} MiB" if size >= 2**20 else f"{size / 2**20:.2f} MiB"
+    """Bytes in MiB, to three significant digits below 1,000 (`4.5 MiB`, `540 MiB`)."""
+    mib = size / 2**20
+    return f"{mib:,.0f} MiB" if mib >= 1000 else f"{mib:.3g} MiB"
 
 
 def _recorder(loaded: LoadedModel, found: dict[int, Any]) -> Any:

@@ -811,7 +811,8 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
           `nats; largest |B − A| ${headMax(a).toFixed(3)}. A and B beside it. Hover a cell for its numbers; ↑/↓ layer, ←/→ head.`
         : `${layerTitle(LAYER[state.layer])}, ${perLayer(state.measure) ? `layers 0–${LAYER[state.layer]} composed` : `head ${state.head}`}: ${axes()}; ` +
         `max ${valueName()} ${headMax(a).toFixed(3)}. Hover a cell for its exact ${valueName()}; ↑/↓ layer${perLayer(state.measure) ? "" : ", ←/→ head"}.` +
-        (zoomable() ? " Drag over the map to zoom: the server answers the exact cells of the region." : "") }),
+        (zoomable() ? " Drag over the map to zoom: the server answers the exact cells of the region."
+          : zoomWhy() ? ` (No zoom: ${zoomWhy()}.)` : "") }),
       measureNote(),
       legend(state.scale === "head" ? `${headMax(a).toFixed(3)} (the head's max)` : `${+top().toPrecision(3)}`),
       g ? el("div", { className: "beside-wrap" }, map, besides(g, Math.round(cell * S))) : map,
@@ -947,9 +948,14 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
   // The served page asks its server for the exact cells of a region of one head (a tile,
   // recomputed from the layer's X); a region longer than the server's tile side on a side is
   // answered pooled, each cell the mean or max of a block of cells. Offline there is no zoom.
-  function zoomable() {
-    return !!(tiles && !C && !D.stacks && D.unit === "token" && !D.hidden_special && !perLayer(state.measure));
+  // Why the matrix view cannot zoom now ("": it can; null: no zoom on this page at all).
+  function zoomWhy() {
+    if (!tiles || C || D.stacks) return null;
+    if (perLayer(state.measure)) return `${state.measure} has one map per layer: zooming shows weights and norm`;
+    if (D.unit !== "token" || D.hidden_special) return "zooming shows the model's tokens: uncheck words and hide special";
+    return "";
   }
+  const zoomable = () => zoomWhy() === "";
   const WHOLE = () => ({ q0: 0, q1: T, k0: 0, k1: S });
   const isWhole = (z) => z.q0 === 0 && z.q1 === T && z.k0 === 0 && z.k1 === S;
   function zoomTo(z) {
