@@ -229,7 +229,14 @@ class Server:
 def server():
     port = _free_port()
     process = _serve(
-        "--port", str(port), "--max-queue", "2", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        "--port",
+        str(port),
+        "--max-queue",
+        "2",
+        "--hold-mib",
+        "4",  # X of up to 455 tokens of the bundled model
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     running = Server(process, port)
     deadline = time.monotonic() + 180  # imports, the model and its first pass, on a busy machine
@@ -325,6 +332,12 @@ def test_a_long_text_is_refused_naming_the_limit_or_cut(server):
     assert answer["notes"] == [
         "truncated: kept the first 512 of 602 tokens (text cut after character 2549 of 3000)"
     ]
+    # Its X (6 × 512 × 384 float32, 4.5 MiB) is over this server's --hold-mib 4: no tiles.
+    held = "this text's X is 4.5 MiB (6 layers × 512 tokens × 384 × 4 B), over the 4 MiB the"
+    assert answer["tiles"] is None and answer["tiles_note"].startswith(held)
+    assert answer["tiles_note"].endswith("server holds for tiles (serve --hold-mib)")
+    status, refused = _post(server, "/api/text", {"text": long, "truncate": True})
+    assert status == 400 and refused["error"] == answer["tiles_note"]
 
 
 JSON = {"Content-Type": "application/json"}
@@ -689,6 +702,9 @@ def test_zooming_into_the_matrix_asks_exact_tiles_and_the_url_keeps_the_place(se
     page.click("#zoom-whole")
     page.wait_for_selector("#view-matrix .hint >> text=Drag over the map to zoom")
     assert "q0=" not in page.url
+    page.check("#words")  # the page's own view of words: no tiles of it, and it says why
+    page.press("#text", "Enter")
+    page.wait_for_selector("#view-matrix .hint >> text=No zoom: zooming shows the model's tokens")
     page.close()
     assert errors == []
     assert {r.split("#")[0] for r in requests} == {

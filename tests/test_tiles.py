@@ -255,8 +255,8 @@ def test_the_held_x_is_what_it_says_and_past_the_budget_is_refused():
     with pytest.raises(InputError) as refused:
         tiles.read(served, small, TextQuestion(TEXT))
     assert str(refused.value) == (
-        f"this text's X is {6 * n * 384 * 4 / 2**20:.2f} MiB (6 layers × {n} tokens × 384 × "
-        "4 B), over the 0.09 MiB the server holds for tiles (serve --hold-mib)"
+        f"this text's X is {6 * n * 384 * 4 / 2**20:.3g} MiB (6 layers × {n} tokens × 384 × "
+        "4 B), over the 0.0879 MiB the server holds for tiles (serve --hold-mib)"
     )
     assert small.held is None
 
