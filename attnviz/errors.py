@@ -16,6 +16,10 @@ class TextTooLongError(InputError):
     """The text has more tokens than the model takes (batch commands skip such lines)."""
 
 
+class NotHeldError(InputError):
+    """A tile asks for a text the server does not hold (now): `attnviz serve` answers 409."""
+
+
 class ModelLoadError(AttnvizError):
     """The model or tokenizer could not be found or loaded."""
 

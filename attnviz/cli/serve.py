@@ -48,6 +48,19 @@ QueueOpt = Annotated[
 ]
 
 
+HoldOpt = Annotated[
+    int,
+    typer.Option(
+        "--hold-mib",
+        min=1,
+        metavar="MIB",
+        help="Memory for the last text's X at every layer, which the page's zoom (tiles) "
+        "is recomputed from; a longer text is refused for tiles (SmolLM2 at 8,192 tokens "
+        "holds 540 MiB).",
+    ),
+]
+
+
 @app.command(cls=Command)
 @grouped
 def serve(
@@ -57,13 +70,15 @@ def serve(
     host: HostOpt = "127.0.0.1",
     open_browser: OpenOpt = False,
     max_queue: QueueOpt = 64,
+    hold_mib: HoldOpt = 1024,
 ) -> None:
     """Serve the interactive page on a local web address, with the model loaded once.
 
     Type a sentence and press Enter: its head, model, matrix, query and inside views show at
-    once, and the address carries the text, so a view can be bookmarked. Scripts can POST to
-    /api/attention (docs/serve.md). It listens on 127.0.0.1 only, unless --host says
-    otherwise. Ctrl-C stops it (exit code 130).
+    once, and the address carries the text, so a view can be bookmarked. A drag over the
+    matrix view zooms into a head's exact cells (tiles, from the last text's X, which the
+    server keeps). Scripts can POST to /api/attention and /api/tile (docs/serve.md). It
+    listens on 127.0.0.1 only, unless --host says otherwise. Ctrl-C stops it (exit code 130).
     """
     try:
         from attnviz.pipelines import features
@@ -86,8 +101,8 @@ def serve(
         ready = partial(_ready, address, loaded.info.name, open_browser)
         # A loopback server answers only to loopback names (app.py says why).
         hosts = None if warning else LOOPBACK_NAMES
-        serve(chosen, sock, Limits(max_queue=max_queue, hosts=hosts), on_ready=ready,
-              against=against)  # fmt: skip
+        limits = Limits(max_queue=max_queue, hosts=hosts, hold_bytes=hold_mib * 2**20)
+        serve(chosen, sock, limits, on_ready=ready, against=against)
     except AttnvizError as error:
         raise fail(error) from None
     except KeyboardInterrupt:
