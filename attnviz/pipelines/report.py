@@ -105,14 +105,7 @@ def build_seq2seq_report(
     A pair too long for the model is skipped with a note, as `build_report` skips a sentence.
     `ignored` takes the one-stack options `report` refused when they were set.
     """
-    from dataclasses import replace
-
-    import numpy as np
-
-    from attnviz.analysis.alignment import AlignmentSums
-    from attnviz.analysis.contributions import CorpusContributions, Measured, get, shares
-    from attnviz.core.adapters import STACKS
-    from attnviz.core.extract import attend_stacks, batched
+    from attnviz.core.extract import batched
     from attnviz.core.seq2seq import encode_source_target
 
     skipped: list[str] = []
@@ -127,59 +120,88 @@ def build_seq2seq_report(
                 if on_warning:
                     on_warning(note)
 
-    sums = {"encoder": MetricSums(), "decoder": MetricSums()}
-    # each self-attention stack's special shares, from the same pass
-    contributions = {stack: CorpusContributions(loaded, stack) for stack in sums}
-    alignment, by_norm = AlignmentSums(), AlignmentSums()
-    example: dict[str, Attention] = {}
-    cross_layers = list(range(loaded.info.of_stack("cross").n_layers))
+    sums = _StackSums(loaded)
     for batch in batched(encoded(), batch_size):
+        for _ in sums.add(batch):
+            if on_progress:
+                on_progress(1)
+    if not sums.example:
+        raise InputError("no pair fits the model: every one was too long (try --truncate)")
+    return sums.report(thresholds or Thresholds(), tuple(skipped))
+
+
+class _StackSums:
+    """An encoder-decoder report's running sums: each self-attention stack's head metrics and
+    special shares, cross-attention's alignment by weight and by norm, and an example pair."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        from attnviz.analysis.alignment import AlignmentSums
+        from attnviz.analysis.contributions import CorpusContributions
+
+        self.loaded = loaded
+        self.sums = {"encoder": MetricSums(), "decoder": MetricSums()}
+        # each self-attention stack's special shares, from the same pass
+        self.contributions = {stack: CorpusContributions(loaded, stack) for stack in self.sums}
+        self.alignment, self.by_norm = AlignmentSums(), AlignmentSums()
+        self.example: dict[str, Attention] = {}
+
+    def add(self, batch: list[Any]) -> Any:
+        """Read `batch` (source-target pairs) in one pass over every stack and add each pair;
+        yields once a pair is added."""
+        from dataclasses import replace
+
+        import numpy as np
+
+        from attnviz.analysis.contributions import Measured, get, shares
+        from attnviz.core.adapters import STACKS
+        from attnviz.core.extract import attend_stacks
+
+        loaded, cross_layers = self.loaded, list(range(self.loaded.info.of_stack("cross").n_layers))
         # cross-attention's norms ‖α f(x)‖ from the same pass (Kobayashi et al. 2020)
         widths = (max(len(item.target) for item in batch), max(len(item.source) for item in batch))
         norms = Measured(loaded, get("norm"), cross_layers, len(batch), *widths, stack="cross")
         also: list = [norms]
-        for stack, corpus in contributions.items():
+        for stack, corpus in self.contributions.items():
             side = "source" if stack == "encoder" else "target"
             special = [np.array(getattr(item, side).special, dtype=bool) for item in batch]
             also += corpus.recorders(special)
         for row, found in enumerate(attend_stacks(loaded, batch, STACKS, also=also)):
-            for stack, stack_sums in sums.items():
+            for stack, stack_sums in self.sums.items():
                 stack_sums.add(found[stack])
-                contributions[stack].add(row, found[stack])
+                self.contributions[stack].add(row, found[stack])
             cross = found["cross"]
-            alignment.add(cross)
+            self.alignment.add(cross)
             n_target, n_source = cross.weights.shape[-2:]
             held = norms.held[row, :, :, :n_target, :n_source]  # (L, H, T, S)
-            by_norm.add(shares(replace(cross, weights=held, measure="norm")))
-            example = example or found
-            if on_progress:
-                on_progress(1)
-    if not example:
-        raise InputError("no pair fits the model: every one was too long (try --truncate)")
-    chosen = thresholds or Thresholds()
-    reports = {}
-    for stack, stack_sums in sums.items():
-        means = stack_sums.means()
-        info = loaded.info.of_stack(stack)
-        reports[stack] = Report(
-            info=info,
-            unit="token",
-            sentences=stack_sums.sentences,
-            queries=stack_sums.queries,
-            skipped=tuple(skipped),
-            means=means,
-            roles=tuple(assign_roles(means, chosen)),
-            thresholds=chosen,
-            example=example[stack],
-            layers=tuple(range(info.n_layers)),
-            heads=tuple(range(info.n_heads)),
-            special=contributions[stack].special(),
-        )
-    cross = CrossReport(
-        loaded.info.of_stack("cross"), alignment.means(), example["cross"], by_norm.means()
-    )
-    read = sums["encoder"].sentences  # every stack read every pair
-    return Seq2SeqReport(loaded.info, read, tuple(skipped), reports, cross)
+            self.by_norm.add(shares(replace(cross, weights=held, measure="norm")))
+            self.example = self.example or found
+            yield
+
+    def report(self, chosen: Thresholds, skipped: tuple[str, ...]) -> Seq2SeqReport:
+        """Every stack's report from the sums."""
+        reports = {}
+        for stack, stack_sums in self.sums.items():
+            means = stack_sums.means()
+            info = self.loaded.info.of_stack(stack)
+            reports[stack] = Report(
+                info=info,
+                unit="token",
+                sentences=stack_sums.sentences,
+                queries=stack_sums.queries,
+                skipped=skipped,
+                means=means,
+                roles=tuple(assign_roles(means, chosen)),
+                thresholds=chosen,
+                example=self.example[stack],
+                layers=tuple(range(info.n_layers)),
+                heads=tuple(range(info.n_heads)),
+                special=self.contributions[stack].special(),
+            )
+        cross_info = self.loaded.info.of_stack("cross")
+        cross = CrossReport(cross_info, self.alignment.means(), self.example["cross"],
+                            self.by_norm.means())  # fmt: skip
+        read = self.sums["encoder"].sentences  # every stack read every pair
+        return Seq2SeqReport(self.loaded.info, read, skipped, reports, cross)
 
 
 def build_report(
