@@ -358,11 +358,13 @@ def test_one_text_two_models_and_a_pair_get_their_own_folders(tiny_model_dirs, t
     assert all((folder / "attention.html").is_file() for folder in folders)
 
 
-def test_pair_on_a_decoder_is_refused_before_loading(tiny_model_dirs):
+def test_pair_on_a_decoder_is_refused_before_loading(tiny_model_dirs, monkeypatch):
+    from attnviz.core import models
     from attnviz.errors import InputError
     from attnviz.pipelines.request import Load, Request
     from attnviz.pipelines.show import show
 
+    monkeypatch.setattr(models, "_MODELS", {})  # none loaded by an earlier test
     request = Request("show", Load(str(tiny_model_dirs["gpt2"]), "cpu"), text="hi",
                       pair="It was tired.", out=None)  # fmt: skip
     with pytest.raises(

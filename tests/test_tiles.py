@@ -15,7 +15,8 @@ import pytest
 import attnviz
 from attnviz.errors import InputError, NotHeldError
 from attnviz.pipelines import tiles
-from attnviz.pipelines.tiles import Holder, TextQuestion, TileQuestion
+from attnviz.pipelines.serve import TEXT_KEYS, Question
+from attnviz.pipelines.tiles import Holder, TileQuestion
 
 TEXT = "The cat sat on the mat, and the quick brown fox jumps over the lazy dog."  # 20–23 tokens
 # The bundled encoder, and tiny decoders: grouped-query heads (llama: 2 key/value heads for
@@ -33,7 +34,7 @@ def _held(name: str | None, text: str = TEXT, budget: int = tiles.HOLD_BYTES):
 
     served = model(name, "cpu")
     holder = Holder(budget)
-    read = tiles.read(served, holder, TextQuestion(text))
+    read = tiles.read(served, holder, Question(text))
     return served, holder, read
 
 
@@ -230,8 +231,8 @@ def test_a_tile_of_a_text_not_held_is_refused():
     holder = Holder()
     with pytest.raises(NotHeldError, match=r"^no text is held for tiles: read one first"):
         tiles.tile(served, holder, TileQuestion(0, 0))
-    first = tiles.read(served, holder, TextQuestion("The cat sat."))["tiles"]["text_id"]
-    second = tiles.read(served, holder, TextQuestion("The dog ran."))["tiles"]["text_id"]
+    first = tiles.read(served, holder, Question("The cat sat."))["tiles"]["text_id"]
+    second = tiles.read(served, holder, Question("The dog ran."))["tiles"]["text_id"]
     assert first != second and holder.held.text_id == second
     with pytest.raises(
         NotHeldError, match=f'holds another text now \\("{second}"\\), not "{first}"'
@@ -239,7 +240,7 @@ def test_a_tile_of_a_text_not_held_is_refused():
         tiles.tile(served, holder, TileQuestion(0, 0, text_id=first))
     assert tiles.tile(served, holder, TileQuestion(0, 0, text_id=second))["text_id"] == second
     # The same tokens are the same text, whichever request read them.
-    assert tiles.read(served, holder, TextQuestion("The cat sat."))["tiles"]["text_id"] == first
+    assert tiles.read(served, holder, Question("The cat sat."))["tiles"]["text_id"] == first
 
 
 def test_the_held_x_is_what_it_says_and_past_the_budget_is_refused():
@@ -253,7 +254,7 @@ def test_the_held_x_is_what_it_says_and_past_the_budget_is_refused():
     small = Holder(budget=6 * 10 * 384 * 4)  # ten tokens
     small.keep(holder.held)
     with pytest.raises(InputError) as refused:
-        tiles.read(served, small, TextQuestion(TEXT))
+        tiles.read(served, small, Question(TEXT))
     assert str(refused.value) == (
         f"this text's X is {6 * n * 384 * 4 / 2**20:.3g} MiB (6 layers × {n} tokens × 384 × "
         "4 B), over the 0.0879 MiB the server holds for tiles (serve --hold-mib)"
@@ -272,7 +273,7 @@ def test_the_held_x_is_what_it_says_and_past_the_budget_is_refused():
 )
 def test_a_bad_text_question_is_one_line(body, said):
     with pytest.raises(InputError, match=re.escape(said)):
-        TextQuestion.of(body)
+        Question.of(body, TEXT_KEYS)
 
 
 def test_the_page_and_the_api_keep_x_from_their_one_pass(bundled):

@@ -22,6 +22,7 @@ from attnviz.cli.options import (
     WordsOpt,
     flag,
     grouped,
+    valued,
 )
 from attnviz.errors import AttnvizError, Interrupted
 from attnviz.outputs.figures import Style
@@ -34,27 +35,21 @@ TextBArg = Annotated[
     str | None,
     typer.Argument(help="Text B (default with --against-model: text A again).", show_default=False),
 ]
-AgainstOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--against-model",
-        metavar="MODEL",
-        help="A second model that reads text B (same layers and heads; a different "
-        "tokenizer needs --words).",
-        show_default=False,
-    ),
-]
-PairsOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--file",
-        "-f",
-        help="File of pairs, one a line: text A, a TAB, text B (with --against-model, a "
-        "line without a TAB is one text for both); - reads stdin. Figures are means over "
-        "the pairs.",
-        show_default=False,
-    ),
-]
+AgainstOpt = valued(
+    str,
+    "--against-model",
+    metavar="MODEL",
+    help="A second model that reads text B (same layers and heads; a different "
+    "tokenizer needs --words).",
+)
+PairsOpt = valued(
+    str,
+    "--file",
+    "-f",
+    help="File of pairs, one a line: text A, a TAB, text B (with --against-model, a "
+    "line without a TAB is one text for both); - reads stdin. Figures are means over "
+    "the pairs.",
+)
 TopOpt = Annotated[
     int, typer.Option("--top", min=1, help="Heads listed and drawn: those that moved most.")
 ]

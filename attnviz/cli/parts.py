@@ -10,30 +10,24 @@ from typing import Annotated, Any
 import typer
 
 from attnviz.cli.app import fail, out_console, progress
-from attnviz.cli.options import flag
+from attnviz.cli.options import flag, valued
 from attnviz.errors import AttnvizError, RankFailed
 
-ShardOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--shard",
-        metavar="I/N",
-        help="Run shard I of N (0 ≤ I < N) of the corpus alone and write its sums to --partial "
-        "DIR, for `attnviz merge` (job arrays and other schedulers without a launcher).",
-        show_default=False,
-    ),
-]
-PartialOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--partial",
-        metavar="DIR",
-        help="Where shards keep their sums: with --shard, its folder; under torchrun or "
-        "accelerate launch, each rank's (default: OUT/.partials, removed once the report is "
-        "written).",
-        show_default=False,
-    ),
-]
+ShardOpt = valued(
+    str,
+    "--shard",
+    metavar="I/N",
+    help="Run shard I of N (0 ≤ I < N) of the corpus alone and write its sums to --partial "
+    "DIR, for `attnviz merge` (job arrays and other schedulers without a launcher).",
+)
+PartialOpt = valued(
+    Path,
+    "--partial",
+    metavar="DIR",
+    help="Where shards keep their sums: with --shard, its folder; under torchrun or "
+    "accelerate launch, each rank's (default: OUT/.partials, removed once the report is "
+    "written).",
+)
 ResumeOpt = Annotated[
     bool,
     flag(

@@ -17,15 +17,15 @@ from attnviz.cli import parts
 from attnviz.cli.app import Command, app, out_console, warn
 from attnviz.cli.options import (
     LOAD,
+    SELECT,
     STYLE,
     BatchOpt,
     FileOpt,
-    HeadOpt,
     JsonOpt,
-    LayerOpt,
     TruncateOpt,
     WordsOpt,
     grouped,
+    valued,
 )
 from attnviz.data import CORPUS_NAME
 from attnviz.errors import AttnvizError, InputError
@@ -39,23 +39,14 @@ CorpusArg = Annotated[
     ),
 ]
 ReportOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Report folder.")]
-ThresholdOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--threshold", "-t", metavar="NAME=VALUE", help=threshold_help(), show_default=False
-    ),
-]
-TreebankOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--treebank",
-        metavar="FILE.conllu",
-        help="Annotated corpus (CoNLL-U; - reads stdin): its sentences are the corpus, and "
-        "heads are also measured on its syntax (HEAD, DEPREL) and coreference (CorefUD "
-        "Entity=).",
-        show_default=False,
-    ),
-]
+ThresholdOpt = valued(list[str], "--threshold", "-t", metavar="NAME=VALUE", help=threshold_help())
+TreebankOpt = valued(
+    str,
+    "--treebank",
+    metavar="FILE.conllu",
+    help="Annotated corpus (CoNLL-U; - reads stdin): its sentences are the corpus, and "
+    "heads are also measured on its syntax (HEAD, DEPREL) and coreference (CorefUD Entity=).",
+)
 MinCountOpt = Annotated[
     int,
     typer.Option(
@@ -74,17 +65,14 @@ MarginOpt = Annotated[
         help="With --treebank: accuracy over a relation's baseline that names a head for it.",
     ),
 ]
-ImportanceOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--importance",
-        metavar="|".join(IMPORTANCE_CHOICES),
-        help="Also measure which heads matter to the model's objective on the same texts: "
-        + "; ".join(f"{k.name}: {k.help}" for k in IMPORTANCE_CHOICES.values())
-        + ". Adds importance columns, importance.png and a section to report.md.",
-        show_default=False,
-    ),
-]
+ImportanceOpt = valued(
+    str,
+    "--importance",
+    metavar="|".join(IMPORTANCE_CHOICES),
+    help="Also measure which heads matter to the model's objective on the same texts: "
+    + "; ".join(f"{k.name}: {k.help}" for k in IMPORTANCE_CHOICES.values())
+    + ". Adds importance columns, importance.png and a section to report.md.",
+)
 AblationOpt = Annotated[
     str,
     typer.Option(
@@ -104,8 +92,7 @@ def report(
     file: FileOpt = None,
     out: ReportOutOpt = Path("attnviz-out/report"),
     load: Load = LOAD,
-    layer: LayerOpt = None,
-    head: HeadOpt = None,
+    select: dict = SELECT,
     words: WordsOpt = False,
     threshold: ThresholdOpt = None,
     treebank: TreebankOpt = None,
@@ -153,8 +140,8 @@ def report(
             raise InputError(f"unknown --ablation '{ablation}'; known: {', '.join(ABLATIONS)}")
         request = Request(
             "report", load, sentences=report_corpus(sentences, file, treebank),
-            treebank=treebank is not None, layers=tuple(layer) if layer else None,
-            heads=tuple(head) if head else None, words=words,
+            treebank=treebank is not None, **select,
+            words=words,
             thresholds=Thresholds.parse(threshold), min_count=min_count, margin=margin,
             importance=importance, ablation=ablation, truncate=truncate, out=out, style=style,
             batch_size=batch_size, shard=shard, partial=partial, resume=resume,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from attnviz.cli.app import Command, app, err_console, fail, warn
-from attnviz.cli.options import LOAD, flag, grouped
+from attnviz.cli.options import LOAD, flag, grouped, valued
 from attnviz.errors import AttnvizError, Interrupted
 from attnviz.pipelines.request import Load
 
@@ -16,16 +16,13 @@ if TYPE_CHECKING:
     from attnviz.core.models import Model
 
 
-AgainstOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--against-model",
-        metavar="MODEL",
-        help="A second model, loaded too: the page can read text B with it and compare "
-        "the two head by head (same layers and heads; a different tokenizer needs words).",
-        show_default=False,
-    ),
-]
+AgainstOpt = valued(
+    str,
+    "--against-model",
+    metavar="MODEL",
+    help="A second model, loaded too: the page can read text B with it and compare "
+    "the two head by head (same layers and heads; a different tokenizer needs words).",
+)
 PortOpt = Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")]
 HostOpt = Annotated[
     str,

@@ -7,6 +7,7 @@ one model thread.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,10 @@ KEYS = {
 }
 
 
+# The keys of a text read for tiles alone (/api/text).
+TEXT_KEYS = ("text", "pair", "truncate")
+
+
 @dataclass(frozen=True)
 class Question:
     """One request: the text and how to read it, as `attnviz.attention()` takes them."""
@@ -43,13 +48,14 @@ class Question:
     measure: str = "weights"
 
     @classmethod
-    def of(cls, body: Any) -> Question:
-        """The question a decoded JSON body asks, refusing wrong keys and types in one line."""
+    def of(cls, body: Any, keys: Sequence[str] = tuple(KEYS)) -> Question:
+        """The question a decoded JSON body asks, refusing wrong keys and types in one line
+        (`keys`: those it may carry; /api/text's are TEXT_KEYS)."""
         from attnviz.analysis.contributions import get
         from attnviz.core.attention import require_text
         from attnviz.pipelines.tiles import TEXT, checked
 
-        checked(body, KEYS, _fits, TEXT, '{"text": "The cat sat."}')
+        checked(body, {key: KEYS[key] for key in keys}, _fits, TEXT, '{"text": "The cat sat."}')
         question = cls(
             **{key: value for key, value in body.items() if key != "layers"},
             layers=tuple(body["layers"]) if body.get("layers") is not None else None,
@@ -186,10 +192,9 @@ def tiles_only(
     from attnviz.analysis.contributions import MEASURES, readable_weights
     from attnviz.core.attention import Attention
     from attnviz.outputs.html.page import page_frame
-    from attnviz.pipelines.tiles import TextQuestion, read
+    from attnviz.pipelines.tiles import read
 
-    asked = TextQuestion(question.text, question.pair, question.truncate)
-    found = read(model, holder, asked)
+    found = read(model, holder, question)
     info = model.load().info
     n = len(found["tokens"])
     notes = list(found["notes"])

@@ -217,47 +217,18 @@ def checked(
 
 
 TEXT = {"text": "the sentence to read"}
-TEXT_KEYS = {
-    "text": "a string",
-    "pair": "a string or null",
-    "truncate": "true or false",
-}
 
 
-@dataclass(frozen=True)
-class TextQuestion:
-    """A text to read for tiles alone (/api/text)."""
-
-    text: str
-    pair: str | None = None
-    truncate: bool = False
-
-    @classmethod
-    def of(cls, body: Any) -> TextQuestion:
-        from attnviz.core.attention import require_text
-
-        def fits(key: str, value: Any) -> bool:
-            if key == "truncate":
-                return isinstance(value, bool)
-            return isinstance(value, str) or (key == "pair" and value is None)
-
-        given = checked(body, TEXT_KEYS, fits, TEXT, '{"text": "The cat sat."}')
-        question = cls(**given)
-        require_text(question.text)
-        if question.pair is not None:
-            require_text(question.pair, '"pair"')
-        return question
-
-
-def read(model: Model, holder: Holder, question: TextQuestion) -> dict[str, Any]:
-    """Read the text for tiles: one pass that captures each layer's X and no attention (the
-    model's own fast attention runs; nothing of size T × T is made), and hold it."""
+def read(model: Model, holder: Holder, question: Any) -> dict[str, Any]:
+    """Read the text of `question` (`pipelines.serve.Question`) for tiles: one pass that
+    captures each layer's X and no attention (the model's own fast attention runs; nothing of
+    size T × T is made), and hold it."""
     from attnviz.core import capture
     from attnviz.core.tokens import encode, pad
+    from attnviz.pipelines import features
 
     loaded = model.load()
-    if question.pair is not None and loaded.info.causal:
-        raise InputError(f'{loaded.info.name} is a decoder: it reads no sentence "pair"')
+    features.refuse(question.request(model), loaded.info)
     encoded = encode(loaded, question.text, question.truncate, question.pair)
     holder.let_go()
     why = holder.refusal(loaded, len(encoded))

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
@@ -147,7 +148,7 @@ def build_app(
 
     async def text(request: Request) -> Response:
         return await run(request, lambda model, q: tiles.read(model, holder, q),
-                         tiles.TextQuestion.of)  # fmt: skip
+                         partial(work.Question.of, keys=work.TEXT_KEYS))  # fmt: skip
 
     async def tile(request: Request) -> Response:
         def asks(body: Any) -> tiles.TileQuestion:
