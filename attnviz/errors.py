@@ -16,6 +16,10 @@ class TextTooLongError(InputError):
     """The text has more tokens than the model takes (batch commands skip such lines)."""
 
 
+class MemoryLimitError(AttnvizError):
+    """The run would hold more than the memory available (`core.memory` estimates it)."""
+
+
 class ModelLoadError(AttnvizError):
     """The model or tokenizer could not be found or loaded."""
 

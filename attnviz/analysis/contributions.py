@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from attnviz.core.memory import held_bytes, held_what, require
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
@@ -349,7 +350,9 @@ class Measured:
             self._norms = {layer: adapters.norm_after(model, layer) for layer in needed}
         heads = 1 if measure.per_layer else loaded.info.of_stack(stack).n_heads
         keys = width if key_width is None else key_width
-        self.held = np.empty((n_batch, len(layers), heads, width, keys), np.float32)
+        shape = (n_batch, len(layers), heads, width, keys)
+        require(held_bytes(shape), held_what(shape))
+        self.held = np.empty(shape, np.float32)
         self.mixing: dict[int, AltiLayer] = {}  # alti: each composed layer's mixing ratios
         # norm: each key's ‖f^h(x_j)‖, (B, L, H, S): what the page multiplies into the weights
         self.lengths = np.empty((n_batch, len(layers), heads, keys), np.float32)
