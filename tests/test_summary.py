@@ -188,6 +188,22 @@ def test_summary_holds_less_than_the_attention_itself(monkeypatch):
     assert peak < att.weights.nbytes
 
 
+def test_cross_attention_with_repeated_target_tokens_is_summarised():
+    """Cross-attention's queries (the target) may repeat tokens while its keys are the
+    source's: there is nothing to score induction on, and nothing fails."""
+    from attnviz.core.attention import Keys
+
+    rng = np.random.default_rng(0)
+    weights = rng.random((1, 2, 6, 4))
+    target = ["<s>", "a", "b", "a", "b", "a"]
+    att = synthetic_attention(weights / weights.sum(-1, keepdims=True), target, [1, 0, 0, 0, 0, 0])
+    source = Keys("x y", ("x", "y", "z", "</s>"), np.array([0, 0, 0, 1], bool), (0, 1, 2, 3),
+                  ("x", "y", "z", "</s>"))  # fmt: skip
+    summaries = summarise(replace(att, keys=source), [0], [0, 1])
+    assert [s.scores["induction"] for s in summaries] == [None, None]
+    assert all(s.top[0].token in source.tokens for s in summaries)
+
+
 def test_bundled_layer0_head2_is_a_previous_token_head(bundled):
     from attnviz.core.extract import extract
 

@@ -173,9 +173,10 @@ def role_scores(att: Attention, block_rows: int | None = None) -> dict[str, np.n
     named: dict[str, np.ndarray | None] = {
         name: sums[i] / counts[i] if counts[i] else None for i, name in enumerate(METRICS)
     }
-    repeats, counted = repeat_scores(att, block_rows)
+    # a decoder's own repeats (cross-attention's keys are another text's tokens)
+    repeats, counted = repeat_scores(att, block_rows) if att.info.causal else (None, 0)
     for i, name in enumerate(PROBES):
-        named[name] = repeats[i] if att.info.causal and counted else None
+        named[name] = repeats[i] if counted else None
     return {name: named[role.metric] for name, role in ROLES.items()}
 
 
