@@ -106,6 +106,7 @@ class Layout:
     font_pt: float
     label_step: int  # label every label_step-th token
     every: int = 1  # tokens a cell spans (a pooled map's block): labels give positions
+
     @classmethod
     def for_tokens(cls, n: int, max_side_in: float = 10.24, dpi: int | None = None) -> Layout:
         """With `dpi`, the side is a whole number of pixels per cell, at least one: cells are
