@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_report.py
 	$(PY) bench/bench_treebank.py
 	$(PY) bench/bench_smollm2.py
+	$(PY) bench/bench_memory.py --smollm2
 	$(PY) bench/bench_html.py
 	$(PY) bench/bench_measures.py
 	$(PY) bench/bench_serve.py

@@ -20,6 +20,10 @@ class NotHeldError(InputError):
     """A tile asks for a text the server does not hold (now): `attnviz serve` answers 409."""
 
 
+class MemoryLimitError(AttnvizError):
+    """The run would hold more than the memory available (`core.memory` estimates it)."""
+
+
 class ModelLoadError(AttnvizError):
     """The model or tokenizer could not be found or loaded."""
 

@@ -281,7 +281,7 @@ def _special_share(att: Attention) -> np.ndarray:
     """`show`'s special_share of every head, (L, H)."""
     from attnviz.analysis.summary import special_shares
 
-    return special_shares(att.weights.astype("f8"), ~att.special, att.key_special)
+    return special_shares(att.weights, ~att.special, att.key_special)
 
 
 @dataclass(frozen=True, eq=False)

@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from attnviz.core.memory import held_bytes, held_what, require
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
@@ -349,7 +350,9 @@ class Measured:
             self._norms = {layer: adapters.norm_after(model, layer) for layer in needed}
         heads = 1 if measure.per_layer else loaded.info.of_stack(stack).n_heads
         keys = width if key_width is None else key_width
-        self.held = np.empty((n_batch, len(layers), heads, width, keys), np.float32)
+        shape = (n_batch, len(layers), heads, width, keys)
+        require(held_bytes(shape), held_what(shape))
+        self.held = np.empty(shape, np.float32)
         self.mixing: dict[int, AltiLayer] = {}  # alti: each composed layer's mixing ratios
         # norm: each key's ‖f^h(x_j)‖, (B, L, H, S): what the page multiplies into the weights
         self.lengths = np.empty((n_batch, len(layers), heads, keys), np.float32)
@@ -388,20 +391,31 @@ def special_by_weight_and_norm(
     """`special_share` (`analysis.summary.special_shares`) of each batch row's heads by weight
     and by norm ‖α f(x)‖ (each row as shares, as `shares` makes them): (2, B, H) from probs
     (B, H, T, T), each key's ‖f^h(x_j)‖ (B, H, T) and each row's special tokens ((T_row,)
-    bool)."""
+    bool). By norm, a block of query rows at a time (`metrics.BLOCK_FLOATS` floats in
+    float64): no copy of the layer's (H, T, T) is made."""
     import numpy as np
 
+    from attnviz.analysis.metrics import BLOCK_FLOATS
     from attnviz.analysis.summary import special_shares
 
-    normed = probs * lengths[:, :, None, :]  # ‖α f(x_j)‖ = α ‖f(x_j)‖: (B, H, T, T)
-    found = np.zeros((2, len(special), probs.shape[1]))
+    n_heads = probs.shape[1]
+    found = np.zeros((2, len(special), n_heads))
     for row, marked in enumerate(special):
         n = len(marked)
-        for k, grid in enumerate((probs, normed)):
-            rows = grid[row, :, :n, :n].double().numpy()  # (H, T, T)
-            if k == 1:
-                rows = rows / rows.sum(axis=-1, keepdims=True).clip(min=1e-30)
-            found[k, row] = special_shares(rows, ~marked, marked)
+        grid = probs[row, :, :n, :n].numpy()  # (H, T, T): a view
+        found[0, row] = special_shares(grid, ~marked, marked)
+        queries = np.flatnonzero(~marked)
+        if not len(queries):
+            continue  # no non-special query: 0, as `special_shares` gives
+        length = lengths[row, :, None, :n].numpy()  # ‖f^h(x_j)‖: (H, 1, T)
+        step = max(1, BLOCK_FLOATS // (n_heads * n))
+        shares = []  # (H, q) per block
+        for start in range(0, len(queries), step):
+            normed = grid[:, queries[start : start + step]] * length  # ‖α f(x_j)‖: (H, q, T)
+            normed = normed.astype(np.float64)
+            totals = normed.sum(axis=-1, keepdims=True).clip(min=1e-30)  # each row as shares
+            shares.append((normed[..., marked] / totals).sum(axis=-1))
+        found[1, row] = np.concatenate(shares, axis=-1).mean(axis=-1)
     return found
 
 
@@ -557,8 +571,7 @@ class CorpusContributions:
             mixing = batch.mixing[row] * n  # each token weighs the same
         special = None
         if (~att.special).any():
-            weights = att.weights.astype("f8")  # (L, H, T, S)
-            by_weight = special_shares(weights, ~att.special, att.key_special)
+            by_weight = special_shares(att.weights, ~att.special, att.key_special)  # (L, H)
             by_norm = batch.by_norm[row] if batch is not None else np.zeros_like(by_weight)
             special = np.stack([by_weight, by_norm])
         self.sums.add(self._added if index is None else index, special, mixing, n)

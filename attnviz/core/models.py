@@ -131,18 +131,25 @@ class ModelSpec(_HeadRanges, _Stacks):
     causal: bool = False
     stacks: tuple[tuple[str, int, int], ...] = ()
     stack: str | None = None
+    weights_bytes: int = 0  # the weights in memory: their files' size, or guessed from config
 
     def count_tokens(self, text: str) -> int | None:
         """Tokens of `text` with the special tokens the model adds, or None without a
         tokenizer.json."""
         if self.tokenizer_file is None:
             return None
+        return self.count_lengths([text])[0]
+
+    def count_lengths(self, texts: list[str | tuple[str, str]]) -> list[int]:
+        """Tokens of each text (or (text, pair)) with the special tokens the model adds; the
+        model must have a tokenizer.json."""
         from tokenizers import Tokenizer
 
+        assert self.tokenizer_file is not None
         tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
         tokenizer.no_truncation()
         tokenizer.no_padding()
-        return len(tokenizer.encode(text).ids)
+        return [len(encoded.ids) for encoded in tokenizer.encode_batch(texts)]
 
     def check_length(self, text: str, truncate: bool) -> None:
         """Raise TextTooLongError for a text over the model's limit (unless it will be cut)."""
@@ -309,7 +316,30 @@ def describe(name: str | None = None) -> ModelSpec | None:
         tokenizer_file=_local_file(source, "tokenizer.json"),
         causal=config.get("model_type") in DECODER_TYPES,
         stacks=stacks,
+        weights_bytes=_weights_bytes(source, config, n_layers),
     )
+
+
+def _weights_bytes(source: str, config: dict[str, Any], n_layers: int) -> int:
+    """The model's weights in memory: the size of its weight file (or of a sharded one, from
+    its index), else float32 weights guessed from its config (embeddings, then per layer
+    attention and a gated feed-forward block)."""
+    import json
+
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        path = _local_file(source, name)
+        if path is not None:
+            return path.stat().st_size
+    for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        path = _local_file(source, name)
+        if path is not None:
+            total = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
+            if isinstance(total.get("total_size"), int):
+                return total["total_size"]
+    width = _first(config, "hidden_size", "d_model", "n_embd") or 0
+    inner = _first(config, "intermediate_size", "d_ff", "n_inner") or 4 * width
+    vocabulary = _first(config, "vocab_size") or 0
+    return 4 * (vocabulary * width + n_layers * (4 * width * width + 3 * width * inner))
 
 
 def _source(name: str | None) -> tuple[str, str]:
