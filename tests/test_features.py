@@ -32,6 +32,8 @@ ASKING = {
     "measure-composed": dict(measure="alti"),
     "query": dict(query="it"),
     "ablate": dict(ablate=((0, 1),)),
+    "window": dict(window=(2, 9)),
+    "pool-mean": dict(pool="mean"),
     "html": dict(html=True),
     "page-measure": dict(html=True, measure="norm"),
     "importance": dict(importance="ablation"),

@@ -58,8 +58,8 @@ class PooledMap:
 
 class Pooled:
     """The pooled maps of the chosen layers of one text, summed from blocks of query rows:
-    `add(layer, start, rows)` with rows (H, b, S) (a recorder's `receive_rows` gives them
-    with a batch axis), then `result(layer)`."""
+    `add(layer, start, rows)` with rows (H, b, S), then `result(layer)`. It is a capture
+    recorder too (`core.capture`'s `rows`: blocks of batch row 0)."""
 
     def __init__(
         self,
@@ -79,8 +79,16 @@ class Pooled:
         self.n_queries, self.n_keys = n_queries, n_keys
         shape = (n_heads, math.ceil(n_queries / size), math.ceil(n_keys / size))
         start = 0.0 if how == "mean" else -np.inf
-        self.held = {layer: np.full(shape, start) for layer in layers}  # float64 sums or maxima
+        # sums or maxima in float32: a long text's 30 × 9 maps of 512² cells are 283 MB
+        self.held = {layer: np.full(shape, start, np.float32) for layer in layers}
         self.counts = _visible_counts(n_queries, n_keys, size, causal) if how == "mean" else None
+        self.wants = {layer: ("rows",) for layer in layers}
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        return None
+
+    def receive_rows(self, layer: int, start: int, rows: Any) -> None:
+        self.add(layer, start, rows[0].numpy())  # (H, b, S) of batch row 0
 
     def add(self, layer: int, start: int, rows: np.ndarray) -> None:
         """Take query rows start … start+b−1 of `layer`, (H, b, S)."""
@@ -98,13 +106,13 @@ class Pooled:
         if mean:
             found = [part.sum(axis=-1, dtype=np.float64) for part in bins]
         else:
-            found = [part.max(axis=-1).astype(np.float64) for part in bins]
+            found = [part.max(axis=-1) for part in bins]
         by_key = np.concatenate(found, axis=-1)  # (H, b, C)
         held = self.held[layer]
         for first in range(start - start % s, start + b, s):  # each row bin the block meets
             lo, hi = max(first, start) - start, min(first + s, start + b) - start
             if mean:
-                held[:, first // s] += by_key[:, lo:hi].sum(axis=1)
+                held[:, first // s] += by_key[:, lo:hi].sum(axis=1).astype(np.float32)
             else:
                 held[:, first // s] = np.maximum(held[:, first // s], by_key[:, lo:hi].max(axis=1))
 
@@ -166,6 +174,8 @@ def pooled_attention(att: Attention, maps: dict[int, PooledMap]) -> Attention:
     first = maps[layers[0]]
     size = first.size
     weights = np.stack([maps[layer].values for layer in layers])  # (L, H, R, C)
+    if size == 1:  # the exact cells (kept from blocks of rows)
+        return replace(att, weights=weights)
 
     def blocks(tokens: tuple[str, ...], special: np.ndarray) -> tuple[tuple[str, ...], Any]:
         starts = range(0, len(tokens), size)
@@ -187,5 +197,9 @@ def pooled_attention(att: Attention, maps: dict[int, PooledMap]) -> Attention:
         word_labels=tokens,
         keys=keys,
         segments=None,
+        notes=(
+            *att.notes,
+            f"maps pooled: each cell the {first.how} of {size} × {size} {att.unit}s",
+        ),
         pooled=(size, first.how),
     )

@@ -128,17 +128,44 @@ def check_query(
 
 
 def query_view(
-    att: Attention, index: int, layers: list[int], heads: list[int], top_k: int = 3
+    att: Attention,
+    index: int,
+    layers: list[int],
+    heads: list[int],
+    top_k: int = 3,
+    held: dict[int, Any] | None = None,
 ) -> QueryView:
     """The query row `att.pattern(layer, head)[index, :]` of every chosen head, summarised
-    (a removed head's row is empty: `Attention.removed`)."""
+    (a removed head's row is empty: `Attention.removed`); `held` gives each layer's rows
+    (H, S) where `att` holds no whole maps (`QueryRows`)."""
     rows = []
     for layer in layers:
         for head in heads:
             if att.is_removed(layer, head):
                 rows.append(QueryHead(layer, head, (), None, removed=True))
                 continue
-            row = att.pattern(layer, head)[index]  # (T,) over keys; sums to 1
+            if held is not None:
+                row = held[layer][head]  # (S,)
+            else:
+                row = att.pattern(layer, head)[index]  # (T,) over keys; sums to 1
             top, best = rank_keys(att, row, top_k)
             rows.append(QueryHead(layer, head, top, best))
     return QueryView(index, att.tokens[index], tuple(rows))
+
+
+class QueryRows:
+    """A capture recorder keeping one query's row of every head of `layers`, (H, S) a layer,
+    from the blocks of rows the pass hands out (batch row 0): what `query_view` takes where
+    the whole maps are not held."""
+
+    def __init__(self, layers: list[int], index: int) -> None:
+        self.index = index
+        self.held: dict[int, Any] = {}
+        self.wants = {layer: ("rows",) for layer in layers}
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        return None
+
+    def receive_rows(self, layer: int, start: int, rows: Any) -> None:
+        if start <= self.index < start + rows.shape[2]:
+            self.held[layer] = rows[0, :, self.index - start].numpy().copy()  # (H, S)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import InputError
 
@@ -52,8 +52,9 @@ def around(index: int, n_tokens: int, side: int = AROUND_QUERY) -> tuple[int, in
 
 
 class WindowCells:
-    """A recorder's share of `--window`: each chosen layer's cells of queries and keys
-    start … end−1, kept from blocks of query rows (`add(layer, first, rows)`, rows (H, b, S))."""
+    """`--window`'s cells: each chosen layer's queries and keys start … end−1, kept from
+    blocks of query rows (`add(layer, first, rows)`, rows (H, b, S)); a capture recorder too
+    (`core.capture`'s `rows`: blocks of batch row 0)."""
 
     def __init__(self, layers: Sequence[int], n_heads: int, start: int, end: int) -> None:
         import numpy as np
@@ -61,6 +62,13 @@ class WindowCells:
         self.start, self.end = start, end
         width = end - start
         self.held = {layer: np.zeros((n_heads, width, width), np.float32) for layer in layers}
+        self.wants = {layer: ("rows",) for layer in layers}
+
+    def receive(self, layer: int, tensors: dict) -> None:
+        return None
+
+    def receive_rows(self, layer: int, first: int, rows: Any) -> None:
+        self.add(layer, first, rows[0].numpy())  # (H, b, S) of batch row 0
 
     def add(self, layer: int, first: int, rows: np.ndarray) -> None:
         lo, hi = max(first, self.start), min(first + rows.shape[1], self.end)
@@ -95,6 +103,7 @@ def window_attention(
         segments=att.segments[span] if att.segments else None,
         keys=None,
         pooled=None,
+        span=(start, end),
     )
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from attnviz.analysis.contributions import MEASURES
+from attnviz.analysis.pooling import POOLS
 from attnviz.analysis.transforms import TRANSFORMS
 from attnviz.core.adapters import STACKS
 from attnviz.outputs.figures import FORMATS, SCALES
@@ -186,6 +187,24 @@ AblateOpt = valued(
     "the model without it, and a decoder's loss and top-5 next tokens (an encoder's "
     "embedding) before and after are printed.",
 )
+
+
+WindowOpt = valued(
+    str,
+    "--window",
+    metavar="START:END",
+    help="Also the exact cells of tokens START … END−1 (queries and keys): the head figures "
+    "(and the page) show them, while a long text's overview and layer grids are pooled.",
+)
+PoolName = Enum("PoolName", {name: name for name in POOLS}, type=str)
+PoolOpt = Annotated[
+    PoolName,
+    typer.Option(
+        "--pool",
+        help="A long text's maps (over 512 tokens a side) are pooled: each cell the max "
+        "of a block of cells (the strongest links show) or their mean.",
+    ),
+]
 
 
 def style(fmt: ImageFormat, dpi: int, cmap: str, scale: Scale = Scale.absolute):

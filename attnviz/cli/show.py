@@ -23,12 +23,15 @@ from attnviz.cli.options import (
     NoImagesOpt,
     OutOpt,
     PairOpt,
+    PoolName,
+    PoolOpt,
     QueryOpt,
     StackOpt,
     TargetOpt,
     TextArg,
     TopKOpt,
     TruncateOpt,
+    WindowOpt,
     WordsOpt,
     grouped,
 )
@@ -59,6 +62,8 @@ def show(
     target: TargetOpt = None,
     generate: GenerateOpt = None,
     stack: StackOpt = None,
+    window: WindowOpt = None,
+    pool: PoolOpt = PoolName.max,
     as_json: JsonOpt = False,
 ) -> None:
     """Show what every attention head looks at in one sentence, and write heatmaps.
@@ -72,6 +77,7 @@ def show(
     """
     try:
         from attnviz.analysis.importance import parse_head
+        from attnviz.analysis.window import parse_window
         from attnviz.core.inputs import read_text
         from attnviz.outputs import terminal
         from attnviz.outputs.render import default_jobs
@@ -85,7 +91,8 @@ def show(
             truncate=truncate, words=words, hide_special=hide_special, measure=measure.value,
             query=query, ablate=tuple(parse_head(given) for given in ablate or []), html=html,
             images=not no_images, top_k=top_k, out=None if no_images and not html else out,
-            style=style, jobs=jobs or default_jobs(),
+            style=style, jobs=jobs or default_jobs(), pool=pool.value,
+            window=parse_window(window) if window is not None else None,
         )  # fmt: skip
 
         def print_summary(result) -> None:  # printed while the figures are drawn

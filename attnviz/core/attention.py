@@ -105,6 +105,9 @@ class Attention:
     # (size, "mean" or "max"): a long text's maps pooled, each cell `size` × `size` of its
     # tokens (`analysis.pooling`); `tokens` are then each block's first token
     pooled: tuple[int, str] | None = None
+    # a window of a longer text: its first token and one past its last (`analysis.window`);
+    # `tokens` are the window's, its rows leave out the keys outside it
+    span: tuple[int, int] | None = None
 
     @property
     def pool_size(self) -> int:

@@ -79,29 +79,50 @@ def attend(
     capture.run(loaded, inputs, [weights, *also], edit=edit)
     measure = getattr(weights, "measure", None)
 
-    results = []
-    for row, encoded in enumerate(batch):
-        n = len(encoded)
-        results.append(
-            Attention(
-                text=encoded.text,
-                tokens=encoded.tokens,
-                special=np.array(encoded.special, dtype=bool),
-                weights=np.ascontiguousarray(weights.held[row, :, :, :n, :n]),  # (L, H, n, n)
-                info=loaded.info,
-                unit="token",
-                words=encoded.words,
-                word_labels=encoded.word_labels,
-                notes=encoded.notes,
-                layers=tuple(chosen),
-                pair=encoded.pair,
-                segments=encoded.segments,
-                truncated=encoded.truncated,
-                measure=measure.name if measure is not None else "weights",
-                per_layer=bool(measure is not None and measure.per_layer),
-            )
-        )
-    return results
+    name = measure.name if measure is not None else "weights"
+    per_layer = bool(measure is not None and measure.per_layer)
+    return [
+        text_attention(
+            encoded,
+            loaded.info,
+            chosen,
+            np.ascontiguousarray(weights.held[row, :, :, : len(encoded), : len(encoded)]),
+            name,
+            per_layer,
+        )  # (L, H, n, n)
+        for row, encoded in enumerate(batch)
+    ]
+
+
+def text_attention(
+    encoded: Encoded,
+    info: Any,
+    layers: Sequence[int],
+    weights: Any,
+    measure: str = "weights",
+    per_layer: bool = False,
+) -> Attention:
+    """One text's Attention: its tokens and the model's facts, with `weights` (L, H, T, T)
+    of `layers`."""
+    import numpy as np
+
+    return Attention(
+        text=encoded.text,
+        tokens=encoded.tokens,
+        special=np.array(encoded.special, dtype=bool),
+        weights=weights,
+        info=info,
+        unit="token",
+        words=encoded.words,
+        word_labels=encoded.word_labels,
+        notes=encoded.notes,
+        layers=tuple(layers),
+        pair=encoded.pair,
+        segments=encoded.segments,
+        truncated=encoded.truncated,
+        measure=measure,
+        per_layer=per_layer,
+    )
 
 
 def attend_stacks(

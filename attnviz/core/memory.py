@@ -48,6 +48,11 @@ ALTI_BLOCKS = 3 * 2**22 * 4
 # a larger layer is drawn in the process that holds it (`outputs.render` reads it here).
 MAX_LAYER_BYTES = 64 * MiB
 FLOAT = 4  # bytes: attention is held in float32
+# Above this much attention held whole (the chosen layers' maps of one text), `show` holds
+# none of it whole: blocks of rows are summed as the pass makes them (`streams`).
+STREAM_ABOVE = 1 * GiB
+# One block of a streamed run, in float64 (`stream_rows`); with its temporaries about six.
+STREAM_BLOCK = 24 * MiB
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,8 @@ def estimate(
     b, h = asked.batch, n_heads
     layers = _kept(n_layers, asked)
     grid = n_tokens * n_tokens * FLOAT  # one (T, T) map
+    if streams(n_layers, n_heads, n_tokens, asked):
+        return _streamed(layers, h, weights, n_tokens, asked)
     per_layer = asked.measure in ("alti", "rollout")
     held = b * layers * (1 if per_layer else h) * grid
     # each text of a batch is cropped to its own tokens: a second copy
@@ -128,6 +135,39 @@ def estimate(
         drawing = workers * (WORKER + 2 * layer) if workers else WORKER + layer
     total = RUNTIME + weights + BLOCKS + attention + transient + drawing
     return Estimate(total, attention)
+
+
+def _streamed(layers: int, h: int, weights: int, n_tokens: int, asked: Asked) -> Estimate:
+    """A streamed run's peak: the pooled maps of the images (about MAX_SIDE² a head) and of
+    the page, each key's sums (float64), a few blocks of rows and their temporaries, the
+    window's cells, and the drawing processes with one layer's pooled maps each."""
+    from math import ceil
+
+    side = min(n_tokens, 512)  # analysis.pooling.MAX_SIDE
+    pooled = layers * h * side * side * FLOAT * (1 + asked.html)
+    sums = layers * h * n_tokens * 8 * 2  # key sums and a query's rows
+    blocks = 6 * STREAM_BLOCK + 4 * h * ceil(STREAM_BLOCK / (8 * h)) * FLOAT
+    window = layers * h * 256 * 256 * FLOAT
+    drawing = (asked.jobs if asked.jobs > 1 else 1) * (WORKER + 2 * h * side * side * FLOAT)
+    attention = pooled + sums + window
+    total = RUNTIME + weights + BLOCKS + attention + blocks + (drawing if asked.images else 0)
+    return Estimate(total, attention)
+
+
+def streams(n_layers: int, n_heads: int, n_tokens: int, asked: Asked) -> bool:
+    """Whether `show` reads this text without holding any map whole (`pipelines.sources`):
+    its chosen layers' maps would take more than STREAM_ABOVE, and nothing asked needs them
+    whole (--words, --hide-special, --ablate, a measure other than the weights). Its summary
+    is then summed from blocks of rows, and its images and page are pooled."""
+    if asked.command != "show" or asked.transformed or asked.ablate or asked.measure != "weights":
+        return False
+    return _kept(n_layers, asked) * n_heads * n_tokens * n_tokens * FLOAT > STREAM_ABOVE
+
+
+def stream_rows(n_heads: int, n_tokens: int) -> int:
+    """Query rows a block of a streamed run holds, so that one block of one layer, in float64
+    as the summary sums it, stays within STREAM_BLOCK bytes."""
+    return max(1, min(256, STREAM_BLOCK // (8 * n_heads * max(n_tokens, 1))))
 
 
 def _kept(n_layers: int, asked: Asked) -> int:

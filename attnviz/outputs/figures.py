@@ -106,6 +106,7 @@ class Layout:
     font_pt: float
     label_step: int  # label every label_step-th token
     every: int = 1  # tokens a cell spans (a pooled map's block): labels give positions
+    first: int = 0  # the text's position of the first cell (a window's start)
 
     @classmethod
     def for_tokens(cls, n: int, max_side_in: float = 10.24, dpi: int | None = None) -> Layout:
@@ -147,9 +148,10 @@ class Layout:
         """The labelled positions and their labels: each token, or when thinned (or pooled)
         every `label_step`-th cell with the position of its token ("40: fox")."""
         positions = list(range(0, len(tokens), self.label_step))
-        if self.label_step == 1 and self.every == 1:
+        if self.label_step == 1 and self.every == 1 and self.first == 0:
             return positions, [_short(t) for t in tokens]
-        return positions, [f"{i * self.every}: {_short(tokens[i])}" for i in positions]
+        at = [self.first + i * self.every for i in positions]
+        return positions, [f"{n}: {_short(tokens[i])}" for n, i in zip(at, positions)]
 
     def label_inches(self, tokens: tuple[str, ...]) -> float:
         """Room for the longest tick label, from DejaVu Sans' average glyph width (~0.62 em)."""
@@ -301,9 +303,10 @@ def ordinal(n: int) -> str:
 
 
 def _label_note(layout: Layout, unit: str = "token") -> str:
-    if layout.label_step == 1:
+    step = layout.label_step * layout.every  # a pooled map's cell spans `every` tokens
+    if step == 1:
         return ""
-    return f" (every {ordinal(layout.label_step)} {unit} labelled)"
+    return f" (every {ordinal(step)} {unit} labelled)"
 
 
 def view_description(att: Attention) -> str:
@@ -322,6 +325,9 @@ def view_description(att: Attention) -> str:
     if att.pooled is not None:
         size, how = att.pooled
         parts.append(f"pooled: each cell the {how} of {size} × {size} {att.unit}s")
+    if att.span is not None:
+        first, end = att.span
+        parts.append(f"window {first}:{end}, exact (keys outside it left out)")
     return ", ".join(parts)
 
 
@@ -501,7 +507,10 @@ class HeadFigure:
         tokens, keys, unit = att.tokens, att.key_tokens, att.unit
         n, n_keys = len(tokens), len(keys)
         layout, key_layout = Layout.for_grid(n, n_keys, dpi=style.dpi)
-        layout, key_layout = (replace(lay, every=att.pool_size) for lay in (layout, key_layout))
+        first = att.span[0] if att.span else 0
+        layout, key_layout = (
+            replace(lay, every=att.pool_size, first=first) for lay in (layout, key_layout)
+        )
         # Axis label + tick labels, in whole pixels so that every cell spans the same pixels.
         left = round((0.45 + layout.label_inches(tokens)) * style.dpi) / style.dpi
         bottom = round((0.45 + key_layout.label_inches(keys)) * style.dpi) / style.dpi
@@ -651,7 +660,10 @@ class LayerFigure:
         panel_h, panel_w = (round(panel * count / longest) for count in (n, n_keys))
         small = Layout.labelled(n, panel_h / dpi, max_font_pt=THINNED_FONT_PT)
         small_keys = Layout.labelled(n_keys, panel_w / dpi, max_font_pt=THINNED_FONT_PT)
-        small, small_keys = (replace(lay, every=att.pool_size) for lay in (small, small_keys))
+        first = att.span[0] if att.span else 0
+        small, small_keys = (
+            replace(lay, every=att.pool_size, first=first) for lay in (small, small_keys)
+        )
         left, bottom, top, right = (
             round(v * dpi)
             for v in (0.15 + small.label_inches(att.tokens),

@@ -966,8 +966,9 @@ def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
         print_head_map(console, att, result.summaries, layers, heads, by_weight, by_norm)
     else:
         print_head_details(console, att, result.summaries)
-    if len(layers) == 1 and len(heads) == 1:
-        print_heatmap(console, att, layers[0], heads[0], scale)
+    if len(layers) == 1 and len(heads) == 1:  # a long text's: its window, or pooled
+        drawn = result.window or result.drawn or att
+        print_heatmap(console, drawn, layers[0], heads[0], scale)
     if result.ablation is not None:
         print_ablation(console, result.ablation)
     if result.ablation_divergence is not None:

@@ -62,6 +62,8 @@ class Request:
     ablate: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs removed from the pass
     html: bool = False
     images: bool = True
+    window: tuple[int, int] | None = None  # --window START:END: exact cells of a long text
+    pool: str = "max"  # a long text's maps pooled by each block's max, or mean
     figures: tuple[str, ...] | None = None  # export: the figure kinds (None: all)
     save_raw: bool = False  # export: attention.npz
     importance: str | None = None  # report: ablation, gradient or both; compare: "ablation"

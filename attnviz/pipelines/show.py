@@ -44,11 +44,14 @@ class ShowResult:
     ablation: AblationView | None = None  # with ablate: the text with those heads removed
     # with ablate: (L, H) how far each kept head's pattern moved (JS divergence, nats)
     ablation_divergence: Any = None
+    drawn: Attention | None = None  # what the figures show: `attention`, or it pooled
+    window: Attention | None = None  # --window's exact cells
 
     @classmethod
     def of(cls, run: Run, folder: Path | None) -> ShowResult:
         """The result of `run` so far (its files once the writers have run)."""
-        return cls(run.shown, run.layers, run.heads, folder=folder, **run.result)
+        return cls(run.shown, run.layers, run.heads, folder=folder, drawn=run.drawn,
+                   window=run.window, **run.result)  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         from attnviz.analysis.contributions import MEASURES

@@ -49,16 +49,44 @@ class OneStack:
         self.layers = list(request.layers) if request.layers else None
 
     def read(self, consumers: Sequence[Consumer]) -> Run:
-        """The request's text, read in one pass with the consumers' recorders and edit."""
+        """The request's text, read in one pass with the consumers' recorders and edit; a
+        long one without holding any map whole (`core.memory.streams`)."""
+        from attnviz.core import memory
         from attnviz.core.tokens import encode
 
         r, loaded = self.request, self.loaded
         encoded = encode(loaded, r.text, r.truncate, r.pair)
         run = Run(r, loaded, encoded, loaded.info.pick_layers(self.layers))
+        facts, asked = loaded.info, memory.Asked.of(r)
+        run.streamed = memory.streams(facts.n_layers, facts.n_heads, len(encoded), asked)
+        if run.streamed:
+            return self._streamed(run, consumers)
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
         edit = _one_edit([c.edit(run) for c in consumers])
         found, run.measured = self.batch([encoded], recorders, edit)
         run.raw = found[0]
+        return run
+
+    def _streamed(self, run: Run, consumers: Sequence[Consumer]) -> Run:
+        """One pass in blocks of query rows, each block handed to the consumers' recorders
+        and the views' (pooled maps, a window) and then let go: `run.raw` has the text's
+        tokens and facts, its weights never held (a zero-size stand-in of their shape)."""
+        import numpy as np
+
+        from attnviz.core import capture, memory
+        from attnviz.core.extract import text_attention
+        from attnviz.core.tokens import pad
+        from attnviz.pipelines.views import Views
+
+        loaded, n = self.loaded, len(run.encoded)
+        shape = (len(run.layers), loaded.info.n_heads, n, n)
+        stand_in = np.broadcast_to(np.zeros((), np.float32), shape)  # read by no one
+        run.raw = text_attention(run.encoded, loaded.info, run.layers, stand_in)
+        run.views = Views(run, n, n)
+        recorders = [recorder for c in consumers for recorder in c.recorders(run)]
+        recorders += run.views.recorders(n)
+        block = memory.stream_rows(loaded.info.n_heads, n)
+        capture.run(loaded, pad(loaded, [run.encoded]), recorders, block_rows=block)
         return run
 
     def batch(self, batch: Sequence[Any], recorders: Sequence[Any] = (), edit: Any = None):
@@ -155,3 +183,8 @@ def _view(run: Run) -> None:
     run.style = r.style or Style()
     if r.measure == "norm" and run.style.scale == "absolute":  # 1 = the text's largest value
         run.style = replace(run.style, top=float(run.shown.weights.max()) or 1.0)
+    if run.views is None:  # held whole: pooled and cut from `shown`
+        from attnviz.pipelines.views import Views
+
+        run.views = Views(run, len(run.shown.tokens), len(run.shown.key_tokens))
+    run.views.finish(run)

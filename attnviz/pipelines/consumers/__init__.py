@@ -42,6 +42,11 @@ class Run:
     raw: Attention | None = None  # as the pass read it
     stacks: dict[str, Attention] | None = None  # encoder-decoder models: each stack read
     shown: Attention | None = None  # after --words / --hide-special
+    streamed: bool = False  # no map held whole: blocks of rows summed as the pass made them
+    drawn: Attention | None = None  # what figures draw: `shown`, or pooled (`views.Views`)
+    page_view: Attention | None = None  # what the page carries: `shown`, or pooled coarser
+    window: Attention | None = None  # --window's exact cells
+    views: Any = None  # pipelines.views.Views: how the views are made
     heads: list[int] = field(default_factory=list)
     style: Style | None = None  # how figures are drawn (norm: 1 is the text's largest value)
     result: dict[str, Any] = field(default_factory=dict)

@@ -4,7 +4,7 @@ drawn in worker processes that start while the model loads."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import Interrupted
 from attnviz.outputs.files import TEXT_FILES
@@ -26,15 +26,26 @@ class Images(Consumer):
 
         asked = run.result.get("query")
         at = asked.index if asked is not None else None
-        shown, jobs = run.shown, self.request.jobs
+        drawn, window, jobs = run.drawn, run.window, self.request.jobs
         try:
-            found = render_text(
-                shown, folder, run.layers, run.heads, run.style, query=at, jobs=jobs
-            )
+            if window is None or drawn is window:
+                found = render_text(drawn, folder, run.layers, run.heads, run.style, query=at,
+                                    jobs=jobs)  # fmt: skip
+            else:  # the whole text pooled; each head (and the query) in the window, exact
+                at = at - window.span[0] if at is not None and _inside(at, window) else None
+                found = render_text(drawn, folder, run.layers, run.heads, run.style,
+                                    ("overview", "layers"), jobs=jobs)  # fmt: skip
+                found += render_text(window, folder, run.layers, run.heads, run.style,
+                                     ("heads",), query=at, jobs=jobs)  # fmt: skip
             run.result["images"] = found
         except KeyboardInterrupt:
             stop_workers()  # the drawing processes finish what they started, then stop
             raise _interrupted(folder) from None
+
+
+def _inside(index: int, window: Any) -> bool:
+    first, end = window.span
+    return first <= index < end
 
 
 def _interrupted(folder: Path) -> Interrupted:

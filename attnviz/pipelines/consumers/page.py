@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.pipelines.consumers import Consumer, Run
+from attnviz.pipelines.views import page_pool_size
 
 
 class Page(Consumer):
@@ -26,6 +27,9 @@ class Page(Consumer):
             self.inside = StacksInside(run.loaded)  # each stack's inside view
             return self.inside([run.encoded])
         self.inside = InsideSteps(run.loaded, [run.encoded])
+        n, info = len(run.encoded), run.loaded.info
+        if run.streamed or page_pool_size(len(run.layers), info.n_heads, n, n) > 1:
+            return [self.inside]  # pooled: the weights alone (each measure's maps held whole)
         self.every = EveryMeasure(run.loaded, run.layers, [run.encoded], self.request.measure)
         return [self.inside, *self.every.recorders.values()]
 
@@ -37,6 +41,10 @@ class Page(Consumer):
             options = dict(stacks=stacks, inside=self.inside.results(), scale=style.scale,
                            cmap=style.cmap)  # fmt: skip
             return stacks[run.shown.stack], options
+        view = run.window if r.window is not None else run.page_view
+        if self.every is None or view is not run.shown:  # pooled, or a window: its weights
+            return view, dict(inside=self.inside.result(), scale=style.scale, cmap=style.cmap,
+                              segments=view.segments)  # fmt: skip
         found = self.every.page(run.raw, run.shown, lambda att: _view(r, att), run.measured)
         return found.weights, dict(inside=self.inside.result(), scale=style.scale,
                                    cmap=style.cmap, segments=run.shown.segments,

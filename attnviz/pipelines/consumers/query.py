@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attnviz.pipelines.consumers import Consumer, Run
 
@@ -26,10 +26,22 @@ class Query(Consumer):
         if not encoded.truncated:  # where a text is cut is the loaded model's to say
             check_query(encoded, r.query, r.words, r.hide_special)
 
+    rows: Any = None  # analysis.query.QueryRows: a streamed run's query rows
+
+    def recorders(self, run: Run) -> list[Any]:
+        from attnviz.analysis.query import QueryRows, find_query
+
+        if not run.streamed:
+            return []
+        self.rows = QueryRows(run.layers, find_query(run.raw, self.request.query))
+        return [self.rows]
+
     def finish(self, run: Run) -> None:
         from attnviz.analysis.query import find_query, query_view
 
         index = find_query(run.shown, self.request.query)
+        ranked = run.shown if run.streamed else run.ranked  # streamed: the weights
+        held = self.rows.held if self.rows is not None else None
         run.result["query"] = query_view(
-            run.ranked, index, run.layers, run.heads, self.request.top_k
+            ranked, index, run.layers, run.heads, self.request.top_k, held
         )

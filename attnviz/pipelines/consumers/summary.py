@@ -3,12 +3,39 @@ keys and strongest links."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from attnviz.pipelines.consumers import Consumer, Run
 
 
 class Summary(Consumer):
+    stats: Any = None  # analysis.summary.HeadStats, summed from a streamed run's blocks
+
+    def recorders(self, run: Run) -> list[Any]:
+        from attnviz.analysis.summary import HeadStats
+
+        if not run.streamed:
+            return []
+        self.stats = HeadStats(run.raw, len(run.layers), run.loaded.info.n_heads)
+        return [_Blocks(self.stats, run.layers)]
+
     def finish(self, run: Run) -> None:
         from attnviz.analysis.summary import summarise
 
-        summaries = summarise(run.ranked, run.layers, run.heads, self.request.top_k)
+        ranked = run.shown if run.streamed else run.ranked  # streamed: the weights
+        summaries = summarise(ranked, run.layers, run.heads, self.request.top_k, stats=self.stats)
         run.result["summaries"] = summaries
+
+
+class _Blocks:
+    """A capture recorder adding each block of rows (batch row 0) to the summary's sums."""
+
+    def __init__(self, stats: Any, layers: list[int]) -> None:
+        self.stats, self.slot = stats, {layer: i for i, layer in enumerate(layers)}
+        self.wants = {layer: ("rows",) for layer in layers}
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        return None
+
+    def receive_rows(self, layer: int, start: int, rows: Any) -> None:
+        self.stats.add(start, rows[0].numpy(), self.slot[layer])  # (H, b, S)

@@ -1,0 +1,105 @@
+"""What a run draws of its attention: every head's map as it is, or pooled where it is longer
+than a picture or the page can show (`analysis.pooling`), and the exact cells of a window
+(`--window START:END`, or around `--query` on a long text; `analysis.window`).
+
+A run that holds its maps whole (`run.streamed` False) pools and cuts them at the end; a
+streamed one gets the same numbers from recorders fed by the pass, a block of rows at a time.
+The views land on the run: `run.drawn` (figures, the terminal's heatmap), `run.page_view`
+(the page) and `run.window`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnviz.core.attention import Attention
+
+Run = Any  # pipelines.consumers.Run (which imports this module: no import back)
+
+# The cells of every head's pooled map the figures are drawn from at most (256 MiB of
+# float32): a model of many heads pools its figures further than MAX_SIDE.
+IMAGE_CELLS = 64 * 2**20
+# The cells of every head the page carries at most (about 5 MB once deflated, within its
+# 8 MB): a longer text's page is pooled to fit.
+PAGE_CELLS = 20 * 2**20
+
+
+def page_pool_size(n_layers: int, n_heads: int, n: int, n_keys: int) -> int:
+    """How many cells a cell of the page pools along each axis: 1 while every head's map fits
+    within PAGE_CELLS (and MAX_SIDE a side)."""
+    from attnviz.analysis.pooling import MAX_SIDE, pool_size
+
+    side = max(1, math.isqrt(PAGE_CELLS // max(1, n_layers * n_heads)))
+    return pool_size(n, n_keys, min(side, MAX_SIDE))
+
+
+class Views:
+    """The views of one run: their pooling and window, their recorders (a streamed run), and
+    `finish`, which puts them on the run."""
+
+    def __init__(self, run: Run, n: int, n_keys: int) -> None:
+        """The views of `run`'s attention over `n` queries and `n_keys` keys (its tokens, or
+        its words)."""
+        from attnviz.analysis.pooling import MAX_SIDE, pool_size
+        from attnviz.analysis.window import around, check_window
+
+        r = run.request
+        self.how, self.causal = r.pool, run.loaded.info.causal
+        self.layers, self.n_heads = run.layers, run.loaded.info.n_heads
+        side = max(1, math.isqrt(IMAGE_CELLS // max(1, len(run.layers) * self.n_heads)))
+        self.image_size = pool_size(n, n_keys, min(side, MAX_SIDE))
+        size = page_pool_size(len(run.layers), self.n_heads, n, n_keys)
+        self.page_size = size if r.html else None
+        self.span = r.window
+        if self.span is None and r.query is not None and self.image_size > 1:  # a long text
+            from attnviz.analysis.query import find_query
+
+            self.span = around(find_query(run.shown or run.raw, r.query), n)
+        if self.span is not None:
+            check_window(*self.span, n)
+        self.pooled: dict[int, Any] = {}  # size -> analysis.pooling.Pooled
+        self.cells: Any = None  # analysis.window.WindowCells
+
+    def recorders(self, n: int) -> list[Any]:
+        """A streamed run's recorders: the pooled maps of each size asked for, the window."""
+        from attnviz.analysis.pooling import Pooled
+        from attnviz.analysis.window import WindowCells
+
+        for size in {self.image_size, self.page_size} - {None}:
+            self.pooled[size] = Pooled(self.layers, self.n_heads, n, n, size, self.how,
+                                       self.causal)  # fmt: skip
+        if self.span is not None:
+            self.cells = WindowCells(self.layers, self.n_heads, *self.span)
+        return [*self.pooled.values(), *([self.cells] if self.cells else [])]
+
+    def finish(self, run: Run) -> None:
+        """Put the views on the run: from the recorders, or from `run.shown` held whole."""
+        from attnviz.analysis.window import window_attention, window_of
+
+        shown = run.shown
+        run.drawn = self._pooled(shown, self.image_size)
+        run.page_view = self._pooled(shown, self.page_size) if self.page_size else None
+        if self.span is not None:
+            if self.cells is not None:
+                run.window = window_attention(shown, self.cells.held, *self.span)
+            else:
+                run.window = window_of(shown, *self.span)
+
+    def _pooled(self, att: Attention, size: int) -> Attention:
+        """`att` pooled `size` × `size`: from the recorders of a streamed run (size 1: its
+        exact cells), else from `att`'s own maps (as it is for size 1)."""
+        from attnviz.analysis.pooling import pool, pooled_attention
+
+        if size in self.pooled:
+            found = self.pooled[size]
+            maps = {layer: found.result(layer) for layer in att.held_layers()}
+        elif size == 1:
+            return att
+        else:
+            maps = {
+                layer: pool(att.weights[att.slot(layer)], size, self.how, self.causal)
+                for layer in att.held_layers()
+            }
+        return pooled_attention(att, maps)
