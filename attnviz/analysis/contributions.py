@@ -467,12 +467,14 @@ class SpecialShares:
             queries = np.flatnonzero(~marked[start : start + rows.shape[2]])  # in the block
             if not len(queries):
                 continue
-            grid = rows[row, :, queries, :n].numpy()  # (H, q, T)
-            self._sums[0, row, slot] += grid[..., marked].astype(np.float64).sum(axis=(-2, -1))
-            length = self._lengths[row, :, None, :n]  # ‖f^h(x_j)‖: (H, 1, T)
-            normed = (grid * length).astype(np.float64)  # ‖α f(x_j)‖: (H, q, T)
+            grid = rows[row, :, queries, :n].numpy()  # (H, q, W): a decoder's W ≤ T keys
+            width = grid.shape[-1]
+            special = marked[:width]
+            self._sums[0, row, slot] += grid[..., special].astype(np.float64).sum(axis=(-2, -1))
+            length = self._lengths[row, :, None, :width]  # ‖f^h(x_j)‖: (H, 1, W)
+            normed = (grid * length).astype(np.float64)  # ‖α f(x_j)‖: (H, q, W)
             totals = normed.sum(axis=-1, keepdims=True).clip(min=1e-30)  # each row as shares
-            self._sums[1, row, slot] += (normed[..., marked] / totals).sum(axis=(-2, -1))
+            self._sums[1, row, slot] += (normed[..., special] / totals).sum(axis=(-2, -1))
 
     def _means(self, which: int) -> Any:
         import numpy as np

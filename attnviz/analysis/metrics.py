@@ -35,7 +35,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.ordered import OrderedSum
@@ -81,15 +81,19 @@ class Rows:
         self.square = att.keys is None  # keys are the queries' own tokens
         block = np.arange(start, start + rows.shape[2])
         self.queries = block[~np.asarray(att.special)[block]]  # (Q,) positions in the text
-        self.rows = rows[:, :, self.queries - start, : self.n].astype(np.float64)  # (L, H, Q, S)
+        # (L, H, Q, W): W ≤ S keys (a decoder's block of rows stops at its last query's key:
+        # the later keys hold 0)
+        self.rows = rows[:, :, self.queries - start, : self.n].astype(np.float64)
+        self.width = self.rows.shape[-1]
         self.count = len(self.queries)
-        positions = np.arange(self.n)
-        self.offset = positions[None, :] - self.queries[:, None]  # (Q, S): j − i
+        positions = np.arange(self.width)
+        self.offset = positions[None, :] - self.queries[:, None]  # (Q, W): j − i
         keys, key_special = att.key_tokens, att.key_special
-        self.punctuation = np.array([is_punctuation(t) for t in keys]) & ~key_special
+        self.punctuation = (_punctuation(tuple(keys)) & ~key_special)[: self.width]
         self.separators = key_special.copy()  # special tokens after the first
         self.separators[0] = False
-        self.special = key_special
+        self.separators = self.separators[: self.width]
+        self.special = key_special[: self.width]
         # keys a query can see: all of them, or (causal) those up to itself
         self.visible = self.queries + 1 if att.info.causal else np.full(self.count, self.n)
 
@@ -106,17 +110,20 @@ class Rows:
         import numpy as np
 
         queries = self.queries
-        keep = (queries + k >= 0) & (queries + k < self.n)
-        picked = self.rows[:, :, np.flatnonzero(keep), queries[keep] + k]  # (L, H, count)
+        keep = (queries + k >= 0) & (queries + k < self.n)  # queries that have that key
+        held = keep & (queries + k < self.width)  # and whose key is in the block (else 0)
+        picked = self.rows[:, :, np.flatnonzero(held), queries[held] + k]  # (L, H, count)
         return picked.sum(axis=-1), int(keep.sum())  # (L, H), count
 
     @cached_property
     def entropy(self) -> np.ndarray:
         """−Σ_j a[j] ln a[j] of each row, (L, H, Q)."""
-        import numpy as np
 
-        logs = np.log(np.where(self.rows > 0, self.rows, 1.0))
-        return -(self.rows * logs).sum(axis=-1)
+        import torch
+
+        # −a ln a element by element on every core (torch), summed over keys by numpy (in
+        # one fixed order, whatever the threads)
+        return torch.special.entr(torch.from_numpy(self.rows)).numpy().sum(axis=-1)
 
     def all_queries(self, summed: np.ndarray) -> tuple[np.ndarray, int]:
         return summed, self.count
@@ -200,6 +207,14 @@ PROBES = {
     "duplicate": "repeated random tokens: a[the earlier occurrence]",
 }
 METRIC_HELP = {**{m.name: m.help for m in METRICS.values()}, **PROBES}
+
+
+@lru_cache(maxsize=4)
+def _punctuation(tokens: tuple[str, ...]) -> np.ndarray:
+    """Which of `tokens` are punctuation, (T,) bool: once a text, not once a block of rows."""
+    import numpy as np
+
+    return np.array([is_punctuation(token) for token in tokens], dtype=bool)
 
 
 def is_punctuation(token: str) -> bool:
@@ -319,11 +334,13 @@ def repeat_sums(att: Attention, start: int, rows: np.ndarray) -> tuple[np.ndarra
     duplicate &= np.arange(n)[None, :] < queries[:, None]
     induction = np.zeros_like(duplicate)
     induction[:, 1:] = duplicate[:, :-1] & (np.arange(1, n)[None, :] < queries[:, None])
+    width = rows.shape[-1]  # earlier occurrences and the keys after them: before the query
     for slot, mask in enumerate((induction, duplicate)):
         repeats = mask.any(axis=1)  # (b,)
         if repeats.any():
-            picked = rows[:, :, repeats].astype(np.float64)  # (L, H, Q, T)
-            sums[slot] += np.einsum("lhqk,qk->lh", picked, mask[repeats].astype(np.float64))
+            picked = rows[:, :, repeats].astype(np.float64)  # (L, H, Q, W)
+            held = mask[repeats][:, :width].astype(np.float64)  # (Q, W)
+            sums[slot] += np.einsum("lhqk,qk->lh", picked, held)
             counts[slot] += int(repeats.sum())
     return sums, counts
 

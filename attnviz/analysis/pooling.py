@@ -78,7 +78,7 @@ class Pooled:
         self.size, self.how, self.causal = size, how, causal
         self.n_queries, self.n_keys = n_queries, n_keys
         shape = (n_heads, math.ceil(n_queries / size), math.ceil(n_keys / size))
-        start = 0.0 if how == "mean" else -np.inf
+        start = 0.0  # sums, or maxima of weights (never below 0)
         # sums or maxima in float32: a long text's 30 × 9 maps of 512² cells are 283 MB
         self.held = {layer: np.full(shape, start, np.float32) for layer in layers}
         self.counts = _visible_counts(n_queries, n_keys, size, causal) if how == "mean" else None
@@ -88,33 +88,34 @@ class Pooled:
         return None
 
     def receive_rows(self, layer: int, start: int, rows: Any) -> None:
-        self.add(layer, start, rows[0].numpy())  # (H, b, S) of batch row 0
+        self.add(layer, start, rows[0])  # (H, b, W) of batch row 0
 
     def add(self, layer: int, start: int, rows: np.ndarray) -> None:
-        """Take query rows start … start+b−1 of `layer`, (H, b, S)."""
-        import numpy as np
+        """Take query rows start … start+b−1 of `layer`, (H, b, W): W ≤ S keys (a decoder's
+        block stops at its last query's key)."""
+        import torch
 
-        n_heads, b, n_keys = rows.shape
+        block = torch.as_tensor(rows)  # no copy: numpy's, or the pass's own tensor
+        n_heads, b, n_keys = block.shape
         s, mean = self.size, self.how == "mean"
-        if not mean and self.causal:  # a masked cell holds no weight to show
-            hidden = np.arange(n_keys)[None, :] > np.arange(start, start + b)[:, None]
-            rows = np.where(hidden, -np.inf, rows)
+        # A max needs no mask: a masked cell's weight is 0, and weights are ≥ 0.
         full = n_keys - n_keys % s
-        bins = [rows[:, :, :full].reshape(n_heads, b, full // s, s)]
+        bins = [block[:, :, :full].reshape(n_heads, b, full // s, s)]
         if full < n_keys:
-            bins.append(rows[:, :, None, full:])  # the last, narrower column bin
+            bins.append(block[:, :, None, full:])  # the last, narrower column bin
         if mean:
-            found = [part.sum(axis=-1, dtype=np.float64) for part in bins]
+            found = [part.sum(dim=-1, dtype=torch.float64) for part in bins]
         else:
-            found = [part.max(axis=-1) for part in bins]
-        by_key = np.concatenate(found, axis=-1)  # (H, b, C)
-        held = self.held[layer]
+            found = [part.amax(dim=-1) for part in bins]
+        by_key = torch.cat(found, dim=-1)  # (H, b, C'): C' ≤ C columns
+        held = torch.from_numpy(self.held[layer])[:, :, : by_key.shape[-1]]  # a view
         for first in range(start - start % s, start + b, s):  # each row bin the block meets
             lo, hi = max(first, start) - start, min(first + s, start + b) - start
             if mean:
-                held[:, first // s] += by_key[:, lo:hi].sum(axis=1).astype(np.float32)
+                held[:, first // s] += by_key[:, lo:hi].sum(dim=1).float()
             else:
-                held[:, first // s] = np.maximum(held[:, first // s], by_key[:, lo:hi].max(axis=1))
+                torch.maximum(held[:, first // s], by_key[:, lo:hi].amax(dim=1),
+                              out=held[:, first // s])  # fmt: skip
 
     def result(self, layer: int) -> PooledMap:
         """The layer's pooled maps, (H, ⌈T/size⌉, ⌈S/size⌉) float32."""
@@ -124,7 +125,7 @@ class Pooled:
         if self.how == "mean":
             values = np.where(self.counts > 0, held / np.maximum(self.counts, 1), 0.0)
         else:
-            values = np.where(np.isfinite(held), held, 0.0)
+            values = held
         return PooledMap(values.astype(np.float32), self.size, self.how)
 
 

@@ -158,8 +158,8 @@ class QueryRows:
     from the blocks of rows the pass hands out (batch row 0): what `query_view` takes where
     the whole maps are not held."""
 
-    def __init__(self, layers: list[int], index: int) -> None:
-        self.index = index
+    def __init__(self, layers: list[int], index: int, n_keys: int) -> None:
+        self.index, self.n_keys = index, n_keys
         self.held: dict[int, Any] = {}
         self.wants = {layer: ("rows",) for layer in layers}
 
@@ -167,5 +167,9 @@ class QueryRows:
         return None
 
     def receive_rows(self, layer: int, start: int, rows: Any) -> None:
+        import numpy as np
+
         if start <= self.index < start + rows.shape[2]:
-            self.held[layer] = rows[0, :, self.index - start].numpy().copy()  # (H, S)
+            row = rows[0, :, self.index - start].numpy()  # (H, W): a decoder's W ≤ S keys
+            self.held[layer] = np.zeros((row.shape[0], self.n_keys), np.float32)
+            self.held[layer][:, : row.shape[1]] = row

@@ -235,7 +235,8 @@ class HeadStats:
             self.repeat_counts[:, at] += counted[:, None]
         self._keys(start, rows, at)
         block = self.queries[start : start + rows.shape[2]]
-        on_special = rows[:, :, block][..., self.key_special]  # (l, H, Q, specials)
+        special = self.key_special[: rows.shape[-1]]  # a decoder's block: W ≤ S keys
+        on_special = rows[:, :, block][..., special]  # (l, H, Q, specials)
         self.special[at] += on_special.astype(np.float64).sum(axis=(-2, -1))
         self.special_count[at] += int(block.sum())
 
@@ -249,8 +250,8 @@ class HeadStats:
         if self.att.info.causal:  # a decoder's query i sees keys 0 … i
             sees &= np.arange(n_keys)[None, :] <= np.arange(start, block.stop)[:, None]
         found = np.einsum("lhqk,qk->lhk", rows.astype(np.float64), sees.astype(np.float64))
-        self.summed[at] += found
-        links = self.link_rows[block, None] & ~self.key_special[None, :]  # (q, k)
+        self.summed[at, :, :n_keys] += found  # a decoder's block: its first W keys
+        links = self.link_rows[block, None] & ~self.key_special[None, :n_keys]  # (q, k)
         masked = np.where(links, rows, -1.0).reshape(*rows.shape[:2], -1)  # (l, H, q·k)
         best = masked.argmax(axis=-1)  # (l, H): the first largest, in (query, key) order
         weight = np.take_along_axis(masked, best[..., None], axis=-1)[..., 0]

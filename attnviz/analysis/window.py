@@ -72,9 +72,9 @@ class WindowCells:
 
     def add(self, layer: int, first: int, rows: np.ndarray) -> None:
         lo, hi = max(first, self.start), min(first + rows.shape[1], self.end)
-        if lo < hi:
+        if lo < hi:  # a decoder's block may stop before the window's last key (those are 0)
             block = rows[:, lo - first : hi - first, self.start : self.end]
-            self.held[layer][:, lo - self.start : hi - self.start] = block
+            self.held[layer][:, lo - self.start : hi - self.start, : block.shape[-1]] = block
 
 
 def window_attention(

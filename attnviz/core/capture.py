@@ -20,8 +20,9 @@ are in (every other model has one stack, None).
 
     rows    blocks of `probs`' query rows, for callers that keep running sums and never
             hold a layer's whole matrix: such a recorder's `receive_rows(layer, start, rows)`
-            gets rows start … start+b−1 of every head, (B, H, b, S), block after block,
-            after its `receive` has had the layer's other kinds it asked for
+            gets rows start … start+b−1 of every head, (B, H, b, W), block after block,
+            after its `receive` has had the layer's other kinds it asked for; W ≤ S keys
+            (a decoder's block stops at its last query: the later keys hold 0)
 
 The model runs its own attention implementation. With eager attention `probs` is read from
 the attention module; with any other (SDPA, the default) the module keeps none, and
@@ -216,12 +217,12 @@ class _Probabilities:
         else:
             projected = self._project(site, got)
             found = recompute.blocks(projected, self.block_rows)
-            keep = torch.empty(projected.shape) if "probs" in kinds else None
+            keep = torch.zeros(projected.shape) if "probs" in kinds else None
         for start, rows in found if takers or keep is not None else ():
             for recorder in takers:
                 recorder.receive_rows(layer, start, rows)  # (B, H, b, S)
-            if keep is not None:
-                keep[:, :, start : start + rows.shape[2]] = rows
+            if keep is not None:  # a decoder's block stops at its last query's key
+                keep[:, :, start : start + rows.shape[2], : rows.shape[3]] = rows
         if keep is not None:
             got["probs"] = keep
 

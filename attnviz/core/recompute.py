@@ -81,6 +81,8 @@ def project(
     q = q.reshape(batch, kv_heads, groups, length, d_k)  # (B, H_kv, G, T, d_k)
     k = k[:, :, None]  # (B, H_kv, 1, S, d_k): one key head serves its G query heads
     mask = key_mask.to(torch.bool) if key_mask is not None else None
+    if mask is not None and bool(mask.all()):  # no padding: every key is real
+        mask = None
     return Projected(q.contiguous(), k.contiguous(), w, mask, causal)
 
 
@@ -105,21 +107,29 @@ def one_head(weights: LayerWeights, head: int) -> LayerWeights:
 
 
 def probability_rows(layer: Projected, start: int, stop: int) -> torch.Tensor:
-    """The probabilities of query rows start … stop−1 of every head, (B, H, rows, S),
-    float32; each real row sums to 1 (a row that sees no key is all 0)."""
+    """The probabilities of query rows start … stop−1 of every head, (B, H, rows, W),
+    float32; each real row sums to 1 (a row that sees no key is all 0). W is S, or for a
+    causal layer with no padding and no window `stop`: the keys after the block's last
+    query would all be 0, and are not computed."""
     import torch
 
     w = layer.weights
     batch, n_heads, _, n_keys = layer.shape
+    trimmed = layer.causal and layer.key_mask is None and w.window is None and w.relative is None
+    width = min(stop, n_keys) if trimmed else n_keys
     q = layer.q[:, :, :, start:stop]  # (B, H_kv, G, rows, d_k)
     scale = w.scale if w.scale is not None else 1 / math.sqrt(w.d_k)
-    scores = (q @ layer.k.transpose(-2, -1)) * scale  # (B, H_kv, G, rows, S)
-    scores = scores.view(batch, n_heads, stop - start, n_keys)  # (B, H, rows, S)
+    scores = (q @ layer.k[..., :width, :].transpose(-2, -1)) * scale  # (B, H_kv, G, rows, W)
+    scores = scores.view(batch, n_heads, stop - start, width)  # (B, H, rows, W)
     if w.softcap is not None:  # Gemma2 squashes the scores into (−cap, cap)
         scores = w.softcap * torch.tanh(scores / w.softcap)
     if w.relative is not None:  # T5: + B_h by each key's distance from the query
         relative = replace(w.relative, table=w.relative.table.float())
         scores = scores + relative_bias(relative, stop - start, n_keys, start)
+    if trimmed:  # every row sees key 0: only the causal mask, within the block's last keys
+        later = torch.arange(width)[None, :] > torch.arange(start, stop)[:, None]  # (rows, W)
+        scores.masked_fill_(later, float("-inf"))
+        return torch.softmax(scores, dim=-1)
     allowed = visible_keys(
         batch, stop - start, layer.key_mask, layer.causal, w.window, n_keys, start
     )  # (B, rows, S)

@@ -41,7 +41,7 @@ class Page(Consumer):
             options = dict(stacks=stacks, inside=self.inside.results(), scale=style.scale,
                            cmap=style.cmap)  # fmt: skip
             return stacks[run.shown.stack], options
-        view = run.window if r.window is not None else run.page_view
+        view = run.window if r.window is not None else (run.page_view or run.shown)
         if self.every is None or view is not run.shown:  # pooled, or a window: its weights
             return view, dict(inside=self.inside.result(), scale=style.scale, cmap=style.cmap,
                               segments=view.segments)  # fmt: skip

@@ -33,7 +33,8 @@ class Query(Consumer):
 
         if not run.streamed:
             return []
-        self.rows = QueryRows(run.layers, find_query(run.raw, self.request.query))
+        index = find_query(run.raw, self.request.query)
+        self.rows = QueryRows(run.layers, index, len(run.raw.key_tokens))
         return [self.rows]
 
     def finish(self, run: Run) -> None:

@@ -1,0 +1,119 @@
+"""Long texts on SmolLM2 (issue 33): `attnviz show - -m smollm2 --html` against a bare
+transformers script that loads the same model and runs one SDPA forward pass over the same
+text with no attentions, side by side; and time and peak memory of `show` at 512 … 8,192
+tokens on the new path (SDPA, recomputed in blocks; long texts streamed and pooled) against
+`--attention eager` (transformers' eager kernel computes each layer's probabilities, H × T × T
+at once, and attnviz reads them), eager up to `--eager-up-to` tokens.
+
+Each run is a fresh process; peak memory is the sum of RSS over the process tree (its drawing
+processes included, `_rss.py`). The side-by-side part runs `--runs` rounds, rotated; the
+table of lengths runs each length once.
+
+Run: .venv/bin/python bench/bench_long.py [--runs 3] [--tokens 8085]
+     [--lengths 512 1024 2048 4096 8192] [--eager-up-to 4096]
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import footer, header, parser, ratios, rounds, spread
+from _rss import measure
+
+SAMPLES = Path(__file__).parent.parent / "attnviz" / "data" / "sentences.txt"
+ATTNVIZ = str(Path(sys.executable).with_name("attnviz"))
+
+# What anyone would write: the converted SmolLM2 folder attnviz keeps, SDPA, no attentions,
+# leaving without the interpreter's teardown as attnviz does.
+BARE = r"""
+import os, sys, torch
+from transformers import AutoModel, AutoTokenizer
+path, text = sys.argv[1], sys.stdin.read()
+tokenizer = AutoTokenizer.from_pretrained(path)
+model = AutoModel.from_pretrained(path, attn_implementation="sdpa").eval()
+with torch.inference_mode():
+    model(**tokenizer(text, return_tensors="pt"))
+os._exit(0)
+"""
+
+
+def text_of(n_tokens: int, tokenizer) -> str:
+    """The samples corpus, repeated as often as needed, cut where SmolLM2 reads it as exactly
+    `n_tokens` tokens (its BOS, which attnviz adds, included)."""
+    sentences = [line.strip() for line in SAMPLES.read_text().splitlines() if line.strip()]
+    corpus = " ".join(sentences)
+    while len(tokenizer(corpus)["input_ids"]) < n_tokens + 8:
+        corpus = corpus + " " + corpus
+    pieces = tokenizer(corpus, add_special_tokens=False, return_offsets_mapping=True)
+    ends = [end for _, end in pieces["offset_mapping"]]
+    return corpus[: ends[n_tokens - 2]]  # n − 1 pieces and attnviz's BOS
+
+
+def _run(command: list[str], text: str) -> tuple[float, float, bool]:
+    """(wall s, peak MiB, whether it succeeded) of one fresh run reading `text` on stdin."""
+    with tempfile.TemporaryFile("w+") as stdin:
+        stdin.write(text)
+        stdin.seek(0)
+        wall, peak = measure(command, stdin=stdin)
+    return wall, peak, True
+
+
+def main() -> None:
+    options = parser(__doc__, runs=3)
+    options.add_argument("--tokens", type=int, default=8085, help="the side-by-side text")
+    options.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
+    options.add_argument("--eager-up-to", type=int, default=4096, help="longest eager run")
+    args = options.parse_args()
+    if args.quick:
+        args.runs, args.tokens, args.lengths = 1, 512, [256, 512]
+    header("Long texts on SmolLM2: `show --html` against a bare SDPA forward pass", args)
+
+    from transformers import AutoTokenizer
+    from transformers.utils import logging
+
+    from attnviz.core import gguf_cache
+
+    logging.set_verbosity_error()
+    folder = str(gguf_cache.converted("smollm2"))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        text = text_of(args.tokens, tokenizer)
+        sides = {
+            "show --html": [ATTNVIZ, "show", "-", "-m", "smollm2", "--html", "-o", tmp],
+            "bare": [sys.executable, "-c", BARE, folder],
+        }
+        runs: dict[str, list[tuple[float, float, bool]]] = {name: [] for name in sides}
+        for order in rounds(args.runs, list(sides)):
+            for name in order:
+                runs[name].append(_run(sides[name], text))
+        walls = {name: [wall for wall, _, _ in found] for name, found in runs.items()}
+        peaks = {name: [peak for _, peak, _ in found] for name, found in runs.items()}
+        print(f"{args.tokens:,} tokens, one fresh process each; min / median / max over the "
+              "rounds.\n")  # fmt: skip
+        print("| | wall s | peak MiB (process tree) | ÷ bare, wall |")
+        print("|---|---|---|---|")
+        for name in sides:
+            ratio = spread(ratios(walls[name], walls["bare"]), bold=True)
+            print(f"| {name} | {spread(walls[name], 1)} | {spread(peaks[name], 0)} | {ratio} |")
+
+        print("\nEach length once, fresh processes; `show -m smollm2 --no-images` (the pass, "
+              "the summary and the terminal):\n")  # fmt: skip
+        print("| tokens | new path s | new path MiB | eager s | eager MiB |")
+        print("|---|---|---|---|---|")
+        for n in args.lengths:
+            piece = text_of(n, tokenizer)
+            new = [ATTNVIZ, "show", "-", "-m", "smollm2", "--no-images"]
+            eager = [*new, "--attention", "eager"]
+            found = [_run(new, piece)]
+            eager_cells = "not run | –"
+            if n <= args.eager_up_to:
+                found.append(_run(eager, piece))
+                eager_cells = f"{found[1][0]:.1f} | {found[1][1]:.0f}"
+            print(f"| {n:,} | {found[0][0]:.1f} | {found[0][1]:.0f} | {eager_cells} |")
+    footer()
+
+
+if __name__ == "__main__":
+    main()
