@@ -337,9 +337,7 @@ class Measured:
             from attnviz.errors import UnsupportedModelError
 
             try:
-                self._weights = {
-                    layer: adapters.layer_weights(model, layer, stack).to_cpu() for layer in needed
-                }
+                self._weights = adapters.EachLayer(model, stack)
             except UnsupportedModelError as error:
                 raise UnsupportedModelError(
                     f"--measure {measure.name} is not defined here: it needs each head's value "
@@ -417,9 +415,7 @@ class SpecialShares:
 
         self.wants = {layer: ("input", "probs") for layer in layers}
         self.slot = {layer: i for i, layer in enumerate(layers)}
-        self._weights = {
-            layer: adapters.layer_weights(loaded.model, layer).to_cpu() for layer in layers
-        }
+        self._weights = adapters.EachLayer(loaded.model)
         self._special = special  # per batch row: (T_row,) bool
         shape = (len(special), len(layers), loaded.info.n_heads)
         self.by_weight = np.zeros(shape, np.float32)
@@ -443,17 +439,15 @@ class SpecialShares:
         self.by_weight[:, self.slot[layer]], self.by_norm[:, self.slot[layer]] = found
 
 
-def readable_weights(loaded: LoadedModel, stack: str | None = None) -> dict[int, Any] | None:
-    """Each layer's `mha.LayerWeights` (of `stack`), or None where attnviz cannot read the
-    model's value and output weights (a measure of norms then has nothing to work with)."""
+def readable_weights(loaded: LoadedModel, stack: str | None = None) -> Any:
+    """Each layer's `mha.LayerWeights` (of `stack`), read as a layer is asked for
+    (`adapters.EachLayer`), or None where attnviz cannot read the model's value and output
+    weights (a measure of norms then has nothing to work with)."""
     from attnviz.core import adapters
     from attnviz.errors import UnsupportedModelError
 
     try:
-        return {
-            layer: adapters.layer_weights(loaded.model, layer, stack).to_cpu()
-            for layer in range(loaded.info.of_stack(stack).n_layers)
-        }
+        return adapters.EachLayer(loaded.model, stack)
     except UnsupportedModelError:
         return None
 

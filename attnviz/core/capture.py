@@ -220,7 +220,7 @@ class _Probabilities:
 
         stack, layer = site
         mask = self.key_masks[stack]
-        weights = adapters.layer_weights(self.loaded.model, layer, stack).to_cpu()
+        weights = adapters.layer_weights(self.loaded.model, layer, stack)
         return recompute.project(
             got["input"],
             weights,
