@@ -151,6 +151,7 @@ class Report:
     def as_dict(self) -> dict[str, Any]:
         return {
             "model": self.info.as_dict(),
+            **self.info.ran(),
             "unit": self.unit,
             "sentences": self.sentences,
             "queries": self.queries,
@@ -224,6 +225,7 @@ class Seq2SeqReport:
     def as_dict(self) -> dict[str, Any]:
         return {
             "model": self.info.as_dict(),
+            **self.info.ran(),
             "sentences": self.sentences,
             "skipped": list(self.skipped),
             "stacks": {
