@@ -337,9 +337,13 @@ class Load:
         device = resolve_device(self.device)  # --device cuda without CUDA: refused here
         cuda = device.startswith("cuda")
         for gpu in gpus:
+            if self.device == "cpu":
+                raise InputError(f"--max-memory {gpu}=…: --device cpu puts no layer on a GPU")
             if not cuda or gpu >= torch.cuda.device_count():
-                there = f"GPUs 0–{torch.cuda.device_count() - 1}" if cuda else "no GPU here"
-                raise InputError(f"--max-memory {gpu}=…: there is no GPU {gpu} ({there})")
+                there = f"0–{torch.cuda.device_count() - 1}" if cuda else "none"
+                raise InputError(
+                    f"--max-memory {gpu}=…: there is no GPU {gpu} here (GPUs: {there})"
+                )
         if self.quantize is not None:
             if not cuda:
                 raise InputError(
