@@ -505,8 +505,9 @@ def describe(name: str | None = None) -> ModelSpec | None:
     )
 
 
-def _source(name: str | None) -> tuple[str, str]:
-    """(source, label) to load from: `_locate`'s, a GGUF file converted first; transformers
+def _source(name: str | None, dtype: str = "auto") -> tuple[str, str]:
+    """(source, label) to load from: `_locate`'s, a GGUF file converted first (dequantised to
+    `dtype`; auto: float32, the dequantised file's own); transformers
     and accelerate quietened (the header line says where accelerate put the layers)."""
     import logging
 
@@ -517,7 +518,7 @@ def _source(name: str | None) -> tuple[str, str]:
     logging.getLogger("accelerate").setLevel(logging.ERROR)
     source, label = _locate(name)
     if gguf_cache.is_gguf(name):
-        source = str(gguf_cache.converted(name))
+        source = str(gguf_cache.converted(name, "float32" if dtype == "auto" else dtype))
     return source, label
 
 
@@ -525,11 +526,12 @@ def _cannot_load(label: str, exc: Exception) -> ModelLoadError:
     return ModelLoadError(f"could not load model '{label}': {str(exc).splitlines()[0]}")
 
 
-def load_tokenizer(name: str | None = None) -> Any:
-    """A model's tokenizer alone, as `load_model` loads it: transformers, none of the weights."""
+def load_tokenizer(name: str | None = None, dtype: str = "auto") -> Any:
+    """A model's tokenizer alone, as `load_model` loads it: transformers, none of the weights
+    (`dtype`: which converted folder of a GGUF file it is read from)."""
     from transformers import AutoTokenizer
 
-    source, label = _source(name)
+    source, label = _source(name, dtype)
     try:
         return _from_pretrained(AutoTokenizer, source)
     except (OSError, ValueError) as exc:
@@ -565,7 +567,7 @@ def load_model(
 
     load = Load(name, device, attention, **settings)
     load.refuse()
-    source, label = _source(name)
+    source, label = _source(name, load.dtype)
     try:
         config = _from_pretrained(AutoConfig, source)
     except (OSError, ValueError) as exc:
@@ -785,7 +787,7 @@ class Model:
             if self._loaded is not None:
                 return self._loaded.tokenizer
             if self._tokenizer is None:
-                self._tokenizer = load_tokenizer(self.name)
+                self._tokenizer = load_tokenizer(self.name, self.settings.dtype)
             return self._tokenizer
 
     def load(self) -> LoadedModel:
