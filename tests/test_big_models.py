@@ -14,6 +14,8 @@ model in memory.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -214,6 +216,38 @@ def test_offloaded_ablation_and_inside_view_equal_in_memory(arch, tiny_model_dir
     for name in ("q", "k", "v", "errors"):
         assert np.abs(getattr(inside[1], name) - getattr(inside[0], name)).max() <= 1e-6, name
     assert inside[1].errors.max() <= 1e-5  # the from-scratch heads equal the model's own
+
+
+def test_the_header_and_json_say_what_ran(tiny_model_dirs, offloaded, tmp_path):
+    import json
+
+    folder = str(tiny_model_dirs["llama"])
+    placed = ["--device-map", "auto", "--max-memory", f"cpu={BUDGETS['llama']}",
+              "--offload-folder", str(tmp_path / "offload")]  # fmt: skip
+    runs = {
+        "plain": ["--dtype", "float32"],
+        "half": ["--dtype", "bfloat16", "--attention", "eager"],
+        "placed": placed,
+    }
+    said = {}
+    for name, options in runs.items():
+        args = ["show", TEXT, "-m", folder, "--no-images", *options]
+        printed = CliRunner().invoke(app, args)
+        given = CliRunner().invoke(app, [*args, "--json"])
+        assert printed.exit_code == 0 and given.exit_code == 0, printed.output + given.output
+        said[name] = (" ".join(printed.output.split()), json.loads(given.output))  # unwrapped
+    header, found = said["plain"]
+    assert re.search(r"d_head 8 · float32 · sdpa \d+ tokens", header)  # the line's end
+    assert (found["dtype"], found["attention"], found["device_map"]) == ("float32", "sdpa", None)
+    assert not {"dtype", "attention", "device_map"} & set(found["model"])  # at the top only
+    header, found = said["half"]
+    assert re.search(r"d_head 8 · bfloat16 · eager \d+ tokens", header)
+    assert found["dtype"] == "bfloat16"
+    header, found = said["placed"]
+    devices = list(found["device_map"].values())
+    assert "disk" in devices
+    counts = f"{devices.count('cpu')} cpu, {devices.count('disk')} disk"
+    assert re.search(rf"d_head 8 · float32 · sdpa · device map: {counts} \d+ tokens", header)
 
 
 # ---------- bad load settings: one line, exit 2, before anything loads ----------
