@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_serve.py
 	$(PY) bench/bench_compare.py
 	$(PY) bench/bench_importance.py
+	$(PY) bench/bench_big.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench docs

@@ -234,8 +234,6 @@ def report(
     `options` are those of `attnviz.pipelines.report.build_report` (layers, heads, words,
     thresholds, batch_size, truncate, min_count, margin) and the load settings (dtype,
     device_map, …: see the module's docstring)."""
-    from dataclasses import fields
-
     from attnviz.core.inputs import read_sentences
     from attnviz.core.treebank import read_treebank
     from attnviz.pipelines.report import build_report
