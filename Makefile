@@ -38,12 +38,15 @@ bench: $(STAMP)
 	$(PY) bench/bench_report.py
 	$(PY) bench/bench_treebank.py
 	$(PY) bench/bench_smollm2.py
+	$(PY) bench/bench_memory.py --smollm2
 	$(PY) bench/bench_html.py
 	$(PY) bench/bench_measures.py
 	$(PY) bench/bench_serve.py
+	$(PY) bench/bench_tiles.py
 	$(PY) bench/bench_compare.py
 	$(PY) bench/bench_importance.py
 	$(PY) bench/bench_big.py
+	$(PY) bench/bench_distributed.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench docs

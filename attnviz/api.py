@@ -23,7 +23,7 @@ settings of `attnviz.pipelines.request.Load` as keywords besides `model` and `de
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -311,6 +311,7 @@ def compare(
     """
     from attnviz.core.inputs import read_sentences, split_compare_pairs
     from attnviz.pipelines.compare import compare as run_compare
+    from attnviz.pipelines.request import Request
 
     if isinstance(a, Path):
         if b is not None:
@@ -322,10 +323,11 @@ def compare(
         pairs = [(a, b if b is not None else a)]
     else:
         pairs = [(first, second) for first, second in a]
-    against = _load(against_model, device, **load).get() if against_model is not None else None
-    found = run_compare(_load(model, device, **load).get(), pairs, against, words, measure,
-                        truncate=truncate, out=None, images=False, top=1)  # fmt: skip
-    return found.comparison
+    how = _load(model, device, **load)
+    against = replace(how, model=against_model) if against_model is not None else None
+    asked = Request("compare", how, pairs=tuple(pairs), against=against, words=words,
+                    measure=measure, truncate=truncate, top=1)  # fmt: skip
+    return run_compare(asked).comparison
 
 
 def _load(

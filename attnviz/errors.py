@@ -16,6 +16,14 @@ class TextTooLongError(InputError):
     """The text has more tokens than the model takes (batch commands skip such lines)."""
 
 
+class NotHeldError(InputError):
+    """A tile asks for a text the server does not hold (now): `attnviz serve` answers 409."""
+
+
+class MemoryLimitError(AttnvizError):
+    """The run would hold more than the memory available (`core.memory` estimates it)."""
+
+
 class ModelLoadError(AttnvizError):
     """The model or tokenizer could not be found or loaded."""
 
@@ -33,3 +41,14 @@ class Interrupted(AttnvizError):
 
     exit_code = 130
     label = "interrupted"
+
+
+class RankFailed(AttnvizError):
+    """Another process of a distributed run stopped (it died, lost its connection, or the
+    launcher stopped the run): nothing was written. `rank` is the one that stopped, if known."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank

@@ -26,12 +26,12 @@ def main() -> None:
         args.runs = 2
     header("`attnviz compare` against two `attnviz show --no-images` runs", args)
 
-    from attnviz.core import models
     from attnviz.pipelines.compare import compare
+    from attnviz.pipelines.request import Load, Request
     from attnviz.pipelines.show import show
 
-    model = models.model(None, "cpu")
-    model.load()
+    load = Load(None, "cpu")
+    load.get().load()
     lines = Path(PAIRS_FILE).read_text(encoding="utf-8").splitlines()
     every = [tuple(line.split("\t")) for line in lines if line.strip()]
     cases = {"one pair": [PAIR], f"{len(every)} pairs (minimal_pairs.tsv)": every}
@@ -39,12 +39,12 @@ def main() -> None:
         cases = {"one pair": [PAIR], "4 pairs": every[:4]}
 
     def run_compare(pairs):
-        compare(model, pairs, out=None, images=False)
+        compare(Request("compare", load, pairs=tuple(pairs), images=False))
 
     def run_shows(pairs):
         for a, b in pairs:
-            show(model, a, out=None, images=False)
-            show(model, b, out=None, images=False)
+            show(Request("show", load, text=a, images=False))
+            show(Request("show", load, text=b, images=False))
 
     sides = {"compare": run_compare, "two shows": run_shows}
     for pairs in cases.values():  # warm: first calls import and build what later calls reuse

@@ -37,10 +37,10 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(port: int) -> subprocess.Popen:
-    """`attnviz serve` on `port`, once it answers /api/health."""
+def start_server(port: int, *options: str) -> subprocess.Popen:
+    """`attnviz serve` on `port` (with `options`), once it answers /api/health."""
     server = subprocess.Popen(
-        [ATTNVIZ, "serve", "--port", str(port)],
+        [ATTNVIZ, "serve", "--port", str(port), *options],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

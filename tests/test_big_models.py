@@ -250,6 +250,22 @@ def test_the_header_and_json_say_what_ran(tiny_model_dirs, offloaded, tmp_path):
     assert re.search(rf"d_head 8 · float32 · sdpa · device map: {counts} \d+ tokens", header)
 
 
+def test_the_memory_estimate_counts_the_weights_as_they_load():
+    """What `core.memory` counts of the weights before they load: their files in the dtype
+    they load in (a CPU's auto is float32), at most --max-memory cpu=… with a device map."""
+    from attnviz.core.models import Load, ModelSpec
+
+    saved = {dtype: ModelSpec("m", 2, 4, None, None, weights_bytes=6000, weights_dtype=dtype)
+             for dtype in ("float32", "bfloat16")}  # fmt: skip
+    assert Load().weights_held(saved["float32"]) == 6000
+    assert Load(dtype="bfloat16").weights_held(saved["float32"]) == 3000
+    assert Load().weights_held(saved["bfloat16"]) == 12000  # upcast on a CPU
+    assert Load(dtype="float16").weights_held(saved["bfloat16"]) == 6000
+    placed = Load(device_map="auto", max_memory=("cpu=2KB",))
+    assert placed.weights_held(saved["float32"]) == 2000  # the rest on the disk
+    assert Load(device_map="auto").weights_held(saved["float32"]) == 6000
+
+
 # ---------- bad load settings: one line, exit 2, before anything loads ----------
 
 

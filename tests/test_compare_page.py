@@ -107,11 +107,14 @@ def test_a_pairs_file_writes_one_page_a_pair(tmp_path):
 def test_the_inside_views_share_one_budget(bundled, monkeypatch):
     """Each text's Q, K and V fit alone but not together: both go, and say why."""
     from attnviz.analysis import inside as inside_module
-    from attnviz.analysis.compare import compare_pair, read_texts
+    from attnviz.analysis.compare import compare_pair
     from attnviz.core.tokens import encode
     from attnviz.outputs.html.compare import compare_data
+    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.sources import read_texts
 
-    found, insides = read_texts(bundled, [encode(bundled, t) for t in PAIR], "weights", 2, True)
+    asked = Request("compare", batch_size=2)
+    found, insides = read_texts(bundled, asked, [encode(bundled, t) for t in PAIR], True)
     one = insides[0].q.size * 3 * 4  # bytes of one text's Q, K and V (K, V as long as Q here)
     monkeypatch.setattr(inside_module, "INSIDE_BUDGET", int(one * 1.5))
     data = compare_data(compare_pair(*found), inside=(insides[0], insides[1]))

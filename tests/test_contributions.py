@@ -444,6 +444,59 @@ def test_special_shares_by_weight_and_by_norm_by_loops(arch, loaded_tiny):
                     assert into[row, layer, h] == pytest.approx(expected, rel=1e-4, abs=1e-6)
 
 
+def _special_inputs(n=300, heads=4, width=None, seed=0):
+    """Random probabilities (1, H, W, W) over a text of `n` tokens padded to `width`, each
+    key's length (1, H, W) and the text's special tokens (first, a third of the way, last)."""
+    import torch
+
+    width = width or n
+    generator = torch.Generator().manual_seed(seed)
+    probs = torch.rand(1, heads, width, width, generator=generator) ** 4
+    probs[..., n:] = 0  # padding keys get nothing
+    probs = probs / probs.sum(dim=-1, keepdim=True)
+    lengths = torch.rand(1, heads, width, generator=generator) * 3
+    marked = np.zeros(n, bool)
+    marked[[0, n // 3, n - 1]] = True
+    return probs, lengths, [marked]
+
+
+def test_special_shares_by_norm_from_blocks_of_rows_agree(monkeypatch):
+    """By norm, the special shares are taken a block of query rows at a time: blocks of one
+    row, of a few rows and of every row give the same numbers, padded or not."""
+    from attnviz.analysis import metrics
+    from attnviz.analysis.contributions import special_by_weight_and_norm
+
+    for width in (None, 317):
+        probs, lengths, special = _special_inputs(width=width)
+        whole = special_by_weight_and_norm(probs, lengths, special)
+        for floats in (300 * 4, 7 * 300 * 4):  # blocks of 1 and of 7 rows
+            monkeypatch.setattr(metrics, "BLOCK_FLOATS", floats)
+            np.testing.assert_allclose(
+                special_by_weight_and_norm(probs, lengths, special), whole, rtol=1e-12
+            )
+        monkeypatch.undo()
+
+
+def test_special_shares_copy_no_layer(monkeypatch):
+    """The special shares of a layer hold no copy of its (H, T, T) probabilities: with blocks
+    of 2^16 floats, the numpy memory they allocate at the peak is under the layer's size (a
+    float64 copy alone is twice that)."""
+    import tracemalloc
+
+    from attnviz.analysis import metrics
+    from attnviz.analysis.contributions import special_by_weight_and_norm
+
+    monkeypatch.setattr(metrics, "BLOCK_FLOATS", 2**16, raising=False)
+    probs, lengths, special = _special_inputs(400)
+    tracemalloc.start()
+    try:
+        special_by_weight_and_norm(probs, lengths, special)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < probs.numpy().nbytes
+
+
 def test_shares_divide_a_norm_s_rows_by_their_sums(loaded_tiny):
     from attnviz.analysis.contributions import shares
 

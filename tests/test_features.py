@@ -35,6 +35,10 @@ ASKING = {
     "html": dict(html=True),
     "page-measure": dict(html=True, measure="norm"),
     "importance": dict(importance="ablation"),
+    "mean-ablation": dict(importance="ablation", ablation="mean"),
+    "shard": dict(shard="0/2"),
+    "launched": dict(launched=True),
+    "partial": dict(resume=True, shard="0/2"),
 }
 FACTS = {
     ENCODER: SimpleNamespace(name="enc", seq2seq=False, causal=False),
@@ -97,6 +101,12 @@ def test_exclusions_are_refused_whatever_the_model(fields, said):
     for facts in (None, *FACTS.values()):
         with pytest.raises(InputError, match=said):
             features.refuse(Request(command, **fields), facts)
+
+
+def test_a_feature_that_needs_another_is_refused_without_it():
+    with pytest.raises(InputError, match="--partial/--resume needs --shard or a launched run"):
+        features.refuse(Request("report", resume=True))
+    features.refuse(Request("report", resume=True, launched=True))
 
 
 def test_the_table_imports_nothing_heavy():

@@ -7,6 +7,7 @@ last one stops it with Ctrl-C. Nothing here sends traffic anywhere but 127.0.0.1
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -121,6 +122,7 @@ def test_the_compare_answer_is_compare_htmls_data_from_one_pass(bundled, tmp_pat
     from attnviz.core import models
     from attnviz.pipelines import serve_compare
     from attnviz.pipelines.compare import compare
+    from attnviz.pipelines.request import Load, Request
 
     a, b = "The keys to the cabinet are on the table.", "The key to the cabinets is on the table."
     model = models.model(None, "cpu")
@@ -132,7 +134,9 @@ def test_the_compare_answer_is_compare_htmls_data_from_one_pass(bundled, tmp_pat
     finally:
         handle.remove()
     assert len(passes) == 1
-    written = compare(model, [(a, b)], out=tmp_path, images=False, html=True).pages[0]
+    asked = Request("compare", Load(None, "cpu"), pairs=((a, b),), out=tmp_path, images=False,
+                    html=True)  # fmt: skip
+    written = compare(asked).pages[0]
     embedded = re.search(
         r'<script type="application/json" id="attnviz-data">(.*?)</script>',
         written.read_text(encoding="utf-8"),
@@ -228,7 +232,14 @@ class Server:
 def server():
     port = _free_port()
     process = _serve(
-        "--port", str(port), "--max-queue", "2", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        "--port",
+        str(port),
+        "--max-queue",
+        "2",
+        "--hold-mib",
+        "4",  # X of up to 455 tokens of the bundled model
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     running = Server(process, port)
     deadline = time.monotonic() + 180  # imports, the model and its first pass, on a busy machine
@@ -324,6 +335,12 @@ def test_a_long_text_is_refused_naming_the_limit_or_cut(server):
     assert answer["notes"] == [
         "truncated: kept the first 512 of 602 tokens (text cut after character 2549 of 3000)"
     ]
+    # Its X (6 × 512 × 384 float32, 4.5 MiB) is over this server's --hold-mib 4: no tiles.
+    held = "this text's X is 4.5 MiB (6 layers × 512 tokens × 384 × 4 B), over the 4 MiB the"
+    assert answer["tiles"] is None and answer["tiles_note"].startswith(held)
+    assert answer["tiles_note"].endswith("server holds for tiles (serve --hold-mib)")
+    status, refused = _post(server, "/api/text", {"text": long, "truncate": True})
+    assert status == 400 and refused["error"] == answer["tiles_note"]
 
 
 JSON = {"Content-Type": "application/json"}
@@ -508,6 +525,209 @@ def test_a_second_text_compares_and_its_url_opens_the_same_view(server, browser)
     )
     again.select_option("#side", "b")  # the side is kept in the address too
     again.wait_for_function("location.hash.includes('side=b')")
+    again.close()
+    assert errors == []
+
+
+# ---------- tiles: the held text's exact cells ----------
+
+
+def _tile_values(answer: dict) -> np.ndarray:
+    if answer["packed"]:
+        found = np.frombuffer(base64.b64decode(answer["values"]), "<f4")
+        return found.reshape(answer["shape"]).astype(np.float64)
+    return np.array([[np.nan if v is None else v for v in row] for row in answer["values"]])
+
+
+LONG = " ".join([SENTENCE] * 20)  # 281 tokens
+
+
+@pytest.mark.slow
+def test_a_served_tile_is_the_same_cells_as_the_api(server):
+    """/api/text holds the text; /api/tile answers its cells, as JSON numbers or packed, at
+    the edges of the matrix and inside it; /api/health says what is held."""
+    status, read = _post(server, "/api/text", {"text": LONG})
+    assert status == 200, read
+    held = read["tiles"]
+    n = len(read["tokens"])
+    assert held["tokens"] == n and held["layers"] == 6 and held["bytes"] == 6 * n * 384 * 4
+    health = json.loads(_exchange(server.port, "GET", "/api/health")[2])
+    assert health["held"] == held
+    for measure in ("weights", "norm"):
+        api = attnviz.attention(LONG, measure=measure)
+        assert read["tokens"] == list(api.tokens)
+        for layer, head, (q0, q1, k0, k1), packed in [
+            (0, 0, (0, n, 0, n), True),
+            (5, 11, (n - 1, n, 0, n), False),
+            (3, 7, (40, 90, 200, n), True),
+            (2, 1, (0, 1, n - 1, n), False),
+        ]:
+            status, tile = _post(server, "/api/tile", {
+                "text_id": held["text_id"], "layer": layer, "head": head, "q0": q0, "q1": q1,
+                "k0": k0, "k1": k1, "measure": measure, "packed": packed})  # fmt: skip
+            assert status == 200, tile
+            assert tile["shape"] == [q1 - q0, k1 - k0] and tile["pool"] is None
+            expected = api.pattern(layer, head)[q0:q1, k0:k1]
+            assert np.abs(_tile_values(tile) - expected).max() <= 1e-6 * max(1, expected.max())
+    # Pooling asked where the range fits the tile's side (512): the exact cells, not pooled.
+    status, tile = _post(server, "/api/tile", {"layer": 1, "head": 2, "pool": "mean"})
+    assert status == 200 and tile["block"] == [1, 1] and tile["pool"] is None
+    expected = attnviz.attention(LONG, layers=[1]).pattern(1, 2)
+    assert np.abs(_tile_values(tile) - expected).max() <= 1e-6
+
+
+TILE_BAD = {
+    "outside the matrix": ({"layer": 0, "head": 0, "q1": 9999}, 400,
+                           'the tile is outside the matrix: "q1" is 9999 and this text has'),
+    "layer out of range": ({"layer": 6, "head": 0}, 400,
+                           "layer 6 out of range: this model has layers 0–5"),
+    "head out of range": ({"layer": 0, "head": -1}, 400,
+                          "head -1 out of range: this model has heads 0–11"),
+    "q0 ≥ q1": ({"layer": 0, "head": 0, "q0": 7, "q1": 3}, 400, '"q0" must be less than "q1"'),
+    "not an integer": ({"layer": 0, "head": 0, "k0": 2.5}, 400, '"k0" must be a whole number'),
+    "a string": ({"layer": "0", "head": 0}, 400, '"layer" must be a layer number'),
+    "per layer": ({"layer": 0, "head": 0, "measure": "rollout"}, 400, "rollout has one map"),
+    "another text": ({"layer": 0, "head": 0, "text_id": "0123456789abcdef"}, 409,
+                     'the server holds another text now'),
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", TILE_BAD, ids=list(TILE_BAD))
+def test_a_bad_tile_is_one_json_line(server, case):
+    body, expected, said = TILE_BAD[case]
+    assert _post(server, "/api/text", {"text": SENTENCE})[0] == 200
+    status, found, content = _exchange(
+        server.port, "POST", "/api/tile", json.dumps(body).encode(), JSON
+    )
+    assert status == expected, content
+    assert found["content-type"] == "application/json"
+    error = json.loads(content)["error"]
+    assert said in error and "\n" not in error and "Traceback" not in error
+
+
+@pytest.mark.slow
+def test_a_bounded_burst_of_tiles_is_answered_and_the_server_goes_on(server):
+    """120 tile requests from 6 threads at once (every one with a timeout, the whole burst
+    within 240 s): each is answered 200 with the cells asked, or 503 past --max-queue 2;
+    the server serves on, and the held text is the one read."""
+    status, read = _post(server, "/api/text", {"text": LONG})
+    held = read["tiles"]["text_id"]
+    api = attnviz.attention(LONG).weights
+    n = len(read["tokens"])
+    answers: list[tuple[int, dict, tuple]] = []
+    start = threading.Barrier(6)
+    deadline = time.monotonic() + 240
+
+    def ask(worker: int) -> None:
+        start.wait()
+        for k in range(20):
+            if time.monotonic() > deadline:
+                return
+            layer, head, q0 = (worker + k) % 6, (3 * worker + k) % 12, (17 * k) % (n - 64)
+            asked = {"text_id": held, "layer": layer, "head": head, "q0": q0, "q1": q0 + 64,
+                     "k0": 0, "k1": n, "packed": True}  # fmt: skip
+            status, _, body = _exchange(server.port, "POST", "/api/tile",
+                                        json.dumps(asked).encode(), JSON, timeout=60)  # fmt: skip
+            answers.append((status, json.loads(body), (layer, head, q0)))
+
+    threads = [threading.Thread(target=ask, args=(w,)) for w in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=250)
+    assert not any(thread.is_alive() for thread in threads)
+    statuses = [status for status, _, _ in answers]
+    assert len(answers) == 120 and set(statuses) <= {200, 503} and 200 in statuses, statuses
+    for status, answer, (layer, head, q0) in answers:
+        if status == 200:
+            expected = api[layer, head, q0 : q0 + 64]
+            assert np.abs(_tile_values(answer) - expected).max() <= 1e-6
+        else:
+            assert answer["error"].startswith("busy:")
+    health = json.loads(_exchange(server.port, "GET", "/api/health")[2])
+    assert health["held"]["text_id"] == held and health["queued"] == 0
+
+
+@pytest.mark.slow
+def test_zooming_into_the_matrix_asks_exact_tiles_and_the_url_keeps_the_place(server, browser):
+    """In the matrix view a drag over the map zooms into the region: the server's tile
+    shows its exact cells (the tooltip's weight is attention()'s, to its 6 digits, where the
+    whole map of 281 tokens carries 8-bit steps), the address keeps layer, head and region,
+    and opening that address lands on the same cells; ←/→ keeps the region for the next head;
+    "whole map" goes back."""
+    api = attnviz.attention(LONG)
+    n = len(api.tokens)
+    address = f"{server.url}#" + urllib.parse.urlencode(
+        {"text": LONG, "view": "matrix", "layer": 4, "head": 2}
+    )
+    page, errors, requests = _opened(browser, address)
+    page.wait_for_selector("body[data-ready='1'] section#view-matrix #matrix-over", timeout=60_000)
+    assert "Drag over the map to zoom" in page.inner_text("#view-matrix .hint")
+    box = page.locator("#matrix-over").bounding_box()
+    cell = box["width"] / n
+    at = lambda i, j: (box["x"] + (j + 0.5) * cell, box["y"] + (i + 0.5) * cell)  # noqa: E731
+    page.mouse.move(*at(100, 30))
+    page.mouse.down()
+    page.mouse.move(*at(120, 40))
+    page.mouse.move(*at(139, 59))
+    page.mouse.up()
+    page.wait_for_selector("#tile[data-q0='100']", timeout=60_000)
+    region = {k: page.get_attribute("#tile", f"data-{k}") for k in ("q0", "q1", "k0", "k1")}
+    assert region == {"q0": "100", "q1": "140", "k0": "30", "k1": "60"}
+    assert "every cell exact" in page.inner_text("#tile-hint")
+    shared = urllib.parse.parse_qs(page.url.split("#", 1)[1])
+    place = [shared[k][0] for k in ("layer", "head", "q0", "q1", "k0", "k1")]
+    assert place == ["4", "2", "100", "140", "30", "60"]
+
+    def hovered(opened, i: int, j: int) -> float:
+        """The weight the tooltip gives for query i, key j of the region (6 digits)."""
+        frame = opened.locator("#matrix-over").bounding_box()
+        side = frame["width"] / 30  # 30 keys across
+        opened.mouse.move(frame["x"] + (j - 30 + 0.5) * side, frame["y"] + (i - 100 + 0.5) * side)
+        weight = opened.locator("#tooltip .weight")
+        where = weight.get_attribute("data-query"), weight.get_attribute("data-key")
+        assert where == (str(i), str(j))
+        said = weight.text_content()
+        assert said.startswith("weight ") and "≈" not in said
+        return float(said.removeprefix("weight "))
+
+    def same(shown: float, expected: float) -> bool:
+        return abs(shown - expected) <= 5e-6 * abs(expected)
+
+    assert same(hovered(page, 117, 44), api.pattern(4, 2)[117, 44])
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "serve-zoom.png"))
+    # A script reads another text meanwhile: the page's next tile is answered 409, and the
+    # page reads its text again for tiles (/api/text) and asks once more.
+    assert _post(server, "/api/text", {"text": SENTENCE})[0] == 200
+    page.keyboard.press("ArrowRight")  # the next head, the same region
+    page.wait_for_selector("#tile-hint >> text=head 3: queries 100–139 × keys 30–59")
+    assert same(hovered(page, 117, 44), api.pattern(4, 3)[117, 44])
+    health = json.loads(_exchange(server.port, "GET", "/api/health")[2])
+    assert health["held"]["tokens"] == n  # the page's text again
+    url = page.url
+    page.click("#zoom-whole")
+    page.wait_for_selector("#view-matrix .hint >> text=Drag over the map to zoom")
+    assert "q0=" not in page.url
+    page.check("#words")  # the page's own view of words: no tiles of it, and it says why
+    page.press("#text", "Enter")
+    page.wait_for_selector("#view-matrix .hint >> text=No zoom: zooming shows the model's tokens")
+    page.close()
+    # The one error is the browser's note of the 409 the page then got past.
+    assert errors == [
+        "Failed to load resource: the server responded with a status of 409 (Conflict)"
+    ]
+    assert {r.split("#")[0] for r in requests} == {
+        server.url,
+        *(server.url + f"api/{route}" for route in ("page", "tile", "text")),
+    }
+
+    again, errors, _ = _opened(browser, url)
+    again.wait_for_selector("body[data-ready='1'] #tile[data-q0='100']", timeout=60_000)
+    assert (again.input_value("#layer"), again.input_value("#head")) == ("4", "3")
+    assert same(hovered(again, 117, 44), api.pattern(4, 3)[117, 44])
+    assert not same(hovered(again, 118, 44), api.pattern(4, 3)[117, 44])  # the check can fail
     again.close()
     assert errors == []
 

@@ -192,13 +192,13 @@ def test_help_shows_the_tab_between_source_and_target(command):
 
 
 def test_report_help_and_error_name_the_default_corpus_where_it_is(monkeypatch, tmp_path):
-    import attnviz.cli.report
+    import attnviz.data
     from attnviz.data import CORPUS
 
     text = " ".join(invoke("report", "-h").output.split())
     named = re.search(r"\(default: [^)]*?(\S+\.txt)\)", text).group(1)
     assert CORPUS.is_file() and CORPUS.as_posix().endswith("/" + named), named
-    monkeypatch.setattr(attnviz.cli.report, "CORPUS", tmp_path / "gone.txt")
+    monkeypatch.setattr(attnviz.data, "CORPUS", tmp_path / "gone.txt")
     missing = invoke("report", "-o", tmp_path / "out")
     assert missing.exit_code == 2 and len(missing.output.strip().splitlines()) == 1
     assert f"the default corpus {named} is missing" in missing.output
@@ -360,11 +360,13 @@ def test_one_text_two_models_and_a_pair_get_their_own_folders(tiny_model_dirs, t
     assert all((folder / "attention.html").is_file() for folder in folders)
 
 
-def test_pair_on_a_decoder_is_refused_before_loading(tiny_model_dirs):
+def test_pair_on_a_decoder_is_refused_before_loading(tiny_model_dirs, monkeypatch):
+    from attnviz.core import models
     from attnviz.errors import InputError
     from attnviz.pipelines.request import Load, Request
     from attnviz.pipelines.show import show
 
+    monkeypatch.setattr(models, "_MODELS", {})  # none loaded by an earlier test
     request = Request("show", Load(str(tiny_model_dirs["gpt2"]), "cpu"), text="hi",
                       pair="It was tired.", out=None)  # fmt: skip
     with pytest.raises(

@@ -111,3 +111,19 @@ def test_the_import_check_keeps_the_layers(tmp_path, module, line, broken):
     else:
         assert result.returncode != 0
         assert re.search(re.escape(broken) + r".* BROKEN", result.stdout), result.stdout
+
+
+def test_no_function_of_the_pipelines_or_the_command_line_is_over_80_lines():
+    """A command's run reads as a short composition (docs/architecture.md): its steps live in
+    the consumers, sources and analysis, not in one long function."""
+    import ast
+
+    long = []
+    for folder in ("pipelines", "cli"):
+        for path in sorted((ROOT / "attnviz" / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > 80:
+                        long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} {lines}")
+    assert not long, long

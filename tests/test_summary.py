@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attnviz.analysis.metrics import repeat_scores
-from attnviz.analysis.summary import summarise
+from attnviz.analysis.summary import role_scores, summarise
 from tests.conftest import synthetic_attention
 from tests.test_decoders import needs_smollm2
 
@@ -124,6 +124,84 @@ def test_induction_needs_enough_repeats_and_wins_over_sinks():
     encoder = replace(decoder, info=replace(decoder.info, causal=False))
     (summary,) = summarise(encoder, [0], [0])
     assert summary.scores["induction"] is None and summary.pattern.role != "induction"
+
+
+def _long_text(n=120, causal=True, seed=0):
+    """A random text of `n` tokens (first and last special, many repeats) and random rows."""
+    rng = np.random.default_rng(seed)
+    weights = rng.random((2, 3, n, n)) ** 4
+    if causal:
+        weights *= np.tril(np.ones((n, n)))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    words = ["the", "cat", ",", "sat", ".", "a", "dog"]
+    tokens = ["<s>"] + [words[i] for i in rng.integers(0, len(words), n - 2)] + ["</s>"]
+    att = synthetic_attention(weights, tokens, [1] + [0] * (n - 2) + [1])
+    return _causal(att) if causal else att
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_summary_from_blocks_of_1_7_and_t_rows_agree(causal):
+    """Every number of the summary is summed over blocks of query rows: blocks of 1, 7 and T
+    rows give the same summaries (the same keys, links and patterns; scores within float64
+    rounding)."""
+    att = _long_text(causal=causal)
+    n = att.weights.shape[2]
+    layers, heads = [0, 1], [0, 1, 2]
+    whole = summarise(att, layers, heads, top_k=4, block_rows=n)
+    assert not causal or whole[0].scores["induction"] is not None  # the repeats are measured
+    for size in (1, 7):
+        for a, b in zip(whole, summarise(att, layers, heads, top_k=4, block_rows=size)):
+            assert (a.pattern.role, a.pattern.key) == (b.pattern.role, b.pattern.key)
+            assert [t.index for t in a.top] == [t.index for t in b.top]
+            assert a.link == b.link  # the same query, key and weight: ties keep the first
+            assert a.special_share == b.special_share
+            for name, score in a.scores.items():
+                assert b.scores[name] == (score and pytest.approx(score, rel=1e-12, abs=1e-15))
+            assert [t.weight for t in b.top] == pytest.approx([t.weight for t in a.top], 1e-12)
+        by_blocks, counted = repeat_scores(att, size)
+        assert (by_blocks, counted)[1] == repeat_scores(att, n)[1]
+        np.testing.assert_allclose(by_blocks, repeat_scores(att, n)[0], rtol=1e-12)
+        for name, values in role_scores(att, size).items():
+            expected = role_scores(att, n)[name]
+            assert (values is None) == (expected is None)
+            if values is not None:
+                np.testing.assert_allclose(values, expected, rtol=1e-12, atol=1e-15)
+
+
+def test_summary_holds_less_than_the_attention_itself(monkeypatch):
+    """The summary is an accumulator over blocks of rows, not a float64 copy of the whole
+    attention: with blocks of 2^16 floats, the numpy memory it allocates at its peak is under
+    the size of the (L, H, T, T) float32 array it summarises (a float64 copy alone is twice
+    that)."""
+    import tracemalloc
+
+    from attnviz.analysis import metrics
+
+    monkeypatch.setattr(metrics, "BLOCK_FLOATS", 2**16, raising=False)
+    att = _long_text(400)
+    tracemalloc.start()
+    try:
+        summarise(att, [0, 1], [0, 1, 2])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < att.weights.nbytes
+
+
+def test_cross_attention_with_repeated_target_tokens_is_summarised():
+    """Cross-attention's queries (the target) may repeat tokens while its keys are the
+    source's: there is nothing to score induction on, and nothing fails."""
+    from attnviz.core.attention import Keys
+
+    rng = np.random.default_rng(0)
+    weights = rng.random((1, 2, 6, 4))
+    target = ["<s>", "a", "b", "a", "b", "a"]
+    att = synthetic_attention(weights / weights.sum(-1, keepdims=True), target, [1, 0, 0, 0, 0, 0])
+    source = Keys("x y", ("x", "y", "z", "</s>"), np.array([0, 0, 0, 1], bool), (0, 1, 2, 3),
+                  ("x", "y", "z", "</s>"))  # fmt: skip
+    summaries = summarise(replace(att, keys=source), [0], [0, 1])
+    assert [s.scores["induction"] for s in summaries] == [None, None]
+    assert all(s.top[0].token in source.tokens for s in summaries)
 
 
 def test_bundled_layer0_head2_is_a_previous_token_head(bundled):

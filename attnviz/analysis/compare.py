@@ -26,8 +26,7 @@ from attnviz.errors import InputError
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.analysis.inside import Inside
-    from attnviz.core.attention import Attention, Encoded
+    from attnviz.core.attention import Attention
     from attnviz.core.models import LoadedModel
 
 UNIT = "nats"
@@ -282,7 +281,7 @@ def _special_share(att: Attention) -> np.ndarray:
     """`show`'s special_share of every head, (L, H)."""
     from attnviz.analysis.summary import special_shares
 
-    return special_shares(att.weights.astype("f8"), ~att.special, att.key_special)
+    return special_shares(att.weights, ~att.special, att.key_special)
 
 
 @dataclass(frozen=True, eq=False)
@@ -525,26 +524,6 @@ def follow_query(comparison: Comparison, query: str, top_k: int = 3) -> QueryMov
     counted = tuple(number for number, _ in found)
     return QueryMoves(found[0][1].unit, label, moved.mean(axis=0), top_a, top_b, pairs,
                       counted, tuple(skipped))  # fmt: skip
-
-
-def read_texts(
-    loaded: LoadedModel, encoded: Sequence[Encoded], measure: str, size: int, inside: bool = False
-) -> tuple[list[Attention], list[Inside | str] | None]:
-    """Each encoded text's attention (or per-head `measure`), `size` texts a forward pass; with
-    `inside`, each text's inside-one-head numbers too (or why they are left out), from the
-    same passes (`analysis.inside.InsideSteps`): what the compare page shows of each text."""
-    from attnviz.analysis.contributions import measured
-    from attnviz.analysis.inside import InsideSteps
-    from attnviz.core.extract import batched
-
-    found: list[Attention] = []
-    insides: list[Inside | str] = []
-    for batch in batched(encoded, size):
-        steps = InsideSteps(loaded, batch) if inside else None
-        found.extend(measured(loaded, batch, measure, also=[steps] if steps else []))
-        if steps is not None:
-            insides.extend(steps.result(row) for row in range(len(batch)))
-    return found, insides if inside else None
 
 
 def refuse_models(a: LoadedModel, b: LoadedModel, words: bool) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from attnviz.core.memory import held_bytes, held_what, require
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
@@ -347,7 +348,9 @@ class Measured:
             self._norms = {layer: adapters.norm_after(model, layer) for layer in needed}
         heads = 1 if measure.per_layer else loaded.info.of_stack(stack).n_heads
         keys = width if key_width is None else key_width
-        self.held = np.empty((n_batch, len(layers), heads, width, keys), np.float32)
+        shape = (n_batch, len(layers), heads, width, keys)
+        require(held_bytes(shape), held_what(shape))
+        self.held = np.empty(shape, np.float32)
         self.mixing: dict[int, AltiLayer] = {}  # alti: each composed layer's mixing ratios
         # norm: each key's ‖f^h(x_j)‖, (B, L, H, S): what the page multiplies into the weights
         self.lengths = np.empty((n_batch, len(layers), heads, keys), np.float32)
@@ -386,20 +389,31 @@ def special_by_weight_and_norm(
     """`special_share` (`analysis.summary.special_shares`) of each batch row's heads by weight
     and by norm ‖α f(x)‖ (each row as shares, as `shares` makes them): (2, B, H) from probs
     (B, H, T, T), each key's ‖f^h(x_j)‖ (B, H, T) and each row's special tokens ((T_row,)
-    bool)."""
+    bool). By norm, a block of query rows at a time (`metrics.BLOCK_FLOATS` floats in
+    float64): no copy of the layer's (H, T, T) is made."""
     import numpy as np
 
+    from attnviz.analysis.metrics import BLOCK_FLOATS
     from attnviz.analysis.summary import special_shares
 
-    normed = probs * lengths[:, :, None, :]  # ‖α f(x_j)‖ = α ‖f(x_j)‖: (B, H, T, T)
-    found = np.zeros((2, len(special), probs.shape[1]))
+    n_heads = probs.shape[1]
+    found = np.zeros((2, len(special), n_heads))
     for row, marked in enumerate(special):
         n = len(marked)
-        for k, grid in enumerate((probs, normed)):
-            rows = grid[row, :, :n, :n].double().numpy()  # (H, T, T)
-            if k == 1:
-                rows = rows / rows.sum(axis=-1, keepdims=True).clip(min=1e-30)
-            found[k, row] = special_shares(rows, ~marked, marked)
+        grid = probs[row, :, :n, :n].numpy()  # (H, T, T): a view
+        found[0, row] = special_shares(grid, ~marked, marked)
+        queries = np.flatnonzero(~marked)
+        if not len(queries):
+            continue  # no non-special query: 0, as `special_shares` gives
+        length = lengths[row, :, None, :n].numpy()  # ‖f^h(x_j)‖: (H, 1, T)
+        step = max(1, BLOCK_FLOATS // (n_heads * n))
+        shares = []  # (H, q) per block
+        for start in range(0, len(queries), step):
+            normed = grid[:, queries[start : start + step]] * length  # ‖α f(x_j)‖: (H, q, T)
+            normed = normed.astype(np.float64)
+            totals = normed.sum(axis=-1, keepdims=True).clip(min=1e-30)  # each row as shares
+            shares.append((normed[..., marked] / totals).sum(axis=-1))
+        found[1, row] = np.concatenate(shares, axis=-1).mean(axis=-1)
     return found
 
 
@@ -452,16 +466,68 @@ def readable_weights(loaded: LoadedModel, stack: str | None = None) -> Any:
         return None
 
 
+class ContributionSums:
+    """report's special shares and mixing ratios as sums over the texts, each text's at its
+    index in the corpus (`analysis.ordered`), so that parts summed apart `merge` into the
+    same bits. `mixing`: whether mixing ratios are measured; `by_norm`: whether the value
+    weights could be read (special shares by norm)."""
+
+    def __init__(self, n_layers: int, n_heads: int, mixing: bool, by_norm: bool) -> None:
+        from attnviz.analysis.ordered import OrderedSum
+
+        self.shape = (n_layers, n_heads)
+        self.by_norm = by_norm
+        self.special_sums = OrderedSum()  # of (2, L, H) per text: by weight, by norm
+        self.texts = 0  # with a non-special query: where the share is defined
+        self.mixing_sums = OrderedSum() if mixing else None  # of (3, L) per text, × tokens
+        self.tokens = 0  # summed over every token
+
+    def add(self, index: int, special: Any, mixing: Any, n_tokens: int) -> None:
+        """Text `index`'s special shares (2, L, H) (None: no non-special query) and the sum
+        of its tokens' mixing ratios (3, L) (None: not measured), over its `n_tokens`."""
+        self.special_sums.add(index, special)
+        self.texts += special is not None
+        if self.mixing_sums is not None:
+            self.mixing_sums.add(index, mixing)
+            self.tokens += n_tokens if mixing is not None else 0
+
+    def merge(self, other: ContributionSums) -> ContributionSums:
+        merged = ContributionSums(*self.shape, self.mixing_sums is not None, self.by_norm)
+        merged.special_sums = self.special_sums.merge(other.special_sums)
+        merged.texts = self.texts + other.texts
+        if self.mixing_sums is not None and other.mixing_sums is not None:
+            merged.mixing_sums = self.mixing_sums.merge(other.mixing_sums)
+            merged.tokens = self.tokens + other.tokens
+        return merged
+
+    def special(self) -> Any:
+        """(2, L, H): each head's special share by weight and by norm ‖α f(x)‖, means over the
+        texts (NaN where undefined: no text with a non-special query; by norm, unreadable
+        value weights)."""
+        import numpy as np
+
+        total = self.special_sums.total()
+        found = total / self.texts if self.texts else np.full((2, *self.shape), np.nan)
+        if not self.by_norm:
+            found[1] = np.nan
+        return found
+
+    def mixing(self) -> Any:
+        """(3, L): each layer's mixing ratios in the order of MIXING, means over every token of
+        every text; None for a stack of an encoder-decoder model or unreadable value weights."""
+        if self.mixing_sums is None or not self.tokens:
+            return None
+        return self.mixing_sums.total() / self.tokens
+
+
 class CorpusContributions:
     """report's special shares and mixing ratios over a corpus, batch by batch (flat memory):
     `recorders(special)` before a batch's pass, `add(row, att)` for each of its texts after it,
-    then `special()` and `mixing()`. `stack`: an encoder-decoder model's self-attention stack
-    (special shares only: mixing ratios are for one-stack models). A batch's `grams` of each
-    layer serve both."""
+    then `special()` and `mixing()` (the sums themselves: `sums`). `stack`: an
+    encoder-decoder model's self-attention stack (special shares only: mixing ratios are for
+    one-stack models). A batch's `grams` of each layer serve both."""
 
     def __init__(self, loaded: LoadedModel, stack: str | None = None) -> None:
-        import numpy as np
-
         from attnviz.core import adapters
 
         info = loaded.info.of_stack(stack)
@@ -472,10 +538,8 @@ class CorpusContributions:
         if stack is None and self._weights:  # the normalisation after each block, for mixing
             self._norms = {layer: adapters.norm_after(loaded.model, layer) for layer in layers}
         mixing = stack is None and bool(self._weights)
-        self._special = np.zeros((2, info.n_layers, info.n_heads))  # by weight, by norm
-        self._texts = 0  # with a non-special query: where the share is defined
-        self._mixing = np.zeros((len(MIXING), info.n_layers)) if mixing else None
-        self._tokens = 0  # summed over every token
+        self.sums = ContributionSums(info.n_layers, info.n_heads, mixing, bool(self._weights))
+        self._added = 0
         self._batch: _ContributionPass | None = None
 
     def recorders(self, special: list[Any]) -> list[Any]:
@@ -483,44 +547,35 @@ class CorpusContributions:
         queries: the source's for the encoder, the target's for the decoder)."""
         if not self._weights:
             return []
-        norms = self._norms if self._mixing is not None else None
+        norms = self._norms if self.sums.mixing_sums is not None else None
         self._batch = _ContributionPass(self._weights, norms, special, self._stack)
         return [self._batch]
 
-    def add(self, row: int, att: Any) -> None:
-        """Batch row `row`'s text, whose attention (all layers, tokens) is `att`."""
+    def add(self, row: int, att: Any, index: int | None = None) -> None:
+        """Batch row `row`'s text, whose attention (all layers, tokens) is `att`, at its
+        `index` in the corpus (default: after the texts added so far)."""
+        import numpy as np
+
         from attnviz.analysis.summary import special_shares
 
         batch = self._batch
-        if self._mixing is not None and batch is not None:
-            n = len(att.tokens)
-            self._mixing += batch.mixing[row] * n  # each token weighs the same
-            self._tokens += n
-        if not (~att.special).any():
-            return
-        weights = att.weights.astype("f8")  # (L, H, T, S)
-        self._special[0] += special_shares(weights, ~att.special, att.key_special)
-        if batch is not None:
-            self._special[1] += batch.by_norm[row]
-        self._texts += 1
+        n = len(att.tokens)
+        mixing = None
+        if self.sums.mixing_sums is not None and batch is not None:
+            mixing = batch.mixing[row] * n  # each token weighs the same
+        special = None
+        if (~att.special).any():
+            by_weight = special_shares(att.weights, ~att.special, att.key_special)  # (L, H)
+            by_norm = batch.by_norm[row] if batch is not None else np.zeros_like(by_weight)
+            special = np.stack([by_weight, by_norm])
+        self.sums.add(self._added if index is None else index, special, mixing, n)
+        self._added += 1
 
     def special(self) -> Any:
-        """(2, L, H): each head's special share by weight and by norm ‖α f(x)‖, means over the
-        texts (NaN where undefined: no text with a non-special query; by norm, unreadable
-        value weights)."""
-        import numpy as np
-
-        found = self._special / self._texts if self._texts else np.full_like(self._special, np.nan)
-        if not self._weights:
-            found[1] = np.nan
-        return found
+        return self.sums.special()
 
     def mixing(self) -> Any:
-        """(3, L): each layer's mixing ratios in the order of MIXING, means over every token of
-        every text; None for a stack of an encoder-decoder model or unreadable value weights."""
-        if self._mixing is None or not self._tokens:
-            return None
-        return self._mixing / self._tokens
+        return self.sums.mixing()
 
 
 class _ContributionPass:

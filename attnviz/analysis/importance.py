@@ -24,16 +24,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from attnviz.analysis.ordered import OrderedSum
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
     import numpy as np
 
     from attnviz.core.attention import Encoded
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.models import LoadedModel, ModelInfo
 
 SEED = 0  # the masked-LM objective's choice of masked tokens
 MASK_SHARE = 0.15
@@ -219,38 +220,32 @@ def check_method(loaded: LoadedModel, method: str) -> Objective:
     return objective
 
 
-def _items(loaded: LoadedModel, texts: Sequence[Encoded], objective: Objective) -> list[_Item]:
+def _item(loaded: LoadedModel, index: int, encoded: Encoded, objective: Objective) -> _Item:
+    """Text `index` of the corpus as `objective` reads it (its index seeds the masked tokens)."""
     import numpy as np
 
-    items = []
-    for index, encoded in enumerate(texts):
-        n = len(encoded)
-        if objective.name == "next-token":
-            # logits at p predict token p + 1; the last position predicts nothing
-            items.append(_Item(encoded, (*encoded.ids[1:], -100), n - 1))
-        elif objective.name == "masked-lm":
-            words = [p for p in range(n) if not encoded.special[p]]
-            k = max(1, round(MASK_SHARE * len(words))) if words else 0
-            chosen = set(np.random.default_rng([SEED, index]).choice(words, k, replace=False))
-            mask_id = loaded.tokenizer.mask_token_id
-            ids = tuple(mask_id if p in chosen else i for p, i in enumerate(encoded.ids))
-            labels = tuple(i if p in chosen else -100 for p, i in enumerate(encoded.ids))
-            items.append(_Item(replace(encoded, ids=ids), labels, k))
-        else:
-            items.append(_Item(encoded, (-100,) * n, 1))
-    if sum(item.weight for item in items) == 0:
-        raise InputError("the texts give the objective nothing to score: each is one token long")
-    return items
+    n = len(encoded)
+    if objective.name == "next-token":
+        # logits at p predict token p + 1; the last position predicts nothing
+        return _Item(encoded, (*encoded.ids[1:], -100), n - 1)
+    if objective.name == "masked-lm":
+        words = [p for p in range(n) if not encoded.special[p]]
+        k = max(1, round(MASK_SHARE * len(words))) if words else 0
+        chosen = set(np.random.default_rng([SEED, index]).choice(words, k, replace=False))
+        mask_id = loaded.tokenizer.mask_token_id
+        ids = tuple(mask_id if p in chosen else i for p, i in enumerate(encoded.ids))
+        labels = tuple(i if p in chosen else -100 for p, i in enumerate(encoded.ids))
+        return _Item(replace(encoded, ids=ids), labels, k)
+    return _Item(encoded, (-100,) * n, 1)
 
 
 class _Scorer:
     """Runs batches of items (each possibly edited) and sums each row's objective terms."""
 
-    def __init__(self, loaded: LoadedModel, items: list[_Item], objective: Objective) -> None:
-        self.loaded, self.items = loaded, items
-        self.total = sum(item.weight for item in items)
+    def __init__(self, loaded: LoadedModel, items: dict[int, _Item], objective: Objective) -> None:
+        self.loaded, self.items = loaded, items  # by the text's index in the corpus
         self.lm_head = objective.name != "embedding-cosine"
-        self.reference: Any = None  # (N, d_model) clean embeddings, for the cosine objective
+        self.reference: dict[int, Any] = {}  # (d_model,) clean embeddings, cosine objective
 
     def run(self, rows: Sequence[int], edit: Any = None, gradients: bool = False, also=()) -> Any:
         """(B,): each row's sum of objective terms; row r reads item `rows[r]`."""
@@ -276,9 +271,9 @@ class _Scorer:
             )  # (B·W,)
             return loss.view(labels.shape).double().sum(dim=1)  # (B,)
         pooled = _pool(output.last_hidden_state, mask)  # (B, d_model)
-        if self.reference is None:
+        if not self.reference:
             return torch.zeros(len(rows), dtype=torch.float64)
-        reference = self.reference[list(rows)].to(pooled.device)
+        reference = torch.stack([self.reference[i] for i in rows]).to(pooled.device)
         return 1.0 - torch.nn.functional.cosine_similarity(pooled, reference, dim=-1)
 
     def pooled(self, rows: Sequence[int]) -> Any:
@@ -294,10 +289,6 @@ class _Scorer:
         """The padded width of a batch of `rows`: its longest text's length."""
         return max(len(self.items[i].encoded) for i in rows)
 
-    def text_batches(self, batch_size: int) -> list[list[int]]:
-        n = len(self.items)
-        return [list(range(s, min(s + batch_size, n))) for s in range(0, n, batch_size)]
-
 
 def _pool(hidden: Any, mask: Any) -> Any:
     """(B, d_model) float64: the last hidden state (B, W, d_model) averaged over each row's
@@ -308,12 +299,12 @@ def _pool(hidden: Any, mask: Any) -> Any:
 
 
 class _HeadMeans:
-    """A recorder: each layer's W_O input summed over the texts' real tokens, for `mean`."""
+    """A recorder: each layer's W_O input summed over one batch's real tokens, for `mean`."""
 
-    def __init__(self, layers: Sequence[int]) -> None:
+    def __init__(self, layers: Sequence[int], mask: Any) -> None:
         self.wants = {layer: ("heads",) for layer in layers}
         self.sums: dict[int, Any] = {}
-        self.mask: Any = None  # (B, W) of the batch being run, set before each pass
+        self.mask = mask  # (B, W) of the batch
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         heads = tensors["heads"].double()  # (B, T, H·d_head)
@@ -416,6 +407,236 @@ class _LowerLayers:
                     block.forward = forward
 
 
+@dataclass
+class ImportanceSums:
+    """One method's sums over a run's batches of texts, each batch's at its index among them
+    (`analysis.ordered`), so that parts run apart `merge` into the same bits."""
+
+    weight: int = 0  # the positions (or texts) the objective scores, a whole number
+    clean: OrderedSum = field(default_factory=OrderedSum)  # (1,) per batch: nothing removed
+    # per batch: ablation, each (layer, head)'s objective terms (C,); gradient, ∂Σ/∂gate (L, H)
+    scored: OrderedSum = field(default_factory=OrderedSum)
+    # mean ablation, per batch: each chosen layer's W_O input summed over its tokens
+    means: OrderedSum = field(default_factory=OrderedSum)
+    tokens: int = 0
+
+    def merge(self, other: ImportanceSums) -> ImportanceSums:
+        return ImportanceSums(
+            self.weight + other.weight,
+            self.clean.merge(other.clean),
+            self.scored.merge(other.scored),
+            self.means.merge(other.means),
+            self.tokens + other.tokens,
+        )
+
+
+def _configs(layers: list[int], heads: list[int]) -> list[tuple[int, int]]:
+    """The (layer, head) pairs ablation removes, each in rows of its own, in their order."""
+    return [(layer, head) for layer in sorted(layers) for head in heads]
+
+
+def batches_of(lengths: Sequence[int], batch_size: int | None = None) -> list[list[int]]:
+    """The batches of texts importance runs, given every text's length: `batch_size` rows each
+    (default: as many as fit TOKEN_BUDGET padded tokens of the longest text)."""
+    n, size = len(lengths), batch_size or max(1, TOKEN_BUDGET // max(lengths))
+    return [list(range(s, min(s + size, n))) for s in range(0, n, size)]
+
+
+class ImportanceRun:
+    """Head importance by one method over a corpus's texts, in parts that any process can run:
+    `clean` over some of the run's batches of texts (the objective with nothing removed, the
+    heads' mean outputs for mean ablation, and for gradient everything), then, for ablation,
+    `ablate` over the same batches given the means over all of them. The parts'
+    `ImportanceSums` merge exactly; `result` turns the whole into scores.
+
+    `texts` maps a text's index in the corpus to its encoding (those of the batches this
+    process runs are enough); `lengths` are every text's token counts, which fix the batches
+    (as many rows as fit TOKEN_BUDGET padded tokens, or `batch_size`).
+    """
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        texts: dict[int, Encoded],
+        lengths: Sequence[int],
+        method: str = "ablation",
+        ablation: str = "zero",
+        layers: list[int] | None = None,
+        heads: list[int] | None = None,
+        batch_size: int | None = None,
+        reuse: bool = True,
+    ) -> None:
+        if method not in METHODS:
+            raise InputError(f"unknown importance method '{method}'; known: {', '.join(METHODS)}")
+        if ablation not in ABLATIONS:
+            raise InputError(f"unknown ablation '{ablation}'; known: {', '.join(ABLATIONS)}")
+        if not lengths:
+            raise InputError("importance needs at least one text")
+        info = loaded.info
+        self.loaded, self.method, self.ablation = loaded, method, ablation
+        self.layers, self.heads = info.pick_layers(layers), info.pick_heads(heads)
+        self.objective = check_method(loaded, method)
+        items = {i: _item(loaded, i, encoded, self.objective) for i, encoded in texts.items()}
+        self.scorer = _Scorer(loaded, items, self.objective)
+        self.rows_per_batch = batch_size or max(1, TOKEN_BUDGET // max(lengths))
+        self.batches = batches_of(lengths, batch_size)
+        self.lengths = list(lengths)
+        self.configs = _configs(self.layers, self.heads)
+        blocks = _layer_blocks(loaded.model, info.n_layers) if method == "ablation" else None
+        self.blocks = blocks if reuse else None
+        self.lower: _LowerLayers | None = None  # the lower layers' outputs of one batch
+
+    def clean(
+        self, parts: Sequence[int], on_progress: Callable[[int, int], None] | None = None
+    ) -> ImportanceSums:
+        """The sums of the batches `parts` (indices into `batches`) with nothing removed: the
+        objective's terms and, for mean ablation, the heads' outputs; for gradient, the
+        gates' gradients too (`on_progress(done, total)` after each batch)."""
+        sums = ImportanceSums()
+        sums.weight = sum(self.scorer.items[i].weight for b in parts for i in self.batches[b])
+        if self.method == "gradient":
+            for done, b in enumerate(parts, start=1):
+                self._gradient(sums, b)
+                if on_progress:
+                    on_progress(done, len(parts))
+            return sums
+        if self.objective.name == "embedding-cosine":
+            for b in parts:
+                pooled = self.scorer.pooled(self.batches[b])
+                self.scorer.reference.update(zip(self.batches[b], pooled))
+        for b in parts:
+            rows = self.batches[b]
+            also: list[Any] = []
+            means = None
+            if self.ablation == "mean":
+                means = _HeadMeans(self.layers, _mask(self.loaded, self._encoded(rows)))
+                also.append(means)
+            if self.blocks is not None and self.lower is None:
+                self.lower = _LowerLayers(self.blocks, rows, max(self.layers), self.loaded.device)
+                also.append(self.lower)
+            sums.clean.add(b, [float(self.scorer.run(rows, also=also).sum())])
+            if means is not None:
+                import torch
+
+                sums.means.add(b, torch.stack([means.sums[layer] for layer in self.layers]).cpu())
+                sums.tokens += sum(self.lengths[i] for i in rows)
+        return sums
+
+    def _gradient(self, sums: ImportanceSums, b: int) -> None:
+        """Batch `b`'s objective terms and their gradient with respect to a gate ξ_h = 1 on
+        each head's output."""
+        import torch
+
+        info = self.loaded.info
+        dtype = next(self.loaded.model.parameters()).dtype
+        gates = torch.ones((info.n_layers, info.n_heads), dtype=dtype, device=self.loaded.device)
+        gates.requires_grad_(True)
+
+        def gated(layer: int, x: Any) -> Any:
+            gate = gates[layer].to(x.device)  # a layer accelerate put on another GPU
+            return (_split_heads(x, info.n_heads) * gate[None, None, :, None]).reshape(
+                x.shape
+            )  # (B, T, H, d_head) times each head's gate
+
+        value = self.scorer.run(self.batches[b], gated, gradients=True).sum()
+        (grad,) = torch.autograd.grad(value, gates)
+        sums.scored.add(b, grad.double().cpu().numpy())
+        sums.clean.add(b, [float(value.detach())])
+
+    def means(self, sums: ImportanceSums) -> dict[int, Any] | None:
+        """For mean ablation, each chosen layer's W_O input averaged over every token of the
+        texts, from the sums of all the batches."""
+        import torch
+
+        if self.ablation != "mean" or self.method != "ablation":
+            return None
+        total = sums.means.total()  # (len(layers), H·d_head)
+        return {
+            layer: torch.from_numpy(total[k] / sums.tokens) for k, layer in enumerate(self.layers)
+        }
+
+    def _encoded(self, rows: Sequence[int]) -> list[Encoded]:
+        return [self.scorer.items[i].encoded for i in rows]
+
+    def ablate(
+        self,
+        sums: ImportanceSums,
+        parts: Sequence[int],
+        means: dict[int, Any] | None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        """Add to `sums` each (layer, head)'s objective terms over the batches `parts`, the
+        head removed (zero, or `means`). A pass holds one batch of texts and one layer's
+        heads, in rows of their own, so that it can start at that layer."""
+        import numpy as np
+        import torch
+
+        passes = []  # (the batch of texts, the layer, rows (config, text))
+        for b in parts:
+            for layer in sorted(self.layers):
+                pairs = [(c, t) for c, (at, _) in enumerate(self.configs) if at == layer
+                         for t in self.batches[b]]  # fmt: skip
+                size = -(-len(pairs) // -(-len(pairs) // self.rows_per_batch))  # as even as can be
+                passes += [(b, layer, pairs[s : s + size]) for s in range(0, len(pairs), size)]
+        scored = {b: np.zeros(len(self.configs)) for b in parts}
+        n_heads = self.loaded.info.n_heads
+        for done, (b, layer, batch) in enumerate(passes, start=1):
+            rows = self.batches[b]
+            if self.lower is not None and self.lower.texts != rows:
+                # A later batch of texts: the clean pass again, its lower outputs kept for this
+                # batch of texts alone (memory stays flat).
+                self.lower = _LowerLayers(self.blocks, rows, max(self.layers), self.loaded.device)
+                self.scorer.run(rows, also=[self.lower])
+            texts_of = [t for _, t in batch]
+            starting = nullcontext()
+            if self.lower is not None:
+                starting = self.lower.starting_at(layer, texts_of, self.scorer.width(texts_of))
+            drops = torch.zeros((len(batch), n_heads), dtype=torch.bool)
+            for r, (c, _) in enumerate(batch):
+                drops[r, self.configs[c][1]] = True
+            with starting:
+                values = self.scorer.run(texts_of, ablating({layer: drops}, n_heads, means))
+            np.add.at(scored[b], [c for c, _ in batch], values.cpu().numpy())  # (B,) each
+            if on_progress:
+                on_progress(done, len(passes))
+        for b in parts:
+            sums.scored.add(b, scored[b])
+
+    def result(self, sums: ImportanceSums) -> Importance:
+        """The scores from the sums of every batch."""
+        return score(sums, self.loaded.info, self.objective, self.method, self.ablation,
+                     self.layers, self.heads, len(self.lengths))  # fmt: skip
+
+
+def score(
+    sums: ImportanceSums,
+    info: ModelInfo,
+    objective: Objective,
+    method: str,
+    ablation: str,
+    layers: list[int],
+    heads: list[int],
+    n_texts: int,
+) -> Importance:
+    """Each head's score from the sums of every batch of an `ImportanceRun` (no model needed)."""
+    import numpy as np
+
+    if sums.weight == 0:
+        raise InputError("the texts give the objective nothing to score: each is one token long")
+    scores = np.full((info.n_layers, info.n_heads), np.nan)
+    clean = float(sums.clean.total()[0]) / sums.weight
+    if method == "gradient":
+        pick = np.ix_(layers, heads)
+        scores[pick] = np.abs(sums.scored.total()[pick]) / sums.weight
+        return _result(scores, clean, objective, method, None, n_texts, layers, heads)
+    # The embedding objective is 0 with nothing removed by definition (the rest is rounding).
+    clean = 0.0 if objective.at_optimum else clean
+    scored = sums.scored.total()
+    for c, (layer, head) in enumerate(_configs(layers, heads)):
+        scores[layer, head] = scored[c] / sums.weight - clean
+    return _result(scores, clean, objective, method, ablation, n_texts, layers, heads)
+
+
 def importance(
     loaded: LoadedModel,
     texts: Sequence[Encoded],
@@ -428,116 +649,20 @@ def importance(
     reuse: bool = True,
 ) -> Importance:
     """Each chosen head's importance (default: every head) to the model's objective over
-    `texts`, by `method` ("ablation" or "gradient").
+    `texts`, by `method` ("ablation" or "gradient"), in one process (`ImportanceRun`).
 
     `batch_size` is rows per forward pass (default: as many as fit TOKEN_BUDGET padded
     tokens); `on_progress(done, total)` is called after each batch. `reuse=False` runs every
     layer of every ablated copy instead of starting it at its ablated layer (the same scores,
     to rounding: for tests and benchmarks).
     """
-    import numpy as np
-    import torch
-
-    if method not in METHODS:
-        raise InputError(f"unknown importance method '{method}'; known: {', '.join(METHODS)}")
-    if ablation not in ABLATIONS:
-        raise InputError(f"unknown ablation '{ablation}'; known: {', '.join(ABLATIONS)}")
-    if not texts:
-        raise InputError("importance needs at least one text")
-    info = loaded.info
-    chosen_layers, chosen_heads = info.pick_layers(layers), info.pick_heads(heads)
-    objective = check_method(loaded, method)
-    scorer = _Scorer(loaded, _items(loaded, texts, objective), objective)
-    width = max(len(t) for t in texts)
-    rows_per_batch = batch_size or max(1, TOKEN_BUDGET // width)
-    text_batches = scorer.text_batches(rows_per_batch)
-    n_texts = len(texts)
-    scores = np.full((info.n_layers, info.n_heads), np.nan)
-
-    if method == "gradient":
-        dtype = next(loaded.model.parameters()).dtype
-        gates = torch.ones((info.n_layers, info.n_heads), dtype=dtype, device=loaded.device)
-        gates.requires_grad_(True)
-
-        def gated(layer: int, x: Any) -> Any:
-            gate = gates[layer].to(x.device)  # a layer accelerate put on another GPU
-            return (_split_heads(x, info.n_heads) * gate[None, None, :, None]).reshape(
-                x.shape
-            )  # (B, T, H, d_head) times each head's gate
-
-        total_grad = np.zeros((info.n_layers, info.n_heads))
-        clean = 0.0
-        for done, rows in enumerate(text_batches, start=1):
-            value = scorer.run(rows, gated, gradients=True).sum() / scorer.total
-            (grad,) = torch.autograd.grad(value, gates)
-            total_grad += grad.double().cpu().numpy()
-            clean += float(value.detach())
-            if on_progress:
-                on_progress(done, len(text_batches))
-        pick = np.ix_(chosen_layers, chosen_heads)
-        scores[pick] = np.abs(total_grad[pick])
-        return _result(scores, clean, objective, "gradient", None, n_texts, chosen_layers,
-                       chosen_heads)  # fmt: skip
-
-    # The clean pass: the objective with nothing removed, the reference embeddings, the means,
-    # and the first batch of texts' outputs of the layer blocks below the highest ablated layer.
-    means_of = _HeadMeans(chosen_layers) if ablation == "mean" else None
-    if objective.name == "embedding-cosine":
-        scorer.reference = torch.cat([scorer.pooled(rows) for rows in text_batches])
-    blocks = _layer_blocks(loaded.model, info.n_layers) if reuse else None
-    below = max(chosen_layers)  # the lowest layer a batch can start at is at most this
-    lower = None
-    clean = 0.0
-    for rows in text_batches:
-        also: list[Any] = []
-        if means_of is not None:
-            also.append(means_of)
-            means_of.mask = _mask(loaded, [scorer.items[i].encoded for i in rows])
-        if blocks is not None and lower is None:
-            lower = _LowerLayers(blocks, rows, below, loaded.device)
-            also.append(lower)
-        clean += float(scorer.run(rows, also=also).sum())
-    # The embedding objective is 0 with nothing removed by definition (what is left is rounding).
-    clean = 0.0 if objective.at_optimum else clean / scorer.total
-    means = None
-    if means_of is not None:
-        count = sum(len(t) for t in texts)
-        means = {layer: total / count for layer, total in means_of.sums.items()}
-
-    # Ablated rows: (head, text) pairs, every head of a batch in rows of its own. A batch
-    # holds one batch of texts and one layer's heads, so that it can start at that layer.
-    configs = [(layer, head) for layer in sorted(chosen_layers) for head in chosen_heads]
-    sums = np.zeros(len(configs))
-    batches = []  # (the texts' batch, the layer, rows (config, text))
-    for texts_at, rows in enumerate(text_batches):
-        for layer in sorted(chosen_layers):
-            pairs = [(c, t) for c, (at, _) in enumerate(configs) if at == layer for t in rows]
-            size = -(-len(pairs) // -(-len(pairs) // rows_per_batch))  # as even as can be
-            batches += [(texts_at, layer, pairs[s : s + size])
-                        for s in range(0, len(pairs), size)]  # fmt: skip
-    for done, (texts_at, layer, batch) in enumerate(batches, start=1):
-        rows = text_batches[texts_at]
-        if lower is not None and lower.texts != rows:
-            # A later batch of texts (only where the texts fill more than one): the clean pass
-            # again, its lower outputs kept for this batch of texts alone (memory stays flat).
-            lower = _LowerLayers(blocks, rows, below, loaded.device)
-            scorer.run(rows, also=[lower])
-        texts_of = [t for _, t in batch]
-        starting = nullcontext()
-        if lower is not None:
-            starting = lower.starting_at(layer, texts_of, scorer.width(texts_of))
-        drops = torch.zeros((len(batch), info.n_heads), dtype=torch.bool)
-        for r, (c, _) in enumerate(batch):
-            drops[r, configs[c][1]] = True
-        with starting:
-            values = scorer.run(texts_of, ablating({layer: drops}, info.n_heads, means))  # (B,)
-        np.add.at(sums, [c for c, _ in batch], values.cpu().numpy())
-        if on_progress:
-            on_progress(done, len(batches))
-    for c, (layer, head) in enumerate(configs):
-        scores[layer, head] = sums[c] / scorer.total - clean
-    return _result(scores, clean, objective, "ablation", ablation, n_texts, chosen_layers,
-                   chosen_heads)  # fmt: skip
+    run = ImportanceRun(loaded, dict(enumerate(texts)), [len(t) for t in texts], method,
+                        ablation, layers, heads, batch_size, reuse)  # fmt: skip
+    every = range(len(run.batches))
+    sums = run.clean(every, on_progress)
+    if method == "ablation":
+        run.ablate(sums, every, run.means(sums), on_progress)
+    return run.result(sums)
 
 
 def _mask(loaded: LoadedModel, batch: list[Encoded]) -> Any:

@@ -62,20 +62,48 @@ class LinguisticSums:
     coref_baseline: int = 0
     sentences: int = 0
     examples: dict[str, tuple[Attention, TreebankSentence]] = field(default_factory=dict)
+    # each example's index in the corpus: of parts merged, the earliest example wins
+    example_index: dict[str, int] = field(default_factory=dict)
 
-    def add(self, att: Attention, sentence: TreebankSentence) -> None:
-        """Add one sentence: `att` is its word view (from `encode_words`)."""
+    def add(self, att: Attention, sentence: TreebankSentence, index: int | None = None) -> None:
+        """Add one sentence, at `index` in the corpus (default: after those added so far):
+        `att` is its word view (from `encode_words`)."""
         positions = word_positions(att, len(sentence.words))
         n = len(positions)  # words kept (fewer than the sentence's if truncated)
         rows = att.weights[:, :, positions][:, :, :, positions]  # (L, H, n, n)
+        index = self.sentences if index is None else index
         self.sentences += 1
         if sentence.heads is not None:
-            self._add_syntax(rows, sentence, n, att)
+            self._add_syntax(rows, sentence, n, att, index)
         if sentence.mentions:
             self._add_coreference(rows, sentence, n)
 
+    def merge(self, other: LinguisticSums) -> LinguisticSums:
+        """This part of the corpus and `other` (other sentences) as one: the counts are whole
+        numbers, exact in any order; each relation's example is the earliest sentence's."""
+        import numpy as np
+
+        merged = LinguisticSums(sentences=self.sentences + other.sentences)
+        merged.mentions = self.mentions + other.mentions
+        merged.coref_baseline = self.coref_baseline + other.coref_baseline
+        corefs = [c for c in (self.coref_correct, other.coref_correct) if c is not None]
+        merged.coref_correct = np.sum(corefs, axis=0) if corefs else None
+        for part in (self, other):
+            for name, column in part.relations.items():
+                if name not in merged.relations:
+                    merged._grow(name, part.correct.shape[1:3])
+                at = merged.relations[name]
+                merged.correct[..., at] += part.correct[..., column]
+                merged.arcs[at] += part.arcs[column]
+                merged.offsets[name].update(part.offsets[name])
+            for name, index in part.example_index.items():
+                if index < merged.example_index.get(name, np.iinfo(np.int64).max):
+                    merged.example_index[name] = index
+                    merged.examples[name] = part.examples[name]
+        return merged
+
     def _add_syntax(
-        self, rows: np.ndarray, sentence: TreebankSentence, n: int, att: Attention
+        self, rows: np.ndarray, sentence: TreebankSentence, n: int, att: Attention, index: int
     ) -> None:
         import numpy as np
 
@@ -100,7 +128,9 @@ class LinguisticSums:
             self.offsets[name][offset] += 1
         if n <= EXAMPLE_MAX_WORDS:
             for name in set(names):
-                self.examples.setdefault(name, (att, sentence))
+                if name not in self.examples:
+                    self.examples[name] = (att, sentence)
+                    self.example_index[name] = index
 
     def _grow(self, name: str, shape: tuple[int, int]) -> None:
         import numpy as np
@@ -161,7 +191,9 @@ class LinguisticSums:
         accuracy = np.moveaxis(self.correct[..., columns] / arcs, -1, 1)  # (2, R, L, H)
         offsets, baseline = [], []
         for name, n in zip(order, arcs):
-            offset, count = min(self.offsets[name].items(), key=lambda kv: (-kv[1], abs(kv[0])))
+            # the commonest offset; of two as common, the nearer, then the one before
+            counted = self.offsets[name].items()
+            offset, count = min(counted, key=lambda kv: (-kv[1], abs(kv[0]), kv[0]))
             offsets.append(offset)
             baseline.append(count / n)
         return SyntaxResult(

@@ -19,8 +19,10 @@ In cross-attention (an encoder-decoder's target queries over source keys) the po
 metrics (previous, next, self, local, distance) compare positions of two different texts,
 so they are not measured there; the others are, over the source keys.
 
-Everything is vectorised over layers, heads and queries; a corpus is summed sentence by
-sentence (`MetricSums`), so memory does not grow with its size.
+Everything is vectorised over layers, heads and queries; a text is summed a block of query
+rows at a time (`row_blocks`: at most BLOCK_FLOATS floats of its attention in float64 at
+once), and a corpus sentence by sentence (`MetricSums`), so memory grows neither with T² nor
+with the corpus.
 
 Each metric is one `Metric` in METRICS (its name, its definition and how it is summed);
 adding one is one entry there. Causal models also get two probes on repeated random tokens
@@ -31,10 +33,12 @@ adding one is one entry there. Causal models also get two probes on repeated ran
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
+
+from attnviz.analysis.ordered import OrderedSum
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,6 +46,21 @@ if TYPE_CHECKING:
     from attnviz.core.attention import Attention
 
 LOCAL_WINDOW = 2
+# A block of query rows holds at most this many weights (8 MiB in float64): what a text's
+# metrics and summary hold at once, whatever its length.
+BLOCK_FLOATS = 2**20
+
+
+def row_blocks(att: Attention, block_rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """`att.weights` a block of query rows at a time: (start, rows (L, H, b, S), a view) for
+    start = 0, b, 2b, …; b is `block_rows`, or as many rows as BLOCK_FLOATS allows. A text
+    that fits is one block, the whole array."""
+    n_layers, n_heads, n, n_keys = att.weights.shape
+    if block_rows is None:
+        block_rows = BLOCK_FLOATS // max(1, n_layers * n_heads * n_keys)
+    step = max(1, block_rows)
+    for start in range(0, n, step):
+        yield start, att.weights[:, :, start : start + step]
 
 
 class Rows:
@@ -88,7 +107,7 @@ class Rows:
 
         queries = self.queries
         keep = (queries + k >= 0) & (queries + k < self.n)
-        picked = self.rows[:, :, keep, :][:, :, np.arange(keep.sum()), queries[keep] + k]
+        picked = self.rows[:, :, np.flatnonzero(keep), queries[keep] + k]  # (L, H, count)
         return picked.sum(axis=-1), int(keep.sum())  # (L, H), count
 
     @cached_property
@@ -190,19 +209,26 @@ def is_punctuation(token: str) -> bool:
 
 
 def sentence_sums(
-    att: Attention, rows: np.ndarray | None = None, start: int = 0
+    att: Attention, rows: np.ndarray | None = None, start: int = 0, block_rows: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-head sums of every metric over this text's non-special queries (or those of one
-    block of its rows, as `Rows` takes them), and their counts.
+    block of its rows, as `Rows` takes them), and their counts. Without `rows`, the sums of
+    the text's blocks (`row_blocks`, `block_rows` rows each).
 
     Returns sums (M, L, H) and counts (M,) in the order of METRICS.
     """
     import numpy as np
 
-    rows = Rows(att, rows, start)
-    unmeasured = (np.zeros(rows.rows.shape[:2]), 0)  # counted over no query: None
+    if rows is None:
+        blocks = [sentence_sums(att, part, first) for first, part in row_blocks(att, block_rows)]
+        sums, counts = blocks[0]
+        for more, counted in blocks[1:]:
+            sums, counts = sums + more, counts + counted
+        return sums, counts
+    found = Rows(att, rows, start)
+    unmeasured = (np.zeros(found.rows.shape[:2]), 0)  # counted over no query: None
     summed = [
-        metric.sums(rows) if rows.square or not metric.positional else unmeasured
+        metric.sums(found) if found.square or not metric.positional else unmeasured
         for metric in METRICS.values()
     ]
     sums = np.stack([total for total, _ in summed])  # (M, L, H)
@@ -212,36 +238,47 @@ def sentence_sums(
 
 @dataclass
 class MetricSums:
-    """Running sums of the metrics over a corpus; add sentences one at a time."""
+    """Running sums of the metrics over a corpus; add sentences one at a time, each at its
+    index in the corpus, so that parts of a corpus summed apart `merge` into the same bits
+    (`analysis.ordered`)."""
 
-    sums: Any = None  # (M, L, H)
-    counts: Any = None  # (M,)
+    sums: OrderedSum = field(default_factory=OrderedSum)  # of (M, L, H) per sentence
+    counts: Any = None  # (M,), whole numbers: exact in any order
     sentences: int = 0
     queries: int = 0
 
-    def add(self, att: Attention) -> None:
+    def add(self, att: Attention, index: int | None = None) -> None:
+        """Add one sentence, at `index` (default: after the sentences added so far)."""
         sums, counts = sentence_sums(att)
-        if self.sums is None:
-            self.sums, self.counts = sums, counts
-        else:
-            self.sums += sums
-            self.counts += counts
+        self.sums.add(self.sentences if index is None else index, sums)
+        self.counts = counts if self.counts is None else self.counts + counts
         self.sentences += 1
         self.queries += int(counts[list(METRICS).index("self")])
+
+    def merge(self, other: MetricSums) -> MetricSums:
+        """This part of the corpus and `other` (other sentences) as one."""
+        if other.counts is None or self.counts is None:
+            return other if self.counts is None else self
+        return MetricSums(
+            self.sums.merge(other.sums),
+            self.counts + other.counts,
+            self.sentences + other.sentences,
+            self.queries + other.queries,
+        )
 
     def means(self) -> np.ndarray:
         """Mean of each metric, (M, L, H); NaN where no query qualified."""
         import numpy as np
 
         with np.errstate(invalid="ignore", divide="ignore"):
-            return self.sums / self.counts[:, None, None]
+            return self.sums.total() / self.counts[:, None, None]
 
 
 # A text's own repeats score induction only when this many queries repeat an earlier token.
 MIN_REPEATS = 3
 
 
-def repeat_scores(att: Attention) -> tuple[np.ndarray, int]:
+def repeat_scores(att: Attention, block_rows: int | None = None) -> tuple[np.ndarray, int]:
     """Induction and duplicate-token scores of every head on this text's own repeats,
     (2, L, H), and how many queries they average over (0: no scores, all zero).
 
@@ -253,29 +290,31 @@ def repeat_scores(att: Attention) -> tuple[np.ndarray, int]:
         duplicate   Σ a[j]                                   (the earlier occurrences)
 
     each averaged over the queries that have an earlier occurrence (for induction, one with
-    j + 1 < i). Tokens are compared by their labels, exactly.
+    j + 1 < i). Tokens are compared by their labels, exactly. Summed over blocks of query
+    rows (`row_blocks`), each block's (query, key) masks made for it alone.
     """
     import numpy as np
 
     n_layers, n_heads, n = att.weights.shape[:3]
-    induction = np.zeros((n, n))  # (query, key) 1 where the key follows an earlier occurrence
-    duplicate = np.zeros((n, n))  # (query, key) 1 at the earlier occurrences
-    for i in np.flatnonzero(~att.special):
-        for j in range(i):
-            if att.tokens[j] == att.tokens[i] and not att.special[j]:
-                duplicate[i, j] = 1.0
-                if j + 1 < i:
-                    induction[i, j + 1] = 1.0
-    scores = np.zeros((2, n_layers, n_heads))
-    counted = int(induction.any(axis=1).sum())
-    if counted < MIN_REPEATS:
-        return scores, 0
-    weights = att.weights.astype(np.float64)  # (L, H, T, T)
-    for slot, mask in enumerate((induction, duplicate)):
-        queries = mask.any(axis=1)  # (T,)
-        summed = np.einsum("lhqk,qk->lh", weights[:, :, queries], mask[queries])
-        scores[slot] = summed / queries.sum()
-    return scores, counted
+    _, ids = np.unique(np.array(att.tokens), return_inverse=True)  # (T,) equal labels, equal ids
+    content = ~np.asarray(att.special)
+    sums, counts = np.zeros((2, n_layers, n_heads)), np.zeros(2, dtype=int)
+    for start, rows in row_blocks(att, block_rows):
+        queries = np.arange(start, start + rows.shape[2])  # (b,)
+        # (query, key): the earlier occurrences of each query's token, then the keys after them
+        duplicate = (ids[queries, None] == ids[None, :]) & content[queries, None] & content
+        duplicate &= np.arange(n)[None, :] < queries[:, None]
+        induction = np.zeros_like(duplicate)
+        induction[:, 1:] = duplicate[:, :-1] & (np.arange(1, n)[None, :] < queries[:, None])
+        for slot, mask in enumerate((induction, duplicate)):
+            repeats = mask.any(axis=1)  # (b,)
+            if repeats.any():
+                picked = rows[:, :, repeats].astype(np.float64)  # (L, H, Q, T)
+                sums[slot] += np.einsum("lhqk,qk->lh", picked, mask[repeats].astype(np.float64))
+                counts[slot] += int(repeats.sum())
+    if counts[0] < MIN_REPEATS:
+        return np.zeros((2, n_layers, n_heads)), 0
+    return sums / counts[:, None, None], int(counts[0])
 
 
 def repeated_random_tokens(

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from attnviz.analysis.ordered import OrderedSum
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
@@ -120,21 +122,44 @@ class Reach:
         }
 
 
+# heads.csv's figures of a `Reach`, in the order a `ReachSums` stacks them
+FIGURES = ("first_token_alpha", "distance_mean", "distance_p90")
+
+
+class ReachSums:
+    """Sinks and reach over a corpus: each text's figures summed at its index in the corpus
+    (`analysis.ordered`), so that parts summed apart `merge` into the same bits."""
+
+    def __init__(self, sums: OrderedSum | None = None, texts: int = 0) -> None:
+        self.sums = sums or OrderedSum()  # of (3, L, H) per text, in the order of FIGURES
+        self.texts = texts
+
+    def add(self, index: int, found: Reach) -> None:
+        """Add a text's figures (a mean of several texts counts as that many)."""
+        import numpy as np
+
+        stacked = np.stack([getattr(found, name) for name in FIGURES]).astype(np.float64)
+        self.sums.add(index, stacked * found.texts)
+        self.texts += found.texts
+
+    def merge(self, other: ReachSums) -> ReachSums:
+        return ReachSums(self.sums.merge(other.sums), self.texts + other.texts)
+
+    def result(self) -> Reach:
+        """Each figure averaged over the texts (every text weighs the same)."""
+        if not self.texts:
+            raise ValueError("no text to average")
+        means = self.sums.total() / self.texts
+        return Reach(*means, texts=self.texts)
+
+
 def mean(texts: list[Reach]) -> Reach:
     """Each figure averaged over the texts (every text weighs the same; a mean of several
-    counts as that many), summed in float64 in the texts' order."""
-    import numpy as np
-
-    if not texts:
-        raise ValueError("no text to average")
-    total = sum(t.texts for t in texts)
-
-    def averaged(name: str) -> np.ndarray:
-        return np.sum([getattr(t, name) * t.texts for t in texts], axis=0) / total
-
-    return Reach(
-        averaged("first_token_alpha"), averaged("distance_mean"), averaged("distance_p90"), total
-    )
+    counts as that many), summed in float64 in the order of `analysis.ordered`."""
+    sums = ReachSums()
+    for index, found in enumerate(texts):
+        sums.add(index, found)
+    return sums.result()
 
 
 class ReachRecorder:

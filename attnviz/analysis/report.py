@@ -11,6 +11,7 @@ from attnviz.analysis.metrics import (
     METRICS,
     PROBES,
 )
+from attnviz.analysis.reach import FIGURES
 from attnviz.analysis.roles import (
     HeadRole,
     Thresholds,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 # heads.csv's columns of `Report.special`, in its order: the share special tokens take
 SPECIAL = ("special_weight_share", "special_norm_share")
 # heads.csv's columns of `Report.reach` (`analysis.reach`): sinks and how far heads look
-REACH = ("first_token_alpha", "distance_mean", "distance_p90")
+REACH = FIGURES
 
 
 def _finite(value: float) -> float | None:
@@ -63,6 +64,9 @@ class Report:
     mixing: np.ndarray | None = None
     # sinks and reach per head (`analysis.reach`), each text's averaged over the texts
     reach: Reach | None = None
+    # how many texts each process read: a distributed run's ranks, a merge's shards (one
+    # process: one number); not the report's numbers, which are the same however it ran
+    texts_per_rank: tuple[int, ...] = ()
 
     def importances(self) -> dict[str, Importance]:
         """The importance measured, by column name: `importance` (ablation) and/or
@@ -156,6 +160,7 @@ class Report:
             "sentences": self.sentences,
             "queries": self.queries,
             "skipped": list(self.skipped),
+            "texts_per_rank": list(self.texts_per_rank),
             "thresholds": self.thresholds.values,
             "layers": list(self.layers),
             "head_indices": list(self.heads),

@@ -21,6 +21,10 @@ the model. Its summary says `removed`, and every number about its pattern is Non
 
 Each key's mean weight is taken over the non-special queries that can see it (on a decoder,
 the queries at or after it), so early keys do not win merely by being visible to more queries.
+
+Every number is summed over blocks of query rows (`metrics.row_blocks`, as the head metrics
+are), so the summary holds one block in float64 at a time, never a copy of the whole
+attention.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnviz.analysis.metrics import METRICS, PROBES, repeat_scores, sentence_sums
+from attnviz.analysis.metrics import METRICS, PROBES, repeat_scores, row_blocks, sentence_sums
 from attnviz.analysis.roles import MIXED, ROLES, Thresholds
 
 if TYPE_CHECKING:
@@ -161,45 +165,75 @@ def rank_keys(
     return top, other
 
 
-def role_scores(att: Attention) -> dict[str, np.ndarray | None]:
+def role_scores(att: Attention, block_rows: int | None = None) -> dict[str, np.ndarray | None]:
     """Every role's score on this text, (L, H) per role name; None where the text cannot
     measure it (no non-special query; induction on an encoder or without repeats)."""
 
-    sums, counts = sentence_sums(att)  # (M, L, H), (M,)
+    sums, counts = sentence_sums(att, block_rows=block_rows)  # (M, L, H), (M,)
     named: dict[str, np.ndarray | None] = {
         name: sums[i] / counts[i] if counts[i] else None for i, name in enumerate(METRICS)
     }
-    repeats, counted = repeat_scores(att)
+    # a decoder's own repeats (cross-attention's keys are another text's tokens)
+    repeats, counted = repeat_scores(att, block_rows) if att.info.causal else (None, 0)
     for i, name in enumerate(PROBES):
-        named[name] = repeats[i] if att.info.causal and counted else None
+        named[name] = repeats[i] if counted else None
     return {name: named[role.metric] for name, role in ROLES.items()}
 
 
-def key_means(att: Attention, weights: np.ndarray) -> np.ndarray:
-    """Each key's weight averaged over the non-special queries that can see it, (L, H, S)
-    from `weights` (L, H, T, S); 0 for a key no such query sees."""
-    import numpy as np
+class _Received:
+    """What `summarise` takes from a text's attention, a block of query rows at a time
+    (`add(start, rows)`, rows (L, H, b, S)): each key's weight summed over the non-special
+    queries that see it, and each head's strongest link from a non-special query
+    (`link_rows`) to a non-special key."""
 
-    queries = ~att.special  # (T,)
-    n, n_keys = len(queries), weights.shape[-1]
-    sees = np.broadcast_to(queries[:, None], (n, n_keys)).copy()  # (query, key)
-    if att.info.causal:
-        sees &= np.tril(np.ones((n, n), dtype=bool))
-    seen_by = sees.sum(axis=0)  # (T,) queries that see each key
-    summed = np.einsum("lhqk,qk->lhk", weights, sees.astype(weights.dtype))
-    return np.where(seen_by > 0, summed / np.maximum(seen_by, 1), 0.0)
+    def __init__(self, att: Attention, link_rows: np.ndarray) -> None:
+        import numpy as np
+
+        n_layers, n_heads, _, n_keys = att.weights.shape
+        self.queries, self.key_special = ~att.special, att.key_special  # (T,), (S,)
+        self.causal, self.link_rows = att.info.causal, link_rows
+        self.summed = np.zeros((n_layers, n_heads, n_keys))
+        self.link_weight = np.full((n_layers, n_heads), -np.inf)
+        self.link_at = np.zeros((n_layers, n_heads, 2), dtype=int)  # (query, key)
+
+    def add(self, start: int, rows: np.ndarray) -> None:
+        import numpy as np
+
+        n_rows, n_keys = rows.shape[2:]
+        block = slice(start, start + n_rows)
+        sees = np.broadcast_to(self.queries[block, None], (n_rows, n_keys)).copy()  # (q, k)
+        if self.causal:  # a decoder's query i sees keys 0 … i
+            sees &= np.arange(n_keys)[None, :] <= np.arange(start, block.stop)[:, None]
+        self.summed += np.einsum("lhqk,qk->lhk", rows.astype(np.float64), sees.astype(np.float64))
+        links = self.link_rows[block, None] & ~self.key_special[None, :]  # (q, k)
+        masked = np.where(links, rows, -1.0).reshape(*rows.shape[:2], -1)  # (L, H, q·k)
+        best = masked.argmax(axis=-1)  # (L, H): the first largest, in (query, key) order
+        weight = np.take_along_axis(masked, best[..., None], axis=-1)[..., 0]
+        better = weight > self.link_weight  # a tie keeps the earlier block's
+        self.link_weight = np.where(better, weight, self.link_weight)
+        query, key = np.unravel_index(best, (n_rows, n_keys))
+        found = np.stack([query + start, key], axis=-1)  # (L, H, 2)
+        self.link_at = np.where(better[..., None], found, self.link_at)
+
+    def key_means(self, seen_by: np.ndarray) -> np.ndarray:
+        """Each key's weight averaged over the `seen_by` (S,) non-special queries that can see
+        it, (L, H, S); 0 for a key no such query sees."""
+        import numpy as np
+
+        return np.where(seen_by > 0, self.summed / np.maximum(seen_by, 1), 0.0)
 
 
 def special_shares(weights: np.ndarray, queries: np.ndarray, key_special: np.ndarray) -> np.ndarray:
     """`special_share`: the mean over the `queries` (T,) bool of the weight each gives the
     special keys `key_special` (S,) bool, (...) from `weights` (..., T, S) whose rows are shares
-    (sum to 1); 0 where there is no such query. `report` averages it over a corpus's texts."""
+    (sum to 1); 0 where there is no such query. `report` averages it over a corpus's texts.
+    Summed in float64 from the special keys' columns alone: no copy of `weights`."""
     import numpy as np
 
     if not queries.any():
         return np.zeros(weights.shape[:-2])
-    special_rows = weights[..., queries, :][..., key_special].sum(axis=-1)  # (..., Q)
-    return special_rows.mean(axis=-1)
+    on_special = weights[..., key_special][..., queries, :]  # (..., Q, specials)
+    return on_special.astype(np.float64).sum(axis=-1).mean(axis=-1)
 
 
 def pick_pattern(
@@ -249,26 +283,31 @@ def summarise(
     heads: list[int],
     top_k: int = 3,
     thresholds: Thresholds | None = None,
+    block_rows: int | None = None,
 ) -> list[HeadSummary]:
-    """Summarise the chosen heads on this text (see the module's docstring)."""
+    """Summarise the chosen heads on this text (see the module's docstring), `block_rows`
+    query rows at a time (default: as many as `metrics.BLOCK_FLOATS` allows)."""
     import numpy as np
 
     thresholds = thresholds or Thresholds()
-    weights = att.weights.astype(np.float64)  # (L, H, T, S): S = T but in cross-attention
-    n = weights.shape[-1]
+    n = att.weights.shape[-1]  # (L, H, T, S): S = T but in cross-attention
     queries, key_special = ~att.special, att.key_special  # (T,), (S,)
-    received = key_means(att, weights)  # (L, H, S)
-    per_role = role_scores(att)
-    special_share = special_shares(weights, queries, key_special)  # (L, H)
-    # keys a content pattern may name: non-special, seen by at least half the queries
+    per_role = role_scores(att, block_rows)
+    # non-special queries that see each key
     seen_by = np.array([(queries[k:] if att.info.causal else queries).sum() for k in range(n)])
+    # keys a content pattern may name: non-special, seen by at least half the queries
     candidates = ~key_special & (seen_by * 2 >= max(int(queries.sum()), 1))
     # the strongest link leaves out special tokens and a decoder's first query (it sees
     # only itself)
     link_rows = queries.copy()
     if att.info.causal:
         link_rows[0] = False
-    link_mask = link_rows[:, None] & ~key_special[None, :]  # (query, key)
+    taken = _Received(att, link_rows)
+    for start, rows in row_blocks(att, block_rows):
+        taken.add(start, rows)
+    received = taken.key_means(seen_by)  # (L, H, S)
+    special_share = special_shares(att.weights, queries, key_special)  # (L, H)
+    any_link = bool(link_rows.any() and (~key_special).any())
 
     summaries = []
     for layer in layers:
@@ -285,15 +324,11 @@ def summarise(
                 for name, values in per_role.items()
             }
             agreed = int(np.argmax(np.where(candidates, keys, -1.0))) if candidates.any() else None
-            grid = weights[slot, head]  # (T, S) query x key
             link = None
-            if link_mask.any():
-                q, key = np.unravel_index(
-                    int(np.argmax(np.where(link_mask, grid, -1.0))), grid.shape
-                )
-                link = Link(
-                    int(q), att.tokens[q], int(key), att.key_tokens[key], float(grid[q, key])
-                )
+            if any_link:
+                q, key = (int(i) for i in taken.link_at[slot, head])
+                weight = float(att.weights[slot, head, q, key])
+                link = Link(q, att.tokens[q], key, att.key_tokens[key], weight)
             summaries.append(
                 HeadSummary(
                     layer=layer,

@@ -66,8 +66,11 @@ def word_view(att: Attention) -> Attention:
             att.keys.word_labels,
         )
     counts = member.sum(axis=0)  # (W,)
-    to_words = att.weights.astype(np.float64) @ key_member  # (L, H, T, W_s)
-    merged = (member.T @ to_words) / counts[:, None]  # (W, T) @ (L, H, T, W_s) -> (L, H, W, W_s)
+    n_layers, n_heads = att.weights.shape[:2]
+    merged = np.empty((n_layers, n_heads, n_words, key_member.shape[1]), np.float32)
+    for slot, layer in enumerate(att.weights):  # a layer at a time, in float64
+        to_words = layer.astype(np.float64) @ key_member  # (H, T, W_s)
+        merged[slot] = (member.T @ to_words) / counts[:, None]  # (W, T) @ (H, T, W_s): (H, W, W_s)
     groups = np.array(att.words)
     segments = None
     if att.segments is not None:
@@ -76,7 +79,7 @@ def word_view(att: Attention) -> Attention:
         att,
         tokens=att.word_labels,
         special=special_words(att.words, att.special, n_words),
-        weights=merged.astype(np.float32),
+        weights=merged,
         unit="word",
         words=tuple(range(n_words)),
         segments=segments,
@@ -94,9 +97,15 @@ def hide_special(att: Attention) -> Attention:
         return replace(att, notes=att.notes + ("no special tokens to hide",))
     if not keep.any() or not keep_keys.any():
         raise InputError("the text has only special tokens; nothing is left once they are hidden")
-    weights = att.weights[:, :, keep][:, :, :, keep_keys].astype(np.float64)  # (L, H, t, s)
-    kept_share = weights.sum(axis=-1, keepdims=True)  # (L, H, t, 1)
-    weights = weights / np.where(kept_share > 0, kept_share, 1.0)
+    n_layers, n_heads = att.weights.shape[:2]
+    weights = np.empty((n_layers, n_heads, int(keep.sum()), int(keep_keys.sum())), np.float32)
+    kept_share = np.empty((*weights.shape[:3], 1))  # (L, H, t, 1)
+    kept_rows = np.ix_(range(n_heads), np.flatnonzero(keep), np.flatnonzero(keep_keys))
+    for slot, layer in enumerate(att.weights):  # a layer at a time, in float64
+        rows = layer[kept_rows].astype(np.float64)  # (H, t, s)
+        kept_share[slot] = rows.sum(axis=-1, keepdims=True)
+        rows /= np.where(kept_share[slot] > 0, kept_share[slot], 1.0)
+        weights[slot] = rows
     held = ""  # what they held: nothing to say of labels without weights (`check_query`)
     if kept_share.size:
         held = (
@@ -128,7 +137,7 @@ def hide_special(att: Attention) -> Attention:
         att,
         tokens=tokens,
         special=special,
-        weights=weights.astype(np.float32),
+        weights=weights,
         words=words,
         word_labels=word_labels,
         keys=keys,

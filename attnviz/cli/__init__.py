@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-COMMANDS = ("show", "compare", "check", "export", "report", "serve")
+COMMANDS = ("show", "compare", "check", "export", "report", "merge", "serve")
 STOPPED_EARLY = "interrupted: nothing was written"
 
 

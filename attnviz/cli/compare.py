@@ -4,6 +4,7 @@ head."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -11,95 +12,87 @@ import typer
 
 from attnviz.cli.app import Command, app, fail, out_console
 from attnviz.cli.options import (
-    AttentionImpl,
-    AttentionOpt,
-    CmapOpt,
-    Device,
-    DeviceOpt,
-    DpiOpt,
-    FormatOpt,
-    ImageFormat,
+    LOAD,
+    STYLE,
     JsonOpt,
     MeasureName,
     MeasureOpt,
-    ModelOpt,
+    NoImagesOpt,
     QueryOpt,
     TruncateOpt,
     WordsOpt,
     flag,
-    style,
+    grouped,
+    valued,
 )
-from attnviz.core import models
-from attnviz.errors import AttnvizError, InputError, Interrupted
+from attnviz.errors import AttnvizError, Interrupted
+from attnviz.outputs.figures import Style
+from attnviz.pipelines.request import Load
+
+TextAArg = Annotated[
+    str | None, typer.Argument(help="Text A; - reads it from stdin.", show_default=False)
+]
+TextBArg = Annotated[
+    str | None,
+    typer.Argument(help="Text B (default with --against-model: text A again).", show_default=False),
+]
+AgainstOpt = valued(
+    str,
+    "--against-model",
+    metavar="MODEL",
+    help="A second model that reads text B (same layers and heads; a different "
+    "tokenizer needs --words).",
+)
+PairsOpt = valued(
+    str,
+    "--file",
+    "-f",
+    help="File of pairs, one a line: text A, a TAB, text B (with --against-model, a "
+    "line without a TAB is one text for both); - reads stdin. Figures are means over "
+    "the pairs.",
+)
+TopOpt = Annotated[
+    int, typer.Option("--top", min=1, help="Heads listed and drawn: those that moved most.")
+]
+KeysOpt = Annotated[int, typer.Option("--top-k", "-k", min=1, help="Keys listed per head.")]
+ImportanceOpt = Annotated[
+    bool,
+    flag(
+        "--importance",
+        "Also measure each head's importance (zero ablation: one pass per head) to each "
+        "model's objective on its texts, to tell a head that moved from a head that matters.",
+    ),
+]
+ImagesOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder for the images.")]
+PageOpt = Annotated[
+    bool,
+    flag(
+        "--html",
+        "Also write compare.html (with -f, compare-N.html a pair): the interactive page "
+        "with A, B and B − A in every view; it works offline.",
+    ),
+]
 
 
 @app.command(cls=Command)
+@grouped
 def compare(
-    text_a: Annotated[
-        str | None,
-        typer.Argument(help="Text A; - reads it from stdin.", show_default=False),
-    ] = None,
-    text_b: Annotated[
-        str | None,
-        typer.Argument(
-            help="Text B (default with --against-model: text A again).", show_default=False
-        ),
-    ] = None,
-    model: ModelOpt = None,
-    against_model: Annotated[
-        str | None,
-        typer.Option(
-            "--against-model",
-            metavar="MODEL",
-            help="A second model that reads text B (same layers and heads; a different "
-            "tokenizer needs --words).",
-            show_default=False,
-        ),
-    ] = None,
-    file: Annotated[
-        str | None,
-        typer.Option(
-            "--file",
-            "-f",
-            help="File of pairs, one a line: text A, a TAB, text B (with --against-model, a "
-            "line without a TAB is one text for both); - reads stdin. Figures are means over "
-            "the pairs.",
-            show_default=False,
-        ),
-    ] = None,
+    text_a: TextAArg = None,
+    text_b: TextBArg = None,
+    load: Load = LOAD,
+    against_model: AgainstOpt = None,
+    file: PairsOpt = None,
     words: WordsOpt = False,
     measure: MeasureOpt = MeasureName.weights,
     query: QueryOpt = None,
-    top: Annotated[
-        int, typer.Option("--top", min=1, help="Heads listed and drawn: those that moved most.")
-    ] = 6,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Keys listed per head.")] = 3,
-    importance: Annotated[
-        bool,
-        flag(
-            "--importance",
-            "Also measure each head's importance (zero ablation: one pass per head) to each "
-            "model's objective on its texts, to tell a head that moved from a head that matters.",
-        ),
-    ] = False,
+    top: TopOpt = 6,
+    top_k: KeysOpt = 3,
+    importance: ImportanceOpt = False,
     truncate: TruncateOpt = False,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the images.")] = Path(
-        "attnviz-out"
-    ),
-    no_images: Annotated[bool, flag("--no-images", "Do not write images.")] = False,
-    html: Annotated[
-        bool,
-        flag(
-            "--html",
-            "Also write compare.html (with -f, compare-N.html a pair): the interactive page "
-            "with A, B and B − A in every view; it works offline.",
-        ),
-    ] = False,
-    fmt: FormatOpt = ImageFormat.png,
-    dpi: DpiOpt = 100,
-    cmap: CmapOpt = "viridis",
-    device: DeviceOpt = Device.auto,
-    attention: AttentionOpt = AttentionImpl.sdpa,
+    out: ImagesOutOpt = Path("attnviz-out"),
+    no_images: NoImagesOpt = False,
+    html: PageOpt = False,
+    style: Style = STYLE,
     as_json: JsonOpt = False,
 ) -> None:
     """Compare attention head by head: two texts through one model (a minimal pair), or a
@@ -113,64 +106,26 @@ def compare(
     B − A for each head that moved most.
     """
     try:
-        from attnviz.core.inputs import read_sentences, read_text, split_compare_pairs
+        from attnviz.core.inputs import compare_pairs_of
         from attnviz.outputs import terminal
         from attnviz.pipelines.compare import compare as run_compare
+        from attnviz.pipelines.request import Request
 
-        if file is not None:
-            if text_a is not None:
-                raise InputError("give two texts or --file, not both")
-            pairs = split_compare_pairs(read_sentences(file, None), against_model is not None)
-        elif text_a is None or (text_b is None and against_model is None):
-            raise InputError(
-                'give two texts (compare "A" "B"), one text and --against-model MODEL, or '
-                "--file PAIRS.tsv"
-            )
-        else:
-            first = read_text(text_a)
-            pairs = [(first, read_text(text_b) if text_b is not None else first)]
+        against = replace(load, model=against_model) if against_model else None
         found = run_compare(
-            models.model(model, device.value, attention.value),
-            pairs,
-            against=models.model(against_model, device.value, attention.value)
-            if against_model
-            else None,
-            words=words,
-            measure=measure.value,
-            query=query,
-            top=top,
-            top_k=top_k,
-            truncate=truncate,
-            out=None if no_images and not html else out,
-            images=not no_images,
-            style=style(fmt, dpi, cmap),
-            importance=importance,
-            html=html,
-        )
+            Request(
+                "compare", load, pairs=tuple(compare_pairs_of(text_a, text_b, file, bool(against))),
+                against=against, truncate=truncate, words=words, measure=measure.value,
+                query=query, html=html, images=not no_images,
+                importance="ablation" if importance else None, top=top, top_k=top_k,
+                out=None if no_images and not html else out, style=style,
+            )
+        )  # fmt: skip
     except AttnvizError as error:
         raise fail(error) from None
     except KeyboardInterrupt:
         raise fail(Interrupted("nothing was written")) from None
-
     if as_json:
         typer.echo(json.dumps(found.as_dict(), ensure_ascii=False, indent=2))
-        return
-    console = out_console
-    names = found.models
-    who = names[0] if names[0] == names[1] else f"A: {names[0]}, B: {names[1]}"
-    terminal.print_comparison_header(console, found.comparison, who)
-    terminal.print_divergence_map(console, found.comparison.divergence, found.comparison.layers)
-    terminal.print_moved(console, found.moved, len(found.comparison.pairs) > 1)
-    if found.importance is not None:
-        terminal.print_moved_importance(console, found.moved, *found.importance)
-    if found.query is not None:
-        terminal.print_compare_query(console, found.query, found.comparison.layers, top)
-    pages = found.pages
-    if found.images:
-        console.print(
-            f"wrote {len(found.images)} images to [bold]{found.folder}/[/]", highlight=False
-        )
-    if pages:
-        named = pages[0] if len(pages) == 1 else f"{found.folder}/compare-N.html"
-        console.print(f"wrote the interactive page{'s' if len(pages) > 1 else ''} [bold]{named}[/]",
-                      highlight=False, soft_wrap=True)  # fmt: skip
+    else:
+        terminal.print_compare(out_console, found, top)

@@ -14,12 +14,11 @@ import typer
 from attnviz.cli.app import Command, app, fail, out_console, progress, warn
 from attnviz.cli.options import (
     LOAD,
+    SELECT,
     STYLE,
     BatchOpt,
     FileOpt,
-    HeadOpt,
     HideOpt,
-    LayerOpt,
     MeasureName,
     MeasureOpt,
     QueryOpt,
@@ -29,6 +28,7 @@ from attnviz.cli.options import (
     WordsOpt,
     flag,
     grouped,
+    valued,
 )
 from attnviz.errors import AttnvizError, Interrupted
 from attnviz.outputs.figures import Style
@@ -38,24 +38,18 @@ from attnviz.pipelines.request import Load
 # The choices of --figures, from the one list of figure kinds (attnviz.outputs.render.FIGURES).
 FigureKind = Enum("FigureKind", {kind: kind for kind in FIGURES}, type=str)
 FIGURES_HELP = "; ".join(f"{kind}: {shows}" for kind, shows in FIGURES.items())
-FiguresOpt = Annotated[
-    list[FigureKind] | None,
-    typer.Option(
-        "--figures",
-        metavar="KIND",
-        help=f"Figures to write; repeat for more ({FIGURES_HELP}). Default: all.",
-        show_default=False,
-    ),
-]
-ExportStackOpt = Annotated[
-    StackName | None,
-    typer.Option(
-        "--stack",
-        help="Encoder-decoder models: the attention to export, encoder (source × source), "
-        "decoder (target × target) or cross (target × source). Default: cross.",
-        show_default=False,
-    ),
-]
+FiguresOpt = valued(
+    list[FigureKind],
+    "--figures",
+    metavar="KIND",
+    help=f"Figures to write; repeat for more ({FIGURES_HELP}). Default: all.",
+)
+ExportStackOpt = valued(
+    StackName,
+    "--stack",
+    help="Encoder-decoder models: the attention to export, encoder (source × source), "
+    "decoder (target × target) or cross (target × source). Default: cross.",
+)
 SaveRawOpt = Annotated[
     bool,
     flag(
@@ -97,8 +91,7 @@ def export(
     file: FileOpt = None,
     out: ExportOutOpt = Path("attnviz-out/export"),
     load: Load = LOAD,
-    layer: LayerOpt = None,
-    head: HeadOpt = None,
+    select: dict = SELECT,
     figures: FiguresOpt = None,
     query: QueryOpt = None,
     stack: ExportStackOpt = None,
@@ -134,8 +127,8 @@ def export(
     try:
         request = Request(
             "export", load,
-            sentences=read_sentences(file, sentences), layers=tuple(layer) if layer else None,
-            heads=tuple(head) if head else None, stack=stack.value if stack else None,
+            sentences=read_sentences(file, sentences), **select,
+            stack=stack.value if stack else None,
             truncate=truncate, words=words, hide_special=hide_special, measure=measure.value,
             query=query, html=html, figures=tuple(k.value for k in figures) if figures else None,
             save_raw=save_raw, out=out, style=style, jobs=jobs,

@@ -37,16 +37,20 @@ def flag(name: str, help: str) -> Any:
     return typer.Option(name, help=help, metavar="")
 
 
-ModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--model",
-        "-m",
-        help="Local model directory, Hugging Face hub id (cached or online), a .gguf file, "
-        "or smollm2 (a bundled decoder LLM). Default: the bundled all-MiniLM-L6-v2.",
-        show_default=False,
-    ),
-]
+def valued(kind: Any, *names: str, help: str, metavar: str | None = None, **more: Any) -> Any:
+    """An option that takes a value and is None when not given (no default shown):
+    `--name METAVAR`; `more` as typer.Option takes it (min=1)."""
+    option = typer.Option(*names, metavar=metavar, help=help, show_default=False, **more)
+    return Annotated[kind | None, option]
+
+
+ModelOpt = valued(
+    str,
+    "--model",
+    "-m",
+    help="Local model directory, Hugging Face hub id (cached or online), a .gguf file, "
+    "or smollm2 (a bundled decoder LLM). Default: the bundled all-MiniLM-L6-v2.",
+)
 DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
 
 
@@ -118,9 +122,7 @@ QuantizeOpt = Annotated[
 def _numbers(what: str, short: str, example: str) -> Any:
     """A repeatable option of numbers: --layer/--layers/-l, --head/--heads/-H."""
     help = f"A {what} to use; repeat for more ({example}). Default: all."
-    option = typer.Option(f"--{what}", f"--{what}s", short, metavar="N", help=help,
-                          show_default=False)  # fmt: skip
-    return Annotated[list[int] | None, option]
+    return valued(list[int], f"--{what}", f"--{what}s", short, metavar="N", help=help)
 
 
 LayerOpt = _numbers("layer", "-l", "-l 0 -l 5")
@@ -151,17 +153,14 @@ ScaleOpt = Annotated[
         "max; the pattern of diffuse heads shows).",
     ),
 ]
-QueryOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--query",
-        "-q",
-        metavar="TOKEN",
-        help="Ask about one token: where it looks in every head. A token as written "
-        "(first occurrence), it#2 for the second, or a position.",
-        show_default=False,
-    ),
-]
+QueryOpt = valued(
+    str,
+    "--query",
+    "-q",
+    metavar="TOKEN",
+    help="Ask about one token: where it looks in every head. A token as written "
+    "(first occurrence), it#2 for the second, or a position.",
+)
 MeasureOpt = Annotated[
     MeasureName,
     typer.Option(
@@ -176,37 +175,28 @@ MeasureOpt = Annotated[
 StackName = Enum("StackName", {name: name for name in STACKS}, type=str)
 
 
-StackOpt = Annotated[
-    StackName | None,
-    typer.Option(
-        "--stack",
-        help="Encoder-decoder models (T5, BART, Marian): which attention to show: encoder "
-        "(source × source), decoder (target × target, causal) or cross (target tokens reading "
-        "the source). [default: cross]",
-        show_default=False,
-    ),
-]
-TargetOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--target",
-        metavar="TEXT",
-        help="Encoder-decoder models: the target the decoder reads after its start token "
-        "(teacher forcing), e.g. a translation of the source.",
-        show_default=False,
-    ),
-]
-GenerateOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--generate",
-        min=1,
-        metavar="N",
-        help="Encoder-decoder models: let the model write its own target greedily, at most N "
-        "tokens, and show the attention it used (what happens without --target, with N 40).",
-        show_default=False,
-    ),
-]
+StackOpt = valued(
+    StackName,
+    "--stack",
+    help="Encoder-decoder models (T5, BART, Marian): which attention to show: encoder "
+    "(source × source), decoder (target × target, causal) or cross (target tokens reading "
+    "the source). [default: cross]",
+)
+TargetOpt = valued(
+    str,
+    "--target",
+    metavar="TEXT",
+    help="Encoder-decoder models: the target the decoder reads after its start token "
+    "(teacher forcing), e.g. a translation of the source.",
+)
+GenerateOpt = valued(
+    int,
+    "--generate",
+    metavar="N",
+    min=1,
+    help="Encoder-decoder models: let the model write its own target greedily, at most N "
+    "tokens, and show the attention it used (what happens without --target, with N 40).",
+)
 BatchOpt = Annotated[
     int, typer.Option("--batch-size", "-b", min=1, help="Sentences per forward pass.")
 ]
@@ -216,45 +206,36 @@ TextArg = Annotated[
     str,
     typer.Argument(help="The sentence to look at; - reads it from stdin.", show_default=False),
 ]
-PairOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--pair",
-        metavar="TEXT",
-        help="A second sentence (encoders): the model reads [CLS] TEXT [SEP] PAIR [SEP] "
-        "with token types; the --html page can restrict to A→B, B→A, A→A, B→B.",
-        show_default=False,
-    ),
-]
+PairOpt = valued(
+    str,
+    "--pair",
+    metavar="TEXT",
+    help="A second sentence (encoders): the model reads [CLS] TEXT [SEP] PAIR [SEP] "
+    "with token types; the --html page can restrict to A→B, B→A, A→A, B→B.",
+)
 TopKOpt = Annotated[int, typer.Option("--top-k", "-k", min=1, help="Tokens listed per head.")]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder for the heatmap images.")]
 NoImagesOpt = Annotated[bool, flag("--no-images", "Do not write images.")]
 HtmlOpt = Annotated[
     bool, flag("--html", "Also write attention.html, an interactive page that works offline.")
 ]
-JobsOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--jobs",
-        "-j",
-        min=1,
-        metavar="N",
-        help="Drawing processes, started while the model loads [default: one per core, "
-        "at most 4]; 1 draws in this process.",
-        show_default=False,
-    ),
-]
-AblateOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--ablate",
-        metavar="L.H",
-        help="Remove head H of layer L (its output set to 0; repeatable): the maps show "
-        "the model without it, and a decoder's loss and top-5 next tokens (an encoder's "
-        "embedding) before and after are printed.",
-        show_default=False,
-    ),
-]
+JobsOpt = valued(
+    int,
+    "--jobs",
+    "-j",
+    metavar="N",
+    min=1,
+    help="Drawing processes, started while the model loads [default: one per core, "
+    "at most 4]; 1 draws in this process.",
+)
+AblateOpt = valued(
+    list[str],
+    "--ablate",
+    metavar="L.H",
+    help="Remove head H of layer L (its output set to 0; repeatable): the maps show "
+    "the model without it, and a decoder's loss and top-5 next tokens (an encoder's "
+    "embedding) before and after are printed.",
+)
 
 
 def style(fmt: ImageFormat, dpi: int, cmap: str, scale: Scale = Scale.absolute):
@@ -316,6 +297,14 @@ LOAD = Group.of(
     offload_folder=(OffloadOpt, None),
     quantize=(QuantizeOpt, None),
 )
+
+
+def _select(layer: list[int] | None, head: list[int] | None) -> dict[str, Any]:
+    return {"layers": tuple(layer) if layer else None, "heads": tuple(head) if head else None}
+
+
+# --layer and --head: the part of the model asked for (a Request's `layers` and `heads`).
+SELECT = Group.of(_select, layer=(LayerOpt, None), head=(HeadOpt, None))
 # --format, --dpi, --cmap and --scale: how figures are drawn (an outputs.figures.Style).
 STYLE = Group.of(
     style,

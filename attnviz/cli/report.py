@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,118 +13,100 @@ import typer
 from attnviz.analysis.importance import ABLATIONS
 from attnviz.analysis.importance import CHOICES as IMPORTANCE_CHOICES
 from attnviz.analysis.roles import threshold_help
-from attnviz.cli.app import Command, app, fail, out_console, progress, warn
+from attnviz.cli import parts
+from attnviz.cli.app import Command, app, out_console, warn
 from attnviz.cli.options import (
-    AttentionImpl,
-    AttentionOpt,
+    LOAD,
+    SELECT,
+    STYLE,
     BatchOpt,
-    CmapOpt,
-    Device,
-    DeviceOpt,
-    DpiOpt,
     FileOpt,
-    FormatOpt,
-    HeadOpt,
-    ImageFormat,
     JsonOpt,
-    LayerOpt,
-    ModelOpt,
-    Scale,
-    ScaleOpt,
     TruncateOpt,
     WordsOpt,
-    style,
+    grouped,
+    valued,
 )
-from attnviz.core import models
-from attnviz.data import CORPUS, CORPUS_NAME
+from attnviz.data import CORPUS_NAME
 from attnviz.errors import AttnvizError, InputError
+from attnviz.outputs.figures import Style
+from attnviz.pipelines.request import Load
+
+CorpusArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help=f"Sentences to analyse (default: the corpus {CORPUS_NAME}).", show_default=False
+    ),
+]
+ReportOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Report folder.")]
+ThresholdOpt = valued(list[str], "--threshold", "-t", metavar="NAME=VALUE", help=threshold_help())
+TreebankOpt = valued(
+    str,
+    "--treebank",
+    metavar="FILE.conllu",
+    help="Annotated corpus (CoNLL-U; - reads stdin): its sentences are the corpus, and "
+    "heads are also measured on its syntax (HEAD, DEPREL) and coreference (CorefUD Entity=).",
+)
+MinCountOpt = Annotated[
+    int,
+    typer.Option(
+        "--min-count",
+        min=1,
+        help="With --treebank: arcs a relation needs (mentions, for coreference) for a table "
+        "row and to name a head.",
+    ),
+]
+MarginOpt = Annotated[
+    float,
+    typer.Option(
+        "--margin",
+        min=0.0,
+        max=1.0,
+        help="With --treebank: accuracy over a relation's baseline that names a head for it.",
+    ),
+]
+ImportanceOpt = valued(
+    str,
+    "--importance",
+    metavar="|".join(IMPORTANCE_CHOICES),
+    help="Also measure which heads matter to the model's objective on the same texts: "
+    + "; ".join(f"{k.name}: {k.help}" for k in IMPORTANCE_CHOICES.values())
+    + ". Adds importance columns, importance.png and a section to report.md.",
+)
+AblationOpt = Annotated[
+    str,
+    typer.Option(
+        "--ablation",
+        metavar="|".join(ABLATIONS),
+        help="With --importance: what a removed head's output becomes; "
+        + "; ".join(f"{k.name}: {k.help}" for k in ABLATIONS.values())
+        + ".",
+    ),
+]
 
 
 @app.command(cls=Command)
+@grouped
 def report(
-    sentences: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help=f"Sentences to analyse (default: the corpus {CORPUS_NAME}).", show_default=False
-        ),
-    ] = None,
+    sentences: CorpusArg = None,
     file: FileOpt = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path(
-        "attnviz-out/report"
-    ),
-    model: ModelOpt = None,
-    layer: LayerOpt = None,
-    head: HeadOpt = None,
+    out: ReportOutOpt = Path("attnviz-out/report"),
+    load: Load = LOAD,
+    select: dict = SELECT,
     words: WordsOpt = False,
-    threshold: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--threshold",
-            "-t",
-            metavar="NAME=VALUE",
-            help=threshold_help(),
-            show_default=False,
-        ),
-    ] = None,
-    treebank: Annotated[
-        str | None,
-        typer.Option(
-            "--treebank",
-            metavar="FILE.conllu",
-            help="Annotated corpus (CoNLL-U; - reads stdin): its sentences are the corpus, and "
-            "heads are also measured on its syntax (HEAD, DEPREL) and coreference (CorefUD "
-            "Entity=).",
-            show_default=False,
-        ),
-    ] = None,
-    min_count: Annotated[
-        int,
-        typer.Option(
-            "--min-count",
-            min=1,
-            help="With --treebank: arcs a relation needs (mentions, for coreference) for a table "
-            "row and to name a head.",
-        ),
-    ] = 100,
-    margin: Annotated[
-        float,
-        typer.Option(
-            "--margin",
-            min=0.0,
-            max=1.0,
-            help="With --treebank: accuracy over a relation's baseline that names a head for it.",
-        ),
-    ] = 0.1,
-    importance: Annotated[
-        str | None,
-        typer.Option(
-            "--importance",
-            metavar="|".join(IMPORTANCE_CHOICES),
-            help="Also measure which heads matter to the model's objective on the same texts: "
-            + "; ".join(f"{k.name}: {k.help}" for k in IMPORTANCE_CHOICES.values())
-            + ". Adds importance columns, importance.png and a section to report.md.",
-            show_default=False,
-        ),
-    ] = None,
-    ablation: Annotated[
-        str,
-        typer.Option(
-            "--ablation",
-            metavar="|".join(ABLATIONS),
-            help="With --importance: what a removed head's output becomes; "
-            + "; ".join(f"{k.name}: {k.help}" for k in ABLATIONS.values())
-            + ".",
-        ),
-    ] = "zero",
+    threshold: ThresholdOpt = None,
+    treebank: TreebankOpt = None,
+    min_count: MinCountOpt = 100,
+    margin: MarginOpt = 0.1,
+    importance: ImportanceOpt = None,
+    ablation: AblationOpt = "zero",
     batch_size: BatchOpt = 16,
     truncate: TruncateOpt = False,
-    fmt: FormatOpt = ImageFormat.png,
-    dpi: DpiOpt = 100,
-    cmap: CmapOpt = "viridis",
-    scale: ScaleOpt = Scale.absolute,
-    device: DeviceOpt = Device.auto,
-    attention: AttentionOpt = AttentionImpl.sdpa,
+    style: Style = STYLE,
     as_json: JsonOpt = False,
+    shard: parts.ShardOpt = None,
+    partial: parts.PartialOpt = None,
+    resume: parts.ResumeOpt = False,
 ) -> None:
     """Measure what every head does over a corpus and give each head a role.
 
@@ -143,96 +127,73 @@ def report(
     encoder and decoder self-attention, and for cross-attention how monotone each head's
     alignment is and how much it rests on the source's EOS; heads.csv has a stack column.
     """
-    from rich.progress import TimeRemainingColumn
-
     from attnviz.analysis.importance import methods_of
-    from attnviz.analysis.report import Seq2SeqReport
     from attnviz.analysis.roles import Thresholds
-    from attnviz.core.inputs import read_sentences
-    from attnviz.core.treebank import read_treebank
-    from attnviz.outputs import terminal
+    from attnviz.core.inputs import report_corpus
     from attnviz.pipelines.report import report as run_report
+    from attnviz.pipelines.request import Request
 
     try:
         if importance is not None:
             methods_of(importance)  # a bad choice stops here, before anything loads
         if ablation not in ABLATIONS:
             raise InputError(f"unknown --ablation '{ablation}'; known: {', '.join(ABLATIONS)}")
-        thresholds = Thresholds.parse(threshold)
-        if treebank is not None:
-            if sentences or file:
-                raise InputError("give --treebank or sentences/--file, not both")
-            chosen = read_treebank(treebank)
-        else:
-            if not sentences and not file:
-                if not CORPUS.is_file():
-                    raise InputError(
-                        f"the default corpus {CORPUS_NAME} is missing from this installation "
-                        f"({CORPUS}); give sentences or --file"
-                    )
-                file = str(CORPUS)
-            chosen = read_sentences(file, sentences)
-        chosen_style = style(fmt, dpi, cmap, scale)
-        bar = progress("report", TimeRemainingColumn())
-        tasks: dict[str, Any] = {}
-
-        def on_importance(done: int, total: int) -> None:
-            if "importance" not in tasks or bar.tasks[tasks["importance"]].total != total:
-                tasks["importance"] = bar.add_task("importance", total=total)
-            bar.update(tasks["importance"], completed=done)
-
-        with bar:
-            task = bar.add_task("report", total=len(chosen.items))
-            result, written = run_report(
-                models.model(model, device.value, attention.value),
-                chosen,
-                out,
-                chosen_style,
-                layers=layer,
-                heads=head,
-                words=words,
-                thresholds=thresholds,
-                batch_size=batch_size,
-                truncate=truncate,
-                min_count=min_count,
-                margin=margin,
-                importance=importance,
-                ablation=ablation,
-                on_importance=on_importance,
-                on_progress=lambda n: bar.advance(task, n),
-                on_warning=warn,
-            )
+        request = Request(
+            "report", load, sentences=report_corpus(sentences, file, treebank),
+            treebank=treebank is not None, **select,
+            words=words,
+            thresholds=Thresholds.parse(threshold), min_count=min_count, margin=margin,
+            importance=importance, ablation=ablation, truncate=truncate, out=out, style=style,
+            batch_size=batch_size, shard=shard, partial=partial, resume=resume,
+        )  # fmt: skip
+        with _progress(request) as callbacks:
+            result, written = run_report(request, on_warning=warn, **callbacks)
     except AttnvizError as error:
-        raise fail(error) from None
-    if as_json:
+        raise parts.failed(error) from None
+    if result is None:  # a rank other than 0 of a launched run
+        return
+    if isinstance(result, dict):  # --shard: its partial
+        parts.say_shard(result, written, as_json)
+    elif as_json:
         typer.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
-        return
-    if isinstance(result, Seq2SeqReport):
-        _print_seq2seq(result)
-        out_console.print(
-            f"wrote {len(written)} files to [bold]{out}/[/]: report.md, heads.csv, heads.json, "
-            "figures per stack",
-            highlight=False,
-        )
-        return
-    terminal.print_report(out_console, result)
-    if result.linguistics is not None:
-        terminal.print_linguistics(out_console, result)
-    terminal.print_importance(out_console, result)
-    out_console.print(
-        f"wrote {len(written)} files to [bold]{out}/[/]: report.md, heads.csv, heads.json, figures",
-        highlight=False,
-    )
+    else:
+        print_report(result, written, out)
 
 
-def _print_seq2seq(result: Any, shown: int = 5) -> None:
-    """Each self-attention stack's role map, then the most monotone cross-attention heads
-    (of a `Seq2SeqReport`)."""
-    from attnviz.core.adapters import STACK_TITLES
+@contextmanager
+def _progress(request: Any) -> Iterator[dict[str, Any]]:
+    """The report's progress: a bar over the corpus (in a launched run, rank 0's bar per
+    rank; with --shard, a count), and one over importance's batches; yields the callbacks."""
+    from rich.progress import TimeRemainingColumn
+
+    bar = parts.bar("report", TimeRemainingColumn())
+    tasks: dict[str, Any] = {}
+
+    def on_importance(done: int, total: int) -> None:
+        if "importance" not in tasks or bar.tasks[tasks["importance"]].total != total:
+            tasks["importance"] = bar.add_task("importance", total=total)
+        bar.update(tasks["importance"], completed=done)
+
+    with bar:
+        total = len(request.sentences.items) if request.shard is None else None
+        task = bar.add_task("report", total=total) if parts.rank() is None else None
+        yield dict(on_progress=lambda n: bar.advance(task, n), on_importance=on_importance,
+                   on_ranks=parts.RankBars(bar))  # fmt: skip
+
+
+def print_report(result: Any, written: list[Path], out: Path) -> None:
+    """A report in the terminal (a one-stack model's, or an encoder-decoder model's per stack),
+    and the files written (`report`, `merge`)."""
+    from attnviz.analysis.report import Seq2SeqReport
     from attnviz.outputs import terminal
 
-    for stack, report in result.stacks.items():
-        out_console.rule(STACK_TITLES[stack], align="left")
-        terminal.print_report(out_console, report)
-    out_console.rule(STACK_TITLES["cross"], align="left")
-    terminal.print_alignment(out_console, result.cross, shown)
+    if isinstance(result, Seq2SeqReport):
+        terminal.print_seq2seq_report(out_console, result)
+        what = "report.md, heads.csv, heads.json, figures per stack"
+    else:
+        terminal.print_report(out_console, result)
+        if result.linguistics is not None:
+            terminal.print_linguistics(out_console, result)
+        terminal.print_importance(out_console, result)
+        what = "report.md, heads.csv, heads.json, figures"
+    out_console.print(f"wrote {len(written)} files to [bold]{out}/[/]: {what}", highlight=False)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from attnviz.cli.app import Command, app, err_console, fail, warn
-from attnviz.cli.options import LOAD, flag, grouped
+from attnviz.cli.options import LOAD, flag, grouped, valued
 from attnviz.errors import AttnvizError, Interrupted
 from attnviz.pipelines.request import Load
 
@@ -15,51 +16,66 @@ if TYPE_CHECKING:
     from attnviz.core.models import Model
 
 
+AgainstOpt = valued(
+    str,
+    "--against-model",
+    metavar="MODEL",
+    help="A second model, loaded too: the page can read text B with it and compare "
+    "the two head by head (same layers and heads; a different tokenizer needs words).",
+)
+PortOpt = Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")]
+HostOpt = Annotated[
+    str,
+    typer.Option(
+        "--host",
+        help="Address to listen on. Any address but a loopback one (127.0.0.1, ::1, "
+        "localhost) lets other machines use the model, and prints a warning.",
+    ),
+]
+OpenOpt = Annotated[bool, flag("--open", "Open the page in the default browser once it is served.")]
+QueueOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-queue",
+        min=1,
+        metavar="N",
+        help="Model requests that may wait or run at once; one more is answered 503 "
+        "with Retry-After.",
+    ),
+]
+
+
+HoldOpt = Annotated[
+    int,
+    typer.Option(
+        "--hold-mib",
+        min=1,
+        metavar="MIB",
+        help="Memory for the last text's X at every layer, which the page's zoom (tiles) "
+        "is recomputed from; a longer text is refused for tiles (SmolLM2 at 8,192 tokens "
+        "holds 540 MiB).",
+    ),
+]
+
+
 @app.command(cls=Command)
 @grouped
 def serve(
     load: Load = LOAD,
-    against_model: Annotated[
-        str | None,
-        typer.Option(
-            "--against-model",
-            metavar="MODEL",
-            help="A second model, loaded too: the page can read text B with it and compare "
-            "the two head by head (same layers and heads; a different tokenizer needs words).",
-            show_default=False,
-        ),
-    ] = None,
-    port: Annotated[
-        int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")
-    ] = 8000,
-    host: Annotated[
-        str,
-        typer.Option(
-            "--host",
-            help="Address to listen on. Any address but a loopback one (127.0.0.1, ::1, "
-            "localhost) lets other machines use the model, and prints a warning.",
-        ),
-    ] = "127.0.0.1",
-    open_browser: Annotated[
-        bool, flag("--open", "Open the page in the default browser once it is served.")
-    ] = False,
-    max_queue: Annotated[
-        int,
-        typer.Option(
-            "--max-queue",
-            min=1,
-            metavar="N",
-            help="Model requests that may wait or run at once; one more is answered 503 "
-            "with Retry-After.",
-        ),
-    ] = 64,
+    against_model: AgainstOpt = None,
+    port: PortOpt = 8000,
+    host: HostOpt = "127.0.0.1",
+    open_browser: OpenOpt = False,
+    max_queue: QueueOpt = 64,
+    hold_mib: HoldOpt = 1024,
 ) -> None:
     """Serve the interactive page on a local web address, with the model loaded once.
 
     Type a sentence and press Enter: its head, model, matrix, query and inside views show at
-    once, and the address carries the text, so a view can be bookmarked. Scripts can POST to
-    /api/attention (docs/serve.md). It listens on 127.0.0.1 only, unless --host says
-    otherwise. Ctrl-C stops it (exit code 130).
+    once, and the address carries the text, so a view can be bookmarked. A drag over the
+    matrix view zooms into a head's exact cells (tiles, from the last text's X, which the
+    server keeps). Scripts can POST to /api/attention and /api/tile (docs/serve.md). It
+    listens on 127.0.0.1 only, unless --host says otherwise. Ctrl-C stops it (exit code 130).
     """
     try:
         from attnviz.pipelines import features
@@ -79,32 +95,33 @@ def serve(
             loaded = chosen.load()
         features.refuse(asked, loaded.info)
         against = _second_model(against_model, load, loaded)
-
-        def ready() -> None:
-            err_console.print(
-                f"attnviz serve: [bold]{address}[/] ({chosen.load().info.name}); Ctrl-C stops",
-                highlight=False,
-                soft_wrap=True,
-            )
-            if open_browser:  # in a thread: a browser may take a while to start
-                import threading
-
-                threading.Thread(target=open_page, daemon=True).start()
-
-        def open_page() -> None:
-            import webbrowser
-
-            if not webbrowser.open(address):
-                warn(f"--open found no browser to start: open {address} in one")
-
+        ready = partial(_ready, address, loaded.info.name, open_browser)
         # A loopback server answers only to loopback names (app.py says why).
         hosts = None if warning else LOOPBACK_NAMES
-        serve(chosen, sock, Limits(max_queue=max_queue, hosts=hosts), on_ready=ready,
-              against=against)  # fmt: skip
+        limits = Limits(max_queue=max_queue, hosts=hosts, hold_bytes=hold_mib * 2**20)
+        serve(chosen, sock, limits, on_ready=ready, against=against)
     except AttnvizError as error:
         raise fail(error) from None
     except KeyboardInterrupt:
         raise fail(Interrupted("the server stopped")) from None
+
+
+def _ready(address: str, name: str, open_browser: bool) -> None:
+    """Say where the page is served, and open it in a browser with --open."""
+    err_console.print(
+        f"attnviz serve: [bold]{address}[/] ({name}); Ctrl-C stops", highlight=False, soft_wrap=True
+    )
+    if open_browser:  # in a thread: a browser may take a while to start
+        import threading
+
+        threading.Thread(target=_open_page, args=(address,), daemon=True).start()
+
+
+def _open_page(address: str) -> None:
+    import webbrowser
+
+    if not webbrowser.open(address):
+        warn(f"--open found no browser to start: open {address} in one")
 
 
 def _second_model(name: str | None, load: Load, first: Any) -> Model | None:

@@ -10,15 +10,14 @@ import typer
 from attnviz.cli.app import Command, app, fail, out_console
 from attnviz.cli.options import (
     LOAD,
+    SELECT,
     STYLE,
     AblateOpt,
     GenerateOpt,
-    HeadOpt,
     HideOpt,
     HtmlOpt,
     JobsOpt,
     JsonOpt,
-    LayerOpt,
     MeasureName,
     MeasureOpt,
     NoImagesOpt,
@@ -43,8 +42,7 @@ from attnviz.pipelines.request import Load
 def show(
     text: TextArg,
     load: Load = LOAD,
-    layer: LayerOpt = None,
-    head: HeadOpt = None,
+    select: dict = SELECT,
     query: QueryOpt = None,
     measure: MeasureOpt = MeasureName.weights,
     pair: PairOpt = None,
@@ -82,8 +80,8 @@ def show(
 
         request = Request(
             "show", load, text=read_text(text), pair=pair,
-            target=target, generate=generate, layers=tuple(layer) if layer else None,
-            heads=tuple(head) if head else None, stack=stack.value if stack is not None else None,
+            target=target, generate=generate, **select,
+            stack=stack.value if stack is not None else None,
             truncate=truncate, words=words, hide_special=hide_special, measure=measure.value,
             query=query, ablate=tuple(parse_head(given) for given in ablate or []), html=html,
             images=not no_images, top_k=top_k, out=None if no_images and not html else out,

@@ -102,6 +102,14 @@ class Attention:
     keys: Keys | None = None  # cross-attention: the source tokens the target reads
     target: str | None = None  # encoder-decoder models: the target text
     removed: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs ablated in the pass
+    # (size, "mean" or "max"): a long text's maps pooled, each cell `size` × `size` of its
+    # tokens (`analysis.pooling`); `tokens` are then each block's first token
+    pooled: tuple[int, str] | None = None
+
+    @property
+    def pool_size(self) -> int:
+        """How many tokens a cell spans along each axis: 1 unless the maps are pooled."""
+        return self.pooled[0] if self.pooled is not None else 1
 
     @property
     def key_tokens(self) -> tuple[str, ...]:

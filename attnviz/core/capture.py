@@ -20,7 +20,8 @@ are in (every other model has one stack, None).
 
     rows    blocks of `probs`' query rows, for callers that keep running sums and never
             hold a layer's whole matrix: such a recorder's `receive_rows(layer, start, rows)`
-            gets rows start … start+b−1 of every head, (B, H, b, S), block after block
+            gets rows start … start+b−1 of every head, (B, H, b, S), block after block,
+            after its `receive` has had the layer's other kinds it asked for
 
 The model runs its own attention implementation. With eager attention `probs` is read from
 the attention module; with any other (SDPA, the default) the module keeps none, and
@@ -114,6 +115,8 @@ def run(
             unknown = set(kinds) - {*KINDS, ROWS}
             if unknown:
                 raise ValueError(f"unknown capture kinds {sorted(unknown)}; known: {KINDS}")
+            if {"probs", ROWS} <= set(kinds):
+                raise ValueError("a recorder takes a layer's probabilities whole or in rows")
             wanted.setdefault((_stack(recorder), layer), set()).update(kinds)
     probabilities = _Probabilities(loaded, inputs, BLOCK_ROWS if block_rows is None else block_rows)
     hooked = {site: probabilities.needs(site, kinds) for site, kinds in wanted.items()}
@@ -126,11 +129,18 @@ def run(
             return
         stack, layer = site
         mine = [r for r in recorders if _stack(r) == stack and r.wants.get(layer)]
+        # a `rows` recorder has its layer's other tensors (X, say) before the blocks; the
+        # others have theirs after, `probs` among them where it was assembled from blocks
+        takers = [r for r in mine if ROWS in r.wants[layer]]
+        for recorder in takers:
+            recorder.receive(
+                layer, {kind: got[kind] for kind in recorder.wants[layer] if kind != ROWS}
+            )
         if wanted[site] & {"probs", ROWS}:
             probabilities.hand_out(site, got, wanted[site], mine)
         for recorder in mine:
-            given = {kind: got[kind] for kind in recorder.wants[layer] if kind != ROWS}
-            recorder.receive(layer, given)
+            if recorder not in takers:
+                recorder.receive(layer, {kind: got[kind] for kind in recorder.wants[layer]})
         del seen[site]  # every recorder has had this layer's tensors
 
     mode = torch.enable_grad() if gradients else torch.inference_mode()

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from attnviz.core.attention import Attention, Encoded, Keys, SourceTarget
+from attnviz.core.memory import held_bytes, held_what, require
 from attnviz.core.tokens import encode, pad
 
 if TYPE_CHECKING:
@@ -38,7 +39,9 @@ class _Weights:
         self.stack = stack
         self.slot = {layer: i for i, layer in enumerate(layers)}
         keys = width if key_width is None else key_width
-        self.held = np.empty((n_batch, len(layers), n_heads, width, keys), np.float32)
+        shape = (n_batch, len(layers), n_heads, width, keys)
+        require(held_bytes(shape), held_what(shape))
+        self.held = np.empty(shape, np.float32)
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         self.held[:, self.slot[layer]] = tensors["probs"].float().numpy()  # (B, H, T, S)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from attnviz.errors import InputError
 
@@ -152,3 +153,38 @@ def split_compare_pairs(sentences: Sentences, one_text: bool = False) -> list[tu
                 raise InputError(f"{where}: text {side} is empty; give text A<TAB>text B")
         pairs.append((a, b))
     return pairs
+
+
+def compare_pairs_of(
+    text_a: str | None, text_b: str | None, file: str | None, against_model: bool
+) -> list[tuple[str, str]]:
+    """What `compare` reads, from its arguments: two texts, one text read by two models
+    (`against_model`), or a file of pairs (`split_compare_pairs`); "-" reads stdin."""
+    if file is not None:
+        if text_a is not None:
+            raise InputError("give two texts or --file, not both")
+        return split_compare_pairs(read_sentences(file, None), against_model)
+    if text_a is None or (text_b is None and not against_model):
+        raise InputError('give two texts (compare "A" "B"), one text and --against-model MODEL, '
+                         "or --file PAIRS.tsv")  # fmt: skip
+    first = read_text(text_a)
+    return [(first, read_text(text_b) if text_b is not None else first)]
+
+
+def report_corpus(sentences: list[str] | None, file: str | None, treebank: str | None) -> Any:
+    """What `report` reads, from its arguments: a CoNLL-U treebank, sentences or a file of
+    them, or (none given) the corpus that comes with attnviz."""
+    from attnviz.data import CORPUS, CORPUS_NAME
+
+    if treebank is not None:
+        if sentences or file:
+            raise InputError("give --treebank or sentences/--file, not both")
+        from attnviz.core.treebank import read_treebank
+
+        return read_treebank(treebank)
+    if not sentences and not file:
+        if not CORPUS.is_file():
+            raise InputError(f"the default corpus {CORPUS_NAME} is missing from this "
+                             f"installation ({CORPUS}); give sentences or --file")  # fmt: skip
+        file = str(CORPUS)
+    return read_sentences(file, sentences)

@@ -166,18 +166,26 @@ class ModelSpec(_HeadRanges, _Stacks):
     causal: bool = False
     stacks: tuple[tuple[str, int, int], ...] = ()
     stack: str | None = None
+    weights_bytes: int = 0  # the weights in memory: their files' size, or guessed from config
+    weights_dtype: str | None = None  # the dtype the config says the weights are saved in
 
     def count_tokens(self, text: str) -> int | None:
         """Tokens of `text` with the special tokens the model adds, or None without a
         tokenizer.json."""
         if self.tokenizer_file is None:
             return None
+        return self.count_lengths([text])[0]
+
+    def count_lengths(self, texts: list[str | tuple[str, str]]) -> list[int]:
+        """Tokens of each text (or (text, pair)) with the special tokens the model adds; the
+        model must have a tokenizer.json."""
         from tokenizers import Tokenizer
 
+        assert self.tokenizer_file is not None
         tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
         tokenizer.no_truncation()
         tokenizer.no_padding()
-        return len(tokenizer.encode(text).ids)
+        return [len(encoded.ids) for encoded in tokenizer.encode_batch(texts)]
 
     def check_length(self, text: str, truncate: bool) -> None:
         """Raise TextTooLongError for a text over the model's limit (unless it will be cut)."""
@@ -233,6 +241,7 @@ DEVICES = ("auto", "cpu", "cuda")
 ATTENTIONS = ("sdpa", "flash_attention_2", "eager")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 HALF = ("bfloat16", "float16")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DEVICE_MAPS = ("auto", "balanced", "sequential")
 QUANTIZATIONS = ("4bit", "8bit")
 FLASH = "flash_attention_2"
@@ -295,14 +304,25 @@ class Load:
             found[key] = int(float(sized[1]) * _UNITS[(sized[2] or "B").upper()])
         return found
 
+    def weights_held(self, spec: ModelSpec) -> int:
+        """The bytes of the model's weights this process will hold (`spec`, its files): their
+        size in the dtype they load in (auto: float32, a CPU's), and with a device map at
+        most --max-memory cpu=… (the rest on the disk or a GPU)."""
+        saved = DTYPE_BYTES.get(spec.weights_dtype or "", 4)  # unknown: float32, as guessed
+        loaded = DTYPE_BYTES[self.dtype if self.dtype != "auto" else "float32"]
+        held = spec.weights_bytes * loaded // saved
+        cpu = self.memory().get("cpu") if self.device_map is not None else None
+        return held if cpu is None else min(held, cpu)
+
     def refuse(self) -> None:
         """One InputError for the first setting that cannot work here, before anything loads:
         a value that is not a choice, a malformed --max-memory, placement options without
         --device-map, and what this machine cannot run (a half-precision dtype its device
         cannot compute in, bitsandbytes or flash-attention without CUDA or not installed).
         Torch is imported only for the settings that need to ask it."""
+        device = "cuda" if re.fullmatch(r"cuda:\d+", self.device) else self.device  # cuda:1
         for option, value, choices in (
-            ("--device", self.device, DEVICES),
+            ("--device", device, DEVICES),
             ("--attention", self.attention, ATTENTIONS),
             ("--dtype", self.dtype, DTYPES),
             ("--device-map", self.device_map, (None, *DEVICE_MAPS)),
@@ -502,7 +522,31 @@ def describe(name: str | None = None) -> ModelSpec | None:
         tokenizer_file=_local_file(source, "tokenizer.json"),
         causal=config.get("model_type") in DECODER_TYPES,
         stacks=stacks,
+        weights_bytes=_weights_bytes(source, config, n_layers),
+        weights_dtype=config.get("torch_dtype") or config.get("dtype"),
     )
+
+
+def _weights_bytes(source: str, config: dict[str, Any], n_layers: int) -> int:
+    """The model's weights in memory: the size of its weight file (or of a sharded one, from
+    its index), else float32 weights guessed from its config (embeddings, then per layer
+    attention and a gated feed-forward block)."""
+    import json
+
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        path = _local_file(source, name)
+        if path is not None:
+            return path.stat().st_size
+    for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        path = _local_file(source, name)
+        if path is not None:
+            total = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
+            if isinstance(total.get("total_size"), int):
+                return total["total_size"]
+    width = _first(config, "hidden_size", "d_model", "n_embd") or 0
+    inner = _first(config, "intermediate_size", "d_ff", "n_inner") or 4 * width
+    vocabulary = _first(config, "vocab_size") or 0
+    return 4 * (vocabulary * width + n_layers * (4 * width * width + 3 * width * inner))
 
 
 def _source(name: str | None, dtype: str = "auto") -> tuple[str, str]:

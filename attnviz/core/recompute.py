@@ -84,6 +84,26 @@ def project(
     return Projected(q.contiguous(), k.contiguous(), w, mask, causal)
 
 
+def one_head(weights: LayerWeights, head: int) -> LayerWeights:
+    """Query head `head`'s share of a layer's weights, as a layer of one head: its columns of
+    W_Q, its key/value head's of W_K and W_V, its rows of W_O (and its column of T5's bias
+    table), so that `project` and `probability_rows` compute that head alone, H times fewer
+    products than the whole layer, with the same formulas."""
+    w = weights
+    d_k, group = w.d_k, w.n_heads // w.kv_heads
+    q = slice(head * d_k, (head + 1) * d_k)  # query head h's columns
+    kv = slice((head // group) * d_k, (head // group + 1) * d_k)  # its shared key/value head's
+    relative = w.relative
+    if relative is not None:  # table: (buckets, H) -> (buckets, 1)
+        relative = replace(relative, table=relative.table[:, head : head + 1])
+    return replace(
+        w,
+        w_q=w.w_q[:, q], b_q=w.b_q[q], w_k=w.w_k[:, kv], b_k=w.b_k[kv],
+        w_v=w.w_v[:, kv], b_v=w.b_v[kv], w_o=w.w_o[q], n_heads=1, n_kv_heads=1,
+        relative=relative,
+    )  # fmt: skip
+
+
 def probability_rows(layer: Projected, start: int, stop: int) -> torch.Tensor:
     """The probabilities of query rows start … stop−1 of every head, (B, H, rows, S),
     float32; each real row sums to 1 (a row that sees no key is all 0)."""

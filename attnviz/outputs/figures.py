@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +83,8 @@ class Style:
         from attnviz.analysis.contributions import MEASURES
 
         unit = MEASURES[att.measure].unit
+        if att.pooled is not None:
+            unit = f"{unit}, {att.pooled[1]} of {att.pool_size}×{att.pool_size}"
         if self.scale == "head":
             return f"{unit} ÷ the {'layer' if att.per_layer else 'head'}'s max"
         if self.top != 1.0:
@@ -103,6 +105,7 @@ class Layout:
     side_in: float  # heatmap side, inches
     font_pt: float
     label_step: int  # label every label_step-th token
+    every: int = 1  # tokens a cell spans (a pooled map's block): labels give positions
 
     @classmethod
     def for_tokens(cls, n: int, max_side_in: float = 10.24, dpi: int | None = None) -> Layout:
@@ -141,12 +144,12 @@ class Layout:
         return cls(side_in, font, step)
 
     def ticks(self, tokens: tuple[str, ...]) -> tuple[list[int], list[str]]:
-        """The labelled positions and their labels: each token, or when thinned every
-        `label_step`-th token with its position ("40: fox")."""
+        """The labelled positions and their labels: each token, or when thinned (or pooled)
+        every `label_step`-th cell with the position of its token ("40: fox")."""
         positions = list(range(0, len(tokens), self.label_step))
-        if self.label_step == 1:
+        if self.label_step == 1 and self.every == 1:
             return positions, [_short(t) for t in tokens]
-        return positions, [f"{i}: {_short(tokens[i])}" for i in positions]
+        return positions, [f"{i * self.every}: {_short(tokens[i])}" for i in positions]
 
     def label_inches(self, tokens: tuple[str, ...]) -> float:
         """Room for the longest tick label, from DejaVu Sans' average glyph width (~0.62 em)."""
@@ -316,6 +319,9 @@ def view_description(att: Attention) -> str:
         parts.insert(0, f"{measure.name}: {measure.unit} ({measure.cite})")
     if att.hidden_special:
         parts.append("special tokens hidden, rows renormalised")
+    if att.pooled is not None:
+        size, how = att.pooled
+        parts.append(f"pooled: each cell the {how} of {size} × {size} {att.unit}s")
     return ", ".join(parts)
 
 
@@ -495,6 +501,7 @@ class HeadFigure:
         tokens, keys, unit = att.tokens, att.key_tokens, att.unit
         n, n_keys = len(tokens), len(keys)
         layout, key_layout = Layout.for_grid(n, n_keys, dpi=style.dpi)
+        layout, key_layout = (replace(lay, every=att.pool_size) for lay in (layout, key_layout))
         # Axis label + tick labels, in whole pixels so that every cell spans the same pixels.
         left = round((0.45 + layout.label_inches(tokens)) * style.dpi) / style.dpi
         bottom = round((0.45 + key_layout.label_inches(keys)) * style.dpi) / style.dpi
@@ -644,6 +651,7 @@ class LayerFigure:
         panel_h, panel_w = (round(panel * count / longest) for count in (n, n_keys))
         small = Layout.labelled(n, panel_h / dpi, max_font_pt=THINNED_FONT_PT)
         small_keys = Layout.labelled(n_keys, panel_w / dpi, max_font_pt=THINNED_FONT_PT)
+        small, small_keys = (replace(lay, every=att.pool_size) for lay in (small, small_keys))
         left, bottom, top, right = (
             round(v * dpi)
             for v in (0.15 + small.label_inches(att.tokens),

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.core import memory
 from attnviz.errors import OutputError
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ MAX_DEFAULT_JOBS = 4
 # A task sends one layer's weights to a worker, which then holds a copy (and matplotlib its
 # own while drawing). Above this, as with SmolLM2's 9 heads at 2,048 tokens (151 MB a layer),
 # the figures are drawn in this process instead: the copies would cost more memory than the
-# drawing costs time next to such a forward pass.
-MAX_LAYER_BYTES = 64 * 2**20
+# drawing costs time next to such a forward pass. (`core.memory`'s estimate counts on it.)
+MAX_LAYER_BYTES = memory.MAX_LAYER_BYTES
 
 
 def default_jobs() -> int:

@@ -1016,3 +1016,36 @@ def print_written(console: Console, images: Sequence[Any], folder: Any, page: An
         console.print(
             f"wrote the interactive page [bold]{page}[/]", highlight=False, soft_wrap=True
         )
+
+
+def print_compare(console: Console, found: Any, top: int) -> None:
+    """What `attnviz compare` prints of its result (`pipelines.compare.CompareResult`): who
+    read what, the divergence map, the heads that moved most (and their importance), the
+    query's heads, and what was written."""
+    names, comparison = found.models, found.comparison
+    who = names[0] if names[0] == names[1] else f"A: {names[0]}, B: {names[1]}"
+    print_comparison_header(console, comparison, who)
+    print_divergence_map(console, comparison.divergence, comparison.layers)
+    print_moved(console, found.moved, len(comparison.pairs) > 1)
+    if found.importance is not None:
+        print_moved_importance(console, found.moved, *found.importance)
+    if found.query is not None:
+        print_compare_query(console, found.query, comparison.layers, top)
+    pages = found.pages
+    print_written(console, found.images, found.folder)
+    if pages:
+        named = pages[0] if len(pages) == 1 else f"{found.folder}/compare-N.html"
+        console.print(f"wrote the interactive page{'s' if len(pages) > 1 else ''} [bold]{named}[/]",
+                      highlight=False, soft_wrap=True)  # fmt: skip
+
+
+def print_seq2seq_report(console: Console, result: Any, shown: int = 5) -> None:
+    """An encoder-decoder model's report (`analysis.report.Seq2SeqReport`): each
+    self-attention stack's role map, then the most monotone cross-attention heads."""
+    from attnviz.core.adapters import STACK_TITLES
+
+    for stack, report in result.stacks.items():
+        console.rule(STACK_TITLES[stack], align="left")
+        print_report(console, report)
+    console.rule(STACK_TITLES["cross"], align="left")
+    print_alignment(console, result.cross, shown)

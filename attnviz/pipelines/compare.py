@@ -7,15 +7,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.analysis.compare import refuse_models
+from attnviz.core.tokens import encode
 from attnviz.errors import InputError
 from attnviz.outputs.files import prepare_dir
 from attnviz.pipelines import features
+from attnviz.pipelines.sources import read_texts
 
 if TYPE_CHECKING:
     from attnviz.analysis.compare import Comparison, Moved, QueryMoves
     from attnviz.analysis.importance import Importance
     from attnviz.core.models import Model
-    from attnviz.outputs.figures import Style
+    from attnviz.pipelines.request import Request
 
 OVERVIEW = "divergence"  # the overview figure's file name, without its extension
 
@@ -62,104 +65,81 @@ class CompareResult:
         }
 
 
-def compare(
-    model: Model,
-    pairs: list[tuple[str, str]],
-    against: Model | None = None,
-    words: bool = False,
-    measure: str = "weights",
-    query: str | None = None,
-    top: int = 6,
-    top_k: int = 3,
-    truncate: bool = False,
-    out: Path | None = Path("attnviz-out"),
-    images: bool = True,
-    style: Style | None = None,
-    batch_size: int = 8,
-    importance: bool = False,
-    html: bool = False,
-) -> CompareResult:
-    """Read each pair's text A with `model` and text B with `against` (default: `model`),
-    compare them head by head (`analysis.compare`) and draw the divergence per head and the
-    `top` heads that moved most (A, B and B − A) into `out`. `words` compares whole words
-    (needed when the two models' tokenizers differ); `measure` is a per-head measure
-    (weights or norm); `query` a token of A whose row is followed.
-    Over several pairs, `query` is followed in every pair whose A has it (the mean).
-    `importance` also measures each head's importance (zero ablation) to each model's
-    objective on its texts (`analysis.importance`): a head that moved can then be told from
-    a head that matters. `html` also writes the interactive page of each pair (A, B and
-    B − A in every view, `outputs.html.compare`)."""
-    from attnviz.analysis.compare import (
-        compare_pairs,
-        follow_query,
-        moved_heads,
-        read_texts,
-        refuse_models,
-    )
-    from attnviz.analysis.contributions import get
+def compare(request: Request) -> CompareResult:
+    """Read each pair's text A with the request's model and text B with its `against` model
+    (default: the same), compare them head by head (`analysis.compare`) and draw the
+    divergence per head and the `top` heads that moved most (A, B and B − A) into its `out`.
+
+    `words` compares whole words (needed when the two models' tokenizers differ); `measure`
+    is a per-head measure (weights or norm); `query` a token of A whose row is followed (over
+    several pairs, in every pair whose A has it: the mean). `importance` also measures each
+    head's importance (zero ablation) to each model's objective on its texts: a head that
+    moved can then be told from a head that matters. `html` also writes the interactive page
+    of each pair (A, B and B − A in every view, `outputs.html.compare`)."""
+    from attnviz.analysis.compare import compare_pairs, follow_query, moved_heads
     from attnviz.analysis.transforms import transform
-    from attnviz.core.attention import require_text
-    from attnviz.core.tokens import encode
-    from attnviz.pipelines.request import Request
 
-    if not pairs:
-        raise InputError("no pairs to compare")
-    several = len(pairs) > 1
-    for number, (a, b) in enumerate(pairs, start=1):
-        where = f" of pair {number}" if several else ""
-        require_text(a, f"text A{where}")
-        require_text(b, f"text B{where}")
-    chosen = get(measure)
-    asked = Request("compare", pairs=tuple(pairs), words=words, measure=measure, query=query,
-                    importance="ablation" if importance else None)  # fmt: skip
-    features.refuse(asked)
-    other = against or model
-    for reader, texts in ((model, [a for a, _ in pairs]), (other, [b for _, b in pairs])):
-        for text in texts:
-            reader.refuse_early(text=text, truncate=truncate)
-
-    if out is not None and (images or html):
-        prepare_dir(out)  # an unwritable --out is refused before the models load
-    loaded = model.load()
-    loaded_b = other.load()
+    r = request
+    model, other = r.model(), (r.against or r.load).get()
+    _refuse_early(r, model, other)
+    loaded, loaded_b = model.load(), other.load()
     for facts in (loaded.info, loaded_b.info):
-        features.refuse(asked, facts)
-    refuse_models(loaded, loaded_b, words)
-    encoded_a = [encode(loaded, a, truncate) for a, _ in pairs]
-    encoded_b = [encode(loaded_b, b, truncate) for _, b in pairs]
-    html = html and out is not None
+        features.refuse(r, facts)
+    refuse_models(loaded, loaded_b, r.words)
+    encoded_a = [encode(loaded, a, r.truncate) for a, _ in r.pairs]
+    encoded_b = [encode(loaded_b, b, r.truncate) for _, b in r.pairs]
+    html = r.html and r.out is not None
     if loaded_b is loaded:  # one model: A and B share the passes (and the page's inside view)
-        found, insides = read_texts(loaded, encoded_a + encoded_b, chosen.name, batch_size, html)
-        read_a, read_b = found[: len(pairs)], found[len(pairs) :]
+        found, insides = read_texts(loaded, r, encoded_a + encoded_b, html)
+        read_a, read_b = found[: len(r.pairs)], found[len(r.pairs) :]
     else:
-        read_a, insides = read_texts(loaded, encoded_a, chosen.name, batch_size, html)
-        read_b, inside_b = read_texts(loaded_b, encoded_b, chosen.name, batch_size, html)
+        read_a, insides = read_texts(loaded, r, encoded_a, html)
+        read_b, inside_b = read_texts(loaded_b, r, encoded_b, html)
         insides = insides + inside_b if html else None
-    shown_a = [transform(att, words) for att in read_a]
-    shown_b = [transform(att, words) for att in read_b]
-    comparison = compare_pairs(list(zip(shown_a, shown_b)))
-    moved = moved_heads(comparison, top, top_k)
-    asked = follow_query(comparison, query, top_k) if query is not None else None
-
+    pairs = [(transform(a, r.words), transform(b, r.words)) for a, b in zip(read_a, read_b)]
+    comparison = compare_pairs(pairs)
+    moved = moved_heads(comparison, r.top, r.top_k)
+    asked = follow_query(comparison, r.query, r.top_k) if r.query is not None else None
     matters = None
-    if importance:
+    if r.importance:
         from attnviz.analysis.importance import importance as head_importance
 
         matters = (head_importance(loaded, encoded_a), head_importance(loaded_b, encoded_b))
-    models = (loaded.info.name, loaded_b.info.name)
+    names = (loaded.info.name, loaded_b.info.name)
     folder, written, pages = None, [], []
-    if out is not None and (images or html):
-        folder, written, pages = _draw(out, model, other, pairs, comparison, moved, chosen.name,
-                                words, style, models, matters, images, insides)  # fmt: skip
-    return CompareResult(comparison, models, chosen.name, moved, asked, folder, written, matters,
+    if r.out is not None and (r.images or html):
+        folder, written, pages = _draw(r, model, other, comparison, moved, names, matters,
+                                       insides)  # fmt: skip
+    return CompareResult(comparison, names, r.measure, moved, asked, folder, written, matters,
                          tuple(pages))  # fmt: skip
 
 
-def _draw(out, model, other, pairs, comparison, moved, measure, words, style, models, matters,
-          images=True, insides=None):  # fmt: skip
-    """The figures (`images`) and, with `insides` (each text's inside view: A's, then B's),
-    each pair's page, written into one folder per comparison (holding only its last run's
-    files): the folder, the figures' paths and the pages'."""
+def _refuse_early(request: Request, model: Model, other: Model) -> None:
+    """Refuse before anything loads: no pairs, an empty text, an unknown measure, what does
+    not combine (the feature table), a text too long for its model, an unwritable --out."""
+    from attnviz.analysis.contributions import get
+    from attnviz.core.attention import require_text
+
+    pairs = request.pairs
+    if not pairs:
+        raise InputError("no pairs to compare")
+    for number, (a, b) in enumerate(pairs, start=1):
+        where = f" of pair {number}" if len(pairs) > 1 else ""
+        require_text(a, f"text A{where}")
+        require_text(b, f"text B{where}")
+    get(request.measure)
+    features.refuse(request)
+    for reader, texts in ((model, [a for a, _ in pairs]), (other, [b for _, b in pairs])):
+        for text in texts:
+            reader.refuse_early(text=text, truncate=request.truncate)
+    if request.out is not None and (request.images or request.html):
+        prepare_dir(request.out)
+
+
+def _draw(request, model, other, comparison, moved, models, matters, insides):
+    """The figures (`request.images`) and, with `insides` (each text's inside view: A's, then
+    B's), each pair's page, written into one folder per comparison (holding only its last
+    run's files): the folder, the figures' paths and the pages'."""
     from attnviz.outputs.figures import Style
     from attnviz.outputs.files import (
         clear_previous,
@@ -168,7 +148,8 @@ def _draw(out, model, other, pairs, comparison, moved, measure, words, style, mo
         write_text_atomic,
     )
 
-    style = style or Style()
+    r = request
+    style, pairs, measure, words = r.style or Style(), list(r.pairs), r.measure, r.words
     keys = [b for _, b in pairs] + [a for a, _ in pairs[1:]]
     against = other.folder_key if other is not model else None
     name = text_folder_name(pairs[0][0], 40, "compare", *keys, model.folder_key,
@@ -180,15 +161,15 @@ def _draw(out, model, other, pairs, comparison, moved, measure, words, style, mo
         from attnviz.outputs.html.compare import compare_pages
 
         pages = compare_pages(comparison, insides, models, style.scale, style.cmap)
-    folder = prepare_dir(out / name)
+    folder = prepare_dir(r.out / name)
     clear_previous(folder, text_folder=True)
     written = []
-    if images:
+    if r.images:
         written = _figures(folder, pairs, comparison, moved, measure, style, models, matters)
     pages = [write_text_atomic(folder / page_name, page) for page_name, page in pages]
     settings = {"model": models[0], "against_model": models[1], "pairs": [list(p) for p in pairs],
                 "measure": measure, "words": words, "importance": matters is not None,
-                "images": images, "html": insides is not None, **asdict(style)}  # fmt: skip
+                "images": r.images, "html": insides is not None, **asdict(style)}  # fmt: skip
     record = {"files": [str(path.relative_to(folder.parent)) for path in written + pages]}
     write_done(folder, settings, record)
     return folder, written, pages

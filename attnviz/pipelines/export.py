@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.core import memory
 from attnviz.core.models import describe
 from attnviz.errors import InputError, OutputError, TextTooLongError
 from attnviz.outputs.files import (
@@ -389,6 +390,7 @@ class _Export:
         if spec is not None:
             spec.of_stack(self.options.stack).pick_layers(asked[0])
             spec.of_stack(self.options.stack).pick_heads(asked[1])
+        memory.refuse(model, [s.text for s in self.sentences.items], memory.Asked.of(r), r.truncate)
         out = prepare_dir(r.out)
         self.width = max(4, len(str(len(self.sentences.items))))
         folders = [out / _folder_name(sentence, self.width) for sentence in self.sentences.items]

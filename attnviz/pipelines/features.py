@@ -42,14 +42,17 @@ class Feature:
 
     `option` is how a person asks for it (formatted with the request as `r`); `where` maps each
     command that offers it to the model kinds it works with there; `excludes` names the
-    features it cannot be given with, and why; `consumer` is the class that makes it, as
-    "module:Class" (None: the source or the command itself reads it)."""
+    features it cannot be given with, and why; `needs`, those of which it needs one;
+    `consumer` is the class that makes it in a run
+    built of consumers (`show`, the server's page, the API), as "module:Class" (None: the
+    source reads it; export, report and compare write their files per text or per corpus)."""
 
     name: str
     option: str | Callable[[Request], str]
     given: Callable[[Request], bool]
     where: Mapping[str, frozenset[str]]
     excludes: tuple[tuple[str, str], ...] = ()
+    needs: tuple[str, ...] = ()  # features of which it needs one
     why: str = ""  # said when a model kind or a command cannot take it
     consumer: str | None = None
 
@@ -68,6 +71,12 @@ _COMPOSED = (
     "residual stream; use weights or norm"
 )
 _CONSUMERS = "attnviz.pipelines.consumers"
+_EACH_RANK = "under a launcher each rank takes its share already: leave --shard out"
+_ONE_PROCESS = "an encoder-decoder model's report runs in one process"
+_SHARDED_MEANS = (
+    "each shard needs every other shard's mean head outputs before it ablates, which only "
+    "the ranks of a launched run exchange (torchrun); use --ablation zero with --shard"
+)
 
 # fmt: off
 FEATURES = {f.name: f for f in (
@@ -102,13 +111,25 @@ FEATURES = {f.name: f for f in (
             consumer=f"{_CONSUMERS}.query:Query"),
     Feature("ablate", "--ablate", lambda r: bool(r.ablate), dict(show=ONE_STACK),
             consumer=f"{_CONSUMERS}.ablation:Ablation"),
-    Feature("html", "--html", lambda r: r.html, dict(show=EVERY, export=ONE_STACK),
+    Feature("html", "--html", lambda r: r.html, dict(show=EVERY, export=ONE_STACK,
+            compare=ONE_STACK),
             consumer=f"{_CONSUMERS}.page:Page"),
     Feature("page-measure", "--html with --measure {r.measure}",
             lambda r: r.html and r.measure != "weights", dict(show=ONE_STACK, export=ONE_STACK),
             why="its page shows the weights of every stack"),
     Feature("importance", "--importance", lambda r: r.importance is not None,
             dict(report=ONE_STACK, compare=ONE_STACK)),
+    Feature("mean-ablation", "--ablation mean",
+            lambda r: r.importance in ("ablation", "both") and r.ablation == "mean",
+            dict(report=ONE_STACK)),
+    Feature("shard", "--shard", lambda r: r.shard is not None, dict(report=ONE_STACK),
+            excludes=(("mean-ablation", _SHARDED_MEANS), ("launched", _EACH_RANK)),
+            why=_ONE_PROCESS),
+    Feature("launched", "a launched run (torchrun, accelerate launch)", lambda r: r.launched,
+            dict(report=ONE_STACK), why=_ONE_PROCESS),
+    Feature("partial", "--partial/--resume", lambda r: r.partial is not None or r.resume,
+            dict(report=ONE_STACK), needs=("shard", "launched"),
+            why="the shares' sums are kept only when the corpus is run in parts"),
 )}
 # fmt: on
 
@@ -138,6 +159,9 @@ def refuse(request: Request, facts: Any = None) -> None:
                 both = f"give either {feature.label(request)} or "
                 both += f"{FEATURES[other].label(request)}, not both"
                 raise InputError(f"{both}: {why}" if why else both)
+        if feature.needs and not names & set(feature.needs):
+            needed = " or ".join(FEATURES[name].label(request) for name in feature.needs)
+            raise InputError(f"{feature.label(request)} needs {needed}: {feature.why}")
         if command not in feature.where:
             reason = f": {feature.why}" if feature.why else ""
             raise InputError(f"{feature.label(request)} is not available in attnviz {command}"

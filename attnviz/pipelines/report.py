@@ -7,7 +7,6 @@ self-attention get positional roles, its cross-attention alignment metrics
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,58 +23,61 @@ from attnviz.outputs.files import prepare_dir
 from attnviz.pipelines import features
 
 if TYPE_CHECKING:
-    from attnviz.analysis.reach import Reach
     from attnviz.core.attention import Attention
     from attnviz.core.inputs import Sentences
-    from attnviz.core.models import LoadedModel, Model
+    from attnviz.core.models import LoadedModel
     from attnviz.core.treebank import Treebank
-    from attnviz.outputs.figures import Style
     from attnviz.pipelines.request import Request
 
 from attnviz.analysis.report import CrossReport, Report, Seq2SeqReport
 from attnviz.outputs.report_files import write_report, write_seq2seq_report
 
-# What encode_words had to do to a treebank sentence, as the report counts it.
-CUT = "cut to the model's limit (--truncate); arcs and mentions past the cut left out"
-STAND_INS = "had a word the tokenizer drops, given as its unknown token"
 
+def report(request: Request, **callbacks: Any) -> tuple[Any, list[Path]]:
+    """Load the model, build the report over `request.sentences` (a treebank's with its
+    syntax and coreference) and write it to `request.out`; an encoder-decoder model's over
+    the sentences read as `source<TAB>target` pairs. With `request.shard` ("I/N") or under a
+    launcher, in parts (`pipelines.distributed.report_split`). `callbacks`: on_progress,
+    on_warning, on_importance and on_ranks, as `build_report` and the parts take them."""
+    from dataclasses import replace
 
-def report(
-    model: Model, sentences: Sentences | Treebank, out: Path, style: Style, **options: Any
-) -> tuple[Report | Seq2SeqReport, list[Path]]:
-    """Load the model, build the report over `sentences` and write it to `out`; an
-    encoder-decoder model's over the sentences read as `source<TAB>target` pairs."""
     from attnviz.core.models import describe
+    from attnviz.pipelines.distributed import launched, report_split
 
-    asked = _request(sentences, options)
+    request = replace(request, launched=launched() is not None)
+    model, sentences = request.model(), request.sentences
+    on_ranks = callbacks.pop("on_ranks", None)
+    options = _options(request, callbacks)
     spec = describe(model.name)
-    features.refuse(asked, spec)
+    features.refuse(request, spec)
     if spec is not None and spec.seq2seq:  # bad lines refused before anything is written
         sentences = _pairs(sentences)
     else:
-        model.refuse_early(options.get("layers"), options.get("heads"))
-    prepare_dir(out)
+        model.refuse_early(options["layers"], options["heads"])
+    if request.shard is not None or request.launched:  # refused after loading, where needed
+        return report_split(model, sentences, request.out, request.style, request.shard,
+                            request.partial, request.resume, on_ranks, request=request,
+                            **options)  # fmt: skip
+    prepare_dir(request.out)
     loaded = model.load()
-    features.refuse(asked, loaded.info)  # a hub id: its files said nothing before it loaded
+    features.refuse(request, loaded.info)  # a hub id: its files said nothing before it loaded
     if not loaded.info.seq2seq:
         result = build_report(loaded, sentences, **options)
-        return result, write_report(result, out, style)
+        return result, write_report(result, request.out, request.style)
     if spec is None:
         sentences = _pairs(sentences)
     seq2seq = build_seq2seq_report(loaded, sentences, **options)
-    return seq2seq, write_seq2seq_report(seq2seq, out, style)
+    return seq2seq, write_seq2seq_report(seq2seq, request.out, request.style)
 
 
-def _request(sentences: Sentences | Treebank, options: dict[str, Any]) -> Request:
-    """The request `features.refuse` checks: what of the options combines with what."""
-    from attnviz.core.treebank import Treebank
-    from attnviz.pipelines.request import Request
-
-    layers, heads = options.get("layers"), options.get("heads")
-    return Request("report", layers=tuple(layers) if layers else None,
-                   heads=tuple(heads) if heads else None, words=bool(options.get("words")),
-                   importance=options.get("importance"),
-                   treebank=isinstance(sentences, Treebank))  # fmt: skip
+def _options(request: Request, callbacks: dict[str, Any]) -> dict[str, Any]:
+    """What the report's builders take, from the request and its callbacks."""
+    r = request
+    return dict(layers=list(r.layers) if r.layers else None,
+                heads=list(r.heads) if r.heads else None, words=r.words,
+                thresholds=r.thresholds, batch_size=r.batch_size, truncate=r.truncate,
+                min_count=r.min_count, margin=r.margin, importance=r.importance,
+                ablation=r.ablation, **callbacks)  # fmt: skip
 
 
 def _pairs(sentences: Sentences) -> Sentences:
@@ -103,14 +105,7 @@ def build_seq2seq_report(
     A pair too long for the model is skipped with a note, as `build_report` skips a sentence.
     `ignored` takes the one-stack options `report` refused when they were set.
     """
-    from dataclasses import replace
-
-    import numpy as np
-
-    from attnviz.analysis.alignment import AlignmentSums
-    from attnviz.analysis.contributions import CorpusContributions, Measured, get, shares
-    from attnviz.core.adapters import STACKS
-    from attnviz.core.extract import attend_stacks, batched
+    from attnviz.core.extract import batched
     from attnviz.core.seq2seq import encode_source_target
 
     skipped: list[str] = []
@@ -125,59 +120,88 @@ def build_seq2seq_report(
                 if on_warning:
                     on_warning(note)
 
-    sums = {"encoder": MetricSums(), "decoder": MetricSums()}
-    # each self-attention stack's special shares, from the same pass
-    contributions = {stack: CorpusContributions(loaded, stack) for stack in sums}
-    alignment, by_norm = AlignmentSums(), AlignmentSums()
-    example: dict[str, Attention] = {}
-    cross_layers = list(range(loaded.info.of_stack("cross").n_layers))
+    sums = _StackSums(loaded)
     for batch in batched(encoded(), batch_size):
+        for _ in sums.add(batch):
+            if on_progress:
+                on_progress(1)
+    if not sums.example:
+        raise InputError("no pair fits the model: every one was too long (try --truncate)")
+    return sums.report(thresholds or Thresholds(), tuple(skipped))
+
+
+class _StackSums:
+    """An encoder-decoder report's running sums: each self-attention stack's head metrics and
+    special shares, cross-attention's alignment by weight and by norm, and an example pair."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        from attnviz.analysis.alignment import AlignmentSums
+        from attnviz.analysis.contributions import CorpusContributions
+
+        self.loaded = loaded
+        self.sums = {"encoder": MetricSums(), "decoder": MetricSums()}
+        # each self-attention stack's special shares, from the same pass
+        self.contributions = {stack: CorpusContributions(loaded, stack) for stack in self.sums}
+        self.alignment, self.by_norm = AlignmentSums(), AlignmentSums()
+        self.example: dict[str, Attention] = {}
+
+    def add(self, batch: list[Any]) -> Any:
+        """Read `batch` (source-target pairs) in one pass over every stack and add each pair;
+        yields once a pair is added."""
+        from dataclasses import replace
+
+        import numpy as np
+
+        from attnviz.analysis.contributions import Measured, get, shares
+        from attnviz.core.adapters import STACKS
+        from attnviz.core.extract import attend_stacks
+
+        loaded, cross_layers = self.loaded, list(range(self.loaded.info.of_stack("cross").n_layers))
         # cross-attention's norms ‖α f(x)‖ from the same pass (Kobayashi et al. 2020)
         widths = (max(len(item.target) for item in batch), max(len(item.source) for item in batch))
         norms = Measured(loaded, get("norm"), cross_layers, len(batch), *widths, stack="cross")
         also: list = [norms]
-        for stack, corpus in contributions.items():
+        for stack, corpus in self.contributions.items():
             side = "source" if stack == "encoder" else "target"
             special = [np.array(getattr(item, side).special, dtype=bool) for item in batch]
             also += corpus.recorders(special)
         for row, found in enumerate(attend_stacks(loaded, batch, STACKS, also=also)):
-            for stack, stack_sums in sums.items():
+            for stack, stack_sums in self.sums.items():
                 stack_sums.add(found[stack])
-                contributions[stack].add(row, found[stack])
+                self.contributions[stack].add(row, found[stack])
             cross = found["cross"]
-            alignment.add(cross)
+            self.alignment.add(cross)
             n_target, n_source = cross.weights.shape[-2:]
             held = norms.held[row, :, :, :n_target, :n_source]  # (L, H, T, S)
-            by_norm.add(shares(replace(cross, weights=held, measure="norm")))
-            example = example or found
-            if on_progress:
-                on_progress(1)
-    if not example:
-        raise InputError("no pair fits the model: every one was too long (try --truncate)")
-    chosen = thresholds or Thresholds()
-    reports = {}
-    for stack, stack_sums in sums.items():
-        means = stack_sums.means()
-        info = loaded.info.of_stack(stack)
-        reports[stack] = Report(
-            info=info,
-            unit="token",
-            sentences=stack_sums.sentences,
-            queries=stack_sums.queries,
-            skipped=tuple(skipped),
-            means=means,
-            roles=tuple(assign_roles(means, chosen)),
-            thresholds=chosen,
-            example=example[stack],
-            layers=tuple(range(info.n_layers)),
-            heads=tuple(range(info.n_heads)),
-            special=contributions[stack].special(),
-        )
-    cross = CrossReport(
-        loaded.info.of_stack("cross"), alignment.means(), example["cross"], by_norm.means()
-    )
-    read = sums["encoder"].sentences  # every stack read every pair
-    return Seq2SeqReport(loaded.info, read, tuple(skipped), reports, cross)
+            self.by_norm.add(shares(replace(cross, weights=held, measure="norm")))
+            self.example = self.example or found
+            yield
+
+    def report(self, chosen: Thresholds, skipped: tuple[str, ...]) -> Seq2SeqReport:
+        """Every stack's report from the sums."""
+        reports = {}
+        for stack, stack_sums in self.sums.items():
+            means = stack_sums.means()
+            info = self.loaded.info.of_stack(stack)
+            reports[stack] = Report(
+                info=info,
+                unit="token",
+                sentences=stack_sums.sentences,
+                queries=stack_sums.queries,
+                skipped=skipped,
+                means=means,
+                roles=tuple(assign_roles(means, chosen)),
+                thresholds=chosen,
+                example=self.example[stack],
+                layers=tuple(range(info.n_layers)),
+                heads=tuple(range(info.n_heads)),
+                special=self.contributions[stack].special(),
+            )
+        cross_info = self.loaded.info.of_stack("cross")
+        cross = CrossReport(cross_info, self.alignment.means(), self.example["cross"],
+                            self.by_norm.means())  # fmt: skip
+        read = self.sums["encoder"].sentences  # every stack read every pair
+        return Seq2SeqReport(self.loaded.info, read, skipped, reports, cross)
 
 
 def build_report(
@@ -205,123 +229,22 @@ def build_report(
     `importance` ("ablation", "gradient" or "both") also measures which heads matter to the
     model's objective on the same texts (`attnviz.analysis.importance`; `ablation` zero or
     mean), reporting `on_importance(batches done, batches)` as it goes.
+
+    One process runs every part of the corpus (`pipelines.corpus`); a distributed run splits
+    them (`pipelines.distributed`) and gets the same numbers.
     """
-    import numpy as np
+    from attnviz.pipelines import corpus
 
-    from attnviz.analysis.importance import methods_of
-
-    methods = methods_of(importance) if importance else []
-    from attnviz.analysis.contributions import CorpusContributions
-    from attnviz.analysis.linguistics import LinguisticSums
-    from attnviz.analysis.reach import ReachRecorder
-    from attnviz.analysis.reach import mean as mean_reach
-    from attnviz.analysis.transforms import transform, word_view
-    from attnviz.core.extract import attend, batched
-    from attnviz.core.tokens import encode, encode_words
-    from attnviz.core.treebank import Treebank
-
-    chosen_layers = loaded.info.pick_layers(layers)
-    chosen_heads = loaded.info.pick_heads(heads)
-    if methods:
-        from attnviz.analysis.importance import check_method
-
-        for method in methods:
-            check_method(loaded, method)  # before the corpus's pass, not after it
-    skipped: list[str] = []
-    treebank = sentences if isinstance(sentences, Treebank) else None
-    waiting: deque = deque()  # the treebank sentences (and encodings) on their way
-    kept: list = []  # the encoded texts, for importance (a few hundred bytes each)
-
-    def encoded():
-        for sentence in sentences.items:
-            try:
-                if treebank:
-                    encoded_words = encode_words(
-                        loaded, sentence.words, sentence.space_after, sentence.text, truncate
-                    )
-                    # before the yield: a batch may run right after
-                    waiting.append((sentence, encoded_words))
-                    item = encoded_words
-                else:
-                    item = encode(loaded, sentence.text, truncate)
-                if methods:
-                    kept.append(item)
-                yield item
-            except TextTooLongError as error:
-                note = f"{sentences.source}, line {sentence.line}: skipped, {error}"
-                skipped.append(note)
-                if on_warning:
-                    on_warning(note)
-
-    sums = MetricSums()
-    linguistic = LinguisticSums()
-    changed: dict[str, int] = {}  # what encode_words had to do, sentences each
-    example = None
-    # special shares and mixing ratios, on tokens, from the same pass
-    contributions = CorpusContributions(loaded)
-    every_layer = list(range(loaded.info.n_layers))
-    reaches: list[Reach] = []  # sinks and reach of each text, from blocks of rows
-    for batch in batched(encoded(), batch_size):
-        also = contributions.recorders([np.array(item.special, dtype=bool) for item in batch])
-        reach = ReachRecorder(every_layer, loaded.info.n_heads, [len(item) for item in batch])
-        for row, att in enumerate(attend(loaded, batch, also=[*also, reach])):
-            contributions.add(row, att)
-            shown = transform(att, words)
-            sums.add(shown)
-            if treebank:
-                sentence, encoded_words = waiting.popleft()
-                linguistic.add(shown if words else word_view(att), sentence)
-                for kind, happened in (
-                    (STAND_INS, encoded_words.stand_ins > 0),  # in the order of the notes
-                    (CUT, encoded_words.truncated),
-                ):
-                    if happened:
-                        changed[kind] = changed.get(kind, 0) + 1
-            example = example or shown
-            if on_progress:
-                on_progress(1)
-        reaches += reach.finish()
-    if example is None:
-        raise InputError("no sentence fits the model: every one was too long (try --truncate)")
-    means = sums.means()
-    chosen = thresholds or Thresholds()
-    probes = None
-    if loaded.info.causal:
-        from attnviz.analysis.probes import run_probes
-
-        probes = run_probes(loaded)
-    wanted = {(layer, head) for layer in chosen_layers for head in chosen_heads}
-    found = assign_roles(means, chosen, probes.scores if probes is not None else None)
-    roles = [r for r in found if (r.layer, r.head) in wanted]
-    measured = {}
-    if methods:
-        from attnviz.analysis.importance import importance as head_importance
-
-        for method in methods:
-            measured[method] = head_importance(
-                loaded, kept, method, ablation, layers, heads, on_progress=on_importance
-            )
-    return Report(
-        info=loaded.info,
-        unit=example.unit,
-        sentences=sums.sentences,
-        queries=sums.queries,
-        skipped=tuple(skipped),
-        means=means,
-        roles=tuple(roles),
-        thresholds=chosen,
-        example=example,
-        layers=tuple(chosen_layers),
-        heads=tuple(chosen_heads),
-        probes=probes,
-        special=contributions.special(),
-        mixing=contributions.mixing(),
-        reach=mean_reach(reaches),
-        importance=measured.get("ablation"),
-        importance_gradient=measured.get("gradient"),
-        linguistics=linguistic.result(
-            treebank, min_count, margin, tuple(f"{n} sentence(s) {k}" for k, n in changed.items())
-        )
-        if treebank
-        else None,
-    )
+    methods = corpus.refuse_before_the_pass(loaded, layers, heads, importance)
+    read = corpus.read_corpus(loaded, sentences, batch_size, truncate, on_warning)
+    every = range(len(read.batches))
+    sums = corpus.run_part(loaded, sentences, read, every, words, truncate, on_progress)
+    runs = corpus.importance_runs(loaded, sentences, read, methods, truncate=truncate,
+                                  ablation=ablation, layers=layers, heads=heads)  # fmt: skip
+    sums.importance = corpus.measure_importance(runs, on_progress=on_importance)
+    return corpus.finish(
+        loaded.info, sums, read, texts_per_rank=(sums.texts,), treebank=sentences,
+        probes=corpus.probes_of(loaded), objectives=corpus.objectives(loaded, methods),
+        layers=layers, heads=heads,
+        thresholds=thresholds, min_count=min_count, margin=margin, ablation=ablation,
+    )  # fmt: skip

@@ -60,6 +60,10 @@ class Request:
     thresholds: Any = None  # report: analysis.roles.Thresholds
     min_count: int = 100  # report --treebank
     margin: float = 0.1  # report --treebank
+    shard: str | None = None  # report --shard I/N: one share of the corpus alone
+    partial: Path | None = None  # report in parts: where the shares' sums are kept
+    resume: bool = False  # report in parts: keep what the partials hold already
+    launched: bool = False  # report: one rank of a run under a launcher (torchrun, accelerate)
     tolerance: float | None = None  # check (None: the model's dtype's, analysis.check)
     top: int = 6  # compare: heads listed and drawn
     top_k: int = 3  # tokens listed per head

@@ -82,10 +82,12 @@ def page(
 ) -> dict[str, Any]:
     """The compare page's data for the question: A read by `model`, B by `against` when the
     question asks for it (else by `model`: one pass for both), each with its inside view."""
-    from attnviz.analysis.compare import compare_pair, read_texts, refuse_models
+    from attnviz.analysis.compare import compare_pair, refuse_models
     from attnviz.analysis.transforms import transform
     from attnviz.core.tokens import encode
     from attnviz.outputs.html.compare import compare_data
+    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.sources import read_texts
 
     if question.against_model and against is None:
         raise InputError('this server reads one model: give "b" (text B), or start the server '
@@ -95,11 +97,12 @@ def page(
     refuse_models(loaded, loaded_b, question.words)
     a = encode(loaded, question.text, question.truncate)
     b = encode(loaded_b, question.b if question.b is not None else question.text, question.truncate)
+    asked = Request("compare", measure=question.measure, batch_size=2)
     if loaded_b is loaded:
-        found, insides = read_texts(loaded, [a, b], question.measure, 2, inside=True)
+        found, insides = read_texts(loaded, asked, [a, b], inside=True)
     else:
-        found, insides = read_texts(loaded, [a], question.measure, 1, inside=True)
-        more, inside_b = read_texts(loaded_b, [b], question.measure, 1, inside=True)
+        found, insides = read_texts(loaded, asked, [a], inside=True)
+        more, inside_b = read_texts(loaded_b, asked, [b], inside=True)
         found, insides = found + more, (insides or []) + (inside_b or [])
     shown = [transform(att, question.words) for att in found]
     return compare_data(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.core import memory
 from attnviz.outputs.files import clear_previous, prepare_dir, text_folder_name
 from attnviz.pipelines import features, sources
 from attnviz.pipelines.consumers import Consumer, Run
@@ -140,6 +141,7 @@ def show(request: Request, on_summary: Callable[[ShowResult], None] | None = Non
     """
     model = request.model()
     features.refuse_early(request, model)
+    memory.refuse(model, [request.text], memory.Asked.of(request), request.truncate, request.pair)
     folder = _folder(request, model)
     consumers = _consumers(request, folder)
     run = sources.run(request, consumers)

@@ -114,6 +114,26 @@ class Stacks:
                              list(recorders), values)  # fmt: skip
 
 
+def read_texts(
+    loaded: LoadedModel, request: Request, encoded: Sequence[Any], inside: bool = False
+) -> tuple[list[Any], list[Any] | None]:
+    """Each encoded text's attention (or the request's per-head measure), `batch_size` texts
+    a pass; with `inside`, each text's inside-one-head numbers too (or why they are left out),
+    from the same passes: what the compare page shows of each text."""
+    from attnviz.analysis.inside import InsideSteps
+    from attnviz.core.extract import batched
+
+    source = OneStack(loaded, request)
+    found: list[Any] = []
+    insides: list[Any] = []
+    for batch in batched(encoded, request.batch_size):
+        steps = InsideSteps(loaded, batch) if inside else None
+        found.extend(source.batch(batch, [steps] if steps else [])[0])
+        if steps is not None:
+            insides.extend(steps.result(row) for row in range(len(batch)))
+    return found, insides if inside else None
+
+
 def _one_edit(edits: list[Any]) -> Any:
     """The one edit of a pass (head ablation), or None."""
     made = [edit for edit in edits if edit is not None]

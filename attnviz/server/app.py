@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
@@ -23,10 +24,10 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from attnviz.core.models import Model
-from attnviz.errors import AttnvizError
+from attnviz.errors import AttnvizError, NotHeldError
 from attnviz.outputs.html.page import live_page
 from attnviz.pipelines import serve as work
-from attnviz.pipelines import serve_compare
+from attnviz.pipelines import serve_compare, tiles
 
 MAX_BODY = 64 * 1024  # bytes of a request body
 MAX_QUEUE = 64  # model requests waiting or running
@@ -38,12 +39,14 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 @dataclass(frozen=True)
 class Limits:
-    """What the server refuses: body bytes, waiting model requests, and which Host headers
-    it answers (None: any, for a server bound to a non-loopback address)."""
+    """What the server refuses: body bytes, waiting model requests, which Host headers it
+    answers (None: any, for a server bound to a non-loopback address), and the bytes of X it
+    holds for tiles."""
 
     max_body: int = MAX_BODY
     max_queue: int = MAX_QUEUE
     hosts: tuple[str, ...] | None = LOOPBACK_NAMES
+    hold_bytes: int = tiles.HOLD_BYTES  # the last text's X, kept for tiles
 
 
 class Refused(Exception):
@@ -58,8 +61,9 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
-# The server speaks JSON keys, not command-line options: "--hide-special" -> "hide_special".
-_OPTION = re.compile(r"--([a-z][a-z-]*)")
+# The server speaks JSON keys, not command-line options: "--hide-special" -> "hide_special"
+# (but for the options of `attnviz serve` itself, which the person who started it can change).
+_OPTION = re.compile(r"--(?!hold-mib)([a-z][a-z-]*)")
 
 
 def _said(error: AttnvizError) -> str:
@@ -79,7 +83,12 @@ def build_app(
     page = live_page(
         info.as_dict(),
         {name: m.help for name, m in MEASURES.items()},
-        {"max_body": limits.max_body, "max_tokens": info.max_tokens},
+        {
+            "max_body": limits.max_body,
+            "max_tokens": info.max_tokens,
+            "tile_side": tiles.TILE_SIDE,
+            "hold_bytes": limits.hold_bytes,
+        },  # fmt: skip
         other.as_dict() if other is not None else None,
     )
     headers = {
@@ -91,11 +100,14 @@ def build_app(
     }
     model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-model")
     queued = [0]  # model requests waiting or running; changed on the event loop only
+    holder = tiles.Holder(limits.hold_bytes)  # the last text's X; used in the model thread
 
     async def run(
-        request: Request, answer: Callable[[Model, Any], Any], asks: Any = work.Question
+        request: Request,
+        answer: Callable[[Model, Any], Any],
+        asks: Callable[[Any], Any] = work.Question.of,
     ) -> Response:
-        question = asks.of(await _json_body(request, limits.max_body))
+        question = asks(await _json_body(request, limits.max_body))
         if queued[0] >= limits.max_queue:
             raise Refused(
                 503,
@@ -117,25 +129,44 @@ def build_app(
 
     async def health(request: Request) -> Response:
         second = other.name if other is not None else None
+        held = holder.held.summary() if holder.held is not None else None
         return JSONResponse(
-            {"ok": True, "model": info.name, "against_model": second, "queued": queued[0]}
+            {
+                "ok": True,
+                "model": info.name,
+                "against_model": second,
+                "queued": queued[0],
+                "held": held,
+            }  # fmt: skip
         )
 
     async def attention(request: Request) -> Response:
-        return await run(request, work.attention)
+        return await run(request, lambda model, q: work.attention(model, q, holder))
 
     async def page_data(request: Request) -> Response:
-        return await run(request, work.page)
+        return await run(request, lambda model, q: work.page(model, q, holder=holder))
+
+    async def text(request: Request) -> Response:
+        return await run(request, lambda model, q: tiles.read(model, holder, q),
+                         partial(work.Question.of, keys=work.TEXT_KEYS))  # fmt: skip
+
+    async def tile(request: Request) -> Response:
+        def asks(body: Any) -> tiles.TileQuestion:
+            return tiles.TileQuestion.of(body, model.load())
+
+        return await run(request, lambda model, q: tiles.tile(model, holder, q), asks)
 
     async def compare(request: Request) -> Response:
         def answer(model: Model, question: Any) -> Any:
             return serve_compare.page(model, against, question)
 
-        return await run(request, answer, serve_compare.CompareQuestion)
+        return await run(request, answer, serve_compare.CompareQuestion.of)
 
     async def refused(request: Request, error: Exception) -> Response:
         if isinstance(error, Refused):
             return _error(error.status, str(error), error.headers)
+        if isinstance(error, NotHeldError):  # a tile of a text the server no longer holds
+            return _error(409, _said(error))
         if isinstance(error, AttnvizError):  # bad text, layer, measure: the CLI's one line
             return _error(400, _said(error))
         if not isinstance(error, HTTPException):  # a bug (uvicorn logs its traceback)
@@ -153,6 +184,8 @@ def build_app(
             Route("/api/attention", attention, methods=["POST"]),
             Route("/api/page", page_data, methods=["POST"]),
             Route("/api/compare", compare, methods=["POST"]),
+            Route("/api/text", text, methods=["POST"]),
+            Route("/api/tile", tile, methods=["POST"]),
         ],
         exception_handlers={
             Refused: refused,

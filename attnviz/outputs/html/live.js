@@ -5,6 +5,9 @@
 // through the texts asked. The session's texts are listed on the side. A text B (or, on a
 // server with a second model, "read B with it") asks /api/compare instead: the compare page
 // of A, B and B − A, whose hash keeps both texts and the side shown (#text=…&b=…&side=diff).
+// The server keeps the last text's X: a region dragged in the matrix view is asked as a tile
+// (POST /api/tile, exact cells, or pooled past the tile's side), and the hash keeps it
+// (&q0=…&q1=…&k0=…&k1=…, half-open, and &pool=mean where not max).
 "use strict";
 
 {
@@ -16,6 +19,7 @@
   // What the server reads (a new request when one changes) and what only the view shows.
   const ASKED = ["text", "pair", "b", "against", "words", "hide_special", "truncate"];
   const VIEWED = ["measure", "view", "layer", "head", "query"];
+  const ZOOM = ["q0", "q1", "k0", "k1"]; // the matrix view's region, kept for the same text
 
   const make = (tag, props = {}, ...children) => {
     const node = Object.assign(document.createElement(tag), props);
@@ -71,7 +75,8 @@
     for (const [k] of FLAGS) if (boxes[k].checked) p.set(k, "1");
     if (measure.value !== "weights") p.set("measure", measure.value);
     for (const k of [...VIEWED.slice(1), "side"]) if (viewOf.has(k)) p.set(k, viewOf.get(k));
-    if (key(p) !== key(viewOf)) p.delete("query");
+    for (const k of [...ZOOM, "pool"]) if (viewOf.has(k)) p.set(k, viewOf.get(k));
+    if (key(p) !== key(viewOf)) for (const k of ["query", ...ZOOM]) p.delete(k);
     return p;
   }
   function toForm(p) {
@@ -93,6 +98,8 @@
     const initial = { view: p.get("view"), measure: p.get("measure") || "weights",
       stack: p.get("side") || undefined };
     for (const k of ["layer", "head", "query"]) if (p.has(k)) initial[k] = +p.get(k);
+    if (ZOOM.every((k) => p.has(k))) initial.zoom = Object.fromEntries(ZOOM.map((k) => [k, +p.get(k)]));
+    if (p.get("pool") === "mean") initial.pool = "mean";
     if (!shown || shown.key !== key(p)) {
       status.textContent = "reading…";
       status.className = "hint";
@@ -112,14 +119,15 @@
         return;
       }
       if (number !== asked) return;
-      shown = { key: key(p), data: answer };
+      shown = { key: key(p), data: answer, tiles: answer.tiles ? tilesOf(p, answer.tiles) : null };
       const counts = answer.compare
         ? `${answer.sides.a.tokens.length} and ${answer.sides.b.tokens.length} ${answer.unit}s (A, B)`
         : `${answer.tokens.length} ${answer.unit}s`;
-      status.textContent = `${counts} in ${Math.round(performance.now() - started)} ms`;
+      status.textContent = `${counts} in ${Math.round(performance.now() - started)} ms` +
+        (answer.tiles_note ? ` (no zoom: ${answer.tiles_note})` : "");
       remember(p);
     }
-    await draw(shown.data, initial, keepInHash);
+    await draw(shown.data, initial, keepInHash, shown.tiles);
     document.body.dataset.text = shown.data.text;
   }
 
@@ -138,6 +146,48 @@
       against_model: p.get("against") === "1", measure: measured, ...flags(["words", "truncate"]) }];
   }
 
+  // What the matrix view asks the server for a region of a head: a tile of the text the
+  // server holds. The server holds one text (the last one read): where it holds another now
+  // (409), this one is read again for tiles alone (/api/text) and the tile asked once more.
+  // The last tiles are kept, so stepping back to a head asks nothing.
+  function tilesOf(p, held) {
+    let textId = held.text_id;
+    const kept = new Map();
+    const post = async (route, body) => {
+      const response = await fetch(route, { method: "POST",
+        headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+      const answer = await response.json();
+      if (!response.ok) throw Object.assign(new Error(answer.error || `the server answered ${response.status}`), { status: response.status });
+      return answer;
+    };
+    async function asked(question) {
+      const body = { ...question, text_id: textId, packed: true };
+      let answer;
+      try {
+        answer = await post("/api/tile", body);
+      } catch (err) {
+        if (err.status !== 409) throw err;
+        const read = await post("/api/text", { text: p.get("text"), pair: p.get("pair") || null,
+          truncate: p.get("truncate") === "1" });
+        textId = read.tiles.text_id;
+        answer = await post("/api/tile", { ...body, text_id: textId });
+      }
+      const bytes = Uint8Array.from(atob(answer.values), (c) => c.charCodeAt(0));
+      return { ...answer, values: new Float32Array(bytes.buffer) };
+    }
+    return {
+      side: S.limits.tile_side,
+      ask(question) {
+        const name = JSON.stringify(question);
+        if (!kept.has(name)) {
+          kept.set(name, asked(question).catch((err) => { kept.delete(name); throw err; }));
+          if (kept.size > 32) kept.delete(kept.keys().next().value);
+        }
+        return kept.get(name);
+      },
+    };
+  }
+
   // The view's state into the hash, without a history entry (Back goes to the previous text).
   // A comparison's measure is part of its question, and its side (A, B, B − A) of the view.
   function keepInHash(state) {
@@ -149,6 +199,12 @@
       p.delete("side");
     } else p.set("side", state.stack);
     for (const k of VIEWED.slice(1)) p.set(k, String(state[k]));
+    for (const k of ZOOM) {
+      if (state.zoom && state.view === "matrix") p.set(k, String(state.zoom[k]));
+      else p.delete(k);
+    }
+    if (state.pool === "mean") p.set("pool", "mean");
+    else p.delete("pool");
     history.replaceState(null, "", `#${p}`);
   }
 

@@ -7,9 +7,11 @@
 "use strict";
 
 // Draw the page for one text's data D into #app (made, or replaced if there is one):
-// `initial` may choose the view, stack, layer, head, query and measure first shown; `onRender`
-// hears the state after each render. Returns the first render's promise.
-function draw(D, initial = {}, onRender = null) {
+// `initial` may choose the view, stack, layer, head, query, measure, zoomed region and pooling
+// first shown; `onRender` hears the state after each render. `tiles` (attnviz serve's page
+// only) asks the server for a region of a head: {side, ask(question) → a promise of the tile}.
+// Returns the first render's promise.
+function draw(D, initial = {}, onRender = null, tiles = null) {
   // The stacks: an encoder-decoder page has three (encoder and decoder self-attention,
   // cross-attention), each with its own query tokens, key tokens, counts and weights; any
   // other page has one, whose keys are its queries. ST is the stack shown: T queries, S keys;
@@ -44,13 +46,15 @@ function draw(D, initial = {}, onRender = null) {
   const MEASURES = D.measures || {};
   const perLayer = (m) => !!(MEASURES[m] && MEASURES[m].per_layer);
   const ROW = 18; // px per token in the head view
+  // A served text past what the page carries whole has no heads here: its matrix view is
+  // drawn from the server's tiles, and the other views are left out (D.tiles_only says why).
   const VIEWS = [
     ["head", "Head view"],
     ["model", "Model view"],
     ["matrix", "Matrix view"],
     ["query", "Query view"],
     ["inside", "Inside one head"],
-  ];
+  ].filter(([v]) => !D.tiles_only || v === "matrix");
   const PAIRS = [
     ["all", "all"],
     ["AB", "A → B"],
@@ -71,6 +75,8 @@ function draw(D, initial = {}, onRender = null) {
     scale: D.scale,
     pair: "all",
     measure: D.measure || "weights",
+    zoom: null, // the region of the matrix view shown from tiles: {q0, q1, k0, k1}, half-open
+    pool: initial.pool === "mean" ? "mean" : "max", // how a tile longer than its side is pooled
   };
   setStack(state.stack);
   // Switch to another stack: its counts, every head shown, the layer, head and query kept
@@ -101,6 +107,11 @@ function draw(D, initial = {}, onRender = null) {
   }
   for (const [key, count] of [["layer", L], ["head", H], ["query", T]]) {
     if (Number.isInteger(initial[key]) && initial[key] >= 0 && initial[key] < count) state[key] = initial[key];
+  }
+  if (initial.zoom) {
+    const { q0, q1, k0, k1 } = initial.zoom;
+    const within = (a, b, n) => Number.isInteger(a) && Number.isInteger(b) && a >= 0 && a < b && b <= n;
+    if (within(q0, q1, T) && within(k0, k1, S)) state.zoom = { q0, q1, k0, k1 };
   }
   function setMeasure(m) {
     state.measure = m;
@@ -429,10 +440,19 @@ function draw(D, initial = {}, onRender = null) {
         (x) => { setMeasure(x); render(); }));
     }
     if (v !== "inside") {
+      const upper = top();
       controls.append(select("Colour scale", "scale",
-        [["absolute", ST.diff ? `absolute (±${+top().toPrecision(3)})` : `absolute (0–${+top().toPrecision(3)})`],
-          ["head", "each head to its max"]], state.scale,
+        [["absolute", upper === null ? "absolute (not known for this text: each tile's max)"
+          : ST.diff ? `absolute (±${+upper.toPrecision(3)})` : `absolute (0–${+upper.toPrecision(3)})`],
+        ["head", "each head to its max"]], state.scale,
         (x) => { state.scale = x; render(); }));
+    }
+    if (v === "matrix" && zoomable() && (state.zoom || D.tiles_only)) {
+      const z = state.zoom || WHOLE();
+      if (z.q1 - z.q0 > tiles.side || z.k1 - z.k0 > tiles.side) {
+        controls.append(select("Pool", "pool", [["max", "max of each block"], ["mean", "mean of each block"]],
+          state.pool, (x) => { state.pool = x; render(); }));
+      }
     }
     if (D.segments && v !== "inside") {
       controls.append(select("Sentences", "pair", PAIRS, state.pair,
@@ -759,6 +779,7 @@ function draw(D, initial = {}, onRender = null) {
 
   async function matrixView(section) {
     if (isRemoved(state.layer, state.head)) return removedMatrix(section);
+    if (zoomable() && (state.zoom || D.tiles_only)) return tileView(section);
     const a = await head(state.layer, state.head);
     const g = ST.diff ? await aligned(state.layer, state.head) : null; // A's and B's too
     // The longer side 480–720 px, 24 px a token while that fits. An encoder-decoder page keeps
@@ -766,25 +787,61 @@ function draw(D, initial = {}, onRender = null) {
     const longer = Math.max(T, S);
     const fit = Math.min(720, Math.max(480, longer * 24)) / longer;
     const cell = D.stacks && fit >= 1 ? Math.floor(fit) : fit;
-    const [width, height] = [S, T].map((n) => Math.round(cell * n));
+    // Rows are the queries, columns the keys (cross-attention: target down, source across).
+    const map = heatmap({
+      rows: T, cols: S, cell,
+      rowText: (i, step) => (step === 1 ? ST.tokens[i] : `${i}: ${shortLabel(ST.tokens[i])}`),
+      colText: (j, step) => (step === 1 ? ST.key_tokens[j] : `${j}: ${shortLabel(ST.key_tokens[j])}`),
+      rowSpecial: (i) => ST.special[i], colSpecial: (j) => ST.key_special[j],
+      paintInto: (canvas, width, height) => paint(canvas, a, width, height),
+      hover: (i, j) => [
+        el("div", { textContent: `query ${tokenLabel(i)} → key ${keyLabel(j)}` }),
+        el("div", { className: "weight", dataset: { query: String(i), key: String(j) },
+          textContent: masked(i, j) ? "masked: a causal model's query cannot see a later key"
+            : `${valueName()} ${weightText(a[i * S + j], state.layer, state.head)}` }),
+        ...(g ? [el("div", { className: "sides", textContent:
+          `A ${g.a[i * S + j].toPrecision(6)} → B ${g.b[i * S + j].toPrecision(6)}` })] : []),
+      ],
+      zoomTo: zoomable() ? (i0, i1, j0, j1) => zoomTo({ q0: i0, q1: i1, k0: j0, k1: j1 }) : null,
+    });
+    section.append(
+      el("p", { className: "hint", textContent: g
+        ? `${layerTitle(LAYER[state.layer])}, head ${state.head}, B − A over the aligned tokens (A's and B's rows ` +
+          `renormalised over them, as compare reads them): ${axes()}; JS divergence ${nats(moved(state.layer, state.head))} ` +
+          `nats; largest |B − A| ${headMax(a).toFixed(3)}. A and B beside it. Hover a cell for its numbers; ↑/↓ layer, ←/→ head.`
+        : `${layerTitle(LAYER[state.layer])}, ${perLayer(state.measure) ? `layers 0–${LAYER[state.layer]} composed` : `head ${state.head}`}: ${axes()}; ` +
+        `max ${valueName()} ${headMax(a).toFixed(3)}. Hover a cell for its exact ${valueName()}; ↑/↓ layer${perLayer(state.measure) ? "" : ", ←/→ head"}.` +
+        (zoomable() ? " Drag over the map to zoom: the server answers the exact cells of the region."
+          : zoomWhy() ? ` (No zoom: ${zoomWhy()}.)` : "") }),
+      measureNote(),
+      legend(state.scale === "head" ? `${headMax(a).toFixed(3)} (the head's max)` : `${+top().toPrecision(3)}`),
+      g ? el("div", { className: "beside-wrap" }, map, besides(g, Math.round(cell * S))) : map,
+    );
+  }
+
+  // A heatmap and its labels, as the matrix view and a tile draw them: `rows` × `cols` cells
+  // of `cell` px, labelled by `rowText(i, step)` and `colText(j, step)` (every one while rows
+  // are tall enough to read, else every step-th, a round step that leaves a label's height
+  // between labels, as in the PNGs; and the one under the mouse), coloured by `paintInto`;
+  // `hover(i, j)` gives the tooltip's lines. With `zoomTo`, a drag over the map selects a
+  // region of cells and calls zoomTo(i0, i1, j0, j1) (half-open) with it.
+  function heatmap({ rows: nr, cols: nc, cell, rowText, colText, rowSpecial, colSpecial, paintInto, hover, zoomTo: onZoom = null }) {
+    const [width, height] = [nc, nr].map((n) => Math.round(cell * n));
     const heat = el("canvas", { id: "matrix", width, height });
     const over = el("canvas", { id: "matrix-over", width, height });
-    paint(heat, a, width, height);
+    paintInto(heat, width, height);
     const frame = el("div", { className: "matrix-frame" }, heat, over);
     frame.style.width = `${width}px`;
     frame.style.height = `${height}px`;
-    // Every token while rows are tall enough to read; else every k-th, k a round step that
-    // leaves a label's height between labels (as in the PNGs), and the token under the mouse.
     const every = cell >= 9;
     const font = every ? Math.min(13, cell * 0.8) : 12;
     const step = every ? 1 : D.label_steps.find((s) => s >= (2 * font) / cell) || Math.ceil((2 * font) / cell);
-    // Rows are the queries, columns the keys (cross-attention: target down, source across).
-    const text = (i, tokens = ST.tokens) => (step === 1 ? tokens[i] : `${i}: ${shortLabel(tokens[i])}`);
-    const keyText = (j) => text(j, ST.key_tokens);
+    const text = (i) => rowText(i, step);
+    const keyText = (j) => colText(j, step);
     const rows = el("div", { className: "row-labels" });
     const cols = el("div", { className: "col-labels" });
     const rowLabel = (i, extra = "") => {
-      const r = el("div", { textContent: text(i), className: (ST.special[i] ? "special" : "") + extra,
+      const r = el("div", { textContent: text(i), className: (rowSpecial(i) ? "special" : "") + extra,
         dataset: { index: String(i) } });
       r.style.top = `${(i + 0.5) * cell - font * 0.75}px`;
       r.style.height = r.style.lineHeight = `${font * 1.5}px`;
@@ -792,22 +849,24 @@ function draw(D, initial = {}, onRender = null) {
       return r;
     };
     const colLabel = (i, extra = "") => {
-      const c = el("div", { textContent: keyText(i), className: (ST.key_special[i] ? "special" : "") + extra,
+      const c = el("div", { textContent: keyText(i), className: (colSpecial(i) ? "special" : "") + extra,
         dataset: { index: String(i) } });
       c.style.left = `${(i + 0.5) * cell}px`;
       c.style.fontSize = `${font}px`;
       return c;
     };
-    for (let i = 0; i < T; i += step) rows.append(rowLabel(i));
-    for (let j = 0; j < S; j += step) cols.append(colLabel(j));
+    for (let i = 0; i < nr; i += step) rows.append(rowLabel(i));
+    for (let j = 0; j < nc; j += step) cols.append(colLabel(j));
     const hoverRow = rowLabel(0, " hover");
     const hoverCol = colLabel(0, " hover");
     hoverRow.hidden = hoverCol.hidden = true;
     rows.append(hoverRow);
     cols.append(hoverCol);
     // Any label can show on hover: room for the longest of each side.
-    const longest = Math.max(...ST.tokens.map((_, i) => textWidth(text(i), font)));
-    const longestKey = Math.max(...ST.key_tokens.map((_, j) => textWidth(keyText(j), font)));
+    let longest = 0;
+    for (let i = 0; i < nr; i++) longest = Math.max(longest, textWidth(text(i), font));
+    let longestKey = 0;
+    for (let j = 0; j < nc; j++) longestKey = Math.max(longestKey, textWidth(keyText(j), font));
     rows.style.height = `${height}px`;
     cols.style.width = `${width}px`;
     rows.style.width = `${Math.ceil(longest) + 14}px`;
@@ -826,46 +885,172 @@ function draw(D, initial = {}, onRender = null) {
       }
     };
     const octx = over.getContext("2d");
-    over.addEventListener("mousemove", (e) => {
+    const cellAt = (e) => {
       const r = over.getBoundingClientRect();
-      const j = Math.min(S - 1, Math.floor(((e.clientX - r.left) / r.width) * S));
-      const i = Math.min(T - 1, Math.floor(((e.clientY - r.top) / r.height) * T));
+      return [Math.max(0, Math.min(nr - 1, Math.floor(((e.clientY - r.top) / r.height) * nr))),
+        Math.max(0, Math.min(nc - 1, Math.floor(((e.clientX - r.left) / r.width) * nc)))];
+    };
+    let dragged = null; // [i, j] where a drag began
+    over.addEventListener("pointermove", (e) => {
+      const [i, j] = cellAt(e);
       octx.clearRect(0, 0, width, height);
-      octx.fillStyle = "rgba(255,255,255,0.22)";
-      octx.fillRect(0, i * cell, width, cell);
-      octx.fillRect(j * cell, 0, cell, height);
-      octx.strokeStyle = "#fff";
-      octx.strokeRect(j * cell + 0.5, i * cell + 0.5, Math.max(1, cell - 1), Math.max(1, cell - 1));
+      if (dragged) { // the region a drag selects: its outline, the rest dimmed
+        const [i0, i1, j0, j1] = [Math.min(i, dragged[0]), Math.max(i, dragged[0]) + 1,
+          Math.min(j, dragged[1]), Math.max(j, dragged[1]) + 1];
+        octx.fillStyle = "rgba(0,0,0,0.35)";
+        octx.fillRect(0, 0, width, height);
+        octx.clearRect(j0 * cell, i0 * cell, (j1 - j0) * cell, (i1 - i0) * cell);
+        octx.strokeStyle = "#fff";
+        octx.strokeRect(j0 * cell + 0.5, i0 * cell + 0.5, (j1 - j0) * cell - 1, (i1 - i0) * cell - 1);
+      } else {
+        octx.fillStyle = "rgba(255,255,255,0.22)";
+        octx.fillRect(0, i * cell, width, cell);
+        octx.fillRect(j * cell, 0, cell, height);
+        octx.strokeStyle = "#fff";
+        octx.strokeRect(j * cell + 0.5, i * cell + 0.5, Math.max(1, cell - 1), Math.max(1, cell - 1));
+      }
       place(hoverRow, i, true);
       place(hoverCol, j, false);
       tooltip.hidden = false;
-      tooltip.replaceChildren(
-        el("div", { textContent: `query ${tokenLabel(i)} → key ${keyLabel(j)}` }),
-        el("div", { className: "weight", dataset: { query: String(i), key: String(j) },
-          textContent: masked(i, j) ? "masked: a causal model's query cannot see a later key"
-            : `${valueName()} ${weightText(a[i * S + j], state.layer, state.head)}` }),
-        ...(g ? [el("div", { className: "sides", textContent:
-          `A ${g.a[i * S + j].toPrecision(6)} → B ${g.b[i * S + j].toPrecision(6)}` })] : []),
-      );
+      tooltip.replaceChildren(...hover(i, j));
       tooltip.style.left = `${e.pageX + 14}px`;
       tooltip.style.top = `${e.pageY + 14}px`;
     });
-    over.addEventListener("mouseleave", () => {
+    over.addEventListener("pointerleave", () => {
       octx.clearRect(0, 0, width, height);
       tooltip.hidden = true;
       hoverRow.hidden = hoverCol.hidden = true;
       for (const label of wrap.querySelectorAll(".covered")) label.classList.remove("covered");
     });
+    if (onZoom) {
+      over.classList.add("zooms");
+      over.addEventListener("pointerdown", (e) => {
+        e.preventDefault(); // no text selection; the form's box lets go of the keys (↑/↓, ←/→)
+        if (document.activeElement instanceof HTMLElement) document.activeElement.blur();
+        over.setPointerCapture(e.pointerId); // the drag goes on outside the map
+        dragged = cellAt(e);
+      });
+      // A click is no zoom: a region is at least two cells on a side.
+      over.addEventListener("pointerup", (e) => {
+        if (!dragged) return;
+        const [i, j] = cellAt(e);
+        const [i0, i1, j0, j1] = [Math.min(i, dragged[0]), Math.max(i, dragged[0]) + 1,
+          Math.min(j, dragged[1]), Math.max(j, dragged[1]) + 1];
+        dragged = null;
+        octx.clearRect(0, 0, width, height);
+        if (i1 - i0 > 1 || j1 - j0 > 1) onZoom(i0, i1, j0, j1);
+      });
+    }
+    return wrap;
+  }
+
+  // ---------- zoom: tiles from the server (attnviz serve) ----------
+  // The served page asks its server for the exact cells of a region of one head (a tile,
+  // recomputed from the layer's X); a region longer than the server's tile side on a side is
+  // answered pooled, each cell the mean or max of a block of cells. Offline there is no zoom.
+  // Why the matrix view cannot zoom now ("": it can; null: no zoom on this page at all).
+  function zoomWhy() {
+    if (!tiles || C || D.stacks) return null;
+    if (perLayer(state.measure)) return `${state.measure} has one map per layer: zooming shows weights and norm`;
+    if (D.unit !== "token" || D.hidden_special) return "zooming shows the model's tokens: uncheck words and hide special";
+    return "";
+  }
+  const zoomable = () => zoomWhy() === "";
+  const WHOLE = () => ({ q0: 0, q1: T, k0: 0, k1: S });
+  const isWhole = (z) => z.q0 === 0 && z.q1 === T && z.k0 === 0 && z.k1 === S;
+  function zoomTo(z) {
+    state.zoom = isWhole(z) ? null : z;
+    render();
+  }
+  // The region twice as long on each side around its centre, within the matrix.
+  function zoomedOut(z) {
+    const wider = (a, b, n) => {
+      const length = Math.min(n, 2 * (b - a));
+      const start = Math.max(0, Math.min(n - length, Math.round((a + b - length) / 2)));
+      return [start, start + length];
+    };
+    const [q0, q1] = wider(z.q0, z.q1, T);
+    const [k0, k1] = wider(z.k0, z.k1, S);
+    return { q0, q1, k0, k1 };
+  }
+  async function tileView(section) {
+    const z = state.zoom || WHOLE();
+    const buttons = el("div", { className: "zoom-buttons" },
+      el("button", { type: "button", id: "zoom-whole", textContent: "whole map", onclick: () => zoomTo(WHOLE()) }),
+      el("button", { type: "button", id: "zoom-out", textContent: "zoom out", onclick: () => zoomTo(zoomedOut(z)) }));
+    buttons.querySelectorAll("button").forEach((b) => { b.disabled = isWhole(z); });
+    let t;
+    try {
+      t = await tiles.ask({ layer: LAYER[state.layer], head: state.head, ...z, measure: state.measure, pool: state.pool });
+    } catch (err) {
+      section.append(buttons, el("p", { className: "error", id: "tile-error", textContent: `tile: ${err.message}` }));
+      return;
+    }
+    const [nr, nc] = t.shape;
+    const [bq, bk] = t.block;
+    const pooled = bq > 1 || bk > 1;
+    // Cell i of the tile holds queries first(i) … last(i) (one, unless pooled); so for keys.
+    const span = (start, stop, b) => (i) => [start + i * b, Math.min(start + (i + 1) * b, stop) - 1];
+    const rowsOf = span(t.q0, t.q1, bq);
+    const colsOf = span(t.k0, t.k1, bk);
+    let tileMax = 0;
+    for (const v of t.values) if (v > tileMax) tileMax = v;
+    const own = state.scale === "head" || top() === null; // the tile's max is 1 on the scale
+    const max = own ? tileMax || 1 : top();
+    const longer = Math.max(nr, nc);
+    const cell = Math.min(720, Math.max(480, longer * 24)) / longer;
+    const label = (tokens, [a, b], step) => (a === b ? `${a}: ${step === 1 ? tokens[a] : shortLabel(tokens[a])}` : `${a}–${b}`);
+    // A cell no query of it can see (a causal model's later keys): hatched, as in the matrix.
+    const hidden = (i, j) => Number.isNaN(t.values[i * nc + j]) || (!pooled && masked(t.q0 + i, t.k0 + j));
+    function paintTile(canvas, width, height) {
+      const ctx = canvas.getContext("2d");
+      const img = ctx.createImageData(width, height);
+      for (let y = 0; y < height; y++) {
+        const i = Math.min(nr - 1, Math.floor(y / cell));
+        for (let x = 0; x < width; x++) {
+          const j = Math.min(nc - 1, Math.floor(x / cell));
+          setPixel(img.data, 4 * (y * width + x), hidden(i, j) ? maskedAt(x, y) : colourOf(t.values[i * nc + j], max, false));
+        }
+      }
+      ctx.putImageData(img, 0, 0);
+    }
+    const map = heatmap({
+      rows: nr, cols: nc, cell,
+      rowText: (i, step) => label(ST.tokens, rowsOf(i), step),
+      colText: (j, step) => label(ST.key_tokens, colsOf(j), step),
+      rowSpecial: (i) => !pooled && ST.special[t.q0 + i], colSpecial: (j) => !pooled && ST.key_special[t.k0 + j],
+      paintInto: paintTile,
+      hover: (i, j) => {
+        const [[a, b], [c, d]] = [rowsOf(i), colsOf(j)];
+        const v = t.values[i * nc + j];
+        return [
+          el("div", { textContent: pooled ? `queries ${a}–${b} → keys ${c}–${d}` : `query ${tokenLabel(a)} → key ${keyLabel(c)}` }),
+          el("div", { className: "weight", dataset: { query: String(a), key: String(c), ...(pooled ? { pooled: t.pool } : {}) },
+            textContent: hidden(i, j) ? "masked: a causal model's query cannot see a later key"
+              : pooled ? `${t.pool} ${valueName()} of ${(b - a + 1) * (d - c + 1)} cells: ${v.toPrecision(6)}`
+                : `${valueName()} ${v.toPrecision(6)}` }),
+        ];
+      },
+      zoomTo: (i0, i1, j0, j1) => zoomTo({ q0: rowsOf(i0)[0], q1: rowsOf(i1 - 1)[1] + 1,
+        k0: colsOf(j0)[0], k1: colsOf(j1 - 1)[1] + 1 }),
+    });
+    map.dataset.q0 = String(t.q0);
+    map.dataset.q1 = String(t.q1);
+    map.dataset.k0 = String(t.k0);
+    map.dataset.k1 = String(t.k1);
+    map.id = "tile";
+    const where = `queries ${t.q0}–${t.q1 - 1} × keys ${t.k0}–${t.k1 - 1}`;
     section.append(
-      el("p", { className: "hint", textContent: g
-        ? `${layerTitle(LAYER[state.layer])}, head ${state.head}, B − A over the aligned tokens (A's and B's rows ` +
-          `renormalised over them, as compare reads them): ${axes()}; JS divergence ${nats(moved(state.layer, state.head))} ` +
-          `nats; largest |B − A| ${headMax(a).toFixed(3)}. A and B beside it. Hover a cell for its numbers; ↑/↓ layer, ←/→ head.`
-        : `${layerTitle(LAYER[state.layer])}, ${perLayer(state.measure) ? `layers 0–${LAYER[state.layer]} composed` : `head ${state.head}`}: ${axes()}; ` +
-        `max ${valueName()} ${headMax(a).toFixed(3)}. Hover a cell for its exact ${valueName()}; ↑/↓ layer${perLayer(state.measure) ? "" : ", ←/→ head"}.` }),
+      el("p", { className: "hint", id: "tile-hint", textContent:
+        `${layerTitle(LAYER[state.layer])}, head ${state.head}: ${where}${isWhole(z) ? " (the whole text)" : ""}, ` +
+        (pooled ? `pooled: each cell the ${t.pool} of a block of ${bq} × ${bk} cells (over the cells its queries see), `
+          : "every cell exact, ") +
+        "recomputed by the server from the layer's X. Drag to zoom in; ↑/↓ layer, ←/→ head keep the region." }),
+      ...(D.tiles_only ? [el("p", { className: "note", textContent: D.tiles_only })] : []),
+      buttons,
       measureNote(),
-      legend(state.scale === "head" ? `${headMax(a).toFixed(3)} (the head's max)` : `${+top().toPrecision(3)}`),
-      g ? el("div", { className: "beside-wrap" }, wrap, besides(g, width)) : wrap,
+      legend(own ? `${tileMax.toFixed(3)} (the tile's max)` : `${+top().toPrecision(3)}`),
+      map,
     );
   }
   // A compare page's A and B of the head in the matrix view, beside B − A: each over the
@@ -1091,7 +1276,7 @@ function draw(D, initial = {}, onRender = null) {
     render();
   };
 
-  show(VIEWS.some(([v]) => v === initial.view) ? initial.view : "head");
+  show(VIEWS.some(([v]) => v === initial.view) ? initial.view : VIEWS[0][0]);
   return rendering.then(() => { document.body.dataset.ready = "1"; });
 }
 

@@ -1,0 +1,330 @@
+"""What a run will hold in memory, estimated before it starts, and the refusal when that does
+not fit in the memory available.
+
+A run's memory is mostly arrays that grow with the square of its length: the attention of
+every layer kept (L × H × T × T floats), the other measures an interactive page carries, and
+while the model runs, one layer's (H, T, T) probabilities and what each measure computes from
+them. `estimate` adds them up from the model's facts, the number of tokens and what is asked
+(`Asked`): a pure function, no torch. `refuse` runs it for a command's texts from the model's
+files alone, before the weights load, and says in one line how much the run needs, how much
+is available and what would fit (`--layer`, leaving out `--html`, a shorter text). `require`
+is the last check before one large array is made, wherever the early one could not count the
+tokens (a model not on this machine yet, an encoder-decoder model's target).
+
+The memory available is `ATTNVIZ_MEMORY_LIMIT` (`2GiB`, `1500MB`, bytes) when set, else what
+this process holds plus the system's MemAvailable (/proc/meminfo; `os.sysconf`'s available
+pages elsewhere); where neither is known nothing is refused. bench/bench_memory.py measures
+the estimate against the peak of real runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from itertools import combinations
+from math import prod
+from typing import TYPE_CHECKING, Any
+
+from attnviz.errors import InputError, MemoryLimitError
+
+if TYPE_CHECKING:
+    from attnviz.core.models import Model
+
+MiB, GiB = 2**20, 2**30
+ENV = "ATTNVIZ_MEMORY_LIMIT"
+# Python with torch and transformers imported, before any weights (bench/bench_memory.py).
+RUNTIME = 330 * MiB
+# A drawing process with matplotlib imported, before the arrays it is sent.
+WORKER = 150 * MiB
+# What summaries and the special-token shares hold at once: blocks of rows
+# (`analysis.metrics.BLOCK_FLOATS`) with their temporaries.
+BLOCKS = 64 * MiB
+# ALTI's blocks of (query, key, d_model) floats (`analysis.contributions.BLOCK_FLOATS`, 2^22)
+# and their temporaries, three at once.
+ALTI_BLOCKS = 3 * 2**22 * 4
+# One layer's weights up to this size are sent to the drawing processes (each holds a copy);
+# a larger layer is drawn in the process that holds it (`outputs.render` reads it here).
+MAX_LAYER_BYTES = 64 * MiB
+FLOAT = 4  # bytes: attention is held in float32
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a run asks for, as far as its memory goes."""
+
+    layers: Sequence[int] | None = None  # the layers kept; None: all
+    measure: str = "weights"  # weights, norm, alti or rollout
+    html: bool = False  # the interactive page: every measure, and the page itself
+    images: bool = False  # figures, drawn by `jobs` processes (1: this one)
+    jobs: int = 1
+    transformed: bool = False  # --words or --hide-special: a second array of the views
+    ablate: bool = False  # a second pass with heads removed, both patterns kept
+    batch: int = 1  # texts read in one forward pass (export)
+    in_flight: int = 0  # texts whose attention waits to be drawn (export)
+    command: str = "show"  # whose options the refusal names
+
+    @classmethod
+    def of(cls, request: Any) -> Asked:
+        """What a `pipelines.request.Request` of show or export asks for (read by its field
+        names: core imports nothing above it)."""
+        r, export = request, request.command == "export"
+        return cls(
+            layers=r.layers,
+            measure=r.measure,
+            html=r.html,
+            images=r.images and r.out is not None and r.figures != (),
+            jobs=r.jobs,
+            transformed=r.words or r.hide_special,
+            ablate=bool(r.ablate),
+            batch=r.batch_size if export else 1,
+            in_flight=2 * r.jobs if export and r.jobs > 1 else 0,
+            command=r.command,
+        )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Bytes a run will hold at its peak (`total`), and the part that is its attention."""
+
+    total: int
+    attention: int
+
+
+def estimate(
+    n_layers: int, n_heads: int, weights: int, n_tokens: int, asked: Asked = Asked()
+) -> Estimate:
+    """The peak memory of one run over `n_tokens` (the longest text of a batch) on a model of
+    `n_layers` × `n_heads` whose weights take `weights` bytes, asked for `asked`.
+
+    Counted in (T, T) float32 maps: the chosen layers' maps are held to the end (one per
+    head, or one per layer for ALTI and rollout), again by a norm's shares, by --words or
+    --hide-special and, in a batch, by each text's crop; a page holds all four measures and
+    about two bytes a map of its own; ablation keeps both passes' patterns and compares them
+    in float64. While the model runs, one layer's probabilities exist twice (recomputed or
+    the model's own, and the copy kept), and ALTI's mixing ratios take six more in float64
+    (and its blocks of vectors, a constant).
+    Drawing processes each hold the layer they draw, twice.
+    """
+    b, h = asked.batch, n_heads
+    layers = _kept(n_layers, asked)
+    grid = n_tokens * n_tokens * FLOAT  # one (T, T) map
+    per_layer = asked.measure in ("alti", "rollout")
+    held = b * layers * (1 if per_layer else h) * grid
+    # each text of a batch is cropped to its own tokens: a second copy
+    copies = 1 + (b > 1) + asked.transformed + (asked.measure == "norm") + 4 * asked.ablate
+    attention = held * copies + asked.in_flight * layers * h * grid
+    if asked.html:  # every measure, as the page shows it, and the page's own text
+        every = b * layers * (2 * h + 2) * grid
+        attention += every * (1 + asked.transformed) + every // 2
+    transient = 2 * b * h * grid * (1 + asked.ablate)
+    if asked.html or asked.measure == "alti":
+        transient += 6 * b * h * grid + 2 * b * grid + ALTI_BLOCKS
+    drawing = 0
+    if asked.images:
+        layer = h * grid
+        workers = asked.jobs if asked.jobs > 1 and layer <= MAX_LAYER_BYTES else 0
+        drawing = workers * (WORKER + 2 * layer) if workers else WORKER + layer
+    total = RUNTIME + weights + BLOCKS + attention + transient + drawing
+    return Estimate(total, attention)
+
+
+def _kept(n_layers: int, asked: Asked) -> int:
+    return n_layers if asked.layers is None else len(set(asked.layers))
+
+
+def parse_size(text: str) -> int:
+    """Bytes from `2GiB`, `1.5 GB`, `512MiB`, `800M` or a number of bytes."""
+    units = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
+             "mib": MiB, "g": 10**9, "gb": 10**9, "gib": GiB, "t": 10**12, "tb": 10**12,
+             "tib": 2**40}  # fmt: skip
+    found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    if found is None or found.group(2).lower() not in units:
+        raise InputError(
+            f"{ENV}={text!r} is not a size: give bytes or a number with a unit, e.g. 2GiB"
+        )
+    return int(float(found.group(1)) * units[found.group(2).lower()])
+
+
+def shown(size: float) -> str:
+    """`1.25 GiB`, `340 MiB`."""
+    return f"{size / GiB:,.2f} GiB" if size >= GiB else f"{size / MiB:,.0f} MiB"
+
+
+def _own_rss() -> int:
+    """This process's resident memory, bytes (0 where /proc cannot say)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0
+
+
+def _system_available() -> int | None:
+    """The system's available memory: /proc/meminfo's MemAvailable, else the available
+    physical pages `os.sysconf` reports; None where neither is known."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def budget() -> int | None:
+    """The memory a run may hold at its peak, its drawing processes included: the limit in
+    ATTNVIZ_MEMORY_LIMIT, else what this process holds plus what the system has available;
+    None where that is unknown."""
+    limit = os.environ.get(ENV, "").strip()
+    if limit:
+        return parse_size(limit)
+    available = _system_available()
+    return None if available is None else available + _own_rss()
+
+
+def _fits(needed: int, allowed: int | None) -> bool:
+    return allowed is None or needed <= allowed
+
+
+def _longest_fitting(fits, n_tokens: int) -> int:
+    """The most tokens, below `n_tokens`, for which `fits(tokens)` (0 if none)."""
+    low, high = 0, n_tokens
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def check(
+    n_layers: int, n_heads: int, weights: int, n_tokens: int, asked: Asked, what: str
+) -> None:
+    """Raise MemoryLimitError, one line, when `estimate` exceeds `budget`: how much the run
+    needs, how much is available, and what would fit. `what` names the run's texts
+    ("this text", "a batch of 8 texts")."""
+    allowed = budget()
+    found = estimate(n_layers, n_heads, weights, n_tokens, asked)
+    if _fits(found.total, allowed):
+        return
+    assert allowed is not None
+
+    def needs(changed: Asked, tokens: int = n_tokens) -> int:
+        return estimate(n_layers, n_heads, weights, tokens, changed).total
+
+    kept = _kept(n_layers, asked)
+    smaller = [  # what each option leaves out, where the run has it
+        (name, change)
+        for name, change, given in (
+            ("--layer N", {"layers": (0,)}, kept > 1),
+            ("no --html", {"html": False}, asked.html),
+            ("--no-images", {"images": False}, asked.images and asked.command == "show"),
+            ("--jobs 1", {"jobs": 1}, asked.images and asked.jobs > 1),
+            ("--batch-size 1", {"batch": 1}, asked.batch > 1),
+        )
+        if given
+    ]
+
+    def with_all(options: Sequence[tuple[str, dict]]) -> Asked:
+        return replace(asked, **{key: v for _, change in options for key, v in change.items()})
+
+    ways: list[str] = []
+    for size in range(1, len(smaller) + 1):  # the fewest options that make it fit
+        for options in combinations(smaller, size):
+            if _fits(needs(with_all(options)), allowed) and len(ways) < 2:
+                names = " and ".join(name for name, _ in options)
+                ways.append(f"{names} ({shown(needs(with_all(options)))})")
+        if ways:
+            break
+    fitting = _longest_fitting(lambda tokens: _fits(needs(asked, tokens), allowed), n_tokens)
+    if fitting:
+        ways.append(f"a text of at most {fitting:,} tokens")
+    elif smaller and not ways:
+        every = with_all(smaller)
+        fitting = _longest_fitting(lambda tokens: _fits(needs(every, tokens), allowed), n_tokens)
+        if fitting:  # the options that count when all are taken (not --jobs 1 with no images)
+            names = " and ".join(
+                name
+                for name, _ in smaller
+                if needs(with_all([other for other in smaller if other[0] != name])) > needs(every)
+            )
+            ways.append(f"{names} on a text of at most {fitting:,} tokens")
+    least = needs(with_all(smaller), 1)
+    fix = (
+        "it fits with " + "; or ".join(ways)
+        if ways
+        else f"nothing fits: the model alone needs about {shown(least)}"
+    )
+    where = (
+        f"{ENV} is {shown(allowed)}" if os.environ.get(ENV, "").strip() else
+        f"{shown(allowed)} is available"
+    )  # fmt: skip
+    raise MemoryLimitError(
+        f"{what} ({n_tokens:,} tokens, {kept} layer{'s' * (kept != 1)} × {n_heads} heads) needs "
+        f"about {shown(found.total)} of memory and {where}; {fix}"
+    )
+
+
+def held_bytes(shape: Sequence[int]) -> int:
+    """Bytes of a float32 array of `shape`."""
+    return FLOAT * prod(shape)
+
+
+def held_what(shape: Sequence[int]) -> str:
+    """`the attention of 30 layers × 9 heads over 8,085 tokens`, for a held (B, L, H, T, S)."""
+    batch, layers, heads, width, _ = shape
+    texts = f" for each of {batch} texts" if batch > 1 else ""
+    return (
+        f"the attention of {layers} layer{'s' * (layers != 1)} × {heads} "
+        f"head{'s' * (heads != 1)} over {width:,} tokens{texts}"
+    )
+
+
+def require(nbytes: int, what: str) -> None:
+    """Refuse, one line, to make an array of `nbytes` that this process cannot hold next to
+    what it holds already (the last check, where the run's estimate could not be made)."""
+    allowed = budget()
+    if allowed is None or _own_rss() + nbytes <= allowed:
+        return
+    raise MemoryLimitError(
+        f"{what} needs {shown(nbytes)} and {shown(max(0, allowed - _own_rss()))} is "
+        "available; keep fewer layers (--layer N, where the command takes it) or read a "
+        "shorter text"
+    )
+
+
+def refuse(
+    model: Model,
+    texts: Sequence[str],
+    asked: Asked,
+    truncate: bool = False,
+    pair: str | None = None,
+) -> None:
+    """Refuse a run over `texts` that will not fit in memory, from the model's files alone
+    (its config, tokenizer.json and weight files), before its weights load; `asked.batch`
+    texts are read at once, in order. Nothing is refused where the files cannot tell (a model
+    not on this machine, an encoder-decoder model): `require` checks those later."""
+    from attnviz.core.models import describe
+
+    spec = describe(model.name)
+    if spec is None or spec.seq2seq or spec.tokenizer_file is None or not texts:
+        return
+    lengths = spec.count_lengths([text if pair is None else (text, pair) for text in texts])
+    if spec.max_tokens is not None:  # too long: skipped or refused, or cut (--truncate)
+        limit = spec.max_tokens
+        lengths = [min(n, limit) for n in lengths if truncate or n <= limit]
+    if not lengths:
+        return
+    # a batch is as wide as its longest text; the one that needs the most decides
+    batches = [lengths[i : i + asked.batch] for i in range(0, len(lengths), asked.batch)]
+    asks = [(max(batch), replace(asked, batch=len(batch))) for batch in batches]
+    width, widest = max(asks, key=lambda ask: estimate(spec.n_layers, spec.n_heads, 0, *ask).total)
+    what = "this text" if len(texts) == 1 else f"a batch of {widest.batch} texts"
+    check(spec.n_layers, spec.n_heads, model.settings.weights_held(spec), width, widest, what)
