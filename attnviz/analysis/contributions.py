@@ -420,20 +420,23 @@ def special_by_weight_and_norm(
 class SpecialShares:
     """The recorder behind the summary's line on special tokens: for each chosen layer and head,
     the mean over non-special queries of the share special keys get, by weight and by norm
-    (`special_by_weight_and_norm`): (B, L, H) each."""
+    ‖α f(x)‖ (each row as shares, as `shares` makes them): `by_weight` and `by_norm`, (B, L, H)
+    each. Summed from blocks of query rows as the pass hands them out (after each layer's X,
+    which gives each key's ‖f^h(x_j)‖), so no layer's whole matrix is held for it."""
 
     def __init__(self, loaded: LoadedModel, layers: list[int], special: list[Any]) -> None:
         import numpy as np
 
         from attnviz.core import adapters
+        from attnviz.core.capture import ROWS
 
-        self.wants = {layer: ("input", "probs") for layer in layers}
+        self.wants = {layer: ("input", ROWS) for layer in layers}
         self.slot = {layer: i for i, layer in enumerate(layers)}
         self._weights = adapters.EachLayer(loaded.model)
-        self._special = special  # per batch row: (T_row,) bool
-        shape = (len(special), len(layers), loaded.info.n_heads)
-        self.by_weight = np.zeros(shape, np.float32)
-        self.by_norm = np.zeros(shape, np.float32)
+        self._special = [np.asarray(marked, dtype=bool) for marked in special]  # (T_row,) bool
+        shape = (2, len(special), len(layers), loaded.info.n_heads)
+        self._sums = np.zeros(shape)  # by weight, by norm: summed over non-special queries
+        self._lengths: Any = None  # the layer's ‖f^h(x_j)‖, (B, H, T)
 
     @classmethod
     def of(cls, loaded: LoadedModel, layers: list[int], special: list[Any]) -> SpecialShares | None:
@@ -447,10 +450,40 @@ class SpecialShares:
             return None
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
-        probs = tensors["probs"].float()
-        lengths = value_vectors(tensors["input"].float(), self._weights[layer]).norm(dim=-1)
-        found = special_by_weight_and_norm(probs, lengths, self._special)
-        self.by_weight[:, self.slot[layer]], self.by_norm[:, self.slot[layer]] = found
+        x = tensors["input"].float()
+        self._lengths = value_vectors(x, self._weights[layer]).norm(dim=-1).numpy()
+
+    def receive_rows(self, layer: int, start: int, rows: Any) -> None:
+        """Query rows start … start+b−1 of `layer`, (B, H, b, S)."""
+        import numpy as np
+
+        slot = self.slot[layer]
+        for row, marked in enumerate(self._special):
+            n = len(marked)
+            queries = np.flatnonzero(~marked[start : start + rows.shape[2]])  # in the block
+            if not len(queries):
+                continue
+            grid = rows[row, :, queries, :n].numpy()  # (H, q, T)
+            self._sums[0, row, slot] += grid[..., marked].astype(np.float64).sum(axis=(-2, -1))
+            length = self._lengths[row, :, None, :n]  # ‖f^h(x_j)‖: (H, 1, T)
+            normed = (grid * length).astype(np.float64)  # ‖α f(x_j)‖: (H, q, T)
+            totals = normed.sum(axis=-1, keepdims=True).clip(min=1e-30)  # each row as shares
+            self._sums[1, row, slot] += (normed[..., marked] / totals).sum(axis=(-2, -1))
+
+    def _means(self, which: int) -> Any:
+        import numpy as np
+
+        counts = np.array([int((~marked).sum()) for marked in self._special])  # (B,)
+        means = self._sums[which] / np.maximum(counts, 1)[:, None, None]
+        return means.astype(np.float32)  # 0 where a row has no non-special query
+
+    @property
+    def by_weight(self) -> Any:
+        return self._means(0)
+
+    @property
+    def by_norm(self) -> Any:
+        return self._means(1)
 
 
 def readable_weights(loaded: LoadedModel, stack: str | None = None) -> Any:

@@ -291,29 +291,50 @@ def repeat_scores(att: Attention, block_rows: int | None = None) -> tuple[np.nda
 
     each averaged over the queries that have an earlier occurrence (for induction, one with
     j + 1 < i). Tokens are compared by their labels, exactly. Summed over blocks of query
-    rows (`row_blocks`), each block's (query, key) masks made for it alone.
+    rows (`row_blocks`, `repeat_sums`), each block's (query, key) masks made for it alone.
     """
     import numpy as np
 
-    n_layers, n_heads, n = att.weights.shape[:3]
-    _, ids = np.unique(np.array(att.tokens), return_inverse=True)  # (T,) equal labels, equal ids
-    content = ~np.asarray(att.special)
+    n_layers, n_heads = att.weights.shape[:2]
     sums, counts = np.zeros((2, n_layers, n_heads)), np.zeros(2, dtype=int)
     for start, rows in row_blocks(att, block_rows):
-        queries = np.arange(start, start + rows.shape[2])  # (b,)
-        # (query, key): the earlier occurrences of each query's token, then the keys after them
-        duplicate = (ids[queries, None] == ids[None, :]) & content[queries, None] & content
-        duplicate &= np.arange(n)[None, :] < queries[:, None]
-        induction = np.zeros_like(duplicate)
-        induction[:, 1:] = duplicate[:, :-1] & (np.arange(1, n)[None, :] < queries[:, None])
-        for slot, mask in enumerate((induction, duplicate)):
-            repeats = mask.any(axis=1)  # (b,)
-            if repeats.any():
-                picked = rows[:, :, repeats].astype(np.float64)  # (L, H, Q, T)
-                sums[slot] += np.einsum("lhqk,qk->lh", picked, mask[repeats].astype(np.float64))
-                counts[slot] += int(repeats.sum())
+        found, counted = repeat_sums(att, start, rows)
+        sums += found
+        counts += counted
+    return repeat_means(sums, counts)
+
+
+def repeat_sums(att: Attention, start: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`repeat_scores`' sums over one block of query rows start … start+b−1, rows (L, H, b, S):
+    (2, L, H) and the queries each counted, (2,)."""
+    import numpy as np
+
+    n = len(att.tokens)
+    _, ids = np.unique(np.array(att.tokens), return_inverse=True)  # (T,) equal labels, equal ids
+    content = ~np.asarray(att.special)
+    sums, counts = np.zeros((2, *rows.shape[:2])), np.zeros(2, dtype=int)
+    queries = np.arange(start, start + rows.shape[2])  # (b,)
+    # (query, key): the earlier occurrences of each query's token, then the keys after them
+    duplicate = (ids[queries, None] == ids[None, :]) & content[queries, None] & content
+    duplicate &= np.arange(n)[None, :] < queries[:, None]
+    induction = np.zeros_like(duplicate)
+    induction[:, 1:] = duplicate[:, :-1] & (np.arange(1, n)[None, :] < queries[:, None])
+    for slot, mask in enumerate((induction, duplicate)):
+        repeats = mask.any(axis=1)  # (b,)
+        if repeats.any():
+            picked = rows[:, :, repeats].astype(np.float64)  # (L, H, Q, T)
+            sums[slot] += np.einsum("lhqk,qk->lh", picked, mask[repeats].astype(np.float64))
+            counts[slot] += int(repeats.sum())
+    return sums, counts
+
+
+def repeat_means(sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, int]:
+    """The repeat scores from their sums (2, L, H) and counts (2,): means, and the queries
+    counted; zeros and 0 below MIN_REPEATS repeating queries."""
+    import numpy as np
+
     if counts[0] < MIN_REPEATS:
-        return np.zeros((2, n_layers, n_heads)), 0
+        return np.zeros(sums.shape), 0
     return sums / counts[:, None, None], int(counts[0])
 
 

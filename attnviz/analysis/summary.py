@@ -32,7 +32,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnviz.analysis.metrics import METRICS, PROBES, repeat_scores, row_blocks, sentence_sums
+from attnviz.analysis.metrics import (
+    METRICS,
+    PROBES,
+    repeat_means,
+    repeat_sums,
+    row_blocks,
+    sentence_sums,
+)
 from attnviz.analysis.roles import MIXED, ROLES, Thresholds
 
 if TYPE_CHECKING:
@@ -168,59 +175,126 @@ def rank_keys(
 def role_scores(att: Attention, block_rows: int | None = None) -> dict[str, np.ndarray | None]:
     """Every role's score on this text, (L, H) per role name; None where the text cannot
     measure it (no non-special query; induction on an encoder or without repeats)."""
-
-    sums, counts = sentence_sums(att, block_rows=block_rows)  # (M, L, H), (M,)
-    named: dict[str, np.ndarray | None] = {
-        name: sums[i] / counts[i] if counts[i] else None for i, name in enumerate(METRICS)
-    }
-    # a decoder's own repeats (cross-attention's keys are another text's tokens)
-    repeats, counted = repeat_scores(att, block_rows) if att.info.causal else (None, 0)
-    for i, name in enumerate(PROBES):
-        named[name] = repeats[i] if counted else None
-    return {name: named[role.metric] for name, role in ROLES.items()}
+    return HeadStats.of(att, block_rows).role_scores()
 
 
-class _Received:
-    """What `summarise` takes from a text's attention, a block of query rows at a time
-    (`add(start, rows)`, rows (L, H, b, S)): each key's weight summed over the non-special
-    queries that see it, and each head's strongest link from a non-special query
-    (`link_rows`) to a non-special key."""
+class HeadStats:
+    """Everything a text's head summaries take from its attention, summed a block of query
+    rows at a time: the head metrics and the text's own repeats (the role scores), each key's
+    weight over the non-special queries that see it, the strongest link from a non-special
+    query to a non-special key, and the share of special keys.
 
-    def __init__(self, att: Attention, link_rows: np.ndarray) -> None:
+    `att` gives the text's tokens and facts; its weights are not read here, so a run that
+    never holds them (a long text, `core.recompute`'s blocks) feeds the same sums: `add(start,
+    rows)` with rows (L, H, b, S) of every held layer, or `add(start, rows, slot)` with rows
+    (H, b, S) of one (`slot`: its place among `att`'s layers). `of` sums a whole attention.
+    """
+
+    def __init__(self, att: Attention, n_layers: int, n_heads: int) -> None:
         import numpy as np
 
-        n_layers, n_heads, _, n_keys = att.weights.shape
-        self.queries, self.key_special = ~att.special, att.key_special  # (T,), (S,)
-        self.causal, self.link_rows = att.info.causal, link_rows
+        self.att = att
+        n_keys = len(att.key_tokens)
+        self.queries, self.key_special = ~np.asarray(att.special), att.key_special
+        self.link_rows = self.queries.copy()  # a decoder's first query sees only itself
+        if att.info.causal:
+            self.link_rows[0] = False
+        self.metric_sums = np.zeros((len(METRICS), n_layers, n_heads))
+        self.metric_counts = np.zeros((len(METRICS), n_layers))
+        self.repeats = np.zeros((2, n_layers, n_heads))
+        self.repeat_counts = np.zeros((2, n_layers), dtype=int)
         self.summed = np.zeros((n_layers, n_heads, n_keys))
         self.link_weight = np.full((n_layers, n_heads), -np.inf)
         self.link_at = np.zeros((n_layers, n_heads, 2), dtype=int)  # (query, key)
+        self.special = np.zeros((n_layers, n_heads))
+        self.special_count = np.zeros(n_layers, dtype=int)
 
-    def add(self, start: int, rows: np.ndarray) -> None:
+    @classmethod
+    def of(cls, att: Attention, block_rows: int | None = None) -> HeadStats:
+        """The sums of a whole attention, `block_rows` rows at a time (default: as many as
+        `metrics.BLOCK_FLOATS` allows)."""
+        stats = cls(att, *att.weights.shape[:2])
+        for start, rows in row_blocks(att, block_rows):
+            stats.add(start, rows)
+        return stats
+
+    def add(self, start: int, rows: np.ndarray, slot: int | None = None) -> None:
+        """Add query rows start … start+b−1: (L, H, b, S) of every layer, or (H, b, S) of the
+        layer at `slot`."""
+        import numpy as np
+
+        if slot is not None:
+            rows = rows[None]
+        at = slice(None) if slot is None else slice(slot, slot + 1)
+        sums, counts = sentence_sums(self.att, rows, start)  # (M, l, H), (M,)
+        self.metric_sums[:, at] += sums
+        self.metric_counts[:, at] += counts[:, None]
+        if self.att.info.causal and self.att.keys is None:  # the text reads itself
+            found, counted = repeat_sums(self.att, start, rows)
+            self.repeats[:, at] += found
+            self.repeat_counts[:, at] += counted[:, None]
+        self._keys(start, rows, at)
+        block = self.queries[start : start + rows.shape[2]]
+        on_special = rows[:, :, block][..., self.key_special]  # (l, H, Q, specials)
+        self.special[at] += on_special.astype(np.float64).sum(axis=(-2, -1))
+        self.special_count[at] += int(block.sum())
+
+    def _keys(self, start: int, rows: np.ndarray, at: slice) -> None:
+        """Each key's weight from the non-special queries that see it, and the strongest link."""
         import numpy as np
 
         n_rows, n_keys = rows.shape[2:]
         block = slice(start, start + n_rows)
         sees = np.broadcast_to(self.queries[block, None], (n_rows, n_keys)).copy()  # (q, k)
-        if self.causal:  # a decoder's query i sees keys 0 … i
+        if self.att.info.causal:  # a decoder's query i sees keys 0 … i
             sees &= np.arange(n_keys)[None, :] <= np.arange(start, block.stop)[:, None]
-        self.summed += np.einsum("lhqk,qk->lhk", rows.astype(np.float64), sees.astype(np.float64))
+        found = np.einsum("lhqk,qk->lhk", rows.astype(np.float64), sees.astype(np.float64))
+        self.summed[at] += found
         links = self.link_rows[block, None] & ~self.key_special[None, :]  # (q, k)
-        masked = np.where(links, rows, -1.0).reshape(*rows.shape[:2], -1)  # (L, H, q·k)
-        best = masked.argmax(axis=-1)  # (L, H): the first largest, in (query, key) order
+        masked = np.where(links, rows, -1.0).reshape(*rows.shape[:2], -1)  # (l, H, q·k)
+        best = masked.argmax(axis=-1)  # (l, H): the first largest, in (query, key) order
         weight = np.take_along_axis(masked, best[..., None], axis=-1)[..., 0]
-        better = weight > self.link_weight  # a tie keeps the earlier block's
-        self.link_weight = np.where(better, weight, self.link_weight)
+        better = weight > self.link_weight[at]  # a tie keeps the earlier block's
+        self.link_weight[at] = np.where(better, weight, self.link_weight[at])
         query, key = np.unravel_index(best, (n_rows, n_keys))
-        found = np.stack([query + start, key], axis=-1)  # (L, H, 2)
-        self.link_at = np.where(better[..., None], found, self.link_at)
+        where = np.stack([query + start, key], axis=-1)  # (l, H, 2)
+        self.link_at[at] = np.where(better[..., None], where, self.link_at[at])
 
-    def key_means(self, seen_by: np.ndarray) -> np.ndarray:
-        """Each key's weight averaged over the `seen_by` (S,) non-special queries that can see
-        it, (L, H, S); 0 for a key no such query sees."""
+    def role_scores(self) -> dict[str, np.ndarray | None]:
+        """Every role's score, (L, H) per role name, as `role_scores`."""
+        counts = self.metric_counts[:, 0]  # every layer counts the same queries
+        named: dict[str, np.ndarray | None] = {
+            name: self.metric_sums[i] / counts[i] if counts[i] else None
+            for i, name in enumerate(METRICS)
+        }
+        repeats, counted = repeat_means(self.repeats, self.repeat_counts[:, 0])
+        for i, name in enumerate(PROBES):
+            named[name] = repeats[i] if counted else None
+        return {name: named[role.metric] for name, role in ROLES.items()}
+
+    def key_means(self) -> np.ndarray:
+        """Each key's weight averaged over the non-special queries that can see it, (L, H, S);
+        0 for a key no such query sees."""
         import numpy as np
 
-        return np.where(seen_by > 0, self.summed / np.maximum(seen_by, 1), 0.0)
+        return np.where(self.seen_by > 0, self.summed / np.maximum(self.seen_by, 1), 0.0)
+
+    @property
+    def seen_by(self) -> np.ndarray:
+        """How many non-special queries see each key, (S,)."""
+        import numpy as np
+
+        n, causal = len(self.key_special), self.att.info.causal
+        if not causal:
+            return np.full(n, int(self.queries.sum()))
+        return np.cumsum(self.queries[::-1])[::-1][:n]  # queries at or after each key
+
+    def special_shares(self) -> np.ndarray:
+        """Each head's mean over non-special queries of its weight on special keys, (L, H)."""
+        import numpy as np
+
+        counts = np.maximum(self.special_count, 1)[:, None]
+        return np.where(self.special_count[:, None] > 0, self.special / counts, 0.0)
 
 
 def special_shares(weights: np.ndarray, queries: np.ndarray, key_special: np.ndarray) -> np.ndarray:
@@ -284,30 +358,22 @@ def summarise(
     top_k: int = 3,
     thresholds: Thresholds | None = None,
     block_rows: int | None = None,
+    stats: HeadStats | None = None,
 ) -> list[HeadSummary]:
-    """Summarise the chosen heads on this text (see the module's docstring), `block_rows`
-    query rows at a time (default: as many as `metrics.BLOCK_FLOATS` allows)."""
+    """Summarise the chosen heads on this text (see the module's docstring), from `stats`, or
+    from its attention `block_rows` query rows at a time (default: as many as
+    `metrics.BLOCK_FLOATS` allows)."""
     import numpy as np
 
     thresholds = thresholds or Thresholds()
-    n = att.weights.shape[-1]  # (L, H, T, S): S = T but in cross-attention
-    queries, key_special = ~att.special, att.key_special  # (T,), (S,)
-    per_role = role_scores(att, block_rows)
-    # non-special queries that see each key
-    seen_by = np.array([(queries[k:] if att.info.causal else queries).sum() for k in range(n)])
+    stats = stats or HeadStats.of(att, block_rows)
+    per_role = stats.role_scores()
+    received = stats.key_means()  # (L, H, S)
     # keys a content pattern may name: non-special, seen by at least half the queries
-    candidates = ~key_special & (seen_by * 2 >= max(int(queries.sum()), 1))
-    # the strongest link leaves out special tokens and a decoder's first query (it sees
-    # only itself)
-    link_rows = queries.copy()
-    if att.info.causal:
-        link_rows[0] = False
-    taken = _Received(att, link_rows)
-    for start, rows in row_blocks(att, block_rows):
-        taken.add(start, rows)
-    received = taken.key_means(seen_by)  # (L, H, S)
-    special_share = special_shares(att.weights, queries, key_special)  # (L, H)
-    any_link = bool(link_rows.any() and (~key_special).any())
+    seen_by = stats.seen_by
+    candidates = ~stats.key_special & (seen_by * 2 >= max(int(stats.queries.sum()), 1))
+    special_share = stats.special_shares()  # (L, H)
+    any_link = bool(stats.link_rows.any() and (~stats.key_special).any())
 
     summaries = []
     for layer in layers:
@@ -326,8 +392,8 @@ def summarise(
             agreed = int(np.argmax(np.where(candidates, keys, -1.0))) if candidates.any() else None
             link = None
             if any_link:
-                q, key = (int(i) for i in taken.link_at[slot, head])
-                weight = float(att.weights[slot, head, q, key])
+                q, key = (int(i) for i in stats.link_at[slot, head])
+                weight = float(stats.link_weight[slot, head])
                 link = Link(q, att.tokens[q], key, att.key_tokens[key], weight)
             summaries.append(
                 HeadSummary(
