@@ -93,6 +93,37 @@ def test_half_precision_probabilities_are_float32_from_the_captured_x(arch, dtyp
 
 
 @pytest.mark.parametrize("dtype", HALF)
+def test_eager_half_precision_probabilities_come_as_float32(dtype, tiny_model_dirs):
+    """Gemma2 runs eager (no SDPA in transformers): its probabilities are its own, rounded in
+    its dtype, and come to recorders (whole, and in blocks of rows) as float32."""
+    import torch
+
+    from attnviz.core.capture import ROWS
+
+    loaded = load_model(str(tiny_model_dirs["gemma2"]), "cpu", dtype=dtype)
+    assert not capture.recomputes(loaded.model)
+    inputs = pad(loaded, [encode(loaded, text) for text in TEXTS])
+    seen: dict = {}
+    blocks: list = []
+
+    class Rows:
+        wants = {0: (ROWS,)}
+
+        def receive(self, layer, tensors):
+            pass
+
+        def receive_rows(self, layer, start, rows):
+            blocks.append(rows)
+
+    capture.run(loaded, inputs, [capture.Each([0], ("probs",), seen.__setitem__), Rows()])
+    assert seen[0]["probs"].dtype == torch.float32
+    assert blocks and all(rows.dtype == torch.float32 for rows in blocks)
+    real = inputs["attention_mask"].bool()[:, None, :].expand(-1, loaded.info.n_heads, -1)
+    sums = seen[0]["probs"].sum(dim=-1)[real]
+    assert torch.allclose(sums, torch.ones(()), atol=TOLERANCES[dtype][0])
+
+
+@pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("arch", ["t5", "bart"])
 def test_half_precision_stacks_are_float32_from_the_captured_x(arch, dtype, seq2seq_dirs):
     """Encoder, decoder (causal) and cross-attention (keys from the encoder's states)."""
