@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_tiles.py
 	$(PY) bench/bench_compare.py
 	$(PY) bench/bench_importance.py
+	$(PY) bench/bench_big.py
 	$(PY) bench/bench_distributed.py
 
 lint: $(STAMP)

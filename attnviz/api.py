@@ -7,13 +7,23 @@ pipelines underneath.
     a.heatmap(5, 3); a.query("it")   # matplotlib figures
     attnviz.importance(["It rained.", "The dog slept."]).scores  # numpy (layer, head)
 
-Models are loaded once per (model, device) in a process.
+Models are loaded once per model and load settings in a process. Every function takes the
+settings of `attnviz.pipelines.request.Load` as keywords besides `model` and `device`:
+
+    attention="sdpa"        the model's attention: sdpa, flash_attention_2 or eager
+    dtype="auto"            the weights': auto (the checkpoint's on a GPU, float32 on a CPU),
+                            float32, bfloat16, float16 (probabilities are float32 whatever it is)
+    device_map=None         auto, balanced or sequential: accelerate spreads the layers over the
+                            GPUs, the CPU and the disk
+    max_memory=None         with device_map: {0: "20GiB", "cpu": "60GiB"}, or ["0=20GiB", …]
+    offload_folder=None     with device_map: where what fits in no memory is kept
+    quantize=None           "4bit" or "8bit" with bitsandbytes (CUDA only)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +87,7 @@ class Attention(core.Attention):
         from attnviz.outputs.html import build_page
         from attnviz.pipelines import sources
         from attnviz.pipelines.consumers.page import Page
-        from attnviz.pipelines.request import Load, Request
+        from attnviz.pipelines.request import Request
 
         # The inside view needs each layer's input and the measure switch every measure,
         # which `attention()` does not keep: this runs the text once more (`attnviz show
@@ -87,10 +97,9 @@ class Attention(core.Attention):
             raise InputError(
                 "this Attention has no model to read it again: make it with attention()"
             )
-        model = self.source
         request = Request(
             "show",
-            Load(model.name, model.device, model.attention),
+            self.source.settings,
             text=self.text,
             pair=self.pair,
             target=self.target,
@@ -139,6 +148,7 @@ def attention(
     generate: int | None = None,
     stack: str | None = None,
     attention: str = "sdpa",
+    **load: Any,
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
 
@@ -157,16 +167,15 @@ def attention(
     default: `tokens` are the target's, `key_tokens` the source's, weights (L, H, T, S)),
     "encoder" or "decoder".
     `attention` is the model's implementation: "sdpa" (the probabilities recomputed from each
-    layer's input in blocks of rows) or "eager" (the model's own).
+    layer's input in blocks of rows), "flash_attention_2" (the same) or "eager" (the model's
+    own); `load` the other load settings (dtype, device_map, …: see the module's docstring).
     """
     from attnviz.pipelines import features, sources
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.pipelines.request import Request
 
-    if attention not in ("sdpa", "eager"):
-        raise InputError(f"attention '{attention}' is not one of: sdpa, eager")
     request = Request(
         "show",
-        Load(model, device, attention),
+        _load(model, device, attention, **load),
         text=text,
         pair=pair,
         target=target,
@@ -188,23 +197,26 @@ def check(
     text: str,
     model: str | None = None,
     layers: list[int] | None = None,
-    tolerance: float = 1e-5,
+    tolerance: float | None = None,
     truncate: bool = False,
     device: str = "auto",
     target: str | None = None,
     generate: int | None = None,
     stacks: list[str] | None = None,
+    **load: Any,
 ) -> CheckResult:
     """Recompute the chosen layers (default: all) from scratch and compare with the model.
     An encoder-decoder model reads `text` as its source and `target` (or its own greedy
     output, `generate` tokens at most) as the decoder's input; each of `stacks` (default all:
-    "encoder", "decoder", "cross") is checked, one `CheckResult` per stack in `stacks`."""
+    "encoder", "decoder", "cross") is checked, one `CheckResult` per stack in `stacks`.
+    `tolerance` None is the model's dtype's (`analysis.check.TOLERANCES`)."""
     from attnviz.pipelines.check import check as run_check
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.pipelines.request import Request
 
     return run_check(
-        Request("check", Load(model, device), text=text, target=target, generate=generate,
-                layers=tuple(layers) if layers else None, stacks=tuple(stacks or ()),
+        Request("check", _load(model, device, **load), text=text, target=target,
+                generate=generate, layers=tuple(layers) if layers else None,
+                stacks=tuple(stacks or ()),
                 truncate=truncate, tolerance=tolerance)
     )  # fmt: skip
 
@@ -220,7 +232,8 @@ def report(
     per line): metric means, roles and an example. With `treebank` (a CoNLL-U file) instead,
     its sentences, and which heads track its syntax and coreference (`Report.linguistics`).
     `options` are those of `attnviz.pipelines.report.build_report` (layers, heads, words,
-    thresholds, batch_size, truncate, min_count, margin)."""
+    thresholds, batch_size, truncate, min_count, margin) and the load settings (dtype,
+    device_map, …: see the module's docstring)."""
     from attnviz.core.inputs import read_sentences
     from attnviz.core.treebank import read_treebank
     from attnviz.pipelines.report import build_report
@@ -237,7 +250,8 @@ def report(
         chosen = read_sentences(
             None, [sentences] if isinstance(sentences, str) else list(sentences)
         )
-    return build_report(models.model(model, device).load(), chosen, **options)
+    settings = {f.name: options.pop(f.name) for f in fields(models.Load) if f.name in options}
+    return build_report(_load(model, device, **settings).get().load(), chosen, **options)
 
 
 def importance(
@@ -249,11 +263,13 @@ def importance(
     heads: list[int] | None = None,
     truncate: bool = False,
     device: str = "auto",
+    **load: Any,
 ) -> Importance:
     """How much each head matters to the model's objective over `texts` (a text, a list, or
     a Path to a file with one per line), by `method` "ablation" (`ablation` "zero" or "mean")
     or "gradient": `scores[layer, head]` (larger = more important, NaN where not measured),
     `clean` (the objective with nothing removed), `objective` (its definition in words).
+    `load`: the other load settings (dtype, device_map, …: see the module's docstring).
     """
     from attnviz.analysis.importance import importance as measure
     from attnviz.core.inputs import read_sentences
@@ -263,7 +279,7 @@ def importance(
         chosen = read_sentences(str(texts), None)
     else:
         chosen = read_sentences(None, [texts] if isinstance(texts, str) else list(texts))
-    loaded = models.model(model, device).load()
+    loaded = _load(model, device, **load).get().load()
     encoded = [encode(loaded, item.text, truncate) for item in chosen.items]
     return measure(loaded, encoded, method, ablation, layers, heads)
 
@@ -277,6 +293,7 @@ def compare(
     measure: str = "weights",
     truncate: bool = False,
     device: str = "auto",
+    **load: Any,
 ) -> Comparison:
     """How far each head's pattern moves from text `a` to text `b` (one model), or from
     `model` to `against_model` on the same text (`b` left out) or on `b`.
@@ -289,11 +306,12 @@ def compare(
     `role_change` and `special_change` are B's scores minus A's; `a`, `b` and `alignment`
     are the (first) pair's attentions and which tokens correspond (`words`: whole words, as
     two models with different tokenizers need). `measure` is a per-head measure (weights or
-    norm). `as_dict()` is what `attnviz compare --json` prints of it.
+    norm). `as_dict()` is what `attnviz compare --json` prints of it. `load`: the other load
+    settings of both models (dtype, device_map, …: see the module's docstring).
     """
     from attnviz.core.inputs import read_sentences, split_compare_pairs
     from attnviz.pipelines.compare import compare as run_compare
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.pipelines.request import Request
 
     if isinstance(a, Path):
         if b is not None:
@@ -305,8 +323,25 @@ def compare(
         pairs = [(a, b if b is not None else a)]
     else:
         pairs = [(first, second) for first, second in a]
-    load = Load(model, device)
-    against = Load(against_model, device) if against_model is not None else None
-    asked = Request("compare", load, pairs=tuple(pairs), against=against, words=words,
+    how = _load(model, device, **load)
+    against = replace(how, model=against_model) if against_model is not None else None
+    asked = Request("compare", how, pairs=tuple(pairs), against=against, words=words,
                     measure=measure, truncate=truncate, top=1)  # fmt: skip
     return run_compare(asked).comparison
+
+
+def _load(
+    model: str | None,
+    device: str = "auto",
+    attention: str = "sdpa",
+    max_memory: Mapping[Any, str] | Iterable[str] | None = None,
+    offload_folder: str | Path | None = None,
+    **settings: Any,
+) -> models.Load:
+    """The load settings from the API's keywords: `max_memory` as transformers takes it
+    ({0: "20GiB", "cpu": "60GiB"}) or as the command line does (["0=20GiB", "cpu=60GiB"])."""
+    if isinstance(max_memory, Mapping):
+        max_memory = [f"{device}={size}" for device, size in max_memory.items()]
+    folder = str(offload_folder) if offload_folder is not None else None
+    return models.Load(model, device, attention, max_memory=tuple(max_memory or ()),
+                       offload_folder=folder, **settings)  # fmt: skip

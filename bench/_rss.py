@@ -61,3 +61,33 @@ def measure(cmd: list[str], stdin=None, env=None) -> tuple[float, float]:
     if process.returncode != 0:
         raise SystemExit(f"{cmd[:2]} failed: {process.stderr.read().decode()[-500:]}")
     return seconds, peak / 1024
+
+
+def measure_parts(cmd: list[str], stdin=None, env=None) -> tuple[float, float, float, float]:
+    """(wall seconds, peak RSS, peak anonymous RSS, peak file-backed RSS, in MiB) of one fresh
+    run of `cmd`, one process (nothing it starts counts): a model's safetensors are mapped
+    from the file, so its weights are file-backed pages (which the kernel can drop and read
+    again), and what the run computes is anonymous memory. Sampled every 10 ms from
+    /proc/PID/status; each peak is its own (they need not be at the same moment)."""
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        cmd, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
+    peaks = {"VmRSS": 0, "RssAnon": 0, "RssFile": 0}
+    while True:
+        try:
+            with open(f"/proc/{process.pid}/status") as status:
+                for line in status:
+                    key = line.split(":", 1)[0]
+                    if key in peaks:
+                        peaks[key] = max(peaks[key], int(line.split()[1]))
+        except OSError:
+            pass
+        pid, status_code, _ = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.01)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status_code) != 0:
+        raise SystemExit(f"{cmd[:2]} failed: {process.stderr.read().decode()[-500:]}")
+    return seconds, peaks["VmRSS"] / 1024, peaks["RssAnon"] / 1024, peaks["RssFile"] / 1024

@@ -237,23 +237,25 @@ def test_rms_norm_by_hand():
     assert rms_norm(x, weight, 37.5).tolist() == pytest.approx([3 / 50**0.5 * 2, 4 / 50**0.5 / 2])
 
 
-def test_to_cpu_moves_every_tensor_and_the_rope_frequencies():
+def test_to_cpu_upcasts_half_precision_and_leaves_float32_as_it_is():
+    """What the recompute and the measures compute with: every weight (the RoPE frequencies
+    and Qwen3's norms too) in float32 at least, exactly the model's numbers."""
+    import torch
+
     from attnviz.core.mha import Rope
 
-    class OnDevice:  # stands in for a tensor on a GPU
-        def __init__(self, name):
-            self.name = name
-
-        def cpu(self):
-            return f"{self.name} on the CPU"
-
     names = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o")
-    weights = LayerWeights(*map(OnDevice, names), n_heads=2, rope=Rope(OnDevice("inv_freq"), 1.5),
-                           q_norm=OnDevice("q_norm"), k_norm=None)  # fmt: skip
+    half = {name: torch.randn(4, 4).to(torch.bfloat16) for name in names}
+    rope = Rope(torch.rand(2).to(torch.float16), 1.5)
+    weights = LayerWeights(*half.values(), n_heads=2, rope=rope, q_norm=torch.ones(2).half())
     moved = weights.to_cpu()
-    assert [getattr(moved, name) for name in names] == [f"{n} on the CPU" for n in names]
-    assert moved.q_norm == "q_norm on the CPU" and moved.k_norm is None and moved.n_heads == 2
-    assert (moved.rope.inv_freq, moved.rope.scaling) == ("inv_freq on the CPU", 1.5)
+    for name in names:
+        assert getattr(moved, name).dtype == torch.float32, name
+        assert torch.equal(getattr(moved, name), half[name].float()), name
+    assert torch.equal(moved.rope.inv_freq, rope.inv_freq.float()) and moved.rope.scaling == 1.5
+    assert moved.q_norm.dtype == torch.float32 and moved.k_norm is None and moved.n_heads == 2
+    assert moved.to_cpu().w_q is moved.w_q  # float32 on the CPU: not copied again
+    assert replace(moved, w_q=moved.w_q.double()).to_cpu().w_q.dtype == torch.float64
 
 
 def test_each_heads_q_k_v_are_the_models_own_projections():

@@ -678,7 +678,7 @@ def test_page_without_the_inside_view_says_why(att, bundled, monkeypatch):
     from attnviz.errors import UnsupportedModelError
     from attnviz.outputs.html import build_page
 
-    def refuse(model, layer):
+    def refuse(model, layer, stack=None):
         raise UnsupportedModelError("check does not know how to read 'x' attention")
 
     monkeypatch.setattr(adapters, "layer_weights", refuse)

@@ -239,6 +239,8 @@ print(result.output)
         (["report", "hi", "-l", "7", "-o", "{tmp}/r"], "layer 7 out of range"),
         (["show", "hi", "-o", "{tmp}/blocker/sub"], "it is a file, not a folder"),
         (["show", "The cat sat.", "-q", "dog", "-l", "6"], "layer 6 out of range"),
+        (["show", "hi", "--device-map", "auto", "--max-memory", "cpu150MB"], "DEVICE=SIZE"),
+        (["check", "hi", "--max-memory", "cpu=1GB"], "add --device-map auto"),
     ],
 )
 def test_errors_that_need_no_weights_come_before_torch(args, message, tmp_path):

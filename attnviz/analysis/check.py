@@ -12,6 +12,29 @@ if TYPE_CHECKING:
     from attnviz.core.models import ModelInfo
 
 DEFAULT_TOLERANCE = 1e-5
+# The tolerance `check` holds a model to by the dtype its layers compute in, and why. Our side
+# is float64 from the model's own captured X and weights, so what is left is the model's own
+# rounding: a half-precision model rounds its Q, K and scores before its softmax (a score's
+# error grows with its size, and trained models have scores of 40 and more), and its
+# probabilities after. docs/models.md has the errors measured on SmolLM2.
+TOLERANCES = {
+    "float32": (DEFAULT_TOLERANCE, "float32 keeps 24 significant bits (about 7 digits)"),
+    "float16": (
+        1e-2,
+        "a float16 model rounds its scores to 11 significant bits before its softmax (a score "
+        "of 40 by up to ±0.02) and its probabilities after",
+    ),
+    "bfloat16": (
+        5e-2,
+        "a bfloat16 model rounds its scores to 8 significant bits before its softmax (a score "
+        "of 40 by up to ±0.16) and its probabilities after",
+    ),
+}
+
+
+def tolerance_for(dtype: str) -> float:
+    """The tolerance `check` holds a model whose layers compute in `dtype` to."""
+    return TOLERANCES[dtype][0]
 
 
 @dataclass(frozen=True)
@@ -59,7 +82,8 @@ class CheckResult:
         return max(max(*lc.head_errors, lc.output_error) for lc in self.layers)
 
     def as_dict(self) -> dict[str, Any]:
-        found: dict[str, Any] = {"model": self.info.as_dict(), "tokens": list(self.tokens)}
+        found: dict[str, Any] = {"model": self.info.as_dict(), **self.info.ran(),
+                                 "tokens": list(self.tokens)}  # fmt: skip
         if self.stacks:
             found["target_tokens"] = list(self.target_tokens)
         found.update(tolerance=self.tolerance, passed=self.passed, max_error=self.max_error)

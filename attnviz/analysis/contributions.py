@@ -338,9 +338,7 @@ class Measured:
             from attnviz.errors import UnsupportedModelError
 
             try:
-                self._weights = {
-                    layer: adapters.layer_weights(model, layer, stack).to_cpu() for layer in needed
-                }
+                self._weights = adapters.EachLayer(model, stack)
             except UnsupportedModelError as error:
                 raise UnsupportedModelError(
                     f"--measure {measure.name} is not defined here: it needs each head's value "
@@ -434,9 +432,7 @@ class SpecialShares:
 
         self.wants = {layer: ("input", ROWS) for layer in layers}
         self.slot = {layer: i for i, layer in enumerate(layers)}
-        self._weights = {
-            layer: adapters.layer_weights(loaded.model, layer).to_cpu() for layer in layers
-        }
+        self._weights = adapters.EachLayer(loaded.model)
         self._special = [np.asarray(marked, dtype=bool) for marked in special]  # (T_row,) bool
         shape = (2, len(special), len(layers), loaded.info.n_heads)
         self._sums = np.zeros(shape)  # by weight, by norm: summed over non-special queries
@@ -492,17 +488,15 @@ class SpecialShares:
         return self._means(1)
 
 
-def readable_weights(loaded: LoadedModel, stack: str | None = None) -> dict[int, Any] | None:
-    """Each layer's `mha.LayerWeights` (of `stack`), or None where attnviz cannot read the
-    model's value and output weights (a measure of norms then has nothing to work with)."""
+def readable_weights(loaded: LoadedModel, stack: str | None = None) -> Any:
+    """Each layer's `mha.LayerWeights` (of `stack`), read as a layer is asked for
+    (`adapters.EachLayer`), or None where attnviz cannot read the model's value and output
+    weights (a measure of norms then has nothing to work with)."""
     from attnviz.core import adapters
     from attnviz.errors import UnsupportedModelError
 
     try:
-        return {
-            layer: adapters.layer_weights(loaded.model, layer, stack).to_cpu()
-            for layer in range(loaded.info.of_stack(stack).n_layers)
-        }
+        return adapters.EachLayer(loaded.model, stack)
     except UnsupportedModelError:
         return None
 

@@ -533,7 +533,8 @@ class ImportanceRun:
         gates.requires_grad_(True)
 
         def gated(layer: int, x: Any) -> Any:
-            return (_split_heads(x, info.n_heads) * gates[layer][None, None, :, None]).reshape(
+            gate = gates[layer].to(x.device)  # a layer accelerate put on another GPU
+            return (_split_heads(x, info.n_heads) * gate[None, None, :, None]).reshape(
                 x.shape
             )  # (B, T, H, d_head) times each head's gate
 

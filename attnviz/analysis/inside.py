@@ -88,19 +88,16 @@ class InsideSteps:
         self.stack, self.causal, self.n_layers = stack, info.causal, info.n_layers
         self.sides = [_sides(item, stack) for item in batch]  # (queries, keys) of each text
         at = () if stack is None else (stack,)  # a model with one stack: no stack argument
-        try:  # the weights are read up front: an unsupported architecture refuses here
-            self.weights = [
-                adapters.layer_weights(loaded.model, layer, *at).to_cpu().double()
-                for layer in range(info.n_layers)
-            ]
-            width = self.weights[0].w_q.shape[1]  # H · d_k
+        try:  # an unsupported architecture refuses here; each layer is read as it runs
+            self.weights = adapters.EachLayer(loaded.model, *at)
+            width = self.weights.first.w_q.shape[1]  # H · d_k
             self.sizes = [
                 inside_size(info.n_layers, width, len(queries), len(keys))
                 for queries, keys in self.sides
             ]  # raw bytes of each text's Q, K and V
             self.reasons = [left_out(size) for size in self.sizes]
         except UnsupportedModelError as error:
-            self.weights, self.sizes = [], [0] * len(self.sides)
+            self.weights, self.sizes = {}, [0] * len(self.sides)
             self.reasons = [f"left out: {error}"] * len(self.sides)
         self.kinds = ("input", "probs", *(("source",) if stack == "cross" else ()))
         self.steps = [
@@ -126,7 +123,7 @@ class InsideSteps:
 
         from attnviz.core.mha import attention_head, relative_bias, rope_angles, visible_keys
 
-        w = self.weights[layer]
+        w = self.weights[layer].double()
         scale = w.scale if w.scale is not None else w.d_k**-0.5
         for row, ((queries, keys), steps) in enumerate(zip(self.sides, self.steps)):
             if self.reasons[row] is not None:

@@ -155,6 +155,7 @@ class Report:
     def as_dict(self) -> dict[str, Any]:
         return {
             "model": self.info.as_dict(),
+            **self.info.ran(),
             "unit": self.unit,
             "sentences": self.sentences,
             "queries": self.queries,
@@ -229,6 +230,7 @@ class Seq2SeqReport:
     def as_dict(self) -> dict[str, Any]:
         return {
             "model": self.info.as_dict(),
+            **self.info.ran(),
             "sentences": self.sentences,
             "skipped": list(self.skipped),
             "stacks": {

@@ -11,14 +11,21 @@ import typer
 from attnviz.cli.app import Command, app, fail, out_console
 from attnviz.cli.options import (
     Device,
+    DeviceMapOpt,
     DeviceOpt,
+    Dtype,
+    DtypeOpt,
     GenerateOpt,
     JsonOpt,
     LayerOpt,
+    MaxMemoryOpt,
     ModelOpt,
+    OffloadOpt,
+    QuantizeOpt,
     TargetOpt,
     TruncateOpt,
     flag,
+    load,
 )
 from attnviz.core import adapters
 from attnviz.errors import AttnvizError
@@ -39,8 +46,14 @@ def check(
     layer: LayerOpt = None,
     all_layers: Annotated[bool, flag("--all-layers", "Check every layer (the default).")] = False,
     tolerance: Annotated[
-        float, typer.Option(min=0.0, help="Largest absolute error that still passes.")
-    ] = 1e-5,
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="Largest absolute error that still passes. Default: the model's dtype's "
+            "(1e-5 in float32; half precision rounds the model's own numbers: docs/models.md).",
+            show_default=False,
+        ),
+    ] = None,
     model: ModelOpt = None,
     target: TargetOpt = None,
     generate: GenerateOpt = None,
@@ -53,6 +66,11 @@ def check(
     ] = None,
     truncate: TruncateOpt = False,
     device: DeviceOpt = Device.auto,
+    dtype: DtypeOpt = Dtype.auto,
+    device_map: DeviceMapOpt = None,
+    max_memory: MaxMemoryOpt = None,
+    offload_folder: OffloadOpt = None,
+    quantize: QuantizeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Recompute attention layers from scratch (textbook formulas) and compare with the model.
@@ -68,13 +86,15 @@ def check(
     from attnviz.core.inputs import read_text
     from attnviz.outputs import terminal
     from attnviz.pipelines.check import check as run_check
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.pipelines.request import Request
 
     try:
+        how = load(model, device, dtype=dtype, device_map=device_map, max_memory=max_memory,
+                   offload_folder=offload_folder, quantize=quantize)  # fmt: skip
         result = run_check(
             Request(
                 "check",
-                Load(model, device.value),
+                how,
                 text=read_text(text),
                 target=target,
                 generate=generate,

@@ -4,6 +4,7 @@ head."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -110,7 +111,7 @@ def compare(
         from attnviz.pipelines.compare import compare as run_compare
         from attnviz.pipelines.request import Request
 
-        against = Load(against_model, load.device, load.attention) if against_model else None
+        against = replace(load, model=against_model) if against_model else None
         found = run_compare(
             Request(
                 "compare", load, pairs=tuple(compare_pairs_of(text_a, text_b, file, bool(against))),

@@ -16,6 +16,7 @@ from attnviz.analysis.contributions import MEASURES
 from attnviz.analysis.pooling import POOLS
 from attnviz.analysis.transforms import TRANSFORMS
 from attnviz.core.adapters import STACKS
+from attnviz.core.models import ATTENTIONS, DEVICE_MAPS, DTYPES, QUANTIZATIONS
 from attnviz.outputs.figures import FORMATS, SCALES
 
 
@@ -54,9 +55,11 @@ ModelOpt = valued(
 DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
 
 
-class AttentionImpl(str, Enum):
-    sdpa = "sdpa"
-    eager = "eager"
+# Choices come from core's lists of load settings (attnviz.core.models).
+AttentionImpl = Enum("AttentionImpl", {name: name for name in ATTENTIONS}, type=str)
+Dtype = Enum("Dtype", {name: name for name in DTYPES}, type=str)
+DeviceMap = Enum("DeviceMap", {name: name for name in DEVICE_MAPS}, type=str)
+Quantize = Enum("Quantize", {name: name for name in QUANTIZATIONS}, type=str)
 
 
 AttentionOpt = Annotated[
@@ -64,8 +67,55 @@ AttentionOpt = Annotated[
     typer.Option(
         "--attention",
         help="The model's attention: sdpa (fast; attnviz recomputes the probabilities from "
-        "each layer's input, in blocks of rows) or eager (the model's own probabilities, "
-        "held layer by layer; for comparison). docs/models.md says more.",
+        "each layer's input, in blocks of rows), flash_attention_2 (the same with flash-attn's "
+        "kernels: CUDA, half precision) or eager (the model's own probabilities, held layer "
+        "by layer; for comparison). docs/models.md says more.",
+    ),
+]
+DtypeOpt = Annotated[
+    Dtype,
+    typer.Option(
+        "--dtype",
+        help="The weights' number format: auto is the checkpoint's own on a GPU and float32 on "
+        "a CPU; bfloat16 and float16 halve the memory (the probabilities shown are still "
+        "computed in float32).",
+    ),
+]
+DeviceMapOpt = Annotated[
+    DeviceMap | None,
+    typer.Option(
+        "--device-map",
+        help="Let accelerate spread the layers over the GPUs, the CPU and the disk (auto, "
+        "balanced or sequential), within --max-memory, for a model too big for one device.",
+        show_default=False,
+    ),
+]
+MaxMemoryOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--max-memory",
+        metavar="DEVICE=SIZE",
+        help="With --device-map: the most a device may hold, repeatable (--max-memory 0=20GiB "
+        "--max-memory cpu=60GiB); what does not fit goes to the disk.",
+        show_default=False,
+    ),
+]
+OffloadOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--offload-folder",
+        metavar="DIR",
+        help="With --device-map: where the layers that fit in no device's memory are kept "
+        "(read back as each one runs).",
+        show_default=False,
+    ),
+]
+QuantizeOpt = Annotated[
+    Quantize | None,
+    typer.Option(
+        "--quantize",
+        help="Load the weights in 4 or 8 bits with bitsandbytes (CUDA GPUs only).",
+        show_default=False,
     ),
 ]
 
@@ -231,18 +281,40 @@ class Group:
                                for name, (annotation, default) in options.items()))  # fmt: skip
 
 
-def _load(model: str | None, device: Device, attention: AttentionImpl) -> Any:
+def load(
+    model: str | None,
+    device: Device = Device.auto,
+    attention: Any = AttentionImpl.sdpa,
+    dtype: Any = Dtype.auto,
+    device_map: Any = None,
+    max_memory: list[str] | None = None,
+    offload_folder: Path | None = None,
+    quantize: Any = None,
+) -> Any:
+    """The load settings (a pipelines.request.Load) from the options' values; `Load.refuse`
+    checks them when the model is made, before anything loads."""
     from attnviz.pipelines.request import Load
 
-    return Load(model, device.value, attention.value)
+    return Load(
+        model, device.value, attention.value, dtype.value,
+        device_map.value if device_map is not None else None, tuple(max_memory or ()),
+        str(offload_folder) if offload_folder is not None else None,
+        quantize.value if quantize is not None else None,
+    )  # fmt: skip
 
 
-# --model, --device and --attention: how the model is loaded (a pipelines.request.Load).
+# How the model is loaded: --model, --device, --attention, --dtype, --device-map, --max-memory,
+# --offload-folder and --quantize (a pipelines.request.Load).
 LOAD = Group.of(
-    _load,
+    load,
     model=(ModelOpt, None),
     device=(DeviceOpt, Device.auto),
     attention=(AttentionOpt, AttentionImpl.sdpa),
+    dtype=(DtypeOpt, Dtype.auto),
+    device_map=(DeviceMapOpt, None),
+    max_memory=(MaxMemoryOpt, None),
+    offload_folder=(OffloadOpt, None),
+    quantize=(QuantizeOpt, None),
 )
 
 

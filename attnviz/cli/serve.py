@@ -129,11 +129,13 @@ def _second_model(name: str | None, load: Load, first: Any) -> Model | None:
     head by head (its tokenizer is checked per request: words can bridge it)."""
     if name is None:
         return None
+    from dataclasses import replace
+
     from attnviz.analysis.compare import refuse_models
     from attnviz.pipelines import features
     from attnviz.pipelines.request import Request
 
-    asked = Request("serve", Load(name, load.device, load.attention))
+    asked = Request("serve", replace(load, model=name))
     second = asked.model()
     features.refuse_early(asked, second)
     with err_console.status(f"loading {name}…"):

@@ -200,7 +200,7 @@ class _Probabilities:
 
     def hand_out(self, site: Site, got: dict[str, Any], kinds: set[str], mine: list) -> None:
         """Give each `rows` recorder of `site` its blocks, and put the whole matrix in
-        got["probs"] where a recorder wants it and it was recomputed."""
+        got["probs"] where a recorder wants it and it was recomputed; float32 either way."""
         import torch
 
         from attnviz.core import recompute
@@ -208,7 +208,9 @@ class _Probabilities:
         layer = site[1]
         takers = [r for r in mine if ROWS in r.wants[layer]]
         if not self.recompute:
-            whole = got["probs"]  # (B, H, T, S), from the attention module
+            # (B, H, T, S) from the attention module, in float32 whatever the model runs in (a
+            # half-precision model's own probabilities, rounded in its dtype)
+            whole = got["probs"] = got["probs"].float()
             found = (
                 (start, whole[:, :, start : start + self.block_rows])
                 for start in range(0, whole.shape[2], self.block_rows)
@@ -231,7 +233,7 @@ class _Probabilities:
 
         stack, layer = site
         mask = self.key_masks[stack]
-        weights = adapters.layer_weights(self.loaded.model, layer, stack).to_cpu()
+        weights = adapters.layer_weights(self.loaded.model, layer, stack)
         return recompute.project(
             got["input"],
             weights,

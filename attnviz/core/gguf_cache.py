@@ -1,10 +1,15 @@
 """GGUF files (llama.cpp's format): find them, read their facts, convert them once and cache.
 
-transformers reads a GGUF file directly, dequantising every tensor to float32, which takes
-about 15 s for SmolLM2-135M. attnviz does that once per file and keeps the result as an
+transformers reads a GGUF file directly, dequantising every tensor, which takes about 15 s
+for SmolLM2-135M. attnviz does that once per file and dtype and keeps the result as an
 ordinary Hugging Face model folder (config.json, model.safetensors, tokenizer files) in
 
     $XDG_CACHE_HOME/attnviz/gguf/<file stem>-<first 16 hex digits of its SHA-256>/
+    $XDG_CACHE_HOME/attnviz/gguf/<file stem>-<…>-bfloat16/      (--dtype bfloat16; float16 alike)
+
+A model is dequantised to the dtype it is asked in: loading a float32 folder as bfloat16
+would hold both copies for a moment (transformers casts as it loads), where a bfloat16
+folder is read in place.
 
 (`~/.cache/attnviz/gguf/…` when XDG_CACHE_HOME is not set). The folder is written under a
 temporary name and renamed when complete, so an interrupted conversion leaves nothing that
@@ -72,9 +77,10 @@ def _hash(path: str, size: int, mtime_ns: int) -> str:  # size, mtime: a changed
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def cache_dir(path: Path) -> Path:
-    """Where the converted model of the GGUF file `path` lives (whether or not it exists)."""
-    return cache_root() / "gguf" / f"{path.stem}-{file_hash(path)[:16]}"
+def cache_dir(path: Path, dtype: str = "float32") -> Path:
+    """Where the GGUF file `path` dequantised to `dtype` lives (whether or not it exists)."""
+    suffix = "" if dtype == "float32" else f"-{dtype}"  # float32's folders predate the dtypes
+    return cache_root() / "gguf" / f"{path.stem}-{file_hash(path)[:16]}{suffix}"
 
 
 def read_facts(path: Path) -> dict[str, Any]:
@@ -103,17 +109,19 @@ def read_facts(path: Path) -> dict[str, Any]:
     }
 
 
-def converted(name: str) -> Path:
-    """The cached Hugging Face folder of GGUF model `name`, converting the file on first use."""
+def converted(name: str, dtype: str = "float32") -> Path:
+    """The cached Hugging Face folder of GGUF model `name` in `dtype` (float32, bfloat16 or
+    float16), converting the file on first use."""
     path = gguf_path(name)
-    target = cache_dir(path)
+    target = cache_dir(path, dtype)
     if (target / "config.json").is_file():
         return target
-    return convert(path, target)
+    return convert(path, target, dtype)
 
 
-def convert(path: Path, target: Path) -> Path:
-    """Dequantise a GGUF file with transformers and save it as a model folder at `target`.
+def convert(path: Path, target: Path, dtype: str = "float32") -> Path:
+    """Dequantise a GGUF file to `dtype` with transformers and save it as a model folder at
+    `target`.
 
     Written into a temporary folder beside `target` and renamed at the end: a concurrent or
     interrupted conversion never leaves a half-written model behind.
@@ -135,8 +143,8 @@ def convert(path: Path, target: Path) -> Path:
         folder,
         gguf_file=filename,
         config=config,
-        quantization_config=GgufConfig(dequantize=True),  # plain float32 nn.Linear weights
-        dtype=torch.float32,
+        quantization_config=GgufConfig(dequantize=True),  # plain nn.Linear weights
+        dtype=getattr(torch, dtype),
     )
     # Dequantised, the model is an ordinary one: drop the loader's GGUF marks so it saves
     # (and later loads) as plain safetensors.

@@ -367,4 +367,4 @@ def refuse(
     asks = [(max(batch), replace(asked, batch=len(batch))) for batch in batches]
     width, widest = max(asks, key=lambda ask: estimate(spec.n_layers, spec.n_heads, 0, *ask).total)
     what = "this text" if len(texts) == 1 else f"a batch of {widest.batch} texts"
-    check(spec.n_layers, spec.n_heads, spec.weights_bytes, width, widest, what)
+    check(spec.n_layers, spec.n_heads, model.settings.weights_held(spec), width, widest, what)

@@ -29,6 +29,16 @@ if TYPE_CHECKING:
     import torch
 
 
+def on_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` on the CPU, a floating-point one in float32 at least; one that is both
+    already is returned as it is, not copied."""
+    import torch
+
+    if not tensor.is_floating_point():
+        return tensor.cpu()
+    return tensor.to("cpu", torch.promote_types(tensor.dtype, torch.float32))
+
+
 @dataclass(frozen=True, eq=False)
 class Rope:
     """Rotary position embedding of one head: its first `2 · len(inv_freq)` dimensions turn.
@@ -91,15 +101,17 @@ class LayerWeights:
         return self.n_kv_heads or self.n_heads
 
     def to_cpu(self) -> LayerWeights:
+        """The same weights on the CPU, in float32 at least (a half-precision model's upcast):
+        what the recompute, the measures and the inside view compute with."""
         moved = {
-            f.name: getattr(self, f.name).cpu()
+            f.name: on_cpu(getattr(self, f.name))
             for f in fields(self)
             if hasattr(getattr(self, f.name), "cpu")
         }
         if self.rope is not None:
-            moved["rope"] = replace(self.rope, inv_freq=self.rope.inv_freq.cpu())
+            moved["rope"] = replace(self.rope, inv_freq=on_cpu(self.rope.inv_freq))
         if self.relative is not None:
-            moved["relative"] = replace(self.relative, table=self.relative.table.cpu())
+            moved["relative"] = replace(self.relative, table=on_cpu(self.relative.table))
         return replace(self, **moved)
 
     def double(self) -> LayerWeights:

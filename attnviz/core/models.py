@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -106,13 +107,47 @@ class ModelInfo(_HeadRanges, _Stacks):
     stacks: tuple[tuple[str, int, int], ...] = ()  # encoder-decoder: (stack, layers, heads)
     stack: str | None = None  # the stack these counts are of (encoder, decoder, cross)
     max_target_tokens: int | None = None  # encoder-decoder: the decoder's limit
+    # What ran: the weights' dtype, the attention implementation, where accelerate put each
+    # part of the model ((module, device) pairs; () when it sits whole on one device), and
+    # bitsandbytes' 4bit or 8bit (its layers compute in `dtype`).
+    dtype: str = "float32"
+    attention: str = "sdpa"
+    device_map: tuple[tuple[str, str], ...] = ()
+    quantize: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        """The model's facts (what ran is `ran()`'s)."""
         facts = dict(self.__dict__)
+        for key in RAN:
+            facts.pop(key)
         if not self.stacks:  # a model with one stack: no encoder-decoder fields
             for key in ("stacks", "stack", "max_target_tokens"):
                 facts.pop(key)
         return facts
+
+    def ran(self) -> dict[str, Any]:
+        """What ran, as --json says it at its top level: "dtype", "device_map" (each part
+        of the model and its device, or null) and "attention"."""
+        return {
+            "dtype": self.dtype,
+            "device_map": dict(self.device_map) or None,
+            "attention": self.attention,
+            **({"quantize": self.quantize} if self.quantize else {}),
+        }
+
+    def ran_line(self) -> str:
+        """What ran, for a header line: "bfloat16 · sdpa", with where the parts went."""
+        said = f"{self.dtype} · {self.attention}"
+        if self.quantize:
+            said += f" · bitsandbytes {self.quantize}"
+        if self.device_map:
+            devices = [device for _, device in self.device_map]
+            counts = ", ".join(f"{devices.count(d)} {d}" for d in dict.fromkeys(devices))
+            said += f" · device map: {counts}"
+        return said
+
+
+RAN = ("dtype", "attention", "device_map", "quantize")  # ModelInfo's fields that say what ran
 
 
 @dataclass(frozen=True)
@@ -132,6 +167,7 @@ class ModelSpec(_HeadRanges, _Stacks):
     stacks: tuple[tuple[str, int, int], ...] = ()
     stack: str | None = None
     weights_bytes: int = 0  # the weights in memory: their files' size, or guessed from config
+    weights_dtype: str | None = None  # the dtype the config says the weights are saved in
 
     def count_tokens(self, text: str) -> int | None:
         """Tokens of `text` with the special tokens the model adds, or None without a
@@ -199,6 +235,176 @@ def resolve_device(device: str) -> str:
     if device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: no CUDA device is available here; use --device cpu")
     return device
+
+
+DEVICES = ("auto", "cpu", "cuda")
+ATTENTIONS = ("sdpa", "flash_attention_2", "eager")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+HALF = ("bfloat16", "float16")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DEVICE_MAPS = ("auto", "balanced", "sequential")
+QUANTIZATIONS = ("4bit", "8bit")
+FLASH = "flash_attention_2"
+# --max-memory sizes as accelerate writes them: 20GiB (2^30 bytes), 150MB (10^6), 4096 (bytes)
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([KMGT]i?B|B)?", re.IGNORECASE)
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Load:
+    """How a model is loaded: its name (None: the bundled one), device and attention, the
+    dtype of its weights, and where accelerate puts its layers.
+
+    `dtype` "auto" is the checkpoint's own on a GPU and float32 on a CPU. `device_map` (auto,
+    balanced or sequential) lets accelerate spread the layers over the GPUs, the CPU and the
+    disk, within `max_memory` ("DEVICE=SIZE" each: "0=20GiB", "cpu=60GiB"); what fits nowhere
+    is read from `offload_folder` (or from the checkpoint's own safetensors files) as each
+    layer runs. `quantize` loads the weights in 4 or 8 bits with bitsandbytes (CUDA only).
+    `refuse()` says, before anything loads, what cannot work on this machine.
+    """
+
+    model: str | None = None
+    device: str = "auto"
+    attention: str = "sdpa"
+    dtype: str = "auto"
+    device_map: str | None = None
+    max_memory: tuple[str, ...] = ()
+    offload_folder: str | None = None
+    quantize: str | None = None
+
+    def get(self) -> Model:
+        """The process's one `Model` for these settings (loaded on first use)."""
+        with _MODELS_LOCK:
+            found = _MODELS.get(self)
+            if found is None:
+                found = _MODELS[self] = Model(**self._arguments())
+            return found
+
+    def _arguments(self) -> dict[str, Any]:
+        return {"name" if f.name == "model" else f.name: getattr(self, f.name)
+                for f in fields(self)}  # fmt: skip
+
+    def memory(self) -> dict[int | str, int]:
+        """`max_memory` as accelerate takes it: {GPU index or "cpu": bytes}; one line for a
+        value that is not DEVICE=SIZE."""
+        found: dict[int | str, int] = {}
+        for given in self.max_memory:
+            device, _, size = given.partition("=")
+            device = device.strip().lower()
+            key: int | str = int(device) if device.isdigit() else device
+            sized = _SIZE.fullmatch(size.strip())
+            if sized is None or key != "cpu" and not isinstance(key, int):
+                raise InputError(
+                    f"--max-memory {given}: give DEVICE=SIZE, DEVICE a GPU's index (0, 1, …) "
+                    "or cpu, SIZE as 20GiB, 150MB or a number of bytes"
+                )
+            if key in found:
+                raise InputError(f"--max-memory gives {device} twice")
+            found[key] = int(float(sized[1]) * _UNITS[(sized[2] or "B").upper()])
+        return found
+
+    def weights_held(self, spec: ModelSpec) -> int:
+        """The bytes of the model's weights this process will hold (`spec`, its files): their
+        size in the dtype they load in (auto: float32, a CPU's), and with a device map at
+        most --max-memory cpu=… (the rest on the disk or a GPU)."""
+        saved = DTYPE_BYTES.get(spec.weights_dtype or "", 4)  # unknown: float32, as guessed
+        loaded = DTYPE_BYTES[self.dtype if self.dtype != "auto" else "float32"]
+        held = spec.weights_bytes * loaded // saved
+        cpu = self.memory().get("cpu") if self.device_map is not None else None
+        return held if cpu is None else min(held, cpu)
+
+    def refuse(self) -> None:
+        """One InputError for the first setting that cannot work here, before anything loads:
+        a value that is not a choice, a malformed --max-memory, placement options without
+        --device-map, and what this machine cannot run (a half-precision dtype its device
+        cannot compute in, bitsandbytes or flash-attention without CUDA or not installed).
+        Torch is imported only for the settings that need to ask it."""
+        device = "cuda" if re.fullmatch(r"cuda:\d+", self.device) else self.device  # cuda:1
+        for option, value, choices in (
+            ("--device", device, DEVICES),
+            ("--attention", self.attention, ATTENTIONS),
+            ("--dtype", self.dtype, DTYPES),
+            ("--device-map", self.device_map, (None, *DEVICE_MAPS)),
+            ("--quantize", self.quantize, (None, *QUANTIZATIONS)),
+        ):
+            if value not in choices:
+                known = ", ".join(c for c in choices if c is not None)
+                raise InputError(f"{option} '{value}' is not one of: {known}")
+        memory = self.memory()
+        if self.device_map is None and (memory or self.offload_folder is not None):
+            raise InputError(
+                "--max-memory and --offload-folder say where --device-map puts the layers: "
+                "add --device-map auto"
+            )
+        if self.offload_folder is not None and Path(self.offload_folder).is_file():
+            raise InputError(f"--offload-folder {self.offload_folder} is a file, not a folder")
+        if self.attention == FLASH and self.dtype == "float32":
+            raise InputError(
+                f"--attention {FLASH} computes in float16 or bfloat16: add --dtype bfloat16"
+            )
+        gpus = [key for key in memory if isinstance(key, int)]
+        asks_torch = self.dtype in HALF or self.quantize or self.attention == FLASH or gpus
+        if asks_torch or self.device == "cuda":
+            self._refuse_here(gpus)
+
+    def _refuse_here(self, gpus: list[int]) -> None:
+        """What `refuse` needs torch for: what this machine's devices can run."""
+        import importlib.util
+
+        import torch
+
+        device = resolve_device(self.device)  # --device cuda without CUDA: refused here
+        cuda = device.startswith("cuda")
+        for gpu in gpus:
+            if self.device == "cpu":
+                raise InputError(f"--max-memory {gpu}=…: --device cpu puts no layer on a GPU")
+            if not cuda or gpu >= torch.cuda.device_count():
+                there = f"0–{torch.cuda.device_count() - 1}" if cuda else "none"
+                raise InputError(
+                    f"--max-memory {gpu}=…: there is no GPU {gpu} here (GPUs: {there})"
+                )
+        if self.quantize is not None:
+            if not cuda:
+                raise InputError(
+                    f"--quantize {self.quantize}: bitsandbytes quantises on CUDA GPUs only, "
+                    "and this run has none; --dtype bfloat16 halves the memory instead"
+                )
+            if importlib.util.find_spec("bitsandbytes") is None:
+                raise InputError(
+                    f"--quantize {self.quantize} needs bitsandbytes: pip install bitsandbytes"
+                )
+        if self.attention == FLASH:
+            if importlib.util.find_spec("flash_attn") is None:
+                raise InputError(
+                    f"--attention {FLASH}: flash-attn is not installed (pip install flash-attn, "
+                    "on a CUDA machine); --attention sdpa is the fast attention without it"
+                )
+            if not cuda:
+                raise InputError(f"--attention {FLASH} runs on CUDA GPUs only; use sdpa")
+        if self.dtype in HALF and not computes_in(self.dtype, device):
+            other = "float16" if self.dtype == "bfloat16" else "float32"
+            raise InputError(
+                f"--dtype {self.dtype}: this {'GPU' if cuda else 'CPU'} cannot compute in "
+                f"{self.dtype}{' (it needs an Ampere GPU or later)' if cuda else ''}; "
+                f"use --dtype {other}"
+            )
+
+
+def computes_in(dtype: str, device: str) -> bool:
+    """Whether `device` runs matrix products and softmax in `dtype` (a GPU older than Ampere
+    has no bfloat16; an old torch has no float16 on the CPU)."""
+    import torch
+
+    kind = getattr(torch, dtype)
+    if device.startswith("cuda") and kind is torch.bfloat16:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    try:
+        square = torch.ones(2, 2, dtype=kind, device=device)
+        (square @ square).softmax(dim=-1)
+    except (RuntimeError, TypeError):
+        return False
+    return True
 
 
 def _looks_like_path(name: str) -> bool:
@@ -317,6 +523,7 @@ def describe(name: str | None = None) -> ModelSpec | None:
         causal=config.get("model_type") in DECODER_TYPES,
         stacks=stacks,
         weights_bytes=_weights_bytes(source, config, n_layers),
+        weights_dtype=config.get("torch_dtype") or config.get("dtype"),
     )
 
 
@@ -342,16 +549,20 @@ def _weights_bytes(source: str, config: dict[str, Any], n_layers: int) -> int:
     return 4 * (vocabulary * width + n_layers * (4 * width * width + 3 * width * inner))
 
 
-def _source(name: str | None) -> tuple[str, str]:
-    """(source, label) to load from: `_locate`'s, a GGUF file converted first; transformers
-    quietened."""
+def _source(name: str | None, dtype: str = "auto") -> tuple[str, str]:
+    """(source, label) to load from: `_locate`'s, a GGUF file converted first (dequantised to
+    `dtype`; auto: float32, the dequantised file's own); transformers
+    and accelerate quietened (the header line says where accelerate put the layers)."""
+    import logging
+
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    logging.getLogger("accelerate").setLevel(logging.ERROR)
     source, label = _locate(name)
     if gguf_cache.is_gguf(name):
-        source = str(gguf_cache.converted(name))
+        source = str(gguf_cache.converted(name, "float32" if dtype == "auto" else dtype))
     return source, label
 
 
@@ -359,11 +570,12 @@ def _cannot_load(label: str, exc: Exception) -> ModelLoadError:
     return ModelLoadError(f"could not load model '{label}': {str(exc).splitlines()[0]}")
 
 
-def load_tokenizer(name: str | None = None) -> Any:
-    """A model's tokenizer alone, as `load_model` loads it: transformers, none of the weights."""
+def load_tokenizer(name: str | None = None, dtype: str = "auto") -> Any:
+    """A model's tokenizer alone, as `load_model` loads it: transformers, none of the weights
+    (`dtype`: which converted folder of a GGUF file it is read from)."""
     from transformers import AutoTokenizer
 
-    source, label = _source(name)
+    source, label = _source(name, dtype)
     try:
         return _from_pretrained(AutoTokenizer, source)
     except (OSError, ValueError) as exc:
@@ -371,15 +583,22 @@ def load_tokenizer(name: str | None = None) -> Any:
 
 
 def load_model(
-    name: str | None = None, device: str = "auto", attention: str = "sdpa", tokenizer: Any = None
+    name: str | None = None,
+    device: str = "auto",
+    attention: str = "sdpa",
+    tokenizer: Any = None,
+    **settings: Any,
 ) -> LoadedModel:
     """Load a model and its tokenizer for attention extraction (eval mode).
 
     `attention` is the implementation the model runs: "sdpa" (its fast attention, which
-    keeps no probabilities: capture recomputes them from each layer's X) or "eager" (the
-    probabilities are read from the model). A model without SDPA (Gemma2), or whose
-    attention attnviz cannot recompute (`adapters.layer_weights` refuses it), runs eager.
-    `tokenizer`: the one `load_tokenizer` loaded already.
+    keeps no probabilities: capture recomputes them from each layer's X), "flash_attention_2"
+    (the same, with flash-attn's kernels) or "eager" (the probabilities are read from the
+    model). A model without SDPA (Gemma2), or whose attention attnviz cannot recompute
+    (`adapters.layer_weights` refuses it), runs eager. `settings` are `Load`'s others (dtype,
+    device_map, max_memory, offload_folder, quantize), refused first where they cannot work.
+    A model placed by accelerate (device_map, quantize) is never moved; the inputs go to
+    its first device. `tokenizer`: the one `load_tokenizer` loaded already.
     """
     from transformers import (
         AutoConfig,
@@ -390,7 +609,9 @@ def load_model(
         AutoTokenizer,
     )
 
-    source, label = _source(name)
+    load = Load(name, device, attention, **settings)
+    load.refuse()
+    source, label = _source(name, load.dtype)
     try:
         config = _from_pretrained(AutoConfig, source)
     except (OSError, ValueError) as exc:
@@ -403,6 +624,7 @@ def load_model(
         )
 
     torch_device = resolve_device(device)
+    placement = _placement(load, torch_device)
     try:
         if tokenizer is None:
             tokenizer = _from_pretrained(AutoTokenizer, source)
@@ -416,13 +638,21 @@ def load_model(
             loader = AutoModelForMaskedLM
         # transformers' default is SDPA where the architecture has it (Gemma2 has not: eager)
         implementation = None if attention == "sdpa" else attention
-        model = _from_pretrained(loader, source, attn_implementation=implementation)
+        model = _from_pretrained(loader, source, attn_implementation=implementation, **placement)
     except (OSError, ValueError) as exc:
+        if "offload_folder" in str(exc):  # the disk's layers must be saved again (not safetensors)
+            raise ModelLoadError(
+                f"could not load model '{label}': some layers go to the disk and its weights "
+                "are not safetensors files: give --offload-folder DIR to keep them there"
+            ) from exc
         raise _cannot_load(label, exc) from exc
     # Marian's tokenizer is SentencePiece only (no offsets): `tokens` reads it without them.
     if not getattr(tokenizer, "is_fast", False) and model_type not in SEQ2SEQ_TYPES:
         raise UnsupportedModelError(f"model '{label}' has no fast tokenizer (tokenizer.json)")
-    model.eval().to(torch_device)
+    placed = getattr(model, "hf_device_map", None) if "device_map" in placement else None
+    model.eval()
+    if placed is None:
+        model.to(torch_device)
     if attention != "eager" and not _recomputable(model):
         model.set_attn_implementation("eager")
 
@@ -445,8 +675,58 @@ def load_model(
         n_kv_heads=n_kv_heads,
         stacks=stacks,
         max_target_tokens=_max_tokens(config, tokenizer) if stacks else None,
+        dtype=_name(model.dtype),
+        attention=model.config._attn_implementation,
+        device_map=tuple((part, str(where)) for part, where in (placed or {}).items()),
+        quantize=load.quantize,
     )
-    return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=torch_device)
+    device = torch_device if placed is None else _first_device(placed)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
+
+
+def _placement(load: Load, device: str) -> dict[str, Any]:
+    """from_pretrained's arguments for `load`'s dtype, device map and quantisation on
+    `device` (where the model runs: "cpu" or "cuda")."""
+    import torch
+
+    if load.dtype != "auto":
+        dtype: Any = getattr(torch, load.dtype)
+    else:  # the checkpoint's own on a GPU; float32 on a CPU, slow in half precision if able
+        dtype = torch.float32 if device == "cpu" else "auto"
+    found: dict[str, Any] = {"dtype": dtype}
+    if load.device_map is not None:
+        memory = load.memory()
+        if device == "cpu" and torch.cuda.is_available() and "cpu" not in memory:
+            from accelerate.utils import get_max_memory
+
+            memory["cpu"] = get_max_memory()["cpu"]  # --device cpu: no GPU gets a layer
+        found.update(device_map=load.device_map, max_memory=memory or None)
+        if load.offload_folder is not None:
+            found["offload_folder"] = load.offload_folder
+    if load.quantize is not None:
+        from transformers import BitsAndBytesConfig
+
+        compute = dtype if dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+        bits = {"4bit": "load_in_4bit", "8bit": "load_in_8bit"}[load.quantize]
+        found["quantization_config"] = BitsAndBytesConfig(
+            **{bits: True}, bnb_4bit_compute_dtype=compute
+        )
+        found.setdefault("device_map", device)  # bitsandbytes places weights as it packs them
+    return found
+
+
+def _first_device(placed: dict[str, Any]) -> str:
+    """Where the inputs of a model accelerate placed go: its first device that is not the
+    CPU or the disk (as accelerate's dispatch picks its main device), else the CPU."""
+    devices = [where for where in placed.values() if where not in ("cpu", "disk")]
+    if not devices:
+        return "cpu"
+    return f"cuda:{devices[0]}" if isinstance(devices[0], int) else str(devices[0])
+
+
+def _name(dtype: Any) -> str:
+    """A torch dtype's name: "bfloat16" for torch.bfloat16."""
+    return str(dtype).removeprefix("torch.")
 
 
 def _recomputable(model: Any) -> bool:
@@ -485,22 +765,37 @@ def _limit(model_type: Any, positions: Any, pad_token_id: Any, tokenizer_limit: 
 
 
 class Model:
-    """A model by name and device, loaded on first use and kept: what pipelines take.
+    """A model by name and load settings (`Load`), loaded on first use and kept: what
+    pipelines take.
 
-    `refuse_early` reads only the model's files, so a bad layer, head or too-long text is
-    refused in a fraction of a second, before torch is imported; `tokenizer()` loads the
-    tokenizer alone, for what tokens can refuse before the weights load (`--query`); `load()`
-    loads once (reusing that tokenizer), and is safe to call from several threads (a server's
-    requests share one loaded model).
+    The settings are refused at once where they cannot work on this machine (`Load.refuse`),
+    before anything loads. `refuse_early` reads only the model's files, so a bad layer, head
+    or too-long text is refused in a fraction of a second, before torch is imported;
+    `tokenizer()` loads the tokenizer alone, for what tokens can refuse before the weights
+    load (`--query`); `load()` loads once (reusing that tokenizer), and is safe to call from
+    several threads (a server's requests share one loaded model).
     """
 
     def __init__(
-        self, name: str | None = None, device: str = "auto", attention: str = "sdpa"
+        self, name: str | None = None, device: str = "auto", attention: str = "sdpa", **settings
     ) -> None:
-        self.name, self.device, self.attention = name, device, attention
+        self.settings = Load(name, device, attention, **settings)
+        self.settings.refuse()
         self._loaded: LoadedModel | None = None
         self._tokenizer: Any = None
         self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str | None:
+        return self.settings.model
+
+    @property
+    def device(self) -> str:
+        return self.settings.device
+
+    @property
+    def attention(self) -> str:
+        return self.settings.attention
 
     @property
     def folder_key(self) -> str | None:
@@ -536,24 +831,25 @@ class Model:
             if self._loaded is not None:
                 return self._loaded.tokenizer
             if self._tokenizer is None:
-                self._tokenizer = load_tokenizer(self.name)
+                self._tokenizer = load_tokenizer(self.name, self.settings.dtype)
             return self._tokenizer
 
     def load(self) -> LoadedModel:
         """The loaded model (eval mode), loading it the first time."""
         with self._lock:
             if self._loaded is None:
-                self._loaded = load_model(self.name, self.device, self.attention, self._tokenizer)
+                arguments = self.settings._arguments()
+                self._loaded = load_model(**arguments, tokenizer=self._tokenizer)
                 self._tokenizer = None
             return self._loaded
 
 
-_MODELS: dict[tuple[str | None, str, str], Model] = {}
+_MODELS: dict[Load, Model] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def model(name: str | None = None, device: str = "auto", attention: str = "sdpa") -> Model:
-    """The process's one `Model` for (name, device, attention): a loop over sentences, or a
-    notebook calling the API again and again, loads the model once."""
-    with _MODELS_LOCK:
-        return _MODELS.setdefault((name, device, attention), Model(name, device, attention))
+def model(name: str | None = None, device: str = "auto", attention: str = "sdpa",
+          **settings: Any) -> Model:  # fmt: skip
+    """The process's one `Model` for these load settings (`Load`'s fields): a loop over
+    sentences, or a notebook calling the API again and again, loads the model once."""
+    return Load(name, device, attention, **settings).get()

@@ -11,6 +11,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from attnviz.analysis.check import TOLERANCES
 from attnviz.analysis.query import normal_form
 from attnviz.analysis.roles import EVERY_ROLE, MIXED, ROLES, attention_kind, roles_for
 from attnviz.analysis.summary import AGREE, REMOVED, REMOVED_MARK, TOKEN
@@ -84,7 +85,7 @@ def print_header(console: Console, att: Attention) -> None:
     stack = f" · {info.stack} stack" if info.stack else ""
     console.print(
         f"[bold]{info.name}[/] · {info.architecture} · {info.n_layers}×{info.n_heads} heads"
-        f"{stack} · d_model {info.d_model} · d_head {info.d_head}",
+        f"{stack} · d_model {info.d_model} · d_head {info.d_head} · {info.ran_line()}",
         highlight=False,
     )
     if att.stack is not None:
@@ -530,7 +531,7 @@ def print_check(console: Console, result: CheckResult) -> None:
         console.print(
             f"[bold]{info.name}[/] · {info.architecture} · source {len(result.tokens)} tokens · "
             f"target {len(result.target_tokens)} tokens · d_model {info.d_model} · "
-            "computed in float64",
+            f"the model in {info.dtype}, ours in float64",
             highlight=False,
         )
         for part in result.stacks:
@@ -546,7 +547,7 @@ def print_check(console: Console, result: CheckResult) -> None:
         console.print(
             f"[bold]{info.name}[/] · {info.architecture} · {len(result.tokens)} tokens · "
             f"d_model {info.d_model} · {info.n_heads} heads × d_k {info.d_head}"
-            f"{_kv_note(info)} · computed in float64",
+            f"{_kv_note(info)} · the model in {info.dtype}, ours in float64",
             highlight=False,
         )
         _print_steps(console, result)
@@ -556,6 +557,9 @@ def print_check(console: Console, result: CheckResult) -> None:
         style="dim",
         highlight=False,
     )
+    default, why = TOLERANCES[info.dtype]
+    if tol == default:  # the dtype's tolerance, not one given with --tolerance
+        console.print(f"tolerance {tol:.0e} in {info.dtype}: {why}", style="dim", highlight=False)
 
     if result.passed:
         stacks = f" in {len(result.stacks)} stack(s)" if result.stacks else ""

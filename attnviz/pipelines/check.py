@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from attnviz.analysis.check import CheckResult, LayerCheck, compare
+from attnviz.analysis.check import CheckResult, LayerCheck, compare, tolerance_for
 from attnviz.errors import InputError
 from attnviz.pipelines import features
 
@@ -86,7 +86,7 @@ def _checker(
     kinds = ("input", "probs", "output", *(("source",) if stack == "cross" else ()))
 
     def check_layer(layer: int, seen: dict[str, Any]) -> None:
-        weights = adapters.layer_weights(loaded.model, layer, stack).to_cpu()
+        weights = adapters.layer_weights(loaded.model, layer, stack)
         source = seen.get("source")  # cross-attention: the encoder's last hidden states
         ours = multi_head_attention(seen["input"], weights, key_mask, causal, source)
         checks[stack, layer] = compare(
@@ -119,6 +119,8 @@ def check(request: Request) -> CheckResult:
     features.refuse(request, loaded.info)
     plan = _plan(loaded.info, request)
     text, truncate, tolerance = request.text, request.truncate, request.tolerance
+    if tolerance is None:  # the dtype's: a half-precision model's own numbers are rounded
+        tolerance = tolerance_for(loaded.info.dtype)
     if not loaded.info.seq2seq:
         from attnviz.core.tokens import encode
 

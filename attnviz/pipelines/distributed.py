@@ -19,6 +19,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -282,7 +283,7 @@ def _rank(
     device = models.resolve_device(model.device)
     if device == "cuda":  # one GPU a rank, as the launcher numbers them on each machine
         device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
-    ranked = models.model(model.name, device, model.attention)
+    ranked = replace(model.settings, device=device).get()  # the other load settings kept
     folder = partial if partial is not None else out / PARTIALS
     if rank == 0:
         prepare_dir(out)

@@ -74,6 +74,7 @@ class ExportOptions:
     html: bool = False  # also attention.html, the interactive page, in each sentence's folder
     measure: str = "weights"  # or norm, alti, rollout (analysis.contributions.MEASURES)
     stack: str | None = None  # encoder-decoder models: encoder, decoder or cross
+    dtype: str = "auto"  # the model's weights (--dtype): half precision moves the numbers
 
     @classmethod
     def of(cls, request: Request) -> ExportOptions:
@@ -84,8 +85,8 @@ class ExportOptions:
         drawn = {f.name for f in fields(Style)}
         style = request.style or Style()
         found = {f.name: getattr(style if f.name in drawn else request, f.name)
-                 for f in fields(cls)}  # fmt: skip
-        return cls(**{**found, "figures": request.figures or KINDS})
+                 for f in fields(cls) if f.name != "dtype"}  # fmt: skip
+        return cls(**{**found, "figures": request.figures or KINDS, "dtype": request.load.dtype})
 
 
 @dataclass
@@ -222,6 +223,8 @@ def _all_too_long(
 
 def _settings(model_name: str, sentence: Sentence, options: ExportOptions) -> dict[str, Any]:
     settings = {"model": model_name, "text": sentence.text, **asdict(options)}
+    if options.dtype == "auto":  # folders written before --dtype stay complete
+        del settings["dtype"]
     if options.stack is None:  # a one-stack model's folders stay complete as they were
         del settings["stack"]
     else:

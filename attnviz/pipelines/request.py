@@ -10,26 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# How the model is loaded (name, device, attention, dtype, device map, memory, offload folder,
+# quantisation) is core's `Load`, since core loads it (its registry keys on every setting);
+# a request carries one.
+from attnviz.core.models import Load
+
 if TYPE_CHECKING:
     from attnviz.core.models import Model
     from attnviz.outputs.figures import Style
 
 COMMANDS = ("show", "export", "report", "check", "compare", "serve")
-
-
-@dataclass(frozen=True)
-class Load:
-    """How the model is loaded: its name (None: the bundled one), device and attention."""
-
-    model: str | None = None
-    device: str = "auto"
-    attention: str = "sdpa"
-
-    def get(self) -> Model:
-        """The process's one `Model` for these settings (loaded on first use)."""
-        from attnviz.core import models
-
-        return models.model(self.model, self.device, self.attention)
 
 
 @dataclass(frozen=True)
@@ -76,7 +66,7 @@ class Request:
     partial: Path | None = None  # report in parts: where the shares' sums are kept
     resume: bool = False  # report in parts: keep what the partials hold already
     launched: bool = False  # report: one rank of a run under a launcher (torchrun, accelerate)
-    tolerance: float = 1e-5  # check
+    tolerance: float | None = None  # check (None: the model's dtype's, analysis.check)
     top: int = 6  # compare: heads listed and drawn
     top_k: int = 3  # tokens listed per head
     # Where it goes, and how fast.

@@ -71,7 +71,7 @@ class Question:
         """The run this question asks `model` for (its page drawn in `style`)."""
         from attnviz.pipelines.request import Load, Request
 
-        load = Load(model.name, model.device, model.attention) if model is not None else Load()
+        load = model.settings if model is not None else Load()
         fields = {key: getattr(self, key) for key in KEYS}
         return Request("serve", load, **fields, style=style)
 
@@ -110,6 +110,7 @@ def attention(model: Model, question: Question, holder: Holder | None = None) ->
     measure = MEASURES[shown.measure]
     return {
         "model": shown.info.as_dict(),
+        **shown.info.ran(),
         "measure": measure.name,
         "unit": measure.unit,
         "per_layer": measure.per_layer,

@@ -81,6 +81,7 @@ class ShowResult:
             }
         return {
             "model": att.info.as_dict(),
+            **att.info.ran(),
             "measure": {
                 "name": measure.name,
                 "unit": measure.unit,

@@ -447,7 +447,7 @@ def _cells(
 
     q0, q1, k0, k1 = ranges
     n = held.n_tokens
-    weights = adapters.layer_weights(loaded.model, question.layer).to_cpu()
+    weights = adapters.layer_weights(loaded.model, question.layer)
     one = recompute.one_head(weights, question.head)
     x = held.x[question.layer]  # (1, T, d_model)
     key_mask = torch.ones(1, n, dtype=torch.long)  # one text, no padding: as the API reads it

@@ -10,10 +10,11 @@ other family has one, named None.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from attnviz.core.adapters import albert, bart, bert, distilbert, gpt2, llama, phi3, t5
-from attnviz.core.adapters.base import LayerModules, Norm, norm_of
+from attnviz.core.adapters.base import LayerModules, Norm, norm_of, onloaded
 from attnviz.core.mha import LayerWeights
 from attnviz.errors import UnsupportedModelError
 
@@ -72,14 +73,48 @@ def layer_modules(model: Any, layer: int, stack: str | None = None) -> LayerModu
 
 
 def norm_after(model: Any, layer: int, stack: str | None = None) -> Norm | None:
-    """The normalisation that follows `layer`'s attention block, as numbers; None where the
-    block's output is added to the residual stream as it is (pre-LN decoders)."""
+    """The normalisation that follows `layer`'s attention block, as numbers on the CPU, in
+    float32 at least; None where the block's output is added to the residual stream as it is
+    (pre-LN decoders)."""
     mods = layer_modules(model, layer, stack)
-    return norm_of(mods.norm, mods.norm_covers_residual) if mods.norm is not None else None
+    if mods.norm is None:
+        return None
+    with onloaded(model, mods.norm):
+        return norm_of(mods.norm, mods.norm_covers_residual).to_cpu()
 
 
 def layer_weights(model: Any, layer: int, stack: str | None = None) -> LayerWeights:
-    """The weights of `layer` as `X @ W + b` (see `attnviz.core.mha.LayerWeights`), or a one-line
-    UnsupportedModelError naming what the from-scratch attention does not compute."""
+    """The weights of `layer` as `X @ W + b` (see `attnviz.core.mha.LayerWeights`), on the CPU
+    and in float32 at least (half precision upcast, bitsandbytes' 4 and 8 bits unpacked),
+    wherever the model keeps them; or a one-line UnsupportedModelError naming what the
+    from-scratch attention does not compute."""
     family = _family(model)
-    return family.weights(model, layer, *_with_stack(family, stack))
+    at = _with_stack(family, stack)
+    mods = family.modules(model, layer, *at)
+    # T5 reads its stack's relative position bias from the stack's first layer
+    first = family.modules(model, 0, *at) if at else mods
+    with onloaded(model, mods.attention, mods.q, mods.o, first.attention):
+        return family.weights(model, layer, *at).to_cpu()
+
+
+class EachLayer(Mapping):
+    """{layer: `layer_weights`} of one stack, each read when it is asked for and not kept: a
+    model's weights may sit on a GPU or on the disk, and a copy of every layer's at once (on
+    the CPU, in float32) would cost as much memory as the model's attention. Made, it has read
+    layer 0, so an architecture the from-scratch attention cannot read refuses here."""
+
+    def __init__(self, model: Any, stack: str | None = None) -> None:
+        self.model, self.stack = model, stack
+        self.count = n_layers(model, stack)
+        self.first = layer_weights(model, 0, stack)
+
+    def __getitem__(self, layer: int) -> LayerWeights:
+        if not 0 <= layer < self.count:
+            raise KeyError(layer)
+        return layer_weights(self.model, layer, self.stack)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.count))
+
+    def __len__(self) -> int:
+        return self.count

@@ -17,10 +17,12 @@ An adapter is a module with:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
-from attnviz.core.mha import LayerWeights
+from attnviz.core.mha import LayerWeights, on_cpu
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,6 +62,11 @@ class Norm:
     eps: float
     covers_residual: bool
 
+    def to_cpu(self) -> Norm:
+        """The same numbers on the CPU, in float32 at least (half precision upcast)."""
+        bias = on_cpu(self.bias) if self.bias is not None else None
+        return replace(self, gain=on_cpu(self.gain), bias=bias)
+
     def scale(self, u: Any) -> Any:
         """s(u) over the last dimension, as the model computes it (the divisor of u)."""
         if self.centre:
@@ -83,15 +90,48 @@ def norm_of(module: Any, covers_residual: bool) -> Norm:
 
 
 def linear(module: Any) -> tuple[Any, Any]:
-    """(W, b) with W of shape (in, out): nn.Linear stores (out, in), GPT-2's Conv1D (in, out)."""
+    """(W, b) with W of shape (in, out): nn.Linear stores (out, in), GPT-2's Conv1D (in, out);
+    a bitsandbytes layer's 4- or 8-bit weight unpacked to floats."""
     import torch
 
+    weight = module.weight
+    if type(weight).__name__ in ("Params4bit", "Int8Params"):
+        from transformers.integrations.bitsandbytes import dequantize_bnb_weight
+
+        weight = dequantize_bnb_weight(weight, getattr(module, "state", None))
     if isinstance(module, torch.nn.Linear):
-        weight = module.weight.detach().T
+        weight = weight.detach().T
     else:
-        weight = module.weight.detach()
+        weight = weight.detach()
     bias = module.bias.detach() if module.bias is not None else torch.zeros(weight.shape[1])
     return weight, bias
+
+
+@contextmanager
+def onloaded(model: Any, *modules: Any) -> Iterator[None]:
+    """The weights of `modules` (and of their submodules) in place on the CPU while the context
+    lasts, where accelerate keeps them on the disk, or on the CPU for a GPU, between forward
+    passes: such a module's parameters are on the "meta" device outside its forward, and its
+    AlignDevicesHook (its own, or an ancestor's that places its submodules) loads them from
+    its weights map, as forward would. Nothing happens for a model accelerate did not place."""
+    if not getattr(model, "hf_device_map", None):
+        yield
+        return
+    from accelerate.utils import align_module_device, has_offloaded_params
+
+    named = dict(model.named_modules())
+    names = {id(module): name for name, module in named.items()}
+    wanted: set[str] = set()
+    for module in modules:
+        name = names[id(module)]
+        parts = name.split(".") if name else []
+        wanted.update(".".join(parts[:i]) for i in range(len(parts)))  # its ancestors
+        wanted.update(inner for inner, _ in module.named_modules(prefix=name))  # and itself
+    with ExitStack() as stack:
+        for name in sorted(wanted):  # ancestors first: a hook that places submodules
+            if has_offloaded_params(named[name]):
+                stack.enter_context(align_module_device(named[name], "cpu"))
+        yield
 
 
 def separate(n_heads: int, q: Any, k: Any, v: Any, o: Any) -> LayerWeights:

@@ -1,0 +1,393 @@
+"""Any size: half precision, accelerate's device map and disk offload, and the load settings
+refused before anything loads.
+
+Half precision: a bfloat16 or float16 model of every family computes in its dtype, and the
+probabilities attnviz shows are recomputed in float32 from the layer's captured X (upcast
+before Q and K are formed): they equal a float64 recomputation from the same X within float32's
+rounding, and their rows sum to 1. `check` holds the model's own probabilities, rounded in its
+dtype, to that dtype's tolerance, which float32's would not be.
+
+Offload: a tiny Llama and a tiny BERT with a layer on the disk (its weights on "meta" outside
+its forward) give the attention, --measure norm, head ablation and the inside view of the same
+model in memory.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attnviz.analysis.check import DEFAULT_TOLERANCE, TOLERANCES
+from attnviz.cli import app
+from attnviz.core import adapters, capture
+from attnviz.core.mha import multi_head_attention
+from attnviz.core.models import load_model
+from attnviz.core.seq2seq import encode_source_target, pad_pairs
+from attnviz.core.tokens import encode, pad
+from tests.conftest import ARCHITECTURES
+
+HALF = ("bfloat16", "float16")
+TEXTS = ("The cat sat on the mat because it was tired of standing.", "A dog.")
+PAIRS = [("The cat sat on the mat.", "Die Katze sass auf der Matte."), ("Hi.", "Hallo du da.")]
+# float32 against float64 from the same X and weights: what is left is float32's own rounding.
+# (A recompute in the model's dtype would be off by 1e-3 and more.)
+RECOMPUTED = 1e-5
+# Gemma2 has no SDPA in transformers: it runs eager, and its probabilities are its own.
+RECOMPUTING = [arch for arch in ARCHITECTURES if arch != "gemma2"]
+
+
+def _sharpened(loaded):
+    """`loaded` with its attention modules' weights times 4 (exact in any dtype): scores 16
+    times larger. A tiny random model's scores (about 0.01) are so small that Q and K formed in
+    half precision would pass for float32; these would not (every case fails so)."""
+
+    import torch
+
+    modules = {id(m.attention): m.attention
+               for stack in adapters.stacks_of(loaded.model)
+               for layer in range(adapters.n_layers(loaded.model, stack))
+               for m in [adapters.layer_modules(loaded.model, layer, stack)]}  # fmt: skip
+    with torch.no_grad():
+        for module in modules.values():
+            for parameter in module.parameters():
+                parameter.mul_(4)
+    return loaded
+
+
+def _exact(probs, x, weights, masks, causal, source=None):
+    """|recomputed − float64 from the same X| over real queries and keys (`masks`: (queries,
+    keys), each (B, T) 1 for a real token), and each real query's row sum."""
+
+    query_mask, key_mask = masks
+    exact = multi_head_attention(x.double(), weights.double(), key_mask, causal,
+                                 None if source is None else source.double()).probs  # fmt: skip
+    real = query_mask.bool()[:, None, :, None] & key_mask.bool()[:, None, None, :]  # (B, 1, T, S)
+    diff = (probs.double() - exact).abs().masked_fill(~real, 0)  # (B, H, T, S)
+    sums = probs.sum(dim=-1)[query_mask.bool()[:, None, :].expand(-1, probs.shape[1], -1)]
+    return float(diff.max()), sums
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("arch", RECOMPUTING)
+def test_half_precision_probabilities_are_float32_from_the_captured_x(arch, dtype, tiny_model_dirs):
+    import torch
+
+    loaded = _sharpened(load_model(str(tiny_model_dirs[arch]), "cpu", dtype=dtype))
+    assert loaded.info.dtype == dtype
+    assert next(loaded.model.parameters()).dtype == getattr(torch, dtype)
+    inputs = pad(loaded, [encode(loaded, text) for text in TEXTS])
+    mask = inputs["attention_mask"]
+    layers = range(loaded.info.n_layers)
+    seen: dict = {}
+    capture.run(loaded, inputs, [capture.Each(layers, ("input", "probs"), seen.__setitem__)])
+    for layer in layers:
+        x, probs = seen[layer]["input"], seen[layer]["probs"]
+        assert x.dtype == getattr(torch, dtype) and probs.dtype == torch.float32
+        weights = adapters.layer_weights(loaded.model, layer)
+        error, sums = _exact(probs, x, weights, (mask, mask), loaded.info.causal)
+        assert error <= RECOMPUTED, layer
+        assert torch.allclose(sums, torch.ones(()), atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_eager_half_precision_probabilities_come_as_float32(dtype, tiny_model_dirs):
+    """Gemma2 runs eager (no SDPA in transformers): its probabilities are its own, rounded in
+    its dtype, and come to recorders (whole, and in blocks of rows) as float32."""
+    import torch
+
+    from attnviz.core.capture import ROWS
+
+    loaded = load_model(str(tiny_model_dirs["gemma2"]), "cpu", dtype=dtype)
+    assert not capture.recomputes(loaded.model)
+    inputs = pad(loaded, [encode(loaded, text) for text in TEXTS])
+    seen: dict = {}
+    blocks: list = []
+
+    class Rows:
+        wants = {0: (ROWS,)}
+
+        def receive(self, layer, tensors):
+            pass
+
+        def receive_rows(self, layer, start, rows):
+            blocks.append(rows)
+
+    capture.run(loaded, inputs, [capture.Each([0], ("probs",), seen.__setitem__), Rows()])
+    assert seen[0]["probs"].dtype == torch.float32
+    assert blocks and all(rows.dtype == torch.float32 for rows in blocks)
+    real = inputs["attention_mask"].bool()[:, None, :].expand(-1, loaded.info.n_heads, -1)
+    sums = seen[0]["probs"].sum(dim=-1)[real]
+    assert torch.allclose(sums, torch.ones(()), atol=TOLERANCES[dtype][0])
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("arch", ["t5", "bart"])
+def test_half_precision_stacks_are_float32_from_the_captured_x(arch, dtype, seq2seq_dirs):
+    """Encoder, decoder (causal) and cross-attention (keys from the encoder's states)."""
+    import torch
+
+    loaded = _sharpened(load_model(str(seq2seq_dirs[arch]), "cpu", dtype=dtype))
+    inputs = pad_pairs(loaded, [encode_source_target(loaded, s, t) for s, t in PAIRS])
+    source, target = inputs["attention_mask"], inputs["decoder_attention_mask"]
+    masks = {"encoder": (source, source), "decoder": (target, target), "cross": (target, source)}
+    seen: dict = {stack: {} for stack in masks}
+    recorders = [
+        capture.Each(range(loaded.info.of_stack(stack).n_layers),
+                     ("input", "probs", *(("source",) if stack == "cross" else ())),
+                     seen[stack].__setitem__, stack=stack)
+        for stack in masks
+    ]  # fmt: skip
+    capture.run(loaded, inputs, recorders)
+    for stack, stack_masks in masks.items():
+        causal = loaded.info.of_stack(stack).causal
+        for layer, got in seen[stack].items():
+            assert got["input"].dtype == getattr(torch, dtype)
+            weights = adapters.layer_weights(loaded.model, layer, stack)
+            error, sums = _exact(got["probs"], got["input"], weights, stack_masks, causal,
+                                 got.get("source"))  # fmt: skip
+            assert error <= RECOMPUTED, (stack, layer)
+            assert torch.allclose(sums, torch.ones(()), atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("arch", ["bert", "gpt2", "llama", "t5"])
+def test_check_holds_a_half_precision_model_to_its_dtypes_tolerance(
+    arch, dtype, tiny_model_dirs, seq2seq_dirs
+):
+    """The model's own probabilities are rounded in its dtype: check passes at the dtype's
+    tolerance, and the errors are past float32's (which it would fail)."""
+    from attnviz import check
+
+    folder = {**tiny_model_dirs, **seq2seq_dirs}[arch]
+    target = {"target": PAIRS[0][1]} if arch == "t5" else {}
+    result = check(TEXTS[0], model=str(folder), device="cpu", dtype=dtype, **target)
+    assert result.info.dtype == dtype
+    assert result.tolerance == TOLERANCES[dtype][0]
+    assert result.passed, result.max_error
+    assert result.max_error > DEFAULT_TOLERANCE
+
+
+def test_check_says_its_tolerance_and_why(tiny_model_dirs):
+    folder = str(tiny_model_dirs["bert"])
+    half = CliRunner().invoke(app, ["check", TEXTS[0], "-m", folder, "--dtype", "bfloat16"])
+    assert half.exit_code == 0, half.output
+    said = " ".join(half.output.split())
+    assert f"tolerance 5e-02 in bfloat16: {TOLERANCES['bfloat16'][1]}" in said
+    assert "the model in bfloat16, ours in float64" in said
+    given = CliRunner().invoke(app, ["check", TEXTS[0], "-m", folder, "--tolerance", "1e-3"])
+    assert given.exit_code == 0 and "in float32:" not in given.output  # not the dtype's own
+
+
+# ---------- accelerate's device map, part of the model on the disk ----------
+
+# Per model, a CPU budget that keeps the embeddings and layer 0 in memory and sends layer 1 to
+# the disk (the tiny models of conftest; the test checks that it does).
+BUDGETS = {"llama": "125KB", "bert": "3975KB"}
+TEXT = "The cat sat on the mat because it was tired."
+
+
+@pytest.fixture(scope="module")
+def offloaded(tiny_model_dirs, tmp_path_factory):
+    """Per architecture: the load settings that put part of it on the disk."""
+    folder = tmp_path_factory.mktemp("offload")
+    return {
+        arch: dict(device_map="auto", max_memory={"cpu": budget}, offload_folder=folder / arch)
+        for arch, budget in BUDGETS.items()
+    }
+
+
+def _on_disk(loaded) -> None:
+    """The premise: some of the model in memory, a layer with its weights on the disk."""
+    placed = dict(loaded.info.device_map)
+    assert "cpu" in placed.values() and "disk" in placed.values(), placed
+    on_disk = [part for part, device in placed.items() if device == "disk" and ".1" in part]
+    assert on_disk, placed  # layer 1
+    first = adapters.layer_modules(loaded.model, 1).q
+    assert first.weight.device.type == "meta"  # outside its forward, accelerate keeps none
+
+
+@pytest.mark.parametrize("arch", list(BUDGETS))
+@pytest.mark.parametrize("measure", ["weights", "norm"])
+def test_offloaded_attention_equals_in_memory(arch, measure, tiny_model_dirs, offloaded):
+    import attnviz
+
+    folder = str(tiny_model_dirs[arch])
+    memory = attnviz.attention(TEXT, model=folder, device="cpu", measure=measure)
+    disk = attnviz.attention(TEXT, model=folder, device="cpu", measure=measure,
+                             **offloaded[arch])  # fmt: skip
+    _on_disk(disk.source.load())
+    assert disk.info.device_map and not memory.info.device_map
+    assert np.abs(disk.weights - memory.weights).max() <= 1e-6
+    assert np.allclose(memory.weights.sum(axis=-1), 1.0, atol=1e-5) or measure == "norm"
+
+
+@pytest.mark.parametrize("arch", list(BUDGETS))
+def test_offloaded_ablation_and_inside_view_equal_in_memory(arch, tiny_model_dirs, offloaded):
+    """Head importance by ablation (the ablated copies start at their layer, above stubbed
+    blocks), show --ablate's pass with one head removed, and the page's inside view."""
+    import attnviz
+    from attnviz.analysis.importance import compare
+    from attnviz.analysis.inside import inside_of
+    from attnviz.core.models import Load
+
+    folder = str(tiny_model_dirs[arch])
+    settings = {**offloaded[arch], "max_memory": (f"cpu={BUDGETS[arch]}",)}
+    memory, disk = Load(folder, "cpu").get().load(), Load(folder, "cpu", **settings).get().load()
+    _on_disk(disk)
+    texts = [TEXT, "A dog slept."]
+    scores = [attnviz.importance(texts, model=folder, device="cpu", **s).scores
+              for s in ({}, offloaded[arch])]  # fmt: skip
+    assert np.isfinite(scores[0]).all() and np.abs(scores[1] - scores[0]).max() <= 1e-6
+    removed = [compare(loaded, encode(loaded, TEXT), [(1, 0), (0, 2)]) for loaded in (memory, disk)]
+    assert removed[0].as_dict() == removed[1].as_dict()
+    inside = [inside_of(loaded, encode(loaded, TEXT)) for loaded in (memory, disk)]
+    for name in ("q", "k", "v", "errors"):
+        assert np.abs(getattr(inside[1], name) - getattr(inside[0], name)).max() <= 1e-6, name
+    assert inside[1].errors.max() <= 1e-5  # the from-scratch heads equal the model's own
+
+
+def test_the_header_and_json_say_what_ran(tiny_model_dirs, offloaded, tmp_path):
+    import json
+
+    folder = str(tiny_model_dirs["llama"])
+    placed = ["--device-map", "auto", "--max-memory", f"cpu={BUDGETS['llama']}",
+              "--offload-folder", str(tmp_path / "offload")]  # fmt: skip
+    runs = {
+        "plain": ["--dtype", "float32"],
+        "half": ["--dtype", "bfloat16", "--attention", "eager"],
+        "placed": placed,
+    }
+    said = {}
+    for name, options in runs.items():
+        args = ["show", TEXT, "-m", folder, "--no-images", *options]
+        printed = CliRunner().invoke(app, args)
+        given = CliRunner().invoke(app, [*args, "--json"])
+        assert printed.exit_code == 0 and given.exit_code == 0, printed.output + given.output
+        said[name] = (" ".join(printed.output.split()), json.loads(given.output))  # unwrapped
+    header, found = said["plain"]
+    assert re.search(r"d_head 8 · float32 · sdpa \d+ tokens", header)  # the line's end
+    assert (found["dtype"], found["attention"], found["device_map"]) == ("float32", "sdpa", None)
+    assert not {"dtype", "attention", "device_map"} & set(found["model"])  # at the top only
+    header, found = said["half"]
+    assert re.search(r"d_head 8 · bfloat16 · eager \d+ tokens", header)
+    assert found["dtype"] == "bfloat16"
+    header, found = said["placed"]
+    devices = list(found["device_map"].values())
+    assert "disk" in devices
+    counts = f"{devices.count('cpu')} cpu, {devices.count('disk')} disk"
+    assert re.search(rf"d_head 8 · float32 · sdpa · device map: {counts} \d+ tokens", header)
+
+
+def test_the_memory_estimate_counts_the_weights_as_they_load():
+    """What `core.memory` counts of the weights before they load: their files in the dtype
+    they load in (a CPU's auto is float32), at most --max-memory cpu=… with a device map."""
+    from attnviz.core.models import Load, ModelSpec
+
+    saved = {dtype: ModelSpec("m", 2, 4, None, None, weights_bytes=6000, weights_dtype=dtype)
+             for dtype in ("float32", "bfloat16")}  # fmt: skip
+    assert Load().weights_held(saved["float32"]) == 6000
+    assert Load(dtype="bfloat16").weights_held(saved["float32"]) == 3000
+    assert Load().weights_held(saved["bfloat16"]) == 12000  # upcast on a CPU
+    assert Load(dtype="float16").weights_held(saved["bfloat16"]) == 6000
+    placed = Load(device_map="auto", max_memory=("cpu=2KB",))
+    assert placed.weights_held(saved["float32"]) == 2000  # the rest on the disk
+    assert Load(device_map="auto").weights_held(saved["float32"]) == 6000
+
+
+# ---------- bad load settings: one line, exit 2, before anything loads ----------
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+    from attnviz.core import models
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the model must not load with a setting that cannot work")
+
+    monkeypatch.setattr(models, "load_model", refuse)
+
+
+@pytest.fixture
+def old_gpu(monkeypatch):
+    """A CUDA machine with one GPU older than Ampere (no bfloat16), as torch sees it."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+
+
+def _refused(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    return result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["show", "hi", "--dtype", "float8"], "'float8' is not one of 'auto', 'float32'"),
+        (["check", "hi", "--dtype", "half"], "'half' is not one of 'auto', 'float32'"),
+        (["show", "hi", "--device-map", "auto", "--max-memory", "cpu150MB"], "give DEVICE=SIZE"),
+        (["export", "hi", "--device-map", "auto", "--max-memory", "cpu=lots"], "give DEVICE=SIZE"),
+        (
+            [
+                "show",
+                "hi",
+                "--device-map",
+                "auto",
+                "--max-memory",
+                "cpu=1GB",
+                "--max-memory",
+                "cpu=2GB",
+            ],
+            "--max-memory gives cpu twice",
+        ),  # fmt: skip
+        (["show", "hi", "--max-memory", "cpu=1GB"], "add --device-map auto"),
+        (["check", "hi", "--offload-folder", "/tmp"], "add --device-map auto"),
+        (["show", "hi", "--device-map", "auto", "--max-memory", "0=20GiB"], "no GPU 0 here"),
+        (["show", "hi", "--quantize", "4bit"], "bitsandbytes quantises on CUDA GPUs only"),
+        (["check", "hi", "--quantize", "8bit"], "bitsandbytes quantises on CUDA GPUs only"),
+        (["show", "hi", "--attention", "flash_attention_2"], "flash-attn is not installed"),
+        (
+            ["show", "hi", "--attention", "flash_attention_2", "--dtype", "float32"],
+            "computes in float16 or bfloat16: add --dtype bfloat16",
+        ),  # fmt: skip
+    ],
+)
+def test_bad_load_settings_are_refused_before_loading(args, message, no_load):
+    output = " ".join(_refused(*args).split())
+    assert message in output
+
+
+def test_a_half_precision_dtype_the_device_cannot_run_is_refused(no_load, old_gpu):
+    output = " ".join(_refused("show", "hi", "--dtype", "bfloat16").split())
+    assert "this GPU cannot compute in bfloat16" in output and "use --dtype float16" in output
+    said = " ".join(_refused("show", "hi", "--device", "cpu", "--dtype", "float8").split())
+    assert "'float8' is not one of" in said
+
+
+def test_quantize_without_bitsandbytes_is_refused_on_a_gpu(no_load, old_gpu):
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is not None:
+        pytest.skip("bitsandbytes is installed here")
+    output = " ".join(_refused("show", "hi", "--quantize", "4bit").split())
+    assert "--quantize 4bit needs bitsandbytes: pip install bitsandbytes" in output
+
+
+def test_the_api_refuses_alike():
+    import attnviz
+    from attnviz.errors import InputError
+
+    with pytest.raises(InputError, match="--dtype 'float8' is not one of"):
+        attnviz.attention("hi", dtype="float8")
+    with pytest.raises(InputError, match="give DEVICE=SIZE"):
+        attnviz.check("hi", device_map="auto", max_memory={"cpu": "a lot"})
+    with pytest.raises(InputError, match="not one of: auto, balanced, sequential"):
+        attnviz.importance("hi", device_map="everywhere")
