@@ -112,3 +112,33 @@ def test_a_streamed_run_asks_the_pass_for_no_whole_map(tiny_model_dirs, monkeypa
     found = show(request)
     assert "rows" in asked and "probs" not in asked
     assert not found.attention.weights.flags.owndata  # a stand-in of the shape, nothing held
+
+
+@pytest.mark.parametrize("arch", ["bert", "llama"])
+def test_a_report_of_long_texts_sums_from_blocks_what_one_that_holds_them_does(
+    tiny_model_dirs, arch, monkeypatch
+):
+    """A batch whose maps would not fit is read in blocks of rows: the report's metrics, roles,
+    special shares, mixing ratios and reach are those of the same batch held whole."""
+    from attnviz.core.inputs import read_sentences
+    from attnviz.pipelines.corpus import read_corpus, run_part
+
+    loaded = Load(str(tiny_model_dirs[arch]), "cpu").get().load()
+    sentences = read_sentences(None, [TEXT, "the dog ran .", "a cat and a dog sat on a mat ."])
+    corpus = read_corpus(loaded, sentences, batch_size=2)
+    every = range(len(corpus.batches))
+    held = run_part(loaded, sentences, corpus, every)
+    monkeypatch.setattr(memory, "STREAM_ABOVE", 0)
+    streamed = run_part(loaded, sentences, corpus, every)
+    np.testing.assert_allclose(streamed.metrics.means(), held.metrics.means(), atol=1e-6)
+    np.testing.assert_allclose(streamed.contributions.special(), held.contributions.special(),
+                               atol=1e-6)  # fmt: skip
+    assert held.contributions.mixing() is not None  # the tiny models' weights are readable
+    np.testing.assert_allclose(streamed.contributions.mixing(), held.contributions.mixing(),
+                               atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(streamed.reach.result().distance_mean,
+                               held.reach.result().distance_mean, atol=1e-6)  # fmt: skip
+    # the example figures draw the first tokens' exact cells
+    n = streamed.example.weights.shape[-1]
+    np.testing.assert_allclose(streamed.example.weights,
+                               held.example.weights[..., :n, :n], atol=1e-6)  # fmt: skip

@@ -586,9 +586,11 @@ class CorpusContributions:
         self._batch = _ContributionPass(self._weights, norms, special, self._stack)
         return [self._batch]
 
-    def add(self, row: int, att: Any, index: int | None = None) -> None:
+    def add(self, row: int, att: Any, index: int | None = None, by_weight: Any = None) -> None:
         """Batch row `row`'s text, whose attention (all layers, tokens) is `att`, at its
-        `index` in the corpus (default: after the texts added so far)."""
+        `index` in the corpus (default: after the texts added so far); `by_weight`, its
+        special shares by weight (L, H) where `att` holds no maps (a long text's, summed from
+        blocks of rows)."""
         import numpy as np
 
         from attnviz.analysis.summary import special_shares
@@ -600,7 +602,8 @@ class CorpusContributions:
             mixing = batch.mixing[row] * n  # each token weighs the same
         special = None
         if (~att.special).any():
-            by_weight = special_shares(att.weights, ~att.special, att.key_special)  # (L, H)
+            if by_weight is None:
+                by_weight = special_shares(att.weights, ~att.special, att.key_special)  # (L, H)
             by_norm = batch.by_norm[row] if batch is not None else np.zeros_like(by_weight)
             special = np.stack([by_weight, by_norm])
         self.sums.add(self._added if index is None else index, special, mixing, n)

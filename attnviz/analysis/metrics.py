@@ -262,9 +262,10 @@ class MetricSums:
     sentences: int = 0
     queries: int = 0
 
-    def add(self, att: Attention, index: int | None = None) -> None:
-        """Add one sentence, at `index` (default: after the sentences added so far)."""
-        sums, counts = sentence_sums(att)
+    def add(self, att: Attention, index: int | None = None, found: Any = None) -> None:
+        """Add one sentence, at `index` (default: after the sentences added so far); `found`,
+        its sums and counts where `att` holds no maps (a long text's, from blocks of rows)."""
+        sums, counts = found if found is not None else sentence_sums(att)
         self.sums.add(self.sentences if index is None else index, sums)
         self.counts = counts if self.counts is None else self.counts + counts
         self.sentences += 1

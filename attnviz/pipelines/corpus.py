@@ -146,20 +146,91 @@ def run_part(
         batch = [encode_item(loaded, sentences, item, truncate) for item in items]
         also = contributions.recorders([np.array(item.special, dtype=bool) for item in batch])
         reach = ReachRecorder(every_layer, loaded.info.n_heads, [len(item) for item in batch])
-        found = attend(loaded, batch, also=[*also, reach])
+        streamed = _streams(loaded, batch, words, linguistic is not None)
+        if streamed is not None:  # long texts: summed from blocks of rows, no map held whole
+            found = streamed.read(loaded, batch, [*also, reach])
+        else:
+            found = attend(loaded, batch, also=[*also, reach])
         for row, (index, att, text_reach) in enumerate(zip(indices, found, reach.finish())):
-            contributions.add(row, att, index)
+            stats = streamed.stats[row] if streamed is not None else None
+            by_weight = stats.special_shares() if stats is not None else None
+            contributions.add(row, att, index, by_weight)
             shown = transform(att, words)
-            sums.metrics.add(shown, index)
+            metrics = (stats.metric_sums, stats.metric_counts[:, 0]) if stats else None
+            sums.metrics.add(shown, index, metrics)
             sums.reach.add(index, text_reach)
             if sums.linguistic is not None:
                 view = shown if words else word_view(att)
                 sums.linguistic.add(view, sentences.items[items[row]], index)
-            if index == 0:
-                sums.example = shown
+            if index == 0:  # a long text's: the exact cells of its first tokens
+                sums.example = streamed.example(row, shown) if streamed is not None else shown
             if on_progress:
                 on_progress(1)
     return sums
+
+
+def _streams(loaded: LoadedModel, batch: list[Any], words: bool, treebank: bool) -> Any:
+    """How a batch whose maps would take over `core.memory.STREAM_ABOVE` is read (`_Streamed`),
+    or None where they are held (a short batch; --words and a treebank's word views need every
+    map whole)."""
+    from attnviz.core import memory
+
+    info, width = loaded.info, max(len(item) for item in batch)
+    held = len(batch) * info.n_layers * info.n_heads * width * width * memory.FLOAT
+    if held <= memory.STREAM_ABOVE or words or treebank:
+        return None
+    return _Streamed()
+
+
+class _Streamed:
+    """A batch read in blocks of rows: each text's head metrics and special shares by weight
+    summed as the pass makes them (`analysis.summary.HeadStats`); its Attention holds no maps
+    (a zero-size stand-in of their shape). The report's example figures take the exact cells
+    of a text's first EXAMPLE tokens (`analysis.window`)."""
+
+    EXAMPLE = 256
+
+    def read(self, loaded: LoadedModel, batch: list[Any], recorders: list[Any]) -> list[Any]:
+        import numpy as np
+
+        from attnviz.analysis.summary import HeadStats
+        from attnviz.analysis.window import WindowCells
+        from attnviz.core import capture, memory
+        from attnviz.core.extract import text_attention
+        from attnviz.core.tokens import pad
+
+        info, layers = loaded.info, list(range(loaded.info.n_layers))
+        texts = []
+        for item in batch:
+            n = len(item)
+            stand_in = np.broadcast_to(np.zeros((), np.float32), (len(layers), info.n_heads, n, n))
+            texts.append(text_attention(item, info, layers, stand_in))
+        self.stats = [HeadStats(att, len(layers), info.n_heads) for att in texts]
+        self.wants = {layer: ("rows",) for layer in layers}
+        self.firsts = [WindowCells(layers, info.n_heads, 0, min(self.EXAMPLE, len(item)))
+                       for item in batch]  # fmt: skip
+        width = max(len(item) for item in batch)
+        block = memory.stream_rows(info.n_heads * len(batch), width)
+        capture.run(loaded, pad(loaded, batch), [*recorders, self], block_rows=block)
+        return texts
+
+    def example(self, row: int, att: Any) -> Any:
+        """Batch row `row`'s first tokens, exact: what the report's example figures draw."""
+        from attnviz.analysis.window import window_attention
+
+        cells = self.firsts[row]
+        return window_attention(att, cells.held, cells.start, cells.end)
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        return None
+
+    def receive_rows(self, layer: int, start: int, rows: Any) -> None:
+        for row, stats in enumerate(self.stats):  # rows (B, H, b, W): each text's own
+            n = len(stats.att.tokens)
+            if start < n:
+                own = rows[row, :, : n - start, :n].numpy()  # (H, b, W)
+                stats.add(start, own, layer)
+                self.firsts[row].add(layer, start, own)
 
 
 def importance_runs(
