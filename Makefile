@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_html.py
 	$(PY) bench/bench_measures.py
 	$(PY) bench/bench_serve.py
+	$(PY) bench/bench_long.py
 	$(PY) bench/bench_tiles.py
 	$(PY) bench/bench_compare.py
 	$(PY) bench/bench_importance.py

@@ -52,12 +52,47 @@ def text_of(n_tokens: int, tokenizer) -> str:
 
 
 def _run(command: list[str], text: str) -> tuple[float, float, bool]:
-    """(wall s, peak MiB, whether it succeeded) of one fresh run reading `text` on stdin."""
+    """(wall s, peak MiB, whether it succeeded) of one fresh run reading `text` on stdin: a
+    run that fails (refused, killed) is reported as such, and the benchmark goes on."""
     with tempfile.TemporaryFile("w+") as stdin:
         stdin.write(text)
         stdin.seek(0)
-        wall, peak = measure(command, stdin=stdin)
+        try:
+            wall, peak = measure(command, stdin=stdin)
+        except SystemExit as failed:
+            print(f"<!-- failed: {str(failed).splitlines()[-1] if str(failed) else ''} -->")
+            return float("nan"), float("nan"), False
     return wall, peak, True
+
+
+def _cells(found: tuple[float, float, bool]) -> str:
+    return f"{found[0]:.1f} | {found[1]:.0f}" if found[2] else "failed | –"
+
+
+def _plot(path: str, table: list[tuple[int, tuple, tuple | None]]) -> None:
+    """Time and peak memory against length, new path and eager, side by side: a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    for name, at, style in (("new path (SDPA, recomputed in blocks)", 1, "o-"),
+                            ("--attention eager", 2, "s--")):  # fmt: skip
+        points = [(row[0], row[at]) for row in table if row[at] is not None and row[at][2]]
+        lengths = [n for n, _ in points]
+        left.plot(lengths, [found[0] for _, found in points], style, label=name)
+        right.plot(lengths, [found[1] / 1024 for _, found in points], style, label=name)
+    for axis, label in ((left, "wall time, s"), (right, "peak memory, GiB (process tree)")):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks([n for n, _, _ in table], [f"{n:,}" for n, _, _ in table])
+        axis.set_xlabel("tokens")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    left.legend()
+    figure.suptitle("attnviz show - -m smollm2 --no-images, one fresh process per point")
+    figure.savefig(path, dpi=110)
+    print(f"\nPlot: {path}")
 
 
 def main() -> None:
@@ -65,6 +100,7 @@ def main() -> None:
     options.add_argument("--tokens", type=int, default=8085, help="the side-by-side text")
     options.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
     options.add_argument("--eager-up-to", type=int, default=4096, help="longest eager run")
+    options.add_argument("--plot", help="also draw the table of lengths to this PNG")
     args = options.parse_args()
     if args.quick:
         args.runs, args.tokens, args.lengths = 1, 512, [256, 512]
@@ -102,16 +138,18 @@ def main() -> None:
               "the summary and the terminal):\n")  # fmt: skip
         print("| tokens | new path s | new path MiB | eager s | eager MiB |")
         print("|---|---|---|---|---|")
+        table = []
         for n in args.lengths:
             piece = text_of(n, tokenizer)
             new = [ATTNVIZ, "show", "-", "-m", "smollm2", "--no-images"]
             eager = [*new, "--attention", "eager"]
-            found = [_run(new, piece)]
-            eager_cells = "not run | –"
-            if n <= args.eager_up_to:
-                found.append(_run(eager, piece))
-                eager_cells = f"{found[1][0]:.1f} | {found[1][1]:.0f}"
-            print(f"| {n:,} | {found[0][0]:.1f} | {found[0][1]:.0f} | {eager_cells} |")
+            found = _run(new, piece)
+            by_eager = _run(eager, piece) if n <= args.eager_up_to else None
+            table.append((n, found, by_eager))
+            eager_cells = _cells(by_eager) if by_eager is not None else "not run | –"
+            print(f"| {n:,} | {_cells(found)} | {eager_cells} |", flush=True)
+    if args.plot:
+        _plot(args.plot, table)
     footer()
 
 

@@ -460,37 +460,49 @@ def _special_inputs(n=300, heads=4, width=None, seed=0):
     return probs, lengths, [marked]
 
 
-def test_special_shares_by_norm_from_blocks_of_rows_agree(monkeypatch):
-    """By norm, the special shares are taken a block of query rows at a time: blocks of one
-    row, of a few rows and of every row give the same numbers, padded or not."""
-    from attnviz.analysis import metrics
-    from attnviz.analysis.contributions import special_by_weight_and_norm
+def _special_by_blocks(probs, lengths, special, rows):
+    """`special_rows` summed over blocks of `rows` query rows, as means (2, B, H)."""
+    from attnviz.analysis.contributions import special_means, special_rows
 
+    sums = sum(
+        special_rows(probs[:, :, start : start + rows], start, lengths.numpy(), special)
+        for start in range(0, probs.shape[2], rows)
+    )
+    return special_means(sums[:, :, None], special)[:, :, 0]
+
+
+def test_special_shares_by_norm_from_blocks_of_rows_agree():
+    """The special shares are summed a block of query rows at a time: blocks of one row, of
+    seven rows and of every row give the loops' numbers (the mean over non-special queries of
+    the share special keys get, by weight and by ‖α f(x)‖), padded or not."""
     for width in (None, 317):
         probs, lengths, special = _special_inputs(width=width)
-        whole = special_by_weight_and_norm(probs, lengths, special)
-        for floats in (300 * 4, 7 * 300 * 4):  # blocks of 1 and of 7 rows
-            monkeypatch.setattr(metrics, "BLOCK_FLOATS", floats)
-            np.testing.assert_allclose(
-                special_by_weight_and_norm(probs, lengths, special), whole, rtol=1e-12
-            )
-        monkeypatch.undo()
+        marked = special[0]
+        n = len(marked)
+        grid = probs[0, :, :n, :n].double().numpy()
+        normed = grid * lengths[0, :, None, :n].double().numpy()
+        queries = np.flatnonzero(~marked)
+        expected = np.array(
+            [
+                [[g[q][marked].sum() / g[q].sum() for q in queries] for g in grid_set]
+                for grid_set in (grid, normed)
+            ]
+        ).mean(axis=-1)  # (2, H)
+        for rows in (1, 7, probs.shape[2]):
+            found = _special_by_blocks(probs, lengths, special, rows)
+            np.testing.assert_allclose(found[:, 0], expected, rtol=1e-6)
 
 
-def test_special_shares_copy_no_layer(monkeypatch):
-    """The special shares of a layer hold no copy of its (H, T, T) probabilities: with blocks
-    of 2^16 floats, the numpy memory they allocate at the peak is under the layer's size (a
-    float64 copy alone is twice that)."""
+def test_special_shares_copy_no_layer():
+    """The special shares of a layer hold no copy of its (H, T, T) probabilities: summed from
+    blocks of 16 rows, the numpy memory they allocate at the peak is under the layer's size
+    (a float64 copy alone is twice that)."""
     import tracemalloc
 
-    from attnviz.analysis import metrics
-    from attnviz.analysis.contributions import special_by_weight_and_norm
-
-    monkeypatch.setattr(metrics, "BLOCK_FLOATS", 2**16, raising=False)
     probs, lengths, special = _special_inputs(400)
     tracemalloc.start()
     try:
-        special_by_weight_and_norm(probs, lengths, special)
+        _special_by_blocks(probs, lengths, special, 16)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

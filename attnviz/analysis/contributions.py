@@ -262,42 +262,55 @@ def mixing_ratios(
     norms (Σ_{j≠i} ‖v_ij‖ / Σ_j ‖v_ij‖, v_ij = Σ_h α^h_ij f^h(x_j): the block's vectors without
     the residual) and with the residual and normalisation (the same of ALTI's t'_ij), all L2
     norms as in Kobayashi et al. (2021), from probs (B, H, T, T) and the layer's `grams`.
-
-    One layer's own quantity, and only the vectors' lengths: ‖Σ_h α^h_ij v^h_j‖² is
-    α_ijᵀ K_j α_ij, K_j the H × H Gram matrix of key j's vectors, so no (T, T, d_model) tensor
-    is made. Batch rows go a few at a time, each (rows, H, T, T) product within BLOCK_FLOATS.
-    """
+    Query rows go a few at a time (`mixing_rows`), each (B, H, rows, T) product within
+    BLOCK_FLOATS."""
     import torch
 
     batch, n_heads, length, _ = probs.shape
-    by_norm = torch.zeros(batch, length, dtype=torch.float64)
-    by_residual = torch.zeros_like(by_norm)
-    step = max(1, BLOCK_FLOATS // max(1, n_heads * length * length))
-    for start in range(0, batch, step):
-        rows = slice(start, start + step)
-        p = probs[rows].double()  # (b, H, T, T)
-        by_norm[rows] = _others_share(_squared_lengths(p, found.raw[rows]).sqrt())
-        # t'_ii also holds ρ_i: ‖Σ_h α^h_ii G^h_i + ρ_i‖² adds 2 Σ_h α^h_ii ⟨G^h_i, ρ_i⟩ + ‖ρ_i‖²
-        own = 2 * (p.diagonal(dim1=-2, dim2=-1) * found.dots[rows].transpose(1, 2)).sum(1)
-        squared = _squared_lengths(p, found.linearised[rows])
-        squared = squared + torch.diag_embed(own + found.rho[rows])
-        by_residual[rows] = _others_share(squared.clamp(min=0).sqrt())
-    by_weights = 1 - probs.double().diagonal(dim1=-2, dim2=-1).mean(dim=1)  # (B, T)
+    step = max(1, BLOCK_FLOATS // max(1, batch * n_heads * length))
+    parts = [mixing_rows(probs[:, :, start : start + step], start, found)
+             for start in range(0, length, step)]  # fmt: skip
+    by_weights, by_norm, by_residual = (torch.cat(found, dim=1) for found in zip(*parts))
+    return by_weights, by_norm, by_residual
+
+
+def mixing_rows(
+    rows: torch.Tensor, start: int, found: Grams
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`mixing_ratios` of query rows start … start+b−1 alone, (B, b) each, from their
+    probabilities (B, H, b, W): each row's ratios need only its own row and the keys' Gram
+    matrices, so a layer's are summed from the blocks of rows its pass hands out (a decoder's
+    block stops at its last query's key: W ≤ T).
+
+    One layer's own quantity, and only the vectors' lengths: ‖Σ_h α^h_ij v^h_j‖² is
+    α_ijᵀ K_j α_ij, K_j the H × H Gram matrix of key j's vectors, so no (T, T, d_model) tensor
+    is made."""
+    p = rows.double()
+    width, queries = p.shape[-1], slice(start, start + p.shape[2])
+    own_weight = p.diagonal(offset=start, dim1=-2, dim2=-1)  # α^h_ii: (B, H, b)
+    by_weights = 1 - own_weight.mean(dim=1)
+    by_norm = _others_share(_squared_lengths(p, found.raw[:, :width]).sqrt(), start)
+    # t'_ii also holds ρ_i: ‖Σ_h α^h_ii G^h_i + ρ_i‖² adds 2 Σ_h α^h_ii ⟨G^h_i, ρ_i⟩ + ‖ρ_i‖²
+    own = 2 * (own_weight * found.dots[:, queries].transpose(1, 2)).sum(1) + found.rho[:, queries]
+    squared = _squared_lengths(p, found.linearised[:, :width])
+    squared.diagonal(offset=start, dim1=-2, dim2=-1).add_(own)
+    by_residual = _others_share(squared.clamp(min=0).sqrt(), start)
     return by_weights, by_norm, by_residual
 
 
 def _squared_lengths(p: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
-    """‖Σ_h α^h_ij v^h_j‖² for every query i and key j, (b, T, T) from probs (b, H, T, T) and
-    each key's Gram matrix K_j (b, T, H, H)."""
+    """‖Σ_h α^h_ij v^h_j‖² for every query i and key j, (b, q, W) from probs (b, H, q, W) and
+    each key's Gram matrix K_j (b, W, H, H)."""
     import torch
 
-    mixed = torch.einsum("bhij,bjhk->bkij", p, gram)  # Σ_h α^h_ij K_j[h, k]: (b, H, T, T)
+    mixed = torch.einsum("bhij,bjhk->bkij", p, gram)  # Σ_h α^h_ij K_j[h, k]: (b, H, q, W)
     return (mixed * p).sum(dim=1).clamp(min=0)
 
 
-def _others_share(lengths: torch.Tensor) -> torch.Tensor:
-    """Σ_{j≠i} ‖v_ij‖ / Σ_j ‖v_ij‖ for each query i: (b, T) from lengths (b, T, T)."""
-    own = lengths.diagonal(dim1=-2, dim2=-1)
+def _others_share(lengths: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """Σ_{j≠i} ‖v_ij‖ / Σ_j ‖v_ij‖ for each query i: (b, q) from lengths (b, q, W) of queries
+    start … start+q−1 (query i's own key is column start+i)."""
+    own = lengths.diagonal(offset=start, dim1=-2, dim2=-1)
     total = lengths.sum(dim=-1)
     return (total - own) / total.clamp(min=1e-30)
 
@@ -383,38 +396,38 @@ class Measured:
             self.held[:, self.slot[layer]] = values.numpy()
 
 
-def special_by_weight_and_norm(
-    probs: torch.Tensor, lengths: torch.Tensor, special: list[Any]
-) -> Any:
-    """`special_share` (`analysis.summary.special_shares`) of each batch row's heads by weight
-    and by norm ‖α f(x)‖ (each row as shares, as `shares` makes them): (2, B, H) from probs
-    (B, H, T, T), each key's ‖f^h(x_j)‖ (B, H, T) and each row's special tokens ((T_row,)
-    bool). By norm, a block of query rows at a time (`metrics.BLOCK_FLOATS` floats in
-    float64): no copy of the layer's (H, T, T) is made."""
+def special_rows(rows: Any, start: int, lengths: Any, special: list[Any]) -> Any:
+    """What query rows start … start+b−1 (B, H, b, W) add to `special_share`
+    (`analysis.summary.special_shares`) of each batch row's heads, by weight and by norm
+    ‖α f(x)‖ (each row as shares, as `shares` makes them): the sums over the block's
+    non-special queries, (2, B, H), from each key's ‖f^h(x_j)‖ (B, H, T, numpy) and each row's
+    special tokens ((T_row,) bool). Divided by the number of non-special queries once every
+    block is in, they are the shares (`special_means`)."""
     import numpy as np
 
-    from attnviz.analysis.metrics import BLOCK_FLOATS
-    from attnviz.analysis.summary import special_shares
-
-    n_heads = probs.shape[1]
-    found = np.zeros((2, len(special), n_heads))
+    found = np.zeros((2, len(special), rows.shape[1]))
     for row, marked in enumerate(special):
         n = len(marked)
-        grid = probs[row, :, :n, :n].numpy()  # (H, T, T): a view
-        found[0, row] = special_shares(grid, ~marked, marked)
-        queries = np.flatnonzero(~marked)
+        queries = np.flatnonzero(~marked[start : start + rows.shape[2]])  # in the block
         if not len(queries):
-            continue  # no non-special query: 0, as `special_shares` gives
-        length = lengths[row, :, None, :n].numpy()  # ‖f^h(x_j)‖: (H, 1, T)
-        step = max(1, BLOCK_FLOATS // (n_heads * n))
-        shares = []  # (H, q) per block
-        for start in range(0, len(queries), step):
-            normed = grid[:, queries[start : start + step]] * length  # ‖α f(x_j)‖: (H, q, T)
-            normed = normed.astype(np.float64)
-            totals = normed.sum(axis=-1, keepdims=True).clip(min=1e-30)  # each row as shares
-            shares.append((normed[..., marked] / totals).sum(axis=-1))
-        found[1, row] = np.concatenate(shares, axis=-1).mean(axis=-1)
+            continue
+        grid = rows[row, :, queries, :n].numpy()  # (H, q, W): a decoder's W ≤ T keys
+        width = grid.shape[-1]
+        keys = marked[:width]
+        found[0, row] = grid[..., keys].astype(np.float64).sum(axis=(-2, -1))
+        normed = (grid * lengths[row, :, None, :width]).astype(np.float64)  # ‖α f(x_j)‖
+        totals = normed.sum(axis=-1, keepdims=True).clip(min=1e-30)  # each row as shares
+        found[1, row] = (normed[..., keys] / totals).sum(axis=(-2, -1))
     return found
+
+
+def special_means(sums: Any, special: list[Any]) -> Any:
+    """`special_rows`' sums (…, B, L, H) as means over each batch row's non-special queries
+    (0 where a row has none)."""
+    import numpy as np
+
+    counts = np.array([int((~marked).sum()) for marked in special])  # (B,)
+    return sums / np.maximum(counts, 1)[:, None, None]
 
 
 class SpecialShares:
@@ -455,37 +468,17 @@ class SpecialShares:
 
     def receive_rows(self, layer: int, start: int, rows: Any) -> None:
         """Query rows start … start+b−1 of `layer`, (B, H, b, S)."""
-        import numpy as np
-
-        slot = self.slot[layer]
-        for row, marked in enumerate(self._special):
-            n = len(marked)
-            queries = np.flatnonzero(~marked[start : start + rows.shape[2]])  # in the block
-            if not len(queries):
-                continue
-            grid = rows[row, :, queries, :n].numpy()  # (H, q, W): a decoder's W ≤ T keys
-            width = grid.shape[-1]
-            special = marked[:width]
-            self._sums[0, row, slot] += grid[..., special].astype(np.float64).sum(axis=(-2, -1))
-            length = self._lengths[row, :, None, :width]  # ‖f^h(x_j)‖: (H, 1, W)
-            normed = (grid * length).astype(np.float64)  # ‖α f(x_j)‖: (H, q, W)
-            totals = normed.sum(axis=-1, keepdims=True).clip(min=1e-30)  # each row as shares
-            self._sums[1, row, slot] += (normed[..., special] / totals).sum(axis=(-2, -1))
-
-    def _means(self, which: int) -> Any:
-        import numpy as np
-
-        counts = np.array([int((~marked).sum()) for marked in self._special])  # (B,)
-        means = self._sums[which] / np.maximum(counts, 1)[:, None, None]
-        return means.astype(np.float32)  # 0 where a row has no non-special query
+        self._sums[:, :, self.slot[layer]] += special_rows(
+            rows, start, self._lengths, self._special
+        )
 
     @property
     def by_weight(self) -> Any:
-        return self._means(0)
+        return special_means(self._sums[0], self._special).astype("f4")
 
     @property
     def by_norm(self) -> Any:
-        return self._means(1)
+        return special_means(self._sums[1], self._special).astype("f4")
 
 
 def readable_weights(loaded: LoadedModel, stack: str | None = None) -> Any:
@@ -620,7 +613,9 @@ class _ContributionPass:
     """One batch's recorder for `CorpusContributions`: each layer's special shares by norm
     (B, L, H) and, given the normalisations after the blocks (`norms`: one-stack models), the
     mean over each row's tokens (special ones too) of its mixing ratios (B, 3, L), one
-    layer's own quantity, nothing composed. `weights`: each layer's `mha.LayerWeights`."""
+    layer's own quantity, nothing composed. `weights`: each layer's `mha.LayerWeights`.
+    Summed from blocks of query rows as the pass hands them out (after each layer's X, which
+    gives each key's vectors), so no layer's whole matrix is held for it."""
 
     def __init__(
         self,
@@ -631,31 +626,51 @@ class _ContributionPass:
     ) -> None:
         import numpy as np
 
+        from attnviz.core.capture import ROWS
+
         self.stack = stack
         self._x = "input" if stack is None else "source"  # what the values are made of
-        self._weights, self._norms, self._special = weights, norms, special
-        kinds = (self._x, "probs", *(("output", "residual") if norms is not None else ()))
+        self._weights, self._norms = weights, norms
+        self._special = [np.asarray(marked, dtype=bool) for marked in special]
+        kinds = (self._x, ROWS, *(("output", "residual") if norms is not None else ()))
         self.wants = {layer: kinds for layer in weights}
         n_layers, n_heads = len(weights), next(iter(weights.values())).n_heads
-        self.by_norm = np.zeros((len(special), n_layers, n_heads))
-        self.mixing = np.zeros((len(special), len(MIXING), n_layers))
+        self._by_norm = np.zeros((len(special), n_layers, n_heads))  # sums over queries
+        self._mixing = np.zeros((len(special), len(MIXING), n_layers))  # sums over tokens
+        self._lengths: Any = None  # the layer's ‖f^h(x_j)‖, (B, H, T)
+        self._grams: Grams | None = None
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
-        probs = tensors["probs"].float()  # (B, H, T, T)
         x, weights = tensors[self._x].float(), self._weights[layer]
         if self._norms is None:
-            lengths = value_vectors(x, weights).norm(dim=-1)  # (B, H, T)
-        else:
-            # the padded batch at once: a text's queries give its padding keys no weight, so
-            # their ratios are the text's own (`test_report_contributions`: batch sizes agree)
-            residual, output = tensors["residual"], tensors["output"]
-            found = grams(x, weights, residual, output, self._norms[layer])
-            lengths = found.lengths()
-            ratios = mixing_ratios(probs, found)  # (B, T) each
-            for row, marked in enumerate(self._special):
-                for k, ratio in enumerate(ratios):
-                    self.mixing[row, k, layer] = float(ratio[row, : len(marked)].mean())
-        self.by_norm[:, layer] = special_by_weight_and_norm(probs, lengths, self._special)[1]
+            self._lengths = value_vectors(x, weights).norm(dim=-1).numpy()
+            return
+        residual, output = tensors["residual"], tensors["output"]
+        self._grams = grams(x, weights, residual, output, self._norms[layer])
+        self._lengths = self._grams.lengths().numpy()
+
+    def receive_rows(self, layer: int, start: int, rows: Any) -> None:
+        """Query rows start … start+b−1 of `layer`, (B, H, b, W)."""
+        self._by_norm[:, layer] += special_rows(rows, start, self._lengths, self._special)[1]
+        if self._grams is None:
+            return
+        # the padded batch at once: a text's queries give its padding keys no weight, so
+        # their ratios are the text's own (`test_report_contributions`: batch sizes agree)
+        ratios = mixing_rows(rows, start, self._grams)  # (B, b) each
+        for row, marked in enumerate(self._special):
+            mine = slice(0, max(0, len(marked) - start))  # the block's queries of this text
+            for k, ratio in enumerate(ratios):
+                self._mixing[row, k, layer] += float(ratio[row, mine].sum())
+
+    @property
+    def by_norm(self) -> Any:
+        return special_means(self._by_norm, self._special)
+
+    @property
+    def mixing(self) -> Any:
+        import numpy as np
+
+        return self._mixing / np.array([len(marked) for marked in self._special])[:, None, None]
 
 
 def measured(
