@@ -3,14 +3,16 @@ transformers script that loads the same model and runs one SDPA forward pass ove
 text with no attentions, side by side; and time and peak memory of `show` at 512 … 8,192
 tokens on the new path (SDPA, recomputed in blocks; long texts streamed and pooled) against
 `--attention eager` (transformers' eager kernel computes each layer's probabilities, H × T × T
-at once, and attnviz reads them), eager up to `--eager-up-to` tokens.
+at once, and attnviz reads them), eager up to `--eager-up-to` tokens; and `report -m smollm2`
+on 3 and on 6 texts of 2,000 tokens (its peak should not grow with the number of texts).
 
 Each run is a fresh process; peak memory is the sum of RSS over the process tree (its drawing
 processes included, `_rss.py`). The side-by-side part runs `--runs` rounds, rotated; the
 table of lengths runs each length once.
 
 Run: .venv/bin/python bench/bench_long.py [--runs 3] [--tokens 8085]
-     [--lengths 512 1024 2048 4096 8192] [--eager-up-to 4096]
+     [--lengths 512 1024 2048 4096 8192] [--eager-up-to 4096] [--plot PNG]
+     [--report-tokens 2000] [--report-texts 3 6]
 """
 
 from __future__ import annotations
@@ -101,9 +103,12 @@ def main() -> None:
     options.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
     options.add_argument("--eager-up-to", type=int, default=4096, help="longest eager run")
     options.add_argument("--plot", help="also draw the table of lengths to this PNG")
+    options.add_argument("--report-tokens", type=int, default=2000, help="each report text")
+    options.add_argument("--report-texts", type=int, nargs="+", default=[3, 6])
     args = options.parse_args()
     if args.quick:
         args.runs, args.tokens, args.lengths = 1, 512, [256, 512]
+        args.report_tokens, args.report_texts = 256, [1, 2]
     header("Long texts on SmolLM2: `show --html` against a bare SDPA forward pass", args)
 
     from transformers import AutoTokenizer
@@ -148,9 +153,26 @@ def main() -> None:
             table.append((n, found, by_eager))
             eager_cells = _cells(by_eager) if by_eager is not None else "not run | –"
             print(f"| {n:,} | {_cells(found)} | {eager_cells} |", flush=True)
+        _report(args.report_tokens, args.report_texts, tokenizer, tmp)
     if args.plot:
         _plot(args.plot, table)
     footer()
+
+
+def _report(n_tokens: int, counts: list[int], tokenizer, tmp: str) -> None:
+    """`report -m smollm2` on `count` texts of `n_tokens` tokens each (default batch size):
+    its peak should not grow with the number of texts."""
+    print(f"\n`attnviz report -f TEXTS -m smollm2`, texts of {n_tokens:,} tokens, one run each:\n")
+    print("| texts | wall s | peak MiB (process tree) |")
+    print("|---|---|---|")
+    text = text_of(n_tokens, tokenizer).replace("\n", " ")
+    for count in counts:
+        path = Path(tmp) / f"texts-{count}.txt"
+        path.write_text((text + "\n") * count)
+        out = Path(tmp) / f"report-{count}"
+        command = [ATTNVIZ, "report", "-f", str(path), "-m", "smollm2", "--out", str(out)]
+        found = _run(command, "")
+        print(f"| {count} | {_cells(found)} |", flush=True)
 
 
 if __name__ == "__main__":
