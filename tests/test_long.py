@@ -121,6 +121,7 @@ def test_a_report_of_long_texts_sums_from_blocks_what_one_that_holds_them_does(
     """A batch whose maps would not fit is read in blocks of rows: the report's metrics, roles,
     special shares, mixing ratios and reach are those of the same batch held whole."""
     from attnviz.core.inputs import read_sentences
+    from attnviz.pipelines import corpus as corpus_module
     from attnviz.pipelines.corpus import read_corpus, run_part
 
     loaded = Load(str(tiny_model_dirs[arch]), "cpu").get().load()
@@ -129,7 +130,13 @@ def test_a_report_of_long_texts_sums_from_blocks_what_one_that_holds_them_does(
     every = range(len(corpus.batches))
     held = run_part(loaded, sentences, corpus, every)
     monkeypatch.setattr(memory, "STREAM_ABOVE", 0)
+    read = corpus_module._Streamed.read
+    widths = []  # each streamed pass's texts: one at a time, whatever --batch-size
+    monkeypatch.setattr(corpus_module._Streamed, "read",
+                        lambda self, loaded, rows, also: widths.append(len(rows))
+                        or read(self, loaded, rows, also))  # fmt: skip
     streamed = run_part(loaded, sentences, corpus, every)
+    assert widths == [1, 1, 1]
     np.testing.assert_allclose(streamed.metrics.means(), held.metrics.means(), atol=1e-6)
     np.testing.assert_allclose(streamed.contributions.special(), held.contributions.special(),
                                atol=1e-6)  # fmt: skip

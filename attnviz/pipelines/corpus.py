@@ -139,47 +139,49 @@ def run_part(
     linguistic = LinguisticSums() if isinstance(sentences, Treebank) else None
     sums = ReportSums(MetricSums(), contributions.sums, ReachSums(), linguistic)
     every_layer = list(range(loaded.info.n_layers))
-    all_batches = corpus.batches
     for b in batches:
-        indices = list(all_batches[b])
-        items = [corpus.kept[i] for i in indices]
-        batch = [encode_item(loaded, sentences, item, truncate) for item in items]
-        also = contributions.recorders([np.array(item.special, dtype=bool) for item in batch])
-        reach = ReachRecorder(every_layer, loaded.info.n_heads, [len(item) for item in batch])
-        streamed = _streams(loaded, batch, words, linguistic is not None)
-        if streamed is not None:  # long texts: summed from blocks of rows, no map held whole
-            found = streamed.read(loaded, batch, [*also, reach])
-        else:
-            found = attend(loaded, batch, also=[*also, reach])
-        for row, (index, att, text_reach) in enumerate(zip(indices, found, reach.finish())):
-            stats = streamed.stats[row] if streamed is not None else None
-            by_weight = stats.special_shares() if stats is not None else None
-            contributions.add(row, att, index, by_weight)
-            shown = transform(att, words)
-            metrics = (stats.metric_sums, stats.metric_counts[:, 0]) if stats else None
-            sums.metrics.add(shown, index, metrics)
-            sums.reach.add(index, text_reach)
-            if sums.linguistic is not None:
-                view = shown if words else word_view(att)
-                sums.linguistic.add(view, sentences.items[items[row]], index)
-            if index == 0:  # a long text's: the exact cells of its first tokens
-                sums.example = streamed.example(row, shown) if streamed is not None else shown
-            if on_progress:
-                on_progress(1)
+        indices = list(corpus.batches[b])
+        batch = [encode_item(loaded, sentences, corpus.kept[i], truncate) for i in indices]
+        streams = _streams(loaded, batch, words, linguistic is not None)
+        # long texts are summed from blocks of rows (no map held whole), a text at a time, so
+        # that the memory does not grow with the batch either
+        groups = [[row] for row in range(len(batch))] if streams else [range(len(batch))]
+        for group in groups:
+            rows = [batch[row] for row in group]
+            also = contributions.recorders([np.array(item.special, dtype=bool) for item in rows])
+            reach = ReachRecorder(every_layer, loaded.info.n_heads, [len(item) for item in rows])
+            streamed = _Streamed() if streams else None
+            if streamed is not None:
+                found = streamed.read(loaded, rows, [*also, reach])
+            else:
+                found = attend(loaded, rows, also=[*also, reach])
+            for row, (att, text_reach) in enumerate(zip(found, reach.finish())):
+                index = indices[group[row]]
+                stats = streamed.stats[row] if streamed is not None else None
+                contributions.add(row, att, index, stats.special_shares() if stats else None)
+                shown = transform(att, words)
+                metrics = (stats.metric_sums, stats.metric_counts[:, 0]) if stats else None
+                sums.metrics.add(shown, index, metrics)
+                sums.reach.add(index, text_reach)
+                if sums.linguistic is not None:
+                    view = shown if words else word_view(att)
+                    sums.linguistic.add(view, sentences.items[corpus.kept[index]], index)
+                if index == 0:  # a long text's: the exact cells of its first tokens
+                    sums.example = streamed.example(row, shown) if streamed else shown
+                if on_progress:
+                    on_progress(1)
     return sums
 
 
-def _streams(loaded: LoadedModel, batch: list[Any], words: bool, treebank: bool) -> Any:
-    """How a batch whose maps would take over `core.memory.STREAM_ABOVE` is read (`_Streamed`),
-    or None where they are held (a short batch; --words and a treebank's word views need every
-    map whole)."""
+def _streams(loaded: LoadedModel, batch: list[Any], words: bool, treebank: bool) -> bool:
+    """Whether a batch whose maps would take over `core.memory.STREAM_ABOVE` is read a text
+    at a time in blocks of rows (`_Streamed`), or held (a short batch; --words and a
+    treebank's word views need every map whole)."""
     from attnviz.core import memory
 
     info, width = loaded.info, max(len(item) for item in batch)
     held = len(batch) * info.n_layers * info.n_heads * width * width * memory.FLOAT
-    if held <= memory.STREAM_ABOVE or words or treebank:
-        return None
-    return _Streamed()
+    return held > memory.STREAM_ABOVE and not words and not treebank
 
 
 class _Streamed:
