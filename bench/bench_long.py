@@ -3,8 +3,9 @@ transformers script that loads the same model and runs one SDPA forward pass ove
 text with no attentions, side by side; and time and peak memory of `show` at 512 … 8,192
 tokens on the new path (SDPA, recomputed in blocks; long texts streamed and pooled) against
 `--attention eager` (transformers' eager kernel computes each layer's probabilities, H × T × T
-at once, and attnviz reads them), eager up to `--eager-up-to` tokens; and `report -m smollm2`
-on 3 and on 6 texts of 2,000 tokens (its peak should not grow with the number of texts).
+at once, and attnviz reads them), eager up to `--eager-up-to` tokens; `report -m smollm2`
+on 3 and on 6 texts of 2,000 tokens (its peak should not grow with the number of texts); and
+`show` on the bundled model at 512 tokens, the new path against eager (`--parts` picks).
 
 Each run is a fresh process; peak memory is the sum of RSS over the process tree (its drawing
 processes included, `_rss.py`). The side-by-side part runs `--runs` rounds, rotated; the
@@ -12,7 +13,7 @@ table of lengths runs each length once.
 
 Run: .venv/bin/python bench/bench_long.py [--runs 3] [--tokens 8085]
      [--lengths 512 1024 2048 4096 8192] [--eager-up-to 4096] [--plot PNG]
-     [--report-tokens 2000] [--report-texts 3 6]
+     [--report-tokens 2000] [--report-texts 3 6] [--parts side lengths report bundled]
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ def _plot(path: str, table: list[tuple[int, tuple, tuple | None]]) -> None:
     print(f"\nPlot: {path}")
 
 
+PARTS = ("side", "lengths", "report", "bundled")
+
+
 def main() -> None:
     options = parser(__doc__, runs=3)
     options.add_argument("--tokens", type=int, default=8085, help="the side-by-side text")
@@ -105,6 +109,7 @@ def main() -> None:
     options.add_argument("--plot", help="also draw the table of lengths to this PNG")
     options.add_argument("--report-tokens", type=int, default=2000, help="each report text")
     options.add_argument("--report-texts", type=int, nargs="+", default=[3, 6])
+    options.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     args = options.parse_args()
     if args.quick:
         args.runs, args.tokens, args.lengths = 1, 512, [256, 512]
@@ -120,43 +125,89 @@ def main() -> None:
     folder = str(gguf_cache.converted("smollm2"))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     with tempfile.TemporaryDirectory() as tmp:
-        text = text_of(args.tokens, tokenizer)
+        if "side" in args.parts:
+            _side_by_side(text_of(args.tokens, tokenizer), args.tokens, args.runs, folder, tmp)
+        if "lengths" in args.parts:
+            table = _lengths(args.lengths, args.eager_up_to, tokenizer)
+            if args.plot:
+                _plot(args.plot, table)
+        if "report" in args.parts:
+            _report(args.report_tokens, args.report_texts, tokenizer, tmp)
+        if "bundled" in args.parts:
+            _bundled(512, max(args.runs, 5) if not args.quick else 1, tokenizer)
+    footer()
+
+
+def _side_by_side(text: str, n_tokens: int, n_rounds: int, folder: str, tmp: str) -> None:
+    """`show --html` against the bare SDPA script on the same text, rounds rotated."""
+    sides = {
+        "show --html": [ATTNVIZ, "show", "-", "-m", "smollm2", "--html", "-o", tmp],
+        "bare": [sys.executable, "-c", BARE, folder],
+    }
+    runs: dict[str, list[tuple[float, float, bool]]] = {name: [] for name in sides}
+    for order in rounds(n_rounds, list(sides)):
+        for name in order:
+            runs[name].append(_run(sides[name], text))
+    walls = {name: [wall for wall, _, _ in found] for name, found in runs.items()}
+    peaks = {name: [peak for _, peak, _ in found] for name, found in runs.items()}
+    print(f"{n_tokens:,} tokens, one fresh process each; min / median / max over the rounds.\n")
+    print("| | wall s | peak MiB (process tree) | ÷ bare, wall |")
+    print("|---|---|---|---|")
+    for name in sides:
+        ratio = spread(ratios(walls[name], walls["bare"]), bold=True)
+        print(f"| {name} | {spread(walls[name], 1)} | {spread(peaks[name], 0)} | {ratio} |")
+
+
+def _lengths(lengths: list[int], eager_up_to: int, tokenizer) -> list:
+    """`show --no-images` at each length, the new path and eager (as far as `eager_up_to`)."""
+    print("\nEach length once, fresh processes; `show -m smollm2 --no-images` (the pass, "
+          "the summary and the terminal):\n")  # fmt: skip
+    print("| tokens | new path s | new path MiB | eager s | eager MiB |")
+    print("|---|---|---|---|---|")
+    table = []
+    for n in lengths:
+        piece = text_of(n, tokenizer)
+        new = [ATTNVIZ, "show", "-", "-m", "smollm2", "--no-images"]
+        found = _run(new, piece)
+        by_eager = _run([*new, "--attention", "eager"], piece) if n <= eager_up_to else None
+        table.append((n, found, by_eager))
+        eager_cells = _cells(by_eager) if by_eager is not None else "not run | –"
+        print(f"| {n:,} | {_cells(found)} | {eager_cells} |", flush=True)
+    return table
+
+
+def _bundled(n_tokens: int, n_rounds: int, tokenizer) -> None:
+    """`show` on the bundled model (images and all) at `n_tokens`, the new path against
+    `--attention eager`, rounds rotated: the new path should be no slower and no larger."""
+    from transformers import AutoTokenizer
+
+    from attnviz.core.models import bundled_model_path
+
+    bundled = AutoTokenizer.from_pretrained(str(bundled_model_path()))
+    words = text_of(n_tokens * 2, tokenizer).split()
+    while len(bundled(" ".join(words))["input_ids"]) > n_tokens:
+        words = words[:-1]
+    text = " ".join(words)
+    with tempfile.TemporaryDirectory() as tmp:
         sides = {
-            "show --html": [ATTNVIZ, "show", "-", "-m", "smollm2", "--html", "-o", tmp],
-            "bare": [sys.executable, "-c", BARE, folder],
+            "sdpa (default)": [ATTNVIZ, "show", "-", "-o", tmp],
+            "--attention eager": [ATTNVIZ, "show", "-", "-o", tmp, "--attention", "eager"],
         }
         runs: dict[str, list[tuple[float, float, bool]]] = {name: [] for name in sides}
-        for order in rounds(args.runs, list(sides)):
+        for order in rounds(n_rounds, list(sides)):
             for name in order:
                 runs[name].append(_run(sides[name], text))
-        walls = {name: [wall for wall, _, _ in found] for name, found in runs.items()}
-        peaks = {name: [peak for _, peak, _ in found] for name, found in runs.items()}
-        print(f"{args.tokens:,} tokens, one fresh process each; min / median / max over the "
-              "rounds.\n")  # fmt: skip
-        print("| | wall s | peak MiB (process tree) | ÷ bare, wall |")
-        print("|---|---|---|---|")
-        for name in sides:
-            ratio = spread(ratios(walls[name], walls["bare"]), bold=True)
-            print(f"| {name} | {spread(walls[name], 1)} | {spread(peaks[name], 0)} | {ratio} |")
-
-        print("\nEach length once, fresh processes; `show -m smollm2 --no-images` (the pass, "
-              "the summary and the terminal):\n")  # fmt: skip
-        print("| tokens | new path s | new path MiB | eager s | eager MiB |")
-        print("|---|---|---|---|---|")
-        table = []
-        for n in args.lengths:
-            piece = text_of(n, tokenizer)
-            new = [ATTNVIZ, "show", "-", "-m", "smollm2", "--no-images"]
-            eager = [*new, "--attention", "eager"]
-            found = _run(new, piece)
-            by_eager = _run(eager, piece) if n <= args.eager_up_to else None
-            table.append((n, found, by_eager))
-            eager_cells = _cells(by_eager) if by_eager is not None else "not run | –"
-            print(f"| {n:,} | {_cells(found)} | {eager_cells} |", flush=True)
-        _report(args.report_tokens, args.report_texts, tokenizer, tmp)
-    if args.plot:
-        _plot(args.plot, table)
-    footer()
+    walls = {name: [wall for wall, _, _ in found] for name, found in runs.items()}
+    peaks = {name: [peak for _, peak, _ in found] for name, found in runs.items()}
+    eager = "--attention eager"
+    print(f"\n`attnviz show -` on the bundled model, {len(bundled(text)['input_ids'])} tokens, "
+          "all 79 images; min / median / max over the rounds:\n")  # fmt: skip
+    print("| | wall s | ÷ eager, wall | peak MiB (process tree) | ÷ eager, peak |")
+    print("|---|---|---|---|---|")
+    for name in sides:
+        wall = spread(ratios(walls[name], walls[eager]), bold=True)
+        peak = spread(ratios(peaks[name], peaks[eager]), bold=True)
+        print(f"| {name} | {spread(walls[name], 2)} | {wall} | {spread(peaks[name], 0)} | {peak} |")
 
 
 def _report(n_tokens: int, counts: list[int], tokenizer, tmp: str) -> None:
