@@ -189,3 +189,15 @@ def test_an_array_that_cannot_be_held_is_refused_before_it_is_made(loaded_tiny, 
         attend(loaded, encoded)
     monkeypatch.setenv(memory.ENV, "64GiB")
     assert attend(loaded, encoded)[0].weights.shape[-1] == len(encoded[0])
+
+
+@pytest.mark.parametrize("arch", ["bert", "gpt2", "llama", "qwen2"])
+def test_a_text_is_counted_from_the_files_as_the_loaded_model_reads_it(arch, tiny_model_dirs,
+                                                                      loaded_tiny):  # fmt: skip
+    """The count taken before loading (the memory estimate, the early length check) is the
+    number of tokens the run reads: a decoder's BOS that attnviz puts first included."""
+    from attnviz.core.models import describe
+    from attnviz.core.tokens import encode
+
+    spec = describe(str(tiny_model_dirs[arch]))
+    assert spec.count_tokens(TEXT) == len(encode(loaded_tiny[arch], TEXT))

@@ -168,6 +168,7 @@ class ModelSpec(_HeadRanges, _Stacks):
     stack: str | None = None
     weights_bytes: int = 0  # the weights in memory: their files' size, or guessed from config
     weights_dtype: str | None = None  # the dtype the config says the weights are saved in
+    bos_id: int | None = None  # a decoder's BOS: attnviz puts it first if the tokenizer does not
 
     def count_tokens(self, text: str) -> int | None:
         """Tokens of `text` with the special tokens the model adds, or None without a
@@ -177,15 +178,18 @@ class ModelSpec(_HeadRanges, _Stacks):
         return self.count_lengths([text])[0]
 
     def count_lengths(self, texts: list[str | tuple[str, str]]) -> list[int]:
-        """Tokens of each text (or (text, pair)) with the special tokens the model adds; the
-        model must have a tokenizer.json."""
+        """Tokens of each text (or (text, pair)) with the special tokens the model adds, and a
+        decoder's BOS where attnviz puts it first (`core.tokens.encode`); the model must have
+        a tokenizer.json."""
         from tokenizers import Tokenizer
 
         assert self.tokenizer_file is not None
         tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
         tokenizer.no_truncation()
         tokenizer.no_padding()
-        return [len(encoded.ids) for encoded in tokenizer.encode_batch(texts)]
+        found = tokenizer.encode_batch(texts)
+        bos = self.bos_id if self.causal else None
+        return [len(e.ids) + (bos is not None and e.ids[:1] != [bos]) for e in found]
 
     def check_length(self, text: str, truncate: bool) -> None:
         """Raise TextTooLongError for a text over the model's limit (unless it will be cut)."""
@@ -524,6 +528,7 @@ def describe(name: str | None = None) -> ModelSpec | None:
         stacks=stacks,
         weights_bytes=_weights_bytes(source, config, n_layers),
         weights_dtype=config.get("torch_dtype") or config.get("dtype"),
+        bos_id=config.get("bos_token_id") if isinstance(config.get("bos_token_id"), int) else None,
     )
 
 
