@@ -120,12 +120,12 @@ def _print_tokens(console: Console, tokens: Sequence[str], side: str, unit: str)
     if n > _HEADER_TOKENS:
         shown = [*range(_HEADER_TOKENS - 20), -1, *range(n - 20, n)]
     labels = " ".join(
-        f"… {n - _HEADER_TOKENS} more (--json lists all) …"
+        f"… {n - _HEADER_TOKENS:,} more (--json lists all) …"
         if i < 0
         else _label(tokens, i, 10**6, repeated)
         for i in shown
     )
-    console.print(f"{n} {side}{unit}s: {labels}", highlight=False)
+    console.print(f"{n:,} {side}{unit}s: {labels}", highlight=False)
     return repeated
 
 
