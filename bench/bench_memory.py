@@ -106,7 +106,7 @@ def main() -> None:
             for tokens, layer in ((1000, None), (2048, "18")):
                 text = text_of(tokens - 1, smollm2)  # attnviz puts BOS first
                 chosen = ["--layer", layer] if layer else []
-                name = f"show -m smollm2 {' '.join(chosen)}, {tokens} tokens, --no-images"
+                name = " ".join(["show -m smollm2", *chosen]) + f", {tokens} tokens, --no-images"
                 cases.append((name, ["show", text, "-m", "smollm2", *chosen, "--no-images"]))
         if args.long:
             text = text_of(1999, counter("smollm2"))
