@@ -106,7 +106,8 @@ def renderers(args) -> None:
         figure = HeadFigure(att, Style())
         for layer, head in chosen:
             grid = att.weights[layer, head]
-            figure.save(grid, head_title(layer, head, grid), folder / f"ours-{layer}-{head}.png")
+            title = head_title(att, layer, head, grid)
+            figure.save(grid, title, folder / f"ours-{layer}-{head}.png")
         size = figure.frames.canvas.get_width_height()
         figure.close()
         return size
