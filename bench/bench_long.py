@@ -138,18 +138,24 @@ def main() -> None:
     footer()
 
 
-def _side_by_side(text: str, n_tokens: int, n_rounds: int, folder: str, tmp: str) -> None:
-    """`show --html` against the bare SDPA script on the same text, rounds rotated."""
-    sides = {
-        "show --html": [ATTNVIZ, "show", "-", "-m", "smollm2", "--html", "-o", tmp],
-        "bare": [sys.executable, "-c", BARE, folder],
-    }
+def _rotated(sides: dict[str, list[str]], text: str, n_rounds: int) -> tuple[dict, dict]:
+    """Each side's wall seconds and peak MiB, one fresh run a round, in rotated order."""
     runs: dict[str, list[tuple[float, float, bool]]] = {name: [] for name in sides}
     for order in rounds(n_rounds, list(sides)):
         for name in order:
             runs[name].append(_run(sides[name], text))
     walls = {name: [wall for wall, _, _ in found] for name, found in runs.items()}
     peaks = {name: [peak for _, peak, _ in found] for name, found in runs.items()}
+    return walls, peaks
+
+
+def _side_by_side(text: str, n_tokens: int, n_rounds: int, folder: str, tmp: str) -> None:
+    """`show --html` against the bare SDPA script on the same text, rounds rotated."""
+    sides = {
+        "show --html": [ATTNVIZ, "show", "-", "-m", "smollm2", "--html", "-o", tmp],
+        "bare": [sys.executable, "-c", BARE, folder],
+    }
+    walls, peaks = _rotated(sides, text, n_rounds)
     print(f"{n_tokens:,} tokens, one fresh process each; min / median / max over the rounds.\n")
     print("| | wall s | peak MiB (process tree) | ÷ bare, wall |")
     print("|---|---|---|---|")
@@ -193,12 +199,7 @@ def _bundled(n_tokens: int, n_rounds: int, tokenizer) -> None:
             "sdpa (default)": [ATTNVIZ, "show", "-", "-o", tmp],
             "--attention eager": [ATTNVIZ, "show", "-", "-o", tmp, "--attention", "eager"],
         }
-        runs: dict[str, list[tuple[float, float, bool]]] = {name: [] for name in sides}
-        for order in rounds(n_rounds, list(sides)):
-            for name in order:
-                runs[name].append(_run(sides[name], text))
-    walls = {name: [wall for wall, _, _ in found] for name, found in runs.items()}
-    peaks = {name: [peak for _, peak, _ in found] for name, found in runs.items()}
+        walls, peaks = _rotated(sides, text, n_rounds)
     eager = "--attention eager"
     print(f"\n`attnviz show -` on the bundled model, {len(bundled(text)['input_ids'])} tokens, "
           "all 79 images; min / median / max over the rounds:\n")  # fmt: skip
