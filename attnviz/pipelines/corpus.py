@@ -150,7 +150,8 @@ def run_part(
             rows = [batch[row] for row in group]
             also = contributions.recorders([np.array(item.special, dtype=bool) for item in rows])
             reach = ReachRecorder(every_layer, loaded.info.n_heads, [len(item) for item in rows])
-            streamed = _Streamed() if streams else None
+            first = 0 in [indices[row] for row in group]  # the corpus's first text: the example
+            streamed = _Streamed(example=first) if streams else None
             if streamed is not None:
                 found = streamed.read(loaded, rows, [*also, reach])
             else:
@@ -188,9 +189,13 @@ class _Streamed:
     """A batch read in blocks of rows: each text's head metrics and special shares by weight
     summed as the pass makes them (`analysis.summary.HeadStats`); its Attention holds no maps
     (a zero-size stand-in of their shape). The report's example figures take the exact cells
-    of a text's first EXAMPLE tokens (`analysis.window`)."""
+    of the corpus's first text's first EXAMPLE tokens (`analysis.window`), kept only where
+    `example` says the batch holds that text."""
 
     EXAMPLE = 256
+
+    def __init__(self, example: bool) -> None:
+        self.keeps_example = example  # whether the batch holds the text the figures draw
 
     def read(self, loaded: LoadedModel, batch: list[Any], recorders: list[Any]) -> list[Any]:
         import numpy as np
@@ -210,7 +215,7 @@ class _Streamed:
         self.stats = [HeadStats(att, len(layers), info.n_heads) for att in texts]
         self.wants = {layer: ("rows",) for layer in layers}
         self.firsts = [WindowCells(layers, info.n_heads, 0, min(self.EXAMPLE, len(item)))
-                       for item in batch]  # fmt: skip
+                       if self.keeps_example else None for item in batch]  # fmt: skip
         width = max(len(item) for item in batch)
         block = memory.stream_rows(info.n_heads * len(batch), width)
         capture.run(loaded, pad(loaded, batch), [*recorders, self], block_rows=block)
@@ -232,7 +237,8 @@ class _Streamed:
             if start < n:
                 own = rows[row, :, : n - start, :n].numpy()  # (H, b, W)
                 stats.add(start, own, layer)
-                self.firsts[row].add(layer, start, own)
+                if self.firsts[row] is not None:
+                    self.firsts[row].add(layer, start, own)
 
 
 def importance_runs(
