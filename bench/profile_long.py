@@ -34,6 +34,7 @@ def main() -> None:
     profile.runcall(show, request)
     print(f"wall {time.perf_counter() - start:.1f} s, {n_tokens} tokens, layers 0–{n_layers - 1}")
     pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+    pstats.Stats(profile).sort_stats("cumtime").print_stats("attnviz", 40)
 
 
 if __name__ == "__main__":

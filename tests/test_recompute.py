@@ -152,6 +152,43 @@ def test_block_sizes_give_the_same_rows(arch, loaded_tiny, eager_tiny):
     assert all(np.abs(other - recomputed[0]).max() <= 1e-6 for other in recomputed[1:])
 
 
+class _Entropies:
+    """A rows recorder that also asks for each row's entropy (`capture.ENTROPY`)."""
+
+    def __init__(self, layers):
+        self.wants = {layer: (capture.ROWS, capture.ENTROPY) for layer in layers}
+        self.found = {layer: [] for layer in layers}
+
+    def receive(self, layer, tensors):
+        assert not tensors  # nothing but rows and their entropies was asked for
+
+    def receive_rows(self, layer, start, rows, entropy):
+        assert entropy.shape == rows.shape[:3]  # (B, H, b)
+        self.found[layer].append(entropy.numpy())
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_row_entropies_equal_those_of_the_eager_probabilities(arch, loaded_tiny, eager_tiny):
+    """The entropy handed beside recomputed rows (taken from the softmax's own sums) and
+    beside eager ones (from each weight) equals −Σ p ln p of transformers' own probabilities,
+    on every real query row of a padded batch, in blocks of 1 and 5 rows."""
+    eager = eager_tiny[arch]
+    batch = [encode(eager, text) for text in TEXTS]
+    reference, mask = _eager_probs(eager, batch)  # (L, B, H, T, T)
+    real = mask.bool().numpy()  # (B, T)
+    p = reference.astype(np.float64)
+    expected = -(p * np.log(np.where(p > 0, p, 1.0))).sum(axis=-1)  # (L, B, H, T)
+    layers = range(eager.info.n_layers)
+    for model in (loaded_tiny[arch], eager):
+        for size in (1, 5):
+            found = _Entropies(layers)
+            capture.run(model, pad(model, batch), [found], block_rows=size)
+            for layer in layers:
+                ours = np.concatenate(found.found[layer], axis=-1)  # (B, H, T)
+                diff = np.abs(ours - expected[layer]).transpose(0, 2, 1)[real]  # (real rows, H)
+                assert diff.max() <= 1e-5, (model is eager, size, layer)
+
+
 def test_no_whole_matrix_for_rows_alone(loaded_tiny, monkeypatch):
     """A recorder of rows alone never makes the recompute build a layer's whole matrix."""
     import torch

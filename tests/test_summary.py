@@ -143,7 +143,8 @@ def _long_text(n=120, causal=True, seed=0):
 def test_summary_from_blocks_of_1_7_and_t_rows_agree(causal):
     """Every number of the summary is summed over blocks of query rows: blocks of 1, 7 and T
     rows give the same summaries (the same keys, links and patterns; scores within float64
-    rounding)."""
+    rounding: each row's figure is the same bits in any block; the keys' weights within
+    float32 rounding: a column is summed over a block's rows in float32)."""
     att = _long_text(causal=causal)
     n = att.weights.shape[2]
     layers, heads = [0, 1], [0, 1, 2]
@@ -157,7 +158,7 @@ def test_summary_from_blocks_of_1_7_and_t_rows_agree(causal):
             assert b.special_share == pytest.approx(a.special_share, rel=1e-12, abs=1e-15)
             for name, score in a.scores.items():
                 assert b.scores[name] == (score and pytest.approx(score, rel=1e-12, abs=1e-15))
-            assert [t.weight for t in b.top] == pytest.approx([t.weight for t in a.top], 1e-12)
+            assert [t.weight for t in b.top] == pytest.approx([t.weight for t in a.top], 1e-6)
         by_blocks, counted = repeat_scores(att, size)
         assert (by_blocks, counted)[1] == repeat_scores(att, n)[1]
         np.testing.assert_allclose(by_blocks, repeat_scores(att, n)[0], rtol=1e-12)

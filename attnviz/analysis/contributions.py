@@ -404,6 +404,7 @@ def special_rows(rows: Any, start: int, lengths: Any, special: list[Any]) -> Any
     special tokens ((T_row,) bool). Divided by the number of non-special queries once every
     block is in, they are the shares (`special_means`)."""
     import numpy as np
+    import torch
 
     found = np.zeros((2, len(special), rows.shape[1]))
     for row, marked in enumerate(special):
@@ -411,13 +412,17 @@ def special_rows(rows: Any, start: int, lengths: Any, special: list[Any]) -> Any
         queries = np.flatnonzero(~marked[start : start + rows.shape[2]])  # in the block
         if not len(queries):
             continue
-        grid = rows[row, :, queries, :n].numpy()  # (H, q, W): a decoder's W ≤ T keys
-        width = grid.shape[-1]
-        keys = marked[:width]
-        found[0, row] = grid[..., keys].astype(np.float64).sum(axis=(-2, -1))
-        normed = (grid * lengths[row, :, None, :width]).astype(np.float64)  # ‖α f(x_j)‖
-        totals = normed.sum(axis=-1, keepdims=True).clip(min=1e-30)  # each row as shares
-        found[1, row] = (normed[..., keys] / totals).sum(axis=(-2, -1))
+        grid = rows[row, :, :, :n]  # (H, q, W): every row of the block, or its queries
+        if len(queries) < grid.shape[1]:
+            grid = grid.index_select(1, torch.from_numpy(queries))
+        width = grid.shape[-1]  # a decoder's W ≤ T keys
+        keys = torch.from_numpy(np.flatnonzero(marked[:width]))
+        length = torch.as_tensor(lengths[row, :, :width]).to(grid.dtype)  # (H, W): ‖f(x_j)‖
+        on_special = grid.index_select(-1, keys)  # (H, q, specials)
+        found[0, row] = on_special.sum(dim=-1, dtype=torch.float64).sum(dim=-1).numpy()
+        totals = (grid @ length[..., None])[..., 0].double()  # (H, q): Σ_j ‖α f(x_j)‖
+        normed = (on_special * length[:, None, keys]).sum(dim=-1, dtype=torch.float64)
+        found[1, row] = (normed / totals.clamp(min=1e-30)).sum(dim=-1).numpy()
     return found
 
 

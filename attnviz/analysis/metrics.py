@@ -42,10 +42,14 @@ from attnviz.analysis.ordered import OrderedSum
 
 if TYPE_CHECKING:
     import numpy as np
+    import torch
 
     from attnviz.core.attention import Attention
 
 LOCAL_WINDOW = 2
+# `Rows.by_key`'s sums, in the order of its table's columns
+BY_KEY = ("first", "separators", "punctuation", "special", "before", "far_before", "after",
+          "far_after")  # fmt: skip
 # A block of query rows holds at most this many weights (8 MiB in float64): what a text's
 # metrics and summary hold at once, whatever its length.
 BLOCK_FLOATS = 2**20
@@ -63,67 +67,149 @@ def row_blocks(att: Attention, block_rows: int | None = None) -> Iterator[tuple[
         yield start, att.weights[:, :, start : start + step]
 
 
+def as_tensor(rows: Any) -> torch.Tensor:
+    """`rows` as a torch tensor without a copy: numpy's (read-only views too) or torch's."""
+    import warnings
+
+    import torch
+
+    if isinstance(rows, torch.Tensor):
+        return rows
+    with warnings.catch_warnings():  # a read-only view (a broadcast stand-in) is only read
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.as_tensor(rows)
+
+
 class Rows:
     """One text's non-special query rows (all of them, or one block), and what several
     metrics share.
 
     `rows` (L, H, b, S) are query rows start … start+b−1 of `att`'s text, where they come a
     block at a time (`core.recompute`); by default, all of `att.weights`. Every metric is a
-    sum over queries, so a text's sums are the sums of its blocks'.
+    sum over queries, so a text's sums are the sums of its blocks'. Each row's figure is
+    taken in the rows' own precision by torch (every core; no float64 copy of the block),
+    and the rows' figures are summed in float64.
     """
 
-    def __init__(self, att: Attention, rows: np.ndarray | None = None, start: int = 0) -> None:
+    def __init__(
+        self, att: Attention, rows: Any = None, start: int = 0, entropy: Any = None
+    ) -> None:
         import numpy as np
+        import torch
 
         if rows is None:
             rows, start = att.weights, 0  # (L, H, T, S): S = T but in cross-attention
+        rows = as_tensor(rows)
         self.n = len(att.key_tokens)
         self.square = att.keys is None  # keys are the queries' own tokens
         block = np.arange(start, start + rows.shape[2])
         self.queries = block[~np.asarray(att.special)[block]]  # (Q,) positions in the text
         # (L, H, Q, W): W ≤ S keys (a decoder's block of rows stops at its last query's key:
-        # the later keys hold 0)
-        self.rows = rows[:, :, self.queries - start, : self.n].astype(np.float64)
-        self.width = self.rows.shape[-1]
+        # the later keys hold 0); a view where every row of the block is a query
+        rows = rows[..., : self.n]
+        if len(self.queries) < rows.shape[2]:
+            picked = torch.from_numpy(self.queries - start)
+            rows = rows.index_select(2, picked)
+            entropy = None if entropy is None else entropy.index_select(-1, picked)
+        self.rows = rows
+        self._entropy = entropy  # (L, H, Q) float32, where the rows came with it
+        self.width = rows.shape[-1]
         self.count = len(self.queries)
-        positions = np.arange(self.width)
-        self.offset = positions[None, :] - self.queries[:, None]  # (Q, W): j − i
-        keys, key_special = att.key_tokens, att.key_special
-        self.punctuation = (_punctuation(tuple(keys)) & ~key_special)[: self.width]
-        self.separators = key_special.copy()  # special tokens after the first
+        keys, self.key_special = att.key_tokens, np.asarray(att.key_special)
+        self.punctuation = (_punctuation(tuple(keys)) & ~self.key_special)[: self.width]
+        self.separators = self.key_special.copy()  # special tokens after the first
         self.separators[0] = False
         self.separators = self.separators[: self.width]
-        self.special = key_special[: self.width]
+        self.special = self.key_special[: self.width]
         # keys a query can see: all of them, or (causal) those up to itself
         self.visible = self.queries + 1 if att.info.causal else np.full(self.count, self.n)
 
-    def mass(self, mask: np.ndarray) -> np.ndarray:
-        """Σ_j a[j] over a (Q, T) or (T,) mask, summed over queries: (L, H)."""
-        import numpy as np
+    def summed(self, found: torch.Tensor) -> np.ndarray:
+        """A figure of each row, (L, H, Q), summed over the queries in float64: (L, H)."""
+        import torch
 
-        if mask.ndim == 1:
-            return (self.rows @ mask.astype(np.float64)).sum(axis=-1)  # (L, H, Q) -> (L, H)
-        return np.einsum("lhqt,qt->lh", self.rows, mask.astype(np.float64))
+        return found.sum(dim=-1, dtype=torch.float64).numpy()
 
-    def at_offset(self, k: int) -> tuple[np.ndarray, int]:
-        """Σ over queries i of a[i + k], and how many queries have a key there."""
+    @cached_property
+    def by_key(self) -> dict[str, torch.Tensor]:
+        """Each row's sums over sets of keys, (L, H, Q) each, from one product of the rows with
+        a (W, 8) table of key weights, so the block is read once for all of them:
+
+            first        a[0]
+            separators   Σ a[j] over special tokens after the first
+            punctuation  Σ a[j] over punctuation tokens
+            special      Σ a[j] over special tokens (the summary's special share)
+            before, far_before   Σ a[j] and Σ a[j] (lo − j) over keys j < lo
+            after, far_after     Σ a[j] and Σ a[j] (j − hi) over keys j > hi
+
+        where lo … hi are the block's first and last queries (what `_distance` adds the
+        block's own span to)."""
         import numpy as np
+        import torch
+
+        keys = np.arange(self.width)
+        lo, hi = (int(self.queries[0]), int(self.queries[-1])) if self.count else (0, -1)
+        table = np.stack(
+            [keys == 0, self.separators, self.punctuation, self.special,
+             keys < lo, np.maximum(lo - keys, 0), keys > hi, np.maximum(keys - hi, 0)],
+            axis=-1,
+        ).astype(np.float32)  # fmt: skip
+        found = self.rows @ torch.from_numpy(table).to(self.rows.dtype)  # (L, H, Q, 8)
+        return dict(zip(BY_KEY, found.unbind(-1)))
+
+    def at_offset(self, k: int, keys: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+        """Σ over queries i of a[i + k] (only where `keys` (S,) bool marks key i + k), and
+        how many queries have a key there."""
+        import numpy as np
+        import torch
 
         queries = self.queries
         keep = (queries + k >= 0) & (queries + k < self.n)  # queries that have that key
         held = keep & (queries + k < self.width)  # and whose key is in the block (else 0)
-        picked = self.rows[:, :, np.flatnonzero(held), queries[held] + k]  # (L, H, count)
-        return picked.sum(axis=-1), int(keep.sum())  # (L, H), count
+        if keys is not None:
+            held &= keys[np.clip(queries + k, 0, self.n - 1)]
+        at = torch.from_numpy(np.flatnonzero(held)), torch.from_numpy(queries[held] + k)
+        return self.summed(self.rows[:, :, at[0], at[1]]), int(keep.sum())  # (L, H), count
 
     @cached_property
-    def entropy(self) -> np.ndarray:
-        """−Σ_j a[j] ln a[j] of each row, (L, H, Q)."""
-
+    def content_max(self) -> torch.Tensor:
+        """Each row's largest weight on a non-special key, (L, H, Q); −1 where it has none:
+        the runs of non-special keys between the special ones, each a view, never a masked
+        copy of the rows."""
+        import numpy as np
         import torch
 
-        # −a ln a element by element on every core (torch), summed over keys by numpy (in
-        # one fixed order, whatever the threads)
-        return torch.special.entr(torch.from_numpy(self.rows)).numpy().sum(axis=-1)
+        best = torch.full(self.rows.shape[:-1], -1.0, dtype=self.rows.dtype)
+        marks = np.concatenate([[1], self.special.astype(np.int8), [1]])
+        edges = np.flatnonzero(np.diff(marks))  # where runs of non-special keys begin and end
+        for first, stop in zip(edges[::2], edges[1::2]):
+            torch.maximum(best, self.rows[..., first:stop].amax(dim=-1), out=best)
+        return best
+
+    def largest(self) -> torch.Tensor:
+        """Each row's largest weight, (L, H, Q): `content_max`'s, and the special keys'."""
+        import numpy as np
+        import torch
+
+        special = np.flatnonzero(self.special)
+        if not len(special):
+            return self.content_max
+        on_special = self.rows.index_select(-1, torch.from_numpy(special)).amax(dim=-1)
+        return torch.maximum(self.content_max, on_special)
+
+    @cached_property
+    def entropy(self) -> torch.Tensor:
+        """−Σ_j a[j] ln a[j] of each row, (L, H, Q) float64: as the rows came (recomputed
+        rows bring it from their softmax, `core.recompute.rows_and_entropy`), else from each
+        weight, in the rows' own precision."""
+
+        found = self._entropy if self._entropy is not None else self._terms()
+        return found.double()
+
+    def _terms(self) -> torch.Tensor:
+        import torch
+
+        return torch.special.entr(self.rows).sum(dim=-1)
 
     def all_queries(self, summed: np.ndarray) -> tuple[np.ndarray, int]:
         return summed, self.count
@@ -131,21 +217,39 @@ class Rows:
 
 def _entropy_norm(r: Rows) -> tuple[np.ndarray, int]:
     import numpy as np
+    import torch
 
-    spread = r.visible > 1  # a query that sees one key has no spread to measure
-    return (r.entropy[:, :, spread] / np.log(r.visible[spread])).sum(axis=-1), int(spread.sum())
+    spread = np.flatnonzero(r.visible > 1)  # a query that sees one key has no spread
+    logs = torch.from_numpy(np.log(r.visible[spread].astype(np.float64)))
+    return (r.entropy[:, :, torch.from_numpy(spread)] / logs).sum(dim=-1).numpy(), len(spread)
 
 
 def _local(r: Rows) -> tuple[np.ndarray, int]:
-    import numpy as np
-
-    return r.all_queries(r.mass((np.abs(r.offset) <= LOCAL_WINDOW) & ~r.special[None, :]))
+    """Σ a[j] over the non-special keys within LOCAL_WINDOW of the query: the band's cells,
+    an offset at a time, not the whole row."""
+    content = ~r.key_special
+    bands = [r.at_offset(k, content)[0] for k in range(-LOCAL_WINDOW, LOCAL_WINDOW + 1)]
+    return r.all_queries(sum(bands[1:], bands[0]))
 
 
 def _distance(r: Rows) -> tuple[np.ndarray, int]:
+    """Σ_j a[j] |i − j| of each row as sums of non-negative terms (no cancellation): for the
+    keys before the block's first query lo, |i − j| = (i − lo) + (lo − j), and alike after its
+    last query hi, both from `by_key`'s one product; the keys lo … hi cell by cell."""
     import numpy as np
+    import torch
 
-    return r.all_queries(r.mass(np.abs(r.offset)))
+    if not r.count:
+        return r.all_queries(np.zeros(r.rows.shape[:2]))
+    lo, hi = int(r.queries[0]), int(r.queries[-1])
+    queries = torch.from_numpy(r.queries).to(r.rows.dtype)  # (Q,)
+    keys = torch.arange(lo, min(hi + 1, r.width), dtype=r.rows.dtype)
+    span = r.rows[..., lo : hi + 1]  # (L, H, Q, hi − lo + 1): the block's own span
+    near = (span * (keys[None, :] - queries[:, None]).abs_()).sum(dim=-1)
+    found, by_key = near, r.by_key
+    found = found + (queries - lo) * by_key["before"] + by_key["far_before"]
+    found = found + (hi - queries) * by_key["after"] + by_key["far_after"]
+    return r.all_queries(r.summed(found))
 
 
 @dataclass(frozen=True)
@@ -170,17 +274,17 @@ METRICS = {
         Metric(
             "first",
             "a[0]: attention to the first token ([CLS], BOS, or a decoder's first token)",
-            lambda r: r.all_queries(r.rows[..., 0].sum(axis=-1)),
+            lambda r: r.all_queries(r.summed(r.by_key["first"])),
         ),
         Metric(
             "separator",
             "Σ a[j] over special tokens after the first ([SEP], EOS)",
-            lambda r: r.all_queries(r.mass(r.separators)),
+            lambda r: r.all_queries(r.summed(r.by_key["separators"])),
         ),
         Metric(
             "punctuation",
             "Σ a[j] over punctuation tokens",
-            lambda r: r.all_queries(r.mass(r.punctuation)),
+            lambda r: r.all_queries(r.summed(r.by_key["punctuation"])),
         ),
         Metric(
             "local", f"Σ a[j] over non-special tokens with |i − j| ≤ {LOCAL_WINDOW}", _local, True
@@ -188,7 +292,7 @@ METRICS = {
         Metric(
             "entropy",
             "−Σ a[j] ln a[j], in nats",
-            lambda r: r.all_queries(r.entropy.sum(axis=-1)),
+            lambda r: r.all_queries(r.entropy.sum(dim=-1).numpy()),
         ),
         Metric(
             "entropy_norm", "entropy / ln(keys the query can see); 1 means uniform", _entropy_norm
@@ -197,7 +301,7 @@ METRICS = {
         Metric(
             "confidence",
             "max_j a[j]: the largest weight",
-            lambda r: r.all_queries(r.rows.max(axis=-1).sum(axis=-1)),
+            lambda r: r.all_queries(r.summed(r.largest())),
         ),
     )
 }
@@ -224,15 +328,19 @@ def is_punctuation(token: str) -> bool:
 
 
 def sentence_sums(
-    att: Attention, rows: np.ndarray | None = None, start: int = 0, block_rows: int | None = None
+    att: Attention,
+    rows: Any = None,
+    start: int = 0,
+    block_rows: int | None = None,
+    entropy: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-head sums of every metric over this text's non-special queries (or those of one
-    block of its rows, as `Rows` takes them), and their counts. Without `rows`, the sums of
-    the text's blocks (`row_blocks`, `block_rows` rows each).
+    block of its rows, as `Rows` takes them, with their `entropy` (L, H, b) where it came with
+    them), and their counts. Without `rows`, the sums of the text's blocks (`row_blocks`,
+    `block_rows` rows each).
 
     Returns sums (M, L, H) and counts (M,) in the order of METRICS.
     """
-    import numpy as np
 
     if rows is None:
         blocks = [sentence_sums(att, part, first) for first, part in row_blocks(att, block_rows)]
@@ -240,7 +348,13 @@ def sentence_sums(
         for more, counted in blocks[1:]:
             sums, counts = sums + more, counts + counted
         return sums, counts
-    found = Rows(att, rows, start)
+    return metric_sums(Rows(att, rows, start, entropy))
+
+
+def metric_sums(found: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """`sentence_sums` of one block's `Rows`: sums (M, L, H) and counts (M,)."""
+    import numpy as np
+
     unmeasured = (np.zeros(found.rows.shape[:2]), 0)  # counted over no query: None
     summed = [
         metric.sums(found) if found.square or not metric.positional else unmeasured
@@ -324,26 +438,65 @@ def repeat_sums(att: Attention, start: int, rows: np.ndarray) -> tuple[np.ndarra
     """`repeat_scores`' sums over one block of query rows start … start+b−1, rows (L, H, b, S):
     (2, L, H) and the queries each counted, (2,)."""
     import numpy as np
+    import torch
 
-    n = len(att.tokens)
-    _, ids = np.unique(np.array(att.tokens), return_inverse=True)  # (T,) equal labels, equal ids
-    content = ~np.asarray(att.special)
+    rows = as_tensor(rows)
     sums, counts = np.zeros((2, *rows.shape[:2])), np.zeros(2, dtype=int)
-    queries = np.arange(start, start + rows.shape[2])  # (b,)
-    # (query, key): the earlier occurrences of each query's token, then the keys after them
-    duplicate = (ids[queries, None] == ids[None, :]) & content[queries, None] & content
-    duplicate &= np.arange(n)[None, :] < queries[:, None]
-    induction = np.zeros_like(duplicate)
-    induction[:, 1:] = duplicate[:, :-1] & (np.arange(1, n)[None, :] < queries[:, None])
-    width = rows.shape[-1]  # earlier occurrences and the keys after them: before the query
-    for slot, mask in enumerate((induction, duplicate)):
-        repeats = mask.any(axis=1)  # (b,)
-        if repeats.any():
-            picked = rows[:, :, repeats].astype(np.float64)  # (L, H, Q, W)
-            held = mask[repeats][:, :width].astype(np.float64)  # (Q, W)
-            sums[slot] += np.einsum("lhqk,qk->lh", picked, held)
-            counts[slot] += int(repeats.sum())
+    width = min(rows.shape[-1], len(att.tokens))
+    query, key = _earlier(tuple(att.tokens), tuple(att.special), start, start + rows.shape[2])
+    later = key + 1 < query  # induction: the key after an earlier occurrence, before the query
+    for slot, (q, k) in enumerate(((query[later], key[later] + 1), (query, key))):
+        held = k < width  # a block's keys: all of them before its queries
+        if len(q):
+            picked = _cells(rows, q[held] - start, k[held])  # (L, H, P)
+            sums[slot] += picked.sum(dim=-1, dtype=torch.float64).numpy()
+            counts[slot] += len(np.unique(q))
     return sums, counts
+
+
+def _cells(rows: torch.Tensor, queries: np.ndarray, keys: np.ndarray) -> torch.Tensor:
+    """rows[:, :, queries, keys] of rows (L, H, b, W), (L, H, P): one gather along each
+    head's cells where they lie in row order (a block of the pass), else by index."""
+    import torch
+
+    n_layers, n_heads, _, width = rows.shape
+    if not rows.is_contiguous():
+        return rows[:, :, torch.from_numpy(queries), torch.from_numpy(keys)]
+    flat = rows.view(n_layers * n_heads, -1)  # (L·H, b·W)
+    picked = flat.index_select(1, torch.from_numpy(queries * width + keys))
+    return picked.view(n_layers, n_heads, -1)
+
+
+@lru_cache(maxsize=4)
+def _occurrences(tokens: tuple[str, ...], special: tuple[bool, ...]) -> tuple[np.ndarray, ...]:
+    """The text's content positions grouped by label, in order within each group: (positions,
+    the first index of each one's group, its place in the group), once a text."""
+    import numpy as np
+
+    content = np.flatnonzero(~np.asarray(special, dtype=bool))
+    ids = np.unique(np.array(tokens)[content], return_inverse=True)[1].reshape(-1)
+    order = np.argsort(ids, kind="stable")  # by label, then position
+    grouped, labels = content[order], ids[order]
+    starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+    first = np.repeat(starts, np.diff(np.r_[starts, len(labels)]))
+    return grouped, first, np.arange(len(labels)) - first
+
+
+def _earlier(
+    tokens: tuple[str, ...], special: tuple[bool, ...], start: int, stop: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every (query, key) of non-special queries start … stop−1 and the earlier non-special
+    occurrences of their token (equal labels, exactly): two (P,) arrays, the pairs a
+    repeating text has, not a (queries × keys) mask."""
+    import numpy as np
+
+    grouped, first, rank = _occurrences(tokens, special)
+    mine = np.flatnonzero((grouped >= start) & (grouped < stop) & (rank > 0))
+    counts = rank[mine]
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    query = np.repeat(grouped[mine], counts)
+    key = grouped[np.repeat(first[mine], counts) + offsets]
+    return query, key
 
 
 def repeat_means(sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, int]:

@@ -98,24 +98,38 @@ class Pooled:
         block = torch.as_tensor(rows)  # no copy: numpy's, or the pass's own tensor
         n_heads, b, n_keys = block.shape
         s, mean = self.size, self.how == "mean"
-        # A max needs no mask: a masked cell's weight is 0, and weights are ≥ 0.
+        held = torch.from_numpy(self.held[layer])  # (H, R, C), a view
+        # Rows first: each row bin's rows summed (or maxed) along the block's long, contiguous
+        # key axis, then the column bins of what is s times smaller. A max needs no mask: a
+        # masked cell's weight is 0, and weights are ≥ 0.
+        head = min(b, -start % s)  # rows that end a row bin begun in an earlier block
+        whole = (b - head) // s * s  # then whole row bins
+        parts = [(start, 0, head), (start + head, head, head + whole), (start + head + whole,
+                 head + whole, b)]  # fmt: skip
+        for first, lo, hi in parts:
+            if hi <= lo:
+                continue
+            bins = -(-(hi - lo) // s)  # one, or `whole` / s
+            part = block[:, lo:hi].reshape(n_heads, bins, -1, n_keys)  # (H, bins, rows, W)
+            by_row = part.sum(dim=2) if mean else part.amax(dim=2)  # (H, bins, W)
+            self._add_columns(held[:, first // s : first // s + bins], by_row, mean)
+
+    def _add_columns(self, held: Any, by_row: Any, mean: bool) -> None:
+        """Add row bins' sums (or maxima) over keys, (…, W), to their pooled cells `held` (…,
+        C): the columns summed (or maxed) a bin of `size` keys at a time."""
+        import torch
+
+        s, n_keys = self.size, by_row.shape[-1]
         full = n_keys - n_keys % s
-        bins = [block[:, :, :full].reshape(n_heads, b, full // s, s)]
+        bins = [by_row[..., :full].reshape(*by_row.shape[:-1], full // s, s)]
         if full < n_keys:
-            bins.append(block[:, :, None, full:])  # the last, narrower column bin
+            bins.append(by_row[..., None, full:])  # the last, narrower column bin
+        found = torch.cat([part.sum(dim=-1) if mean else part.amax(dim=-1) for part in bins], -1)
+        target = held[..., : found.shape[-1]]  # a decoder's block: its first W keys
         if mean:
-            found = [part.sum(dim=-1, dtype=torch.float64) for part in bins]
+            target += found
         else:
-            found = [part.amax(dim=-1) for part in bins]
-        by_key = torch.cat(found, dim=-1)  # (H, b, C'): C' ≤ C columns
-        held = torch.from_numpy(self.held[layer])[:, :, : by_key.shape[-1]]  # a view
-        for first in range(start - start % s, start + b, s):  # each row bin the block meets
-            lo, hi = max(first, start) - start, min(first + s, start + b) - start
-            if mean:
-                held[:, first // s] += by_key[:, lo:hi].sum(dim=1).float()
-            else:
-                torch.maximum(held[:, first // s], by_key[:, lo:hi].amax(dim=1),
-                              out=held[:, first // s])  # fmt: skip
+            torch.maximum(target, found, out=target)
 
     def result(self, layer: int) -> PooledMap:
         """The layer's pooled maps, (H, ⌈T/size⌉, ⌈S/size⌉) float32."""

@@ -35,10 +35,12 @@ from typing import TYPE_CHECKING, Any
 from attnviz.analysis.metrics import (
     METRICS,
     PROBES,
+    Rows,
+    as_tensor,
+    metric_sums,
     repeat_means,
     repeat_sums,
     row_blocks,
-    sentence_sums,
 )
 from attnviz.analysis.roles import MIXED, ROLES, Thresholds
 
@@ -218,47 +220,57 @@ class HeadStats:
             stats.add(start, rows)
         return stats
 
-    def add(self, start: int, rows: np.ndarray, slot: int | None = None) -> None:
+    def add(self, start: int, rows: Any, slot: int | None = None, entropy: Any = None) -> None:
         """Add query rows start … start+b−1: (L, H, b, S) of every layer, or (H, b, S) of the
-        layer at `slot`."""
-        import numpy as np
+        layer at `slot`; numpy's or torch's, with each row's `entropy` ((L, H, b) or (H, b),
+        torch) where they came with it (`core.capture.ENTROPY`)."""
 
         if slot is not None:
             rows = rows[None]
+            entropy = None if entropy is None else entropy[None]
         at = slice(None) if slot is None else slice(slot, slot + 1)
-        sums, counts = sentence_sums(self.att, rows, start)  # (M, l, H), (M,)
+        rows = as_tensor(rows)
+        found = Rows(self.att, rows, start, entropy)  # the block's non-special query rows
+        sums, counts = metric_sums(found)  # (M, l, H), (M,)
         self.metric_sums[:, at] += sums
         self.metric_counts[:, at] += counts[:, None]
         if self.att.info.causal and self.att.keys is None:  # the text reads itself
-            found, counted = repeat_sums(self.att, start, rows)
-            self.repeats[:, at] += found
+            repeats, counted = repeat_sums(self.att, start, rows)
+            self.repeats[:, at] += repeats
             self.repeat_counts[:, at] += counted[:, None]
-        self._keys(start, rows, at)
-        block = self.queries[start : start + rows.shape[2]]
-        special = self.key_special[: rows.shape[-1]]  # a decoder's block: W ≤ S keys
-        on_special = rows[:, :, block][..., special]  # (l, H, Q, specials)
-        self.special[at] += on_special.astype(np.float64).sum(axis=(-2, -1))
-        self.special_count[at] += int(block.sum())
+        if not found.count:
+            return
+        self._keys(found, at)
+        self.special[at] += found.summed(found.by_key["special"])
+        self.special_count[at] += found.count
 
-    def _keys(self, start: int, rows: np.ndarray, at: slice) -> None:
-        """Each key's weight from the non-special queries that see it, and the strongest link."""
+    def _keys(self, found: Rows, at: slice) -> None:
+        """Each key's weight from the block's non-special queries that see it (a decoder's
+        rows hold 0 past their query), and the strongest link."""
         import numpy as np
+        import torch
 
-        n_rows, n_keys = rows.shape[2:]
-        block = slice(start, start + n_rows)
-        sees = np.broadcast_to(self.queries[block, None], (n_rows, n_keys)).copy()  # (q, k)
-        if self.att.info.causal:  # a decoder's query i sees keys 0 … i
-            sees &= np.arange(n_keys)[None, :] <= np.arange(start, block.stop)[:, None]
-        found = np.einsum("lhqk,qk->lhk", rows.astype(np.float64), sees.astype(np.float64))
-        self.summed[at, :, :n_keys] += found  # a decoder's block: its first W keys
-        links = self.link_rows[block, None] & ~self.key_special[None, :n_keys]  # (q, k)
-        masked = np.where(links, rows, -1.0).reshape(*rows.shape[:2], -1)  # (l, H, q·k)
-        best = masked.argmax(axis=-1)  # (l, H): the first largest, in (query, key) order
-        weight = np.take_along_axis(masked, best[..., None], axis=-1)[..., 0]
+        queries, rows = found.queries, found.rows  # (Q,), (l, H, Q, W)
+        n_keys = rows.shape[-1]
+        # a column's weights, summed within the block in float32 (a product with ones, the
+        # fastest read of the block), over blocks in float64
+        ones = torch.ones(1, rows.shape[2], dtype=rows.dtype)
+        self.summed[at, :, :n_keys] += (ones @ rows)[..., 0, :].double().numpy()  # (l, H, W)
+        linked = np.flatnonzero(self.link_rows[queries])  # a decoder's first query links none
+        if not len(linked):
+            return
+        best = found.content_max  # (l, H, Q)
+        if len(linked) < len(queries):
+            linked_at = torch.from_numpy(linked)
+            rows, best = rows.index_select(2, linked_at), best.index_select(2, linked_at)
+        query = best.argmax(dim=-1)  # (l, H): the first largest over queries
+        weight = best.gather(-1, query[..., None])[..., 0].double().numpy()
+        picked = rows[torch.arange(rows.shape[0])[:, None], torch.arange(rows.shape[1]), query]
+        picked[..., torch.from_numpy(found.special)] = -1.0  # (l, H, W), a copy: content keys
+        key = picked.argmax(dim=-1).numpy()  # the first largest in that row: (query, key) order
         better = weight > self.link_weight[at]  # a tie keeps the earlier block's
         self.link_weight[at] = np.where(better, weight, self.link_weight[at])
-        query, key = np.unravel_index(best, (n_rows, n_keys))
-        where = np.stack([query + start, key], axis=-1)  # (l, H, 2)
+        where = np.stack([queries[linked][query.numpy()], key], axis=-1)  # (l, H, 2)
         self.link_at[at] = np.where(better[..., None], where, self.link_at[at])
 
     def role_scores(self) -> dict[str, np.ndarray | None]:

@@ -23,6 +23,9 @@ are in (every other model has one stack, None).
             gets rows start … start+b−1 of every head, (B, H, b, W), block after block,
             after its `receive` has had the layer's other kinds it asked for; W ≤ S keys
             (a decoder's block stops at its last query: the later keys hold 0)
+    entropy with `rows`: each row's entropy −Σ p ln p too, (B, H, b) float32, handed as
+            `receive_rows(layer, start, rows, entropy)`; recomputed rows take it from their
+            softmax's own sums (`recompute.rows_and_entropy`), no logarithm per cell
 
 The model runs its own attention implementation. With eager attention `probs` is read from
 the attention module; with any other (SDPA, the default) the module keeps none, and
@@ -54,6 +57,7 @@ from attnviz.errors import InputError, UnsupportedModelError
 
 KINDS = ("input", "probs", "output", "residual", "heads", "source")
 ROWS = "rows"  # blocks of probability rows, for a recorder with `receive_rows` (see above)
+ENTROPY = "entropy"  # with ROWS: each row's entropy beside it (see above)
 
 # What an edit is: (layer, W_O input (B, T, H·d_head)) -> the tensor W_O reads instead.
 Edit = Callable[[int, Any], Any]
@@ -113,7 +117,7 @@ def run(
                 "encoder-decoder model (docs/seq2seq.md says what works on it)"
             )
         for layer, kinds in recorder.wants.items():
-            unknown = set(kinds) - {*KINDS, ROWS}
+            unknown = set(kinds) - {*KINDS, ROWS, ENTROPY}
             if unknown:
                 raise ValueError(f"unknown capture kinds {sorted(unknown)}; known: {KINDS}")
             if {"probs", ROWS} <= set(kinds):
@@ -135,7 +139,7 @@ def run(
         takers = [r for r in mine if ROWS in r.wants[layer]]
         for recorder in takers:
             recorder.receive(
-                layer, {kind: got[kind] for kind in recorder.wants[layer] if kind != ROWS}
+                layer, {k: got[k] for k in recorder.wants[layer] if k not in (ROWS, ENTROPY)}
             )
         if wanted[site] & {"probs", ROWS}:
             probabilities.hand_out(site, got, wanted[site], mine)
@@ -188,7 +192,7 @@ class _Probabilities:
     def needs(self, site: Site, kinds: set[str]) -> set[str]:
         """The kinds to hook at `site` for `kinds`: probabilities become the layer's X (and
         cross-attention's source) when they are recomputed; `rows` are cut from `probs`."""
-        needed = set(kinds) - {ROWS}
+        needed = set(kinds) - {ROWS, ENTROPY}
         if kinds & {"probs", ROWS}:
             needed.add("probs")
             if self.recompute:
@@ -207,22 +211,27 @@ class _Probabilities:
 
         layer = site[1]
         takers = [r for r in mine if ROWS in r.wants[layer]]
+        entropy = any(ENTROPY in r.wants[layer] for r in takers)
         if not self.recompute:
             # (B, H, T, S) from the attention module, in float32 whatever the model runs in (a
             # half-precision model's own probabilities, rounded in its dtype)
             whole = got["probs"] = got["probs"].float()
-            found = (
-                (start, whole[:, :, start : start + self.block_rows])
+            found: Any = (
+                (start, part, torch.special.entr(part).sum(dim=-1) if entropy else None)
                 for start in range(0, whole.shape[2], self.block_rows)
+                for part in [whole[:, :, start : start + self.block_rows]]
             )
             keep = None
         else:
             projected = self._project(site, got)
-            found = recompute.blocks(projected, self.block_rows)
+            found = recompute.blocks(projected, self.block_rows, entropy)
             keep = torch.zeros(projected.shape) if "probs" in kinds else None
-        for start, rows in found if takers or keep is not None else ():
+        for start, rows, entropies in found if takers or keep is not None else ():
             for recorder in takers:
-                recorder.receive_rows(layer, start, rows)  # (B, H, b, S)
+                if ENTROPY in recorder.wants[layer]:
+                    recorder.receive_rows(layer, start, rows, entropies)
+                else:
+                    recorder.receive_rows(layer, start, rows)  # (B, H, b, S)
             if keep is not None:  # a decoder's block stops at its last query's key
                 keep[:, :, start : start + rows.shape[2], : rows.shape[3]] = rows
         if keep is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attnviz.core.mha import relative_bias, rms_norm, rope_angles, rotate, visible_keys
 
@@ -37,7 +37,7 @@ BLOCK_ROWS = 256
 class Projected:
     """One layer's queries and keys, every head, ready for blocks of rows."""
 
-    q: torch.Tensor  # (B, H_kv, G, T, d_k): query head h = g·G + j sits at [:, g, j]
+    q: torch.Tensor  # (B, H_kv, G, T, d_k), times the score scale: head g·G + j at [:, g, j]
     k: torch.Tensor  # (B, H_kv, 1, S, d_k)
     weights: LayerWeights
     key_mask: torch.Tensor | None  # (B, S) 1 for real keys
@@ -78,7 +78,8 @@ def project(
         cos, sin = (angle.float() for angle in rope_angles(w.rope, max(length, k.shape[2])))
         q = rotate(q, cos[:length], sin[:length])
         k = rotate(k, cos[: k.shape[2]], sin[: k.shape[2]])
-    q = q.reshape(batch, kv_heads, groups, length, d_k)  # (B, H_kv, G, T, d_k)
+    scale = w.scale if w.scale is not None else 1 / math.sqrt(w.d_k)
+    q = q.reshape(batch, kv_heads, groups, length, d_k) * scale  # (B, H_kv, G, T, d_k)
     k = k[:, :, None]  # (B, H_kv, 1, S, d_k): one key head serves its G query heads
     mask = key_mask.to(torch.bool) if key_mask is not None else None
     if mask is not None and bool(mask.all()):  # no padding: every key is real
@@ -107,43 +108,77 @@ def one_head(weights: LayerWeights, head: int) -> LayerWeights:
 
 
 def probability_rows(layer: Projected, start: int, stop: int) -> torch.Tensor:
-    """The probabilities of query rows start … stop−1 of every head, (B, H, rows, W),
+    """The probabilities of query rows start … start+b−1 of every head, (B, H, rows, W),
     float32; each real row sums to 1 (a row that sees no key is all 0). W is S, or for a
     causal layer with no padding and no window `stop`: the keys after the block's last
     query would all be 0, and are not computed."""
+    return _rows(layer, start, stop, entropy=False)[0]
+
+
+def rows_and_entropy(layer: Projected, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`probability_rows`, and each row's entropy −Σ_k p_k ln p_k in nats, (B, H, rows)
+    float32, taken from the softmax's own terms: with s_k the row's scores less their
+    maximum and Z = Σ_k e^{s_k}, the entropy is ln Z − Σ_k e^{s_k} s_k / Z (two sums of
+    non-negative terms, so no cancellation), one product over the row instead of a
+    logarithm of every probability."""
+    return _rows(layer, start, stop, entropy=True)  # type: ignore[return-value]
+
+
+def _rows(layer: Projected, start: int, stop: int, entropy: bool) -> tuple[Any, Any]:
     import torch
 
     w = layer.weights
     batch, n_heads, _, n_keys = layer.shape
     trimmed = layer.causal and layer.key_mask is None and w.window is None and w.relative is None
     width = min(stop, n_keys) if trimmed else n_keys
-    q = layer.q[:, :, :, start:stop]  # (B, H_kv, G, rows, d_k)
-    scale = w.scale if w.scale is not None else 1 / math.sqrt(w.d_k)
-    scores = (q @ layer.k[..., :width, :].transpose(-2, -1)) * scale  # (B, H_kv, G, rows, W)
+    q = layer.q[:, :, :, start:stop]  # (B, H_kv, G, rows, d_k), already scaled
+    scores = q @ layer.k[..., :width, :].transpose(-2, -1)  # (B, H_kv, G, rows, W)
     scores = scores.view(batch, n_heads, stop - start, width)  # (B, H, rows, W)
     if w.softcap is not None:  # Gemma2 squashes the scores into (−cap, cap)
         scores = w.softcap * torch.tanh(scores / w.softcap)
     if w.relative is not None:  # T5: + B_h by each key's distance from the query
         relative = replace(w.relative, table=w.relative.table.float())
         scores = scores + relative_bias(relative, stop - start, n_keys, start)
-    if trimmed:  # every row sees key 0: only the causal mask, within the block's last keys
-        later = torch.arange(width)[None, :] > torch.arange(start, stop)[:, None]  # (rows, W)
-        scores.masked_fill_(later, float("-inf"))
-        return torch.softmax(scores, dim=-1)
-    allowed = visible_keys(
-        batch, stop - start, layer.key_mask, layer.causal, w.window, n_keys, start
-    )  # (B, rows, S)
-    scores.masked_fill_(~allowed[:, None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)  # (B, H, rows, S)
-    if not bool(allowed.any(dim=-1).all()):
-        probs.nan_to_num_(0.0)  # a row with no visible key (padding) is 0, not NaN
-    return probs
+    # Hidden keys get the lowest finite score, not −inf: e^s is 0 for them all the same,
+    # and s · e^s stays 0 (the entropy's sum) where −inf · 0 would be NaN.
+    hidden = torch.finfo(scores.dtype).min
+    empty = None
+    if trimmed:  # every row sees key 0: only the causal mask, within the block's own keys
+        later = torch.ones(stop - start, width - start, dtype=torch.bool).triu_(1)  # k > i
+        scores[..., start:width].masked_fill_(later, hidden)
+    else:
+        allowed = visible_keys(
+            batch, stop - start, layer.key_mask, layer.causal, w.window, n_keys, start
+        )  # (B, rows, S)
+        scores.masked_fill_(~allowed[:, None], hidden)
+        seen = allowed.any(dim=-1)  # (B, rows): a row of padding sees no key
+        empty = None if bool(seen.all()) else ~seen
+    if entropy:
+        scores.sub_(scores.amax(dim=-1, keepdim=True))  # s ≤ 0, the largest 0
+        probs = torch.exp(scores)
+        total = probs.sum(dim=-1)  # Z ≥ 1
+        found = torch.log(total) - scores.mul_(probs).sum(dim=-1) / total  # the scores spent
+        probs.div_(total[..., None])
+    else:
+        probs, found = torch.softmax(scores, dim=-1), None
+    if empty is not None:  # a row with no visible key is 0, not a uniform row
+        probs.masked_fill_(empty[:, None, :, None], 0.0)
+        if found is not None:
+            found.masked_fill_(empty[:, None, :], 0.0)
+    return probs, found
 
 
-def blocks(layer: Projected, block_rows: int = BLOCK_ROWS) -> Iterator[tuple[int, torch.Tensor]]:
-    """(start, probabilities of rows start … start+block_rows−1) over the layer's queries."""
+def blocks(
+    layer: Projected, block_rows: int = BLOCK_ROWS, entropy: bool = False
+) -> Iterator[tuple[int, torch.Tensor, torch.Tensor | None]]:
+    """(start, probabilities of rows start … start+block_rows−1, their entropies where
+    `entropy` asks for them, else None) over the layer's queries."""
     if block_rows < 1:
         raise ValueError(f"block_rows must be at least 1, not {block_rows}")
     length = layer.shape[2]
     for start in range(0, length, block_rows):
-        yield start, probability_rows(layer, start, min(start + block_rows, length))
+        stop = min(start + block_rows, length)
+        if entropy:
+            yield start, *rows_and_entropy(layer, start, stop)
+        else:
+            yield start, probability_rows(layer, start, stop), None

@@ -213,7 +213,7 @@ class _Streamed:
             stand_in = np.broadcast_to(np.zeros((), np.float32), (len(layers), info.n_heads, n, n))
             texts.append(text_attention(item, info, layers, stand_in))
         self.stats = [HeadStats(att, len(layers), info.n_heads) for att in texts]
-        self.wants = {layer: ("rows",) for layer in layers}
+        self.wants = {layer: ("rows", "entropy") for layer in layers}
         self.firsts = [WindowCells(layers, info.n_heads, 0, min(self.EXAMPLE, len(item)))
                        if self.keeps_example else None for item in batch]  # fmt: skip
         width = max(len(item) for item in batch)
@@ -231,14 +231,14 @@ class _Streamed:
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         return None
 
-    def receive_rows(self, layer: int, start: int, rows: Any) -> None:
+    def receive_rows(self, layer: int, start: int, rows: Any, entropy: Any) -> None:
         for row, stats in enumerate(self.stats):  # rows (B, H, b, W): each text's own
             n = len(stats.att.tokens)
             if start < n:
-                own = rows[row, :, : n - start, :n].numpy()  # (H, b, W)
-                stats.add(start, own, layer)
+                own = rows[row, :, : n - start, :n]  # (H, b, W)
+                stats.add(start, own, layer, entropy[row, :, : n - start])
                 if self.firsts[row] is not None:
-                    self.firsts[row].add(layer, start, own)
+                    self.firsts[row].add(layer, start, own.numpy())
 
 
 def importance_runs(

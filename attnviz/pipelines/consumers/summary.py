@@ -32,10 +32,10 @@ class _Blocks:
 
     def __init__(self, stats: Any, layers: list[int]) -> None:
         self.stats, self.slot = stats, {layer: i for i, layer in enumerate(layers)}
-        self.wants = {layer: ("rows",) for layer in layers}
+        self.wants = {layer: ("rows", "entropy") for layer in layers}
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         return None
 
-    def receive_rows(self, layer: int, start: int, rows: Any) -> None:
-        self.stats.add(start, rows[0].numpy(), self.slot[layer])  # (H, b, S)
+    def receive_rows(self, layer: int, start: int, rows: Any, entropy: Any) -> None:
+        self.stats.add(start, rows[0], self.slot[layer], entropy[0])  # (H, b, S), (H, b)
