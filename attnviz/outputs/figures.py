@@ -346,15 +346,22 @@ def context_line(att: Attention, width_in: float, font_pt: float = 8.0) -> str:
 
 
 def png_bytes(rgba: np.ndarray, dpi: int) -> bytes:
-    """Encode an (height, width, 4) uint8 image as PNG: no row filter, zlib level 1.
+    """Encode an (height, width, 4) uint8 image as PNG: no row filter, deflate level 1.
 
     Twice as fast as Pillow's encoder on these figures: flat colour compresses well without
     filtering, and keeping the (opaque) alpha channel avoids a strided copy. Pixels are exact.
+    Deflated by ISA-L (`isal`) where it is installed, six times as fast as zlib at its fastest
+    level, in smaller files: zlib took half of a 512-token head's frame.
     """
     import struct
     import zlib
 
     import numpy as np
+
+    try:
+        from isal.isal_zlib import compress
+    except ImportError:  # a platform without its wheels: the same stream, slower
+        from zlib import compress
 
     height, width, _ = rgba.shape
     rows = np.empty((height, width * 4 + 1), np.uint8)  # each row: filter byte 0, then RGBA
@@ -371,7 +378,7 @@ def png_bytes(rgba: np.ndarray, dpi: int) -> bytes:
             b"\x89PNG\r\n\x1a\n",
             chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)),
             chunk(b"pHYs", struct.pack(">IIB", per_metre, per_metre, 1)),
-            chunk(b"IDAT", zlib.compress(rows, 1)),
+            chunk(b"IDAT", compress(rows, 1)),
             chunk(b"IEND", b""),
         )
     )
