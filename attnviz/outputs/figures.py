@@ -490,11 +490,17 @@ def _paint_cells(canvas: Any, image: Any) -> bool:
         return False  # the map's under and over colours: matplotlib's business
     cmap = image.get_cmap()
     index = np.minimum((values * data.dtype.type(cmap.N)).astype(np.intp), cmap.N - 1)
-    colours = cmap(index, bytes=True)  # (rows, cols, 4) uint8
-    colours[masked] = cmap(np.array([np.nan]), bytes=True)[0]
+    index[masked] = cmap.N
+    table = np.empty((cmap.N + 1, 4), np.uint8)  # the map's N colours, then its bad one
+    table[:-1] = cmap(np.arange(cmap.N), bytes=True)
+    table[-1] = cmap(np.nan, bytes=True)
+    # a pixel's 4 bytes read as one uint32: one value a pixel to look up and copy
+    colours = table.view(np.uint32)[:, 0][index]  # (rows, cols)
     k = (x1 - x0) // cols
-    pixels = np.asarray(canvas.buffer_rgba())  # (height, width, 4), writable
-    pixels[y0:y1, x0:x1] = colours.repeat(k, axis=0).repeat(k, axis=1)
+    pixels = np.asarray(canvas.buffer_rgba()).view(np.uint32)[..., 0]  # (height, width)
+    # (rows, k, cols, k): splitting axes is always a view, so the writes reach the canvas
+    cells = pixels[y0:y1, x0:x1].reshape(rows, k, cols, k)
+    cells[:] = colours[:, None, :, None]
     return True
 
 
