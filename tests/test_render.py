@@ -180,3 +180,27 @@ def test_every_file_render_writes_is_named_as_a_text_file(tmp_path):
     for fmt in ("png", "svg"):
         written = render.render_text(att, tmp_path, [0, 2], [1, 3], Style(fmt=fmt), query=4)
         assert written and all(TEXT_FILES.fullmatch(path.name) for path in written)
+
+
+def test_a_free_worker_gets_a_task_whose_figure_it_holds(tmp_path):
+    """Workers keep their kind (each figure laid out once), spread kinds nobody holds, and
+    take over another kind only where laying its figure out costs less than waiting."""
+    att = _attention(n_layers=3)
+    made = list(render.tasks(att, tmp_path, [0, 1, 2], [0, 1], Style()))
+
+    def choose(held, holders, seconds=None, kinds=("heads", "layer")):
+        waiting = [task for task in made if task.kind in kinds]
+        task = render._choose(waiting, held, holders, seconds or {})
+        return task and (task.kind, task.layers[0])
+
+    nobody = {"heads": 0, "layer": 0}
+    assert choose(set(), nobody) == ("heads", 0)
+    assert choose(set(), {"heads": 1, "layer": 0}) == ("layer", 0)  # the other kind
+    assert choose({"layer"}, {"heads": 1, "layer": 1}) == ("layer", 0)
+    assert choose({"layer"}, {"heads": 1, "layer": 1}, kinds=("heads", "overview")) == (
+        "overview", 0)  # fmt: skip
+    # 3 heads tasks wait for 1 holder: 3 × 0.1 s there, 0.5 s to lay the figure out here
+    slow = {("heads", False): 0.1, ("heads", True): 0.5}
+    assert choose({"layer"}, {"heads": 1, "layer": 1}, slow, kinds=("heads",)) is None
+    fast = {("heads", False): 0.1, ("heads", True): 0.2}
+    assert choose({"layer"}, {"heads": 1, "layer": 1}, fast, kinds=("heads",)) == ("heads", 0)

@@ -346,15 +346,22 @@ def context_line(att: Attention, width_in: float, font_pt: float = 8.0) -> str:
 
 
 def png_bytes(rgba: np.ndarray, dpi: int) -> bytes:
-    """Encode an (height, width, 4) uint8 image as PNG: no row filter, zlib level 1.
+    """Encode an (height, width, 4) uint8 image as PNG: no row filter, deflate level 1.
 
     Twice as fast as Pillow's encoder on these figures: flat colour compresses well without
     filtering, and keeping the (opaque) alpha channel avoids a strided copy. Pixels are exact.
+    Deflated by ISA-L (`isal`) where it is installed, six times as fast as zlib at its fastest
+    level, in smaller files: zlib took half of a 512-token head's frame.
     """
     import struct
     import zlib
 
     import numpy as np
+
+    try:
+        from isal.isal_zlib import compress
+    except ImportError:  # a platform without its wheels: the same stream, slower
+        from zlib import compress
 
     height, width, _ = rgba.shape
     rows = np.empty((height, width * 4 + 1), np.uint8)  # each row: filter byte 0, then RGBA
@@ -371,7 +378,7 @@ def png_bytes(rgba: np.ndarray, dpi: int) -> bytes:
             b"\x89PNG\r\n\x1a\n",
             chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)),
             chunk(b"pHYs", struct.pack(">IIB", per_metre, per_metre, 1)),
-            chunk(b"IDAT", zlib.compress(rows, 1)),
+            chunk(b"IDAT", compress(rows, 1)),
             chunk(b"IEND", b""),
         )
     )
@@ -478,16 +485,25 @@ def _paint_cells(canvas: Any, image: Any) -> bool:
     if (y1 - y0) % rows or (x1 - x0) % cols or (y1 - y0) // rows != (x1 - x0) // cols:
         return False
     masked = np.isnan(data)
-    values = np.where(masked, data.dtype.type(0), data)
+    values = np.where(masked, data.dtype.type(0), data) if masked.any() else data
     if not (np.isfinite(values).all() and values.min() >= 0 and values.max() <= 1):
         return False  # the map's under and over colours: matplotlib's business
     cmap = image.get_cmap()
-    index = np.minimum((values * data.dtype.type(cmap.N)).astype(np.intp), cmap.N - 1)
-    colours = cmap(index, bytes=True)  # (rows, cols, 4) uint8
-    colours[masked] = cmap(np.array([np.nan]), bytes=True)[0]
+    index = (values * data.dtype.type(cmap.N)).astype(np.int32)  # 0 to N (a value of 1)
+    np.minimum(index, cmap.N - 1, out=index)
+    index[masked] = cmap.N
+    table = np.empty((cmap.N + 1, 4), np.uint8)  # the map's N colours, then its bad one
+    table[:-1] = cmap(np.arange(cmap.N), bytes=True)
+    table[-1] = cmap(np.nan, bytes=True)
+    # a pixel's 4 bytes read as one uint32: one value a pixel to look up and copy
+    colours = table.view(np.uint32)[:, 0][index]  # (rows, cols)
     k = (x1 - x0) // cols
-    pixels = np.asarray(canvas.buffer_rgba())  # (height, width, 4), writable
-    pixels[y0:y1, x0:x1] = colours.repeat(k, axis=0).repeat(k, axis=1)
+    pixels = np.asarray(canvas.buffer_rgba()).view(np.uint32)[..., 0]  # (height, width)
+    # (rows, k, cols × k): splitting an axis is a view, so the writes reach the canvas; each
+    # row of cells widened once, then written k times as whole pixel rows (3× as fast as
+    # broadcasting over both axes)
+    cells = pixels[y0:y1, x0:x1].reshape(rows, k, cols * k)
+    cells[:] = colours.repeat(k, axis=1)[:, None, :]
     return True
 
 
