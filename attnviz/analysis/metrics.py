@@ -157,19 +157,27 @@ class Rows:
         found = self.rows @ torch.from_numpy(table).to(self.rows.dtype)  # (L, H, Q, 8)
         return dict(zip(BY_KEY, found.unbind(-1)))
 
-    def at_offset(self, k: int, keys: np.ndarray | None = None) -> tuple[np.ndarray, int]:
-        """Σ over queries i of a[i + k] (only where `keys` (S,) bool marks key i + k), and
-        how many queries have a key there."""
+    @cached_property
+    def band(self) -> tuple[torch.Tensor, np.ndarray]:
+        """Each row's weights at offsets −LOCAL_WINDOW … LOCAL_WINDOW from its query, (L, H,
+        Q, 2·LOCAL_WINDOW + 1), in one gather (0 where the key is outside the text or the
+        block), and which queries have a key at each offset in the text, (Q, offsets)."""
         import numpy as np
         import torch
 
-        queries = self.queries
-        keep = (queries + k >= 0) & (queries + k < self.n)  # queries that have that key
-        held = keep & (queries + k < self.width)  # and whose key is in the block (else 0)
-        if keys is not None:
-            held &= keys[np.clip(queries + k, 0, self.n - 1)]
-        at = torch.from_numpy(np.flatnonzero(held)), torch.from_numpy(queries[held] + k)
-        return self.summed(self.rows[:, :, at[0], at[1]]), int(keep.sum())  # (L, H), count
+        offsets = np.arange(-LOCAL_WINDOW, LOCAL_WINDOW + 1)
+        keys = self.queries[:, None] + offsets[None, :]  # (Q, offsets)
+        keep = (keys >= 0) & (keys < self.n)  # queries that have that key
+        held = keep & (keys < self.width)  # and whose key is in the block (else 0)
+        rows = torch.arange(self.count)[:, None].expand(keys.shape)  # (Q, offsets)
+        picked = self.rows[:, :, rows, torch.from_numpy(np.where(held, keys, 0))]
+        return picked * torch.from_numpy(held).to(picked.dtype), keep
+
+    def at_offset(self, k: int) -> tuple[np.ndarray, int]:
+        """Σ over queries i of a[i + k], |k| ≤ LOCAL_WINDOW, and how many queries have a key
+        there."""
+        picked, keep = self.band
+        return self.summed(picked[..., k + LOCAL_WINDOW]), int(keep[:, k + LOCAL_WINDOW].sum())
 
     @cached_property
     def content_max(self) -> torch.Tensor:
@@ -226,10 +234,15 @@ def _entropy_norm(r: Rows) -> tuple[np.ndarray, int]:
 
 def _local(r: Rows) -> tuple[np.ndarray, int]:
     """Σ a[j] over the non-special keys within LOCAL_WINDOW of the query: the band's cells,
-    an offset at a time, not the whole row."""
-    content = ~r.key_special
-    bands = [r.at_offset(k, content)[0] for k in range(-LOCAL_WINDOW, LOCAL_WINDOW + 1)]
-    return r.all_queries(sum(bands[1:], bands[0]))
+    not the whole row."""
+    import numpy as np
+    import torch
+
+    picked, _ = r.band  # (L, H, Q, offsets)
+    keys = r.queries[:, None] + np.arange(-LOCAL_WINDOW, LOCAL_WINDOW + 1)[None, :]
+    content = ~r.key_special[np.clip(keys, 0, r.n - 1)]  # (Q, offsets)
+    found = (picked * torch.from_numpy(content).to(picked.dtype)).sum(dim=-1)
+    return r.all_queries(r.summed(found))
 
 
 def _distance(r: Rows) -> tuple[np.ndarray, int]:
@@ -450,7 +463,7 @@ def repeat_sums(att: Attention, start: int, rows: np.ndarray) -> tuple[np.ndarra
         if len(q):
             picked = _cells(rows, q[held] - start, k[held])  # (L, H, P)
             sums[slot] += picked.sum(dim=-1, dtype=torch.float64).numpy()
-            counts[slot] += len(np.unique(q))
+            counts[slot] += np.count_nonzero(np.bincount(q - start))  # queries with a pair
     return sums, counts
 
 

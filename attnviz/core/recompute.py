@@ -131,8 +131,11 @@ def _rows(layer: Projected, start: int, stop: int, entropy: bool) -> tuple[Any, 
     batch, n_heads, _, n_keys = layer.shape
     trimmed = layer.causal and layer.key_mask is None and w.window is None and w.relative is None
     width = min(stop, n_keys) if trimmed else n_keys
-    q = layer.q[:, :, :, start:stop]  # (B, H_kv, G, rows, d_k), already scaled
-    scores = q @ layer.k[..., :width, :].transpose(-2, -1)  # (B, H_kv, G, rows, W)
+    kv_heads = layer.q.shape[1]
+    # a key head's G query heads as one product: (B, H_kv, G·rows, d_k) (a small copy) by its
+    # keys, not the keys broadcast to every query head (a copy of them each block)
+    q = layer.q[:, :, :, start:stop].reshape(batch, kv_heads, -1, w.d_k)  # already scaled
+    scores = q @ layer.k[:, :, 0, :width].transpose(-2, -1)  # (B, H_kv, G·rows, W)
     scores = scores.view(batch, n_heads, stop - start, width)  # (B, H, rows, W)
     if w.softcap is not None:  # Gemma2 squashes the scores into (−cap, cap)
         scores = w.softcap * torch.tanh(scores / w.softcap)
