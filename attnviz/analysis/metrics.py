@@ -20,9 +20,11 @@ metrics (previous, next, self, local, distance) compare positions of two differe
 so they are not measured there; the others are, over the source keys.
 
 Everything is vectorised over layers, heads and queries; a text is summed a block of query
-rows at a time (`row_blocks`: at most BLOCK_FLOATS floats of its attention in float64 at
-once), and a corpus sentence by sentence (`MetricSums`), so memory grows neither with T² nor
-with the corpus.
+rows at a time (`row_blocks`: at most BLOCK_FLOATS weights at once, or the recompute's
+blocks), and a corpus sentence by sentence (`MetricSums`), so memory grows neither with T²
+nor with the corpus. Each row's figure is taken from the block in its own precision
+(float32) by torch, in as few reads of the block as the figures allow (`Rows.by_key`: one
+product for every sum over a set of keys); the rows' figures are summed in float64.
 
 Each metric is one `Metric` in METRICS (its name, its definition and how it is summed);
 adding one is one entry there. Causal models also get two probes on repeated random tokens
@@ -50,8 +52,8 @@ LOCAL_WINDOW = 2
 # `Rows.by_key`'s sums, in the order of its table's columns
 BY_KEY = ("first", "separators", "punctuation", "special", "before", "far_before", "after",
           "far_after")  # fmt: skip
-# A block of query rows holds at most this many weights (8 MiB in float64): what a text's
-# metrics and summary hold at once, whatever its length.
+# A block of query rows holds at most this many weights (4 MiB in float32): what a text's
+# metrics and summary read at once, whatever its length.
 BLOCK_FLOATS = 2**20
 
 

@@ -23,8 +23,8 @@ Each key's mean weight is taken over the non-special queries that can see it (on
 the queries at or after it), so early keys do not win merely by being visible to more queries.
 
 Every number is summed over blocks of query rows (`metrics.row_blocks`, as the head metrics
-are), so the summary holds one block in float64 at a time, never a copy of the whole
-attention.
+are), each block read in place (float32, by torch) and its figures summed in float64, never
+a copy of the whole attention.
 """
 
 from __future__ import annotations
