@@ -160,10 +160,11 @@ class Rows:
         return dict(zip(BY_KEY, found.unbind(-1)))
 
     @cached_property
-    def band(self) -> tuple[torch.Tensor, np.ndarray]:
+    def band(self) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
         """Each row's weights at offsets −LOCAL_WINDOW … LOCAL_WINDOW from its query, (L, H,
         Q, 2·LOCAL_WINDOW + 1), in one gather (0 where the key is outside the text or the
-        block), and which queries have a key at each offset in the text, (Q, offsets)."""
+        block); which queries have a key at each offset in the text, and those keys'
+        positions, (Q, offsets) each."""
         import numpy as np
         import torch
 
@@ -173,12 +174,12 @@ class Rows:
         held = keep & (keys < self.width)  # and whose key is in the block (else 0)
         rows = torch.arange(self.count)[:, None].expand(keys.shape)  # (Q, offsets)
         picked = self.rows[:, :, rows, torch.from_numpy(np.where(held, keys, 0))]
-        return picked * torch.from_numpy(held).to(picked.dtype), keep
+        return picked * torch.from_numpy(held).to(picked.dtype), keep, keys
 
     def at_offset(self, k: int) -> tuple[np.ndarray, int]:
         """Σ over queries i of a[i + k], |k| ≤ LOCAL_WINDOW, and how many queries have a key
         there."""
-        picked, keep = self.band
+        picked, keep, _ = self.band
         return self.summed(picked[..., k + LOCAL_WINDOW]), int(keep[:, k + LOCAL_WINDOW].sum())
 
     @cached_property
@@ -240,8 +241,7 @@ def _local(r: Rows) -> tuple[np.ndarray, int]:
     import numpy as np
     import torch
 
-    picked, _ = r.band  # (L, H, Q, offsets)
-    keys = r.queries[:, None] + np.arange(-LOCAL_WINDOW, LOCAL_WINDOW + 1)[None, :]
+    picked, _, keys = r.band  # (L, H, Q, offsets), (Q, offsets)
     content = ~r.key_special[np.clip(keys, 0, r.n - 1)]  # (Q, offsets)
     found = (picked * torch.from_numpy(content).to(picked.dtype)).sum(dim=-1)
     return r.all_queries(r.summed(found))
@@ -260,10 +260,10 @@ def _distance(r: Rows) -> tuple[np.ndarray, int]:
     queries = torch.from_numpy(r.queries).to(r.rows.dtype)  # (Q,)
     keys = torch.arange(lo, min(hi + 1, r.width), dtype=r.rows.dtype)
     span = r.rows[..., lo : hi + 1]  # (L, H, Q, hi − lo + 1): the block's own span
-    near = (span * (keys[None, :] - queries[:, None]).abs_()).sum(dim=-1)
-    found, by_key = near, r.by_key
-    found = found + (queries - lo) * by_key["before"] + by_key["far_before"]
-    found = found + (hi - queries) * by_key["after"] + by_key["far_after"]
+    found = (span * (keys[None, :] - queries[:, None]).abs_()).sum(dim=-1)
+    by_key = r.by_key
+    found += (queries - lo) * by_key["before"] + by_key["far_before"]
+    found += (hi - queries) * by_key["after"] + by_key["far_after"]
     return r.all_queries(r.summed(found))
 
 
@@ -343,16 +343,11 @@ def is_punctuation(token: str) -> bool:
 
 
 def sentence_sums(
-    att: Attention,
-    rows: Any = None,
-    start: int = 0,
-    block_rows: int | None = None,
-    entropy: Any = None,
+    att: Attention, rows: Any = None, start: int = 0, block_rows: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-head sums of every metric over this text's non-special queries (or those of one
-    block of its rows, as `Rows` takes them, with their `entropy` (L, H, b) where it came with
-    them), and their counts. Without `rows`, the sums of the text's blocks (`row_blocks`,
-    `block_rows` rows each).
+    block of its rows, as `Rows` takes them), and their counts. Without `rows`, the sums of
+    the text's blocks (`row_blocks`, `block_rows` rows each).
 
     Returns sums (M, L, H) and counts (M,) in the order of METRICS.
     """
@@ -363,7 +358,7 @@ def sentence_sums(
         for more, counted in blocks[1:]:
             sums, counts = sums + more, counts + counted
         return sums, counts
-    return metric_sums(Rows(att, rows, start, entropy))
+    return metric_sums(Rows(att, rows, start))
 
 
 def metric_sums(found: Rows) -> tuple[np.ndarray, np.ndarray]:
