@@ -204,3 +204,72 @@ def test_a_free_worker_gets_a_task_whose_figure_it_holds(tmp_path):
     assert choose({"layer"}, {"heads": 1, "layer": 1}, slow, kinds=("heads",)) is None
     fast = {("heads", False): 0.1, ("heads", True): 0.2}
     assert choose({"layer"}, {"heads": 1, "layer": 1}, fast, kinds=("heads",)) == ("heads", 0)
+
+
+@pytest.mark.slow  # seconds of figure work in worker processes
+def test_figures_laid_out_ahead_draw_the_same_bytes(tmp_path):
+    """`prepare` lays out a text's figures in the drawing processes before its weights exist;
+    the text drawn after writes what one process writes, its weights mapped from a file that
+    is gone once the drawing is done."""
+    import tempfile
+    from dataclasses import replace
+    from pathlib import Path
+
+    att = _attention(seed=7, n=9)
+    layers, heads, style = [0, 1, 2], [0, 1, 2, 3], Style()
+    stand_in = np.broadcast_to(np.zeros((), np.float32), att.weights.shape)
+    render.prepare(replace(att, weights=stand_in), heads, style, jobs=2)
+    key, ahead = render._ahead[2]
+    assert key == render.figure_key(att, heads, style)  # the weights are not in the key
+    assert [future.result()[1] for future in ahead] == [{"heads", "layer"}] * 2
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir(), there.mkdir()
+    one = render.render_text(att, here, layers, heads, style, jobs=1)
+    two = render.render_text(att, there, layers, heads, style, jobs=2)
+    assert 2 not in render._ahead  # taken by the drawing
+    assert _files(there, two) == _files(here, one)
+    shared = Path("/dev/shm") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir())
+    assert not list(shared.glob("attnviz-weights-*"))
+
+
+@pytest.mark.slow  # seconds of end-to-end model and figure work
+def test_show_lays_out_its_figures_while_the_model_loads(tiny_model_dirs, tmp_path, monkeypatch):
+    """`show` lays the figures out from the tokens alone, before the weights load, for the
+    very text and view it then draws; not for a view it cannot know yet (--words)."""
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    made: dict[str, list[str]] = {}
+    real_prepare, real_tasks = render.prepare, render.tasks
+
+    def prepare(att, heads, style, jobs, kinds=render.KINDS):
+        made["ahead"].append(render.figure_key(att, heads, style))
+        return real_prepare(att, heads, style, jobs, kinds)
+
+    def tasks(att, folder, layers, heads, style, *rest, **named):
+        made["drawn"].append(render.figure_key(att, heads, style))
+        return real_tasks(att, folder, layers, heads, style, *rest, **named)
+
+    monkeypatch.setattr(render, "prepare", prepare)
+    monkeypatch.setattr(render, "tasks", tasks)
+    cases = [
+        ("bert", [], True),
+        ("bert", ["--pair", "A dog ran.", "-l", "1", "-H", "0"], True),
+        ("gpt2", ["--query", "cat"], True),
+        ("llama", [], True),
+        ("bert", ["--words"], False),
+    ]
+    for arch, extra, ahead in cases:
+        made.update(ahead=[], drawn=[])
+        out = tmp_path / f"{arch}-{len(extra)}"
+        result = CliRunner().invoke(
+            app, ["show", "The cat sat on the mat.", "-m", str(tiny_model_dirs[arch]),
+                  "-o", str(out), "-j", "2", *extra],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert made["drawn"], (arch, extra)
+        if ahead:
+            assert made["ahead"] and made["ahead"][0] == made["drawn"][0], (arch, extra)
+        else:
+            assert not made["ahead"], (arch, extra)

@@ -431,19 +431,25 @@ class _Frames:
             return write_atomic(
                 path, lambda h: self.fig.savefig(h, format=self.style.fmt, dpi=self.style.dpi)
             )
-        if self._background is None:
-            visible = [artist.get_visible() for artist in self.dynamic]
-            for artist in self.dynamic:
-                artist.set_visible(False)
-            self.canvas.draw()
-            self._background = self.canvas.copy_from_bbox(self.fig.bbox)
-            for artist, shown in zip(self.dynamic, visible):
-                artist.set_visible(shown)
+        self.lay_out()
         self.canvas.restore_region(self._background)
         for artist in self.dynamic:
             if id(artist) not in self._heatmaps or not _paint_cells(self.canvas, artist):
                 self.fig.draw_artist(artist)
         return write_atomic(path, self._write_png)
+
+    def lay_out(self) -> None:
+        """Draw what every frame shares (all but the dynamic artists), once: before the first
+        frame, or ahead of it, while there is nothing to draw yet (`render.prepare`)."""
+        if self._background is not None or self.style.fmt != "png":
+            return
+        visible = [artist.get_visible() for artist in self.dynamic]
+        for artist in self.dynamic:
+            artist.set_visible(False)
+        self.canvas.draw()
+        self._background = self.canvas.copy_from_bbox(self.fig.bbox)
+        for artist, shown in zip(self.dynamic, visible):
+            artist.set_visible(shown)
 
     def _write_png(self, handle: Any) -> None:
         _write_canvas_png(self.canvas, self.style.dpi, handle)

@@ -3,13 +3,15 @@
 A text gets an overview, one grid per layer, one figure per head and, with a query, where
 that token looks (`figures` says what each looks like). `render_text` cuts them into tasks:
 the query, the overview, each layer's grid and each layer's heads. A task carries only the
-arrays it draws (one layer's weights, the overview's averaged mosaic, the query's rows), so
-it is cheap to send to a worker process.
+arrays it draws (the overview's averaged mosaic, the query's rows); a layer's weights are
+written once to a file in shared memory (`Shared`), which the worker maps.
 
 Workers are started early on purpose: `show` starts them before it imports torch, so that
 while this process imports torch and transformers and loads the model (one core), they import
-matplotlib and draw a first figure (on the others). A worker keeps the figures of the text
-it is drawing, laid out once, across that text's tasks (blitting, see `figures`), and is
+matplotlib, draw a first figure, then lay out the text's head and layer figures from its
+tokens alone (`prepare`). A worker keeps the figures it laid out, by `figure_key` (what they
+are drawn from, all but the weights), across a text's tasks (blitting, see `figures`). Where
+every worker holds every figure, the tasks are all handed out at once; else a worker is
 handed a task only when it is free: one whose figure it already holds where one is left, so
 that with 2 workers one draws the heads and the other the grids, each laid out once.
 Pools belong to this process (a spawned worker cannot share one with another process); they
@@ -21,6 +23,7 @@ layer's weights pass `MAX_LAYER_BYTES` are drawn in this process, to keep memory
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 from dataclasses import dataclass, replace
@@ -75,6 +78,42 @@ class Task:
     style: Style
     text_key: str  # the same for all tasks of one text: a worker keeps its figures meanwhile
     data: Any = None  # the overview's mosaic, or the query's (position, rows)
+    shared: Shared | None = None  # where a worker maps the weights of `layers` from
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A text's weights in a file in shared memory (/dev/shm where there is one), written once
+    by `share` for the drawing processes, which map the part of a task's layer from it rather
+    than each receive a pickled copy (at 512 tokens 13 MB a layer, sent once for its heads and
+    once for its grid, and copied three times on the way). The file goes with `remove`."""
+
+    path: Path
+    shape: tuple[int, ...]  # (L, H, T, S), C order
+    dtype: str
+    slot: int = 0  # the layer a task maps: `att.slot(layer)`
+
+    @classmethod
+    def share(cls, weights: Any) -> Shared:
+        import tempfile
+
+        import numpy as np
+
+        where = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        handle, name = tempfile.mkstemp(prefix="attnviz-weights-", suffix=".bin", dir=where)
+        with os.fdopen(handle, "wb") as file:
+            np.ascontiguousarray(weights).tofile(file)
+        return cls(Path(name), tuple(weights.shape), str(weights.dtype))
+
+    def mapped(self) -> Any:
+        """Slot `slot`'s weights (1, H, T, S), mapped read-only from the file."""
+        import numpy as np
+
+        size = math.prod(self.shape[1:]) * np.dtype(self.dtype).itemsize
+        return np.memmap(self.path, self.dtype, "r", self.slot * size, (1, *self.shape[1:]))
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def query_file(att: Attention, index: int, ext: str) -> str:
@@ -91,7 +130,40 @@ def head_file(layer: int, head: int, ext: str) -> str:
     return f"layer-{layer:02d}-head-{head:02d}.{ext}"
 
 
-_text_keys = itertools.count()
+def figure_key(att: Attention, heads: list[int], style: Style) -> str:
+    """What a text's head and layer figures are laid out from, as a key: its labels (tokens,
+    words, view, window, pooling, removed heads…), the model's name and whether it is causal
+    (the figures read no other fact of the model), the heads and the style; not the weights,
+    which each frame sets. A worker keeps the figures of one key across tasks, so figures laid
+    out ahead (`prepare`) serve the text whose weights come later."""
+    import hashlib
+    import pickle
+
+    labels = replace(att, weights=None, layers=(), info=None)
+    facts = (labels, att.weights.shape[1:], att.info.name, att.info.causal, tuple(heads), style)
+    return hashlib.sha1(pickle.dumps(facts, protocol=5)).hexdigest()
+
+
+def prepare(att: Attention, heads: list[int], style: Style, jobs: int,
+            kinds: tuple[str, ...] = KINDS) -> None:  # fmt: skip
+    """Have each of the `jobs` drawing processes lay out `att`'s head and layer figures now,
+    before its weights exist (`att` holds its labels; its weights may be a stand-in of their
+    shape): `show` calls it while the model loads, so that drawing starts with the frames. A
+    later `render_text` of a text with the same `figure_key` finds them laid out; of another,
+    lays out its own. Nothing to do with 1 job, or where no figure is kept."""
+    if jobs <= 1 or not set(kinds) & {"heads", "layers"}:
+        return
+    key = figure_key(att, heads, style)
+    labels = replace(att, weights=att.weights[:0])
+    pool = start_workers(jobs)
+    task = Task(-1, "prepare", labels, Path(), [], heads, style, key, kinds)
+    # one each, as a rule (a free process takes the next task); `_hand_out` learns from
+    # them which process holds which figure
+    _ahead[jobs] = (key, [pool.submit(_lay_out, task) for _ in range(jobs)])
+
+
+# The figures being laid out ahead in each pool, by its size: their key and the futures.
+_ahead: dict[int, tuple[str, list[Future]]] = {}
 
 
 def tasks(
@@ -102,13 +174,16 @@ def tasks(
     style: Style,
     kinds: tuple[str, ...] = KINDS,
     query: int | None = None,
+    shared: Shared | None = None,
 ) -> Iterator[Task]:
     """One text's figures as tasks, the most work first: each layer's heads, each layer's grid,
     the overview, the query. A generator: the overview's mosaic and the query's rows are
-    computed while workers draw the first tasks. `Task.rank` gives the order of the files."""
+    computed while workers draw the first tasks. `Task.rank` gives the order of the files.
+    With `shared` (`att`'s weights in shared memory), a layer's tasks carry no weights: the
+    worker maps them."""
     from attnviz.outputs.figures import overview_mosaic, query_rows
 
-    key = f"{os.getpid()}-{next(_text_keys)}"
+    key = figure_key(att, heads, style)
     labels = replace(att, weights=att.weights[:0], layers=())  # tokens and names, no weights
     rank = itertools.count()
     query_rank, overview_rank = next(rank), next(rank)
@@ -116,14 +191,20 @@ def tasks(
     head_ranks = {layer: next(rank) for layer in layers}
 
     def one(layer: int) -> Attention:  # one layer's weights: a view here, a copy in a worker
+        if shared is not None:  # mapped in the worker (`_draw_timed`)
+            return replace(att, weights=att.weights[:0], layers=(layer,))
         return replace(att, weights=att.weights[att.slot(layer)][None], layers=(layer,))
+
+    def task(rank: int, kind: str, layer: int) -> Task:
+        return Task(rank, kind, one(layer), folder, [layer], heads, style, key, None,
+                    shared and replace(shared, slot=att.slot(layer)))  # fmt: skip
 
     if "heads" in kinds:
         for layer in layers:
-            yield Task(head_ranks[layer], "heads", one(layer), folder, [layer], heads, style, key)
+            yield task(head_ranks[layer], "heads", layer)
     if "layers" in kinds and not att.per_layer:  # one map a layer: the "heads" figures
         for layer in layers:
-            yield Task(grid_ranks[layer], "layer", one(layer), folder, [layer], heads, style, key)
+            yield task(grid_ranks[layer], "layer", layer)
     if "overview" in kinds:
         mosaic = overview_mosaic(att, layers, heads, style.dpi)
         yield Task(overview_rank, "overview", labels, folder, layers, heads, style, key, mosaic)
@@ -150,9 +231,9 @@ def render_text(
     that many worker processes (started now if `start_workers` did not), unless one layer's
     weights are over `MAX_LAYER_BYTES`.
     """
-    todo = tasks(att, folder, layers, heads, style, kinds, query)  # made as they are drawn
     done: list[tuple[int, list[Path]]] = []
     if jobs <= 1 or att.weights[0].nbytes > MAX_LAYER_BYTES:
+        todo = tasks(att, folder, layers, heads, style, kinds, query)  # made as they are drawn
         try:
             done = [(task.rank, draw(task)) for task in todo]
         finally:
@@ -160,7 +241,9 @@ def render_text(
     else:
         pool = start_workers(jobs)
         futures: dict[Future, Any] = {}
+        shared = Shared.share(att.weights)
         try:
+            todo = tasks(att, folder, layers, heads, style, kinds, query, shared)
             done = _hand_out(pool, jobs, todo, futures)
         except BaseException as error:
             for future in futures:
@@ -174,6 +257,8 @@ def render_text(
                     "try again with --jobs 1"
                 ) from None
             raise
+        finally:
+            shared.remove()  # a process still drawing keeps its mapping
     return [path for _, paths in sorted(done, key=lambda item: item[0]) for path in paths]
 
 
@@ -185,7 +270,8 @@ NAP_S = 0.02  # a worker with nothing worth drawing yet waits this long, then is
 def _hand_out(
     pool: ProcessPoolExecutor, jobs: int, todo: Iterator[Task], running: dict[Future, Any]
 ) -> list[tuple[int, list[Path]]]:
-    """Draw `todo` in the pool's `jobs` processes, handing a process its next task only when
+    """Draw `todo` in the pool's `jobs` processes. Where each holds every figure already
+    (`prepare`), all at once; else handing a process its next task only when
     it has finished one (each holds one task, or a nap, at a time, so what is handed out goes
     to the process that just finished, unless two finish at once), so that each figure of a
     text is laid out in as few processes as keep them all busy: at 512 tokens a head figure
@@ -201,8 +287,21 @@ def _hand_out(
         if task.kind != "heads":
             break
     holds: dict[int, set[str]] = {}  # worker's pid -> the kinds whose figure it holds
+    key, ahead = _ahead.pop(jobs, (None, []))
+    for future in ahead if waiting and waiting[0].text_key == key else ():
+        worker, kinds = future.result()  # laid out ahead: queued before these tasks
+        holds.setdefault(worker, set()).update(kinds)
     seconds: dict[tuple[str, bool], float] = {}  # (kind, laid out anew) -> a task's seconds
     done: list[tuple[int, list[Path]]] = []
+    if len(holds) == jobs and all(kinds >= set(FIGURE_OF) for kinds in holds.values()):
+        # every process holds every figure: any may take any task, so the pool's own queue
+        # hands them out, sending the next ones while the first are drawn
+        for task in itertools.chain(waiting, todo):
+            running[pool.submit(_draw_timed, task)] = (task, False)
+        for future in list(running):
+            task, _ = running.pop(future)
+            done.append((task.rank, future.result()[3]))
+        return done
 
     def hand(held: set[str]) -> None:
         holders = {kind: sum(kind in kinds for kinds in holds.values()) for kind in FIGURE_OF}
@@ -276,6 +375,8 @@ def _draw_timed(task: Task | None) -> tuple[int, bool, float, list[Path]]:
     if task is None:
         time.sleep(NAP_S)
         return os.getpid(), False, 0.0, []
+    if task.shared is not None:
+        task = replace(task, att=replace(task.att, weights=task.shared.mapped()), shared=None)
     figure = FIGURE_OF.get(task.kind)
     laid_out = figure is not None and (_held.get("text") != task.text_key or figure not in _held)
     paths = draw(task)
@@ -284,6 +385,24 @@ def _draw_timed(task: Task | None) -> tuple[int, bool, float, list[Path]]:
 
 # This process's figures of the text it is drawing (in a worker, or here with jobs=1).
 _held: dict[str, Any] = {}
+
+
+def _lay_out(task: Task) -> tuple[int, set[str]]:
+    """In a worker: lay out the figures of `task` (kind "prepare", its `data` the kinds of
+    figure), kept as a text's figures are kept, unless they already are; return this
+    process's id and the task kinds whose figure it now holds."""
+    from attnviz.outputs import figures
+
+    if _held.get("text") != task.text_key:
+        _forget()
+        _held["text"] = task.text_key
+    if "heads" in task.data and "head" not in _held:
+        _held["head"] = figures.HeadFigure(task.att, task.style)
+        _held["head"].frames.lay_out()
+    if "layers" in task.data and not task.att.per_layer and "layer" not in _held:
+        _held["layer"] = figures.LayerFigure(task.att, task.heads, task.style)
+        _held["layer"].frames.lay_out()
+    return os.getpid(), {kind for kind, figure in FIGURE_OF.items() if figure in _held}
 
 
 def draw(task: Task) -> list[Path]:

@@ -16,10 +16,17 @@ if TYPE_CHECKING:
 
 class Images(Consumer):
     def early(self, model: Model) -> None:
-        if self.request.jobs > 1:
-            from attnviz.outputs.render import start_workers
+        """Start the drawing processes: they import matplotlib while torch loads, then lay
+        out the text's figures from its tokens alone, where the figures will be of the text
+        as read (not pooled, windowed, or another view: those are laid out when drawn)."""
+        if self.request.jobs <= 1:
+            return
+        from attnviz.outputs.render import prepare, start_workers
 
-            start_workers(self.request.jobs)  # they import matplotlib while torch loads
+        start_workers(self.request.jobs)
+        ahead = _labels_ahead(self.request, model)
+        if ahead is not None:
+            prepare(*ahead, self.request.jobs)
 
     def write(self, run: Run, folder: Path) -> None:
         from attnviz.outputs.render import render_text, stop_workers
@@ -41,6 +48,40 @@ class Images(Consumer):
         except KeyboardInterrupt:
             stop_workers()  # the drawing processes finish what they started, then stop
             raise _interrupted(folder) from None
+
+
+def _labels_ahead(request: Any, model: Model) -> tuple[Any, list[int], Any] | None:
+    """The text's Attention with no weights (a stand-in of their shape), its heads and style,
+    from the model's files and tokenizer before the weights load, where the figures will
+    draw the text as read: the weights of a short text (nothing pooled or streamed), no
+    window, word view, hidden special tokens, removed heads or other measure; else None."""
+    import numpy as np
+
+    from attnviz.core import memory
+    from attnviz.core.extract import text_attention
+    from attnviz.core.models import describe
+    from attnviz.core.tokens import encode_with
+    from attnviz.outputs.figures import Style
+    from attnviz.pipelines.views import Views
+
+    r = request
+    plain = r.measure == "weights" and not (r.words or r.hide_special or r.ablate or r.window)
+    spec = describe(model.name) if plain else None
+    if spec is None or spec.seq2seq or spec.tokenizer_file is None or spec.max_tokens is None:
+        return None
+    encoded = encode_with(model.tokenizer(), spec, r.text, r.truncate, r.pair)
+    layers = spec.pick_layers(list(r.layers) if r.layers else None)
+    heads = spec.pick_heads(list(r.heads) if r.heads else None)
+    n, asked = len(encoded), memory.Asked.of(r)
+    held = spec.n_heads * n * n * memory.FLOAT
+    if (
+        memory.streams(spec.n_layers, spec.n_heads, n, asked)
+        or Views.image_pool_size(len(layers), spec.n_heads, n, n) > 1
+        or held > memory.MAX_LAYER_BYTES  # drawn in this process
+    ):
+        return None
+    stand_in = np.broadcast_to(np.zeros((), np.float32), (len(layers), spec.n_heads, n, n))
+    return text_attention(encoded, spec, layers, stand_in), heads, r.style or Style()
 
 
 def _inside(index: int, window: Any) -> bool:
