@@ -207,14 +207,15 @@ def test_a_free_worker_gets_a_task_whose_figure_it_holds(tmp_path):
 
 
 @pytest.mark.slow  # seconds of figure work in worker processes
-def test_figures_laid_out_ahead_draw_the_same_bytes(tmp_path):
+def test_figures_laid_out_ahead_draw_the_same_bytes(tmp_path, monkeypatch):
     """`prepare` lays out a text's figures in the drawing processes before its weights exist;
     the text drawn after writes what one process writes, its weights mapped from a file that
     is gone once the drawing is done."""
-    import tempfile
     from dataclasses import replace
-    from pathlib import Path
 
+    shared = []
+    share = render.Shared.share
+    monkeypatch.setattr(render.Shared, "share", lambda w: shared.append(share(w)) or shared[-1])
     att = _attention(seed=7, n=9)
     layers, heads, style = [0, 1, 2], [0, 1, 2, 3], Style()
     stand_in = np.broadcast_to(np.zeros((), np.float32), att.weights.shape)
@@ -228,8 +229,8 @@ def test_figures_laid_out_ahead_draw_the_same_bytes(tmp_path):
     two = render.render_text(att, there, layers, heads, style, jobs=2)
     assert 2 not in render._ahead  # taken by the drawing
     assert _files(there, two) == _files(here, one)
-    shared = Path("/dev/shm") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir())
-    assert not list(shared.glob("attnviz-weights-*"))
+    assert len(shared) == 1 and shared[0].path.name.startswith("attnviz-weights-")
+    assert not shared[0].path.exists()
 
 
 @pytest.mark.slow  # seconds of end-to-end model and figure work
@@ -273,3 +274,22 @@ def test_show_lays_out_its_figures_while_the_model_loads(tiny_model_dirs, tmp_pa
             assert made["ahead"] and made["ahead"][0] == made["drawn"][0], (arch, extra)
         else:
             assert not made["ahead"], (arch, extra)
+
+
+@pytest.mark.slow  # seconds of figure work in worker processes
+def test_without_shared_memory_the_tasks_carry_the_weights(tmp_path, monkeypatch):
+    """Where the weights' file cannot be written (a container's small /dev/shm), the tasks
+    carry copies as before, and the files are the same."""
+    import tempfile
+
+    def no_room(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    att = _attention(seed=3, n=8)
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir(), there.mkdir()
+    one = render.render_text(att, here, [0, 1], [0, 1], Style(), jobs=1)
+    monkeypatch.setattr(tempfile, "mkstemp", no_room)
+    assert render.Shared.share(att.weights) is None
+    two = render.render_text(att, there, [0, 1], [0, 1], Style(), jobs=2)
+    assert _files(there, two) == _files(here, one)

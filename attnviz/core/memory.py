@@ -44,8 +44,9 @@ BLOCKS = 64 * MiB
 # ALTI's blocks of (query, key, d_model) floats (`analysis.contributions.BLOCK_FLOATS`, 2^22)
 # and their temporaries, three at once.
 ALTI_BLOCKS = 3 * 2**22 * 4
-# One layer's weights up to this size are sent to the drawing processes (each holds a copy);
-# a larger layer is drawn in the process that holds it (`outputs.render` reads it here).
+# One layer's weights up to this size are drawn by the drawing processes (each maps it from a
+# shared file, or holds a copy); a larger layer is drawn in the process that holds it
+# (`outputs.render` reads it here).
 MAX_LAYER_BYTES = 64 * MiB
 FLOAT = 4  # bytes: attention is held in float32
 # Above this much attention held whole (the chosen layers' maps of one text), `show` holds
@@ -133,7 +134,10 @@ def estimate(
     if asked.images:
         layer = h * grid
         workers = asked.jobs if asked.jobs > 1 and layer <= MAX_LAYER_BYTES else 0
-        drawing = workers * (WORKER + 2 * layer) if workers else WORKER + layer
+        # with workers, the chosen layers' weights also lie in a file in shared memory while
+        # they draw (outputs.render.Shared), each worker with a layer or two of it mapped
+        shared = held // b  # one text's maps
+        drawing = workers * (WORKER + 2 * layer) + shared if workers else WORKER + layer
     total = RUNTIME + weights + BLOCKS + attention + transient + drawing
     return Estimate(total, attention)
 

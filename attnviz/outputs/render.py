@@ -4,7 +4,8 @@ A text gets an overview, one grid per layer, one figure per head and, with a que
 that token looks (`figures` says what each looks like). `render_text` cuts them into tasks:
 the query, the overview, each layer's grid and each layer's heads. A task carries only the
 arrays it draws (the overview's averaged mosaic, the query's rows); a layer's weights are
-written once to a file in shared memory (`Shared`), which the worker maps.
+written once to a file in shared memory (`Shared`), which the worker maps (or, where that
+file cannot be written, sent with the task).
 
 Workers are started early on purpose: `show` starts them before it imports torch, so that
 while this process imports torch and transformers and loads the model (one core), they import
@@ -94,15 +95,23 @@ class Shared:
     slot: int = 0  # the layer a task maps: `att.slot(layer)`
 
     @classmethod
-    def share(cls, weights: Any) -> Shared:
+    def share(cls, weights: Any) -> Shared | None:
+        """`weights` written to a new file, or None where it cannot be written (a container's
+        /dev/shm is 64 MB unless told otherwise): the tasks then carry copies."""
         import tempfile
 
         import numpy as np
 
         where = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        handle, name = tempfile.mkstemp(prefix="attnviz-weights-", suffix=".bin", dir=where)
-        with os.fdopen(handle, "wb") as file:
-            np.ascontiguousarray(weights).tofile(file)
+        name = None
+        try:
+            handle, name = tempfile.mkstemp(prefix="attnviz-weights-", suffix=".bin", dir=where)
+            with os.fdopen(handle, "wb") as file:
+                np.ascontiguousarray(weights).tofile(file)
+        except OSError:
+            if name is not None:
+                Path(name).unlink(missing_ok=True)
+            return None
         return cls(Path(name), tuple(weights.shape), str(weights.dtype))
 
     def mapped(self) -> Any:
@@ -258,7 +267,8 @@ def render_text(
                 ) from None
             raise
         finally:
-            shared.remove()  # a process still drawing keeps its mapping
+            if shared is not None:
+                shared.remove()  # a process still drawing keeps its mapping
     return [path for _, paths in sorted(done, key=lambda item: item[0]) for path in paths]
 
 
