@@ -503,6 +503,7 @@ def _warm_up(parent: int) -> None:
     leave if the `parent` process dies (even before this runs), import matplotlib, load its
     fonts and draw a small figure, so the first real one is fast; then freeze what is alive,
     so a collection per text costs little."""
+    import atexit
     import gc
     import signal
     import threading
@@ -525,6 +526,9 @@ def _warm_up(parent: int) -> None:
     FigureCanvasAgg(fig).draw()
     gc.collect()
     gc.freeze()
+    # Leaving, skip the interpreter's teardown (freeing matplotlib's objects one by one, most
+    # of the time `stop_workers` waits for): multiprocessing has run its own clean-ups by then.
+    atexit.register(os._exit, 0)
 
 
 def _exit_with(parent: int) -> None:
