@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -181,13 +182,9 @@ class ModelSpec(_HeadRanges, _Stacks):
         """Tokens of each text (or (text, pair)) with the special tokens the model adds, and a
         decoder's BOS where attnviz puts it first (`core.tokens.encode`); the model must have
         a tokenizer.json."""
-        from tokenizers import Tokenizer
-
         assert self.tokenizer_file is not None
-        tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
-        tokenizer.no_truncation()
-        tokenizer.no_padding()
-        found = tokenizer.encode_batch(texts)
+        path = str(self.tokenizer_file)
+        found = _counting_tokenizer(path, os.stat(path).st_mtime_ns).encode_batch(texts)
         bos = self.bos_id if self.causal else None
         return [len(e.ids) + (bos is not None and e.ids[:1] != [bos]) for e in found]
 
@@ -198,6 +195,19 @@ class ModelSpec(_HeadRanges, _Stacks):
         n_tokens = self.count_tokens(text)
         if n_tokens is not None and n_tokens > self.max_tokens:
             raise too_long(n_tokens, self.max_tokens)
+
+
+@functools.lru_cache(maxsize=4)
+def _counting_tokenizer(path: str, modified: int) -> Any:
+    """tokenizer.json at `path` as it was at `modified` (ns), loaded once a process (the
+    refusals before loading count a text's tokens more than once): no truncation, no
+    padding."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(path)
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
 
 
 def too_long(n_tokens: int, limit: int) -> TextTooLongError:

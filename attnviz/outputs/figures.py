@@ -491,13 +491,16 @@ def _paint_cells(canvas: Any, image: Any) -> bool:
     if (y1 - y0) % rows or (x1 - x0) % cols or (y1 - y0) // rows != (x1 - x0) // cols:
         return False
     masked = np.isnan(data)
-    values = np.where(masked, data.dtype.type(0), data) if masked.any() else data
-    if not (np.isfinite(values).all() and values.min() >= 0 and values.max() <= 1):
+    some = bool(masked.any())
+    values = np.where(masked, data.dtype.type(0), data) if some else data
+    # (an infinity fails these too)
+    if not (values.min() >= 0 and values.max() <= 1):
         return False  # the map's under and over colours: matplotlib's business
     cmap = image.get_cmap()
     index = (values * data.dtype.type(cmap.N)).astype(np.int32)  # 0 to N (a value of 1)
     np.minimum(index, cmap.N - 1, out=index)
-    index[masked] = cmap.N
+    if some:
+        index[masked] = cmap.N
     table = np.empty((cmap.N + 1, 4), np.uint8)  # the map's N colours, then its bad one
     table[:-1] = cmap(np.arange(cmap.N), bytes=True)
     table[-1] = cmap(np.nan, bytes=True)
