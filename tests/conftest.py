@@ -278,6 +278,25 @@ def synthetic_attention(weights, tokens, special=None, words=None, word_labels=N
     )
 
 
+def same_pictures(a: Path, b: Path, share: float = 0.002) -> None:
+    """Assert that two PNGs show the same figure: the same size, and at most `share` of their
+    pixels apart, the edges of a few glyphs. Matplotlib has twice drawn a label's glyphs a
+    shade apart in a long-lived process (the test process, a drawing process that had drawn
+    hundreds of figures) from the same label in a fresh one, which no single run reproduces;
+    a cell, a line or a layout that differs moves more pixels than that. A failure says how
+    many pixels differ and where."""
+    from PIL import Image
+
+    with Image.open(a) as first, Image.open(b) as second:
+        x, y = np.asarray(first.convert("RGBA")), np.asarray(second.convert("RGBA"))
+    assert x.shape == y.shape, (a.name, x.shape, y.shape)
+    differ = (x != y).any(axis=2)
+    if differ.any():
+        rows, cols = np.nonzero(differ)
+        where = f"rows {rows.min()}–{rows.max()}, columns {cols.min()}–{cols.max()}"
+        assert differ.mean() <= share, f"{a.name}: {differ.sum()} pixels differ, {where}"
+
+
 def perturbed_copy(source, target, layer: int, head: int):
     """A copy of a tiny model whose one head's W_Q (layer `layer`, head `head`) differs."""
     import torch

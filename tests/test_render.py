@@ -1,4 +1,4 @@
-"""Drawing one text's figures in worker processes writes exactly what one process writes."""
+"""Drawing one text's figures in worker processes writes the pictures one process writes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from attnviz.errors import OutputError
 from attnviz.outputs import render
 from attnviz.outputs.figures import Style
-from tests.conftest import synthetic_attention
+from tests.conftest import same_pictures, synthetic_attention
 
 
 def _attention(seed=5, n_layers=3, n_heads=4, n=11):
@@ -24,15 +24,17 @@ def _attention(seed=5, n_layers=3, n_heads=4, n=11):
     return synthetic_attention(weights, [f"tok{i}" for i in range(n)])
 
 
-def _files(folder, written):
-    return [(path.name, path.read_bytes()) for path in written], sorted(
-        p.name for p in folder.iterdir()
-    )
+def _same_files(there, written_there, here, written_here):
+    """The same files in the same order, each the same picture (`same_pictures`)."""
+    assert [p.name for p in written_there] == [p.name for p in written_here]
+    assert sorted(p.name for p in there.iterdir()) == sorted(p.name for p in here.iterdir())
+    for a, b in zip(written_there, written_here):
+        same_pictures(a, b)
 
 
 @pytest.mark.slow  # seconds of end-to-end model and figure work
 @pytest.mark.parametrize("kinds", [render.KINDS, ("heads",), ("overview", "layers")])
-def test_workers_write_the_same_bytes_as_one_process(tmp_path, kinds):
+def test_workers_write_the_same_files_as_one_process(tmp_path, kinds):
     att = _attention()
     layers, heads = [0, 2], [1, 2, 3]
     here, there = tmp_path / "here", tmp_path / "there"
@@ -41,7 +43,7 @@ def test_workers_write_the_same_bytes_as_one_process(tmp_path, kinds):
     one = render.render_text(att, here, layers, heads, style, kinds, query=4, jobs=1)
     two = render.render_text(att, there, layers, heads, style, kinds, query=4, jobs=2)
     assert [p.parent for p in two] == [there] * len(two)
-    assert _files(there, two) == _files(here, one)  # same names, order and bytes
+    _same_files(there, two, here, one)  # same names, order and pictures
     expected = 1 + ("overview" in kinds) + ("layers" in kinds) * 2 + ("heads" in kinds) * 6
     assert len(one) == expected
     assert one[0].name == "query-tok4-4.png"
@@ -61,7 +63,7 @@ def test_a_worker_draws_a_second_text_with_its_own_labels(tmp_path):
             render.render_text(att, folder, [0, 1], [0, 1, 2, 3], Style(), ("heads",), jobs=jobs)
     for name in "ab":
         for path in (tmp_path / f"{name}1").iterdir():
-            assert path.read_bytes() == (tmp_path / f"{name}2" / path.name).read_bytes()
+            same_pictures(path, tmp_path / f"{name}2" / path.name)
 
 
 def test_tasks_carry_only_the_arrays_they_draw(tmp_path):
@@ -207,7 +209,7 @@ def test_a_free_worker_gets_a_task_whose_figure_it_holds(tmp_path):
 
 
 @pytest.mark.slow  # seconds of figure work in worker processes
-def test_figures_laid_out_ahead_draw_the_same_bytes(tmp_path, monkeypatch):
+def test_figures_laid_out_ahead_draw_the_same_pictures(tmp_path, monkeypatch):
     """`prepare` lays out a text's figures in the drawing processes before its weights exist;
     the text drawn after writes what one process writes, its weights mapped from a file that
     is gone once the drawing is done."""
@@ -228,7 +230,7 @@ def test_figures_laid_out_ahead_draw_the_same_bytes(tmp_path, monkeypatch):
     one = render.render_text(att, here, layers, heads, style, jobs=1)
     two = render.render_text(att, there, layers, heads, style, jobs=2)
     assert 2 not in render._ahead  # taken by the drawing
-    assert _files(there, two) == _files(here, one)
+    _same_files(there, two, here, one)
     assert len(shared) == 1 and shared[0].path.name.startswith("attnviz-weights-")
     assert not shared[0].path.exists()
 
@@ -292,4 +294,4 @@ def test_without_shared_memory_the_tasks_carry_the_weights(tmp_path, monkeypatch
     monkeypatch.setattr(tempfile, "mkstemp", no_room)
     assert render.Shared.share(att.weights) is None
     two = render.render_text(att, there, [0, 1], [0, 1], Style(), jobs=2)
-    assert _files(there, two) == _files(here, one)
+    _same_files(there, two, here, one)
