@@ -36,7 +36,6 @@ from attnviz.analysis.metrics import (
     METRICS,
     PROBES,
     Rows,
-    as_tensor,
     metric_sums,
     repeat_means,
     repeat_sums,
@@ -229,7 +228,6 @@ class HeadStats:
             rows = rows[None]
             entropy = None if entropy is None else entropy[None]
         at = slice(None) if slot is None else slice(slot, slot + 1)
-        rows = as_tensor(rows)
         found = Rows(self.att, rows, start, entropy)  # the block's non-special query rows
         sums, counts = metric_sums(found)  # (M, l, H), (M,)
         self.metric_sums[:, at] += sums

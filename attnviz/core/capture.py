@@ -101,11 +101,17 @@ def run(
     Without `lm_head` only the base model runs (no logits over the vocabulary); with it, the
     whole model, for callers that need the loss. `edit` replaces each layer's W_O input as
     the model runs; `gradients` runs with autograd on (for gates inside `edit`); `block_rows`
-    is how many query rows each block of recomputed probabilities holds.
+    is how many query rows each block of recomputed probabilities holds: given, the run is a
+    streamed one (`memory.stream_rows`), whose freed blocks the allocator keeps for the next
+    (`memory.reuse_freed_blocks`).
     """
     import torch
 
+    from attnviz.core import memory
     from attnviz.core.recompute import BLOCK_ROWS
+
+    if block_rows is not None:
+        memory.reuse_freed_blocks()
 
     model = loaded.model
     stacks = adapters.stacks_of(model)

@@ -159,8 +159,11 @@ def prepare(att: Attention, heads: list[int], style: Style, jobs: int,
     before its weights exist (`att` holds its labels; its weights may be a stand-in of their
     shape): `show` calls it while the model loads, so that drawing starts with the frames. A
     later `render_text` of a text with the same `figure_key` finds them laid out; of another,
-    lays out its own. Nothing to do with 1 job, or where no figure is kept."""
+    lays out its own. Nothing to do with 1 job, where no figure is kept, or where a layer's
+    weights are over `MAX_LAYER_BYTES` (drawn in this process)."""
     if jobs <= 1 or not set(kinds) & {"heads", "layers"}:
+        return
+    if att.weights[0].nbytes > MAX_LAYER_BYTES:
         return
     key = figure_key(att, heads, style)
     labels = replace(att, weights=att.weights[:0])

@@ -218,7 +218,6 @@ class _Streamed:
                        if self.keeps_example else None for item in batch]  # fmt: skip
         width = max(len(item) for item in batch)
         block = memory.stream_rows(info.n_heads * len(batch), width)
-        memory.reuse_freed_blocks()
         capture.run(loaded, pad(loaded, batch), [*recorders, self], block_rows=block)
         return texts
 

@@ -86,7 +86,6 @@ class OneStack:
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
         recorders += run.views.recorders(n)
         block = memory.stream_rows(loaded.info.n_heads, n)
-        memory.reuse_freed_blocks()
         capture.run(loaded, pad(loaded, [run.encoded]), recorders, block_rows=block)
         return run
 

@@ -26,6 +26,15 @@ IMAGE_CELLS = 64 * 2**20
 PAGE_CELLS = 20 * 2**20
 
 
+def image_pool_size(n_layers: int, n_heads: int, n: int, n_keys: int) -> int:
+    """How many cells a cell of the figures pools along each axis: 1 while every head's map
+    fits within IMAGE_CELLS (and MAX_SIDE a side)."""
+    from attnviz.analysis.pooling import MAX_SIDE, pool_size
+
+    side = max(1, math.isqrt(IMAGE_CELLS // max(1, n_layers * n_heads)))
+    return pool_size(n, n_keys, min(side, MAX_SIDE))
+
+
 def page_pool_size(n_layers: int, n_heads: int, n: int, n_keys: int) -> int:
     """How many cells a cell of the page pools along each axis: 1 while every head's map fits
     within PAGE_CELLS (and MAX_SIDE a side)."""
@@ -47,7 +56,7 @@ class Views:
         r = run.request
         self.how, self.causal = r.pool, run.loaded.info.causal
         self.layers, self.n_heads = run.layers, run.loaded.info.n_heads
-        self.image_size = self.image_pool_size(len(run.layers), self.n_heads, n, n_keys)
+        self.image_size = image_pool_size(len(run.layers), self.n_heads, n, n_keys)
         size = page_pool_size(len(run.layers), self.n_heads, n, n_keys)
         self.page_size = size if r.html else None
         self.span = r.window
@@ -59,15 +68,6 @@ class Views:
             check_window(*self.span, n)
         self.pooled: dict[int, Any] = {}  # size -> analysis.pooling.Pooled
         self.cells: Any = None  # analysis.window.WindowCells
-
-    @staticmethod
-    def image_pool_size(n_layers: int, n_heads: int, n: int, n_keys: int) -> int:
-        """How many cells a cell of the figures pools along each axis: 1 while every head's
-        map fits within IMAGE_CELLS (and MAX_SIDE a side)."""
-        from attnviz.analysis.pooling import MAX_SIDE, pool_size
-
-        side = max(1, math.isqrt(IMAGE_CELLS // max(1, n_layers * n_heads)))
-        return pool_size(n, n_keys, min(side, MAX_SIDE))
 
     def recorders(self, n: int) -> list[Any]:
         """A streamed run's recorders: the pooled maps of each size asked for, the window."""

@@ -62,7 +62,7 @@ def _labels_ahead(request: Any, model: Model) -> tuple[Any, list[int], Any] | No
     from attnviz.core.models import describe
     from attnviz.core.tokens import encode_with
     from attnviz.outputs.figures import Style
-    from attnviz.pipelines.views import Views
+    from attnviz.pipelines.views import image_pool_size
 
     r = request
     plain = r.measure == "weights" and not (r.words or r.hide_special or r.ablate or r.window)
@@ -72,12 +72,10 @@ def _labels_ahead(request: Any, model: Model) -> tuple[Any, list[int], Any] | No
     encoded = encode_with(model.tokenizer(), spec, r.text, r.truncate, r.pair)
     layers = spec.pick_layers(list(r.layers) if r.layers else None)
     heads = spec.pick_heads(list(r.heads) if r.heads else None)
-    n, asked = len(encoded), memory.Asked.of(r)
-    held = spec.n_heads * n * n * memory.FLOAT
+    n = len(encoded)
     if (
-        memory.streams(spec.n_layers, spec.n_heads, n, asked)
-        or Views.image_pool_size(len(layers), spec.n_heads, n, n) > 1
-        or held > memory.MAX_LAYER_BYTES  # drawn in this process
+        memory.streams(spec.n_layers, spec.n_heads, n, memory.Asked.of(r))
+        or image_pool_size(len(layers), spec.n_heads, n, n) > 1
     ):
         return None
     stand_in = np.broadcast_to(np.zeros((), np.float32), (len(layers), spec.n_heads, n, n))
