@@ -514,7 +514,8 @@ def _warm_up(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
     if hasattr(os, "nice"):
-        os.nice(5)  # the process that loads the model and runs it comes first
+        os.nice(19)  # the process that loads and runs the model comes first: the workers
+        # lay out figures on what it leaves idle (nice 5 took 0.1–0.3 s off its imports)
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
