@@ -35,12 +35,17 @@ def _eager_probs(loaded, batch):
     return np.stack([a.float().numpy() for a in out.attentions]), inputs["attention_mask"]
 
 
+@pytest.mark.parametrize("panels", [False, True], ids=["batched", "panels"])
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_recompute_equals_eager_every_layer(arch, eager_tiny):
+def test_recompute_equals_eager_every_layer(arch, panels, eager_tiny, monkeypatch):
     """`core.recompute` from each layer's captured X against the model's eager attention,
-    every family (Gemma2 too, which runs eager: transformers has no SDPA for it)."""
+    every family (Gemma2 too, which runs eager: transformers has no SDPA for it); the scores
+    of long rows, multiplied a panel of query rows at a time, too (here panels of 5 rows)."""
     from attnviz.core import adapters, recompute
 
+    if panels:
+        monkeypatch.setattr(recompute, "PANEL_WIDTH", 1)
+        monkeypatch.setattr(recompute, "PANEL_ROWS", 5)
     eager = eager_tiny[arch]
     batch = [encode(eager, text) for text in TEXTS]
     reference, mask = _eager_probs(eager, batch)  # (L, B, H, T, T)

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 # Rows per block: 256 rows of 9 heads over 8,192 keys are 75 MB of float32.
 BLOCK_ROWS = 256
+# A block as wide as PANEL_WIDTH keys has its scores multiplied PANEL_ROWS query rows at a time.
+PANEL_WIDTH, PANEL_ROWS = 2048, 48
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,12 +133,7 @@ def _rows(layer: Projected, start: int, stop: int, entropy: bool) -> tuple[Any, 
     batch, n_heads, _, n_keys = layer.shape
     trimmed = layer.causal and layer.key_mask is None and w.window is None and w.relative is None
     width = min(stop, n_keys) if trimmed else n_keys
-    kv_heads = layer.q.shape[1]
-    # a key head's G query heads as one product: (B, H_kv, G·rows, d_k) (a small copy) by its
-    # keys, not the keys broadcast to every query head (a copy of them each block)
-    q = layer.q[:, :, :, start:stop].reshape(batch, kv_heads, -1, w.d_k)  # already scaled
-    scores = q @ layer.k[:, :, 0, :width].transpose(-2, -1)  # (B, H_kv, G·rows, W)
-    scores = scores.view(batch, n_heads, stop - start, width)  # (B, H, rows, W)
+    scores = _scores(layer, start, stop, width).view(batch, n_heads, stop - start, width)
     if w.softcap is not None:  # Gemma2 squashes the scores into (−cap, cap)
         scores = w.softcap * torch.tanh(scores / w.softcap)
     if w.relative is not None:  # T5: + B_h by each key's distance from the query
@@ -169,6 +166,31 @@ def _rows(layer: Projected, start: int, stop: int, entropy: bool) -> tuple[Any, 
         if found is not None:
             found.masked_fill_(empty[:, None, :], 0.0)
     return probs, found
+
+
+def _scores(layer: Projected, start: int, stop: int, width: int) -> torch.Tensor:
+    """Q·Kᵀ of query rows start … stop−1 and the first `width` keys, (B, H_kv, G·rows, W): a
+    key head's G query heads as one product (B, H_kv, G·rows, d_k) (a small copy) by its keys,
+    not the keys broadcast to every query head (a copy of them each block).
+
+    Long rows are multiplied a panel of PANEL_ROWS query rows at a time, each written
+    straight into the block: at 8,085 tokens one layer's products took 0.46 s as batched
+    products of 513 rows, 0.32 s in panels of 48 (SmolLM2's 3 key heads, 2 CPU cores)."""
+    import torch
+
+    batch, kv_heads = layer.q.shape[:2]
+    q = layer.q[:, :, :, start:stop].reshape(batch, kv_heads, -1, layer.q.shape[-1])  # scaled
+    keys = layer.k[:, :, 0, :width]  # (B, H_kv, W, d_k)
+    if width < PANEL_WIDTH:
+        return q @ keys.transpose(-2, -1)
+    scores = torch.empty(*q.shape[:3], width)
+    for b in range(batch):
+        for h in range(kv_heads):
+            by_key = keys[b, h].t()
+            for first in range(0, q.shape[2], PANEL_ROWS):
+                rows = slice(first, first + PANEL_ROWS)
+                torch.mm(q[b, h, rows], by_key, out=scores[b, h, rows])
+    return scores
 
 
 def blocks(
