@@ -68,3 +68,74 @@ def test_a_window_past_the_text_is_refused():
         and around(1, 100, 3) == (0, 5)
         and around(98, 100, 3) == (95, 100)
     )
+
+
+def _texts(fig) -> list[str]:
+    """Every text a figure shows: its titles and its axes' tick labels."""
+    found = [text.get_text() for text in fig.texts]
+    for ax in fig.axes:
+        found += [label.get_text() for label in ax.get_xticklabels() + ax.get_yticklabels()]
+    return found
+
+
+def test_a_windows_query_figure_gives_text_positions(sentence):
+    """The query's figure in a window names the query's position in the text, labels its keys
+    with text positions and is named by that position, as the head figures are."""
+    from attnviz.outputs.figures import Style, query_figure
+    from attnviz.outputs.render import query_file
+
+    window = window_of(sentence, 2, 8)  # quick brown fox jumps over the
+    assert window.tokens[2] == sentence.tokens[4] == "fox"
+    texts = _texts(query_figure(window, 2, [0], [0, 1], Style()))
+    assert "where “fox” (position 4) looks, in every head" in texts
+    assert "4: fox" in texts and "2: quick" in texts
+    assert query_file(window, 2, "png") == "query-fox-4.png"
+    assert query_file(sentence, 4, "png") == "query-fox-4.png"  # the whole text's, the same
+
+
+def test_pooled_figures_count_the_texts_tokens(sentence):
+    """An overview and a layer grid of pooled maps count the text's tokens, not the cells."""
+    from attnviz.analysis.pooling import pool, pooled_attention
+    from attnviz.outputs.figures import LayerFigure, Style, overview_figure
+
+    maps = {layer: pool(sentence.weights[layer], 3) for layer in range(len(sentence.weights))}
+    pooled = pooled_attention(sentence, maps)
+    assert len(pooled.tokens) == 6 and len(sentence.tokens) == 16
+    assert pooled.token_counts() == (16, 16)
+    layers, heads = list(range(len(sentence.weights))), [0, 1, 2]
+    said = " ".join(_texts(overview_figure(pooled, layers, heads, Style())))
+    assert "· 16 tokens ·" in said and " 6 tokens" not in said
+    grid = LayerFigure(pooled, heads, Style())
+    said = " ".join(_texts(grid.draw(pooled.weights[0], 0)))
+    assert "16 tokens" in said and " 6 tokens" not in said
+    grid.close()
+
+
+@pytest.mark.slow  # the bundled model and figures, end to end
+def test_a_query_outside_the_window_is_said(bundled, tmp_path):
+    """A query the window does not hold gets no figure (it is drawn in the window), and the
+    run says so; one inside it gets its figure, named by its position in the text."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    text = "The quick brown fox jumps over the lazy dog because it was bored."
+    runner = CliRunner()
+    for query, drawn in (("fox", True), ("dog", False)):
+        out = tmp_path / query
+        args = ["show", text, "--window", "2:8", "-q", query, "-l", "0", "-H", "0", "--json"]
+        result = runner.invoke(app, [*args, "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        figures = [p for p in map(str, data["images"]) if "query-" in p]
+        note = [n for n in data["notes"] if n.startswith("no query figure")]
+        if drawn:
+            assert len(figures) == 1 and figures[0].endswith("query-fox-4.png") and not note
+        else:
+            assert not figures
+            assert note == [
+                "no query figure: it is drawn in the window, and --window 2:8 does not hold "
+                "position 9; widen it, or leave --window out"
+            ]

@@ -217,4 +217,5 @@ def pooled_attention(att: Attention, maps: dict[int, PooledMap]) -> Attention:
             f"maps pooled: each cell the {first.how} of {size} × {size} {att.unit}s",
         ),
         pooled=(size, first.how),
+        pooled_from=att.token_counts(),
     )

@@ -108,11 +108,24 @@ class Attention:
     # a window of a longer text: its first token and one past its last (`analysis.window`);
     # `tokens` are the window's, its rows leave out the keys outside it
     span: tuple[int, int] | None = None
+    # a pooled view: how many tokens the text has along each axis (queries, keys)
+    pooled_from: tuple[int, int] | None = None
 
     @property
     def pool_size(self) -> int:
         """How many tokens a cell spans along each axis: 1 unless the maps are pooled."""
         return self.pooled[0] if self.pooled is not None else 1
+
+    def token_counts(self) -> tuple[int, int]:
+        """How many tokens (or words) the text has along each axis, (queries, keys): the
+        map's rows and columns, or a pooled map's tokens before pooling."""
+        if self.pooled_from is not None:
+            return self.pooled_from
+        return len(self.tokens), len(self.key_tokens)
+
+    def position(self, index: int) -> int:
+        """The position in the text of row `index` (a window's rows count from its first)."""
+        return index + (self.span[0] if self.span is not None else 0)
 
     @property
     def key_tokens(self) -> tuple[str, ...]:

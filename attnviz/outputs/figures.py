@@ -235,7 +235,13 @@ def _header(fig: Any, att: Attention, title: str = "", *more: str) -> Any:
     def line(y_in: float, text: str, size: float) -> Any:
         return fig.text(0.5, 1 - y_in / height, text, ha="center", va="center", fontsize=size)
 
-    for n, text in enumerate((context_line(att, width), *more)):
+    context = context_line(att, width)
+    # a line longer than the figure (a narrow one, a long view) in smaller type, down to 6 pt
+    size = max(6.0, min(8.0, (width - 0.3) * 72 / (0.6 * len(context))))
+    if size < 8.0:
+        context = context_line(att, width, size)
+    line(0.5, context, size)
+    for n, text in enumerate(more, start=1):
         line(0.5 + 0.18 * n, text, 8)
     return line(0.25, title, 11)
 
@@ -742,8 +748,7 @@ class LayerFigure:
         if self.mask is not None:
             below = (bottom + 0.2 * grid_h) / dpi - 0.5
             _masked_key(fig, (width - right) / dpi + 0.2, below, "masked:\nkey after\nthe query")
-        counted = f"{n} {att.unit}s" if att.keys is None else f"{n} × {n_keys} {att.unit}s"
-        note = f"{counted}{_label_note(small, att.unit)} · {_scale_note(style)}"
+        note = f"{_counted(att)}{_label_note(small, att.unit)} · {_scale_note(style)}"
         self.info_name = att.info.name
         self.title = _header(fig, att, "", note)
         # Spines go after the images (and their hatching): a full draw paints them on top.
@@ -890,9 +895,14 @@ def overview_figure(
     )
     if att.per_layer:
         chosen = f"{att.measure} per layer" if every else f"{len(layers)} of {info.n_layers} layers"
-    counted = f"{n} {att.unit}s" if att.keys is None else f"{n} × {len(att.key_tokens)} {att.unit}s"
-    _header(fig, att, f"{chosen} · {counted} · each panel scaled to its own max")
+    _header(fig, att, f"{chosen} · {_counted(att)} · each panel scaled to its own max")
     return fig
+
+
+def _counted(att: Attention) -> str:
+    """`2028 tokens`, `7 × 9 tokens` (cross-attention): the text's, a pooled map's too."""
+    n, n_keys = att.token_counts()
+    return f"{n} {att.unit}s" if att.keys is None else f"{n} × {n_keys} {att.unit}s"
 
 
 def query_rows(
@@ -934,7 +944,8 @@ def query_figure(
     n = len(att.key_tokens)  # the keys: the source's in cross-attention
     if rows is None:
         rows = query_rows(att, index, layers, heads, style)
-    layout = Layout.for_tokens(n)
+    first = att.span[0] if att.span else 0  # a window's labels give text positions
+    layout = replace(Layout.for_tokens(n), every=att.pool_size, first=first)
     row_in = min(0.22, max(0.1, 12.0 / len(rows)))
     inner = (layout.side_in, max(len(rows) * row_in, 1.5))
     label_in = layout.label_inches(att.key_tokens)
@@ -971,7 +982,8 @@ def query_figure(
     bar = fig.colorbar(image, ax=ax, fraction=0.25 / width, pad=0.2 / width)
     bar.set_label(style.bar_label(att), fontsize=9)
     every = "every layer" if att.per_layer else "every head"
-    _header(fig, att, f"where “{att.tokens[index]}” (position {index}) looks, in {every}")
+    where = f"where “{att.tokens[index]}” (position {att.position(index)}) looks, in {every}"
+    _header(fig, att, where)
     return fig
 
 

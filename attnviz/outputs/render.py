@@ -128,7 +128,7 @@ class Shared:
 def query_file(att: Attention, index: int, ext: str) -> str:
     from attnviz.outputs.files import slug
 
-    return f"query-{slug(att.tokens[index], 20)}-{index}.{ext}"
+    return f"query-{slug(att.tokens[index], 20)}-{att.position(index)}.{ext}"
 
 
 def layer_file(layer: int, ext: str) -> str:

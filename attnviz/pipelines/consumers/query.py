@@ -38,9 +38,20 @@ class Query(Consumer):
         return [self.rows]
 
     def finish(self, run: Run) -> None:
+        from dataclasses import replace
+
         from attnviz.analysis.query import find_query, query_view
 
         index = find_query(run.shown, self.request.query)
+        window = run.window
+        if window is not None and window is not run.drawn:  # heads drawn in a window
+            first, end = window.span
+            if not first <= index < end:  # the query's figure too, so it is not drawn
+                note = (
+                    f"no query figure: it is drawn in the window, and --window {first}:{end}"
+                    f" does not hold position {index}; widen it, or leave --window out"
+                )
+                run.shown = replace(run.shown, notes=(*run.shown.notes, note))
         ranked = run.shown if run.streamed else run.ranked  # streamed: the weights
         held = self.rows.held if self.rows is not None else None
         run.result["query"] = query_view(
