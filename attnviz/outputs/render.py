@@ -515,7 +515,7 @@ def _warm_up(parent: int) -> None:
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
     if hasattr(os, "nice"):
         os.nice(19)  # the process that loads and runs the model comes first: the workers
-        # lay out figures on what it leaves idle (nice 5 took 0.1–0.3 s off its imports)
+        # lay out figures on the core it leaves idle (at nice 5 they delayed it 0.1–0.15 s)
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
