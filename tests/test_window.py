@@ -139,3 +139,22 @@ def test_a_query_outside_the_window_is_said(bundled, tmp_path):
                 "no query figure: it is drawn in the window, and --window 2:8 does not hold "
                 "position 9; widen it, or leave --window out"
             ]
+
+
+def test_the_terminal_says_how_the_images_show_a_long_text(sentence):
+    """Under "wrote N images": pooled maps and their block, and where the exact cells are."""
+    from rich.console import Console
+
+    from attnviz.analysis.pooling import pool, pooled_attention
+    from attnviz.outputs.terminal import print_written
+
+    maps = {layer: pool(sentence.weights[layer], 3, "max") for layer in range(6)}
+    pooled = pooled_attention(sentence, maps)
+    said = []
+    for drawn, window in ((pooled, None), (pooled, window_of(sentence, 2, 8)), (sentence, None)):
+        console = Console(record=True, width=200)
+        print_written(console, ["a.png"], "out", drawn=drawn, window=window)
+        said.append(console.export_text())
+    assert "the maps pooled: each cell the max of 3 × 3 tokens" in said[0]
+    assert "pooled (each cell the max of 3 × 3 tokens); head figures: exact cells 2:8" in said[1]
+    assert "pooled" not in said[2] and said[2].startswith("wrote 1 images to out/")

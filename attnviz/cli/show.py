@@ -107,4 +107,5 @@ def show(
     if as_json:
         typer.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
     else:
-        terminal.print_written(out_console, result.images, result.folder, result.page)
+        terminal.print_written(out_console, result.images, result.folder, result.page,
+                               result.drawn, result.window)  # fmt: skip

@@ -1009,10 +1009,28 @@ def print_export(console: Console, summary: Any) -> None:
         )
 
 
-def print_written(console: Console, images: Sequence[Any], folder: Any, page: Any = None) -> None:
-    """Where a command wrote its images (and its interactive page)."""
+def print_written(
+    console: Console,
+    images: Sequence[Any],
+    folder: Any,
+    page: Any = None,
+    drawn: Attention | None = None,
+    window: Attention | None = None,
+) -> None:
+    """Where a command wrote its images (and its interactive page); how they show a long text
+    (`drawn` pooled, the head figures from `window`'s exact cells)."""
     if images:
         console.print(f"wrote {len(images)} images to [bold]{folder}/[/]", highlight=False)
+    if images and drawn is not None and drawn.pooled is not None:
+        size, how = drawn.pooled
+        pooled = f"each cell the {how} of {size} × {size} {drawn.unit}s"
+        if window is not None and window.span is not None:
+            first, end = window.span
+            exact = f"head figures: exact cells {first}:{end}"
+            said = f"overview, layer grids pooled ({pooled}); {exact}"
+        else:
+            said = f"the maps pooled: {pooled} (--window START:END draws exact cells)"
+        console.print(f"  {said}", highlight=False, soft_wrap=True)
     if page is not None:
         console.print(
             f"wrote the interactive page [bold]{page}[/]", highlight=False, soft_wrap=True
