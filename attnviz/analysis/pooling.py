@@ -203,7 +203,7 @@ def pooled_attention(att: Attention, maps: dict[int, PooledMap]) -> Attention:
         key_tokens, key_special = blocks(att.keys.tokens, att.keys.special)
         keys = Keys(att.keys.text, key_tokens, key_special, tuple(range(len(key_tokens))),
                     key_tokens)  # fmt: skip
-    return replace(
+    pooled = replace(
         att,
         tokens=tokens,
         special=special,
@@ -212,10 +212,7 @@ def pooled_attention(att: Attention, maps: dict[int, PooledMap]) -> Attention:
         word_labels=tokens,
         keys=keys,
         segments=None,
-        notes=(
-            *att.notes,
-            f"maps pooled: each cell the {first.how} of {size} × {size} {att.unit}s",
-        ),
         pooled=(size, first.how),
         pooled_from=att.token_counts(),
     )
+    return replace(pooled, notes=(*att.notes, f"maps pooled: {pooled.pooling()}"))

@@ -116,6 +116,14 @@ class Attention:
         """How many tokens a cell spans along each axis: 1 unless the maps are pooled."""
         return self.pooled[0] if self.pooled is not None else 1
 
+    def pooling(self) -> str | None:
+        """How a pooled view's cells come from the text's, `each cell the max of 17 × 17
+        tokens`; None where the maps are not pooled."""
+        if self.pooled is None:
+            return None
+        size, how = self.pooled
+        return f"each cell the {how} of {size} × {size} {self.unit}s"
+
     def token_counts(self) -> tuple[int, int]:
         """How many tokens (or words) the text has along each axis, (queries, keys): the
         map's rows and columns, or a pooled map's tokens before pooling."""

@@ -329,8 +329,7 @@ def view_description(att: Attention) -> str:
     if att.hidden_special:
         parts.append("special tokens hidden, rows renormalised")
     if att.pooled is not None:
-        size, how = att.pooled
-        parts.append(f"pooled: each cell the {how} of {size} × {size} {att.unit}s")
+        parts.append(f"pooled: {att.pooling()}")
     if att.span is not None:
         first, end = att.span
         parts.append(f"window {first}:{end}, exact (keys outside it left out)")

@@ -161,9 +161,7 @@ def prepare(att: Attention, heads: list[int], style: Style, jobs: int,
     later `render_text` of a text with the same `figure_key` finds them laid out; of another,
     lays out its own. Nothing to do with 1 job, where no figure is kept, or where a layer's
     weights are over `MAX_LAYER_BYTES` (drawn in this process)."""
-    if jobs <= 1 or not set(kinds) & {"heads", "layers"}:
-        return
-    if att.weights[0].nbytes > MAX_LAYER_BYTES:
+    if _drawn_here(att, jobs) or not set(kinds) & {"heads", "layers"}:
         return
     key = figure_key(att, heads, style)
     labels = replace(att, weights=att.weights[:0])
@@ -172,6 +170,12 @@ def prepare(att: Attention, heads: list[int], style: Style, jobs: int,
     # one each, as a rule (a free process takes the next task); `_hand_out` learns from
     # them which process holds which figure
     _ahead[jobs] = (key, [pool.submit(_lay_out, task) for _ in range(jobs)])
+
+
+def _drawn_here(att: Attention, jobs: int) -> bool:
+    """Whether `att`'s figures are drawn in this process: with 1 job, or where one layer's
+    weights are over `MAX_LAYER_BYTES` (each worker would hold them)."""
+    return jobs <= 1 or att.weights[0].nbytes > MAX_LAYER_BYTES
 
 
 # The figures being laid out ahead in each pool, by its size: their key and the futures.
@@ -244,7 +248,7 @@ def render_text(
     weights are over `MAX_LAYER_BYTES`.
     """
     done: list[tuple[int, list[Path]]] = []
-    if jobs <= 1 or att.weights[0].nbytes > MAX_LAYER_BYTES:
+    if _drawn_here(att, jobs):
         todo = tasks(att, folder, layers, heads, style, kinds, query)  # made as they are drawn
         try:
             done = [(task.rank, draw(task)) for task in todo]

@@ -1022,8 +1022,7 @@ def print_written(
     if images:
         console.print(f"wrote {len(images)} images to [bold]{folder}/[/]", highlight=False)
     if images and drawn is not None and drawn.pooled is not None:
-        size, how = drawn.pooled
-        pooled = f"each cell the {how} of {size} × {size} {drawn.unit}s"
+        pooled = drawn.pooling()
         if window is not None and window.span is not None:
             first, end = window.span
             exact = f"head figures: exact cells {first}:{end}"

@@ -29,18 +29,19 @@ PAGE_CELLS = 20 * 2**20
 def image_pool_size(n_layers: int, n_heads: int, n: int, n_keys: int) -> int:
     """How many cells a cell of the figures pools along each axis: 1 while every head's map
     fits within IMAGE_CELLS (and MAX_SIDE a side)."""
-    from attnviz.analysis.pooling import MAX_SIDE, pool_size
-
-    side = max(1, math.isqrt(IMAGE_CELLS // max(1, n_layers * n_heads)))
-    return pool_size(n, n_keys, min(side, MAX_SIDE))
+    return _pool_size(IMAGE_CELLS, n_layers * n_heads, n, n_keys)
 
 
 def page_pool_size(n_layers: int, n_heads: int, n: int, n_keys: int) -> int:
     """How many cells a cell of the page pools along each axis: 1 while every head's map fits
     within PAGE_CELLS (and MAX_SIDE a side)."""
+    return _pool_size(PAGE_CELLS, n_layers * n_heads, n, n_keys)
+
+
+def _pool_size(cells: int, maps: int, n: int, n_keys: int) -> int:
     from attnviz.analysis.pooling import MAX_SIDE, pool_size
 
-    side = max(1, math.isqrt(PAGE_CELLS // max(1, n_layers * n_heads)))
+    side = max(1, math.isqrt(cells // max(1, maps)))
     return pool_size(n, n_keys, min(side, MAX_SIDE))
 
 

@@ -82,3 +82,18 @@ class Consumer:
 
     def write(self, run: Run, folder: Path) -> None:
         return None
+
+
+def encoded_ahead(request: Request, model: Model) -> tuple[Any, Any] | None:
+    """The model's facts (`core.models.describe`) and the request's text as the model will
+    read it, from the tokenizer alone, before the weights load (an `early` hook's input);
+    None where the model's files do not say enough: not here, an encoder-decoder model, no
+    tokenizer.json or no length limit."""
+    from attnviz.core.models import describe
+    from attnviz.core.tokens import encode_with
+
+    spec = describe(model.name)
+    if spec is None or spec.seq2seq or spec.tokenizer_file is None or spec.max_tokens is None:
+        return None
+    r = request
+    return spec, encode_with(model.tokenizer(), spec, r.text, r.truncate, r.pair)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import Interrupted
 from attnviz.outputs.files import TEXT_FILES
-from attnviz.pipelines.consumers import Consumer, Run
+from attnviz.pipelines.consumers import Consumer, Run, encoded_ahead
 
 if TYPE_CHECKING:
     from attnviz.core.models import Model
@@ -59,17 +59,15 @@ def _labels_ahead(request: Any, model: Model) -> tuple[Any, list[int], Any] | No
 
     from attnviz.core import memory
     from attnviz.core.extract import text_attention
-    from attnviz.core.models import describe
-    from attnviz.core.tokens import encode_with
     from attnviz.outputs.figures import Style
     from attnviz.pipelines.views import image_pool_size
 
     r = request
     plain = r.measure == "weights" and not (r.words or r.hide_special or r.ablate or r.window)
-    spec = describe(model.name) if plain else None
-    if spec is None or spec.seq2seq or spec.tokenizer_file is None or spec.max_tokens is None:
+    ahead = encoded_ahead(r, model) if plain else None
+    if ahead is None:
         return None
-    encoded = encode_with(model.tokenizer(), spec, r.text, r.truncate, r.pair)
+    spec, encoded = ahead
     layers = spec.pick_layers(list(r.layers) if r.layers else None)
     heads = spec.pick_heads(list(r.heads) if r.heads else None)
     n = len(encoded)

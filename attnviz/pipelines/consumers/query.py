@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from attnviz.pipelines.consumers import Consumer, Run
+from attnviz.pipelines.consumers import Consumer, Run, encoded_ahead
 
 if TYPE_CHECKING:
     from attnviz.core.models import Model
@@ -15,14 +15,12 @@ class Query(Consumer):
         """Refuse a query that names no token with the model's tokenizer alone, where its
         files are here (an encoder-decoder model's target may be its own: checked after)."""
         from attnviz.analysis.query import check_query
-        from attnviz.core.models import describe
-        from attnviz.core.tokens import encode_with
 
         r = self.request
-        spec = describe(model.name)
-        if spec is None or spec.seq2seq or spec.tokenizer_file is None or spec.max_tokens is None:
+        ahead = encoded_ahead(r, model)
+        if ahead is None:
             return
-        encoded = encode_with(model.tokenizer(), spec, r.text, r.truncate, r.pair)
+        _, encoded = ahead
         if not encoded.truncated:  # where a text is cut is the loaded model's to say
             check_query(encoded, r.query, r.words, r.hide_special)
 
