@@ -206,6 +206,60 @@ def test_overview_pixels_are_colours_of_the_map(tmp_path):
         assert len(found & allowed) > 10  # the panels are drawn, not blank
 
 
+@pytest.mark.parametrize("n, causal", [(7, False), (301, False), (301, True)])
+def test_overview_panels_are_the_mean_of_their_blocks(n, causal):
+    """Each overview cell is the mean, over the cells the queries see, of its block of the
+    head's weights divided by the head's max (float64 here); masked blocks and gaps are
+    marked, not averaged."""
+    from dataclasses import replace
+
+    from attnviz.outputs.figures import OVERVIEW_MASKED, _overview_cells, overview_mosaic
+
+    att = _random_attention(np.random.default_rng(n), n=n)
+    att = replace(att, info=replace(att.info, causal=causal))
+    mosaic = overview_mosaic(att, [1, 0], [2, 0], 100)
+    block, m, cell = _overview_cells(n, 100)
+    seen = ~np.triu(np.ones((n, n), bool), 1) if causal else np.ones((n, n), bool)
+    for r, layer in enumerate([1, 0]):
+        for c, head in enumerate([2, 0]):
+            grid = att.weights[layer, head].astype(np.float64)
+            grid = grid / grid.max()
+            panel = mosaic[r * cell : r * cell + m, c * cell : c * cell + m]
+            for i in range(m):
+                for j in range(m):
+                    rows, keys = (slice(k * block, (k + 1) * block) for k in (i, j))
+                    visible = seen[rows, keys]
+                    if not visible.any():
+                        assert panel[i, j] == OVERVIEW_MASKED
+                    else:
+                        mean = grid[rows, keys][visible].mean()
+                        assert panel[i, j] == pytest.approx(mean, abs=1e-6)
+    assert np.isnan(mosaic[:, m:cell]).all()  # the gap between two heads' panels
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_an_overview_laid_out_ahead_draws_what_a_whole_figure_draws(tmp_path, causal):
+    """`OverviewFigure` laid out from labels alone (a stand-in of the weights' shape, as
+    `render.prepare` has them) then drawn from a mosaic writes the pixels of the whole figure,
+    hatching and removed heads' covers included."""
+    from dataclasses import replace
+
+    from attnviz.outputs import figures
+
+    att = _random_attention(np.random.default_rng(5), n=40)
+    att = replace(att, info=replace(att.info, causal=causal), removed=((1, 1),))
+    style = Style()
+    layers, heads = [0, 1], [0, 1, 2]
+    labels = replace(att, weights=att.weights[:0])
+    figure = figures.OverviewFigure(labels, layers, heads, style)
+    figure.frames.lay_out()
+    mosaic = figures.overview_mosaic(att, layers, heads, style.dpi)
+    blitted = _png(figure.save(mosaic, tmp_path / "ahead.png"))
+    whole = figures.overview_figure(att, layers, heads, style)
+    whole = _png(figures.save_figure(whole, tmp_path / "o.png", style))
+    assert np.array_equal(blitted, whole)
+
+
 def test_titles_carry_model_text_and_view(tmp_path):
     from attnviz.analysis.transforms import hide_special
     from attnviz.outputs.figures import context_line, overview_figure

@@ -83,6 +83,28 @@ def test_tasks_carry_only_the_arrays_they_draw(tmp_path):
     assert query.data[1][3].tolist() == att.pattern(2, 3)[3].tolist()  # layer 2, head 3
 
 
+def test_with_shared_weights_the_overview_comes_first_and_maps_every_layer(tmp_path):
+    """With the weights in shared memory the overview, the largest task, goes first with no
+    arrays: its worker maps every layer and computes the mosaic itself, the same one."""
+    from dataclasses import replace
+
+    from attnviz.outputs.figures import overview_mosaic
+
+    att = _attention(n_layers=3, n_heads=4, n=11)
+    shared = render.Shared.share(att.weights)
+    try:
+        tasks = list(render.tasks(att, tmp_path, [0, 2], [1, 3], Style(), shared=shared))
+        assert [task.kind for task in tasks] == ["overview", "heads", "heads", "layer", "layer"]
+        overview = tasks[0]
+        assert overview.data is None and overview.att.weights.size == 0
+        assert overview.rank == 1  # the files keep their order: the query's, then this one
+        mapped = replace(overview.att, weights=overview.shared.mapped())
+        there, here = (overview_mosaic(a, [0, 2], [1, 3], 100) for a in (mapped, att))
+        assert np.array_equal(there, here, equal_nan=True)  # NaN: the gaps between panels
+    finally:
+        shared.remove()
+
+
 @pytest.mark.slow  # a real process, started, signalled or killed
 def test_a_dead_worker_is_one_clear_error(tmp_path):
     att = _attention()

@@ -809,20 +809,39 @@ def overview_mosaic(att: Attention, layers: list[int], heads: list[int], dpi: in
     # a cross-attention panel fills (queries, keys) of its m × m square; the rest is a gap
     outside = np.ones((m, m), bool)
     outside[: math.ceil(n / block), : math.ceil(n_keys / block)] = False
-    padded = np.zeros((m * block, m * block), np.float32)
+    padded = np.zeros((m * block, m * block), np.float32)  # beyond the text: always 0
+    hidden = None if mask is None else ~seen[:n, :n_keys]
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
             if att.is_removed(layer, head):
                 continue  # left NaN: the figure covers it
             grid = att.pattern(layer, head)  # (T, S)
             peak = grid.max()
-            padded[:n, :n_keys] = grid / peak if peak > 0 else grid
-            padded[~seen] = 0
-            sums = padded.reshape(m, block, m, block).sum(axis=(1, 3))  # (m, m)
+            padded[:n, :n_keys] = grid
+            if peak > 0:
+                padded[:n, :n_keys] /= peak
+            if hidden is not None:
+                padded[:n, :n_keys][hidden] = 0
+            sums = _block_sums(padded, m, block)  # (m, m)
             means = np.where(counts > 0, sums / np.maximum(counts, 1), OVERVIEW_MASKED)
             means[outside] = np.nan
             mosaic[r * cell : r * cell + m, c * cell : c * cell + m] = means
     return mosaic
+
+
+def _block_sums(square: np.ndarray, m: int, block: int) -> np.ndarray:
+    """The sums of a (m·block, m·block) array's block × block squares, (m, m): as `block`
+    strided additions along each axis, five times as fast at 512 tokens as numpy's reduction
+    over the reshaped axes (0.15 against 0.7 ms a panel)."""
+    keys = square.reshape(m * block, m, block)
+    across = keys[:, :, 0].copy()
+    for j in range(1, block):
+        across += keys[:, :, j]
+    rows = across.reshape(m, block, m)
+    sums = rows[:, 0].copy()
+    for j in range(1, block):
+        sums += rows[:, j]
+    return sums
 
 
 OVERVIEW_MASKED = -1.0  # below the colour scale: the map's "under" colour, MASKED_GREY
@@ -845,57 +864,85 @@ def overview_figure(
 ) -> Any:
     """Small multiples of every chosen layer × head, each panel scaled to its own maximum;
     `mosaic` is `overview_mosaic`'s, computed here when not given."""
-    import matplotlib
-
-    _configure_matplotlib()
     if mosaic is None:
         mosaic = overview_mosaic(att, layers, heads, style.dpi)
-    n = len(att.tokens)
-    panel_in = 1.0
-    _, m, cell = _overview_cells(max(n, len(att.key_tokens)), style.dpi)
-    inner = (len(heads) * panel_in, len(layers) * panel_in)
-    side = max(0.2, (6.0 - inner[0]) / 2)  # room for the title over narrow grids
-    causal = masked_cells(att) is not None
-    bottom = 0.65 if causal else 0.35  # the masked cells' key below the panels
-    fig, ax = _fixed_axes(inner, (0.45 + side, bottom, 0.15 + side, 0.65), style.dpi)
-    cmap = matplotlib.colormaps[style.cmap].with_extremes(bad="white", under=MASKED_GREY)
-    ax.imshow(
-        mosaic,
-        cmap=cmap,
-        vmin=0.0,
-        vmax=1.0,
-        interpolation="antialiased",
-        interpolation_stage="data",
-    )
-    # a cross-attention panel is (queries, keys) of its m × m square: label its centre
-    block = math.ceil(max(n, len(att.key_tokens)) / m)
-    rows_m, cols_m = math.ceil(n / block), math.ceil(len(att.key_tokens) / block)
-    ax.set_xticks([i * cell + cols_m / 2 - 0.5 for i in range(len(heads))],
-                  [att.head_label(h) for h in heads], fontsize=8)  # fmt: skip
-    ax.set_yticks([i * cell + rows_m / 2 - 0.5 for i in range(len(layers))],
-                  [f"L{layer}" for layer in layers], fontsize=8)  # fmt: skip
-    ax.tick_params(length=0)
-    for spine in ax.spines.values():
-        spine.set_visible(False)
-    for r, layer in enumerate(layers):
-        for c, head in enumerate(heads):
-            if att.is_removed(layer, head):
-                _removed_cover(ax, (c * cell - 0.5, r * cell - 0.5, cols_m, rows_m), 7)
-            elif causal:
-                _hatch(ax, _above_diagonal(m, c * cell, r * cell))
-    if causal:
-        _masked_key(fig, 0.45 + side, 0.12, "masked: key after the query (a causal model)")
-    info = att.info
-    every = len(layers) == info.n_layers and (att.per_layer or len(heads) == info.n_heads)
-    chosen = (
-        "all heads"
-        if every
-        else f"{len(layers)} of {info.n_layers} layers × {len(heads)} of {info.n_heads} heads"
-    )
-    if att.per_layer:
-        chosen = f"{att.measure} per layer" if every else f"{len(layers)} of {info.n_layers} layers"
-    _header(fig, att, f"{chosen} · {_counted(att)} · each panel scaled to its own max")
-    return fig
+    return OverviewFigure(att, layers, heads, style).draw(mosaic)
+
+
+class OverviewFigure:
+    """The overview of one text, laid out once from its labels (`render.prepare` does it
+    while the model loads), then drawn from its mosaic: the panels, their hatching and covers
+    redrawn over the rest (`_Frames`), 40 ms at 512 tokens where a whole figure takes 100."""
+
+    def __init__(self, att: Attention, layers: list[int], heads: list[int], style: Style) -> None:
+        import matplotlib
+        import numpy as np
+
+        _configure_matplotlib()
+        n, n_keys = len(att.tokens), len(att.key_tokens)
+        panel_in = 1.0
+        _, m, cell = _overview_cells(max(n, n_keys), style.dpi)
+        inner = (len(heads) * panel_in, len(layers) * panel_in)
+        side = max(0.2, (6.0 - inner[0]) / 2)  # room for the title over narrow grids
+        causal = masked_cells(att) is not None
+        bottom = 0.65 if causal else 0.35  # the masked cells' key below the panels
+        fig, ax = _fixed_axes(inner, (0.45 + side, bottom, 0.15 + side, 0.65), style.dpi)
+        cmap = matplotlib.colormaps[style.cmap].with_extremes(bad="white", under=MASKED_GREY)
+        shape = (len(layers) * cell - (cell - m), len(heads) * cell - (cell - m))  # the mosaic's
+        self.image = ax.imshow(
+            np.zeros(shape, np.float32),
+            cmap=cmap,
+            vmin=0.0,
+            vmax=1.0,
+            interpolation="antialiased",
+            interpolation_stage="data",
+        )
+        # a cross-attention panel is (queries, keys) of its m × m square: label its centre
+        block = math.ceil(max(n, n_keys) / m)
+        rows_m, cols_m = math.ceil(n / block), math.ceil(n_keys / block)
+        ax.set_xticks([i * cell + cols_m / 2 - 0.5 for i in range(len(heads))],
+                      [att.head_label(h) for h in heads], fontsize=8)  # fmt: skip
+        ax.set_yticks([i * cell + rows_m / 2 - 0.5 for i in range(len(layers))],
+                      [f"L{layer}" for layer in layers], fontsize=8)  # fmt: skip
+        ax.tick_params(length=0)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        over = []  # drawn over the panels: covers of removed heads, a causal model's hatching
+        for r, layer in enumerate(layers):
+            for c, head in enumerate(heads):
+                if att.is_removed(layer, head):
+                    over += _removed_cover(ax, (c * cell - 0.5, r * cell - 0.5, cols_m, rows_m), 7)
+                elif causal:
+                    over.append(_hatch(ax, _above_diagonal(m, c * cell, r * cell)))
+        if causal:
+            _masked_key(fig, 0.45 + side, 0.12, "masked: key after the query (a causal model)")
+        info = att.info
+        every = len(layers) == info.n_layers and (att.per_layer or len(heads) == info.n_heads)
+        chosen = (
+            "all heads"
+            if every
+            else f"{len(layers)} of {info.n_layers} layers × {len(heads)} of {info.n_heads} heads"
+        )
+        if att.per_layer:
+            some = f"{len(layers)} of {info.n_layers} layers"
+            chosen = f"{att.measure} per layer" if every else some
+        _header(fig, att, f"{chosen} · {_counted(att)} · each panel scaled to its own max")
+        # hatching first, then each cover and its label: the order a whole draw takes them in
+        over.sort(key=lambda artist: artist.get_zorder())
+        self.frames = _Frames(fig, [self.image, *over], style)
+
+    def draw(self, mosaic: np.ndarray) -> Any:
+        """Set `overview_mosaic`'s mosaic; return the Figure."""
+        self.image.set_data(mosaic)
+        return self.frames.fig
+
+    def save(self, mosaic: np.ndarray, path: Path) -> Path:
+        """Draw `mosaic` and write the figure atomically to `path`."""
+        self.draw(mosaic)
+        return self.frames.save(path)
+
+    def close(self) -> None:
+        self.frames.close()
 
 
 def _counted(att: Attention) -> str:

@@ -3,9 +3,10 @@
 A text gets an overview, one grid per layer, one figure per head and, with a query, where
 that token looks (`figures` says what each looks like). `render_text` cuts them into tasks:
 the query, the overview, each layer's grid and each layer's heads. A task carries only the
-arrays it draws (the overview's averaged mosaic, the query's rows); a layer's weights are
-written once to a file in shared memory (`Shared`), which the worker maps (or, where that
-file cannot be written, sent with the task).
+arrays it draws (the query's rows); the text's weights are written once to a file in shared
+memory (`Shared`), from which a worker maps a layer, or all of them for the overview's
+averaged mosaic (where that file cannot be written, a layer's weights are sent with its task
+and the mosaic is computed here).
 
 Workers are started early on purpose: `show` starts them before it imports torch, so that
 while this process imports torch and transformers and loads the model (one core), they import
@@ -92,7 +93,7 @@ class Shared:
     path: Path
     shape: tuple[int, ...]  # (L, H, T, S), C order
     dtype: str
-    slot: int = 0  # the layer a task maps: `att.slot(layer)`
+    slot: int | None = 0  # the layer a task maps, `att.slot(layer)`; None: every layer
 
     @classmethod
     def share(cls, weights: Any) -> Shared | None:
@@ -115,9 +116,12 @@ class Shared:
         return cls(Path(name), tuple(weights.shape), str(weights.dtype))
 
     def mapped(self) -> Any:
-        """Slot `slot`'s weights (1, H, T, S), mapped read-only from the file."""
+        """Slot `slot`'s weights (1, H, T, S), or with no slot all of them (L, H, T, S),
+        mapped read-only from the file."""
         import numpy as np
 
+        if self.slot is None:
+            return np.memmap(self.path, self.dtype, "r", 0, self.shape)
         size = math.prod(self.shape[1:]) * np.dtype(self.dtype).itemsize
         return np.memmap(self.path, self.dtype, "r", self.slot * size, (1, *self.shape[1:]))
 
@@ -155,18 +159,19 @@ def figure_key(att: Attention, heads: list[int], style: Style) -> str:
 
 def prepare(att: Attention, heads: list[int], style: Style, jobs: int,
             kinds: tuple[str, ...] = KINDS) -> None:  # fmt: skip
-    """Have each of the `jobs` drawing processes lay out `att`'s head and layer figures now,
-    before its weights exist (`att` holds its labels; its weights may be a stand-in of their
-    shape): `show` calls it while the model loads, so that drawing starts with the frames. A
-    later `render_text` of a text with the same `figure_key` finds them laid out; of another,
-    lays out its own. Nothing to do with 1 job, where no figure is kept, or where a layer's
-    weights are over `MAX_LAYER_BYTES` (drawn in this process)."""
-    if _drawn_here(att, jobs) or not set(kinds) & {"heads", "layers"}:
+    """Have each of the `jobs` drawing processes lay out `att`'s head, layer and overview
+    figures now (those of `kinds`), before its weights exist (`att` holds its labels; its
+    weights may be a stand-in of their shape): `show` calls it while the model loads, so that
+    drawing starts with the frames. A later `render_text` of a text with the same
+    `figure_key` finds them laid out (the overview where its layers are the same too); of
+    another, lays out its own. Nothing to do with 1 job, where no figure is kept, or where a
+    layer's weights are over `MAX_LAYER_BYTES` (drawn in this process)."""
+    if _drawn_here(att, jobs) or not kinds:
         return
     key = figure_key(att, heads, style)
     labels = replace(att, weights=att.weights[:0])
     pool = start_workers(jobs)
-    task = Task(-1, "prepare", labels, Path(), [], heads, style, key, kinds)
+    task = Task(-1, "prepare", labels, Path(), att.held_layers(), heads, style, key, kinds)
     # one each, as a rule (a free process takes the next task); `_hand_out` learns from
     # them which process holds which figure
     _ahead[jobs] = (key, [pool.submit(_lay_out, task) for _ in range(jobs)])
@@ -192,11 +197,13 @@ def tasks(
     query: int | None = None,
     shared: Shared | None = None,
 ) -> Iterator[Task]:
-    """One text's figures as tasks, the most work first: each layer's heads, each layer's grid,
-    the overview, the query. A generator: the overview's mosaic and the query's rows are
-    computed while workers draw the first tasks. `Task.rank` gives the order of the files.
-    With `shared` (`att`'s weights in shared memory), a layer's tasks carry no weights: the
-    worker maps them."""
+    """One text's figures as tasks, the most work first: the overview, each layer's heads,
+    each layer's grid, the query. `Task.rank` gives the order of the files. With `shared`
+    (`att`'s weights in shared memory), the tasks carry no weights: the worker maps a layer's,
+    or every layer's for the overview's mosaic, which it computes (the largest task: 0.18 s
+    at 512 tokens, first so that it does not end the text alone). Without it, the overview
+    comes after the grids, its mosaic computed here (a generator) while workers draw the
+    first tasks; the query's rows always are."""
     from attnviz.outputs.figures import overview_mosaic, query_rows
 
     key = figure_key(att, heads, style)
@@ -215,13 +222,17 @@ def tasks(
         return Task(rank, kind, one(layer), folder, [layer], heads, style, key, None,
                     shared and replace(shared, slot=att.slot(layer)))  # fmt: skip
 
+    if "overview" in kinds and shared is not None:  # its mosaic computed by the worker
+        every = replace(att, weights=att.weights[:0])  # all layers, mapped in the worker
+        yield Task(overview_rank, "overview", every, folder, layers, heads, style, key,
+                   shared=replace(shared, slot=None))  # fmt: skip
     if "heads" in kinds:
         for layer in layers:
             yield task(head_ranks[layer], "heads", layer)
     if "layers" in kinds and not att.per_layer:  # one map a layer: the "heads" figures
         for layer in layers:
             yield task(grid_ranks[layer], "layer", layer)
-    if "overview" in kinds:
+    if "overview" in kinds and shared is None:
         mosaic = overview_mosaic(att, layers, heads, style.dpi)
         yield Task(overview_rank, "overview", labels, folder, layers, heads, style, key, mosaic)
     if query is not None:
@@ -299,9 +310,9 @@ def _hand_out(
     from concurrent.futures import FIRST_COMPLETED, wait
 
     waiting: list[Task] = []
-    for task in todo:  # heads' and grids' tasks cost nothing to make: take up to the first grid
+    for task in todo:  # these tasks cost nothing to make: take them up to the first grid
         waiting.append(task)
-        if task.kind != "heads":
+        if task.kind not in ("overview", "heads"):
             break
     holds: dict[int, set[str]] = {}  # worker's pid -> the kinds whose figure it holds
     key, ahead = _ahead.pop(jobs, (None, []))
@@ -419,6 +430,10 @@ def _lay_out(task: Task) -> tuple[int, set[str]]:
     if "layers" in task.data and not task.att.per_layer and "layer" not in _held:
         _held["layer"] = figures.LayerFigure(task.att, task.heads, task.style)
         _held["layer"].frames.lay_out()
+    if "overview" in task.data and "overview" not in _held:
+        overview = figures.OverviewFigure(task.att, task.layers, task.heads, task.style)
+        overview.frames.lay_out()
+        _held["overview"] = (tuple(task.layers), overview)
     return os.getpid(), {kind for kind, figure in FIGURE_OF.items() if figure in _held}
 
 
@@ -432,8 +447,15 @@ def draw(task: Task) -> list[Path]:
         fig = figures.query_figure(task.att, index, task.layers, task.heads, style, rows)
         return [figures.save_figure(fig, folder / query_file(task.att, index, ext), style)]
     if task.kind == "overview":
-        fig = figures.overview_figure(task.att, task.layers, task.heads, style, task.data)
-        return [figures.save_figure(fig, folder / f"overview.{ext}", style)]
+        path = folder / f"overview.{ext}"
+        mosaic = task.data
+        if mosaic is None:  # mapped weights: the mosaic is made here
+            mosaic = figures.overview_mosaic(task.att, task.layers, task.heads, style.dpi)
+        held = _held.get("overview") if _held.get("text") == task.text_key else None
+        if held is not None and held[0] == tuple(task.layers):  # laid out ahead
+            return [held[1].save(mosaic, path)]
+        fig = figures.overview_figure(task.att, task.layers, task.heads, style, mosaic)
+        return [figures.save_figure(fig, path, style)]
     (layer,) = task.layers
     if _held.get("text") != task.text_key:
         _forget()
@@ -460,6 +482,8 @@ def _forget() -> None:
     for name in ("layer", "head"):
         if (fig := _held.pop(name, None)) is not None:
             fig.close()
+    if (held := _held.pop("overview", None)) is not None:
+        held[1].close()
     _held.pop("text", None)
 
 
