@@ -83,9 +83,9 @@ def test_tasks_carry_only_the_arrays_they_draw(tmp_path):
     assert query.data[1][3].tolist() == att.pattern(2, 3)[3].tolist()  # layer 2, head 3
 
 
-def test_with_shared_weights_the_overview_comes_first_and_maps_every_layer(tmp_path):
+def test_with_shared_weights_the_overview_comes_first_and_maps_each_layer_in_turn(tmp_path):
     """With the weights in shared memory the overview, the largest task, goes first with no
-    arrays: its worker maps every layer and computes the mosaic itself, the same one."""
+    arrays: its worker maps one layer at a time and computes the mosaic itself, the same one."""
     from dataclasses import replace
 
     from attnviz.outputs.figures import overview_mosaic
@@ -98,8 +98,14 @@ def test_with_shared_weights_the_overview_comes_first_and_maps_every_layer(tmp_p
         overview = tasks[0]
         assert overview.data is None and overview.att.weights.size == 0
         assert overview.rank == 1  # the files keep their order: the query's, then this one
-        mapped = replace(overview.att, weights=overview.shared.mapped())
-        there, here = (overview_mosaic(a, [0, 2], [1, 3], 100) for a in (mapped, att))
+        assert overview.shared.slot is None  # each layer mapped in turn
+
+        def one_layer(layer):
+            mapped = replace(overview.shared, slot=overview.att.slot(layer)).mapped()
+            return replace(overview.att, weights=mapped, layers=(layer,))
+
+        there = overview_mosaic(overview.att, [0, 2], [1, 3], 100, one_layer)
+        here = overview_mosaic(att, [0, 2], [1, 3], 100)
         assert np.array_equal(there, here, equal_nan=True)  # NaN: the gaps between panels
     finally:
         shared.remove()

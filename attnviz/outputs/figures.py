@@ -17,6 +17,8 @@ from attnviz.core.adapters import STACK_TITLES
 from attnviz.outputs.files import write_atomic
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
 
     from attnviz.core.attention import Attention
@@ -786,10 +788,18 @@ class LayerFigure:
         self.frames.close()
 
 
-def overview_mosaic(att: Attention, layers: list[int], heads: list[int], dpi: int) -> np.ndarray:
+def overview_mosaic(
+    att: Attention,
+    layers: list[int],
+    heads: list[int],
+    dpi: int,
+    one_layer: Callable[[int], Attention] | None = None,
+) -> np.ndarray:
     """The overview's data: every chosen layer × head side by side, each scaled to its own
     maximum, NaN (drawn white) in the gaps, OVERVIEW_MASKED (drawn as masked) where a causal
-    model's queries see none of the keys; `(rows, columns)` float32.
+    model's queries see none of the keys; `(rows, columns)` float32. `one_layer(layer)`, where
+    given, is `att` with that layer's weights, read in turn (a drawing process maps them one
+    layer at a time, not holding them all).
 
     Panels of long texts have more tokens than pixels; they are averaged down on the data
     (over the keys the queries can see), before colour mapping, so every pixel is a colour of
@@ -812,10 +822,11 @@ def overview_mosaic(att: Attention, layers: list[int], heads: list[int], dpi: in
     padded = np.zeros((m * block, m * block), np.float32)  # beyond the text: always 0
     hidden = None if mask is None else ~seen[:n, :n_keys]
     for r, layer in enumerate(layers):
+        held = att if one_layer is None else one_layer(layer)
         for c, head in enumerate(heads):
             if att.is_removed(layer, head):
                 continue  # left NaN: the figure covers it
-            grid = att.pattern(layer, head)  # (T, S)
+            grid = held.pattern(layer, head)  # (T, S)
             peak = grid.max()
             padded[:n, :n_keys] = grid
             if peak > 0:

@@ -93,7 +93,7 @@ class Shared:
     path: Path
     shape: tuple[int, ...]  # (L, H, T, S), C order
     dtype: str
-    slot: int | None = 0  # the layer a task maps, `att.slot(layer)`; None: every layer
+    slot: int | None = 0  # the layer a task maps, `att.slot(layer)`; None: each in turn
 
     @classmethod
     def share(cls, weights: Any) -> Shared | None:
@@ -116,12 +116,10 @@ class Shared:
         return cls(Path(name), tuple(weights.shape), str(weights.dtype))
 
     def mapped(self) -> Any:
-        """Slot `slot`'s weights (1, H, T, S), or with no slot all of them (L, H, T, S),
-        mapped read-only from the file."""
+        """Slot `slot`'s weights (1, H, T, S), mapped read-only from the file."""
         import numpy as np
 
-        if self.slot is None:
-            return np.memmap(self.path, self.dtype, "r", 0, self.shape)
+        assert self.slot is not None, "the overview maps one slot at a time"
         size = math.prod(self.shape[1:]) * np.dtype(self.dtype).itemsize
         return np.memmap(self.path, self.dtype, "r", self.slot * size, (1, *self.shape[1:]))
 
@@ -200,7 +198,7 @@ def tasks(
     """One text's figures as tasks, the most work first: the overview, each layer's heads,
     each layer's grid, the query. `Task.rank` gives the order of the files. With `shared`
     (`att`'s weights in shared memory), the tasks carry no weights: the worker maps a layer's,
-    or every layer's for the overview's mosaic, which it computes (the largest task: 0.18 s
+    or each layer's in turn for the overview's mosaic, which it computes (the largest task: 0.18 s
     at 512 tokens, first so that it does not end the text alone). Without it, the overview
     comes after the grids, its mosaic computed here (a generator) while workers draw the
     first tasks; the query's rows always are."""
@@ -403,7 +401,7 @@ def _draw_timed(task: Task | None) -> tuple[int, bool, float, list[Path]]:
     if task is None:
         time.sleep(NAP_S)
         return os.getpid(), False, 0.0, []
-    if task.shared is not None:
+    if task.shared is not None and task.shared.slot is not None:  # the overview maps its own
         task = replace(task, att=replace(task.att, weights=task.shared.mapped()), shared=None)
     figure = FIGURE_OF.get(task.kind)
     laid_out = figure is not None and (_held.get("text") != task.text_key or figure not in _held)
@@ -448,9 +446,15 @@ def draw(task: Task) -> list[Path]:
         return [figures.save_figure(fig, folder / query_file(task.att, index, ext), style)]
     if task.kind == "overview":
         path = folder / f"overview.{ext}"
-        mosaic = task.data
-        if mosaic is None:  # mapped weights: the mosaic is made here
-            mosaic = figures.overview_mosaic(task.att, task.layers, task.heads, style.dpi)
+        mosaic, shared = task.data, task.shared
+        if shared is not None:  # the mosaic made here, from one layer's mapped weights at a time
+
+            def one_layer(layer: int) -> Attention:
+                mapped = replace(shared, slot=task.att.slot(layer)).mapped()
+                return replace(task.att, weights=mapped, layers=(layer,))
+
+            mosaic = figures.overview_mosaic(task.att, task.layers, task.heads, style.dpi,
+                                             one_layer)  # fmt: skip
         held = _held.get("overview") if _held.get("text") == task.text_key else None
         if held is not None and held[0] == tuple(task.layers):  # laid out ahead
             return [held[1].save(mosaic, path)]
