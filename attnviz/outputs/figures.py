@@ -272,6 +272,10 @@ def _configure_matplotlib() -> None:
     installed = {font.name for font in font_manager.fontManager.ttflist}
     families = ["DejaVu Sans"] + [f for f in FALLBACK_FONTS if f in installed]
     matplotlib.rcParams["font.family"] = families
+    # Glyphs as the font draws them, not fitted to the pixel grid: the same letters to the eye
+    # at these sizes, and a third less time a title (1.5 against 2.4 ms for a head's, redrawn
+    # each frame: a tenth of the frame at 512 tokens).
+    matplotlib.rcParams["text.hinting"] = "no_hinting"
     # Scripts that no installed font covers are drawn as boxes: not worth a warning per glyph.
     warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
 
