@@ -3,10 +3,15 @@
 Peak memory is the largest sum of RSS over the process and its descendants (worker processes
 count in full), sampled every 10 ms from /proc, or the kernel's own peak of the process if
 that is higher (for what sampling missed). Linux only.
+
+Files in shared memory (/dev/shm) count in that sum only where a process maps them, as often
+as it is mapped; `measure_shared` also gives the peak with each page of such files counted
+once, mapped or not: the sum's RSS less its shared-memory pages, plus the files' size.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import time
@@ -34,12 +39,73 @@ def _tree_rss_kib(root: int) -> int:
         pid = int(entry)
         children.setdefault(int(fields[1]), []).append(pid)  # field 4: the parent
         rss[pid] = int(fields[21]) * PAGE_KIB  # field 24: resident pages
-    total, stack = 0, [root]
+    return sum(rss.get(pid, 0) for pid in _descendants(root, children))
+
+
+def _descendants(root: int, children: dict[int, list[int]]) -> list[int]:
+    found, stack = [], [root]
     while stack:
         pid = stack.pop()
-        total += rss.get(pid, 0)
+        found.append(pid)
         stack.extend(children.get(pid, []))
-    return total
+    return found
+
+
+def _tree_pids(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                line = stat.read()
+        except OSError:
+            continue
+        children.setdefault(int(line[line.rindex(")") + 2 :].split()[1]), []).append(int(entry))
+    return _descendants(root, children)
+
+
+def _rss_and_shmem_kib(pid: int) -> tuple[int, int]:
+    """(VmRSS, RssShmem) of one process, KiB; (0, 0) once it is gone."""
+    found = {"VmRSS": 0, "RssShmem": 0}
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                key = line.split(":", 1)[0]
+                if key in found:
+                    found[key] = int(line.split()[1])
+    except OSError:
+        pass
+    return found["VmRSS"], found["RssShmem"]
+
+
+def measure_shared(cmd: list[str], shared_files: str, stdin=None) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS MiB of the process tree, peak MiB with each page of the files
+    matching the glob `shared_files` counted once) of one fresh run of `cmd`; both sampled
+    every 10 ms, the second at one moment: Σ (RSS − RssShmem) + the files' size."""
+    start = time.perf_counter()
+    process = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = once = 0
+    while True:
+        rss = shmem = 0
+        for pid in _tree_pids(process.pid):
+            one, shared = _rss_and_shmem_kib(pid)
+            rss, shmem = rss + one, shmem + shared
+        files = 0
+        for path in glob.glob(shared_files):
+            try:
+                files += os.path.getsize(path) // 1024
+            except OSError:  # removed meanwhile
+                pass
+        peak, once = max(peak, rss), max(once, rss - shmem + files)
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.01)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{cmd[:2]} failed: {process.stderr.read().decode()[-500:]}")
+    return seconds, max(peak, usage.ru_maxrss) / 1024, once / 1024
 
 
 def measure(cmd: list[str], stdin=None, env=None) -> tuple[float, float]:

@@ -455,9 +455,12 @@ def draw(task: Task) -> list[Path]:
 
             mosaic = figures.overview_mosaic(task.att, task.layers, task.heads, style.dpi,
                                              one_layer)  # fmt: skip
-        held = _held.get("overview") if _held.get("text") == task.text_key else None
-        if held is not None and held[0] == tuple(task.layers):  # laid out ahead
-            return [held[1].save(mosaic, path)]
+        held = _held.pop("overview", None) if _held.get("text") == task.text_key else None
+        if held is not None and held[0] == tuple(task.layers):  # laid out ahead, drawn once
+            try:
+                return [held[1].save(mosaic, path)]
+            finally:
+                held[1].close()
         fig = figures.overview_figure(task.att, task.layers, task.heads, style, mosaic)
         return [figures.save_figure(fig, path, style)]
     (layer,) = task.layers
