@@ -156,7 +156,9 @@ def run(
 
     mode = torch.enable_grad() if gradients else torch.inference_mode()
     with _hooked(model, hooked, arrive, edit), mode:
-        return (model if lm_head else model.base_model)(**inputs)
+        output = (model if lm_head else model.base_model)(**inputs)
+    memory.return_freed_memory()  # the pass's activations, not held while the figures draw
+    return output
 
 
 Site = tuple  # (stack, layer): a layer of one attention stack (stack None: the only one)

@@ -374,6 +374,20 @@ def refuse(
     check(spec.n_layers, spec.n_heads, model.settings.weights_held(spec), width, widest, what)
 
 
+def return_freed_memory() -> None:
+    """Hand what the C allocator holds freed back to the system (glibc's `malloc_trim`): a
+    pass's activations, freed, otherwise stay in this process's heap and in its RSS while what
+    follows runs (at 512 tokens on the bundled model 23–48 MiB, in about 1 ms, when the
+    figures are drawn). Elsewhere than glibc, nothing."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.malloc_trim(0)
+
+
 def reuse_freed_blocks() -> None:
     """Let the C allocator keep a streamed run's freed blocks for the next ones instead of
     handing each back to the system and faulting fresh pages in for the next (glibc hands

@@ -266,6 +266,7 @@ def render_text(
     else:
         pool = start_workers(jobs)
         futures: dict[Future, Any] = {}
+        memory.return_freed_memory()  # not held here while the workers draw (the summary's)
         shared = Shared.share(att.weights)
         try:
             todo = tasks(att, folder, layers, heads, style, kinds, query, shared)
