@@ -56,10 +56,6 @@ def text_of(n_tokens: int, tokenizer, start: int = 0) -> str:
     raise SystemExit(f"no prefix of the corpus has {n_tokens} tokens")
 
 
-# The weights file `show` writes for its drawing processes (`outputs.render.Shared`).
-SHARED_FILES = "/dev/shm/attnviz-weights-*"
-
-
 def _median_range(peaks: list[float]) -> str:
     return f"{statistics.median(peaks):.0f} ({min(peaks):.0f}–{max(peaks):.0f})"
 
@@ -81,6 +77,9 @@ def main() -> None:
 
     logging.set_verbosity_error()  # the corpus is longer than the model's limit, on purpose
 
+    from attnviz.outputs.render import SHARED_PREFIX
+
+    shared_files = f"/dev/shm/{SHARED_PREFIX}*"  # the weights show's drawing processes map
     path = str(bundled_model_path())
     tokenizer = AutoTokenizer.from_pretrained(path)
     rows = []
@@ -98,7 +97,7 @@ def main() -> None:
             for order in rounds(args.runs, list(commands)):
                 for name in order:
                     if name == "show":
-                        wall, peak, shared_once = measure_shared(commands[name], SHARED_FILES)
+                        wall, peak, shared_once = measure_shared(commands[name], shared_files)
                         runs[name].append((wall, peak))
                         once.append(shared_once)
                     else:

@@ -259,7 +259,7 @@ def test_figures_laid_out_ahead_draw_the_same_pictures(tmp_path, monkeypatch):
     two = render.render_text(att, there, layers, heads, style, jobs=2)
     assert 2 not in render._ahead  # taken by the drawing
     _same_files(there, two, here, one)
-    assert len(shared) == 1 and shared[0].path.name.startswith("attnviz-weights-")
+    assert len(shared) == 1 and shared[0].path.name.startswith(render.SHARED_PREFIX)
     assert not shared[0].path.exists()
 
 

@@ -379,13 +379,9 @@ def return_freed_memory() -> None:
     pass's activations, freed, otherwise stay in this process's heap and in its RSS while what
     follows runs (at 512 tokens on the bundled model 23–48 MiB, in about 1 ms, when the
     figures are drawn). Elsewhere than glibc, nothing."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    libc.malloc_trim(0)
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 def reuse_freed_blocks() -> None:
@@ -394,15 +390,19 @@ def reuse_freed_blocks() -> None:
     blocks over 32 MiB straight back; a block of rows and its temporaries are tens of MiB,
     made and freed hundreds of times a layer). Blocks under 256 MiB then come from the heap,
     and the heap is trimmed once 512 MiB lie free at its top. Elsewhere than glibc, nothing."""
-    import ctypes
-    import os
-
-    if os.environ.get("ATTNVIZ_NO_MALLOPT"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+    libc = _glibc()
+    if libc is None or os.environ.get("ATTNVIZ_NO_MALLOPT"):
         return
     m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
     libc.mallopt(m_mmap_threshold, 256 * MiB)
     libc.mallopt(m_trim_threshold, 512 * MiB)
+
+
+def _glibc() -> Any:
+    """The C library where it is glibc (Linux), to tune its allocator; else None."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None

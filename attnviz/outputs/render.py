@@ -4,7 +4,7 @@ A text gets an overview, one grid per layer, one figure per head and, with a que
 that token looks (`figures` says what each looks like). `render_text` cuts them into tasks:
 the query, the overview, each layer's grid and each layer's heads. A task carries only the
 arrays it draws (the query's rows); the text's weights are written once to a file in shared
-memory (`Shared`), from which a worker maps a layer, or all of them for the overview's
+memory (`Shared`), from which a worker maps a layer, or each layer in turn for the overview's
 averaged mosaic (where that file cannot be written, a layer's weights are sent with its task
 and the mosaic is computed here).
 
@@ -83,6 +83,9 @@ class Task:
     shared: Shared | None = None  # where a worker maps the weights of `layers` from
 
 
+SHARED_PREFIX = "attnviz-weights-"  # the name of each text's weights file in /dev/shm
+
+
 @dataclass(frozen=True)
 class Shared:
     """A text's weights in a file in shared memory (/dev/shm where there is one), written once
@@ -106,7 +109,7 @@ class Shared:
         where = "/dev/shm" if os.path.isdir("/dev/shm") else None
         name = None
         try:
-            handle, name = tempfile.mkstemp(prefix="attnviz-weights-", suffix=".bin", dir=where)
+            handle, name = tempfile.mkstemp(prefix=SHARED_PREFIX, suffix=".bin", dir=where)
             with os.fdopen(handle, "wb") as file:
                 np.ascontiguousarray(weights).tofile(file)
         except OSError:
