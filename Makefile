@@ -30,6 +30,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP)
+	$(PY) bench/bench_attention.py
 	$(PY) bench/bench_show.py
 	$(PY) bench/bench_show_vs_bare.py
 	$(PY) bench/bench_export.py

@@ -166,9 +166,10 @@ def attention(
     most, 40 when neither is given); the result is one `stack`'s attention: "cross" (the
     default: `tokens` are the target's, `key_tokens` the source's, weights (L, H, T, S)),
     "encoder" or "decoder".
-    `attention` is the model's implementation: "sdpa" (the probabilities recomputed from each
-    layer's input in blocks of rows), "flash_attention_2" (the same) or "eager" (the model's
-    own); `load` the other load settings (dtype, device_map, …: see the module's docstring).
+    `attention` is the model's implementation: "sdpa" (the probabilities recorded inside the
+    model's attention call, from its own q and k, in blocks of rows; the other layers run
+    SDPA), "flash_attention_2" (the same) or "eager" (the model's own); `load` the other load
+    settings (dtype, device_map, …: see the module's docstring).
     """
     from attnviz.pipelines import features, sources
     from attnviz.pipelines.request import Request

@@ -2,9 +2,9 @@
 refused before anything loads.
 
 Half precision: a bfloat16 or float16 model of every family computes in its dtype, and the
-probabilities attnviz shows are recomputed in float32 from the layer's captured X (upcast
-before Q and K are formed): they equal a float64 recomputation from the same X within float32's
-rounding, and their rows sum to 1. `check` holds the model's own probabilities, rounded in its
+probabilities attnviz shows are made in float32 from the q and k the model hands its attention
+(upcast): they equal a float64 softmax of the same q and k within float32's rounding, and their
+rows sum to 1. `check` holds the model's own probabilities, rounded in its
 dtype, to that dtype's tolerance, which float32's would not be.
 
 Offload: a tiny Llama and a tiny BERT with a layer on the disk (its weights on "meta" outside
@@ -23,7 +23,6 @@ from typer.testing import CliRunner
 from attnviz.analysis.check import DEFAULT_TOLERANCE, TOLERANCES
 from attnviz.cli import app
 from attnviz.core import adapters, capture
-from attnviz.core.mha import multi_head_attention
 from attnviz.core.models import load_model
 from attnviz.core.seq2seq import encode_source_target, pad_pairs
 from attnviz.core.tokens import encode, pad
@@ -32,17 +31,15 @@ from tests.conftest import ARCHITECTURES
 HALF = ("bfloat16", "float16")
 TEXTS = ("The cat sat on the mat because it was tired of standing.", "A dog.")
 PAIRS = [("The cat sat on the mat.", "Die Katze sass auf der Matte."), ("Hi.", "Hallo du da.")]
-# float32 against float64 from the same X and weights: what is left is float32's own rounding.
-# (A recompute in the model's dtype would be off by 1e-3 and more.)
-RECOMPUTED = 1e-5
-# Gemma2 has no SDPA in transformers: it runs eager, and its probabilities are its own.
-RECOMPUTING = [arch for arch in ARCHITECTURES if arch != "gemma2"]
+# float32 against float64 from the same q and k: what is left is float32's own rounding.
+# (Probabilities in the model's dtype would be off by 1e-3 and more.)
+RECORDED = 1e-5
 
 
 def _sharpened(loaded):
     """`loaded` with its attention modules' weights times 4 (exact in any dtype): scores 16
-    times larger. A tiny random model's scores (about 0.01) are so small that Q and K formed in
-    half precision would pass for float32; these would not (every case fails so)."""
+    times larger. A tiny random model's scores (about 0.01) are so small that probabilities
+    made in half precision would pass for float32; these would not (every case fails so)."""
 
     import torch
 
@@ -57,51 +54,101 @@ def _sharpened(loaded):
     return loaded
 
 
-def _exact(probs, x, weights, masks, causal, source=None):
-    """|recomputed − float64 from the same X| over real queries and keys (`masks`: (queries,
-    keys), each (B, T) 1 for a real token), and each real query's row sum."""
+def _spied(monkeypatch):
+    """Each wanted layer's call of attnviz's attention function, in order: the model's own
+    q, k and mask as it handed them over, and the probabilities the function gave out."""
+    from attnviz.core import recording
 
-    query_mask, key_mask = masks
-    exact = multi_head_attention(x.double(), weights.double(), key_mask, causal,
-                                 None if source is None else source.double()).probs  # fmt: skip
-    real = query_mask.bool()[:, None, :, None] & key_mask.bool()[:, None, None, :]  # (B, 1, T, S)
-    diff = (probs.double() - exact).abs().masked_fill(~real, 0)  # (B, H, T, S)
-    sums = probs.sum(dim=-1)[query_mask.bool()[:, None, :].expand(-1, probs.shape[1], -1)]
-    return float(diff.max()), sums
+    calls: list = []
+    real = recording.in_blocks
+
+    def spy(scores, value, block_rows=recording.BLOCK_ROWS, take=None, entropy=False):
+        given: list = []
+
+        def keep(start, rows, entropies):
+            given.append((start, rows))
+            take(start, rows, entropies)
+
+        if take is not None:
+            calls.append((scores.query, scores.key, scores.mask, scores.scaling, scores.causal,
+                          scores.position_bias, given))  # fmt: skip
+        return real(scores, value, block_rows, keep if take is not None else None, entropy)
+
+    monkeypatch.setattr(recording, "in_blocks", spy)
+    return calls
+
+
+def _float64(query, key, mask, scaling, causal, bias):
+    """softmax(q·kᵀ × scale + bias, masked) in float64 from the model's own q and k: a
+    key head serves its query heads; a row that sees no key is 0."""
+    import torch
+
+    q, k = query.double(), key.double()
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scaling is None else scaling)
+    if bias is not None:
+        scores = scores + bias.double()
+    sees = torch.ones(scores.shape[-2:], dtype=torch.bool).tril_() if causal else None
+    if mask is not None:
+        sees = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    if sees is not None:
+        scores = scores.masked_fill(~sees, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return probs, sees
+
+
+def _recorded_error(calls) -> float:
+    """The largest |recorded − float64| over every call's real rows, and a check that each
+    real row sums to 1."""
+    import torch
+
+    worst = 0.0
+    for query, key, mask, scaling, causal, bias, given in calls:
+        exact, sees = _float64(query, key, mask, scaling, causal, bias)
+        for start, rows in given:
+            part = exact[:, :, start : start + rows.shape[2], : rows.shape[3]]
+            worst = max(worst, float((rows.double() - part).abs().max()))
+            real = sees.any(dim=-1) if sees is not None else torch.ones(1, 1, 1, dtype=bool)
+            sums = rows.sum(dim=-1)
+            seen = real[:, :, start : start + rows.shape[2]].expand_as(sums)
+            assert torch.allclose(sums[seen], torch.ones(()), atol=1e-5)
+    return worst
 
 
 @pytest.mark.parametrize("dtype", HALF)
-@pytest.mark.parametrize("arch", RECOMPUTING)
-def test_half_precision_probabilities_are_float32_from_the_captured_x(arch, dtype, tiny_model_dirs):
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_half_precision_probabilities_are_float32_from_the_models_q_and_k(
+    arch, dtype, tiny_model_dirs, monkeypatch
+):
+    """A half-precision model hands its attention its own q and k in its dtype; attnviz
+    records the probabilities in float32 from them, rows summing to 1."""
     import torch
 
     loaded = _sharpened(load_model(str(tiny_model_dirs[arch]), "cpu", dtype=dtype))
     assert loaded.info.dtype == dtype
     assert next(loaded.model.parameters()).dtype == getattr(torch, dtype)
     inputs = pad(loaded, [encode(loaded, text) for text in TEXTS])
-    mask = inputs["attention_mask"]
     layers = range(loaded.info.n_layers)
     seen: dict = {}
-    capture.run(loaded, inputs, [capture.Each(layers, ("input", "probs"), seen.__setitem__)])
-    for layer in layers:
-        x, probs = seen[layer]["input"], seen[layer]["probs"]
-        assert x.dtype == getattr(torch, dtype) and probs.dtype == torch.float32
-        weights = adapters.layer_weights(loaded.model, layer)
-        error, sums = _exact(probs, x, weights, (mask, mask), loaded.info.causal)
-        assert error <= RECOMPUTED, layer
-        assert torch.allclose(sums, torch.ones(()), atol=1e-5)
+    calls = _spied(monkeypatch)
+    capture.run(loaded, inputs, [capture.Each(layers, ("probs",), seen.__setitem__)])
+    assert len(calls) == loaded.info.n_layers
+    assert all(query.dtype == getattr(torch, dtype) for query, *_ in calls)
+    assert all(seen[layer]["probs"].dtype == torch.float32 for layer in layers)
+    if arch != "gemma2":  # soft-capped: the float64 formula here has no cap
+        assert _recorded_error(calls) <= RECORDED
 
 
 @pytest.mark.parametrize("dtype", HALF)
 def test_eager_half_precision_probabilities_come_as_float32(dtype, tiny_model_dirs):
-    """Gemma2 runs eager (no SDPA in transformers): its probabilities are its own, rounded in
-    its dtype, and come to recorders (whole, and in blocks of rows) as float32."""
+    """Eager attention (`--attention eager`): the probabilities are the model's own, rounded
+    in its dtype, and come to recorders (whole, and in blocks of rows) as float32."""
     import torch
 
     from attnviz.core.capture import ROWS
 
-    loaded = load_model(str(tiny_model_dirs["gemma2"]), "cpu", dtype=dtype)
-    assert not capture.recomputes(loaded.model)
+    loaded = load_model(str(tiny_model_dirs["gemma2"]), "cpu", "eager", dtype=dtype)
+    assert not capture.records(loaded.model)
     inputs = pad(loaded, [encode(loaded, text) for text in TEXTS])
     seen: dict = {}
     blocks: list = []
@@ -125,31 +172,26 @@ def test_eager_half_precision_probabilities_come_as_float32(dtype, tiny_model_di
 
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("arch", ["t5", "bart"])
-def test_half_precision_stacks_are_float32_from_the_captured_x(arch, dtype, seq2seq_dirs):
+def test_half_precision_stacks_are_float32_from_the_models_q_and_k(
+    arch, dtype, seq2seq_dirs, monkeypatch
+):
     """Encoder, decoder (causal) and cross-attention (keys from the encoder's states)."""
     import torch
 
     loaded = _sharpened(load_model(str(seq2seq_dirs[arch]), "cpu", dtype=dtype))
     inputs = pad_pairs(loaded, [encode_source_target(loaded, s, t) for s, t in PAIRS])
-    source, target = inputs["attention_mask"], inputs["decoder_attention_mask"]
-    masks = {"encoder": (source, source), "decoder": (target, target), "cross": (target, source)}
-    seen: dict = {stack: {} for stack in masks}
+    stacks = ("encoder", "decoder", "cross")
+    seen: dict = {stack: {} for stack in stacks}
     recorders = [
-        capture.Each(range(loaded.info.of_stack(stack).n_layers),
-                     ("input", "probs", *(("source",) if stack == "cross" else ())),
+        capture.Each(range(loaded.info.of_stack(stack).n_layers), ("probs",),
                      seen[stack].__setitem__, stack=stack)
-        for stack in masks
+        for stack in stacks
     ]  # fmt: skip
+    calls = _spied(monkeypatch)
     capture.run(loaded, inputs, recorders)
-    for stack, stack_masks in masks.items():
-        causal = loaded.info.of_stack(stack).causal
-        for layer, got in seen[stack].items():
-            assert got["input"].dtype == getattr(torch, dtype)
-            weights = adapters.layer_weights(loaded.model, layer, stack)
-            error, sums = _exact(got["probs"], got["input"], weights, stack_masks, causal,
-                                 got.get("source"))  # fmt: skip
-            assert error <= RECOMPUTED, (stack, layer)
-            assert torch.allclose(sums, torch.ones(()), atol=1e-5)
+    assert len(calls) == sum(loaded.info.of_stack(stack).n_layers for stack in stacks)
+    assert all(got["probs"].dtype == torch.float32 for s in stacks for got in seen[s].values())
+    assert _recorded_error(calls) <= RECORDED
 
 
 @pytest.mark.parametrize("dtype", HALF)

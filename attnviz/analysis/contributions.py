@@ -787,16 +787,20 @@ class PageMeasures:
 class EveryMeasure:
     """Recorders for the measures a pass does not make already (`chosen` is made by
     `measured`), so that one forward pass over a batch of `width` padded tokens gives each
-    text's page all four."""
+    text's page all four: those the model's weights allow (the norm measures need each
+    head's W_V and W_O, which attnviz reads through its adapters only)."""
 
     def __init__(
         self, loaded: LoadedModel, layers: list[int], batch: list[Any], chosen: str
     ) -> None:
+        from attnviz.core import adapters
+
         width = max(len(encoded) for encoded in batch)  # as `tokens.pad` pads
+        readable = adapters.knows(loaded.model)
         self.recorders = {
             name: Measured(loaded, measure, layers, len(batch), width)
             for name, measure in MEASURES.items()
-            if name != chosen
+            if name != chosen and (readable or "input" not in measure.kinds)
         }
 
     def page(

@@ -66,8 +66,9 @@ AttentionOpt = Annotated[
     AttentionImpl,
     typer.Option(
         "--attention",
-        help="The model's attention: sdpa (fast; attnviz recomputes the probabilities from "
-        "each layer's input, in blocks of rows), flash_attention_2 (the same with flash-attn's "
+        help="The model's attention: sdpa (fast; attnviz records the probabilities inside "
+        "the model's attention call, from its own q and k, in blocks of rows; layers nobody "
+        "asks for run SDPA), flash_attention_2 (the same, those layers on flash-attn's "
         "kernels: CUDA, half precision) or eager (the model's own probabilities, held layer "
         "by layer; for comparison). docs/models.md says more.",
     ),

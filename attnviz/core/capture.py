@@ -13,6 +13,9 @@ What a caller can ask for, per layer (`KINDS`):
             h·d_head … (h+1)·d_head); grouped-query models have one slice per query head
     source  (B, S, d_model): what the keys and values are made of: X itself in
             self-attention, the encoder's last hidden states in cross-attention
+    scores  the layer's q and k as the model hands them to its attention, with its mask and
+            extras (`recording.Scores`, on the CPU): any head's rows can be made from them
+            later (`serve`'s tiles); attnviz's attention function only
 
 An encoder-decoder model (T5, BART) has three stacks of attention layers, "encoder",
 "decoder" and "cross" (`adapters.STACKS`); a recorder's `stack` says which one its layers
@@ -27,10 +30,11 @@ are in (every other model has one stack, None).
             `receive_rows(layer, start, rows, entropy)`; recomputed rows take it from their
             softmax's own sums (`recompute.rows_and_entropy`), no logarithm per cell
 
-The model runs its own attention implementation. With eager attention `probs` is read from
-the attention module; with any other (SDPA, the default) the module keeps none, and
-`probs` and `rows` are recomputed from the layer's captured X by `core.recompute`, a block
-of `block_rows` query rows at a time.
+The model runs attnviz's attention function (`core.recording`): `probs`, `rows`, `entropy`,
+`heads` and `scores` come from inside the model's own attention call, the probabilities made
+from its q and k a block of `block_rows` query rows at a time; the other kinds from hooks on
+the modules the family's adapter names. With eager attention (`--attention eager`, `check`)
+`probs` is read from the attention module's output instead.
 
 A caller is a `Recorder`: the layers and kinds it wants, and a `receive(layer, tensors)`
 called once that layer has produced all of them. Tensors are moved to the CPU as they come
@@ -55,7 +59,7 @@ from attnviz.core import adapters
 from attnviz.core.adapters.base import LayerModules
 from attnviz.errors import InputError, UnsupportedModelError
 
-KINDS = ("input", "probs", "output", "residual", "heads", "source")
+KINDS = ("input", "probs", "output", "residual", "heads", "source", "scores")
 ROWS = "rows"  # blocks of probability rows, for a recorder with `receive_rows` (see above)
 ENTROPY = "entropy"  # with ROWS: each row's entropy beside it (see above)
 
@@ -101,14 +105,13 @@ def run(
     Without `lm_head` only the base model runs (no logits over the vocabulary); with it, the
     whole model, for callers that need the loss. `edit` replaces each layer's W_O input as
     the model runs; `gradients` runs with autograd on (for gates inside `edit`); `block_rows`
-    is how many query rows each block of recomputed probabilities holds: given, the run is a
-    streamed one (`memory.stream_rows`), whose freed blocks the allocator keeps for the next
+    is how many query rows each block of probabilities holds: given, the run is a streamed
+    one (`memory.stream_rows`), whose freed blocks the allocator keeps for the next
     (`memory.reuse_freed_blocks`).
     """
     import torch
 
-    from attnviz.core import memory
-    from attnviz.core.recompute import BLOCK_ROWS
+    from attnviz.core import memory, recording
 
     if block_rows is not None:
         memory.reuse_freed_blocks()
@@ -129,52 +132,45 @@ def run(
             if {"probs", ROWS} <= set(kinds):
                 raise ValueError("a recorder takes a layer's probabilities whole or in rows")
             wanted.setdefault((_stack(recorder), layer), set()).update(kinds)
-    probabilities = _Probabilities(loaded, inputs, BLOCK_ROWS if block_rows is None else block_rows)
-    hooked = {site: probabilities.needs(site, kinds) for site, kinds in wanted.items()}
-    seen: dict[Site, dict[str, Any]] = {}
-
-    def arrive(kind: str, site: Site, tensor: Any) -> None:
-        got = seen.setdefault(site, {})
-        got[kind] = tensor.detach().cpu()
-        if got.keys() < hooked[site]:
-            return
-        stack, layer = site
-        mine = [r for r in recorders if _stack(r) == stack and r.wants.get(layer)]
-        # a `rows` recorder has its layer's other tensors (X, say) before the blocks; the
-        # others have theirs after, `probs` among them where it was assembled from blocks
-        takers = [r for r in mine if ROWS in r.wants[layer]]
-        for recorder in takers:
-            recorder.receive(
-                layer, {k: got[k] for k in recorder.wants[layer] if k not in (ROWS, ENTROPY)}
-            )
-        if wanted[site] & {"probs", ROWS}:
-            probabilities.hand_out(site, got, wanted[site], mine)
-        for recorder in mine:
-            if recorder not in takers:
-                recorder.receive(layer, {kind: got[kind] for kind in recorder.wants[layer]})
-        del seen[site]  # every recorder has had this layer's tensors
-
+    rows = recording.BLOCK_ROWS if block_rows is None else block_rows
+    if rows < 1:
+        raise InputError(f"block_rows must be at least 1, not {rows}")
+    inside = records(model)
+    heard = _Pass(loaded, recorders, wanted, inside, rows)
+    hooked = {site: heard.hooked(site) for site in wanted}
+    read = sorted({kind for kinds in hooked.values() for kind in kinds} - {"probs"})
+    if read and not adapters.knows(model):
+        raise UnsupportedModelError(
+            f"this needs each layer's {', '.join(read)}, which attnviz reads through its "
+            f"adapters; '{model.config.model_type}' has none (docs/models.md)"
+        )
     mode = torch.enable_grad() if gradients else torch.inference_mode()
-    with _hooked(model, hooked, arrive, edit), mode:
+    listen = recording.listening(heard) if inside else _nothing()
+    heard.edit_inside = edit if inside else None
+    with _hooked(model, hooked, heard.arrive, None if inside else edit), listen, mode:
         output = (model if lm_head else model.base_model)(**inputs)
     memory.return_freed_memory()  # the pass's activations, not held while the figures draw
     return output
 
 
 Site = tuple  # (stack, layer): a layer of one attention stack (stack None: the only one)
+INSIDE = {"probs", ROWS, ENTROPY, "heads", "scores"}  # what attnviz's function hands out
 
 
-def recomputes(model: Any) -> bool:
-    """Whether `model` runs an attention that keeps no probabilities (SDPA, flash), so that
-    capture recomputes them from each layer's X."""
-    return getattr(model.config, "_attn_implementation", "eager") != "eager"
+def records(model: Any) -> bool:
+    """Whether `model` runs attnviz's attention function (`core.recording`), which records
+    the probabilities inside the model's attention call; else it runs eager attention and
+    `probs` are read from its attention modules."""
+    from attnviz.core.recording import NAME
+
+    return getattr(model.config, "_attn_implementation", "eager") == NAME
 
 
 @contextmanager
 def own_probabilities(model: Any) -> Iterator[None]:
     """`model` runs eager attention for the duration, so that `probs` are the model's own
-    (what `check` compares with), not recomputed; its own implementation after."""
-    before = model.config._attn_implementation if recomputes(model) else None
+    (what `check` compares with), not recorded by attnviz's function; its own after."""
+    before = model.config._attn_implementation if records(model) else None
     if before is not None:
         model.set_attn_implementation("eager")
     try:
@@ -184,80 +180,169 @@ def own_probabilities(model: Any) -> Iterator[None]:
             model.set_attn_implementation(before)
 
 
-class _Probabilities:
-    """Where a run's `probs` and `rows` come from: the attention module's output (eager), or
-    each layer's X, recomputed in blocks of rows (`core.recompute`)."""
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
-    def __init__(self, loaded: Any, inputs: dict[str, Any], block_rows: int) -> None:
-        if block_rows < 1:
-            raise InputError(f"block_rows must be at least 1, not {block_rows}")
-        self.loaded, self.block_rows = loaded, block_rows
-        self.recompute = recomputes(loaded.model)
-        source = inputs.get("attention_mask")
-        target = inputs.get("decoder_attention_mask")
-        self.key_masks = {None: source, "encoder": source, "cross": source, "decoder": target}
 
-    def needs(self, site: Site, kinds: set[str]) -> set[str]:
-        """The kinds to hook at `site` for `kinds`: probabilities become the layer's X (and
-        cross-attention's source) when they are recomputed; `rows` are cut from `probs`."""
-        needed = set(kinds) - {ROWS, ENTROPY}
+class _Pass:
+    """One pass's bookkeeping: which tensors each site still waits for, the blocks of rows
+    as the attention function hands them out (`recording.Listener`), and each recorder
+    served once its site has all it asked for.
+
+    A `rows` recorder gets its layer's other kinds before the blocks where they come first
+    (X, the residual stream); where one comes only after the attention call (the block's
+    output after W_O), its blocks wait until it has come."""
+
+    def __init__(self, loaded: Any, recorders: Sequence[Recorder], wanted: dict, inside: bool,
+                 block_rows: int) -> None:  # fmt: skip
+        self.loaded, self.recorders, self.wanted = loaded, recorders, wanted
+        self.inside, self.block_rows = inside, block_rows
+        # what layers nobody wants run: the model's fast attention, or attnviz's blocks
+        # (recording nothing) for a model transformers runs without SDPA
+        supported = getattr(loaded.model, "_supports_sdpa", True)
+        self.fast = loaded.info.attention if supported else None
+        self.entropy = any(ENTROPY in kinds for kinds in wanted.values())
+        self.edit_inside: Edit | None = None
+        self._seen: dict[Site, dict[str, Any]] = {}
+        self._waiting: dict[Site, list] = {}  # blocks held for recorders not yet served
+        self._served: dict[Site, set[int]] = {}  # id(recorder) served its other kinds
+        self._sites = _Callers(loaded.model) if inside else None
+
+    # what the hooks deliver ------------------------------------------------------------
+    def hooked(self, site: Site) -> set[str]:
+        """The kinds hooked at `site`: all but what the attention function hands out where
+        it runs; with eager attention `rows` are cut from the module's `probs`."""
+        kinds = set(self.wanted[site])
+        if self.inside:
+            return kinds - INSIDE
         if kinds & {"probs", ROWS}:
-            needed.add("probs")
-            if self.recompute:
-                needed.discard("probs")
-                needed.add("input")
-                if site[0] == "cross":
-                    needed.add("source")
-        return needed
+            kinds.add("probs")
+        return kinds - {ROWS, ENTROPY}
 
-    def hand_out(self, site: Site, got: dict[str, Any], kinds: set[str], mine: list) -> None:
-        """Give each `rows` recorder of `site` its blocks, and put the whole matrix in
-        got["probs"] where a recorder wants it and it was recomputed; float32 either way."""
+    def arrive(self, kind: str, site: Site, tensor: Any) -> None:
+        self._seen.setdefault(site, {})[kind] = tensor.detach().cpu()
+        self._serve(site)
+
+    # what the attention function hands out (`recording.Listener`) ---------------------
+    def site(self, module: Any) -> Site | None:
+        return self._sites.site(module)
+
+    def wants(self, site: Site, shape: tuple[int, int, int, int]) -> bool:
+        if not self.wanted.get(site, set()) & {"probs", ROWS}:
+            return False
+        if "probs" in self.wanted[site]:  # (B, H, T, S) float32, filled by the blocks
+            import torch
+
+            self._seen.setdefault(site, {})["probs"] = torch.zeros(shape)
+        return True
+
+    def scores(self, site: Site, scores: Any) -> None:
+        if "scores" in self.wanted.get(site, ()):
+            self._seen.setdefault(site, {})["scores"] = scores.cpu()
+
+    def block(self, site: Site, start: int, rows: Any, entropy: Any) -> None:
+        rows = rows.detach().cpu()
+        entropy = entropy.detach().cpu() if entropy is not None else None
+        got = self._seen.setdefault(site, {})
+        for recorder in self._takers(site):
+            if self._ready(site, recorder):
+                self._give_rows(recorder, site[1], start, rows, entropy)
+            else:
+                self._waiting.setdefault(site, []).append((recorder, start, rows, entropy))
+        if self.inside and "probs" in got:  # a decoder's block stops at its last query's key
+            got["probs"][:, :, start : start + rows.shape[2], : rows.shape[3]] = rows
+
+    def done(self, site: Site, heads: Any) -> Any:
+        if site in self.wanted:
+            got = self._seen.setdefault(site, {})
+            if "heads" in self.wanted[site]:
+                got["heads"] = heads.detach().cpu()
+            got["called"] = True
+        edited = self.edit_inside(site[1], heads) if self.edit_inside is not None else heads
+        self._serve(site)
+        return edited
+
+    # serving ---------------------------------------------------------------------------
+    def _mine(self, site: Site) -> list:
+        stack, layer = site
+        return [r for r in self.recorders if _stack(r) == stack and r.wants.get(layer)]
+
+    def _takers(self, site: Site) -> list:
+        return [r for r in self._mine(site) if ROWS in r.wants[site[1]]]
+
+    def _ready(self, site: Site, recorder: Recorder) -> bool:
+        """Whether `recorder`'s other kinds at `site` have come; served them if so."""
+        layer, got = site[1], self._seen[site]
+        others = [k for k in recorder.wants[layer] if k not in (ROWS, ENTROPY)]
+        if any(k not in got for k in others):
+            return False
+        served = self._served.setdefault(site, set())
+        if id(recorder) not in served:
+            served.add(id(recorder))
+            recorder.receive(layer, {k: got[k] for k in others})
+        return True
+
+    def _give_rows(self, recorder: Recorder, layer: int, start: int, rows: Any, entropy: Any):
+        if ENTROPY in recorder.wants[layer]:
+            recorder.receive_rows(layer, start, rows, entropy)
+        else:
+            recorder.receive_rows(layer, start, rows)  # (B, H, b, W)
+
+    def _complete(self, site: Site) -> bool:
+        needs = self.hooked(site) | ({"called"} if self.inside else set())
+        return needs <= self._seen.get(site, {}).keys()
+
+    def _serve(self, site: Site) -> None:
+        if site not in self.wanted or not self._complete(site):
+            return
+        got, layer = self._seen[site], site[1]
+        if not self.inside and self.wanted[site] & {"probs", ROWS}:
+            got["probs"] = got["probs"].float()  # a half-precision model's own, as float32
+            self._cut_rows(site, got["probs"])
+        for recorder in self._takers(site):
+            self._ready(site, recorder)
+        for recorder, start, rows, entropy in self._waiting.pop(site, []):
+            self._give_rows(recorder, layer, start, rows, entropy)
+        for recorder in self._mine(site):
+            if ROWS not in recorder.wants[layer]:
+                recorder.receive(layer, {kind: got[kind] for kind in recorder.wants[layer]})
+        del self._seen[site]  # every recorder has had this layer's tensors
+        self._served.pop(site, None)
+
+    def _cut_rows(self, site: Site, whole: Any) -> None:
+        """Eager attention: the module's whole (B, H, T, S) matrix, handed out in blocks."""
         import torch
 
-        from attnviz.core import recompute
+        if not self._takers(site):
+            return
+        for start in range(0, whole.shape[2], self.block_rows):
+            part = whole[:, :, start : start + self.block_rows]
+            entropy = torch.special.entr(part).sum(dim=-1) if self.entropy else None
+            self.block(site, start, part, entropy)
 
-        layer = site[1]
-        takers = [r for r in mine if ROWS in r.wants[layer]]
-        entropy = any(ENTROPY in r.wants[layer] for r in takers)
-        if not self.recompute:
-            # (B, H, T, S) from the attention module, in float32 whatever the model runs in (a
-            # half-precision model's own probabilities, rounded in its dtype)
-            whole = got["probs"] = got["probs"].float()
-            found: Any = (
-                (start, part, torch.special.entr(part).sum(dim=-1) if entropy else None)
-                for start in range(0, whole.shape[2], self.block_rows)
-                for part in [whole[:, :, start : start + self.block_rows]]
-            )
-            keep = None
-        else:
-            projected = self._project(site, got)
-            found = recompute.blocks(projected, self.block_rows, entropy)
-            keep = torch.zeros(projected.shape) if "probs" in kinds else None
-        for start, rows, entropies in found if takers or keep is not None else ():
-            for recorder in takers:
-                if ENTROPY in recorder.wants[layer]:
-                    recorder.receive_rows(layer, start, rows, entropies)
-                else:
-                    recorder.receive_rows(layer, start, rows)  # (B, H, b, S)
-            if keep is not None:  # a decoder's block stops at its last query's key
-                keep[:, :, start : start + rows.shape[2], : rows.shape[3]] = rows
-        if keep is not None:
-            got["probs"] = keep
 
-    def _project(self, site: Site, got: dict[str, Any]) -> Any:
-        from attnviz.core import adapters, recompute
+class _Callers:
+    """Which site (stack, layer) a module calling the attention function is. A module shared
+    by several layers (ALBERT) is called once per layer, in order: its n-th call is the
+    n-th layer that uses it."""
 
-        stack, layer = site
-        mask = self.key_masks[stack]
-        weights = adapters.layer_weights(self.loaded.model, layer, stack)
-        return recompute.project(
-            got["input"],
-            weights,
-            mask.cpu() if mask is not None else None,
-            self.loaded.info.of_stack(stack).causal,
-            got.get("source") if stack == "cross" else None,
-        )
+    def __init__(self, model: Any) -> None:
+        self._users: dict[int, list[Site]] = {}
+        for stack in adapters.stacks_of(model):
+            for layer in range(adapters.n_layers(model, stack)):
+                module = adapters.caller(adapters.layer_modules(model, layer, stack))
+                if module is not None:
+                    self._users.setdefault(id(module), []).append((stack, layer))
+        self._calls: dict[int, int] = {}
+
+    def site(self, module: Any) -> Site | None:
+        users = self._users.get(id(module))
+        if users is None:
+            return None
+        n = self._calls.get(id(module), 0)
+        self._calls[id(module)] = n + 1
+        return users[n % len(users)]
 
 
 def _stack(recorder: Recorder) -> str | None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from attnviz.core import adapters, gguf_cache
+from attnviz.core import adapters, gguf_cache, recording
 from attnviz.errors import InputError, ModelLoadError, TextTooLongError, UnsupportedModelError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (bundled)"
@@ -534,7 +534,7 @@ def describe(name: str | None = None) -> ModelSpec | None:
         n_heads=n_heads,
         max_tokens=_limit(config.get("model_type"), positions, config.get("pad_token_id"), limit),
         tokenizer_file=_local_file(source, "tokenizer.json"),
-        causal=config.get("model_type") in DECODER_TYPES,
+        causal=_decoder_from_files(config),
         stacks=stacks,
         weights_bytes=_weights_bytes(source, config, n_layers),
         weights_dtype=config.get("torch_dtype") or config.get("dtype"),
@@ -606,11 +606,12 @@ def load_model(
 ) -> LoadedModel:
     """Load a model and its tokenizer for attention extraction (eval mode).
 
-    `attention` is the implementation the model runs: "sdpa" (its fast attention, which
-    keeps no probabilities: capture recomputes them from each layer's X), "flash_attention_2"
-    (the same, with flash-attn's kernels) or "eager" (the probabilities are read from the
-    model). A model without SDPA (Gemma2), or whose attention attnviz cannot recompute
-    (`adapters.layer_weights` refuses it), runs eager. `settings` are `Load`'s others (dtype,
+    `attention` is the implementation the model runs: "sdpa" (attnviz's attention function,
+    `core.recording`, records the probabilities inside the model's attention call; the layers
+    nobody asks for run SDPA), "flash_attention_2" (the same, those layers on flash-attn's
+    kernels) or "eager" (the probabilities are read from the model). A model type whose
+    attention bypasses transformers' attention interface is refused before its weights load
+    (`refuse_bypass`). `settings` are `Load`'s others (dtype,
     device_map, max_memory, offload_folder, quantize), refused first where they cannot work.
     A model placed by accelerate (device_map, quantize) is never moved; the inputs go to
     its first device. `tokenizer`: the one `load_tokenizer` loaded already.
@@ -633,10 +634,8 @@ def load_model(
         raise _not_found(label) from exc
 
     model_type = config.model_type
-    if model_type not in SUPPORTED_TYPES:
-        raise UnsupportedModelError(
-            f"model type '{model_type}' is not supported; supported: {', '.join(SUPPORTED_TYPES)}"
-        )
+    decoder = _decoder(config)
+    refuse_bypass(config)
 
     torch_device = resolve_device(device)
     placement = _placement(load, torch_device)
@@ -646,13 +645,15 @@ def load_model(
         # Decoders with their LM head: report's induction probe measures the model's loss.
         # Encoders saved with their masked-LM head keep it: head importance measures its loss.
         # Encoder-decoder models with theirs: --generate writes a target with it.
-        loader = AutoModelForCausalLM if model_type in DECODER_TYPES else AutoModel
+        loader = AutoModelForCausalLM if decoder else AutoModel
         if model_type in SEQ2SEQ_TYPES:
             loader = AutoModelForSeq2SeqLM
         elif loader is AutoModel and _has_mlm_head(config):
             loader = AutoModelForMaskedLM
-        # transformers' default is SDPA where the architecture has it (Gemma2 has not: eager)
-        implementation = None if attention == "sdpa" else attention
+        # attnviz's attention function records inside the model's attention call; the layers
+        # nobody wants run `attention` (sdpa, flash_attention_2) from there
+        implementation = attention if attention == "eager" else recording.NAME
+        recording.register()
         model = _from_pretrained(loader, source, attn_implementation=implementation, **placement)
     except (OSError, ValueError) as exc:
         if "offload_folder" in str(exc):  # the disk's layers must be saved again (not safetensors)
@@ -668,8 +669,6 @@ def load_model(
     model.eval()
     if placed is None:
         model.to(torch_device)
-    if attention != "eager" and not _recomputable(model):
-        model.set_attn_implementation("eager")
 
     n_heads = config.num_attention_heads
     d_model = config.hidden_size
@@ -681,17 +680,17 @@ def load_model(
         model_type=model_type,
         n_heads=n_heads,
         d_model=d_model,
-        n_layers=stacks[0][1] if stacks else config.num_hidden_layers,
+        n_layers=stacks[0][1] if stacks else adapters.n_layers(model),
         d_head=getattr(config, "head_dim", None)
         or getattr(config, "d_kv", None)
         or d_model // n_heads,
         max_tokens=_max_tokens(config, tokenizer),
-        causal=model_type in DECODER_TYPES,
+        causal=decoder,
         n_kv_heads=n_kv_heads,
         stacks=stacks,
         max_target_tokens=_max_tokens(config, tokenizer) if stacks else None,
         dtype=_name(model.dtype),
-        attention=model.config._attn_implementation,
+        attention=attention,
         device_map=tuple((part, str(where)) for part, where in (placed or {}).items()),
         quantize=load.quantize,
     )
@@ -744,15 +743,63 @@ def _name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _recomputable(model: Any) -> bool:
-    """Whether attnviz's recompute reads this model's attention (every stack's first layer
-    stands for its stack: the adapters refuse per family and configuration)."""
-    try:
-        for stack in adapters.stacks_of(model):
-            adapters.layer_weights(model, 0, stack)
-    except UnsupportedModelError:
+def _decoder_from_files(config: dict[str, Any]) -> bool:
+    """`_decoder` from config.json alone (no transformers): the family's word, else a
+    checkpoint saved as a causal LM (its `architectures`)."""
+    kind = config.get("model_type")
+    if kind in SUPPORTED_TYPES or config.get("is_encoder_decoder"):
+        return kind in DECODER_TYPES
+    return any(name.endswith("ForCausalLM") for name in config.get("architectures") or ())
+
+
+def _decoder(config: Any) -> bool:
+    """Whether the model is a decoder (causal self-attention, loaded with its LM head): its
+    family's word where attnviz has an adapter, else whether transformers has a causal LM
+    for its type and no masked LM (BERT has both, and is an encoder)."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    kind = config.model_type
+    if kind in SUPPORTED_TYPES:
+        return kind in DECODER_TYPES
+    if getattr(config, "is_encoder_decoder", False):
         return False
-    return True
+    causal, masked = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    return kind in causal and kind not in masked
+
+
+def refuse_bypass(config: Any) -> None:
+    """Refuse, before the weights load, a model type whose attention does not go through
+    transformers' `AttentionInterface` (its modelling code computes attention itself: BLOOM,
+    Falcon, MPT, GPT-Neo, DeBERTa-v2, …): attnviz records attention inside that call."""
+    import importlib
+    import inspect
+
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    kind = config.model_type
+    if kind in SUPPORTED_TYPES:
+        return
+    name = model_type_to_module_name(kind)
+    try:
+        code = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    except ImportError as exc:
+        raise UnsupportedModelError(
+            f"model type '{kind}': transformers {_transformers_version()} has no model for it"
+        ) from exc
+    if "ALL_ATTENTION_FUNCTIONS" not in inspect.getsource(code):
+        raise UnsupportedModelError(
+            f"model type '{kind}' computes its attention in its own code, not through "
+            "transformers' attention interface, where attnviz records it (docs/models.md)"
+        )
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
 
 
 def _has_mlm_head(config: Any) -> bool:

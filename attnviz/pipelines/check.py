@@ -84,6 +84,7 @@ def _checker(
     query_mask, key_mask = masks
     causal = loaded.info.of_stack(stack).causal
     kinds = ("input", "probs", "output", *(("source",) if stack == "cross" else ()))
+    adapters.layer_weights(loaded.model, 0, stack)  # a family check cannot read: refused now
 
     def check_layer(layer: int, seen: dict[str, Any]) -> None:
         weights = adapters.layer_weights(loaded.model, layer, stack)

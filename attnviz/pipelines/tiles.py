@@ -1,19 +1,22 @@
-"""`attnviz serve`'s tiles: the last text's per-layer X, kept, and the exact cells of any
-rectangle of any head recomputed from it, a block of query rows at a time.
+"""`attnviz serve`'s tiles: the last text's per-layer queries and keys, kept as the model
+handed them to its attention, and the exact cells of any rectangle of any head made from them,
+a block of query rows at a time.
 
-    Holder        the server's one held text (`Held`: X of every layer, its tokens, its id),
-                  within a memory budget
-    Keep          a consumer: the pass of /api/page or /api/attention hands its X over too
-    read          a text read for tiles alone (/api/text): one pass that keeps X, no attention
+    Holder        the server's one held text (`Held`: every layer's q and k, its tokens, its
+                  id), within a memory budget
+    Keep          a consumer: the pass of /api/page or /api/attention hands its q and k over
+    read          a text read for tiles alone (/api/text): one pass that keeps q and k, no
+                  attention
     TileQuestion  a tile request, every field checked
     tile          the tile's values: exact cells, or blocks of cells pooled (mean or max)
 
 A tile is query rows q0 … q1−1 and key columns k0 … k1−1 of one head of one layer, in the
-model's tokens (no --words, no --hide-special), weights or norm. Its rows are recomputed by
-`core.recompute` from the layer's X with that head's weights alone (`recompute.one_head`), the
-formulas `attnviz.attention()` uses: a tile equals the same cells of the API's weights. Only
-the tile's rows exist at a time, and over the rows' whole length of keys; the head's whole
-matrix is never built.
+model's tokens (no --words, no --hide-special), weights or norm. Its rows are made by
+`core.recording.Scores.rows` from that head's q and its key head's k (`Scores.head`), what
+attnviz's attention function made the API's weights with: a tile equals the same cells of the
+API's weights. Only the tile's rows exist at a time, over the rows' whole length of keys; the
+head's whole matrix is never built. The norm measure's ‖f(x_j)‖ per head and key is kept
+beside them where attnviz's adapter reads the model's W_V and W_O.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import base64
 import hashlib
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import InputError, NotHeldError
@@ -34,12 +37,13 @@ if TYPE_CHECKING:
 
     from attnviz.core.attention import Encoded
     from attnviz.core.models import LoadedModel, Model
+    from attnviz.core.recording import Scores
 
 # Cells a side of a tile answers: a larger range is answered in blocks of cells, pooled, or
 # refused where no pooling is asked (512 × 512 cells are 1 MiB of float32, 5 MB of JSON).
 TILE_SIDE = 512
-# Bytes of X the server holds for tiles (serve --hold-mib): SmolLM2 at its 8,192 tokens
-# holds 30 layers × 8,192 × 576 float32, 540 MiB.
+# Bytes of q and k the server holds for tiles (serve --hold-mib): SmolLM2 at its 8,192 tokens
+# holds 30 layers × 8,192 × (9 + 3) heads × 64 float32, 720 MiB.
 HOLD_BYTES = 2**30
 # Query rows recomputed at once: 256 rows of one head over 8,192 keys are 8 MiB of float32.
 ROWS = 256
@@ -49,11 +53,13 @@ PER_HEAD = ("weights", "norm")  # the measures a tile can hold: those with heads
 
 @dataclass(frozen=True, eq=False)
 class Held:
-    """One text's X at every layer, as the pass captured it: what its tiles are made of."""
+    """One text's queries and keys at every layer, as the model handed them to its attention:
+    what its tiles are made of."""
 
     text_id: str
     encoded: Encoded
-    x: tuple[torch.Tensor, ...]  # per layer: (1, T, d_model), the model's dtype
+    scores: tuple[Scores, ...]  # per layer: q (1, H, T, d) and k (1, H_kv, T, d), its mask
+    lengths: tuple[torch.Tensor, ...] | None  # per layer: ‖f^h(x_j)‖ (H, T); None: no norm
     causal: bool
 
     @property
@@ -62,33 +68,51 @@ class Held:
 
     @property
     def bytes(self) -> int:
-        return sum(x.numel() * x.element_size() for x in self.x)
+        tensors = [t for s in self.scores for t in (s.query, s.key, s.mask) if t is not None]
+        tensors += list(self.lengths or ())
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     def summary(self) -> dict[str, Any]:
         """What the server holds, for answers and /api/health."""
         return {
             "text_id": self.text_id,
             "tokens": self.n_tokens,
-            "layers": len(self.x),
+            "layers": len(self.scores),
             "bytes": self.bytes,
         }
 
 
 def text_id(loaded: LoadedModel, encoded: Encoded) -> str:
     """A text's name for tiles: the model and the tokens it read (the same tokens give the
-    same X, whatever the view asked)."""
+    same q and k, whatever the view asked)."""
     said = json.dumps([loaded.info.name, list(encoded.ids), encoded.segments])
     return hashlib.sha256(said.encode("utf-8")).hexdigest()[:16]
 
 
-def x_bytes(loaded: LoadedModel, n_tokens: int) -> int:
-    """What a text of `n_tokens` holds as X: layers × tokens × d_model in the model's dtype."""
+def held_bytes(loaded: LoadedModel, n_tokens: int) -> int:
+    """What a text of `n_tokens` holds: layers × tokens × (query and key heads) × d_head in the
+    model's dtype, and the norm's float32 lengths, one a head and token, where it has them."""
     info = loaded.info
-    return info.n_layers * n_tokens * info.d_model * loaded.model.dtype.itemsize
+    per_token = _heads(info) * info.d_head * loaded.model.dtype.itemsize
+    if _norms(loaded):
+        per_token += info.n_heads * 4
+    return info.n_layers * n_tokens * per_token
+
+
+def _heads(info: Any) -> int:
+    return info.n_heads + (info.n_kv_heads or info.n_heads)
+
+
+def _norms(loaded: LoadedModel) -> bool:
+    """Whether tiles keep the norm measure's lengths: attnviz reads the model's W_V and W_O
+    through its adapter."""
+    from attnviz.core import adapters
+
+    return adapters.knows(loaded.model)
 
 
 class Holder:
-    """The one text whose X the server keeps (the last one read), and its budget in bytes.
+    """The one text whose q and k the server keeps (the last one read), and its budget in bytes.
     Used from the server's one model thread only."""
 
     def __init__(self, budget: int = HOLD_BYTES) -> None:
@@ -100,17 +124,18 @@ class Holder:
         info = loaded.info
         if info.seq2seq:
             return one_stack(loaded)
-        size = x_bytes(loaded, n_tokens)
+        size = held_bytes(loaded, n_tokens)
         if size > self.budget:
             return (
-                f"this text's X is {_mib(size)} ({info.n_layers} layers × {n_tokens} tokens × "
-                f"{info.d_model} × {loaded.model.dtype.itemsize} B), over the {_mib(self.budget)} "
-                "the server holds for tiles (serve --hold-mib)"
+                f"this text's queries and keys are {_mib(size)} ({info.n_layers} layers × "
+                f"{n_tokens} tokens × {_heads(info)} heads × {info.d_head} × "
+                f"{loaded.model.dtype.itemsize} B), over the {_mib(self.budget)} the server "
+                "holds for tiles (serve --hold-mib)"
             )
         return None
 
     def let_go(self) -> None:
-        """Drop the held text (before the next is read: one text's X at a time)."""
+        """Drop the held text (before the next is read: one text's q and k at a time)."""
         self.held = None
 
     def keep(self, held: Held) -> None:
@@ -147,23 +172,36 @@ def _mib(size: int) -> str:
 
 
 def _recorder(loaded: LoadedModel, found: dict[int, Any]) -> Any:
-    """A capture recorder that puts each layer's X into `found`."""
+    """A capture recorder that puts each layer's (Scores, lengths or None) into `found`: the
+    lengths ‖f^h(x_j)‖ (H, T) from X where the model's adapter reads W_V and W_O; X is not
+    kept."""
+    from attnviz.analysis.contributions import value_vectors
+    from attnviz.core import adapters
     from attnviz.core.capture import Each
 
-    def receive(layer: int, tensors: dict[str, Any]) -> None:
-        found[layer] = tensors["input"]  # (1, T, d_model)
+    norms = _norms(loaded)
 
-    return Each(range(loaded.info.n_layers), ("input",), receive)
+    def receive(layer: int, tensors: dict[str, Any]) -> None:
+        lengths = None
+        if norms:
+            weights = adapters.layer_weights(loaded.model, layer)
+            lengths = value_vectors(tensors["input"].float(), weights).norm(dim=-1)[0]
+        found[layer] = (tensors["scores"], lengths)
+
+    kinds = ("scores", "input") if norms else ("scores",)
+    return Each(range(loaded.info.n_layers), kinds, receive)
 
 
 def _held(loaded: LoadedModel, encoded: Encoded, found: dict[int, Any]) -> Held:
-    x = tuple(found[layer] for layer in range(loaded.info.n_layers))
-    return Held(text_id(loaded, encoded), encoded, x, loaded.info.causal)
+    layers = [found[layer] for layer in range(loaded.info.n_layers)]
+    lengths = tuple(got[1] for got in layers) if _norms(loaded) else None
+    scores = tuple(got[0] for got in layers)
+    return Held(text_id(loaded, encoded), encoded, scores, lengths, loaded.info.causal)
 
 
 class Keep(Consumer):
-    """The run's pass hands each layer's X to `holder` too (the pass the page or the API
-    needed anyway: no second one). `why` says why nothing was kept, where nothing was."""
+    """The run's pass hands each layer's q and k to `holder` too (the pass the page or the
+    API needed anyway: no second one). `why` says why nothing was kept, where nothing was."""
 
     def __init__(self, request: Any, holder: Holder) -> None:
         super().__init__(request)
@@ -221,8 +259,8 @@ TEXT = {"text": "the sentence to read"}
 
 def read(model: Model, holder: Holder, question: Any) -> dict[str, Any]:
     """Read the text of `question` (`pipelines.serve.Question`) for tiles: one pass that
-    captures each layer's X and no attention (the model's own fast attention runs; nothing of
-    size T × T is made), and hold it."""
+    keeps each layer's q and k and no attention (the model's own fast attention runs; nothing
+    of size T × T is made), and hold it."""
     from attnviz.core import capture
     from attnviz.core.tokens import encode, pad
     from attnviz.pipelines import features
@@ -349,23 +387,17 @@ def blocks_of(q0: int, q1: int, k0: int, k1: int) -> tuple[int, int]:
     return math.ceil((q1 - q0) / TILE_SIDE), math.ceil((k1 - k0) / TILE_SIDE)
 
 
-def visible_counts(
-    start: int, stop: int, k0: int, k1: int, columns: int, causal: bool, window: int | None
-) -> torch.Tensor:
+def visible_counts(sees: torch.Tensor, k0: int, k1: int, columns: int) -> torch.Tensor:
     """How many keys of each block of `columns` key columns (k0 … k1−1, the last block what is
-    left) each query start … stop−1 sees: not after it (causal), not past its sliding window;
-    (stop − start, ceil((k1 − k0) / columns))."""
+    left) each query sees, from `sees` (r, S) (True: the query sees the key):
+    (r, ceil((k1 − k0) / columns))."""
     import torch
 
-    query = torch.arange(start, stop)[:, None]  # (r, 1)
-    first = torch.arange(k0, k1, columns)[None, :]  # (1, N): each block's first key
-    high = (first + columns).clamp(max=k1)  # one past each block's last key
-    low = first
-    if causal:
-        high = torch.minimum(high, query + 1)
-    if window is not None:
-        low = torch.maximum(low, query - window + 1)
-    return (high - low).clamp(min=0).expand(stop - start, -1)  # (r, N)
+    seen = sees[:, k0:k1].float()
+    n = seen.shape[1]
+    blocks = -(-n // columns)
+    seen = torch.nn.functional.pad(seen, (0, blocks * columns - n))
+    return seen.reshape(seen.shape[0], blocks, columns).sum(dim=-1)
 
 
 def pool(values: torch.Tensor, counts: torch.Tensor, block: tuple[int, int], how: str):
@@ -393,7 +425,7 @@ def pool(values: torch.Tensor, counts: torch.Tensor, block: tuple[int, int], how
 
 
 def tile(model: Model, holder: Holder, question: TileQuestion) -> dict[str, Any]:
-    """The tile's values from the held text's X (see the module's docstring), as JSON-ready
+    """The tile's values from the held text's q and k (see the module's docstring), as JSON-ready
     values: exact cells, or (a side longer than TILE_SIDE, with `pool`) blocks of cells."""
     import torch
 
@@ -401,6 +433,11 @@ def tile(model: Model, holder: Holder, question: TileQuestion) -> dict[str, Any]
 
     loaded = model.load()
     held = holder.get(question.text_id)
+    if question.measure == "norm" and held.lengths is None:
+        raise InputError(
+            "norm tiles need each head's W_V and W_O, which attnviz reads through its adapters; "
+            f"'{loaded.info.model_type}' has none (docs/models.md): ask for weights"
+        )
     q0, q1, k0, k1 = question.ranges(held.n_tokens)
     block = blocks_of(q0, q1, k0, k1)
     if block != (1, 1) and question.pool is None:
@@ -442,37 +479,27 @@ def _cells(
     over all the keys they see; float32."""
     import torch
 
-    from attnviz.analysis.contributions import value_vectors
-    from attnviz.core import adapters, recompute
-
     q0, q1, k0, k1 = ranges
     n = held.n_tokens
-    weights = adapters.layer_weights(loaded.model, question.layer)
-    one = recompute.one_head(weights, question.head)
-    x = held.x[question.layer]  # (1, T, d_model)
-    key_mask = torch.ones(1, n, dtype=torch.long)  # one text, no padding: as the API reads it
-    layer = recompute.project(x, one, key_mask, held.causal)
+    layer = held.scores[question.layer].head(question.head)
     lengths = None
     if question.measure == "norm":  # ‖α f(x_j)‖ = α ‖f(x_j)‖, the tile's keys
-        lengths = value_vectors(x[:, k0:k1].float(), one).norm(dim=-1)[0, 0]  # (k1 − k0,)
+        lengths = held.lengths[question.layer][question.head, k0:k1]  # (k1 − k0,)
     rows, columns = block
     step = rows * max(1, ROWS // rows)  # whole blocks of rows at a time
     parts = []
     for start in range(q0, q1, step):
         stop = min(start + step, q1)
-        # A causal query sees no key after it: these rows' softmax is over keys 0 … stop−1.
-        seen = stop if held.causal else n
-        some = replace(layer, k=layer.k[..., :seen, :], key_mask=key_mask[:, :seen])
-        found = recompute.probability_rows(some, start, stop)[0, 0]  # (r, seen)
+        found = layer.rows(start, stop)[0][0, 0]  # (r, W): a causal block stops at `stop`
         cells = found[:, k0:k1]
-        if seen < k1:  # the keys after the rows' last query: 0
+        if found.shape[1] < k1:  # the keys after the rows' last query: 0
             cells = torch.nn.functional.pad(cells, (0, k1 - k0 - cells.shape[1]))
         if lengths is not None:
             cells = cells * lengths
         if block == (1, 1):
             parts.append(cells)
             continue
-        counts = visible_counts(start, stop, k0, k1, columns, held.causal, one.window)
+        counts = visible_counts(layer.sees(start, stop, n)[0, 0], k0, k1, columns)
         parts.append(pool(cells, counts, block, question.pool))
     return torch.cat(parts)
 

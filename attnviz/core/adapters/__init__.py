@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from attnviz.core.adapters import albert, bart, bert, distilbert, gpt2, llama, phi3, t5
+from attnviz.core.adapters import albert, bart, bert, distilbert, generic, gpt2, llama, phi3, t5
+from attnviz.core.adapters.base import STACKS as STACKS
 from attnviz.core.adapters.base import LayerModules, Norm, norm_of, onloaded
 from attnviz.core.mha import LayerWeights
 from attnviz.errors import UnsupportedModelError
@@ -23,7 +24,6 @@ BY_TYPE = {kind: family for family in FAMILIES for kind in family.TYPES}
 SUPPORTED = tuple(BY_TYPE)
 DECODER_TYPES = tuple(kind for kind, family in BY_TYPE.items() if family.CAUSAL)
 SEQ2SEQ_TYPES = tuple(kind for kind, family in BY_TYPE.items() if hasattr(family, "STACKS"))
-STACKS = ("encoder", "decoder", "cross")
 # What each stack is, as the terminal, the report and the figures title it.
 STACK_TITLES = {
     "encoder": "Encoder self-attention (source × source)",
@@ -36,20 +36,29 @@ def _family(model: Any) -> Any:
     kind = model.config.model_type
     if kind not in BY_TYPE:
         raise UnsupportedModelError(
-            f"attnviz does not know how to read '{kind}' attention; supported: "
-            f"{', '.join(SUPPORTED)}"
+            f"attnviz's from-scratch attention does not know '{kind}'; it knows: "
+            f"{', '.join(SUPPORTED)} (docs/models.md: one file and one line add a family)"
         )
     return BY_TYPE[kind]
 
 
+def knows(model: Any) -> bool:
+    """Whether attnviz has an adapter for `model`'s family (X, W_O and the norms by name)."""
+    return model.config.model_type in BY_TYPE
+
+
 def stacks_of(model: Any) -> tuple[str | None, ...]:
     """The model's attention stacks: ("encoder", "decoder", "cross"), or (None,): one."""
+    if model.config.model_type not in BY_TYPE:
+        return generic.stacks(model)
     return getattr(_family(model), "STACKS", (None,))
 
 
 def n_layers(model: Any, stack: str | None = None) -> int:
     """How many layers `stack` has (cross-attention sits in each decoder layer)."""
     config = model.config
+    if config.model_type not in BY_TYPE:
+        return len(generic.callers(model, stack))
     if stack is None:
         return config.num_hidden_layers
     if stack == "encoder":
@@ -66,10 +75,19 @@ def _with_stack(family: Any, stack: str | None) -> tuple:
 
 
 def layer_modules(model: Any, layer: int, stack: str | None = None) -> LayerModules:
-    """The attention modules of `layer` (of `stack`, in an encoder-decoder model), or a
-    one-line error naming the supported types."""
+    """The attention modules of `layer` (of `stack`, in an encoder-decoder model): the
+    family's where attnviz has an adapter, else the attention module alone (`generic`)."""
+    if model.config.model_type not in BY_TYPE:
+        return generic.modules(model, layer, stack)
     family = _family(model)
     return family.modules(model, layer, *_with_stack(family, stack))
+
+
+def caller(mods: LayerModules) -> Any:
+    """The module of a layer that calls transformers' attention function (its
+    `AttentionInterface`): the layer's attention module or the one inside it that does
+    (BERT's `attention.self`); None where the layer's attention bypasses the interface."""
+    return next((m for m in mods.attention.modules() if generic.calls_interface(m)), None)
 
 
 def norm_after(model: Any, layer: int, stack: str | None = None) -> Norm | None:

@@ -24,6 +24,8 @@ from typing import Any
 
 from attnviz.core.mha import LayerWeights, on_cpu
 
+STACKS = ("encoder", "decoder", "cross")  # an encoder-decoder model's three attention stacks
+
 
 @dataclass(frozen=True, eq=False)
 class LayerModules:

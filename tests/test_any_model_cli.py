@@ -1,0 +1,169 @@
+"""Every command on model types attnviz has no adapter for: a decoder (GPT-NeoX), one with
+attention sinks (gpt-oss), an encoder with local and global layers (ModernBERT), saved to
+folders as a user's checkpoints are, read through attnviz's attention function alone.
+
+What needs a family's weight names (check's from-scratch attention, the norm measure) is
+refused in one line, exit 2; everything else works, and head ablation acts inside the
+attention function (checked against a copy whose output projection ignores the head).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import attnviz
+from attnviz.cli import app
+from attnviz.errors import InputError
+from tests import any_models
+from tests.conftest import _byte_level_tokenizer, _wordpiece_tokenizer
+
+runner = CliRunner()
+TEXT = "The cat sat on the mat because it was tired."
+KINDS = {"gpt_neox": "decoder", "gpt_oss": "decoder", "modernbert": "encoder"}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """{model type: a folder with the tiny model (with its LM head) and a tokenizer}."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+    root = tmp_path_factory.mktemp("any-models")
+    found = {}
+    for kind, role in KINDS.items():
+        tokenizer = _byte_level_tokenizer() if role == "decoder" else _wordpiece_tokenizer()
+        overrides = {**any_models.TYPES[kind], "vocab_size": len(tokenizer)}
+        if role == "decoder":
+            overrides.update(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+        config = AutoConfig.for_model(kind, **overrides)
+        torch.manual_seed(0)
+        loader = AutoModelForCausalLM if role == "decoder" else AutoModelForMaskedLM
+        model = loader.from_config(config)
+        with torch.no_grad():  # scores far from uniform, as any_models.build draws them
+            for parameter in model.parameters():
+                if parameter.dim() >= 2:
+                    parameter.normal_(0.0, any_models.SPREAD)
+        model.save_pretrained(root / kind)
+        tokenizer.save_pretrained(root / kind)
+        found[kind] = str(root / kind)
+    return found
+
+
+def _ids(loaded, text: str) -> list[int]:
+    from attnviz.core.tokens import encode
+
+    return list(encode(loaded, text).ids)
+
+
+def _eager(folder: str, text: str):
+    """The model's own eager attention of `text`, (L, H, T, T), by transformers alone."""
+    import torch
+
+    from attnviz.core.models import load_model
+
+    loaded = load_model(folder, "cpu", "eager")
+    ids = _ids(loaded, text)
+    with torch.no_grad():
+        out = loaded.model(input_ids=torch.tensor([ids]), output_attentions=True)
+    return np.stack([a[0].numpy() for a in out.attentions])
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_the_api_reads_any_model_as_its_eager_attention(kind, folders):
+    found = attnviz.attention(TEXT, model=folders[kind], device="cpu")
+    assert found.info.model_type == kind
+    assert found.info.causal == (KINDS[kind] == "decoder")
+    assert np.abs(found.weights - _eager(folders[kind], TEXT)).max() <= 1e-5
+    if KINDS[kind] == "decoder":  # the upper triangle is exactly 0
+        assert not np.triu(found.weights, k=1).any()
+    if kind != "gpt_oss":  # its sinks take a share of each row
+        assert np.allclose(found.weights.sum(axis=-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["gpt_neox", "modernbert"])
+def test_show_export_report_compare_run_on_any_model(kind, folders, tmp_path):
+    model = folders[kind]
+    shown = runner.invoke(app, ["show", TEXT, "-m", model, "-o", str(tmp_path / "s"),
+                                "--layer", "1", "--html"])  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    assert list((tmp_path / "s").rglob("*.png")) and list((tmp_path / "s").rglob("*.html"))
+    texts = tmp_path / "texts.txt"
+    texts.write_text(f"{TEXT}\nA dog barked.\n", encoding="utf-8")
+    exported = runner.invoke(app, ["export", "-f", str(texts), "-m", model,
+                                   "-o", str(tmp_path / "e")])  # fmt: skip
+    assert exported.exit_code == 0, exported.output
+    reported = runner.invoke(app, ["report", TEXT, "A dog barked.", "-m", model,
+                                   "-o", str(tmp_path / "r"), "--json"])  # fmt: skip
+    assert reported.exit_code == 0, reported.output
+    compared = runner.invoke(app, ["compare", TEXT, "A dog barked.", "-m", model,
+                                   "-o", str(tmp_path / "c")])  # fmt: skip
+    assert compared.exit_code == 0, compared.output
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["check", TEXT], "from-scratch attention does not know 'gpt_neox'"),
+        (["show", TEXT, "--measure", "norm", "--no-images"], "gpt_neox"),
+    ],
+)
+def test_what_needs_a_family_s_weights_is_one_line(args, said, folders):
+    result = runner.invoke(app, [*args, "-m", folders["gpt_neox"]])
+    assert result.exit_code == 2, result.output
+    assert said in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_ablation_acts_inside_the_attention_function(folders):
+    """`show --ablate 1.2` on GPT-NeoX: the loss after equals a copy whose output projection
+    (attention.dense) ignores head 2 of layer 1, by a plain loop."""
+    import torch
+
+    from attnviz.core.models import load_model
+
+    folder = folders["gpt_neox"]
+    result = runner.invoke(app, ["show", TEXT, "-m", folder, "--ablate", "1.2", "--no-images",
+                                 "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)["ablation"]
+    loaded = load_model(folder, "cpu", "eager")
+    ids = _ids(loaded, TEXT)
+    copied = copy.deepcopy(loaded.model)
+    d_head = loaded.info.d_head
+    with torch.no_grad():
+        copied.gpt_neox.layers[1].attention.dense.weight[:, 2 * d_head : 3 * d_head] = 0
+    for model, said in ((loaded.model, data["before"]), (copied, data["after"])):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids])).logits[0].double()
+        targets = torch.tensor(ids[1:])
+        loss = -torch.log_softmax(logits[:-1], dim=-1)[torch.arange(len(targets)), targets]
+        assert said == pytest.approx(float(loss.mean()), abs=1e-5)
+    assert data["after"] != pytest.approx(data["before"], abs=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["gpt_oss", "modernbert"])
+def test_serve_pages_and_tiles_of_any_model(kind, folders):
+    """`serve`'s page of the text, and a tile of every head made from the queries and keys
+    its pass kept: the API's cells (sinks and local windows too)."""
+    from attnviz.core.models import model
+    from attnviz.pipelines import serve, tiles
+    from attnviz.pipelines.serve import Question
+    from attnviz.pipelines.tiles import Holder, TileQuestion
+
+    served, holder = model(folders[kind], "cpu"), Holder()
+    answer = serve.page(served, Question(TEXT), holder=holder)
+    api = attnviz.attention(TEXT, model=folders[kind], device="cpu")
+    assert answer["tiles"]["tokens"] == len(api.tokens)
+    n = len(api.tokens)
+    for layer in range(api.info.n_layers):
+        for head in range(api.info.n_heads):
+            tile = tiles.tile(served, holder, TileQuestion(layer, head, q0=0, q1=n, k0=0, k1=n))
+            found = np.array(tile["values"], dtype=np.float32)
+            assert np.abs(found - api.pattern(layer, head)).max() <= 1e-6
+    with pytest.raises(InputError, match="norm tiles need each head's W_V and W_O"):
+        tiles.tile(served, holder, TileQuestion(0, 0, measure="norm"))
