@@ -24,26 +24,36 @@ from tests.conftest import _byte_level_tokenizer, _wordpiece_tokenizer
 
 runner = CliRunner()
 TEXT = "The cat sat on the mat because it was tired."
-KINDS = {"gpt_neox": "decoder", "gpt_oss": "decoder", "modernbert": "encoder"}
+KINDS = {"gpt_neox": "decoder", "gpt_oss": "decoder", "modernbert": "encoder",
+         "m2m_100": "seq2seq"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """{model type: a folder with the tiny model (with its LM head) and a tokenizer}."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoModelForSeq2SeqLM,
+    )
+
+    loaders = {"decoder": AutoModelForCausalLM, "encoder": AutoModelForMaskedLM,
+               "seq2seq": AutoModelForSeq2SeqLM}  # fmt: skip
 
     root = tmp_path_factory.mktemp("any-models")
     found = {}
     for kind, role in KINDS.items():
-        tokenizer = _byte_level_tokenizer() if role == "decoder" else _wordpiece_tokenizer()
+        tokenizer = _wordpiece_tokenizer() if role == "encoder" else _byte_level_tokenizer()
         overrides = {**any_models.TYPES[kind], "vocab_size": len(tokenizer)}
-        if role == "decoder":
+        if role != "encoder":
             overrides.update(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+        if role == "seq2seq":
+            overrides.update(decoder_start_token_id=0)
         config = AutoConfig.for_model(kind, **overrides)
         torch.manual_seed(0)
-        loader = AutoModelForCausalLM if role == "decoder" else AutoModelForMaskedLM
-        model = loader.from_config(config)
+        model = loaders[role].from_config(config)
         with torch.no_grad():  # scores far from uniform, as any_models.build draws them
             for parameter in model.parameters():
                 if parameter.dim() >= 2:
@@ -73,7 +83,7 @@ def _eager(folder: str, text: str):
     return np.stack([a[0].numpy() for a in out.attentions])
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("kind", sorted(k for k, role in KINDS.items() if role != "seq2seq"))
 def test_the_api_reads_any_model_as_its_eager_attention(kind, folders):
     found = attnviz.attention(TEXT, model=folders[kind], device="cpu")
     assert found.info.model_type == kind
@@ -167,3 +177,20 @@ def test_serve_pages_and_tiles_of_any_model(kind, folders):
             assert np.abs(found - api.pattern(layer, head)).max() <= 1e-6
     with pytest.raises(InputError, match="norm tiles need each head's W_V and W_O"):
         tiles.tile(served, holder, TileQuestion(0, 0, measure="norm"))
+
+
+def test_an_encoder_decoder_without_an_adapter_reads_every_stack(folders, tmp_path):
+    """M2M-100: cross-attention (the default stack) and the encoder's, each the model's own
+    eager attention; `show --generate` writes a target and its page."""
+    model = folders["m2m_100"]
+    for stack in ("cross", "encoder", "decoder"):
+        found = attnviz.attention(TEXT, model=model, device="cpu", target="A cat sat.",
+                                  stack=stack)  # fmt: skip
+        eager = attnviz.attention(TEXT, model=model, device="cpu", target="A cat sat.",
+                                  stack=stack, attention="eager")  # fmt: skip
+        assert found.stack == stack and found.weights.shape == eager.weights.shape
+        assert np.abs(found.weights - eager.weights).max() <= 1e-5
+    shown = runner.invoke(app, ["show", TEXT, "-m", model, "--generate", "4", "--html",
+                                "-o", str(tmp_path)])  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    assert list(tmp_path.rglob("attention.html"))

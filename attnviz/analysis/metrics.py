@@ -20,7 +20,7 @@ metrics (previous, next, self, local, distance) compare positions of two differe
 so they are not measured there; the others are, over the source keys.
 
 Everything is vectorised over layers, heads and queries; a text is summed a block of query
-rows at a time (`row_blocks`: at most BLOCK_FLOATS weights at once, or the recompute's
+rows at a time (`row_blocks`: at most BLOCK_FLOATS weights at once, or the attention function's
 blocks), and a corpus sentence by sentence (`MetricSums`), so memory grows neither with T²
 nor with the corpus. Each row's figure is taken from the block in its own precision
 (float32) by torch, in as few reads of the block as the figures allow (`Rows.by_key`: one
@@ -87,7 +87,7 @@ class Rows:
     metrics share.
 
     `rows` (L, H, b, S) are query rows start … start+b−1 of `att`'s text, where they come a
-    block at a time (`core.recompute`); by default, all of `att.weights`. Every metric is a
+    block at a time (`core.recording`); by default, all of `att.weights`. Every metric is a
     sum over queries, so a text's sums are the sums of its blocks'. Each row's figure is
     taken in the rows' own precision by torch (every core; no float64 copy of the block),
     and the rows' figures are summed in float64.
@@ -211,7 +211,7 @@ class Rows:
     @cached_property
     def entropy(self) -> torch.Tensor:
         """−Σ_j a[j] ln a[j] of each row, (L, H, Q) float64: as the rows came (recomputed
-        rows bring it from their softmax, `core.recompute.rows_and_entropy`), else from each
+        rows bring it from their softmax, `core.recording.Scores.rows`), else from each
         weight, in the rows' own precision."""
 
         found = self._entropy if self._entropy is not None else self._terms()

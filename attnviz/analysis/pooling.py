@@ -3,7 +3,7 @@ max, of a square block of `size` × `size` cells of a head's [query, key] map.
 
 A head's map at 8,192 tokens has 67 million cells; a figure or a page shows about a thousand
 pixels a side. `Pooled` sums a layer's maps a block of query rows at a time (as
-`core.recompute` hands them out), so the whole map never exists: its memory is the pooled
+`core.recording` hands them out), so the whole map never exists: its memory is the pooled
 maps, (H, ⌈T/size⌉, ⌈S/size⌉) a layer. Pooling the whole matrix at once (`pool`) gives the same
 numbers, whatever the blocks (a test holds blocks of 1, 7 and T rows to it).
 

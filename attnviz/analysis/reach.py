@@ -1,6 +1,6 @@
 """Sinks and reach: how much of each head's attention parks on the first token, and how far
 from its query it looks; summed over blocks of query rows, so no head's whole matrix is
-ever needed (a long text's rows arrive a block at a time, `core.recompute`).
+ever needed (a long text's rows arrive a block at a time, `core.recording`).
 
 Per head, over **every** query row i of a text (special tokens included), T rows each
 weighing 1/T:

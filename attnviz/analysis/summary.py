@@ -186,7 +186,7 @@ class HeadStats:
     query to a non-special key, and the share of special keys.
 
     `att` gives the text's tokens and facts; its weights are not read here, so a run that
-    never holds them (a long text, `core.recompute`'s blocks) feeds the same sums: `add(start,
+    never holds them (a long text, `core.recording`'s blocks) feeds the same sums: `add(start,
     rows)` with rows (L, H, b, S) of every held layer, or `add(start, rows, slot)` with rows
     (H, b, S) of one (`slot`: its place among `att`'s layers). `of` sums a whole attention.
     """

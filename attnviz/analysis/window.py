@@ -1,7 +1,7 @@
 """The exact cells of a window of a long text: queries START … END−1 over keys START … END−1
 (`--window START:END`, or a window around `--query`), while the whole text is shown pooled.
 
-`WindowCells` keeps those cells as blocks of query rows go by (`core.recompute`), so a
+`WindowCells` keeps those cells as blocks of query rows go by (`core.recording`), so a
 window of a text whose whole maps would not fit in memory is still exact; `window_of` cuts
 the same cells from a whole attention. Either way the window is an `Attention` of its own,
 drawn and listed as any other; its rows do not sum to 1 (the keys outside the window are

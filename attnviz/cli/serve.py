@@ -51,9 +51,9 @@ HoldOpt = Annotated[
         "--hold-mib",
         min=1,
         metavar="MIB",
-        help="Memory for the last text's X at every layer, which the page's zoom (tiles) "
-        "is recomputed from; a longer text is refused for tiles (SmolLM2 at 8,192 tokens "
-        "holds 540 MiB).",
+        help="Memory for the last text's queries and keys at every layer, which the page's "
+        "zoom (tiles) is made from; a longer text is refused for tiles (SmolLM2 at 8,192 "
+        "tokens holds 720 MiB).",
     ),
 ]
 

@@ -27,8 +27,8 @@ are in (every other model has one stack, None).
             after its `receive` has had the layer's other kinds it asked for; W ≤ S keys
             (a decoder's block stops at its last query: the later keys hold 0)
     entropy with `rows`: each row's entropy −Σ p ln p too, (B, H, b) float32, handed as
-            `receive_rows(layer, start, rows, entropy)`; recomputed rows take it from their
-            softmax's own sums (`recompute.rows_and_entropy`), no logarithm per cell
+            `receive_rows(layer, start, rows, entropy)`; attnviz's function takes it from its
+            softmax's own sums (`recording.Scores.rows`), no logarithm per cell
 
 The model runs attnviz's attention function (`core.recording`): `probs`, `rows`, `entropy`,
 `heads` and `scores` come from inside the model's own attention call, the probabilities made
@@ -136,7 +136,7 @@ def run(
     if rows < 1:
         raise InputError(f"block_rows must be at least 1, not {rows}")
     inside = records(model)
-    heard = _Pass(loaded, recorders, wanted, inside, rows)
+    heard = _Pass(loaded, recorders, wanted, inside, rows, edit if inside else None)
     hooked = {site: heard.hooked(site) for site in wanted}
     read = sorted({kind for kinds in hooked.values() for kind in kinds} - {"probs"})
     if read and not adapters.knows(model):
@@ -146,9 +146,9 @@ def run(
         )
     mode = torch.enable_grad() if gradients else torch.inference_mode()
     listen = recording.listening(heard) if inside else _nothing()
-    heard.edit_inside = edit if inside else None
     with _hooked(model, hooked, heard.arrive, None if inside else edit), listen, mode:
         output = (model if lm_head else model.base_model)(**inputs)
+    heard.check_served()
     memory.return_freed_memory()  # the pass's activations, not held while the figures draw
     return output
 
@@ -195,15 +195,15 @@ class _Pass:
     output after W_O), its blocks wait until it has come."""
 
     def __init__(self, loaded: Any, recorders: Sequence[Recorder], wanted: dict, inside: bool,
-                 block_rows: int) -> None:  # fmt: skip
+                 block_rows: int, edit: Edit | None) -> None:  # fmt: skip
         self.loaded, self.recorders, self.wanted = loaded, recorders, wanted
-        self.inside, self.block_rows = inside, block_rows
+        self.inside, self.block_rows, self.edit = inside, block_rows, edit
         # what layers nobody wants run: the model's fast attention, or attnviz's blocks
         # (recording nothing) for a model transformers runs without SDPA
         supported = getattr(loaded.model, "_supports_sdpa", True)
         self.fast = loaded.info.attention if supported else None
         self.entropy = any(ENTROPY in kinds for kinds in wanted.values())
-        self.edit_inside: Edit | None = None
+        self._unserved = set(wanted)  # sites whose recorders have not had their tensors
         self._seen: dict[Site, dict[str, Any]] = {}
         self._waiting: dict[Site, list] = {}  # blocks held for recorders not yet served
         self._served: dict[Site, set[int]] = {}  # id(recorder) served its other kinds
@@ -259,7 +259,7 @@ class _Pass:
             if "heads" in self.wanted[site]:
                 got["heads"] = heads.detach().cpu()
             got["called"] = True
-        edited = self.edit_inside(site[1], heads) if self.edit_inside is not None else heads
+        edited = self.edit(site[1], heads) if self.edit is not None else heads
         self._serve(site)
         return edited
 
@@ -309,6 +309,18 @@ class _Pass:
                 recorder.receive(layer, {kind: got[kind] for kind in recorder.wants[layer]})
         del self._seen[site]  # every recorder has had this layer's tensors
         self._served.pop(site, None)
+        self._unserved.discard(site)
+
+    def check_served(self) -> None:
+        """After the pass: every wanted site was served, or a one-line error says which was
+        not (its attention never reached attnviz's function), rather than a silent gap."""
+        if self._unserved:
+            stack, layer = min(self._unserved, key=lambda site: (str(site[0]), site[1]))
+            where = f"layer {layer}" + (f" of the {stack} stack" if stack else "")
+            raise UnsupportedModelError(
+                f"{where} of '{self.loaded.model.config.model_type}' gave attnviz nothing: its "
+                "attention did not go through transformers' attention interface"
+            )
 
     def _cut_rows(self, site: Site, whole: Any) -> None:
         """Eager attention: the module's whole (B, H, T, S) matrix, handed out in blocks."""

@@ -15,9 +15,10 @@ from attnviz.errors import InputError, ModelLoadError, TextTooLongError, Unsuppo
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (bundled)"
 
-SUPPORTED_TYPES = adapters.SUPPORTED  # one registry: attnviz/adapters/__init__.py
+# The types attnviz has an adapter for (attnviz/core/adapters/__init__.py), and its decoders;
+# any other type is read through transformers' attention interface (adapters/generic.py).
+SUPPORTED_TYPES = adapters.SUPPORTED
 DECODER_TYPES = adapters.DECODER_TYPES
-SEQ2SEQ_TYPES = adapters.SEQ2SEQ_TYPES
 DEFAULT_STACK = "cross"  # what people come to an encoder-decoder model for
 
 
@@ -50,7 +51,7 @@ class _Stacks:
 def _stack_counts(config: dict[str, Any]) -> tuple[tuple[str, int, int], ...]:
     """(stack, layers, heads) for each stack of an encoder-decoder config (T5's or BART's
     names), or () for a model with one stack."""
-    if not config.get("is_encoder_decoder") or config.get("model_type") not in SEQ2SEQ_TYPES:
+    if not config.get("is_encoder_decoder"):
         return ()
     encoder = _first(config, "encoder_layers", "num_layers")
     decoder = _first(config, "decoder_layers", "num_decoder_layers") or encoder
@@ -646,7 +647,7 @@ def load_model(
         # Encoders saved with their masked-LM head keep it: head importance measures its loss.
         # Encoder-decoder models with theirs: --generate writes a target with it.
         loader = AutoModelForCausalLM if decoder else AutoModel
-        if model_type in SEQ2SEQ_TYPES:
+        if config.is_encoder_decoder:
             loader = AutoModelForSeq2SeqLM
         elif loader is AutoModel and _has_mlm_head(config):
             loader = AutoModelForMaskedLM
@@ -663,7 +664,7 @@ def load_model(
             ) from exc
         raise _cannot_load(label, exc) from exc
     # Marian's tokenizer is SentencePiece only (no offsets): `tokens` reads it without them.
-    if not getattr(tokenizer, "is_fast", False) and model_type not in SEQ2SEQ_TYPES:
+    if not getattr(tokenizer, "is_fast", False) and not config.is_encoder_decoder:
         raise UnsupportedModelError(f"model '{label}' has no fast tokenizer (tokenizer.json)")
     placed = getattr(model, "hf_device_map", None) if "device_map" in placement else None
     model.eval()

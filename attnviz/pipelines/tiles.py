@@ -45,7 +45,7 @@ TILE_SIDE = 512
 # Bytes of q and k the server holds for tiles (serve --hold-mib): SmolLM2 at its 8,192 tokens
 # holds 30 layers × 8,192 × (9 + 3) heads × 64 float32, 720 MiB.
 HOLD_BYTES = 2**30
-# Query rows recomputed at once: 256 rows of one head over 8,192 keys are 8 MiB of float32.
+# Query rows made at once: 256 rows of one head over 8,192 keys are 8 MiB of float32.
 ROWS = 256
 POOLS = ("mean", "max")
 PER_HEAD = ("weights", "norm")  # the measures a tile can hold: those with heads

@@ -23,7 +23,6 @@ FAMILIES = (bert, albert, distilbert, gpt2, llama, phi3, t5, bart)
 BY_TYPE = {kind: family for family in FAMILIES for kind in family.TYPES}
 SUPPORTED = tuple(BY_TYPE)
 DECODER_TYPES = tuple(kind for kind, family in BY_TYPE.items() if family.CAUSAL)
-SEQ2SEQ_TYPES = tuple(kind for kind, family in BY_TYPE.items() if hasattr(family, "STACKS"))
 # What each stack is, as the terminal, the report and the figures title it.
 STACK_TITLES = {
     "encoder": "Encoder self-attention (source × source)",

@@ -1,8 +1,9 @@
-"""The model runs SDPA; attention is recomputed from each layer's X in blocks of query rows.
+"""The model runs attnviz's attention function; each wanted layer's probabilities are made
+from the model's own q and k in blocks of query rows.
 
-Every family's recomputed probabilities equal its own eager attention (transformers'
-`output_attentions`) within 1e-5 on every layer, on a padded batch; the blocks of rows put
-together are the same whatever their size.
+Every family's recorded probabilities equal its own eager attention (transformers'
+`output_attentions`) within 1e-5 on every layer, on a padded batch, through `capture` and the
+extraction on top of it; the blocks of rows put together are the same whatever their size.
 """
 
 from __future__ import annotations
@@ -33,34 +34,6 @@ def _eager_probs(loaded, batch):
     with torch.inference_mode():
         out = loaded.model.base_model(**inputs, output_attentions=True)
     return np.stack([a.float().numpy() for a in out.attentions]), inputs["attention_mask"]
-
-
-@pytest.mark.parametrize("panels", [False, True], ids=["batched", "panels"])
-@pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_recompute_equals_eager_every_layer(arch, panels, eager_tiny, monkeypatch):
-    """`core.recompute` from each layer's captured X against the model's eager attention,
-    every family (Gemma2 too, which runs eager: transformers has no SDPA for it); the scores
-    of long rows, multiplied a panel of query rows at a time, too (here panels of 5 rows)."""
-    from attnviz.core import adapters, recompute
-
-    if panels:
-        monkeypatch.setattr(recompute, "PANEL_WIDTH", 1)
-        monkeypatch.setattr(recompute, "PANEL_ROWS", 5)
-    eager = eager_tiny[arch]
-    batch = [encode(eager, text) for text in TEXTS]
-    reference, mask = _eager_probs(eager, batch)  # (L, B, H, T, T)
-    seen = {}
-    layers = range(eager.info.n_layers)
-    capture.run(eager, pad(eager, batch), [capture.Each(layers, ("input",), seen.__setitem__)])
-    real = mask.bool().numpy()
-    for layer in layers:
-        weights = adapters.layer_weights(eager.model, layer)
-        projected = recompute.project(seen[layer]["input"], weights, mask, eager.info.causal)
-        width = reference.shape[-1]
-        ours = recompute.probability_rows(projected, 0, width).numpy()  # (B, H, T, T)
-        pairs = real[:, :, None] & real[:, None, :]  # (B, T, T): real queries and keys
-        diff = np.abs(ours - reference[layer]).max(axis=1)[pairs]  # over heads
-        assert diff.max() <= TOLERANCE, layer
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -135,9 +108,17 @@ class _Rows:
         return torch.cat(padded, dim=2).numpy()
 
 
+@pytest.mark.parametrize("panels", [False, True], ids=["batched", "panels"])
 @pytest.mark.parametrize("arch", ["bert", "llama", "gemma2"])
-def test_block_sizes_give_the_same_rows(arch, loaded_tiny, eager_tiny):
-    """Blocks of 1, 7 and T rows, recomputed or cut from eager probabilities: one matrix."""
+def test_block_sizes_give_the_same_rows(arch, panels, loaded_tiny, eager_tiny, monkeypatch):
+    """Blocks of 1, 7 and T rows, recorded or cut from eager probabilities: one matrix; the
+    scores of long rows, multiplied a panel of query rows at a time, too (here panels of 5
+    rows)."""
+    from attnviz.core import recording
+
+    if panels:
+        monkeypatch.setattr(recording, "PANEL_WIDTH", 1)
+        monkeypatch.setattr(recording, "PANEL_ROWS", 5)
     loaded = loaded_tiny[arch]
     batch = [encode(loaded, text) for text in TEXTS]
     inputs = pad(loaded, batch)
@@ -155,8 +136,8 @@ def test_block_sizes_give_the_same_rows(arch, loaded_tiny, eager_tiny):
     real = inputs["attention_mask"].bool().numpy()[None, :, None, :, None]  # (1, B, 1, T, 1)
     for other in wholes[1:]:
         assert np.abs(np.where(real, other - wholes[0], 0)).max() <= TOLERANCE
-    recomputed = wholes[:3]  # the same products in other shapes: float32 rounding at most
-    assert all(np.abs(other - recomputed[0]).max() <= 1e-6 for other in recomputed[1:])
+    recorded = wholes[:3]  # the same products in other shapes: float32 rounding at most
+    assert all(np.abs(other - recorded[0]).max() <= 1e-6 for other in recorded[1:])
 
 
 class _Entropies:
@@ -176,7 +157,7 @@ class _Entropies:
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_row_entropies_equal_those_of_the_eager_probabilities(arch, loaded_tiny, eager_tiny):
-    """The entropy handed beside recomputed rows (taken from the softmax's own sums) and
+    """The entropy handed beside recorded rows (taken from the softmax's own sums) and
     beside eager ones (from each weight) equals −Σ p ln p of transformers' own probabilities,
     on every real query row of a padded batch, in blocks of 1 and 5 rows."""
     eager = eager_tiny[arch]
@@ -197,7 +178,7 @@ def test_row_entropies_equal_those_of_the_eager_probabilities(arch, loaded_tiny,
 
 
 def test_no_whole_matrix_for_rows_alone(loaded_tiny, monkeypatch):
-    """A recorder of rows alone never makes the recompute build a layer's whole matrix."""
+    """A recorder of rows alone never makes the function build a layer's whole matrix."""
     import torch
 
     loaded = loaded_tiny["llama"]
@@ -221,22 +202,17 @@ def test_no_whole_matrix_for_rows_alone(loaded_tiny, monkeypatch):
     assert all(rows.whole(layer).shape[2] == width for layer in rows.blocks)
 
 
-def test_recompute_can_fail(loaded_tiny, eager_tiny):
-    """The comparison above can fail: a wrong mask (not causal) moves a decoder's rows."""
-    from attnviz.core import adapters, recompute
+def test_recording_can_fail(loaded_tiny, eager_tiny, monkeypatch):
+    """The comparisons above can fail: a decoder's rows made without their causal mask (the
+    function told that the layer is not causal) move far from the model's own."""
+    from attnviz.core import recording
 
     loaded = loaded_tiny["llama"]
     batch = [encode(loaded, TEXTS[0])]
     reference, _ = _eager_probs(eager_tiny["llama"], batch)
-    seen = {}
-    capture.run(loaded, pad(loaded, batch), [capture.Each([0], ("input",), seen.__setitem__)])
-    weights = adapters.layer_weights(loaded.model, 0)
-    wrong = recompute.project(seen[0]["input"], weights, causal=False)
-    right = recompute.project(seen[0]["input"], weights, causal=True)
-    width = reference.shape[-1]
-    as_array = [recompute.probability_rows(p, 0, width).numpy()[0] for p in (wrong, right)]
-    assert np.abs(as_array[1] - reference[0, 0]).max() <= TOLERANCE
-    assert np.abs(as_array[0] - reference[0, 0]).max() > 0.1
+    monkeypatch.setattr(recording, "_causal", lambda *args: False)
+    wrong = attend(loaded, batch)[0].weights
+    assert np.abs(wrong - reference[:, 0]).max() > 0.1
 
 
 def test_block_rows_below_one_is_refused(loaded_tiny):
@@ -249,7 +225,8 @@ def test_block_rows_below_one_is_refused(loaded_tiny):
 
 def test_the_api_and_cli_give_the_same_numbers_either_way():
     """`attention="eager"` (the model's own probabilities) and the default SDPA path
-    (recomputed) agree within 1e-5 through the API, and the CLI takes --attention."""
+    (recorded by attnviz's function) agree within 1e-5 through the API, and the CLI takes
+    --attention."""
     import json
 
     from typer.testing import CliRunner
@@ -272,3 +249,21 @@ def test_the_api_and_cli_give_the_same_numbers_either_way():
         assert a["special_share"] == pytest.approx(b["special_share"], abs=1e-5)
     bad = CliRunner().invoke(app, ["show", text, "--attention", "flash"])
     assert bad.exit_code == 2
+
+
+def test_a_layer_that_never_reaches_the_function_is_an_error(loaded_tiny, monkeypatch):
+    """A wanted layer whose attention does not reach attnviz's function is one line naming
+    the layer, not a recorder silently left without it."""
+    from attnviz.errors import UnsupportedModelError
+
+    loaded = loaded_tiny["llama"]
+    real = capture._Callers.site
+
+    def missing(self, module):
+        found = real(self, module)
+        return None if found == (None, 1) else found
+
+    monkeypatch.setattr(capture._Callers, "site", missing)
+    rows = _Rows(range(loaded.info.n_layers))
+    with pytest.raises(UnsupportedModelError, match="layer 1 of 'llama' gave attnviz nothing"):
+        capture.run(loaded, pad(loaded, [encode(loaded, TEXTS[0])]), [rows])
