@@ -17,11 +17,6 @@ from attnviz.core import capture, recording
 from tests import any_models
 
 EXACT = 1e-5
-# Known to differ, kept in the matrix so that a fix shows (strict xfail): the reason each.
-DIFFERS = {
-    "nllb-moe": "decoder layer 1 differs from eager: NLLB-MoE prepares its own masks "
-    "(it runs neither SDPA nor flash), not yet read right",
-}
 
 
 def _loaded(model):
@@ -52,15 +47,7 @@ def _real_rows(given, stack):
     return None if mask is None else mask.bool()
 
 
-@pytest.mark.parametrize(
-    "model_type",
-    [
-        pytest.param(kind, marks=pytest.mark.xfail(reason=DIFFERS[kind], strict=True))
-        if kind in DIFFERS
-        else kind
-        for kind in sorted(any_models.TYPES)
-    ],
-)
+@pytest.mark.parametrize("model_type", sorted(any_models.TYPES))
 def test_recorded_probabilities_equal_eager(model_type):
     import torch
 
@@ -68,7 +55,7 @@ def test_recorded_probabilities_equal_eager(model_type):
     given = any_models.inputs(model_type, model)
     expected, states = _eager(model, given)
     recording.register()
-    model.set_attn_implementation(recording.NAME)
+    model.set_attn_implementation(recording.implementation(model))
     seen: dict = {stack: {} for stack in expected}
     recorders = [
         capture.Each(range(len(layers)), ("probs",), seen[stack].__setitem__, stack=stack)

@@ -161,9 +161,9 @@ def records(model: Any) -> bool:
     """Whether `model` runs attnviz's attention function (`core.recording`), which records
     the probabilities inside the model's attention call; else it runs eager attention and
     `probs` are read from its attention modules."""
-    from attnviz.core.recording import NAME
+    from attnviz.core.recording import NAMES
 
-    return getattr(model.config, "_attn_implementation", "eager") == NAME
+    return getattr(model.config, "_attn_implementation", "eager") in NAMES
 
 
 @contextmanager

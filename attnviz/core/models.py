@@ -667,6 +667,8 @@ def load_model(
     if not getattr(tokenizer, "is_fast", False) and not config.is_encoder_decoder:
         raise UnsupportedModelError(f"model '{label}' has no fast tokenizer (tokenizer.json)")
     placed = getattr(model, "hf_device_map", None) if "device_map" in placement else None
+    if attention != "eager" and recording.implementation(model) != recording.NAME:
+        model.set_attn_implementation(recording.implementation(model))
     model.eval()
     if placed is None:
         model.to(torch_device)

@@ -34,6 +34,11 @@ if TYPE_CHECKING:
     import torch
 
 NAME = "attnviz"
+# The same function, with transformers' eager masks (additive floats), for a model that
+# transformers runs without SDPA: such a model may read its mask itself (NLLB-MoE's router
+# takes the padding from it) in the eager format.
+EAGER_MASKS = "attnviz_eager"
+NAMES = (NAME, EAGER_MASKS)
 BLOCK_ROWS = 256  # query rows a block: 256 rows of 9 heads over 8,192 keys are 75 MB of float32
 # Where a block is PANEL_WIDTH keys wide or more, its scores are multiplied PANEL_ROWS query
 # rows at a time on the CPU (`_products`).
@@ -94,11 +99,18 @@ def register() -> None:
     if _registered:
         return
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-    AttentionInterface.register(NAME, attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+    for name, mask in ((NAME, sdpa_mask), (EAGER_MASKS, eager_mask)):
+        AttentionInterface.register(name, attention)
+        AttentionMaskInterface.register(name, mask)
     _registered = True
+
+
+def implementation(model: Any) -> str:
+    """The name `model` runs attnviz's function under: with SDPA's boolean masks, or with
+    eager's additive ones where transformers runs the model without SDPA."""
+    return NAME if getattr(model, "_supports_sdpa", True) else EAGER_MASKS
 
 
 def attention(
