@@ -118,12 +118,21 @@ def test_show_export_report_compare_run_on_any_model(kind, folders, tmp_path):
 @pytest.mark.parametrize(
     "args, said",
     [
-        (["check", TEXT], "from-scratch attention does not know 'gpt_neox'"),
-        (["show", TEXT, "--measure", "norm", "--no-images"], "gpt_neox"),
+        (["check", TEXT], "attnviz check recomputes attention from scratch with each family"),
+        (["show", TEXT, "--measure", "norm", "--no-images"], "--measure norm needs each head"),
+        (["show", TEXT, "--measure", "alti", "--no-images"], "--measure alti needs each head"),
     ],
 )
-def test_what_needs_a_family_s_weights_is_one_line(args, said, folders):
+def test_what_needs_a_family_s_weights_is_one_line_before_loading(args, said, folders,
+                                                                  monkeypatch):  # fmt: skip
+    from attnviz.core import models
+
+    def not_loaded(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(models, "load_model", not_loaded)
     result = runner.invoke(app, [*args, "-m", folders["gpt_neox"]])
+    assert "'gpt_neox' has none" in result.output
     assert result.exit_code == 2, result.output
     assert said in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output

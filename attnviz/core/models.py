@@ -171,6 +171,7 @@ class ModelSpec(_HeadRanges, _Stacks):
     weights_bytes: int = 0  # the weights in memory: their files' size, or guessed from config
     weights_dtype: str | None = None  # the dtype the config says the weights are saved in
     bos_id: int | None = None  # a decoder's BOS: attnviz puts it first if the tokenizer does not
+    model_type: str | None = None
 
     def count_tokens(self, text: str) -> int | None:
         """Tokens of `text` with the special tokens the model adds, or None without a
@@ -540,6 +541,7 @@ def describe(name: str | None = None) -> ModelSpec | None:
         weights_bytes=_weights_bytes(source, config, n_layers),
         weights_dtype=config.get("torch_dtype") or config.get("dtype"),
         bos_id=config.get("bos_token_id") if isinstance(config.get("bos_token_id"), int) else None,
+        model_type=config.get("model_type"),
     )
 
 

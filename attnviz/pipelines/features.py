@@ -171,6 +171,7 @@ def refuse(request: Request, facts: Any = None) -> None:
                              f"{reason}")  # fmt: skip
     if facts is None:
         return
+    _refuse_without_adapter(request, facts)
     kind = kind_of(facts)
     if kind not in COMMAND_KINDS.get(command, EVERY):
         raise _wrong_kind(f"attnviz {command}", COMMAND_KINDS[command], facts, "")
@@ -178,6 +179,27 @@ def refuse(request: Request, facts: Any = None) -> None:
         if kind not in feature.where[command]:
             label = f"{feature.label(request)} in attnviz {command}"
             raise _wrong_kind(label, feature.where[command], facts, feature.why)
+
+
+def _refuse_without_adapter(request: Request, facts: Any) -> None:
+    """What reads a family's weights by name (check's from-scratch attention, the measures of
+    norms) on a model type attnviz has no adapter for: one line, from its config alone."""
+    from attnviz.analysis.contributions import get
+    from attnviz.core.models import SUPPORTED_TYPES
+
+    kind = getattr(facts, "model_type", None)
+    if kind is None or kind in SUPPORTED_TYPES:
+        return
+    if request.command == "check":
+        what = "attnviz check recomputes attention from scratch with each family's weights"
+    elif "input" in get(request.measure).kinds:
+        what = f"--measure {request.measure} needs each head's W_V and W_O"
+    else:
+        return
+    raise InputError(
+        f"{what}, read through attnviz's adapters; '{kind}' has none (it knows: "
+        f"{', '.join(SUPPORTED_TYPES)}; docs/models.md)"
+    )
 
 
 def refuse_early(request: Request, model: Model) -> None:
