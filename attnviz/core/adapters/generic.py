@@ -13,8 +13,6 @@ from typing import Any
 
 from attnviz.core.adapters.base import STACKS, LayerModules
 
-CAUSAL = None  # read from the model: its attention modules' `is_causal`
-
 
 @functools.cache
 def _calls(cls: type) -> bool:
