@@ -779,22 +779,18 @@ def refuse_bypass(config: Any) -> None:
     """Refuse, before the weights load, a model type whose attention does not go through
     transformers' `AttentionInterface` (its modelling code computes attention itself: BLOOM,
     Falcon, MPT, GPT-Neo, DeBERTa-v2, …): attnviz records attention inside that call."""
-    import importlib
-    import inspect
-
-    from transformers.models.auto.configuration_auto import model_type_to_module_name
+    from attnviz.core.adapters import generic
 
     kind = config.model_type
     if kind in SUPPORTED_TYPES:
         return
-    name = model_type_to_module_name(kind)
     try:
-        code = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+        calls = generic.type_calls_interface(kind)
     except ImportError as exc:
         raise UnsupportedModelError(
             f"model type '{kind}': transformers {_transformers_version()} has no model for it"
         ) from exc
-    if "ALL_ATTENTION_FUNCTIONS" not in inspect.getsource(code):
+    if not calls:
         raise UnsupportedModelError(
             f"model type '{kind}' computes its attention in its own code, not through "
             "transformers' attention interface, where attnviz records it (docs/models.md)"

@@ -70,7 +70,9 @@ class Held:
     def bytes(self) -> int:
         tensors = [t for s in self.scores for t in (s.query, s.key, s.mask) if t is not None]
         tensors += list(self.lengths or ())
-        return sum(t.numel() * t.element_size() for t in tensors)
+        # layers of one kind share their mask (a sliding window's): each tensor counted once
+        once = {id(t): t for t in tensors}.values()
+        return sum(t.numel() * t.element_size() for t in once)
 
     def summary(self) -> dict[str, Any]:
         """What the server holds, for answers and /api/health."""

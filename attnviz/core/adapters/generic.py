@@ -13,6 +13,10 @@ from typing import Any
 
 from attnviz.core.adapters.base import STACKS, LayerModules
 
+# What a modelling code that calls the interface names: its attention modules look their
+# function up in transformers' registry of attention functions.
+INTERFACE = "ALL_ATTENTION_FUNCTIONS"
+
 
 @functools.cache
 def _calls(cls: type) -> bool:
@@ -20,7 +24,19 @@ def _calls(cls: type) -> bool:
         source = inspect.getsource(cls.forward)
     except (OSError, TypeError):
         return False
-    return "ALL_ATTENTION_FUNCTIONS" in source
+    return INTERFACE in source
+
+
+def type_calls_interface(model_type: str) -> bool:
+    """Whether transformers' modelling code for `model_type` calls the interface at all
+    (read before any weights load); ImportError where transformers has no model for it."""
+    import importlib
+
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    name = model_type_to_module_name(model_type)
+    code = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    return INTERFACE in inspect.getsource(code)
 
 
 def calls_interface(module: Any) -> bool:
