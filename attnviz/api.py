@@ -148,6 +148,9 @@ def attention(
     generate: int | None = None,
     stack: str | None = None,
     attention: str = "sdpa",
+    sample: bool = False,
+    temperature: float | None = None,
+    seed: int | None = None,
     **load: Any,
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
@@ -161,6 +164,10 @@ def attention(
     `measure` "norm" gives ‖α·f(x)‖ per head instead of the weights; "alti" and "rollout"
     one map per layer, composed from layer 0 up, as `weights[layer, 0]` (`per_layer` is True;
     docs/contributions.md says how each is computed).
+    A decoder continues `text` as its prompt: `generate` tokens written by the model (greedy;
+    with `sample`, drawn at `temperature` from a generator seeded with `seed`), or `target`
+    read by teacher forcing; the attention is over prompt + continuation, and
+    `continuation` says where it starts and each of its tokens' probabilities.
     An encoder-decoder model (T5, BART, Marian) reads `text` as its source and `target` as the
     decoder's input (teacher forcing), or writes its own target greedily (`generate` tokens at
     most, 40 when neither is given); the result is one `stack`'s attention: "cross" (the
@@ -181,6 +188,9 @@ def attention(
         pair=pair,
         target=target,
         generate=generate,
+        sample=sample,
+        temperature=temperature,
+        seed=seed,
         layers=tuple(layers) if layers else None,
         stack=stack,
         truncate=truncate,

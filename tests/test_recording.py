@@ -257,13 +257,13 @@ def test_a_layer_that_never_reaches_the_function_is_an_error(loaded_tiny, monkey
     from attnviz.errors import UnsupportedModelError
 
     loaded = loaded_tiny["llama"]
-    real = capture._Callers.site
+    real = capture.Callers.site
 
     def missing(self, module):
         found = real(self, module)
         return None if found == (None, 1) else found
 
-    monkeypatch.setattr(capture._Callers, "site", missing)
+    monkeypatch.setattr(capture.Callers, "site", missing)
     rows = _Rows(range(loaded.info.n_layers))
     with pytest.raises(UnsupportedModelError, match="layer 1 of 'llama' gave attnviz nothing"):
         capture.run(loaded, pad(loaded, [encode(loaded, TEXTS[0])]), [rows])

@@ -201,8 +201,8 @@ def test_show_cli_cross_attention_json_and_images(seq2seq_dirs, loaded_seq2seq, 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--target", "x"], "--target in attnviz show works with encoder-decoder models"),
-        (["--generate", "5"], "--generate in attnviz show works with encoder-decoder models"),
+        (["--target", "x"], "--target in attnviz show works with decoders and encoder-decoder"),
+        (["--generate", "5"], "--generate in attnviz show works with decoders and encoder-"),
         (
             ["--stack", "cross"],
             "--stack cross in attnviz show works with encoder-decoder .* is an encoder",

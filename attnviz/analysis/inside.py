@@ -43,6 +43,14 @@ class Inside:
     bias: np.ndarray | None = None  # (H, T, S) T5's relative position bias B_h, every layer's
 
 
+# Why a decoder's prompt with a generated or given continuation has no inside view: its pass
+# keeps each layer's q and k (`core.generation`), not the layer's input the view starts from.
+CONTINUED = (
+    "left out: the inside view starts from each layer's input, which the pass that writes "
+    "(or reads) a continuation does not keep; run the whole text without --generate/--target"
+)
+
+
 def inside_size(n_layers: int, width: int, n_queries: int, n_keys: int | None = None) -> int:
     """Raw bytes of Q, K and V for every layer, as the page stores them: `width` = H · d_k
     values per token and layer (not d_model: Qwen3 and Gemma heads are wider than d_model / H),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from attnviz.core.attention import Attention, Keys
 from attnviz.errors import InputError
@@ -85,7 +86,30 @@ def word_view(att: Attention) -> Attention:
         segments=segments,
         keys=keys,
         notes=att.notes + ("word view: pieces merged into words",),
+        continuation=_word_continuation(att),
     )
+
+
+def _word_continuation(att: Attention) -> Any:
+    """A continuation in words: it starts at its first token's word (a word of its own, see
+    `generation`), and a word's probability is the product of its tokens' (chain rule)."""
+    c = att.continuation
+    if c is None:
+        return None
+    probs: dict[int, float] = {}
+    for i, prob in enumerate(c.probs):
+        word = att.words[c.start + i]
+        probs[word] = probs.get(word, 1.0) * prob
+    return replace(c, start=att.words[c.start], probs=tuple(probs[w] for w in sorted(probs)))
+
+
+def _kept_continuation(att: Attention, keep: Any) -> Any:
+    """A continuation without its hidden (special) tokens: an end-of-text token is one."""
+    c = att.continuation
+    if c is None:
+        return None
+    kept = [p for i, p in enumerate(c.probs) if keep[c.start + i]]
+    return replace(c, start=int(keep[: c.start].sum()), probs=tuple(kept))
 
 
 def hide_special(att: Attention) -> Attention:
@@ -146,6 +170,7 @@ def hide_special(att: Attention) -> Attention:
         if att.segments is None
         else tuple(s for s, k in zip(att.segments, keep) if k),
         notes=att.notes + (f"special tokens hidden ({hidden} of {total}){held}",),
+        continuation=_kept_continuation(att, keep),
     )
 
 

@@ -14,6 +14,7 @@ from attnviz.cli.app import Command, app, fail, out_console
 from attnviz.cli.options import (
     LOAD,
     STYLE,
+    WRITING,
     JsonOpt,
     MeasureName,
     MeasureOpt,
@@ -93,6 +94,7 @@ def compare(
     no_images: NoImagesOpt = False,
     html: PageOpt = False,
     style: Style = STYLE,
+    writing: dict = WRITING,
     as_json: JsonOpt = False,
 ) -> None:
     """Compare attention head by head: two texts through one model (a minimal pair), or a
@@ -103,7 +105,8 @@ def compare(
     the heads that moved most with their top keys in A and in B. Tokens are aligned where
     both texts have them; words put for one another are aligned whole; what has no partner
     is listed. Images go to `OUT/<slug>-<hash>/`: the divergence per head, and A, B and
-    B − A for each head that moved most.
+    B − A for each head that moved most. With a decoder, --generate N continues each text
+    (or the text, in each model) and compares the attention over what each wrote.
     """
     try:
         from attnviz.core.inputs import compare_pairs_of
@@ -118,7 +121,7 @@ def compare(
                 against=against, truncate=truncate, words=words, measure=measure.value,
                 query=query, html=html, images=not no_images,
                 importance="ablation" if importance else None, top=top, top_k=top_k,
-                out=None if no_images and not html else out, style=style,
+                out=None if no_images and not html else out, style=style, **writing,
             )
         )  # fmt: skip
     except AttnvizError as error:

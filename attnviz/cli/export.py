@@ -16,6 +16,7 @@ from attnviz.cli.options import (
     LOAD,
     SELECT,
     STYLE,
+    WRITING,
     BatchOpt,
     FileOpt,
     HideOpt,
@@ -95,6 +96,7 @@ def export(
     figures: FiguresOpt = None,
     query: QueryOpt = None,
     stack: ExportStackOpt = None,
+    writing: dict = WRITING,
     style: Style = STYLE,
     words: WordsOpt = False,
     measure: MeasureOpt = MeasureName.weights,
@@ -115,6 +117,9 @@ def export(
     An output folder holds one sentence list: more sentences added at the end are exported
     there too, another list is refused (use another --out, or --overwrite to replace it).
 
+    With a decoder, --generate N continues each sentence and exports the attention over it
+    and what the model wrote (one sentence a pass); done.json and manifest.json hold where
+    each continuation starts and its tokens' probabilities (attention.npz too).
     An encoder-decoder model (T5, BART, Marian) reads `source<TAB>target` lines and exports
     one --stack of each pair; --save-raw's attention.npz then also holds source_tokens,
     target_tokens and key_tokens.
@@ -132,7 +137,7 @@ def export(
             truncate=truncate, words=words, hide_special=hide_special, measure=measure.value,
             query=query, html=html, figures=tuple(k.value for k in figures) if figures else None,
             save_raw=save_raw, out=out, style=style, jobs=jobs,
-            batch_size=batch_size, overwrite=overwrite,
+            batch_size=batch_size, overwrite=overwrite, **writing,
         )  # fmt: skip
         with _progress(len(request.sentences.items)) as advance:
             summary = run_export(request, on_progress=advance, on_warning=warn)

@@ -188,16 +188,38 @@ TargetOpt = valued(
     str,
     "--target",
     metavar="TEXT",
-    help="Encoder-decoder models: the target the decoder reads after its start token "
-    "(teacher forcing), e.g. a translation of the source.",
+    help="A given continuation, read by teacher forcing: what a decoder reads after the "
+    "prompt (each token's probability said), or the target an encoder-decoder model's "
+    "decoder reads after its start token (a translation of the source).",
 )
 GenerateOpt = valued(
     int,
     "--generate",
     metavar="N",
-    min=1,
-    help="Encoder-decoder models: let the model write its own target greedily, at most N "
-    "tokens, and show the attention it used (what happens without --target, with N 40).",
+    help="Let the model write at most N tokens (greedy; it stops at its end-of-text token) "
+    "and show the attention it used as it wrote: a decoder continues the prompt, an "
+    "encoder-decoder model writes its target (what it does without --target, with N 40).",
+)
+SampleOpt = Annotated[
+    bool,
+    flag(
+        "--sample",
+        "With --generate on a decoder: draw each token "
+        "from the model's distribution (no top-k or top-p) instead of taking "
+        "the likeliest.",
+    ),
+]
+TemperatureOpt = valued(
+    float,
+    "--temperature",
+    metavar="T",
+    help="With --sample: divide the logits by T before drawing. [default: 1]",
+)
+SeedOpt = valued(
+    int,
+    "--seed",
+    metavar="N",
+    help="With --sample: seed the draw, so that the same command writes the same text.",
 )
 BatchOpt = Annotated[
     int, typer.Option("--batch-size", "-b", min=1, help="Sentences per forward pass.")
@@ -325,6 +347,22 @@ def _select(layer: list[int] | None, head: list[int] | None) -> dict[str, Any]:
 
 # --layer and --head: the part of the model asked for (a Request's `layers` and `heads`).
 SELECT = Group.of(_select, layer=(LayerOpt, None), head=(HeadOpt, None))
+
+
+def _writing(generate: int | None, sample: bool, temperature: float | None,
+             seed: int | None) -> dict[str, Any]:  # fmt: skip
+    return dict(generate=generate, sample=sample, temperature=temperature, seed=seed)
+
+
+# --generate, --sample, --temperature and --seed: the model writes after the text (a decoder's
+# continuation, an encoder-decoder model's target), as a Request's fields.
+WRITING = Group.of(
+    _writing,
+    generate=(GenerateOpt, None),
+    sample=(SampleOpt, False),
+    temperature=(TemperatureOpt, None),
+    seed=(SeedOpt, None),
+)
 # --format, --dpi, --cmap and --scale: how figures are drawn (an outputs.figures.Style).
 STYLE = Group.of(
     style,

@@ -12,8 +12,8 @@ from attnviz.cli.options import (
     LOAD,
     SELECT,
     STYLE,
+    WRITING,
     AblateOpt,
-    GenerateOpt,
     HideOpt,
     HtmlOpt,
     JobsOpt,
@@ -60,7 +60,7 @@ def show(
     jobs: JobsOpt = None,
     ablate: AblateOpt = None,
     target: TargetOpt = None,
-    generate: GenerateOpt = None,
+    writing: dict = WRITING,
     stack: StackOpt = None,
     window: WindowOpt = None,
     pool: PoolOpt = PoolName.max,
@@ -71,9 +71,11 @@ def show(
     Prints, for each head, the tokens it attends to most; with one --layer and one --head it
     also draws that head's heatmap in the terminal. Images go to `OUT/<slug>-<hash>/` (one
     folder per distinct text, holding only its last run's files): an overview of all heads,
-    one grid per layer, one figure per head. With an encoder-decoder model (T5, BART,
-    Marian) the text is the source; --target or --generate gives the target, and --stack
-    picks the attention (cross-attention by default).
+    one grid per layer, one figure per head. With a decoder, --generate N lets the model
+    continue the text and shows where it looked as it wrote each token (--target TEXT: a
+    continuation you give). With an encoder-decoder model (T5, BART, Marian) the text is
+    the source; --target or --generate gives the target, and --stack picks the attention
+    (cross-attention by default).
     """
     try:
         from attnviz.analysis.importance import parse_head
@@ -86,7 +88,7 @@ def show(
 
         request = Request(
             "show", load, text=read_text(text), pair=pair,
-            target=target, generate=generate, **select,
+            target=target, **writing, **select,
             stack=stack.value if stack is not None else None,
             truncate=truncate, words=words, hide_special=hide_special, measure=measure.value,
             query=query, ablate=tuple(parse_head(given) for given in ablate or []), html=html,

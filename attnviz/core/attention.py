@@ -23,6 +23,35 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class Continuation:
+    """The part of a decoder's text that follows its prompt: written by the model
+    (`--generate`) or given (`--target`, read by teacher forcing).
+
+    Token `start + i` is the continuation's i-th token; `probs[i]` is the probability the
+    model gave it, read from the position before it (the row that wrote it)."""
+
+    start: int  # the index of the continuation's first token
+    probs: tuple[float, ...]  # each continuation token's probability under the model
+    written: bool  # True: the model wrote it (--generate); False: given (--target)
+    how: str  # "greedy", "sampled at temperature 0.8, seed 3", "teacher-forced"
+    stopped: bool = False  # the model wrote its end-of-text token and stopped there
+    text_at: int = 0  # where the continuation starts in the text, in characters
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready: where it starts, how it came, whether it stopped, each probability."""
+        return {"start": self.start, "how": self.how, "generated": self.written,
+                "stopped": self.stopped, "probs": [round(p, 6) for p in self.probs]}  # fmt: skip
+
+    def describe(self, unit: str = "token") -> str:
+        """One line: how many tokens (or words), how they came, and why they end there."""
+        n = len(self.probs)
+        said = f"{n} {unit}{'s' * (n != 1)} {'generated' if self.written else 'given'} ({self.how})"
+        if self.stopped:
+            said += ", stopped at the end-of-text token"
+        return said
+
+
+@dataclass(frozen=True)
 class Encoded:
     """One text as the model's tokenizer cut it, ready for a forward pass."""
 
@@ -37,6 +66,7 @@ class Encoded:
     segments: tuple[int, ...] | None = None  # with a pair: 0 for text's tokens, 1 for pair's
     truncated: bool = False  # cut to the model's limit (--truncate); `notes` says how
     stand_ins: int = 0  # treebank words the tokenizer drops, given as its unknown token
+    continuation: Continuation | None = None  # a decoder's generated or given continuation
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -110,6 +140,9 @@ class Attention:
     span: tuple[int, int] | None = None
     # a pooled view: how many tokens the text has along each axis (queries, keys)
     pooled_from: tuple[int, int] | None = None
+    # a decoder's text that it wrote (or was given) after its prompt: where that part
+    # starts and each of its tokens' probabilities (`--generate`, `--target`)
+    continuation: Continuation | None = None
 
     @property
     def pool_size(self) -> int:

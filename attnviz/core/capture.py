@@ -98,6 +98,7 @@ def run(
     edit: Edit | None = None,
     gradients: bool = False,
     block_rows: int | None = None,
+    reading: Any = None,
 ) -> Any:
     """Run `loaded`'s model once over `inputs` (padded ids and mask, see `tokens.pad`), feeding
     every recorder, and return the model's output.
@@ -107,7 +108,9 @@ def run(
     the model runs; `gradients` runs with autograd on (for gates inside `edit`); `block_rows`
     is how many query rows each block of probabilities holds: given, the run is a streamed
     one (`memory.stream_rows`), whose freed blocks the allocator keeps for the next
-    (`memory.reuse_freed_blocks`).
+    (`memory.reuse_freed_blocks`). With `reading` (`generation.Reading`: a decoder's prompt and
+    the continuation it wrote or was given) the model does not run: the rows it used are
+    handed out from what that pass kept, and recorders may ask for nothing else.
     """
     import torch
 
@@ -135,6 +138,8 @@ def run(
     rows = recording.BLOCK_ROWS if block_rows is None else block_rows
     if rows < 1:
         raise InputError(f"block_rows must be at least 1, not {rows}")
+    if reading is not None:
+        return _replayed(loaded, recorders, wanted, rows, reading)
     inside = records(model)
     heard = _Pass(loaded, recorders, wanted, inside, rows, edit if inside else None)
     hooked = {site: heard.hooked(site) for site in wanted}
@@ -151,6 +156,20 @@ def run(
     heard.check_served()
     memory.return_freed_memory()  # the pass's activations, not held while the figures draw
     return output
+
+
+def _replayed(loaded: Any, recorders: Sequence[Recorder], wanted: dict, block_rows: int,
+              reading: Any) -> None:  # fmt: skip
+    """`run` over a continuation's held rows (`generation.Reading.replay`)."""
+    other = sorted({kind for kinds in wanted.values() for kind in kinds} - {"probs", ROWS, ENTROPY})
+    if other:
+        raise UnsupportedModelError(
+            f"this needs each layer's {', '.join(other)}; a generated or given continuation "
+            "keeps each layer's attention alone"
+        )
+    heard = _Pass(loaded, recorders, wanted, True, block_rows, None)
+    reading.replay(heard, block_rows)
+    heard.check_served()
 
 
 Site = tuple  # (stack, layer): a layer of one attention stack (stack None: the only one)
@@ -207,7 +226,7 @@ class _Pass:
         self._seen: dict[Site, dict[str, Any]] = {}
         self._waiting: dict[Site, list] = {}  # blocks held for recorders not yet served
         self._served: dict[Site, set[int]] = {}  # id(recorder) served its other kinds
-        self._sites = _Callers(loaded.model) if inside else None
+        self._sites = Callers(loaded.model) if inside else None
 
     # what the hooks deliver ------------------------------------------------------------
     def hooked(self, site: Site) -> set[str]:
@@ -334,7 +353,7 @@ class _Pass:
             self.block(site, start, part, entropy)
 
 
-class _Callers:
+class Callers:
     """Which site (stack, layer) a module calling the attention function is. A module shared
     by several layers (ALBERT) is called once per layer, in order: its n-th call is the
     n-th layer that uses it."""

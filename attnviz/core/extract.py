@@ -54,6 +54,7 @@ def attend(
     also: Sequence[Recorder] = (),
     values: Callable[[list[int], int, int], Any] | None = None,
     edit: Edit | None = None,
+    reading: Any = None,
 ) -> list[Attention]:
     """Run one padded forward pass and return each text's attention cropped to its own tokens.
 
@@ -61,7 +62,9 @@ def attend(
     (the page's inside view takes each layer's input from it). `values(chosen_layers,
     n_batch, width)` makes a recorder with a `held` array (B, L, H', W, W) and its `measure`
     whose values replace the weights (`analysis.contributions.Measured`). `edit` changes the
-    model as it runs (`show --ablate` removes heads, see `capture.run`).
+    model as it runs (`show --ablate` removes heads, see `capture.run`). `reading`: the one
+    text is a decoder's prompt and continuation, its rows kept as the model wrote
+    (`core.generation`), handed out without running the model again.
     Right padding keeps every text's positions 0…n-1, so a text's attention in a batch
     equals its attention alone, for causal models too.
     """
@@ -76,7 +79,7 @@ def attend(
         weights = values(chosen, n_batch, width)
     else:
         weights = _Weights(chosen, n_batch, loaded.info.n_heads, width)
-    capture.run(loaded, inputs, [weights, *also], edit=edit)
+    capture.run(loaded, inputs, [weights, *also], edit=edit, reading=reading)
     measure = getattr(weights, "measure", None)
 
     name = measure.name if measure is not None else "weights"
@@ -122,6 +125,7 @@ def text_attention(
         truncated=encoded.truncated,
         measure=measure,
         per_layer=per_layer,
+        continuation=encoded.continuation,
     )
 
 

@@ -78,8 +78,9 @@ def encode_side(loaded: LoadedModel, text: str, truncate: bool) -> Encoded:
 
 def from_ids(loaded: LoadedModel, ids: Sequence[int], text: str) -> Encoded:
     """Token ids labelled by what each decodes to, in words: a token that opens a word
-    (SentencePiece's ▁, byte-level BPE's Ġ, a WordPiece without ##) starts a new one, and
-    special tokens are words of their own."""
+    (SentencePiece's ▁, byte-level BPE's Ġ, a WordPiece without ##, one that decodes to text
+    starting with whitespace or follows one that ends with it: a newline) starts a new one,
+    and special tokens are words of their own."""
     tokenizer = loaded.tokenizer
     ids = tuple(int(i) for i in ids)
     raw = tokenizer.convert_ids_to_tokens(list(ids))
@@ -87,11 +88,15 @@ def from_ids(loaded: LoadedModel, ids: Sequence[int], text: str) -> Encoded:
     special = tuple(i in specials for i in ids)
     wordpiece = any(token.startswith("##") for token in raw)
     labels, words, word_labels = [], [], []
+    after_space = False  # the token before decoded to text ending in whitespace (a newline)
     for i, (token_id, token, is_special) in enumerate(zip(ids, raw, special)):
-        label = token if is_special else tokenizer.decode([token_id]).strip() or "␣"
+        decoded = tokenizer.decode([token_id])
+        label = token if is_special else decoded.strip() or "␣"
         if wordpiece and not is_special:
             label = token  # WordPiece keeps its own form: ##ing says the piece continues
-        opens = is_special or i == 0 or special[i - 1] or _opens_word(token, wordpiece)
+        opens = (is_special or i == 0 or special[i - 1] or _opens_word(token, wordpiece)
+                 or after_space or decoded[:1].isspace())  # fmt: skip
+        after_space = decoded[-1:].isspace()
         if opens:
             word_labels.append(label)
         else:

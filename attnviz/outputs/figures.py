@@ -173,6 +173,33 @@ def masked_cells(att: Attention) -> np.ndarray | None:
     return np.triu(np.ones((n, n), bool), k=1)
 
 
+WRITTEN_COLOUR = "#00a651"  # a continuation's labels, and the lines before it
+
+
+def _continuation_marks(ax: Any, att: Attention, rows: bool = True) -> list[Any]:
+    """Where a decoder's continuation starts (`--generate`, `--target`): a line before its
+    first key (and query, with `rows`) and its tick labels in green; the lines, which
+    the figure redraws over each map."""
+    c = att.continuation
+    if c is None:
+        return []
+    first, every = (att.span[0] if att.span else 0), att.pool_size
+    axes = [(ax.get_xticks(), ax.get_xticklabels())]
+    if rows:
+        axes.append((ax.get_yticks(), ax.get_yticklabels()))
+    for ticks, labels in axes:
+        for tick, label in zip(ticks, labels):
+            if first + tick * every >= c.start:
+                label.set_color(WRITTEN_COLOUR)
+    at = (c.start - first) / every - 0.5  # the cell edge before the continuation's first
+    if at <= -0.5:
+        return []
+    lines = [ax.axvline(at, color=WRITTEN_COLOUR, linewidth=1.2)]
+    if rows:
+        lines.append(ax.axhline(at, color=WRITTEN_COLOUR, linewidth=1.2))
+    return lines
+
+
 def _hatch(ax: Any, corners: list[tuple[float, float]]) -> Any:
     """The masked cells' hatching over the polygon `corners` (data coordinates) of `ax`."""
     from matplotlib.patches import Polygon
@@ -564,6 +591,7 @@ class HeadFigure:
             interpolation="nearest",
         )  # fmt: skip
         _ticks(ax, tokens, layout, keys=(keys, key_layout))
+        written = _continuation_marks(ax, att)
         ax.set_xlabel(f"key ({unit} {_key_role(att)}){_label_note(key_layout, unit)}", fontsize=9)
         ax.set_ylabel(
             f"query ({unit} {'attending' if att.measure == 'weights' else 'built'}"
@@ -597,8 +625,8 @@ class HeadFigure:
             ax, (0, 0, 1, 1), 10, "removed (--ablate)\nits output was set to 0:\nno pattern",
             axes_fraction=True,
         )  # fmt: skip
-        dynamic = [self.image, *hatching, *self.removed, *ax.spines.values(), self.marks,
-                   self.title]  # fmt: skip
+        dynamic = [self.image, *hatching, *written, *self.removed, *ax.spines.values(),
+                   self.marks, self.title]  # fmt: skip
         self.frames = _Frames(fig, dynamic, style)
 
     def draw(
@@ -719,7 +747,7 @@ class LayerFigure:
         self.covers = []  # each panel's cover for a removed head
         self.removed = att.removed
         self.mask = masked_cells(att)
-        hatching = []
+        hatching, written = [], []
         for slot in range(len(heads)):
             row, col = divmod(slot, cols)
             x0 = left + col * (panel_w + gap_w)
@@ -740,6 +768,7 @@ class LayerFigure:
             last_row = row == rows - 1 or slot + cols >= len(heads)
             _ticks(ax, att.tokens, small, x=last_row, y=col == 0,
                    keys=(att.key_tokens, small_keys))  # fmt: skip
+            written += _continuation_marks(ax, att)
         grid_h = rows * panel_h + (rows - 1) * gap_h
         bar = fig.add_axes(
             (
@@ -759,7 +788,8 @@ class LayerFigure:
         # Spines go after the images (and their hatching): a full draw paints them on top.
         spines = [spine for image in self.images for spine in image.axes.spines.values()]
         covers = [artist for cover in self.covers for artist in cover]
-        dynamic = [*self.images, *hatching, *covers, *spines, *self.panel_titles, self.title]
+        dynamic = [*self.images, *hatching, *written, *covers, *spines, *self.panel_titles,
+                   self.title]  # fmt: skip
         self.frames = _Frames(fig, dynamic, style)
 
     def draw(self, weights: np.ndarray, layer: int) -> Any:
@@ -1016,6 +1046,7 @@ def query_figure(
         rows, cmap=style.colour_map(), vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"
     )
     _ticks(ax, att.key_tokens, layout, y=False)
+    _continuation_marks(ax, att, rows=False)
     font = min(8.0, max(4.0, row_in * 72 * 0.8))
     ax.set_yticks(
         range(len(rows)),

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from attnviz.analysis.check import CheckResult
     from attnviz.analysis.compare import Comparison, Moved, QueryMoves
+    from attnviz.analysis.continuation import Written
     from attnviz.analysis.importance import AblationView, Importance
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.report import CrossReport, Report
@@ -110,6 +111,50 @@ def print_header(console: Console, att: Attention) -> None:
         )
     for note in att.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
+    _print_continued(console, att)
+
+
+_WRITTEN_STYLE = "bold green"  # a continuation's tokens: the text, the heatmap's rows
+
+
+def _print_continued(console: Console, att: Attention) -> None:
+    """The prompt and its continuation as one text, the continuation marked (▸ … in green),
+    and how it came."""
+    c = att.continuation
+    if c is None:
+        return
+    first = max(0, c.start - 30)  # a long prompt's last 30 tokens
+    line = Text(("… " if first else "") + " ".join(att.tokens[first : c.start]) + " ▸ ")
+    line.append(" ".join(att.tokens[c.start :]), style=_WRITTEN_STYLE)
+    console.print(Text(f"{c.describe(att.unit)}:", style="bold"), line)
+
+
+def print_continuation(console: Console, written: Written, shown: int = 20) -> None:
+    """For each continuation token (the first `shown`): its probability, and the tokens the
+    row that wrote it looked at most over every layer and head, the first token left out."""
+    steps = written.steps
+    sink = sum(step.sink for step in steps) / max(len(steps), 1)
+    verb = "wrote" if written.written else "read"
+    table = Table(
+        title=f"Where the model looked as it {verb} each token: the row before it, averaged "
+        f"over every head of the layers shown; the first token is left out (a sink: it held "
+        f"{sink:.0%} of those rows on average)",
+        title_justify="left",
+    )
+    for column, justify in (("pos", "right"), ("token", "left"), ("p", "right"),
+                            ("looked at most", "left")):  # fmt: skip
+        table.add_column(column, justify=justify)
+    for step in steps[:shown]:
+        looked = " · ".join(f"{t.token}@{t.index} {_weight(t.weight)}" for t in step.looked)
+        table.add_row(str(step.position), Text(step.token, style=_WRITTEN_STYLE),
+                      f"{step.prob:.3f}", looked)  # fmt: skip
+    console.print(table)
+    if len(steps) > shown:
+        console.print(
+            f"[dim]… {len(steps) - shown} more tokens (--json lists all; --query POSITION "
+            "shows one token's own row)[/]",
+            highlight=False,
+        )
 
 
 def _print_tokens(console: Console, tokens: Sequence[str], side: str, unit: str) -> set[str]:
@@ -443,6 +488,9 @@ def print_heatmap(
         "each column the key it attends to (index on top)",
         highlight=False,
     )
+    start = att.continuation.start if att.continuation is not None else None
+    if start is not None:
+        console.print(f"[dim]rows from {start} on (▸, green) are the continuation[/]")
     if att.keys is not None:
         keys = " ".join(f"{i}:{token}" for i, token in enumerate(att.key_tokens))
         console.print(f"[dim]keys (source): {keys}[/]", highlight=False)
@@ -456,7 +504,10 @@ def print_heatmap(
         units.append(f"{key % 10:>2}")
     console.print(units)
     for query in range(n):
-        row = Text(f"{query:>3} {_fit(att.tokens[query], label_width):<{label_width}} ")
+        mark = "▸" if start is not None and query >= start else " "
+        row = Text(f"{query:>3}{mark}")
+        row.append(f"{_fit(att.tokens[query], label_width):<{label_width}} ",
+                   style=_WRITTEN_STYLE if mark != " " else "")  # fmt: skip
         for key in range(n_keys):
             row.append_text(_cell(console, float(grid[query, key])))
         console.print(row, highlight=False)
@@ -958,6 +1009,8 @@ def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
     chosen heads' details; one head's heatmap; what removing heads changed."""
     att, layers, heads = result.attention, result.layers, result.heads
     print_header(console, att)
+    if result.continuation is not None:
+        print_continuation(console, result.continuation)
     if result.query is not None:
         print_query(console, att, result.query, layers, heads)
     elif att.per_layer:

@@ -75,6 +75,13 @@ class ExportOptions:
     measure: str = "weights"  # or norm, alti, rollout (analysis.contributions.MEASURES)
     stack: str | None = None  # encoder-decoder models: encoder, decoder or cross
     dtype: str = "auto"  # the model's weights (--dtype): half precision moves the numbers
+    # a decoder's continuation of each text (--generate N, --sample, --temperature, --seed;
+    # --target TEXT, the same for every text)
+    generate: int | None = None
+    target: str | None = None
+    sample: bool = False
+    temperature: float | None = None
+    seed: int | None = None
 
     @classmethod
     def of(cls, request: Request) -> ExportOptions:
@@ -103,6 +110,9 @@ class Record:
     notes: list[str] = field(default_factory=list)
     target: str | None = None  # an encoder-decoder model's target
     key_tokens: list[str] | None = None  # cross-attention: the source's tokens
+    # a decoder's --generate / --target: where the continuation starts, how it came, each
+    # of its tokens' probabilities (`core.attention.Continuation`)
+    continuation: dict[str, Any] | None = None
 
 
 @dataclass
@@ -225,6 +235,9 @@ def _settings(model_name: str, sentence: Sentence, options: ExportOptions) -> di
     settings = {"model": model_name, "text": sentence.text, **asdict(options)}
     if options.dtype == "auto":  # folders written before --dtype stay complete
         del settings["dtype"]
+    for name in ("generate", "target", "sample", "temperature", "seed"):
+        if settings[name] in (None, False):  # folders written before --generate stay complete
+            del settings[name]
     if options.stack is None:  # a one-stack model's folders stay complete as they were
         del settings["stack"]
     else:
@@ -310,6 +323,8 @@ def _save_raw(
     """attention.npz: the weights as `attention` (l, h, T, T), or another measure's values
     under its name (`norm` (l, h, T, T); `alti`, `rollout` (l, T, T): one map per layer).
 
+    A decoder's continuation adds `continuation_start` (its first token's index) and
+    `token_probs` (each continuation token's probability).
     An encoder-decoder model's stack adds `stack`, `key_tokens` and `key_special` (the
     source's, for cross-attention: `attention` is (l, h, T_target, S_source)) and `sides`,
     its `source_tokens` and `target_tokens`."""
@@ -320,6 +335,9 @@ def _save_raw(
         more = {"stack": np.array(att.stack), "key_tokens": np.array(att.key_tokens),
                 "key_special": att.key_special}  # fmt: skip
         more |= {name: np.array(tokens) for name, tokens in (sides or {}).items()}
+    if att.continuation is not None:
+        more |= {"continuation_start": np.array(att.continuation.start),
+                 "token_probs": np.array(att.continuation.probs, np.float32)}  # fmt: skip
 
     values = att.weights[np.ix_([att.slot(layer) for layer in layers], heads)]  # (l, h, T, T)
     if att.per_layer:
@@ -535,6 +553,8 @@ class _Export:
 
         att = view(raw)
         record.tokens = list(att.tokens)
+        if att.continuation is not None:
+            record.continuation = att.continuation.as_dict()
         if att.keys is not None:
             record.key_tokens = list(att.key_tokens)
         record.notes = list(att.notes)
@@ -584,6 +604,16 @@ def _attention(
     from attnviz.pipelines.sources import OneStack
 
     source = OneStack(loaded, request)
+    if request.continues:  # each text continued alone, its weights alone (no inside view)
+        from attnviz.analysis.contributions import PageMeasures
+        from attnviz.analysis.inside import CONTINUED
+        from attnviz.pipelines.sources import continued
+
+        for prompt in encoded:
+            whole, reading = continued(loaded, request, prompt, layers)
+            att = source.batch([whole], reading=reading)[0][0]
+            yield att, CONTINUED if inside else None, lambda shown, _: PageMeasures(shown, {})
+        return
     for batch in batched(encoded, request.batch_size):
         steps = InsideSteps(loaded, batch) if inside else None
         every = EveryMeasure(loaded, layers, batch, request.measure) if inside else None

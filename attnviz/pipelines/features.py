@@ -30,6 +30,7 @@ _KINDS = {
     frozenset({DECODER}): "decoders",
     frozenset({SEQ2SEQ}): "encoder-decoder models (T5, BART, Marian)",
     ONE_STACK: "encoders and decoders (one attention stack)",
+    frozenset({DECODER, SEQ2SEQ}): "decoders and encoder-decoder models",
 }
 # The commands whose whole run needs one attention stack.
 COMMAND_KINDS = {"compare": ONE_STACK, "serve": ONE_STACK}
@@ -63,6 +64,8 @@ class Feature:
 
 
 ENCODERS, DECODERS, SEQ2SEQS = frozenset({ENCODER}), frozenset({DECODER}), frozenset({SEQ2SEQ})
+WRITERS = frozenset({DECODER, SEQ2SEQ})  # models that write text after their input
+_WRITES = "an encoder reads its text and writes none after it"
 _PAIR = "the model reads [CLS] text [SEP] pair [SEP]"
 _EVERY_HEAD = "the report covers every head of every stack"
 _NORM_ROWS = "--hide-special renormalises rows to sum to 1, and norm's rows are lengths"
@@ -71,6 +74,7 @@ _COMPOSED = (
     "residual stream; use weights or norm"
 )
 _CONSUMERS = "attnviz.pipelines.consumers"
+_CONTINUED = f"{_CONSUMERS}.continuation:Continued"
 _EACH_RANK = "under a launcher each rank takes its share already: leave --shard out"
 _ONE_PROCESS = "an encoder-decoder model's report runs in one process"
 _SHARDED_MEANS = (
@@ -83,9 +87,21 @@ FEATURES = {f.name: f for f in (
     Feature("pair", "--pair", lambda r: r.pair is not None,
             dict(show=ENCODERS, serve=ENCODERS), why=_PAIR),
     Feature("target", "--target", lambda r: r.target is not None,
-            dict(show=SEQ2SEQS, check=SEQ2SEQS), excludes=(("generate", ""),)),
+            dict(show=WRITERS, check=SEQ2SEQS, serve=DECODERS),
+            excludes=(("generate", ""),), why=_WRITES, consumer=_CONTINUED),
     Feature("generate", "--generate", lambda r: r.generate is not None,
-            dict(show=SEQ2SEQS, check=SEQ2SEQS)),
+            dict(show=WRITERS, check=SEQ2SEQS, export=DECODERS, compare=DECODERS,
+                 serve=DECODERS), why=_WRITES, consumer=_CONTINUED),
+    Feature("sample", "--sample", lambda r: r.sample,
+            dict(show=DECODERS, export=DECODERS, compare=DECODERS, serve=DECODERS),
+            needs=("generate",), why="it draws the tokens --generate writes"),
+    Feature("temperature", "--temperature", lambda r: r.temperature is not None,
+            dict(show=DECODERS, export=DECODERS, compare=DECODERS, serve=DECODERS),
+            needs=("sample",), why="greedy decoding takes the likeliest token at any "
+            "temperature"),
+    Feature("seed", "--seed", lambda r: r.seed is not None,
+            dict(show=DECODERS, export=DECODERS, compare=DECODERS, serve=DECODERS),
+            needs=("sample",), why="greedy decoding draws nothing"),
     Feature("stack", lambda r: f"--stack {r.stack or ','.join(r.stacks)}",
             lambda r: r.stack is not None or bool(r.stacks),
             dict(show=SEQ2SEQS, export=SEQ2SEQS, check=SEQ2SEQS)),
@@ -173,6 +189,8 @@ def refuse(request: Request, facts: Any = None) -> None:
         return
     _refuse_without_adapter(request, facts)
     kind = kind_of(facts)
+    if kind == DECODER:
+        _refuse_on_a_continuation(request, facts)
     if kind not in COMMAND_KINDS.get(command, EVERY):
         raise _wrong_kind(f"attnviz {command}", COMMAND_KINDS[command], facts, "")
     for feature in asked:
@@ -202,6 +220,34 @@ def _refuse_without_adapter(request: Request, facts: Any) -> None:
     )
 
 
+def _refuse_on_a_continuation(request: Request, facts: Any) -> None:
+    """What a decoder's continuation (`core.generation`) does not keep or allow: its pass
+    keeps each layer's q and k and each step's rows, not the inputs the measures of norms
+    read, and no head is removed while it writes; a sampling temperature above 0; a prompt
+    and N tokens past the model's limit (its tokenizer.json counting, before loading)."""
+    if not request.continues:
+        return
+    option = "--generate" if request.generate is not None else "--target"
+    if request.measure != "weights":
+        raise InputError(
+            f"give either {option} or --measure {request.measure}, not both: a continuation "
+            "is read with its attention weights alone"
+        )
+    if request.ablate:
+        raise InputError(f"give either {option} or --ablate, not both: no head is removed "
+                         "while the model writes")  # fmt: skip
+    if request.temperature is not None and not request.temperature > 0:
+        raise InputError(f"--temperature must be above 0, not {request.temperature:g}")
+    limit = getattr(facts, "max_tokens", None)
+    if request.generate is not None and request.text is not None and limit is not None:
+        count = getattr(facts, "count_tokens", None)
+        n = count(request.text) if count is not None else None
+        if n is not None:
+            from attnviz.core.generation import check_room
+
+            check_room(n, request.generate, limit)
+
+
 def refuse_early(request: Request, model: Model) -> None:
     """Refuse bad input before anything loads: an empty text, an unknown measure, what does
     not combine (`refuse` on the model's files), layers and heads out of range, a text too
@@ -215,6 +261,10 @@ def refuse_early(request: Request, model: Model) -> None:
     if request.pair is not None:
         require_text(request.pair, "the --pair sentence")
     get(request.measure)
+    if request.generate is not None and request.generate < 1:
+        raise InputError(
+            f"--generate takes a number of tokens of 1 or more, not {request.generate}"
+        )
     refuse(request, describe(model.name))
     layers, heads = list(request.layers or ()) or None, list(request.heads or ()) or None
     model.refuse_early(layers, heads, request.text, request.truncate, request.stack)

@@ -32,8 +32,11 @@ class Request:
     # What is read: one text (with a pair, or a target), or many (export, report, compare).
     text: str | None = None
     pair: str | None = None  # encoders: [CLS] text [SEP] pair [SEP]
-    target: str | None = None  # encoder-decoder models: the decoder's input
-    generate: int | None = None  # encoder-decoder models: the model writes its own target
+    target: str | None = None  # the decoder's input (encoder-decoder), what follows the prompt
+    generate: int | None = None  # the model writes its own target, or continues the prompt
+    sample: bool = False  # decoders' --generate: drawn, not greedy
+    temperature: float | None = None  # with sample (None: 1)
+    seed: int | None = None  # with sample: a reproducible draw
     sentences: Any = None  # core.inputs.Sentences, or a core.treebank.Treebank (report)
     pairs: tuple[tuple[str, str], ...] = ()  # compare: (text A, text B)
     against: Load | None = None  # compare: the model that reads text B
@@ -79,6 +82,12 @@ class Request:
     def model(self) -> Model:
         """The model that reads the text (text A in compare)."""
         return self.load.get()
+
+    @property
+    def continues(self) -> bool:
+        """Whether the text is a prompt to continue (`--generate`, `--target`): on a decoder,
+        `core.generation`; an encoder-decoder model's are its target (`core.seq2seq`)."""
+        return self.generate is not None or self.target is not None
 
     @property
     def decoder_option(self) -> str | None:

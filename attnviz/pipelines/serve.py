@@ -28,6 +28,11 @@ KEYS = {
     "truncate": "true or false",
     "layers": "a list of layer numbers or null",
     "measure": "a string",
+    "generate": "a number of tokens or null",
+    "target": "a string or null",
+    "sample": "true or false",
+    "temperature": "a number or null",
+    "seed": "a whole number or null",
 }
 
 
@@ -46,6 +51,12 @@ class Question:
     truncate: bool = False
     layers: tuple[int, ...] | None = None
     measure: str = "weights"
+    # a decoder's continuation: written by the model (greedy, or sampled) or given
+    generate: int | None = None
+    target: str | None = None
+    sample: bool = False
+    temperature: float | None = None
+    seed: int | None = None
 
     @classmethod
     def of(cls, body: Any, keys: Sequence[str] = tuple(KEYS)) -> Question:
@@ -77,10 +88,15 @@ class Question:
 
 
 def _fits(key: str, value: Any) -> bool:
+    whole = isinstance(value, int) and not isinstance(value, bool)
     if key == "text" or key == "measure":
         return isinstance(value, str)
-    if key == "pair":
+    if key in ("pair", "target"):
         return value is None or isinstance(value, str)
+    if key in ("generate", "seed"):
+        return value is None or whole
+    if key == "temperature":
+        return value is None or whole or isinstance(value, float)
     if key == "layers":
         return value is None or (
             isinstance(value, list)
@@ -178,6 +194,18 @@ def _past_the_page(model: Model, question: Question) -> bool:
     if loaded.info.seq2seq:
         return False
     n = len(encode(loaded, question.text, question.truncate, question.pair))
+    if question.generate is not None or question.target is not None:  # no tiles: refused
+        from attnviz.errors import InputError
+
+        more = question.generate or len(loaded.tokenizer(question.target)["input_ids"])
+        layers = loaded.info.pick_layers(list(question.layers) if question.layers else None)
+        if len(layers) * loaded.info.n_heads * (n + more) ** 2 > PAGE_CELLS:
+            raise InputError(
+                f"a prompt and continuation of about {n + more} tokens are past what the page "
+                "carries whole, and a continuation is not read for tiles: choose fewer layers, "
+                "or use attnviz show"
+            )
+        return False
     layers = loaded.info.pick_layers(list(question.layers) if question.layers else None)
     return len(layers) * loaded.info.n_heads * n * n > PAGE_CELLS
 

@@ -17,6 +17,7 @@ from attnviz.pipelines.consumers.images import Images
 from attnviz.pipelines.consumers.summary import Summary
 
 if TYPE_CHECKING:
+    from attnviz.analysis.continuation import Written
     from attnviz.analysis.importance import AblationView
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.summary import HeadSummary
@@ -46,6 +47,8 @@ class ShowResult:
     ablation_divergence: Any = None
     drawn: Attention | None = None  # what the figures show: `attention`, or it pooled
     window: Attention | None = None  # --window's exact cells
+    # a decoder's --generate / --target: each continuation token and where it looked
+    continuation: Written | None = None
 
     @classmethod
     def of(cls, run: Run, folder: Path | None) -> ShowResult:
@@ -93,6 +96,7 @@ class ShowResult:
             **_stack_fields(att),
             "tokens": list(att.tokens),
             "notes": list(att.notes),
+            **({"continuation": self.continuation.as_dict()} if self.continuation else {}),
             **({"query": self.query.as_dict()} if self.query is not None else {}),
             "averaged": AVERAGED + _MEASURED.get(measure.name, ""),
             **special,
@@ -159,7 +163,8 @@ def show(request: Request, on_summary: Callable[[ShowResult], None] | None = Non
 
 def _folder(request: Request, model: Model) -> Path | None:
     """The text's folder (made and proved writable now), or None when nothing is written.
-    One folder per text, model, pair, measure, removed heads and target: `show TEXT -m
+    One folder per text, model, pair, measure, removed heads, target and continuation (N
+    tokens, sampled how): `show TEXT -m
     smollm2` keeps `show TEXT`'s images."""
     r = request
     if r.out is None:
@@ -172,6 +177,7 @@ def _folder(request: Request, model: Model) -> Path | None:
         removed,
         f"target:{r.target}" if r.target is not None else None,
         f"generate:{r.generate}" if r.generate is not None else None,
+        f"sample:{r.temperature}:{r.seed}" if r.sample else None,
         f"stack:{r.stack}" if r.stack is not None else None,
     )
     return prepare_dir(r.out / text_folder_name(r.text, 40, *keys))

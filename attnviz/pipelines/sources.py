@@ -3,7 +3,9 @@ text, gathers the consumers' recorders and edit, runs the one capture pass and p
 attention it read on the run (`run.raw`; an encoder-decoder model's stacks in `run.stacks`).
 
     OneStack  encoders and decoders: the text (and a sentence pair), the chosen measure's
-              values in place of the weights where it is not the weights
+              values in place of the weights where it is not the weights; a decoder's
+              prompt with the continuation it writes or is given (`core.generation`), its
+              rows handed out as the model used them
     Stacks    encoder-decoder models: the source and its target (given, or written by the
               model), one stack's attention, or every stack for a page
 """
@@ -56,18 +58,22 @@ class OneStack:
 
         r, loaded = self.request, self.loaded
         encoded = encode(loaded, r.text, r.truncate, r.pair)
-        run = Run(r, loaded, encoded, loaded.info.pick_layers(self.layers))
+        layers = loaded.info.pick_layers(self.layers)
+        reading = None
+        if r.continues:
+            encoded, reading = continued(loaded, r, encoded, layers)
+        run = Run(r, loaded, encoded, layers)
         facts, asked = loaded.info, memory.Asked.of(r)
         run.streamed = memory.streams(facts.n_layers, facts.n_heads, len(encoded), asked)
         if run.streamed:
-            return self._streamed(run, consumers)
+            return self._streamed(run, consumers, reading)
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
         edit = _one_edit([c.edit(run) for c in consumers])
-        found, run.measured = self.batch([encoded], recorders, edit)
+        found, run.measured = self.batch([encoded], recorders, edit, reading)
         run.raw = found[0]
         return run
 
-    def _streamed(self, run: Run, consumers: Sequence[Consumer]) -> Run:
+    def _streamed(self, run: Run, consumers: Sequence[Consumer], reading: Any = None) -> Run:
         """One pass in blocks of query rows, each block handed to the consumers' recorders
         and the views' (pooled maps, a window) and then let go: `run.raw` has the text's
         tokens and facts, its weights never held (a zero-size stand-in of their shape)."""
@@ -86,14 +92,21 @@ class OneStack:
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
         recorders += run.views.recorders(n)
         block = memory.stream_rows(loaded.info.n_heads, n)
-        capture.run(loaded, pad(loaded, [run.encoded]), recorders, block_rows=block)
+        capture.run(loaded, pad(loaded, [run.encoded]), recorders, block_rows=block,
+                    reading=reading)  # fmt: skip
         return run
 
-    def batch(self, batch: Sequence[Any], recorders: Sequence[Any] = (), edit: Any = None):
+    def batch(self, batch: Sequence[Any], recorders: Sequence[Any] = (), edit: Any = None,
+              reading: Any = None):  # fmt: skip
         """Encoded texts read in one padded pass: each text's attention (the request's measure
-        in place of the weights where it is not the weights) and the measure's recorder."""
+        in place of the weights where it is not the weights) and the measure's recorder.
+        With `reading`, the one text is a decoder's prompt and continuation, whose rows were
+        kept as the model read it (`core.generation`; the weights alone)."""
         from attnviz.analysis.contributions import measured
+        from attnviz.core.extract import attend
 
+        if reading is not None:
+            return attend(self.loaded, list(batch), self.layers, recorders, reading=reading), None
         kept: list = []
         found = measured(self.loaded, list(batch), self.request.measure, self.layers,
                          list(recorders), kept, edit)  # fmt: skip
@@ -142,18 +155,35 @@ class Stacks:
                              list(recorders), values)  # fmt: skip
 
 
+def continued(loaded: LoadedModel, request: Request, prompt: Any, layers: Sequence[int]):
+    """A decoder's prompt with the continuation `request` asks for (`--generate`, written
+    by the model, or `--target`) as one Encoded, and the `generation.Reading` of `layers`
+    the model used."""
+    from attnviz.core import generation
+
+    settings = generation.Settings(request.generate, request.target, request.sample,
+                                   request.temperature or 1.0, request.seed)  # fmt: skip
+    return generation.write(loaded, prompt, settings, layers)
+
+
 def read_texts(
     loaded: LoadedModel, request: Request, encoded: Sequence[Any], inside: bool = False
 ) -> tuple[list[Any], list[Any] | None]:
     """Each encoded text's attention (or the request's per-head measure), `batch_size` texts
     a pass; with `inside`, each text's inside-one-head numbers too (or why they are left out),
     from the same passes: what the compare page shows of each text."""
-    from attnviz.analysis.inside import InsideSteps
+    from attnviz.analysis.inside import CONTINUED, InsideSteps
     from attnviz.core.extract import batched
 
     source = OneStack(loaded, request)
     found: list[Any] = []
     insides: list[Any] = []
+    if request.continues:  # one text at a time, each continued (no inside view: it needs X)
+        layers = loaded.info.pick_layers(source.layers)
+        for prompt in encoded:
+            whole, reading = continued(loaded, request, prompt, layers)
+            found.extend(source.batch([whole], reading=reading)[0])
+        return found, [CONTINUED] * len(found) if inside else None
     for batch in batched(encoded, request.batch_size):
         steps = InsideSteps(loaded, batch) if inside else None
         found.extend(source.batch(batch, [steps] if steps else [])[0])

@@ -216,6 +216,9 @@ class Keep(Consumer):
         if run.loaded.info.seq2seq:  # its encoded text is a source and a target
             self.why = one_stack(run.loaded)
             return []
+        if run.request.continues:  # its pass kept q and k of the prompt alone
+            self.why = "a text with a continuation (generate, target) is not held for tiles"
+            return []
         self.why = self.holder.refusal(run.loaded, len(run.encoded))
         return [] if self.why else [_recorder(run.loaded, self.found)]
 

@@ -17,7 +17,9 @@
     ["truncate", "truncate", `cut a text past the model's ${S.model.max_tokens} tokens`]];
   const AGAINST = S.against; // the second model's facts (serve --against-model), or null
   // What the server reads (a new request when one changes) and what only the view shows.
-  const ASKED = ["text", "pair", "b", "against", "words", "hide_special", "truncate"];
+  const ASKED = ["text", "pair", "b", "against", "words", "hide_special", "truncate",
+    "generate", "target", "sample", "temperature", "seed"];
+  const WRITE = ["generate", "target", "temperature", "seed"]; // a decoder's continuation
   const VIEWED = ["measure", "view", "layer", "head", "query"];
   const ZOOM = ["q0", "q1", "k0", "k1"]; // the matrix view's region, kept for the same text
 
@@ -36,6 +38,18 @@
     placeholder: "compare with text B (optional): every head of A and B, and B − A" });
   const against = make("input", { type: "checkbox", id: "against" });
   const boxes = Object.fromEntries(FLAGS.map(([key]) => [key, make("input", { type: "checkbox", id: key })]));
+  // A decoder continues the text: N tokens it writes (greedy, or sampled), or a given target.
+  const writes = {
+    generate: make("input", { id: "generate", type: "number", min: 1, max: S.model.max_tokens,
+      placeholder: "N", title: "let the model write at most N tokens after the text" }),
+    target: make("input", { id: "target", type: "text", autocomplete: "off",
+      placeholder: "or a continuation to read (teacher forcing)" }),
+    temperature: make("input", { id: "temperature", type: "number", min: 0.01, step: 0.1,
+      placeholder: "1", title: "with sample: divide the logits by this before drawing" }),
+    seed: make("input", { id: "seed", type: "number", step: 1, placeholder: "seed",
+      title: "with sample: the same seed writes the same text" }),
+  };
+  const sample = make("input", { type: "checkbox", id: "sample" });
   const measure = make("select", { id: "ask-measure" },
     ...Object.entries(S.measures).map(([m, help]) => make("option", { value: m, textContent: m, title: help })));
   const status = make("p", { id: "status", role: "status", className: "hint" });
@@ -43,6 +57,9 @@
     make("div", { className: "ask-row" }, named("text", text), text,
       make("button", { type: "submit", textContent: "Show" })),
     ...(S.model.causal ? [] : [make("div", { className: "ask-row" }, named("pair", pair), pair)]),
+    ...(S.model.causal ? [make("div", { className: "ask-row" }, named("write", writes.generate),
+      writes.generate, make("label", { title: "draw each token instead of taking the likeliest" }, sample, " sample"),
+      writes.temperature, writes.seed, writes.target)] : []),
     make("div", { className: "ask-row" }, named("compare with", other), other, ...(AGAINST ? [make("label",
       { title: `text B (or text A again, if B is empty) is read by ${AGAINST.name}` }, against,
       ` read B with ${AGAINST.name}`)] : [])),
@@ -74,6 +91,8 @@
     if (AGAINST && against.checked) p.set("against", "1");
     for (const [k] of FLAGS) if (boxes[k].checked) p.set(k, "1");
     if (measure.value !== "weights") p.set("measure", measure.value);
+    for (const k of WRITE) if (S.model.causal && writes[k].value.trim()) p.set(k, writes[k].value.trim());
+    if (S.model.causal && sample.checked) p.set("sample", "1");
     for (const k of [...VIEWED.slice(1), "side"]) if (viewOf.has(k)) p.set(k, viewOf.get(k));
     for (const k of [...ZOOM, "pool"]) if (viewOf.has(k)) p.set(k, viewOf.get(k));
     if (key(p) !== key(viewOf)) for (const k of ["query", ...ZOOM]) p.delete(k);
@@ -86,6 +105,8 @@
     against.checked = p.get("against") === "1";
     for (const [k] of FLAGS) boxes[k].checked = p.get(k) === "1";
     measure.value = p.get("measure") || "weights";
+    for (const k of WRITE) writes[k].value = p.get(k) || "";
+    sample.checked = p.get("sample") === "1";
   }
 
   let shown = null; // {key, data}: the text on the page
@@ -136,10 +157,15 @@
   function question(p) {
     const flags = (names) => Object.fromEntries(names.map((k) => [k, p.get(k) === "1"]));
     const measured = p.get("measure") || "weights";
+    const number = (k) => (p.get(k) ? +p.get(k) : null);
+    const written = p.get("generate") || p.get("target") ? { generate: number("generate"),
+      target: p.get("target") || null, sample: p.get("sample") === "1",
+      temperature: number("temperature"), seed: number("seed") } : {};
     if (!comparing(p)) {
       return ["/api/page", { text: p.get("text"), pair: p.get("pair") || null, measure: measured,
-        ...flags(FLAGS.map(([k]) => k)) }];
+        ...flags(FLAGS.map(([k]) => k)), ...written }];
     }
+    if (p.get("generate") || p.get("target")) return ["a continuation and text B do not combine here: clear one of them (attnviz compare --generate compares two continuations)", null];
     if (p.get("pair")) return ["a sentence pair and text B do not combine: clear one of them", null];
     if (p.get("hide_special") === "1") return ["hide special is not built for comparisons: uncheck it", null];
     return ["/api/compare", { text: p.get("text"), b: p.get("b") || null,

@@ -380,12 +380,23 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
     }
     return p;
   }
+  // A decoder's continuation (--generate, --target): its tokens are marked, and the query
+  // view steps through them, each from the row that wrote it.
+  const W = !C && !D.stacks ? D.continuation || null : null;
+  const written = (i) => !!W && i >= W.start;
+  function continuedText() {
+    const line = textLine("prompt", D.text.slice(0, W.text_at));
+    const tail = textLine(W.written ? "written" : "given", D.text.slice(W.text_at));
+    tail.classList.add("written");
+    return [line, tail, el("p", { className: "facts", textContent: W.line })];
+  }
   app.append(
     el("header", {},
       el("h1", { textContent: "attnviz" }),
       ...(D.stacks ? [textLine("source", D.text), textLine("target", D.target)]
         : C ? [textLine("A", D.text), textLine("B", C.text_b)]
-          : D.pair === null ? [textLine("", D.text)] : [textLine("A", D.text), textLine("B", D.pair)]),
+          : W ? continuedText()
+            : D.pair === null ? [textLine("", D.text)] : [textLine("A", D.text), textLine("B", D.pair)]),
       el("p", { className: "facts", textContent: facts }),
       C ? el("p", { className: "facts moved", textContent: movedLine() }) : "",
       C && C.note ? el("p", { className: "note", id: "unaligned", textContent: C.note }) : "",
@@ -430,7 +441,7 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
     }
     if (v === "query" || v === "inside") {
       const tokens = v === "inside" && ST.inside ? ST.inside.tokens : ST.tokens;
-      const opts = tokens.map((t, i) => [i, `${i}: ${t}`]);
+      const opts = tokens.map((t, i) => [i, `${i}: ${t}${written(i) ? " ▸" : ""}`]);
       controls.append(select("Query", "query", opts, Math.min(state.query, tokens.length - 1),
         (x) => { state.query = +x; render(); }));
     }
@@ -533,7 +544,7 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
       const col = el("div", { className: `tokens ${side}` });
       const [tokens, special] = side === "q" ? [ST.tokens, ST.special] : [ST.key_tokens, ST.key_special];
       tokens.forEach((t, i) => {
-        const span = el("div", { className: "token" + (special[i] ? " special" : ""),
+        const span = el("div", { className: "token" + (special[i] ? " special" : "") + (written(i) ? " written" : ""),
           textContent: t, dataset: { side, index: String(i) } });
         span.addEventListener("mouseenter", () => { if (!state.locked) focus({ side, index: i }); });
         span.addEventListener("mouseleave", () => { if (!state.locked) focus(null); });
@@ -1103,6 +1114,7 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
       table.append(row);
     }
     section.append(
+      W && W.steps ? stepper(i) : "",
       el("p", { className: "hint", textContent: ST.diff
         ? `How the row of “${ST.tokens[i]}” (aligned position ${i}) moved from A to B in every head: its JS ` +
           "divergence (nats), and the three aligned keys whose weight changed most (B − A, rows renormalised " +
@@ -1113,6 +1125,28 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
       measureNote(),
       table,
     );
+  }
+
+  // Step k of the continuation: the token at W.start + k, written from the row before it,
+  // which is the query shown; ← and → step.
+  function stepper(i) {
+    const n = W.probs.length;
+    const k = i + 1 - W.start; // the step whose writing row is query i
+    const go = (to) => { state.query = W.start + to - 1; render(); };
+    const bar = el("p", { className: "stepper", id: "stepper" },
+      el("button", { type: "button", textContent: "◀", disabled: k <= 0, onclick: () => go(Math.max(0, k - 1)) }),
+      el("button", { type: "button", textContent: "▶", disabled: k >= n - 1, onclick: () => go(Math.min(n - 1, k + 1)) }),
+      " ");
+    if (k < 0 || k >= n) {
+      bar.append(el("button", { type: "button", textContent: `step through the ${n} ${W.written ? "written" : "given"} tokens`,
+        onclick: () => go(0) }));
+    } else {
+      const t = W.start + k;
+      bar.append(el("span", { textContent: `step ${k + 1} of ${n}: the model ${W.written ? "wrote" : "read"} ` }),
+        el("strong", { className: "written", textContent: `“${ST.tokens[t]}”` }),
+        el("span", { textContent: ` (p = ${W.probs[k].toFixed(3)}) from the row of “${ST.tokens[i]}” (position ${i}), shown below` }));
+    }
+    return bar;
   }
 
   // ---------- inside one head ----------
@@ -1269,6 +1303,12 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
     const typing = e.target instanceof HTMLInputElement || e.target instanceof HTMLTextAreaElement;
     if (typing || e.target instanceof HTMLSelectElement || e.altKey || e.ctrlKey || e.metaKey) return;
     const step = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] }[e.key];
+    if (step && state.view === "query" && W && W.steps && step[0] === 0) { // a step of the continuation
+      e.preventDefault();
+      state.query = Math.min(W.start + W.probs.length - 2, Math.max(W.start - 1, state.query + step[1]));
+      render();
+      return;
+    }
     if (!step || state.view === "model" || state.view === "query") return;
     e.preventDefault();
     state.layer = Math.min(L - 1, Math.max(0, state.layer + step[0]));

@@ -179,12 +179,26 @@ def page_data(
         "inside": None,
         "measure": initial,
         "measures": _measures(att, measures or {}, lengths, exact),
+        "continuation": continuation_entry(att),
     }
     if isinstance(inside, Inside):
         data["inside"] = _inside_entry(inside)
     else:
         data["inside_note"] = inside or NO_MODEL
     return data
+
+
+def continuation_entry(att: Attention) -> dict[str, Any] | None:
+    """A decoder's continuation for the page (`--generate`, `--target`): where it starts (in
+    tokens and in the text's characters), each token's probability, and how it came."""
+    c = att.continuation
+    if c is None:
+        return None
+    first = att.span[0] if att.span else 0
+    # a pooled map's or a window's rows are not the text's tokens: marked, not stepped through
+    exact = att.pool_size == 1 and first == 0
+    return {**c.as_dict(), "start": (c.start - first) / att.pool_size, "text_at": c.text_at,
+            "written": c.written, "line": c.describe(att.unit), "steps": exact}  # fmt: skip
 
 
 def page_frame(att: Attention, scale: str, cmap: str) -> dict[str, Any]:

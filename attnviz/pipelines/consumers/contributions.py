@@ -19,7 +19,7 @@ class Contributions(Consumer):
 
         from attnviz.analysis.contributions import SpecialShares
 
-        if run.loaded.info.seq2seq:
+        if run.loaded.info.seq2seq or run.request.continues:  # a continuation keeps no X
             return []
         special = [np.array(run.encoded.special, dtype=bool)]
         self.special = SpecialShares.of(run.loaded, run.layers, special)

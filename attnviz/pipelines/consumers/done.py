@@ -22,6 +22,17 @@ class Done(Consumer):
                 if shown.stack
                 else {}
             ),
+            **(
+                {
+                    "target": r.target,
+                    "generate": r.generate,
+                    "sample": r.sample,
+                    "temperature": r.temperature,
+                    "seed": r.seed,
+                }
+                if shown.continuation is not None
+                else {}
+            ),  # fmt: skip
             "layers": run.layers,
             "heads": run.heads,
             "words": r.words,
@@ -43,4 +54,6 @@ class Done(Consumer):
             "files": [str(path.relative_to(folder.parent)) for path in written if path],
             "notes": list(shown.notes),
         }
+        if shown.continuation is not None:
+            record["continuation"] = shown.continuation.as_dict()
         write_done(folder, settings, record)

@@ -21,12 +21,15 @@ class Page(Consumer):
 
     def recorders(self, run: Run) -> list[Any]:
         from attnviz.analysis.contributions import EveryMeasure
-        from attnviz.analysis.inside import InsideSteps, StacksInside
+        from attnviz.analysis.inside import CONTINUED, InsideSteps, StacksInside
 
         if run.loaded.info.seq2seq:
             self.inside = StacksInside(run.loaded)  # each stack's inside view
             return self.inside([run.encoded])
         self.inside = InsideSteps(run.loaded, [run.encoded])
+        if self.request.continues:  # the weights alone: the pass kept each layer's q and k
+            self.inside.leave_out(0, CONTINUED)
+            return []
         n, info = len(run.encoded), run.loaded.info
         if run.streamed or page_pool_size(len(run.layers), info.n_heads, n, n) > 1:
             return [self.inside]  # pooled: the weights alone (each measure's maps held whole)

@@ -17,6 +17,8 @@ class Query(Consumer):
         from attnviz.analysis.query import check_query
 
         r = self.request
+        if r.continues:  # the query may be a token the model has not written yet
+            return
         ahead = encoded_ahead(r, model)
         if ahead is None:
             return

@@ -1,0 +1,115 @@
+"""Where a decoder looked as it wrote: for each token of its continuation (`--generate`, or
+a `--target` read by teacher forcing), its probability and the keys the row that wrote it
+attended to most, over every chosen layer and head.
+
+Token t (at position p) was written from row p − 1: that position's output gave the
+distribution t was taken from. The row's weights are averaged over layers and heads; the
+first token is left out of the ranking, since most heads of a decoder park spare attention
+on it (a sink, Xiao et al. 2024) and it would top every list. Its own mean share is said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnviz.core.attention import Continuation, Encoded
+
+SHOWN = 20  # written tokens the terminal lists (the rest with --query, or --json)
+
+
+@dataclass(frozen=True)
+class Looked:
+    """One key the writing row attended to: its position, token, and mean weight."""
+
+    index: int
+    token: str
+    weight: float
+
+
+@dataclass(frozen=True)
+class Step:
+    """One continuation token: where it is, its probability, and where the model looked
+    when it wrote it (the row before it)."""
+
+    position: int
+    token: str
+    prob: float
+    looked: tuple[Looked, ...]
+    sink: float  # the first token's mean weight in the writing row (left out of `looked`)
+
+    def as_dict(self) -> dict[str, Any]:
+        looked = [{"index": t.index, "token": t.token, "weight": round(t.weight, 6)}
+                  for t in self.looked]  # fmt: skip
+        return {"position": self.position, "token": self.token, "prob": round(self.prob, 6),
+                "looked_at": looked, "first_token_weight": round(self.sink, 6)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Written:
+    """A continuation and where the model looked for each of its tokens."""
+
+    start: int
+    how: str
+    stopped: bool
+    written: bool  # generated (True) or given (False)
+    steps: tuple[Step, ...]
+    line: str  # `Continuation.describe()`
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "how": self.how,
+            "stopped": self.stopped,
+            "generated": self.written,
+            "tokens": [s.as_dict() for s in self.steps],
+        }
+
+
+class WritingRows:
+    """A capture recorder summing, over `layers` and heads, the rows that wrote the
+    continuation (rows start − 1 … n − 2, batch row 0), (N, n): what `written` ranks, held
+    for N rows whether or not the whole maps are."""
+
+    def __init__(self, layers: Sequence[int], continuation: Continuation, n: int) -> None:
+        import numpy as np
+
+        self.first = continuation.start - 1  # the row that wrote the first token
+        self.sums = np.zeros((len(continuation.probs), n))  # (N, n)
+        self.count = 0  # (layer, head) rows summed into each
+        self.wants = {layer: ("rows",) for layer in layers}
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        return None
+
+    def receive_rows(self, layer: int, start: int, rows: Any) -> None:
+        """Rows start … start+b−1 of every head, (B, H, b, W)."""
+        n_rows = self.sums.shape[0]
+        lo, hi = max(start, self.first), min(start + rows.shape[2], self.first + n_rows)
+        if lo >= hi:
+            return
+        part = rows[0, :, lo - start : hi - start].double().sum(dim=0).numpy()  # (b', W)
+        self.sums[lo - self.first : hi - self.first, : part.shape[1]] += part
+        if lo == self.first:  # each (layer, head) is counted once, with the first row
+            self.count += rows.shape[1]
+
+    def written(self, encoded: Encoded, top_k: int) -> Written:
+        """The continuation's steps: each token's probability and the `top_k` keys its
+        writing row attended to most, the first token left out."""
+        import numpy as np
+
+        continuation = encoded.continuation
+        means = self.sums / max(self.count, 1)  # (N, n) mean over layers and heads
+        steps = []
+        for i, prob in enumerate(continuation.probs):
+            position = continuation.start + i
+            row = means[i, :position].copy()  # keys 0 … p − 1: what the writing row saw
+            sink = float(row[0])
+            row[0] = -1.0
+            order = np.argsort(-row, kind="stable")[: min(top_k, position - 1)]
+            looked = tuple(Looked(int(k), encoded.tokens[k], float(row[k])) for k in order)
+            steps.append(Step(position, encoded.tokens[position], prob, looked, sink))
+        return Written(continuation.start, continuation.how, continuation.stopped,
+                       continuation.written, tuple(steps), continuation.describe())  # fmt: skip

@@ -1,0 +1,289 @@
+"""A decoder's continuation of its prompt, and the attention it used: written by the model
+(`--generate`: transformers' `generate`, with its KV cache) or given (`--target`: one
+teacher-forced pass over prompt + target).
+
+As the model runs, attnviz's attention function (`core.recording`) hands this module each
+chosen layer's q and k of the pass over the prompt (its `Scores`, kept: they grow with the
+prompt's length, not its square) and, at each generation step, the step's one new row of
+every head over every key so far (kept: N rows of at most T+N keys a head). Once the text
+is whole, `Reading.replay` hands them to capture's recorders as a pass over prompt +
+continuation would: the prompt's rows made from its q and k a block of rows at a time, then
+the steps' rows as the model used them while it wrote. The model does not run again.
+
+Row i of the result is position i reading positions 0 … i; the token at position i + 1 was
+written from it, so "where the model looked when it wrote token t" is row t − 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from attnviz.core.attention import Continuation, Encoded, require_text
+from attnviz.errors import InputError, TextTooLongError
+
+if TYPE_CHECKING:
+    from attnviz.core.models import LoadedModel
+    from attnviz.core.recording import Scores
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a continuation comes: `tokens` written by the model (greedy, or with `sample`
+    drawn at `temperature` from a generator seeded with `seed`), or `target` given."""
+
+    tokens: int | None = None
+    target: str | None = None
+    sample: bool = False
+    temperature: float = 1.0
+    seed: int | None = None
+
+    def how(self) -> str:
+        """How the tokens came, as `Continuation.how` says it."""
+        if self.target is not None:
+            return "teacher-forced"
+        if not self.sample:
+            return "greedy"
+        seed = f", seed {self.seed}" if self.seed is not None else ", no seed"
+        return f"sampled at temperature {self.temperature:g}{seed}"
+
+
+@dataclass(eq=False)
+class Reading:
+    """What a continuation's pass kept of each chosen layer: the q and k of the pass over the
+    prompt (or over prompt + target), and each generation step's rows (H, position + 1)."""
+
+    layers: list[int]
+    n_heads: int
+    length: int  # tokens in all: prompt + continuation
+    prompt: dict[int, Scores] = field(default_factory=dict)
+    steps: dict[int, list[Any]] = field(default_factory=dict)
+
+    def replay(self, listener: Any, block_rows: int) -> None:
+        """Hand every chosen layer's rows to `listener` (capture's pass, `recording.Listener`)
+        as attnviz's function would in one pass over the whole text: blocks of `block_rows`
+        query rows, each as wide as its last row's keys (later keys hold 0)."""
+        import torch
+
+        n = self.length
+        for layer in self.layers:
+            site = (None, layer)
+            if not listener.wants(site, (1, self.n_heads, n, n)):
+                listener.done(site, None)
+                continue
+            scores, steps = self.prompt[layer], self.steps.get(layer, [])
+            read = scores.query.shape[2]  # rows of the one pass (prompt, or prompt + target)
+            for start in range(0, read, block_rows):
+                rows, entropy = scores.rows(start, min(start + block_rows, read), listener.entropy)
+                listener.block(site, start, rows, entropy)
+            for first in range(0, len(steps), block_rows):
+                part = steps[first : first + block_rows]
+                width = part[-1].shape[-1]
+                rows = torch.zeros(1, self.n_heads, len(part), width)  # (1, H, b, W)
+                for i, row in enumerate(part):
+                    rows[0, :, i, : row.shape[-1]] = row
+                entropy = torch.special.entr(rows).sum(dim=-1) if listener.entropy else None
+                listener.block(site, read + first, rows, entropy)
+            listener.done(site, None)
+
+
+class _Holding:
+    """The listener of a continuation's pass (`recording.Listener`): keeps each chosen
+    layer's q and k from its first call (the prompt, SDPA computing its output) and the rows
+    of every later call (a generation step: one query over the cache's keys)."""
+
+    def __init__(self, loaded: LoadedModel, layers: Sequence[int], reading: Reading) -> None:
+        from attnviz.core.capture import Callers
+        from attnviz.core.recording import BLOCK_ROWS
+
+        supported = getattr(loaded.model, "_supports_sdpa", True)
+        self.fast = loaded.info.attention if supported else None
+        self.block_rows, self.entropy = BLOCK_ROWS, False
+        self.reading, self.wanted = reading, set(layers)
+        self._sites = Callers(loaded.model)
+        self._read: dict[Any, int] = {}  # positions each site has read so far
+        self._call: dict[Any, tuple[int, int]] = {}  # the call running: (queries, keys)
+
+    def site(self, module: Any) -> Any:
+        found = self._sites.site(module)
+        return found if found is not None and found[1] in self.wanted else None
+
+    def wants(self, site: Any, shape: tuple[int, int, int, int]) -> bool:
+        batch, _, queries, keys = shape
+        if batch != 1:
+            raise ValueError("a continuation is read one text at a time")
+        self._call[site] = (queries, keys)
+        return site in self._read  # the prompt's call runs fast; its q and k are kept
+
+    def scores(self, site: Any, scores: Scores) -> None:
+        if site not in self._read:
+            self.reading.prompt[site[1]] = scores.cpu()
+
+    def block(self, site: Any, start: int, rows: Any, entropy: Any) -> None:
+        """A step's rows (1, H, b, S): key j of the call is position end − S + j where the
+        cache holds the last S positions (a sliding window's), position j where it holds
+        more (a static cache's unfilled slots, hidden, left out)."""
+        import torch
+
+        queries, keys = self._call[site]
+        end = self._read[site] + queries  # one past the call's last position
+        first = max(end - keys, 0)
+        kept = min(keys, end)
+        for i in range(rows.shape[2]):
+            position = self._read[site] + start + i
+            row = torch.zeros(rows.shape[1], position + 1)  # (H, position + 1)
+            row[:, first : first + kept] = rows[0, :, i, :kept][:, : position + 1 - first]
+            self.reading.steps.setdefault(site[1], []).append(row)
+
+    def done(self, site: Any, heads: Any) -> Any:
+        self._read[site] = self._read.get(site, 0) + self._call[site][0]
+        return heads
+
+
+def check_room(n_prompt: int, n_new: int, limit: int) -> None:
+    """Refuse a prompt of `n_prompt` tokens that `n_new` more would take past `limit`."""
+    if n_prompt + n_new > limit:
+        raise TextTooLongError(
+            f"the prompt is {n_prompt} tokens long and --generate {n_new} would make it "
+            f"{n_prompt + n_new}; this model takes at most {limit}"
+        )
+
+
+def write(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers: Sequence[int]):
+    """The prompt's continuation (`settings`) and the attention of `layers` it used: prompt +
+    continuation as one Encoded (with its `continuation`), and the `Reading` the pass kept."""
+    if settings.target is not None:
+        return _teacher_forced(loaded, prompt, settings, layers)
+    return _generated(loaded, prompt, settings, layers)
+
+
+def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers: Sequence[int]):
+    """transformers' `generate` (greedy, or sampled), each step's rows held as it runs; then
+    one more step reading the last token written, so that every token has its row."""
+    import torch
+
+    from attnviz.core import recording
+
+    model, n = loaded.model, settings.tokens
+    check_room(len(prompt), n, loaded.info.max_tokens)
+    ids = torch.tensor([prompt.ids], device=loaded.device)
+    reading = Reading(list(layers), loaded.info.n_heads, len(prompt) + n)
+    listener = _Holding(loaded, layers, reading)
+    with torch.random.fork_rng(devices=_devices(loaded)), recording.listening(listener):
+        if settings.seed is not None:
+            torch.manual_seed(settings.seed)
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids),
+                                 generation_config=generation_config(loaded, settings),
+                                 return_dict_in_generate=True, output_logits=True)  # fmt: skip
+            written = out.sequences[0, len(prompt) :]
+            model.base_model(input_ids=written[-1:][None], cache=out.cache, use_cache=True)
+    new = [int(i) for i in written]
+    probs = tuple(
+        float(torch.softmax(logits[0].float(), dim=-1)[token])
+        for logits, token in zip(out.logits, new)
+    )
+    eos = _eos_ids(loaded)
+    reading.length = len(prompt) + len(new)
+    stopped = bool(new) and new[-1] in eos
+    return _joined(loaded, prompt, new, Continuation(len(prompt), probs, True, settings.how(),
+                                                      stopped)), reading  # fmt: skip
+
+
+def _teacher_forced(
+    loaded: LoadedModel, prompt: Encoded, settings: Settings, layers: Sequence[int]
+):
+    """One pass over prompt + target (the whole model, for each target token's
+    probability), each layer's q and k held."""
+    import torch
+
+    from attnviz.core import recording
+
+    target = target_ids(loaded, prompt.text, settings.target)
+    ids = [*prompt.ids, *target]
+    limit = loaded.info.max_tokens
+    if len(ids) > limit:
+        raise TextTooLongError(
+            f"prompt and target are {len(ids)} tokens long; this model takes at most {limit}"
+        )
+    reading = Reading(list(layers), loaded.info.n_heads, len(ids))
+    with recording.listening(_Holding(loaded, layers, reading)), torch.inference_mode():
+        logits = loaded.model(input_ids=torch.tensor([ids], device=loaded.device)).logits[0]
+    start = len(prompt)
+    chances = torch.softmax(logits[start - 1 : len(ids) - 1].float(), dim=-1)  # (N, V)
+    probs = tuple(float(chances[i, token]) for i, token in enumerate(target))
+    continuation = Continuation(start, probs, False, settings.how())
+    return _joined(loaded, prompt, target, continuation), reading
+
+
+def target_ids(loaded: LoadedModel, prompt: str, target: str) -> list[int]:
+    """The target's token ids as they follow the prompt: tokenised alone, without special
+    tokens, after a space where neither the prompt ends nor the target starts with one (a
+    word that follows a word)."""
+    require_text(target, "the --target text")
+    if not prompt[-1:].isspace() and not target[:1].isspace():
+        target = " " + target
+    ids = loaded.tokenizer(target, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise InputError("the --target text gives no tokens with this model's tokenizer")
+    return list(ids)
+
+
+def generation_config(loaded: LoadedModel, settings: Settings) -> Any:
+    """The settings as transformers' GenerationConfig, and nothing else: greedy, or drawn
+    from the whole distribution at `temperature` (no top-k, top-p or repetition penalty that
+    a model's own generation_config.json may name), stopping at the end-of-text token."""
+    from transformers import GenerationConfig
+
+    eos = sorted(_eos_ids(loaded))
+    pad = loaded.model.config.pad_token_id
+    sampled = dict(do_sample=True, temperature=settings.temperature, top_k=0, top_p=1.0)
+    return GenerationConfig(
+        max_new_tokens=settings.tokens,
+        min_new_tokens=0,
+        num_beams=1,
+        eos_token_id=eos or None,
+        pad_token_id=pad if pad is not None else (eos[0] if eos else None),
+        **(sampled if settings.sample else dict(do_sample=False)),
+    )
+
+
+def _eos_ids(loaded: LoadedModel) -> set[int]:
+    """The model's end-of-text tokens: its generation config's, its config's, its
+    tokenizer's."""
+    found: set[int] = set()
+    for holder in (getattr(loaded.model, "generation_config", None), loaded.model.config):
+        eos = getattr(holder, "eos_token_id", None)
+        if eos is not None:
+            found.update(eos if isinstance(eos, list) else [eos])
+    if not found and loaded.tokenizer.eos_token_id is not None:
+        found.add(loaded.tokenizer.eos_token_id)
+    return found
+
+
+def _devices(loaded: LoadedModel) -> list[Any]:
+    """The accelerators whose random state a seeded sample draws from (restored after)."""
+    device = str(loaded.device)
+    return [device] if device.startswith("cuda") else []
+
+
+def _joined(loaded: LoadedModel, prompt: Encoded, new: list[int], continuation: Continuation):
+    """The prompt and its continuation as one Encoded: the continuation's tokens labelled
+    by what they decode to, in words of their own (`seq2seq.from_ids`)."""
+    from attnviz.core.seq2seq import from_ids
+
+    text = loaded.tokenizer.decode(new, skip_special_tokens=True)
+    tail = from_ids(loaded, new, text)
+    words = len(prompt.word_labels)
+    continuation = replace(continuation, text_at=len(prompt.text))
+    return replace(
+        prompt,
+        text=prompt.text + text,
+        ids=(*prompt.ids, *tail.ids),
+        tokens=(*prompt.tokens, *tail.tokens),
+        special=(*prompt.special, *tail.special),
+        words=(*prompt.words, *(words + w for w in tail.words)),
+        word_labels=(*prompt.word_labels, *tail.word_labels),
+        continuation=continuation,
+    )
