@@ -31,6 +31,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench_attention.py
+	$(PY) bench/bench_generate.py
 	$(PY) bench/bench_show.py
 	$(PY) bench/bench_show_vs_bare.py
 	$(PY) bench/bench_export.py

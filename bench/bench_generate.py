@@ -33,7 +33,7 @@ SIDE = """
 import sys, time
 import torch
 from attnviz.core.models import load_model
-side, n_new, path, found = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+side, n_new, path, result = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 text = open(path).read()
 loaded = load_model("smollm2", "cpu")
 from attnviz.core import generation
@@ -59,10 +59,10 @@ else:
     from attnviz.pipelines.show import show
     request = Request("show", Load("smollm2", "cpu"), text=text, generate=n_new, out=None)
     start = time.perf_counter()
-    found = show(request)
+    shown = show(request).attention
     seconds = time.perf_counter() - start
-    written = len(found.attention.tokens) - found.attention.continuation.start
-open(found, "w").write(f"{seconds} {written} {len(prompt)}")
+    written = len(shown.tokens) - shown.continuation.start
+open(result, "w").write(f"{seconds} {written} {len(prompt)}")
 """
 
 

@@ -307,3 +307,23 @@ def test_the_page_marks_the_continuation_and_steps_through_it(browser, decoders,
         assert not errors
     finally:
         page.close()
+
+
+def test_generation_stops_at_the_end_of_text_token_and_says_so(decoders, tmp_path):
+    """A model made to favour its end-of-text token writes it before N tokens and stops: the
+    token's row is there, and the result says why it ended."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(decoders["llama"])
+    with torch.no_grad():
+        model.lm_head.weight[model.config.eos_token_id] = model.lm_head.weight.abs().max() * 50
+    model.save_pretrained(tmp_path / "stops")
+    AutoTokenizer.from_pretrained(decoders["llama"]).save_pretrained(tmp_path / "stops")
+    found = attnviz.attention(PROMPT, model=str(tmp_path / "stops"), device="cpu", generate=N)
+    c = found.continuation
+    n = len(c.probs)
+    assert c.stopped and n < N and found.special[-1] and c.probs[-1] > 0.99
+    assert c.describe() == f"{n} tokens generated (greedy), stopped at the end-of-text token"
+    assert found.weights.shape[2] == c.start + n
+    assert np.allclose(found.weights.sum(axis=-1), 1.0, atol=1e-5)

@@ -150,9 +150,18 @@ def check_room(n_prompt: int, n_new: int, limit: int) -> None:
         )
 
 
+def kept_bytes(info: Any, n_layers: int, n_prompt: int, n_new: int) -> int:
+    """What a Reading of `n_layers` keeps, at most: the prompt's q and k (float32, at the
+    model's widths) and N step rows of up to T + N keys a head (float32)."""
+    q_and_k = n_prompt * (info.n_heads + (info.n_kv_heads or info.n_heads)) * info.d_head
+    steps = info.n_heads * n_new * (n_prompt + n_new)
+    return 4 * n_layers * (q_and_k + steps)
+
+
 def write(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers: Sequence[int]):
     """The prompt's continuation (`settings`) and the attention of `layers` it used: prompt +
-    continuation as one Encoded (with its `continuation`), and the `Reading` the pass kept."""
+    continuation as one Encoded (with its `continuation`), and the `Reading` the pass kept
+    (refused, one line, where it would not fit in memory)."""
     if settings.target is not None:
         return _teacher_forced(loaded, prompt, settings, layers)
     return _generated(loaded, prompt, settings, layers)
@@ -167,6 +176,7 @@ def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers:
 
     model, n = loaded.model, settings.tokens
     check_room(len(prompt), n, loaded.info.max_tokens)
+    _require(loaded, layers, len(prompt), n)
     ids = torch.tensor([prompt.ids], device=loaded.device)
     reading = Reading(list(layers), loaded.info.n_heads, len(prompt) + n)
     listener = _Holding(loaded, layers, reading)
@@ -207,14 +217,26 @@ def _teacher_forced(
         raise TextTooLongError(
             f"prompt and target are {len(ids)} tokens long; this model takes at most {limit}"
         )
+    _require(loaded, layers, len(ids), 0)
     reading = Reading(list(layers), loaded.info.n_heads, len(ids))
+    inputs = torch.tensor([ids], device=loaded.device)
     with recording.listening(_Holding(loaded, layers, reading)), torch.inference_mode():
-        logits = loaded.model(input_ids=torch.tensor([ids], device=loaded.device)).logits[0]
+        # the logits of the rows that read the target alone: (N + 1, V), not (T + N, V)
+        logits = loaded.model(input_ids=inputs, logits_to_keep=len(target) + 1).logits[0]
     start = len(prompt)
-    chances = torch.softmax(logits[start - 1 : len(ids) - 1].float(), dim=-1)  # (N, V)
+    chances = torch.softmax(logits[:-1].float(), dim=-1)  # (N, V): rows start − 1 … T + N − 2
     probs = tuple(float(chances[i, token]) for i, token in enumerate(target))
     continuation = Continuation(start, probs, False, settings.how())
     return _joined(loaded, prompt, target, continuation), reading
+
+
+def _require(loaded: LoadedModel, layers: Sequence[int], n_read: int, n_new: int) -> None:
+    """Refuse, one line, a Reading this process could not hold (`memory.require`)."""
+    from attnviz.core.memory import require
+
+    what = f"the queries and keys of {len(layers)} layers over {n_read:,} tokens"
+    steps = f" and {n_new} steps' rows" if n_new else ""
+    require(kept_bytes(loaded.info, len(layers), n_read, n_new), what + steps)
 
 
 def target_ids(loaded: LoadedModel, prompt: str, target: str) -> list[int]:

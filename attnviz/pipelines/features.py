@@ -65,7 +65,10 @@ class Feature:
 
 ENCODERS, DECODERS, SEQ2SEQS = frozenset({ENCODER}), frozenset({DECODER}), frozenset({SEQ2SEQ})
 WRITERS = frozenset({DECODER, SEQ2SEQ})  # models that write text after their input
-_WRITES = "an encoder reads its text and writes none after it"
+_WRITES = (
+    "the model writes after the text: a decoder continues it (show, export, compare, serve), "
+    "an encoder-decoder model writes its target (show, check); an encoder writes nothing"
+)
 _PAIR = "the model reads [CLS] text [SEP] pair [SEP]"
 _EVERY_HEAD = "the report covers every head of every stack"
 _NORM_ROWS = "--hide-special renormalises rows to sum to 1, and norm's rows are lengths"
