@@ -75,13 +75,20 @@ def _alti_by_loops(loaded, tensors):
         n, heads = probs.shape[-1], probs.shape[0]
         c = np.zeros((n, n))
         built = np.zeros_like(r)
-        mix = np.zeros((3, n))  # by weights, by norms, with residual and normalisation
+        # Kobayashi et al. 2021's Attn-W, Attn-N, AttnRes-N and AttnResLn-N: the length of
+        # the others' summed vectors against that and the token's own
+        mix = np.zeros((4, n))
+
+        def ratio(vectors, i):
+            others = np.linalg.norm(sum(v for j, v in enumerate(vectors) if j != i))
+            return others / (others + np.linalg.norm(vectors[i]))
+
         for i in range(n):
             ts = []
             mixed = [sum(probs[h, i, j] * f[h][j] for h in range(heads)) for j in range(n)]
-            lengths = [np.linalg.norm(m) for m in mixed]
             mix[0, i] = 1 - np.mean([probs[h, i, i] for h in range(heads)])
-            mix[1, i] = (sum(lengths) - lengths[i]) / sum(lengths)
+            mix[1, i] = ratio(mixed, i)
+            mix[2, i] = ratio([m + r[i] if j == i else m for j, m in enumerate(mixed)], i)
             for j in range(n):
                 t = mixed[j]
                 if i == j and (norm is None or norm[4]):
@@ -103,8 +110,7 @@ def _alti_by_loops(loaded, tensors):
                     ts[i] = ts[i] + r[i]
             y = sum(ts)
             built[i] = y + bias
-            own = [np.linalg.norm(t) for t in ts]
-            mix[2, i] = (sum(own) - own[i]) / sum(own)
+            mix[3, i] = ratio(ts, i)
             for j in range(n):
                 c[i, j] = max(0.0, np.abs(y).sum() - np.abs(y - ts[j]).sum())
             c[i] /= c[i].sum()
@@ -177,10 +183,35 @@ def test_mixing_ratios_by_loops_in_blocks_of_queries(arch, block, loaded_tiny, m
     got = contributions.measured(loaded, [encode(loaded, TEXT)], "alti", keep=kept)[0]
     np.testing.assert_allclose(got.weights[:, 0], _composed(expected_c), atol=1e-5)
     for layer, found in kept[0].mixing.items():
-        for k, ratios in enumerate(
-            (found.mixing_weights, found.mixing_norm, found.mixing_residual)
-        ):
+        for k, ratios in enumerate(found.ratios):
             np.testing.assert_allclose(ratios[0].numpy(), expected[layer][k], atol=1e-5)
+
+
+def test_mixing_ratios_of_the_bundled_model_are_the_authors_by_loops(bundled):
+    """Kobayashi et al. (2021)'s four mixing ratios of every token of the pretrained encoder,
+    against float64 loops over v_ij = Σ_h α^h_ij f^h(x_j): ‖Σ_{j≠i} v_ij‖ / (‖Σ_{j≠i} v_ij‖
+    + ‖v_ii‖), with the residual and with the linearised LayerNorm; a share of summed
+    lengths (what attnviz reported before) would be far off."""
+    from attnviz.analysis import contributions
+    from attnviz.core.tokens import encode
+
+    _, _, expected = _alti_by_loops(bundled, _tensors(bundled, TEXT))
+    kept = []
+    contributions.measured(bundled, [encode(bundled, TEXT)], "alti", keep=kept)
+    for layer, found in kept[0].mixing.items():
+        for k, ratios in enumerate(found.ratios):
+            np.testing.assert_allclose(ratios[0].numpy(), expected[layer][k], atol=1e-5)
+    # the old definition, Σ_{j≠i} ‖v_ij‖ / Σ_j ‖v_ij‖, is not what is reported
+    from attnviz.core import adapters
+
+    first = _tensors(bundled, TEXT)[0]
+    probs = first["probs"][0].double().numpy()
+    f = _value_vectors(adapters.layer_weights(bundled.model, 0), first["input"][0].double())
+    n = probs.shape[-1]
+    lengths = np.array([[np.linalg.norm(sum(probs[h, i, j] * f[h][j] for h in f))
+                         for j in range(n)] for i in range(n)])  # fmt: skip
+    old = (lengths.sum(1) - np.diag(lengths)) / lengths.sum(1)
+    assert np.abs(old - kept[0].mixing[0].ratios[1][0].numpy()).max() > 0.05
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
@@ -290,7 +321,7 @@ def test_show_json_says_the_measure_and_finds_kobayashi_s_special_tokens(bundled
     mixing = found["mixing"]
     assert sorted(mixing) == [str(layer) for layer in range(6)]
     for ratios in mixing.values():
-        assert 0 <= ratios["residual_and_norm"] < ratios["norm"] <= 1
+        assert 0 <= ratios["norm_residual_layernorm"] < ratios["norm"] <= 1
         assert 0 <= ratios["weights"] <= 1
 
 

@@ -20,7 +20,7 @@ TEXTS = [
     "A quick brown fox jumps over the lazy dog because it was bored.",
     "Birds sing!",
 ]
-MIXING = ("weights", "norm", "norm_residual_layernorm")
+MIXING = ("weights", "norm", "norm_residual", "norm_residual_layernorm")
 
 
 def _shares_by_loops(grids, specials, keys_of=None):
@@ -62,7 +62,7 @@ def _show_mixing(model, text):
     found = json.loads(result.stdout)
     mixing = found["mixing"]
     rows = [[mixing[str(layer)][k] for layer in range(len(mixing))]
-            for k in ("weights", "norm", "residual_and_norm")]  # fmt: skip
+            for k in MIXING]  # fmt: skip
     return np.array(rows), len(found["tokens"])
 
 
@@ -145,7 +145,7 @@ def test_report_json_csv_and_markdown_carry_the_columns(tiny_model_dirs, tmp_pat
     ratios = [f"{data['mixing_ratio'][name][1]:.1%}" for name in MIXING]
     assert f"<tr>\n<td>1</td>\n<td>{ratios[0]}</td>\n<td>{ratios[1]}</td>" in html
     assert "<td>0</td>" not in html.split("mixing ratio")[1]  # the chosen layer only
-    for what in ("By weights", "By norms", "With residual and normalisation"):
+    for what in ("Attn-W", "Attn-N", "AttnRes-N"):
         assert f"<em>{what}</em>" in html
     assert f"take <strong>{head['special_weight_share']:.1%}</strong>" in html
 

@@ -144,9 +144,7 @@ class AltiLayer:
     (`mixing_ratios`)."""
 
     contributions: torch.Tensor  # (B, T, T), rows sum to 1
-    mixing_weights: torch.Tensor  # (B, T)
-    mixing_norm: torch.Tensor  # (B, T)
-    mixing_residual: torch.Tensor  # (B, T)
+    ratios: tuple[torch.Tensor, ...]  # (B, T) each, in the order of MIXING
 
 
 def _linearised(
@@ -213,25 +211,25 @@ def alti_layer(
 
 
 @dataclass(frozen=True, eq=False)
-class Grams:
-    """What a layer's mixing ratios need of its vectors, their inner products only (float64):
-    each key's H × H Gram matrices of f^h_j (`raw`) and of G^h_j (`linearised`, through the
-    normalisation after the block), and each token's ⟨G^h_i, ρ_i⟩ (`dots`) and ‖ρ_i‖²."""
+class Mixed:
+    """What a layer's mixing ratios need of its vectors (float32): each key's f^h_j and G^h_j
+    (the same through the normalisation after the block, linearised: `_linearised`), and
+    each token's residual r_i and ρ_i (the residual through that normalisation)."""
 
-    raw: torch.Tensor  # (B, T, H, H)
-    linearised: torch.Tensor  # (B, T, H, H)
-    dots: torch.Tensor  # (B, T, H)
-    rho: torch.Tensor  # (B, T)
+    raw: torch.Tensor  # f^h_j: (B, T, H, d)
+    linearised: torch.Tensor  # G^h_j: (B, T, H, d)
+    residual: torch.Tensor  # r_i: (B, T, d)
+    rho: torch.Tensor  # ρ_i: (B, T, d)
 
     def lengths(self) -> torch.Tensor:
         """‖f^h(x_j)‖: (B, H, T)."""
-        return self.raw.diagonal(dim1=-2, dim2=-1).clamp(min=0).sqrt().transpose(1, 2)
+        return self.raw.norm(dim=-1).transpose(1, 2)
 
 
-def grams(
+def mixed(
     x: torch.Tensor, weights: Any, residual: torch.Tensor, output: torch.Tensor, norm: Any
-) -> Grams:
-    """A layer's `Grams` from its input x (B, T, d), `mha.LayerWeights`, residual stream,
+) -> Mixed:
+    """A layer's `Mixed` from its input x (B, T, d), `mha.LayerWeights`, residual stream,
     output after W_O (B, T, d each) and the normalisation after the block (or None). G^h_j is
     v^h_j times W_O^h through the normalisation, so no (B, H, T, d) vectors are shifted."""
     import torch
@@ -242,77 +240,64 @@ def grams(
     g_o, rho = _linearised(w_o, residual.float(), output.float(), norm)
     f = torch.einsum("bthk,hkd->bthd", v, w_o)  # f^h_j: (B, T, H, d)
     g = torch.einsum("bthk,hkd->bthd", v, g_o)  # G^h_j
-    return Grams(
-        (f @ f.transpose(-1, -2)).double(),
-        (g @ g.transpose(-1, -2)).double(),
-        (g @ rho[..., None]).squeeze(-1).double(),
-        (rho * rho).sum(dim=-1).double(),
-    )
+    return Mixed(f, g, residual.float(), rho.float())
 
 
-# report's names of the three mixing ratios, in `mixing_ratios`' order
-MIXING = ("weights", "norm", "norm_residual_layernorm")
+# report's names of the mixing ratios, in `mixing_ratios`' order: Kobayashi et al. (2021)'s
+# Attn-W, Attn-N, AttnRes-N and AttnResLn-N
+MIXING = ("weights", "norm", "norm_residual", "norm_residual_layernorm")
 
 
-def mixing_ratios(
-    probs: torch.Tensor, found: Grams
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One layer's mixing ratios for each query, (B, T) each, in the order of MIXING: the
-    share of token i's update that comes from other tokens, by weights (1 − mean_h α^h_ii), by
-    norms (Σ_{j≠i} ‖v_ij‖ / Σ_j ‖v_ij‖, v_ij = Σ_h α^h_ij f^h(x_j): the block's vectors without
-    the residual) and with the residual and normalisation (the same of ALTI's t'_ij), all L2
-    norms as in Kobayashi et al. (2021), from probs (B, H, T, T) and the layer's `grams`.
-    Query rows go a few at a time (`mixing_rows`), each (B, H, rows, T) product within
-    BLOCK_FLOATS."""
+def mixing_ratios(probs: torch.Tensor, found: Mixed) -> tuple[torch.Tensor, ...]:
+    """One layer's mixing ratios for each query, (B, T) each, in the order of MIXING
+    (`mixing_rows`), from probs (B, H, T, T) and the layer's `mixed` vectors. Query rows go
+    a few at a time, each (B, H, rows, T) product within BLOCK_FLOATS."""
     import torch
 
     batch, n_heads, length, _ = probs.shape
     step = max(1, BLOCK_FLOATS // max(1, batch * n_heads * length))
     parts = [mixing_rows(probs[:, :, start : start + step], start, found)
              for start in range(0, length, step)]  # fmt: skip
-    by_weights, by_norm, by_residual = (torch.cat(found, dim=1) for found in zip(*parts))
-    return by_weights, by_norm, by_residual
+    return tuple(torch.cat(found, dim=1) for found in zip(*parts))
 
 
-def mixing_rows(
-    rows: torch.Tensor, start: int, found: Grams
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`mixing_ratios` of query rows start … start+b−1 alone, (B, b) each, from their
-    probabilities (B, H, b, W): each row's ratios need only its own row and the keys' Gram
-    matrices, so a layer's are summed from the blocks of rows its pass hands out (a decoder's
-    block stops at its last query's key: W ≤ T).
+def mixing_rows(rows: torch.Tensor, start: int, found: Mixed) -> tuple[torch.Tensor, ...]:
+    """The mixing ratios of query rows start … start+b−1, (B, b) each, from their
+    probabilities (B, H, b, W) (a decoder's block stops at its last query's key: W ≤ T), as
+    Kobayashi et al. (2021, §5) define them: the length of the sum of what the other tokens
+    pass on to token i, against that and what i passes on to itself,
 
-    One layer's own quantity, and only the vectors' lengths: ‖Σ_h α^h_ij v^h_j‖² is
-    α_ijᵀ K_j α_ij, K_j the H × H Gram matrix of key j's vectors, so no (T, T, d_model) tensor
-    is made."""
+        r_i = ‖Σ_{j≠i} v_ij‖ / (‖Σ_{j≠i} v_ij‖ + ‖v_ii‖),
+
+    with v_ij = Σ_h α^h_ij f^h(x_j) (Attn-N); the residual r_i added to v_ii (AttnRes-N);
+    each vector through the normalisation after the block, linearised, ρ_i added to the own
+    one (AttnResLn-N: G for f; the division by s(u_i) scales the row alike, and cancels).
+    Attn-W is 1 − mean_h α^h_ii. Σ_j v_ij is the heads' output for query i through W_O, so
+    no (T, T, d) tensor is made."""
+    import torch
+
     p = rows.double()
     width, queries = p.shape[-1], slice(start, start + p.shape[2])
     own_weight = p.diagonal(offset=start, dim1=-2, dim2=-1)  # α^h_ii: (B, H, b)
-    by_weights = 1 - own_weight.mean(dim=1)
-    by_key = p.permute(0, 3, 2, 1).contiguous()  # (B, W, b, H): each key's α_ij over heads
-    by_norm = _others_share(_squared_lengths(by_key, found.raw[:, :width]).sqrt(), start)
-    # t'_ii also holds ρ_i: ‖Σ_h α^h_ii G^h_i + ρ_i‖² adds 2 Σ_h α^h_ii ⟨G^h_i, ρ_i⟩ + ‖ρ_i‖²
-    own = 2 * (own_weight * found.dots[:, queries].transpose(1, 2)).sum(1) + found.rho[:, queries]
-    squared = _squared_lengths(by_key, found.linearised[:, :width])
-    squared.diagonal(offset=start, dim1=-2, dim2=-1).add_(own)
-    by_residual = _others_share(squared.clamp(min=0).sqrt(), start)
-    return by_weights, by_norm, by_residual
 
+    def split(vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Σ_{j≠i} v_ij, v_ii) of each query: (B, b, d) each, from vectors (B, T, H, d)."""
+        every = torch.einsum("bhqk,bkhd->bqd", p, vectors[:, :width].double())
+        own = torch.einsum("bhq,bqhd->bqd", own_weight, vectors[:, queries].double())
+        return every - own, own
 
-def _squared_lengths(by_key: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
-    """‖Σ_h α^h_ij v^h_j‖² for every query i and key j, (b, q, W) from probs by key (b, W, q,
-    H) and each key's Gram matrix K_j (b, W, H, H): α_ijᵀ K_j α_ij, one batched product a key
-    (five times as fast as the same contraction by einsum, the same bits)."""
-    mixed = by_key @ gram  # Σ_h α^h_ij K_j[h, k]: (b, W, q, H)
-    return (mixed * by_key).sum(dim=-1).transpose(1, 2).clamp(min=0)
+    def ratio(others: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+        apart, alone = others.norm(dim=-1), own.norm(dim=-1)
+        return apart / (apart + alone).clamp(min=1e-30)
 
-
-def _others_share(lengths: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """Σ_{j≠i} ‖v_ij‖ / Σ_j ‖v_ij‖ for each query i: (b, q) from lengths (b, q, W) of queries
-    start … start+q−1 (query i's own key is column start+i)."""
-    own = lengths.diagonal(offset=start, dim1=-2, dim2=-1)
-    total = lengths.sum(dim=-1)
-    return (total - own) / total.clamp(min=1e-30)
+    others, own = split(found.raw)
+    others_ln, own_ln = split(found.linearised)
+    return (
+        1 - own_weight.mean(dim=1),
+        ratio(others, own),
+        ratio(others, own + found.residual[:, queries].double()),
+        ratio(others_ln, own_ln + found.rho[:, queries].double()),
+    )
 
 
 class Measured:
@@ -387,8 +372,8 @@ class Measured:
                 x, residual = tensors["input"].float(), tensors["residual"].float()
                 output = tensors["output"].float()
                 step = alti_layer(probs, value_vectors(x, weights), residual, output, norm)
-                ratios = mixing_ratios(probs, grams(x, weights, residual, output, norm))
-                self.mixing[layer] = AltiLayer(step, *ratios)
+                ratios = mixing_ratios(probs, mixed(x, weights, residual, output, norm))
+                self.mixing[layer] = AltiLayer(step, ratios)
             previous = self._composed
             self._composed = step if previous is None else step @ previous  # R_l = C_l R_{l−1}
             values = self._composed[:, None]
@@ -546,7 +531,7 @@ class ContributionSums:
         return found
 
     def mixing(self) -> Any:
-        """(3, L): each layer's mixing ratios in the order of MIXING, means over every token of
+        """(4, L): each layer's mixing ratios in the order of MIXING, means over every token of
         every text; None for a stack of an encoder-decoder model or unreadable value weights."""
         if self.mixing_sums is None or not self.tokens:
             return None
@@ -558,7 +543,7 @@ class CorpusContributions:
     `recorders(special)` before a batch's pass, `add(row, att)` for each of its texts after it,
     then `special()` and `mixing()` (the sums themselves: `sums`). `stack`: an
     encoder-decoder model's self-attention stack (special shares only: mixing ratios are for
-    one-stack models). A batch's `grams` of each layer serve both."""
+    one-stack models). A batch's `mixed` vectors of each layer serve both."""
 
     def __init__(self, loaded: LoadedModel, stack: str | None = None) -> None:
         from attnviz.core import adapters
@@ -617,7 +602,7 @@ class CorpusContributions:
 class _ContributionPass:
     """One batch's recorder for `CorpusContributions`: each layer's special shares by norm
     (B, L, H) and, given the normalisations after the blocks (`norms`: one-stack models), the
-    mean over each row's tokens (special ones too) of its mixing ratios (B, 3, L), one
+    mean over each row's tokens (special ones too) of its mixing ratios (B, 4, L), one
     layer's own quantity, nothing composed. `weights`: each layer's `mha.LayerWeights`.
     Summed from blocks of query rows as the pass hands them out (after each layer's X, which
     gives each key's vectors), so no layer's whole matrix is held for it."""
@@ -643,7 +628,7 @@ class _ContributionPass:
         self._by_norm = np.zeros((len(special), n_layers, n_heads))  # sums over queries
         self._mixing = np.zeros((len(special), len(MIXING), n_layers))  # sums over tokens
         self._lengths: Any = None  # the layer's ‖f^h(x_j)‖, (B, H, T)
-        self._grams: Grams | None = None
+        self._mixed: Mixed | None = None
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         x, weights = tensors[self._x].float(), self._weights[layer]
@@ -651,17 +636,17 @@ class _ContributionPass:
             self._lengths = value_vectors(x, weights).norm(dim=-1).numpy()
             return
         residual, output = tensors["residual"], tensors["output"]
-        self._grams = grams(x, weights, residual, output, self._norms[layer])
-        self._lengths = self._grams.lengths().numpy()
+        self._mixed = mixed(x, weights, residual, output, self._norms[layer])
+        self._lengths = self._mixed.lengths().numpy()
 
     def receive_rows(self, layer: int, start: int, rows: Any) -> None:
         """Query rows start … start+b−1 of `layer`, (B, H, b, W)."""
         self._by_norm[:, layer] += special_rows(rows, start, self._lengths, self._special)[1]
-        if self._grams is None:
+        if self._mixed is None:
             return
         # the padded batch at once: a text's queries give its padding keys no weight, so
         # their ratios are the text's own (`test_report_contributions`: batch sizes agree)
-        ratios = mixing_rows(rows, start, self._grams)  # (B, b) each
+        ratios = mixing_rows(rows, start, self._mixed)  # (B, b) each
         for row, marked in enumerate(self._special):
             mine = slice(0, max(0, len(marked) - start))  # the block's queries of this text
             for k, ratio in enumerate(ratios):
@@ -760,15 +745,12 @@ def refuse(measure: str, hide_special: bool = False) -> Measure:
 
 
 def mixing_means(recorder: Measured, row: int, n: int) -> dict[int, dict[str, float]]:
-    """Each layer's mean mixing ratio over the first `n` tokens of batch row `row`: the share of
-    a token's update that comes from other tokens, by weights, by norms and with the residual
-    and normalisation (Kobayashi et al. 2021, Table 1's columns)."""
+    """Each layer's mean mixing ratio over the first `n` tokens of batch row `row`: how much of
+    a token's update comes from other tokens (`mixing_rows`), by weights, by norms, with the
+    residual, and with the residual and normalisation (Kobayashi et al. 2021's Attn-W,
+    Attn-N, AttnRes-N and AttnResLn-N)."""
     return {
-        layer: {
-            "weights": float(found.mixing_weights[row, :n].mean()),
-            "norm": float(found.mixing_norm[row, :n].mean()),
-            "residual_and_norm": float(found.mixing_residual[row, :n].mean()),
-        }
+        layer: {name: float(ratios[row, :n].mean()) for name, ratios in zip(MIXING, found.ratios)}
         for layer, found in sorted(recorder.mixing.items())
     }
 

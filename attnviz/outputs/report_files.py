@@ -671,27 +671,38 @@ def _contributions_lines(report: Report) -> list[str]:
     if report.mixing is None:
         return ["## How much each token takes from the others", "", *lines] if lines else []
     layers = list(report.layers)
-    rows = [(layer, *(f"{report.mixing[k, layer]:.1%}" for k in range(3))) for layer in layers]
+    kinds = range(report.mixing.shape[0])  # contributions.MIXING
+    rows = [(layer, *(f"{report.mixing[k, layer]:.1%}" for k in kinds)) for layer in layers]
     if len(layers) > 1:
-        rows.append(("all", *(f"{report.mixing[k, layers].mean():.1%}" for k in range(3))))
+        rows.append(("all", *(f"{report.mixing[k, layers].mean():.1%}" for k in kinds)))
     lines += [
-        "A layer's *mixing ratio* is the share of a token's update that comes from other tokens "
-        "(Kobayashi et al. 2021), a mean over every token of every text (special ones too):",
+        "A layer's *mixing ratio* says how much of a token's update comes from other tokens, "
+        "as Kobayashi et al. (2021, §5) define it: r_i = ‖Σ_{j≠i} v_ij‖ / (‖Σ_{j≠i} v_ij‖ + "
+        "‖v_ii‖), the length of what the others pass on against that and the token's own; a "
+        "mean over every token of every text (special ones too):",
         "",
-        *_table(("layer", "by weights", "by norms", "with residual and normalisation"), rows),
+        *_table(
+            (
+                "layer",
+                "Attn-W (weights)",
+                "Attn-N (norms)",
+                "AttnRes-N (+ residual)",
+                "AttnResLn-N (+ residual, normalisation)",
+            ),
+            rows,
+        ),  # fmt: skip
         "",
-        "- *By weights* (1 − the heads' mean α_ii) shows where the heads look: how much of "
-        "their attention goes to tokens other than the query itself.",
-        "- *By norms* (Σ_{j≠i} ‖Σ_h α_ij f(x_j)‖ over the same sum for every j) shows what the "
-        "block's output is made of: each token weighed by the length of the vector it passes "
-        "on, not only by where the heads look.",
-        "- *With residual and normalisation* (ALTI's t′_ij, the residual stream counted as the "
-        "token's own, through the normalisation after the block where there is one) shows how "
-        "much of the token's representation after the layer's attention comes from other "
-        "tokens at all; the rest is carried by its own residual stream.",
+        "- *Attn-W* (1 − the heads' mean α_ii) shows where the heads look: how much of their "
+        "attention goes to tokens other than the query itself.",
+        "- *Attn-N* (v_ij = Σ_h α^h_ij f^h(x_j)) shows what the block's output is made of: each "
+        "token weighed by the vector it passes on, not only by where the heads look.",
+        "- *AttnRes-N* adds the residual stream to the token's own vector, *AttnResLn-N* puts "
+        "every vector through the normalisation after the block (linearised): how much of the "
+        "token's representation after the layer's attention comes from other tokens at all; "
+        "the rest is carried by its own residual stream.",
         "",
-        "heads.json has the three per layer: `mixing_ratio` (`weights`, `norm`, "
-        "`norm_residual_layernorm`).",
+        "heads.json has the four per layer: `mixing_ratio` (`weights`, `norm`, "
+        "`norm_residual`, `norm_residual_layernorm`).",
         "",
     ]
     return ["## How much each token takes from the others", "", *lines]
