@@ -200,3 +200,34 @@ def test_seq2seq_special_shares_per_self_attention_stack(loaded_seq2seq, arch):
     assert "mixing_ratio" not in data
     cross = [row for row in data["heads"] if row["stack"] == "cross"]
     assert cross and all("special_weight_share" not in row for row in cross)
+
+
+REPEATED = ["the cat sat on the mat and the cat sat on the mat", "a dog ran , a dog ran far"]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_induction_on_the_corpus_s_own_repeats_pools_the_texts_queries(
+    tiny_model_dirs, monkeypatch, streamed
+):
+    """induction_texts and duplicate_texts: the probe's recipe on each text's own repeated
+    tokens (`metrics.repeat_totals`, what `show` scores one text by), summed over the texts
+    and divided by every counted query; held and streamed alike; none for an encoder."""
+    from attnviz.analysis.metrics import repeat_totals
+    from attnviz.core import memory
+
+    model = str(tiny_model_dirs["llama"])
+    found = [attnviz.attention(text, model=model, device="cpu") for text in REPEATED]
+    totals = [repeat_totals(att) for att in found]
+    sums = sum(total[0] for total in totals)
+    counts = sum(total[1] for total in totals)
+    if streamed:
+        monkeypatch.setattr(memory, "STREAM_ABOVE", 0)
+    report = attnviz.report(REPEATED, model=model, device="cpu")
+    assert report.repeat_queries == (int(counts[0]), int(counts[1])) and counts[0] >= 3
+    np.testing.assert_allclose(report.repeats, sums / counts[:, None, None], atol=1e-6)
+    row = report.rows()[0]
+    assert row["induction_texts"] == pytest.approx(report.repeats[0, row["layer"], row["head"]])
+    assert report.as_dict()["repeat_queries"] == {
+        "induction_texts": int(counts[0]), "duplicate_texts": int(counts[1])}  # fmt: skip
+    encoder = attnviz.report(REPEATED, model=str(tiny_model_dirs["bert"]), device="cpu")
+    assert encoder.repeats is None and "induction_texts" not in encoder.rows()[0]

@@ -385,25 +385,54 @@ class MetricSums:
     counts: Any = None  # (M,), whole numbers: exact in any order
     sentences: int = 0
     queries: int = 0
+    # a decoder's own repeats (`repeat_sums`): induction and duplicate-token sums (2, L, H)
+    # per sentence, and the queries counted (2,), pooled over the corpus
+    repeats: OrderedSum = field(default_factory=OrderedSum)
+    repeat_counts: Any = None
 
-    def add(self, att: Attention, index: int | None = None, found: Any = None) -> None:
+    def add(self, att: Attention, index: int | None = None, found: Any = None,
+            repeats: Any = None) -> None:  # fmt: skip
         """Add one sentence, at `index` (default: after the sentences added so far); `found`,
-        its sums and counts where `att` holds no maps (a long text's, from blocks of rows)."""
+        its sums and counts where `att` holds no maps (a long text's, from blocks of rows), and
+        `repeats` its repeat sums and counts likewise (a decoder's)."""
         sums, counts = found if found is not None else sentence_sums(att)
-        self.sums.add(self.sentences if index is None else index, sums)
+        at = self.sentences if index is None else index
+        self.sums.add(at, sums)
         self.counts = counts if self.counts is None else self.counts + counts
+        if att.info.causal and att.keys is None:  # a decoder reading itself
+            if repeats is None:
+                repeats = repeat_totals(att)
+            self.repeats.add(at, repeats[0])
+            self.repeat_counts = repeats[1] + (
+                0 if self.repeat_counts is None else self.repeat_counts
+            )
         self.sentences += 1
         self.queries += int(counts[list(METRICS).index("self")])
+
+    def repeat_means(self) -> tuple[np.ndarray | None, tuple[int, int]]:
+        """Each head's induction and duplicate-token scores on the corpus's own repeats,
+        (2, L, H) means over every query with an earlier occurrence of its token (pooled over
+        the texts), and how many queries each counted; None below MIN_REPEATS queries or for
+        an encoder."""
+        if self.repeat_counts is None:
+            return None, (0, 0)
+        counts = (int(self.repeat_counts[0]), int(self.repeat_counts[1]))
+        if counts[0] < MIN_REPEATS:
+            return None, counts
+        return self.repeats.total() / self.repeat_counts[:, None, None], counts
 
     def merge(self, other: MetricSums) -> MetricSums:
         """This part of the corpus and `other` (other sentences) as one."""
         if other.counts is None or self.counts is None:
             return other if self.counts is None else self
+        counts = [c for c in (self.repeat_counts, other.repeat_counts) if c is not None]
         return MetricSums(
             self.sums.merge(other.sums),
             self.counts + other.counts,
             self.sentences + other.sentences,
             self.queries + other.queries,
+            self.repeats.merge(other.repeats),
+            sum(counts[1:], counts[0]) if counts else None,
         )
 
     def means(self) -> np.ndarray:
@@ -433,6 +462,12 @@ def repeat_scores(att: Attention, block_rows: int | None = None) -> tuple[np.nda
     j + 1 < i). Tokens are compared by their labels, exactly. Summed over blocks of query
     rows (`row_blocks`, `repeat_sums`), each block's (query, key) masks made for it alone.
     """
+    return repeat_means(*repeat_totals(att, block_rows))
+
+
+def repeat_totals(att: Attention, block_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`repeat_scores`' sums (2, L, H) and the queries each counted (2,), over the whole
+    text: what a corpus pools."""
     import numpy as np
 
     n_layers, n_heads = att.weights.shape[:2]
@@ -441,7 +476,7 @@ def repeat_scores(att: Attention, block_rows: int | None = None) -> tuple[np.nda
         found, counted = repeat_sums(att, start, rows)
         sums += found
         counts += counted
-    return repeat_means(sums, counts)
+    return sums, counts
 
 
 def repeat_sums(att: Attention, start: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 # heads.csv's columns of `Report.special`, in its order: the share special tokens take
 SPECIAL = ("special_weight_share", "special_norm_share")
+# heads.csv's columns of `Report.repeats`: the probes' scores on the corpus's own repeats
+REPEATS = ("induction_texts", "duplicate_texts")
 # heads.csv's columns of `Report.reach` (`analysis.reach`): sinks and how far heads look
 REACH = FIGURES
 
@@ -54,6 +56,11 @@ class Report:
     layers: tuple[int, ...]  # the layers and heads the report is about
     heads: tuple[int, ...]
     probes: ProbeResult | None = None  # causal models: induction and duplicate-token probes
+    # causal models: induction and duplicate-token scores on the corpus's own repeated tokens
+    # (`metrics.MetricSums.repeat_means`), (2, L, H), None below MIN_REPEATS queries; and how
+    # many queries each averages over
+    repeats: np.ndarray | None = None
+    repeat_queries: tuple[int, int] = (0, 0)
     linguistics: Linguistics | None = None  # with --treebank: syntax and coreference
     importance: Importance | None = None  # with --importance ablation|both
     importance_gradient: Importance | None = None  # with --importance gradient|both
@@ -110,6 +117,10 @@ class Report:
             if self.probes is not None:
                 for p, name in enumerate(PROBES):
                     row[name] = float(self.probes.scores[p, role.layer, role.head])
+            if self.info.causal:  # the same two on the corpus's own repeats
+                for p, name in enumerate(REPEATS):
+                    found = self.repeats
+                    row[name] = None if found is None else float(found[p, role.layer, role.head])
             for name, result in self.importances().items():
                 row[name] = float(result.scores[role.layer, role.head])
                 row[f"{name}_rank"] = int(result.ranks()[role.layer, role.head])
@@ -165,6 +176,7 @@ class Report:
             "layers": list(self.layers),
             "head_indices": list(self.heads),
             "probes": self.probes.as_dict() if self.probes is not None else None,
+            "repeat_queries": dict(zip(REPEATS, self.repeat_queries)) if self.info.causal else None,
             "importance": {name: result.as_dict() for name, result in self.importances().items()}
             | ({"spearman": self.spearman()} if self.spearman() is not None else {})
             or None,

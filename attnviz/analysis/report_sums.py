@@ -94,6 +94,7 @@ def build(
     wanted = {(layer, head) for layer in chosen_layers for head in chosen_heads}
     found = assign_roles(means, chosen, probes.scores if probes is not None else None)
     measured = importance or {}
+    repeats, repeat_queries = sums.metrics.repeat_means()
     linguistics = None
     if sums.linguistic is not None:
         linguistics = sums.linguistic.result(treebank, min_count, margin, notes)
@@ -110,6 +111,8 @@ def build(
         layers=tuple(chosen_layers),
         heads=tuple(chosen_heads),
         probes=probes,
+        repeats=repeats,
+        repeat_queries=repeat_queries,
         special=sums.contributions.special(),
         mixing=sums.contributions.mixing(),
         reach=sums.reach.result(),
@@ -153,6 +156,8 @@ def pack(sums: ReportSums) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
             "counts": packer.array("metrics.counts", metrics.counts),
             "sentences": metrics.sentences,
             "queries": metrics.queries,
+            "repeats": packer.ordered("metrics.repeats", metrics.repeats),
+            "repeat_counts": packer.array("metrics.repeat_counts", metrics.repeat_counts),
         },
         "contributions": {
             "shape": list(contributions.shape),
@@ -194,6 +199,8 @@ def unpack(arrays: dict[str, np.ndarray], document: dict[str, Any]) -> ReportSum
         arrays[metrics["counts"]] if metrics["counts"] else None,
         metrics["sentences"],
         metrics["queries"],
+        OrderedSum.from_arrays("metrics.repeats", arrays, metrics["repeats"]),
+        arrays[metrics["repeat_counts"]] if metrics["repeat_counts"] else None,
     )
     part = document["contributions"]
     contributions = ContributionSums(*part["shape"], part["mixing"] is not None, part["by_norm"])

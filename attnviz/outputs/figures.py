@@ -1163,10 +1163,16 @@ class MetricGrid:
         self.frames.close()
 
 
+# What the role map says of a role measured elsewhere than on the corpus's texts: a decoder's
+# induction and duplicate-token roles come from the probe on repeated random tokens.
+PROBED = " (probe: repeated random tokens)"
+
+
 def role_map_figure(
     roles: Any, layers: list[int], heads: list[int], model: str, style: Style
 ) -> Any:
-    """Each chosen head's role as a coloured cell with its short name and score."""
+    """Each chosen head's role as a coloured cell with its short name and score; the legend
+    says which roles come from the decoder probe rather than the corpus."""
     import numpy as np
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
@@ -1185,7 +1191,10 @@ def role_map_figure(
     ax.imshow(codes, cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5, aspect="auto")
     present = sorted({r.role for r in roles}, key=names.index)
     ax.legend(
-        handles=[Patch(color=EVERY_ROLE[n].colour, label=n) for n in present],
+        handles=[
+            Patch(color=EVERY_ROLE[n].colour, label=n + (PROBED if EVERY_ROLE[n].probed else ""))
+            for n in present
+        ],  # fmt: skip
         loc="upper left",
         bbox_to_anchor=(1.01, 1.0),
         fontsize=8,

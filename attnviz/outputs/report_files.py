@@ -593,6 +593,7 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style, sections:
             "the work of induction heads.",
             "",
         ]
+    lines += _repeats_lines(report)
     lines += _contributions_lines(report)
     lines += _reach_lines(report)
     lines += sections
@@ -602,6 +603,36 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style, sections:
     lines += [""] + _metric_figures(names, ext)
     lines += ["Every number: `heads.csv` and `heads.json` (one row per layer and head).", ""]
     return "\n".join(lines)
+
+
+def _repeats_lines(report: Report) -> list[str]:
+    """report.md's induction and duplicate-token scores on the corpus's own repeated tokens
+    (a decoder's), beside the probe's."""
+    if not report.info.causal:
+        return []
+    import numpy as np
+
+    induction, duplicate = report.repeat_queries
+    head = ["## Induction on these texts", ""]
+    if report.repeats is None:
+        said = f"{induction} queries repeat an earlier token of their text (fewer than 3): "
+        return [*head, said + "heads.csv's `induction_texts` and `duplicate_texts` are empty.", ""]
+    pick = np.ix_(report.layers, report.heads)
+    scores = report.repeats[0][pick]
+    best = np.dstack(np.unravel_index(np.argsort(-scores, axis=None)[:5], scores.shape))[0]
+    listed = ", ".join(f"L{report.layers[r]} H{report.heads[c]} ({scores[r, c]:.2f})"
+                       for r, c in best)  # fmt: skip
+    return [
+        *head,
+        "The probe's recipe on the corpus's own repeated tokens: a query whose token occurred "
+        "earlier in its text gives *induction_texts* its weight on the token right after each "
+        "earlier occurrence and *duplicate_texts* its weight on the earlier occurrences "
+        f"(tokens compared by label; {induction} queries counted for induction, {duplicate} "
+        "for duplicate, pooled over the texts; queries with no earlier occurrence left out). "
+        f"Highest induction_texts: {listed}. The role map's induction role is the probe's "
+        "(its legend says so); both are in heads.csv and heads.json.",
+        "",
+    ]
 
 
 def _reach_lines(report: Report) -> list[str]:

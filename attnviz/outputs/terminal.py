@@ -668,6 +668,9 @@ def print_report(console: Console, report: Report) -> None:
     kind = attention_kind(info.causal)
     can = [role for role in roles_for(kind) if not role.probed or report.probes is not None]
     legend = Text("  ".join(f"{role.shown}={role.name}" for role in (*can, MIXED)))
+    if report.probes is not None:
+        legend.append("  (induction: from the probe on repeated random tokens; on the texts' "
+                      "own repeats: induction_texts in heads.csv)")  # fmt: skip
     console.print(legend, style="dim")
 
     strongest = Table(title="Strongest heads of each role", title_justify="left")
@@ -691,6 +694,30 @@ def print_report(console: Console, report: Report) -> None:
             f"{probes.loss_second:.2f} on the second",
             highlight=False,
         )
+    if info.causal:
+        print_repeats(console, report)
+
+
+def print_repeats(console: Console, report: Report) -> None:
+    """The heads that score highest for induction on the corpus's own repeated tokens, or
+    why there is no such score."""
+    induction, duplicate = report.repeat_queries
+    if report.repeats is None:
+        console.print(
+            f"On the texts' own repeats: {induction} queries repeat an earlier token (fewer than "
+            "3): no induction_texts or duplicate_texts scores",
+            highlight=False,
+        )
+        return
+    scores = report.repeats[0]
+    chosen = [(layer, head) for layer in report.layers for head in report.heads]
+    best = sorted(chosen, key=lambda lh: -scores[lh])[:3]
+    listed = " · ".join(f"L{layer} H{head} {scores[layer, head]:.2f}" for layer, head in best)
+    console.print(
+        f"On the texts' own repeats ({induction} queries after an earlier occurrence of their "
+        f"token, {duplicate} for duplicate): induction_texts {listed}",
+        highlight=False,
+    )
 
 
 def print_alignment(console: Console, cross: CrossReport, shown: int = 5) -> None:

@@ -162,7 +162,8 @@ def run_part(
                 contributions.add(row, att, index, stats.special_shares() if stats else None)
                 shown = transform(att, words)
                 metrics = (stats.metric_sums, stats.metric_counts[:, 0]) if stats else None
-                sums.metrics.add(shown, index, metrics)
+                repeats = (stats.repeats, stats.repeat_counts[:, 0]) if stats else None
+                sums.metrics.add(shown, index, metrics, repeats)
                 sums.reach.add(index, text_reach)
                 if sums.linguistic is not None:
                     view = shown if words else word_view(att)
