@@ -224,12 +224,13 @@ def check(
     from attnviz.pipelines.check import check as run_check
     from attnviz.pipelines.request import Request
 
-    return run_check(
+    found = run_check(
         Request("check", _load(model, device, **load), text=text, target=target,
                 generate=generate, layers=tuple(layers) if layers else None,
                 stacks=tuple(stacks or ()),
                 truncate=truncate, tolerance=tolerance)
     )  # fmt: skip
+    return _printable(found, "print_check")
 
 
 def report(
@@ -262,7 +263,8 @@ def report(
             None, [sentences] if isinstance(sentences, str) else list(sentences)
         )
     settings = {f.name: options.pop(f.name) for f in fields(models.Load) if f.name in options}
-    return build_report(_load(model, device, **settings).get().load(), chosen, **options)
+    found = build_report(_load(model, device, **settings).get().load(), chosen, **options)
+    return _printable(found, "print_seq2seq_report" if hasattr(found, "cross") else "print_report")
 
 
 def importance(
@@ -292,7 +294,7 @@ def importance(
         chosen = read_sentences(None, [texts] if isinstance(texts, str) else list(texts))
     loaded = _load(model, device, **load).get().load()
     encoded = [encode(loaded, item.text, truncate) for item in chosen.items]
-    return measure(loaded, encoded, method, ablation, layers, heads)
+    return _printable(measure(loaded, encoded, method, ablation, layers, heads), _importance_lines)
 
 
 def compare(
@@ -338,7 +340,56 @@ def compare(
     against = replace(how, model=against_model) if against_model is not None else None
     asked = Request("compare", how, pairs=tuple(pairs), against=against, words=words,
                     measure=measure, truncate=truncate, top=1)  # fmt: skip
-    return run_compare(asked).comparison
+    return _printable(run_compare(asked).comparison, _comparison_lines)
+
+
+# ---------- what print() shows of a result ----------
+
+_PRINTABLE: dict[type, type] = {}
+
+
+def _printable(result: Any, render: str | Any) -> Any:
+    """`result`, as an instance of a subclass of its type whose `str()` (what `print` shows)
+    is what the command line prints of it: `render` names an `outputs.terminal` function, or
+    is a function (console, result) of its own. The fields and every method stay."""
+    kind = type(result)
+    if kind not in _PRINTABLE:
+
+        def text(self: Any) -> str:
+            import io
+
+            from rich.console import Console
+
+            from attnviz.outputs import terminal
+
+            draw = getattr(terminal, render) if isinstance(render, str) else render
+            buffer = io.StringIO()
+            draw(Console(width=100, file=buffer, color_system=None, soft_wrap=False), self)
+            return buffer.getvalue().rstrip("\n")
+
+        _PRINTABLE[kind] = type(kind.__name__, (kind,), {"__str__": text, "__module__": __name__})
+    printable = object.__new__(_PRINTABLE[kind])
+    printable.__dict__.update(result.__dict__)  # a frozen dataclass: its fields as they are
+    return printable
+
+
+def _importance_lines(console: Any, found: Any) -> None:
+    said = f"Importance by {found.method}: {found.objective} over {found.texts} texts"
+    console.print(f"{said} (nothing removed: {found.clean:.4f} {found.unit})", highlight=False)
+    for layer, head, score in found.top(5):
+        console.print(f"  L{layer} H{head}  {score:.4f}", highlight=False)
+
+
+def _comparison_lines(console: Any, found: Any) -> None:
+    import numpy as np
+
+    moved = found.divergence
+    layer, head = np.unravel_index(np.nanargmax(moved), moved.shape)
+    console.print(
+        f"Comparison of {len(found.pairs)} pair(s): JS divergence {np.nanmean(moved):.4f} nats "
+        f"on average over the heads; moved most: L{layer} H{head} ({moved[layer, head]:.4f})",
+        highlight=False,
+    )
 
 
 def _load(

@@ -300,9 +300,7 @@ def test_the_page_marks_the_continuation_and_steps_through_it(browser, decoders,
             "#stepper"
         ).replace("\n", " ")
         page.keyboard.press("ArrowRight")
-        page.wait_for_function(
-            "document.querySelector('#stepper').textContent.includes('step 2 of 5')"
-        )
+        page.wait_for_selector("#stepper:has-text('step 2 of 5')")
         assert page.input_value("#query") == str(start)  # the row that wrote token start + 1
         assert not errors
     finally:

@@ -178,7 +178,7 @@ def test_api_to_html_is_the_same_builder(bundled):
 class Opened:
     """A page opened in the browser, recording console errors and every request."""
 
-    def __init__(self, browser, path: Path, width: int = 1300):
+    def __init__(self, browser, path: Path, width: int = 1300, every_head: bool = True):
         self.page = browser.new_page(viewport={"width": width, "height": 900})
         self.errors: list[str] = []
         self.requests: list[str] = []
@@ -189,6 +189,12 @@ class Opened:
         self.page.goto(self.url)
         # A generous wait, not a speed test (bench/bench_html.py times the page).
         self.page.wait_for_selector("body[data-ready='1']", timeout=60_000)
+        # The head view opens on the layer's most focused head; most tests read every head's
+        # lines, as a reader does after one click on "all".
+        if every_head and self.page.locator(".head-toggle").count():
+            n = self.renders()
+            self.page.click("button:text-is('all')")
+            self.settle(n + 1)
 
     def view(self, name: str) -> None:
         self.page.click(f"#tab-{name}")
@@ -247,6 +253,33 @@ def opened(browser, page_file):
     page.close()
     assert page.errors == []
     assert page.requests == [page.url], "the page made a request besides its own file"
+
+
+def test_the_page_opens_on_its_fragment_and_keeps_it(browser, page_file, att):
+    """A link names the view, layer, head and query: the page opens there and keeps the
+    fragment current; without one, the head view shows the first layer's most focused head
+    (the largest mean of its rows' largest weights), the others a click away."""
+    opened = Opened(browser, page_file, every_head=False)
+    try:
+        pressed = opened.page.locator(".head-toggle[aria-pressed='true']").all_inner_texts()
+        focus = att.weights[0].max(axis=-1).mean(axis=-1)  # (H,)
+        assert pressed == [str(int(np.argmax(focus)))]
+        assert "view=head&layer=0" in opened.page.url
+    finally:
+        opened.close()
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    try:
+        page.goto(page_file.resolve().as_uri() + "#view=matrix&layer=3&head=1&query=5")
+        page.wait_for_selector("body[data-ready='1']", timeout=60_000)
+        assert page.input_value("#layer") == "3" and page.input_value("#head") == "1"
+        page.select_option("#head", "2")
+        for _ in range(100):  # the page's CSP forbids evaluated strings: poll from here
+            if "head=2" in page.url:
+                break
+            page.wait_for_timeout(50)
+        assert "view=matrix&layer=3&head=2&query=5" in page.url
+    finally:
+        page.close()
 
 
 def test_every_view_draws_without_errors_or_requests(opened):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from attnviz.cli.app import Command, app, fail, out_console
+from attnviz.cli.app import Command, app, err_console, fail, out_console
 from attnviz.cli.options import (
     LOAD,
     SELECT,
@@ -108,6 +108,10 @@ def show(
 
     if as_json:
         typer.echo(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
+        written = [*result.images, *([result.page] if result.page else [])]
+        if written:  # stdout stays the JSON; where the files went, one line on stderr
+            err_console.print(f"wrote {len(written)} files to {result.folder}/", highlight=False,
+                              soft_wrap=True)  # fmt: skip
     else:
         terminal.print_written(out_console, result.images, result.folder, result.page,
                                result.drawn, result.window)  # fmt: skip

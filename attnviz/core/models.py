@@ -474,6 +474,51 @@ def _locate(name: str | None) -> tuple[str, str]:
     return name, name
 
 
+def _refuse_unknown_type(label: str, kind: str | None) -> None:
+    """Refuse, from config.json alone, a model whose type this transformers cannot build."""
+    known = _known_types()
+    if not known:  # transformers' table not found as a file: loading will tell
+        return
+    if kind is None:
+        raise ModelLoadError(f"{label}'s config.json names no model_type: transformers cannot "
+                             "tell which architecture to build")  # fmt: skip
+    if kind not in known:
+        raise ModelLoadError(
+            f"{label} is a '{kind}' model, a type transformers {_installed_transformers()} does "
+            "not know: upgrade transformers, or check config.json's model_type"
+        )
+
+
+def _installed_transformers() -> str:
+    """transformers' version, from its installed metadata (no import)."""
+    import importlib.metadata
+
+    return importlib.metadata.version("transformers")
+
+
+@functools.lru_cache(maxsize=1)
+def _known_types() -> frozenset[str]:
+    """The model types transformers' AutoConfig knows (`CONFIG_MAPPING_NAMES`), read from
+    its two source files without importing them: transformers' import takes a second, its
+    auto classes import torch, and a refusal from the files should take neither."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    auto = Path(spec.submodule_search_locations[0], "models", "auto")
+    found: set[str] = set()
+    for name in ("auto_mappings.py", "configuration_auto.py"):
+        try:
+            source = (auto / name).read_text(encoding="utf-8")
+        except OSError:
+            continue
+        found.update(re.findall(r'\("([\w\-]+)",\s*"\w+Config"\)', source))  # ("bert", …)
+        found.update(re.findall(r'"([\w\-]+)":\s*"\w+Config"', source))  # "mlcd": …
+    return frozenset(found)
+
+
 def _not_found(label: str) -> ModelLoadError:
     return ModelLoadError(
         f"could not find model '{label}': it is not a local directory, not in the "
@@ -513,11 +558,18 @@ def describe(name: str | None = None) -> ModelSpec | None:
     if config_file is None and gguf_cache.is_gguf(name):
         config = gguf_cache.read_facts(gguf_cache.gguf_path(name))  # not converted yet
     elif config_file is None:
-        if not Path(source).is_dir() and (_hub_offline() or not _hub_reachable()):
+        if Path(source).is_dir():  # a folder given, that no model's files are in
+            raise ModelLoadError(
+                f"{label} has no config.json: it is not a Hugging Face model folder (one holds "
+                "config.json, the weights and the tokenizer's files)"
+            )
+        if _hub_offline() or not _hub_reachable():
             raise _not_found(label)
         return None
     else:
         config = json.loads(config_file.read_text(encoding="utf-8"))
+        if "auto_map" not in config:  # a model with its own code names its own type
+            _refuse_unknown_type(label, config.get("model_type"))
     stacks = _stack_counts(config)
     n_layers = _first(config, "num_hidden_layers", "n_layer", "n_layers", "encoder_layers")
     n_heads = _first(config, "num_attention_heads", "n_head", "n_heads")

@@ -21,8 +21,10 @@ from attnviz.errors import OutputError
 DONE = "done.json"
 
 
-def prepare_dir(path: Path) -> Path:
-    """Create `path` if needed and prove it is writable, before any slow work starts."""
+def check_writable(path: Path) -> Path:
+    """Prove that `path` can be written, or made, before any slow work starts, without making
+    it: a temporary file in it, or in its nearest folder that exists. Nothing is created
+    until there is something whole to write (`prepare_dir`, `write_atomic`)."""
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -30,6 +32,17 @@ def prepare_dir(path: Path) -> Path:
         raise OutputError(
             f"cannot write under {existing}: it is a file, not a folder; choose another --out"
         )
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".attnviz-probe-"):
+            pass
+    except OSError as exc:
+        raise OutputError(f"cannot write to output folder {path}: {exc.strerror}") from exc
+    return path
+
+
+def prepare_dir(path: Path) -> Path:
+    """Create `path` if needed and prove it is writable: where files are about to be written."""
+    check_writable(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".attnviz-probe-"):

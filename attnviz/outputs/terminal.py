@@ -824,12 +824,12 @@ def print_importance(console: Console, report: Report, shown: int = 10) -> None:
         console.print(f"Spearman correlation of the two rankings: {spearman:.2f}", highlight=False)
 
 
-class _Guesses:
-    """Next-token guesses, "token probability" separated by two spaces, that wrap between
-    one guess and the next, never inside one (rich would break at any space)."""
+class _Pairs:
+    """ "token value" pairs separated by two spaces, that wrap between one pair and the next,
+    never inside one (rich would break at any space): next-token guesses, top keys."""
 
-    def __init__(self, found: tuple[tuple[str, float], ...], style: str = "") -> None:
-        self.pairs = [f"{token.strip() or repr(token)} {prob:.2f}" for token, prob in found]
+    def __init__(self, pairs: Sequence[str], style: str = "") -> None:
+        self.pairs = list(pairs)
         self.style = style
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
@@ -873,14 +873,18 @@ def print_ablation(console: Console, view: AblationView) -> None:
             str(p.position),
             repr(p.token),
             "—" if p.actual is None else repr(p.actual),
-            _Guesses(p.before),
-            _Guesses(p.after, style="bold yellow" if changed else ""),
+            _guesses(p.before),
+            _guesses(p.after, style="bold yellow" if changed else ""),
         )
     console.print(table)
 
 
-def _targets(found: Sequence[Any]) -> str:
-    return "  ".join(f"{t.token} {_weight(t.weight)}" for t in found)
+def _guesses(found: tuple[tuple[str, float], ...], style: str = "") -> _Pairs:
+    return _Pairs([f"{token.strip() or repr(token)} {prob:.2f}" for token, prob in found], style)
+
+
+def _targets(found: Sequence[Any]) -> _Pairs:
+    return _Pairs([f"{t.token} {_weight(t.weight)}" for t in found])
 
 
 def print_comparison_header(console: Console, comparison: Comparison, models: str) -> None:

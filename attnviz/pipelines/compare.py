@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from attnviz.analysis.compare import refuse_models
 from attnviz.core.tokens import encode
 from attnviz.errors import InputError
-from attnviz.outputs.files import prepare_dir
+from attnviz.outputs.files import check_writable, prepare_dir
 from attnviz.pipelines import features
 from attnviz.pipelines.sources import read_texts
 
@@ -133,7 +133,7 @@ def _refuse_early(request: Request, model: Model, other: Model) -> None:
         for text in texts:
             reader.refuse_early(text=text, truncate=request.truncate)
     if request.out is not None and (request.images or request.html):
-        prepare_dir(request.out)
+        check_writable(request.out)  # made when its files are written
 
 
 def _draw(request, model, other, comparison, moved, models, matters, insides):

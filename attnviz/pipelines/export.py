@@ -370,10 +370,15 @@ def export(
     `request.overwrite`, which removes them once the model has loaded. The model is loaded
     only when some sentence is still to do.
     """
-    run = _Export(request, on_progress, on_warning or (lambda message: None))
-    if not run.plan():
-        return run.nothing_to_do()
-    return run.render()
+    made = not request.out.exists()  # an interrupted or failed run leaves no empty folder
+    try:
+        run = _Export(request, on_progress, on_warning or (lambda message: None))
+        if not run.plan():
+            return run.nothing_to_do()
+        return run.render()
+    finally:
+        if made and request.out.is_dir() and not any(request.out.iterdir()):
+            request.out.rmdir()
 
 
 class _Export:

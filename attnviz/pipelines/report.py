@@ -19,7 +19,7 @@ from attnviz.analysis.roles import (
     assign_roles,
 )
 from attnviz.errors import InputError, TextTooLongError
-from attnviz.outputs.files import prepare_dir
+from attnviz.outputs.files import check_writable
 from attnviz.pipelines import features
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def report(request: Request, **callbacks: Any) -> tuple[Any, list[Path]]:
         return report_split(model, sentences, request.out, request.style, request.shard,
                             request.partial, request.resume, on_ranks, request=request,
                             **options)  # fmt: skip
-    prepare_dir(request.out)
+    check_writable(request.out)  # made when its files are written
     loaded = model.load()
     features.refuse(request, loaded.info)  # a hub id: its files said nothing before it loaded
     if not loaded.info.seq2seq:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnviz.core import memory
-from attnviz.outputs.files import clear_previous, prepare_dir, text_folder_name
+from attnviz.outputs.files import check_writable, clear_previous, prepare_dir, text_folder_name
 from attnviz.pipelines import features, sources
 from attnviz.pipelines.consumers import Consumer, Run
 from attnviz.pipelines.consumers.contributions import Contributions
@@ -155,6 +155,7 @@ def show(request: Request, on_summary: Callable[[ShowResult], None] | None = Non
     if on_summary is not None:
         on_summary(ShowResult.of(run, folder))
     if folder is not None:
+        prepare_dir(folder)
         clear_previous(folder, text_folder=True)
         for consumer in consumers:
             consumer.write(run, folder)
@@ -162,7 +163,8 @@ def show(request: Request, on_summary: Callable[[ShowResult], None] | None = Non
 
 
 def _folder(request: Request, model: Model) -> Path | None:
-    """The text's folder (made and proved writable now), or None when nothing is written.
+    """The text's folder (proved writable now, made when its files are written), or None
+    when nothing is written.
     One folder per text, model, pair, measure, removed heads, target and continuation (N
     tokens, sampled how): `show TEXT -m
     smollm2` keeps `show TEXT`'s images."""
@@ -180,7 +182,7 @@ def _folder(request: Request, model: Model) -> Path | None:
         f"sample:{r.temperature}:{r.seed}" if r.sample else None,
         f"stack:{r.stack}" if r.stack is not None else None,
     )
-    return prepare_dir(r.out / text_folder_name(r.text, 40, *keys))
+    return check_writable(r.out / text_folder_name(r.text, 40, *keys))
 
 
 def _consumers(request: Request, folder: Path | None) -> list[Consumer]:

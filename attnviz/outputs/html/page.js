@@ -68,7 +68,7 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
     stack: STACKS[initial.stack] ? initial.stack : D.stack || "only",
     layer: 0,
     head: 0,
-    heads: new Set(),
+    heads: null, // the head view's heads shown; null: the layer's most focused one, on opening
     query: 0,
     focus: null, // {side: "q" | "k", index} while hovering or after a click
     locked: false,
@@ -89,7 +89,7 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
     ST = next;
     [T, S, L, LAYER] = [ST.tokens.length, ST.key_tokens.length, ST.layers, ST.layer_ids];
     H = perLayer(state.measure) ? 1 : ST.heads;
-    state.heads = new Set([...Array(H).keys()]);
+    if (state.heads && [...state.heads].some((h) => h >= H)) state.heads = null; // kept where it can be
     state.layer = Math.min(state.layer, L - 1);
     state.head = Math.min(state.head, H - 1);
     state.query = same ? Math.min(state.query, T - 1) : carried >= 0 ? carried : firstWord(ST.special);
@@ -108,6 +108,7 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
   for (const [key, count] of [["layer", L], ["head", H], ["query", T]]) {
     if (Number.isInteger(initial[key]) && initial[key] >= 0 && initial[key] < count) state[key] = initial[key];
   }
+  if (Number.isInteger(initial.head) && state.head === initial.head) state.heads = new Set([state.head]);
   if (initial.zoom) {
     const { q0, q1, k0, k1 } = initial.zoom;
     const within = (a, b, n) => Number.isInteger(a) && Number.isInteger(b) && a >= 0 && a < b && b <= n;
@@ -116,7 +117,7 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
   function setMeasure(m) {
     state.measure = m;
     H = perLayer(m) ? 1 : ST.heads;
-    state.heads = new Set([...Array(H).keys()]);
+    state.heads = null;
     state.head = Math.min(state.head, H - 1);
   }
   // 1 on the absolute colour scale: 1 for weights and rows that sum to 1, the text's largest
@@ -502,6 +503,23 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
   }
 
   // ---------- head view ----------
+  // The layer's most focused head (the largest mean over its query rows of the row's largest
+  // weight, removed heads left out): what the head view opens on, the others a click away.
+  async function focused(l) {
+    let best = -1, bestScore = -Infinity;
+    for (let h = 0; h < H; h++) {
+      if (isRemoved(l, h)) continue;
+      const a = await head(l, h);
+      let sum = 0;
+      for (let i = 0; i < T; i++) {
+        let top = 0;
+        for (let j = 0; j < S; j++) top = Math.max(top, a[i * S + j]);
+        sum += top;
+      }
+      if (sum / T > bestScore) [best, bestScore] = [h, sum / T];
+    }
+    return Math.max(best, 0);
+  }
   // What the shown measure is, said above every view but the weights'.
   function measureNote() {
     if (state.measure === "weights") return "";
@@ -516,6 +534,7 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
         `${state.measure} has one map per layer, not per head: see the model, matrix and query views.` }));
       return;
     }
+    if (state.heads === null) state.heads = new Set([await focused(state.layer)]);
     const toggles = el("div", { className: "toggles" });
     for (let h = 0; h < H; h++) {
       const gone = isRemoved(state.layer, h);
@@ -1162,11 +1181,11 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
   // An encoder-decoder stack's inside view names its sides: cross-attention's queries are the
   // target's tokens, its keys and values the source's (the encoder's last hidden states).
   function insideSource() {
-    if (!D.stacks) return "Q_h, K_h and V_h come from attnviz/mha.py (X W^h + b^h for this layer's real input X); ";
+    if (!D.stacks) return "Q_h, K_h and V_h come from attnviz/core/mha.py (X W^h + b^h for this layer's real input X); ";
     if (state.stack !== "cross") {
-      return `Q_h, K_h and V_h come from attnviz/mha.py (X W^h + b^h for this layer's real input X, the ${sideName(0)} tokens); `;
+      return `Q_h, K_h and V_h come from attnviz/core/mha.py (X W^h + b^h for this layer's real input X, the ${sideName(0)} tokens); `;
     }
-    return "Q_h comes from attnviz/mha.py (X W_Q^h + b for this decoder layer's real input X, the target tokens), " +
+    return "Q_h comes from attnviz/core/mha.py (X W_Q^h + b for this decoder layer's real input X, the target tokens), " +
       "K_h and V_h from the encoder's last hidden states (the source tokens); ";
   }
   // B − A inside one head: the query's row in A and in B over the aligned keys, and B − A.
@@ -1267,7 +1286,7 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
         "so the model column is left empty here.");
     }
     const checks = [
-      `attnviz/mha.py in float64 against the model's probabilities: max |Δ| = ` +
+      `attnviz/core/mha.py in float64 against the model's probabilities: max |Δ| = ` +
         `${rowError.toExponential(2)} for this query, ${headError.toExponential(2)} over all queries of this head.`,
     ];
     if (model && ST.encoding === "float32") {
@@ -1320,7 +1339,27 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
   return rendering.then(() => { document.body.dataset.ready = "1"; });
 }
 
+// An offline page opens on the view, layer, head, query and measure its URL's fragment names
+// (page.html#view=matrix&layer=3&head=1&query=5) and keeps the fragment current as the reader
+// moves, so a link shows what its sender saw. (serve's live.js keeps its own fragment.)
+const FRAGMENT = ["view", "layer", "head", "query", "measure", "side"];
+function fromFragment() {
+  const p = new URLSearchParams(location.hash.slice(1));
+  const found = {};
+  for (const key of ["layer", "head", "query"]) if (p.has(key)) found[key] = +p.get(key);
+  for (const key of ["view", "measure"]) if (p.has(key)) found[key] = p.get(key);
+  if (p.has("side")) found.stack = p.get("side");
+  return found;
+}
+function toFragment(state) {
+  const p = new URLSearchParams();
+  for (const key of FRAGMENT.slice(0, 4)) p.set(key, String(state[key]));
+  if (state.measure !== "weights") p.set("measure", state.measure);
+  if (state.stack !== "only") p.set("side", state.stack);
+  history.replaceState(null, "", `#${p}`);
+}
+
 {
   const data = JSON.parse(document.getElementById("attnviz-data").textContent);
-  if (!data.live) draw(data); // live: live.js draws each text the server sends
+  if (!data.live) draw(data, fromFragment(), toFragment); // live: live.js draws each text
 }
