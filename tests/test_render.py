@@ -129,15 +129,16 @@ def test_a_dead_worker_is_one_clear_error(tmp_path):
 @pytest.mark.slow  # a real process, started, signalled or killed
 def test_show_with_workers_exits_cleanly(tiny_model_dirs, tmp_path):
     """The console entry point leaves without teardown: output complete, exit codes kept,
-    and nothing on stderr (no leaked semaphores, no worker tracebacks)."""
+    and on stderr only where the files went (no leaked semaphores, no worker tracebacks)."""
     model = str(tiny_model_dirs["bert"])
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-m", "attnviz", "show", "The cat sat on the mat.", "-m", model,
                "-o", str(tmp_path), "--jobs", "2", "--json"]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
     data = json.loads(done.stdout)
+    # nothing on stderr but where the files went (no leaked semaphores, no tracebacks)
+    assert done.stderr.splitlines() == [f"wrote {len(data['images'])} files to {data['folder']}/"]
     assert len(data["images"]) > 3 and all(os.path.getsize(p) > 1000 for p in data["images"])
     bad = subprocess.run(command + ["--layer", "99"], env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: layer 99")

@@ -1164,8 +1164,8 @@ class MetricGrid:
 
 
 # What the role map says of a role measured elsewhere than on the corpus's texts: a decoder's
-# induction and duplicate-token roles come from the probe on repeated random tokens.
-PROBED = " (probe: repeated random tokens)"
+# induction role comes from the probe on repeated random tokens (report.md says so in full).
+PROBED = " (probe)"
 
 
 def role_map_figure(
