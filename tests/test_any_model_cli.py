@@ -119,8 +119,7 @@ def test_show_export_report_compare_run_on_any_model(kind, folders, tmp_path):
     "args, said",
     [
         (["check", TEXT], "attnviz check recomputes attention from scratch with each family"),
-        (["show", TEXT, "--measure", "norm", "--no-images"], "--measure norm needs each head"),
-        (["show", TEXT, "--measure", "alti", "--no-images"], "--measure alti needs each head"),
+        (["show", TEXT, "--measure", "alti", "--no-images"], "--measure alti needs X's"),
     ],
 )
 def test_what_needs_a_family_s_weights_is_one_line_before_loading(args, said, folders,
@@ -136,6 +135,70 @@ def test_what_needs_a_family_s_weights_is_one_line_before_loading(args, said, fo
     assert result.exit_code == 2, result.output
     assert said in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+@pytest.mark.parametrize("kind", ["gpt_neox", "modernbert"])
+def test_the_norm_measure_reads_v_and_w_o_of_any_model(kind, folders):
+    """Without an adapter, ‖f^h(x_j)‖ = ‖v^h_j W_O^h‖ from the v the model hands its
+    attention and W_O found by name: those f rebuild what the model's own output projection
+    writes (Σ_h Σ_j α^h_ij f^h(x_j) + b_O, hooked on the module), and `--measure norm` is
+    α times their lengths; the special share by norm and the page's norm come with them."""
+    import torch
+
+    from attnviz.analysis.contributions import ValueLengths
+    from attnviz.core import capture
+    from attnviz.core.adapters import generic
+    from attnviz.core.adapters.base import linear
+    from attnviz.core.models import load_model
+    from attnviz.core.tokens import encode, pad
+
+    loaded = load_model(folders[kind], "cpu")
+    got: dict = {}
+    written: dict = {}
+    projections = [generic.output_projection(loaded.model, layer)
+                   for layer in range(loaded.info.n_layers)]  # fmt: skip
+    hooks = [p.register_forward_hook(lambda m, a, out, layer=layer: written.update({layer: out}))
+             for layer, p in enumerate(projections)]  # fmt: skip
+    try:
+        recorder = capture.Each(range(loaded.info.n_layers), ("values", "probs"),
+                                lambda layer, t: got.update({layer: t}))  # fmt: skip
+        capture.run(loaded, pad(loaded, [encode(loaded, TEXT)]), [recorder])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    norm = attnviz.attention(TEXT, model=folders[kind], device="cpu", measure="norm")
+    reader = ValueLengths(loaded)
+    assert reader.kind == "values"
+    for layer, tensors in got.items():
+        v, probs = tensors["values"][0].double(), tensors["probs"][0].double()  # (Hkv,S,d), (H,T,S)
+        w_o, b_o = (t.double() for t in linear(projections[layer]))
+        n_heads, d = probs.shape[0], v.shape[-1]
+        f = torch.stack([v[h // (n_heads // v.shape[0])] @ w_o[h * d : (h + 1) * d]
+                         for h in range(n_heads)])  # (H, S, d_model)  # fmt: skip
+        rebuilt = torch.einsum("hts,hsd->td", probs, f) + b_o
+        assert torch.allclose(rebuilt, written[layer][0].double(), atol=1e-4)
+        expected = probs * f.norm(dim=-1)[:, None, :]  # α ‖f(x_j)‖
+        assert np.abs(norm.weights[layer] - expected.numpy()).max() <= 1e-4
+    shown = runner.invoke(app, ["show", TEXT, "-m", folders[kind], "--no-images", "--json"])
+    assert json.loads(shown.stdout)["special_share"]["norm"] > 0
+
+
+def test_the_norm_measure_without_an_adapter_equals_the_adapter_s(loaded_tiny, monkeypatch):
+    """v and W_O by name (the path of a model with no adapter) against X through the family's
+    W_V and W_O: Llama (grouped-query heads), GPT-2 (Conv1D), BERT (W_O in the attention
+    module's sibling), the same lengths within 1e-5."""
+    from attnviz.analysis.contributions import measured
+    from attnviz.core import adapters
+    from attnviz.core.tokens import encode
+
+    for arch in ("llama", "gpt2", "bert"):
+        loaded = loaded_tiny[arch]
+        encoded = [encode(loaded, TEXT)]
+        adapted = measured(loaded, encoded, "norm")[0].weights
+        with monkeypatch.context() as patched:
+            patched.setattr(adapters, "knows", lambda model: False)
+            by_name = measured(loaded, encoded, "norm")[0].weights
+        assert np.abs(adapted - by_name).max() <= 1e-5, arch
 
 
 def test_ablation_acts_inside_the_attention_function(folders):

@@ -130,6 +130,69 @@ def value_vectors(x: torch.Tensor, weights: Any) -> torch.Tensor:
     return torch.einsum("bthk,hkd->bhtd", value_heads(x, weights), w_o)
 
 
+class ValueLengths:
+    """Each key's ‖f^h(x_j)‖ per head, layer by layer, from what the pass hands over: X
+    through the family's W_V and W_O where attnviz has an adapter (`value_vectors`), else
+    the values v the model handed its own attention through W_O found by name
+    (`adapters.generic.OUTPUT_PROJECTIONS`: any model whose attention attnviz records).
+    `kind` is the capture kind it reads; `weights` the adapter's, or None."""
+
+    def __init__(self, loaded: LoadedModel, stack: str | None = None) -> None:
+        from attnviz.core import adapters, capture
+        from attnviz.core.adapters import generic
+        from attnviz.errors import UnsupportedModelError
+
+        model = loaded.model
+        self.weights: Any = None
+        if adapters.knows(model):
+            self.weights = adapters.EachLayer(model, stack)
+            self.kind = "input" if stack is None else "source"
+            return
+        names = ", ".join(generic.OUTPUT_PROJECTIONS)
+        if not capture.records(model):
+            raise UnsupportedModelError(
+                "without an adapter, each head's values are read inside attnviz's attention "
+                f"function; '{model.config.model_type}' runs eager attention here (leave "
+                "--attention eager out)"
+            )
+        count = adapters.n_layers(model, stack)
+        self._projections = [
+            generic.output_projection(model, layer, stack) for layer in range(count)
+        ]
+        if any(found is None for found in self._projections):
+            raise UnsupportedModelError(
+                f"'{model.config.model_type}' has no output projection attnviz finds by name "
+                f"in its attention modules (it looks for {names})"
+            )
+        self.kind = "values"
+
+    def of(self, layer: int, tensors: dict[str, Any]) -> torch.Tensor:
+        """‖f^h(x_j)‖ of `layer`, (B, H, S) float32, from its tensors of the pass."""
+        if self.weights is not None:
+            return value_vectors(tensors[self.kind].float(), self.weights[layer]).norm(dim=-1)
+        return value_lengths(tensors["values"], self._projections[layer])
+
+
+def value_lengths(values: torch.Tensor, projection: Any) -> torch.Tensor:
+    """‖v^h_j W_O^h‖ for every query head, (B, H, S), from the values the model handed its
+    attention (B, H_kv, S, d) and its output projection (W_O^h: rows h·d … (h+1)·d of W in
+    `X @ W` form; query head h reads value head h // G). A head at a time: no (B, H, S,
+    d_model) tensor."""
+    import torch
+
+    from attnviz.core.adapters.base import linear
+
+    w_o, _ = linear(projection)  # (H·d, d_model); the bias is added once, no key's
+    batch, kv_heads, length, d = values.shape
+    n_heads = w_o.shape[0] // d
+    group = n_heads // kv_heads
+    lengths = torch.empty(batch, n_heads, length)
+    for h in range(n_heads):
+        v = values[:, h // group].float()  # (B, S, d)
+        lengths[:, h] = (v @ w_o[h * d : (h + 1) * d].float()).norm(dim=-1)
+    return lengths
+
+
 def rollout_layer(probs: torch.Tensor) -> torch.Tensor:
     """Ã = (mean over heads of α + I), rows renormalised: (B, T, T) from (B, H, T, T)."""
     import torch
@@ -327,21 +390,25 @@ class Measured:
         kinds = measure.kinds
         if stack is not None:  # values are made of the keys' states: cross-attention's source
             kinds = tuple("source" if kind == "input" else kind for kind in kinds)
-        self.wants = {layer: kinds for layer in needed}
-        self._x = "input" if stack is None else "source"
         model = loaded.model
         self._weights = {}
         self._norms = {}
+        self._lengths: ValueLengths | None = None
         if "input" in measure.kinds:
             from attnviz.errors import UnsupportedModelError
 
             try:
-                self._weights = adapters.EachLayer(model, stack)
+                if measure.name == "norm":  # any model: v and W_O by name where no adapter
+                    self._lengths = ValueLengths(loaded, stack)
+                    kinds = (self._lengths.kind, "probs")
+                else:
+                    self._weights = adapters.EachLayer(model, stack)
             except UnsupportedModelError as error:
                 raise UnsupportedModelError(
                     f"--measure {measure.name} is not defined here: it needs each head's value "
                     f"and output weights, and {error}"
                 ) from None
+        self.wants = {layer: kinds for layer in needed}
         if measure.name == "alti":
             self._norms = {layer: adapters.norm_after(model, layer) for layer in needed}
         heads = 1 if measure.per_layer else loaded.info.of_stack(stack).n_heads
@@ -360,7 +427,7 @@ class Measured:
         if name == "weights":
             values = probs
         elif name == "norm":
-            lengths = value_vectors(tensors[self._x].float(), self._weights[layer]).norm(dim=-1)
+            lengths = self._lengths.of(layer, tensors)  # (B, H, S)
             if layer in self.slot:
                 self.lengths[:, self.slot[layer]] = lengths.numpy()
             values = probs * lengths[:, :, None, :]  # ‖α f(x_j)‖ = α ‖f(x_j)‖
@@ -430,12 +497,11 @@ class SpecialShares:
     def __init__(self, loaded: LoadedModel, layers: list[int], special: list[Any]) -> None:
         import numpy as np
 
-        from attnviz.core import adapters
         from attnviz.core.capture import ROWS
 
-        self.wants = {layer: ("input", ROWS) for layer in layers}
+        self._reader = ValueLengths(loaded)  # each key's ‖f^h(x_j)‖
+        self.wants = {layer: (self._reader.kind, ROWS) for layer in layers}
         self.slot = {layer: i for i, layer in enumerate(layers)}
-        self._weights = adapters.EachLayer(loaded.model)
         self._special = [np.asarray(marked, dtype=bool) for marked in special]  # (T_row,) bool
         shape = (2, len(special), len(layers), loaded.info.n_heads)
         self._sums = np.zeros(shape)  # by weight, by norm: summed over non-special queries
@@ -453,8 +519,7 @@ class SpecialShares:
             return None
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
-        x = tensors["input"].float()
-        self._lengths = value_vectors(x, self._weights[layer]).norm(dim=-1).numpy()
+        self._lengths = self._reader.of(layer, tensors).numpy()
 
     def receive_rows(self, layer: int, start: int, rows: Any) -> None:
         """Query rows start … start+b−1 of `layer`, (B, H, b, S)."""
@@ -469,6 +534,17 @@ class SpecialShares:
     @property
     def by_norm(self) -> Any:
         return special_means(self._sums[1], self._special).astype("f4")
+
+
+def lengths_readable(loaded: LoadedModel) -> bool:
+    """Whether each key's ‖f^h(x_j)‖ can be read of this model (`ValueLengths`)."""
+    from attnviz.errors import UnsupportedModelError
+
+    try:
+        ValueLengths(loaded)
+    except UnsupportedModelError:
+        return False
+    return True
 
 
 def readable_weights(loaded: LoadedModel, stack: str | None = None) -> Any:
@@ -769,8 +845,8 @@ class PageMeasures:
 class EveryMeasure:
     """Recorders for the measures a pass does not make already (`chosen` is made by
     `measured`), so that one forward pass over a batch of `width` padded tokens gives each
-    text's page all four: those the model's weights allow (the norm measures need each
-    head's W_V and W_O, which attnviz reads through its adapters only)."""
+    text's page all four: those the model allows (norm: v and W_O, `ValueLengths`; ALTI:
+    X and the norms around the block, which attnviz reads through its adapters only)."""
 
     def __init__(
         self, loaded: LoadedModel, layers: list[int], batch: list[Any], chosen: str
@@ -778,11 +854,13 @@ class EveryMeasure:
         from attnviz.core import adapters
 
         width = max(len(encoded) for encoded in batch)  # as `tokens.pad` pads
-        readable = adapters.knows(loaded.model)
+        readable = {"input"} if adapters.knows(loaded.model) else set()
+        if not readable and lengths_readable(loaded):  # norm from v and W_O by name
+            readable = {"norm"}
         self.recorders = {
             name: Measured(loaded, measure, layers, len(batch), width)
             for name, measure in MEASURES.items()
-            if name != chosen and (readable or "input" not in measure.kinds)
+            if name != chosen and ("input" not in measure.kinds or readable & {"input", name})
         }
 
     def page(

@@ -16,6 +16,9 @@ What a caller can ask for, per layer (`KINDS`):
     scores  the layer's q and k as the model hands them to its attention, with its mask and
             extras (`recording.Scores`, on the CPU): any head's rows can be made from them
             later (`serve`'s tiles); attnviz's attention function only
+    values  (B, H_kv, S, d_head) float32: the layer's v as the model hands it to its
+            attention (after its projection and any norm); key head g serves query heads
+            g·G … g·G + G − 1; attnviz's attention function only
 
 An encoder-decoder model (T5, BART) has three stacks of attention layers, "encoder",
 "decoder" and "cross" (`adapters.STACKS`); a recorder's `stack` says which one its layers
@@ -59,7 +62,7 @@ from attnviz.core import adapters
 from attnviz.core.adapters.base import LayerModules
 from attnviz.errors import InputError, UnsupportedModelError
 
-KINDS = ("input", "probs", "output", "residual", "heads", "source", "scores")
+KINDS = ("input", "probs", "output", "residual", "heads", "source", "scores", "values")
 ROWS = "rows"  # blocks of probability rows, for a recorder with `receive_rows` (see above)
 ENTROPY = "entropy"  # with ROWS: each row's entropy beside it (see above)
 
@@ -173,7 +176,7 @@ def _replayed(loaded: Any, recorders: Sequence[Recorder], wanted: dict, block_ro
 
 
 Site = tuple  # (stack, layer): a layer of one attention stack (stack None: the only one)
-INSIDE = {"probs", ROWS, ENTROPY, "heads", "scores"}  # what attnviz's function hands out
+INSIDE = {"probs", ROWS, ENTROPY, "heads", "scores", "values"}  # what attnviz's function hands out
 
 
 def records(model: Any) -> bool:
@@ -256,9 +259,12 @@ class _Pass:
             self._seen.setdefault(site, {})["probs"] = torch.zeros(shape)
         return True
 
-    def scores(self, site: Site, scores: Any) -> None:
-        if "scores" in self.wanted.get(site, ()):
+    def scores(self, site: Site, scores: Any, value: Any) -> None:
+        wanted = self.wanted.get(site, ())
+        if "scores" in wanted:
             self._seen.setdefault(site, {})["scores"] = scores.cpu()
+        if "values" in wanted:
+            self._seen.setdefault(site, {})["values"] = value.detach().float().cpu()
 
     def block(self, site: Site, start: int, rows: Any, entropy: Any) -> None:
         rows = rows.detach().cpu()

@@ -116,7 +116,7 @@ class _Holding:
         self._call[site] = (queries, keys)
         return site in self._read  # the prompt's call runs fast; its q and k are kept
 
-    def scores(self, site: Any, scores: Scores) -> None:
+    def scores(self, site: Any, scores: Scores, value: Any) -> None:
         if site not in self._read:
             self.reading.prompt[site[1]] = scores.cpu()
 

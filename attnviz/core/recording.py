@@ -62,9 +62,10 @@ class Listener(Protocol):
     def wants(self, site: Any, shape: tuple[int, int, int, int]) -> bool:
         """Whether `site`'s probabilities, (B, H, T, S) in all, are wanted (in blocks)."""
 
-    def scores(self, site: Any, scores: Scores) -> None:
+    def scores(self, site: Any, scores: Scores, value: Any) -> None:
         """`site`'s queries and keys as the model handed them over (kept where a recorder
-        asks for them: `serve`'s tiles make any head's rows from them later)."""
+        asks for them: `serve`'s tiles make any head's rows from them later), and its values
+        v (B, H_kv, S, d) (the norm measure's f^h(x_j) = v_j W_O^h)."""
 
     def block(self, site: Any, start: int, rows: Any, entropy: Any) -> None:
         """Rows start … start+b−1 of every head, (B, H, b, W), W ≤ S keys."""
@@ -139,7 +140,7 @@ def attention(
                     _causal(module, query, attention_mask, is_causal), position_bias, softcap,
                     s_aux)  # fmt: skip
     if site is not None:
-        listener.scores(site, scores)
+        listener.scores(site, scores, value)
     if wanted or fast is None or softcap is not None or s_aux is not None:
         output = in_blocks(
             scores,

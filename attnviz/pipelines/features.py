@@ -203,8 +203,10 @@ def refuse(request: Request, facts: Any = None) -> None:
 
 
 def _refuse_without_adapter(request: Request, facts: Any) -> None:
-    """What reads a family's weights by name (check's from-scratch attention, the measures of
-    norms) on a model type attnviz has no adapter for: one line, from its config alone."""
+    """What reads a family's weights by name (check's from-scratch attention, ALTI) on a
+    model type attnviz has no adapter for: one line, from its config alone. (--measure norm
+    reads v inside the model's attention call and W_O by name: refused after loading where
+    no output projection is found.)"""
     from attnviz.analysis.contributions import get
     from attnviz.core.models import SUPPORTED_TYPES
 
@@ -213,8 +215,9 @@ def _refuse_without_adapter(request: Request, facts: Any) -> None:
         return
     if request.command == "check":
         what = "attnviz check recomputes attention from scratch with each family's weights"
-    elif "input" in get(request.measure).kinds:
-        what = f"--measure {request.measure} needs each head's W_V and W_O"
+    elif request.measure != "norm" and "input" in get(request.measure).kinds:
+        # norm takes v from the model's own attention call and W_O by name (any model)
+        what = f"--measure {request.measure} needs X's projections and the norms around the block"
     else:
         return
     raise InputError(

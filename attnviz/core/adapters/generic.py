@@ -1,8 +1,10 @@
 """Any model whose attention goes through transformers' `AttentionInterface`, without an
 adapter: its layers are the modules that call the interface, in the order the model
 registers them (layer 0 first). attnviz records their probabilities inside that call
-(`core.recording`); what needs a family's weight names (X, W_O, the norms: `check`, the norm
-and ALTI measures) is refused for such a model in one line.
+(`core.recording`), and the values v it hands over there. Each head's output projection W_O
+is found by name (OUTPUT_PROJECTIONS, TransformerLens-style), which is all the norm measure
+needs beside v; what needs more of a family's weights by name (X's projections and the norms
+around the block: `check`, ALTI, the mixing ratios) is refused for such a model in one line.
 """
 
 from __future__ import annotations
@@ -77,6 +79,41 @@ def _stack(model: Any, name: str, module: Any) -> str | None:
         word in part for part in parts for word in _CROSS
     )
     return "cross" if cross else "decoder"
+
+
+# Where an attention module's output projection W_O is, by attribute name: the first of these
+# that is a linear map from the heads' outputs side by side (H · d_head) to the model's width,
+# on the module that calls the interface or on its parent (BERT-style: the projection in a
+# sibling "output" module). Llama-style o_proj, BART/OPT/GPT-J/Whisper out_proj, GPT-NeoX and
+# Phi dense, GPT-2 c_proj, T5 o, ModernBERT Wo, DistilBERT out_lin.
+OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "dense", "c_proj", "o", "Wo", "out_lin", "wo",
+                      "output.dense")  # fmt: skip
+
+
+def output_projection(model: Any, layer: int, stack: str | None = None) -> Any:
+    """Layer `layer`'s output projection module (W_O), found by OUTPUT_PROJECTIONS, or None."""
+    caller = callers(model, stack)[layer]
+    for holder in (caller, _parents(model).get(id(caller))):
+        for name in OUTPUT_PROJECTIONS:
+            found = holder
+            for part in name.split("."):
+                found = getattr(found, part, None) if found is not None else None
+            weight = getattr(found, "weight", None)
+            if weight is not None and weight.dim() == 2:
+                return found
+    return None
+
+
+def _parents(model: Any) -> dict[int, Any]:
+    """{id(module): its parent} over the base model (found once a model)."""
+    found = getattr(model, "_attnviz_parents", None)
+    if found is None:
+        found = {}
+        for _, module in model.base_model.named_modules():
+            for child in module.children():
+                found[id(child)] = module
+        model._attnviz_parents = found
+    return found
 
 
 def modules(model: Any, layer: int, stack: str | None = None) -> LayerModules:
