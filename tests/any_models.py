@@ -291,3 +291,22 @@ def inputs(model_type: str, model) -> dict[str, Any]:
     if model_type in STACKS:
         kwargs["decoder_input_ids"], kwargs["decoder_attention_mask"] = tokens(LENGTH - 2)
     return kwargs
+
+
+def save(kind: str, loader: Any, tokenizer: Any, folder: Any, **overrides: Any) -> str:
+    """A tiny random `kind` model made by `loader` (AutoModelForCausalLM, …) with TYPES'
+    config and `overrides`, its matrices drawn with std SPREAD as `build` draws them, saved
+    with `tokenizer` into `folder` as a user's checkpoint is: the folder, as a string."""
+    import torch
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(kind, **{**TYPES[kind], **overrides})
+    torch.manual_seed(0)
+    model = loader.from_config(config)
+    with torch.no_grad():  # scores far from uniform
+        for parameter in model.parameters():
+            if parameter.dim() >= 2:
+                parameter.normal_(0.0, SPREAD)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)

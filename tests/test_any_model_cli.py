@@ -31,13 +31,7 @@ KINDS = {"gpt_neox": "decoder", "gpt_oss": "decoder", "modernbert": "encoder",
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """{model type: a folder with the tiny model (with its LM head) and a tokenizer}."""
-    import torch
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        AutoModelForMaskedLM,
-        AutoModelForSeq2SeqLM,
-    )
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
     loaders = {"decoder": AutoModelForCausalLM, "encoder": AutoModelForMaskedLM,
                "seq2seq": AutoModelForSeq2SeqLM}  # fmt: skip
@@ -46,21 +40,12 @@ def folders(tmp_path_factory):
     found = {}
     for kind, role in KINDS.items():
         tokenizer = _wordpiece_tokenizer() if role == "encoder" else _byte_level_tokenizer()
-        overrides = {**any_models.TYPES[kind], "vocab_size": len(tokenizer)}
+        overrides = {"vocab_size": len(tokenizer)}
         if role != "encoder":
             overrides.update(bos_token_id=0, eos_token_id=0, pad_token_id=0)
         if role == "seq2seq":
             overrides.update(decoder_start_token_id=0)
-        config = AutoConfig.for_model(kind, **overrides)
-        torch.manual_seed(0)
-        model = loaders[role].from_config(config)
-        with torch.no_grad():  # scores far from uniform, as any_models.build draws them
-            for parameter in model.parameters():
-                if parameter.dim() >= 2:
-                    parameter.normal_(0.0, any_models.SPREAD)
-        model.save_pretrained(root / kind)
-        tokenizer.save_pretrained(root / kind)
-        found[kind] = str(root / kind)
+        found[kind] = any_models.save(kind, loaders[role], tokenizer, root / kind, **overrides)
     return found
 
 

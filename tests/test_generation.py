@@ -26,26 +26,13 @@ N = 9  # tokens written: the text passes Gemma 2's window of 4 by far
 @pytest.fixture(scope="module")
 def decoders(tmp_path_factory):
     """{model type: a folder with a tiny causal LM and a byte-level tokenizer}."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     root = tmp_path_factory.mktemp("decoders")
     tokenizer = _byte_level_tokenizer()
-    found = {}
-    for kind in KINDS:
-        overrides = {**any_models.TYPES[kind], "vocab_size": len(tokenizer), "bos_token_id": 0,
-                     "eos_token_id": 0, "pad_token_id": 0}  # fmt: skip
-        config = AutoConfig.for_model(kind, **overrides)
-        torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config)
-        with torch.no_grad():  # far from uniform rows, as any_models.build draws them
-            for parameter in model.parameters():
-                if parameter.dim() >= 2:
-                    parameter.normal_(0.0, any_models.SPREAD)
-        model.save_pretrained(root / kind)
-        tokenizer.save_pretrained(root / kind)
-        found[kind] = str(root / kind)
-    return found
+    ids = dict(vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return {kind: any_models.save(kind, AutoModelForCausalLM, tokenizer, root / kind, **ids)
+            for kind in KINDS}  # fmt: skip
 
 
 def _eager(folder: str, ids: list[int]):
@@ -325,3 +312,24 @@ def test_generation_stops_at_the_end_of_text_token_and_says_so(decoders, tmp_pat
     assert c.describe() == f"{n} tokens generated (greedy), stopped at the end-of-text token"
     assert found.weights.shape[2] == c.start + n
     assert np.allclose(found.weights.sum(axis=-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("view", [dict(hide_special=True), dict(words=True)])
+def test_the_table_counts_the_tokens_the_view_shows(decoders, view):
+    """With --hide-special or --words the table's positions and tokens are the shown ones
+    (the words' probabilities the products of their tokens'), not the model's token
+    positions: the helper's new-user run found them out of step."""
+    from attnviz.pipelines.request import Load, Request
+    from attnviz.pipelines.show import show
+
+    request = Request("show", Load(decoders["llama"], "cpu"), text=PROMPT, generate=N, out=None,
+                      **view)  # fmt: skip
+    found = show(request)
+    att, written = found.attention, found.continuation
+    assert [s.position for s in written.steps] == list(range(att.continuation.start,
+                                                             len(att.tokens)))  # fmt: skip
+    for step in written.steps:
+        assert step.token == att.tokens[step.position]
+        assert all(t.token == att.tokens[t.index] and t.index < step.position for t in step.looked)
+    assert [s.prob for s in written.steps] == list(att.continuation.probs)
+    assert written.unit == att.unit and written.sink_left_out == bool(att.special[0])

@@ -15,18 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from attnviz.core.attention import Continuation, Encoded
+    from attnviz.analysis.summary import Target
+    from attnviz.core.attention import Attention, Continuation
 
 SHOWN = 20  # written tokens the terminal lists (the rest with --query, or --json)
-
-
-@dataclass(frozen=True)
-class Looked:
-    """One key the writing row attended to: its position, token, and mean weight."""
-
-    index: int
-    token: str
-    weight: float
 
 
 @dataclass(frozen=True)
@@ -37,8 +29,8 @@ class Step:
     position: int
     token: str
     prob: float
-    looked: tuple[Looked, ...]
-    sink: float  # the first token's mean weight in the writing row (left out of `looked`)
+    looked: tuple[Target, ...]
+    sink: float  # the first token's mean weight in the writing row, where it is left out
 
     def as_dict(self) -> dict[str, Any]:
         looked = [{"index": t.index, "token": t.token, "weight": round(t.weight, 6)}
@@ -57,6 +49,8 @@ class Written:
     written: bool  # generated (True) or given (False)
     steps: tuple[Step, ...]
     line: str  # `Continuation.describe()`
+    sink_left_out: bool = True  # the first token (special) is left out of each ranking
+    unit: str = "token"  # or "word" (--words)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -95,21 +89,40 @@ class WritingRows:
         if lo == self.first:  # each (layer, head) is counted once, with the first row
             self.count += rows.shape[1]
 
-    def written(self, encoded: Encoded, top_k: int) -> Written:
-        """The continuation's steps: each token's probability and the `top_k` keys its
-        writing row attended to most, the first token left out."""
-        import numpy as np
+    def written(self, att: Attention, top_k: int) -> Written:
+        """The continuation's steps (`steps`) from the rows summed, over `att`'s tokens (a
+        streamed run's: the tokens as the model read them)."""
+        return steps(att, self.sums / max(self.count, 1), top_k)
 
-        continuation = encoded.continuation
-        means = self.sums / max(self.count, 1)  # (N, n) mean over layers and heads
-        steps = []
-        for i, prob in enumerate(continuation.probs):
-            position = continuation.start + i
-            row = means[i, :position].copy()  # keys 0 … p − 1: what the writing row saw
-            sink = float(row[0])
+
+def written(att: Attention, top_k: int) -> Written:
+    """The continuation's steps over an attention held whole, as it is shown (its words,
+    without its special tokens: `att.continuation` is in the same units): each writing row
+    averaged over `att`'s layers and every head."""
+    c = att.continuation
+    rows = att.weights[:, :, c.start - 1 : c.start - 1 + len(c.probs)]  # (L, H, N, T)
+    return steps(att, rows.astype("f8").mean(axis=(0, 1)), top_k)
+
+
+def steps(att: Attention, means: Any, top_k: int) -> Written:
+    """Each continuation token's probability and the `top_k` keys its writing row (mean over
+    layers and heads, `means` (N, T)) attended to most; the first token left out where it
+    is special (a decoder's BOS, where spare attention parks), its share said."""
+    import numpy as np
+
+    from attnviz.analysis.summary import Target
+
+    c = att.continuation
+    sink_left_out = bool(att.special[0])
+    found = []
+    for i, prob in enumerate(c.probs):
+        position = c.start + i
+        row = np.array(means[i, :position], dtype=float)  # keys 0 … p − 1: what it saw
+        sink = float(row[0]) if sink_left_out else 0.0
+        if sink_left_out:
             row[0] = -1.0
-            order = np.argsort(-row, kind="stable")[: min(top_k, position - 1)]
-            looked = tuple(Looked(int(k), encoded.tokens[k], float(row[k])) for k in order)
-            steps.append(Step(position, encoded.tokens[position], prob, looked, sink))
-        return Written(continuation.start, continuation.how, continuation.stopped,
-                       continuation.written, tuple(steps), continuation.describe())  # fmt: skip
+        order = np.argsort(-row, kind="stable")[: min(top_k, position - sink_left_out)]
+        looked = tuple(Target(int(k), att.tokens[k], float(row[k])) for k in order)
+        found.append(Step(position, att.tokens[position], prob, looked, sink))
+    return Written(c.start, c.how, c.stopped, c.written, tuple(found), c.describe(att.unit),
+                   sink_left_out, att.unit)  # fmt: skip

@@ -135,19 +135,20 @@ def print_continuation(console: Console, written: Written, shown: int = 20) -> N
     steps = written.steps
     sink = sum(step.sink for step in steps) / max(len(steps), 1)
     verb = "wrote" if written.written else "read"
+    left_out = (f"; the first token is left out (a sink: it held {sink:.0%} of those rows on "
+                "average)") if written.sink_left_out else ""  # fmt: skip
     table = Table(
-        title=f"Where the model looked as it {verb} each token: the row before it, averaged "
-        f"over every head of the layers shown; the first token is left out (a sink: it held "
-        f"{sink:.0%} of those rows on average)",
+        title=f"Where the model looked as it {verb} each {written.unit}: the row before it, "
+        f"averaged over every head of the layers shown{left_out}",
         title_justify="left",
     )
-    for column, justify in (("pos", "right"), ("token", "left"), ("p", "right"),
+    for column, justify in (("pos", "right"), (written.unit, "left"), ("p", "right"),
                             ("looked at most", "left")):  # fmt: skip
         table.add_column(column, justify=justify)
     for step in steps[:shown]:
         looked = " · ".join(f"{t.token}@{t.index} {_weight(t.weight)}" for t in step.looked)
-        table.add_row(str(step.position), Text(step.token, style=_WRITTEN_STYLE),
-                      f"{step.prob:.3f}", looked)  # fmt: skip
+        prob = f"{step.prob:.3f}" if step.prob >= 0.001 else f"{step.prob:.1e}"
+        table.add_row(str(step.position), Text(step.token, style=_WRITTEN_STYLE), prob, looked)
     console.print(table)
     if len(steps) > shown:
         console.print(

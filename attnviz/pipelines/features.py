@@ -65,10 +65,6 @@ class Feature:
 
 ENCODERS, DECODERS, SEQ2SEQS = frozenset({ENCODER}), frozenset({DECODER}), frozenset({SEQ2SEQ})
 WRITERS = frozenset({DECODER, SEQ2SEQ})  # models that write text after their input
-_WRITES = (
-    "the model writes after the text: a decoder continues it (show, export, compare, serve), "
-    "an encoder-decoder model writes its target (show, check); an encoder writes nothing"
-)
 _PAIR = "the model reads [CLS] text [SEP] pair [SEP]"
 _EVERY_HEAD = "the report covers every head of every stack"
 _NORM_ROWS = "--hide-special renormalises rows to sum to 1, and norm's rows are lengths"
@@ -91,10 +87,10 @@ FEATURES = {f.name: f for f in (
             dict(show=ENCODERS, serve=ENCODERS), why=_PAIR),
     Feature("target", "--target", lambda r: r.target is not None,
             dict(show=WRITERS, check=SEQ2SEQS, serve=DECODERS),
-            excludes=(("generate", ""),), why=_WRITES, consumer=_CONTINUED),
+            excludes=(("generate", ""),), consumer=_CONTINUED),
     Feature("generate", "--generate", lambda r: r.generate is not None,
             dict(show=WRITERS, check=SEQ2SEQS, export=DECODERS, compare=DECODERS,
-                 serve=DECODERS), why=_WRITES, consumer=_CONTINUED),
+                 serve=DECODERS), consumer=_CONTINUED),
     Feature("sample", "--sample", lambda r: r.sample,
             dict(show=DECODERS, export=DECODERS, compare=DECODERS, serve=DECODERS),
             needs=("generate",), why="it draws the tokens --generate writes"),

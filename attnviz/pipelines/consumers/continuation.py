@@ -15,11 +15,15 @@ class Continued(Consumer):
         from attnviz.analysis.continuation import WritingRows
 
         continuation = getattr(run.encoded, "continuation", None)  # none on a source/target
-        if continuation is None:
+        if continuation is None or not run.streamed:  # held whole: read from `run.shown`
             return []
         self.rows = WritingRows(run.layers, continuation, len(run.encoded))
         return [self.rows]
 
     def finish(self, run: Run) -> None:
-        if self.rows is not None:
-            run.result["continuation"] = self.rows.written(run.encoded, self.request.top_k)
+        from attnviz.analysis.continuation import written
+
+        if self.rows is not None:  # streamed: no --words or --hide-special
+            run.result["continuation"] = self.rows.written(run.shown, self.request.top_k)
+        elif run.shown.continuation is not None:  # as shown: words, special tokens hidden
+            run.result["continuation"] = written(run.shown, self.request.top_k)
