@@ -262,6 +262,9 @@ def test_serve_export_and_compare_continue_a_decoder_s_texts(decoders, tmp_path)
     args = [PROMPT, "A dog sat on the mat", "-m", folder, "--generate", "3", "--no-images"]
     result = runner.invoke(app, ["compare", *args, "--json", "--device", "cpu"])
     assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["compare", *args, "--device", "cpu"])
+    a_line = next(line for line in result.output.splitlines() if line.startswith("  A: "))
+    assert "▸" in a_line and "3 tokens generated (greedy)" in result.output
 
 
 def test_the_page_marks_the_continuation_and_steps_through_it(browser, decoders, tmp_path):

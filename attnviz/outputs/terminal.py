@@ -893,8 +893,13 @@ def print_comparison_header(console: Console, comparison: Comparison, models: st
     pairs = comparison.pairs
     console.print(f"[bold]Compare[/] ({models}, {comparison.a.unit}s)", highlight=False)
     if len(pairs) == 1:
-        console.print(f"  A: {' '.join(comparison.a.tokens)}", highlight=False, soft_wrap=True)
-        console.print(f"  B: {' '.join(comparison.b.tokens)}", highlight=False, soft_wrap=True)
+        for side, att in (("A", comparison.a), ("B", comparison.b)):
+            tokens = list(att.tokens)
+            c = att.continuation  # a decoder's --generate: ▸ where what it wrote starts
+            said = f" ({c.describe(att.unit)})" if c is not None else ""
+            if c is not None:
+                tokens.insert(c.start, "▸")
+            console.print(f"  {side}: {' '.join(tokens)}{said}", highlight=False, soft_wrap=True)
     else:
         console.print(f"  {len(pairs)} pairs; the figures are means over them", highlight=False)
     for number, pair in enumerate(pairs, start=1):
