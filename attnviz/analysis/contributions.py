@@ -536,17 +536,6 @@ class SpecialShares:
         return special_means(self._sums[1], self._special).astype("f4")
 
 
-def lengths_readable(loaded: LoadedModel) -> bool:
-    """Whether each key's ‖f^h(x_j)‖ can be read of this model (`ValueLengths`)."""
-    from attnviz.errors import UnsupportedModelError
-
-    try:
-        ValueLengths(loaded)
-    except UnsupportedModelError:
-        return False
-    return True
-
-
 def readable_weights(loaded: LoadedModel, stack: str | None = None) -> Any:
     """Each layer's `mha.LayerWeights` (of `stack`), read as a layer is asked for
     (`adapters.EachLayer`), or None where attnviz cannot read the model's value and output
@@ -851,17 +840,17 @@ class EveryMeasure:
     def __init__(
         self, loaded: LoadedModel, layers: list[int], batch: list[Any], chosen: str
     ) -> None:
-        from attnviz.core import adapters
+        from attnviz.errors import UnsupportedModelError
 
         width = max(len(encoded) for encoded in batch)  # as `tokens.pad` pads
-        readable = {"input"} if adapters.knows(loaded.model) else set()
-        if not readable and lengths_readable(loaded):  # norm from v and W_O by name
-            readable = {"norm"}
-        self.recorders = {
-            name: Measured(loaded, measure, layers, len(batch), width)
-            for name, measure in MEASURES.items()
-            if name != chosen and ("input" not in measure.kinds or readable & {"input", name})
-        }
+        self.recorders = {}
+        for name, measure in MEASURES.items():
+            if name == chosen:
+                continue
+            try:  # a measure this model cannot give (ALTI without an adapter) is left out
+                self.recorders[name] = Measured(loaded, measure, layers, len(batch), width)
+            except UnsupportedModelError:
+                continue
 
     def page(
         self, raw: Any, shown: Any, transform: Any, kept: Measured | None = None, row: int = 0

@@ -179,6 +179,13 @@ Site = tuple  # (stack, layer): a layer of one attention stack (stack None: the 
 INSIDE = {"probs", ROWS, ENTROPY, "heads", "scores", "values"}  # what attnviz's function hands out
 
 
+def fast_attention(loaded: Any) -> str | None:
+    """What layers nobody wants run (`recording.Listener.fast`): the model's fast attention
+    (SDPA, flash_attention_2), or None: attnviz's blocks, recording nothing, for a model
+    transformers runs without SDPA."""
+    return loaded.info.attention if getattr(loaded.model, "_supports_sdpa", True) else None
+
+
 def records(model: Any) -> bool:
     """Whether `model` runs attnviz's attention function (`core.recording`), which records
     the probabilities inside the model's attention call; else it runs eager attention and
@@ -220,10 +227,7 @@ class _Pass:
                  block_rows: int, edit: Edit | None) -> None:  # fmt: skip
         self.loaded, self.recorders, self.wanted = loaded, recorders, wanted
         self.inside, self.block_rows, self.edit = inside, block_rows, edit
-        # what layers nobody wants run: the model's fast attention, or attnviz's blocks
-        # (recording nothing) for a model transformers runs without SDPA
-        supported = getattr(loaded.model, "_supports_sdpa", True)
-        self.fast = loaded.info.attention if supported else None
+        self.fast = fast_attention(loaded)
         self.entropy = any(ENTROPY in kinds for kinds in wanted.values())
         self._unserved = set(wanted)  # sites whose recorders have not had their tensors
         self._seen: dict[Site, dict[str, Any]] = {}

@@ -94,11 +94,10 @@ class _Holding:
     of every later call (a generation step: one query over the cache's keys)."""
 
     def __init__(self, loaded: LoadedModel, layers: Sequence[int], reading: Reading) -> None:
-        from attnviz.core.capture import Callers
+        from attnviz.core.capture import Callers, fast_attention
         from attnviz.core.recording import BLOCK_ROWS
 
-        supported = getattr(loaded.model, "_supports_sdpa", True)
-        self.fast = loaded.info.attention if supported else None
+        self.fast = fast_attention(loaded)
         self.block_rows, self.entropy = BLOCK_ROWS, False
         self.reading, self.wanted = reading, set(layers)
         self._sites = Callers(loaded.model)

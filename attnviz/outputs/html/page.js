@@ -387,7 +387,7 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
   const written = (i) => !!W && i >= W.start;
   function continuedText() {
     const line = textLine("prompt", D.text.slice(0, W.text_at));
-    const tail = textLine(W.written ? "written" : "given", D.text.slice(W.text_at));
+    const tail = textLine(W.generated ? "written" : "given", D.text.slice(W.text_at));
     tail.classList.add("written");
     return [line, tail, el("p", { className: "facts", textContent: W.line })];
   }
@@ -1157,11 +1157,11 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
       el("button", { type: "button", textContent: "▶", disabled: k >= n - 1, onclick: () => go(Math.min(n - 1, k + 1)) }),
       " ");
     if (k < 0 || k >= n) {
-      bar.append(el("button", { type: "button", textContent: `step through the ${n} ${W.written ? "written" : "given"} tokens`,
+      bar.append(el("button", { type: "button", textContent: `step through the ${n} ${W.generated ? "written" : "given"} tokens`,
         onclick: () => go(0) }));
     } else {
       const t = W.start + k;
-      bar.append(el("span", { textContent: `step ${k + 1} of ${n}: the model ${W.written ? "wrote" : "read"} ` }),
+      bar.append(el("span", { textContent: `step ${k + 1} of ${n}: the model ${W.generated ? "wrote" : "read"} ` }),
         el("strong", { className: "written", textContent: `“${ST.tokens[t]}”` }),
         el("span", { textContent: ` (p = ${W.probs[k].toFixed(3)}) from the row of “${ST.tokens[i]}” (position ${i}), shown below` }));
     }

@@ -198,7 +198,7 @@ def continuation_entry(att: Attention) -> dict[str, Any] | None:
     # a pooled map's or a window's rows are not the text's tokens: marked, not stepped through
     exact = att.pool_size == 1 and first == 0
     return {**c.as_dict(), "start": (c.start - first) / att.pool_size, "text_at": c.text_at,
-            "written": c.written, "line": c.describe(att.unit), "steps": exact}  # fmt: skip
+            "line": c.describe(att.unit), "steps": exact}  # fmt: skip
 
 
 def page_frame(att: Attention, scale: str, cmap: str) -> dict[str, Any]:
