@@ -286,9 +286,9 @@ class Scores:
             entropies = torch.special.entr(probs).sum(dim=-1) if entropy else None
         else:
             probs, entropies = torch.softmax(scores, dim=-1), None
-            if entropy:  # −Σ p ln p = ln Z − Σ p s, ln Z = s_max − ln p_max: no logarithm or
-                # exponential of every cell (hidden keys: p = 0 and a finite s, so they add 0)
-                log_z = scores.amax(dim=-1) - torch.log(probs.amax(dim=-1))
+            if entropy:  # −Σ p ln p = ln Z − Σ p s: no logarithm or exponential of every
+                # cell (hidden keys: p = 0 and a finite s, so they add 0)
+                log_z = _log_z(scores, probs, trimmed)
                 entropies = log_z - torch.einsum("bhqk,bhqk->bhq", probs, scores)
         if sees is not None:  # a row that sees no key (padding) is 0, not uniform
             empty = ~sees.any(dim=-1)  # (B or 1, 1, b)
@@ -297,6 +297,21 @@ class Scores:
                 if entropies is not None:
                     entropies = entropies.masked_fill(empty, 0.0)
         return probs, entropies
+
+
+def _log_z(scores: torch.Tensor, probs: torch.Tensor, first_seen: bool) -> torch.Tensor:
+    """ln Z of each row, (B, H, b), from its scores and the softmax's probabilities: since
+    p_j = exp(s_j − ln Z), ln Z = s_j − ln p_j for any key j the row sees. Where every row
+    sees key 0 (`first_seen`: a causal layer with no mask) and no p_0 is below 1e-30 (its
+    logarithm keeps float32's relative precision), that is one column: no pass over the
+    block; else key j is each row's largest (two maxima over the block)."""
+    import torch
+
+    if first_seen:
+        first = probs[..., 0]
+        if bool((first > 1e-30).all()):
+            return scores[..., 0] - torch.log(first)
+    return scores.amax(dim=-1) - torch.log(probs.amax(dim=-1))
 
 
 def _products(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
