@@ -2,9 +2,10 @@
 attention sinks (gpt-oss), an encoder with local and global layers (ModernBERT), saved to
 folders as a user's checkpoints are, read through attnviz's attention function alone.
 
-What needs a family's weight names (check's from-scratch attention, the norm measure) is
-refused in one line, exit 2; everything else works, and head ablation acts inside the
-attention function (checked against a copy whose output projection ignores the head).
+What needs a family's weight names (check's from-scratch attention) is refused in one line,
+exit 2; everything else works: the measures of norms read v inside the attention call, W_O
+by name and the norms around the block from the model itself, and head ablation acts inside
+the attention function (checked against a copy whose output projection ignores the head).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typer.testing import CliRunner
 
 import attnviz
 from attnviz.cli import app
-from attnviz.errors import InputError
 from tests import any_models
 from tests.conftest import _byte_level_tokenizer, _wordpiece_tokenizer
 
@@ -100,22 +100,15 @@ def test_show_export_report_compare_run_on_any_model(kind, folders, tmp_path):
     assert compared.exit_code == 0, compared.output
 
 
-@pytest.mark.parametrize(
-    "args, said",
-    [
-        (["check", TEXT], "attnviz check recomputes attention from scratch with each family"),
-        (["show", TEXT, "--measure", "alti", "--no-images"], "--measure alti needs X's"),
-    ],
-)
-def test_what_needs_a_family_s_weights_is_one_line_before_loading(args, said, folders,
-                                                                  monkeypatch):  # fmt: skip
+def test_check_without_an_adapter_is_one_line_before_loading(folders, monkeypatch):
     from attnviz.core import models
 
     def not_loaded(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr(models, "load_model", not_loaded)
-    result = runner.invoke(app, [*args, "-m", folders["gpt_neox"]])
+    said = "attnviz check recomputes attention from scratch with each family"
+    result = runner.invoke(app, ["check", TEXT, "-m", folders["gpt_neox"]])
     assert "'gpt_neox' has none" in result.output
     assert result.exit_code == 2, result.output
     assert said in result.output and "Traceback" not in result.output
@@ -130,7 +123,7 @@ def test_the_norm_measure_reads_v_and_w_o_of_any_model(kind, folders):
     α times their lengths; the special share by norm and the page's norm come with them."""
     import torch
 
-    from attnviz.analysis.contributions import ValueLengths
+    from attnviz.analysis.contributions import Values
     from attnviz.core import capture
     from attnviz.core.adapters import generic
     from attnviz.core.adapters.base import linear
@@ -152,7 +145,7 @@ def test_the_norm_measure_reads_v_and_w_o_of_any_model(kind, folders):
         for hook in hooks:
             hook.remove()
     norm = attnviz.attention(TEXT, model=folders[kind], device="cpu", measure="norm")
-    reader = ValueLengths(loaded)
+    reader = Values(loaded)
     assert reader.kind == "values"
     for layer, tensors in got.items():
         v, probs = tensors["values"][0].double(), tensors["probs"][0].double()  # (Hkv,S,d), (H,T,S)
@@ -186,6 +179,74 @@ def test_the_norm_measure_without_an_adapter_equals_the_adapter_s(loaded_tiny, m
         assert np.abs(adapted - by_name).max() <= 1e-5, arch
 
 
+def test_alti_and_mixing_without_an_adapter_equal_the_adapter_s(loaded_tiny, monkeypatch):
+    """The norms around each block read from the model itself (`residual.around`), with v and
+    W_O by name, against what the adapters name: Llama (pre-LN), BERT (post-LN: the norm
+    covers block + residual), Gemma 2 (the block normalised alone, then added): ALTI's
+    contributions and the four mixing ratios equal within 1e-5."""
+    from attnviz.analysis.contributions import measured
+    from attnviz.core import adapters
+    from attnviz.core.tokens import encode
+
+    for arch in ("llama", "bert", "gemma2"):
+        loaded = loaded_tiny[arch]
+        encoded = [encode(loaded, TEXT)]
+        kept: list = []
+        adapted = measured(loaded, encoded, "alti", keep=kept)[0].weights
+        with monkeypatch.context() as patched:
+            patched.delitem(adapters.BY_TYPE, loaded.model.config.model_type)
+            again: list = []
+            read = measured(loaded, encoded, "alti", keep=again)[0].weights
+        assert np.abs(adapted - read).max() <= 1e-5, arch
+        for layer, found in kept[0].mixing.items():
+            for ratio, other in zip(found.ratios, again[0].mixing[layer].ratios):
+                assert (ratio - other).abs().max() <= 1e-5, arch
+
+
+@pytest.mark.parametrize(
+    "kind, form",
+    [("gpt_neox", "pre"),  # parallel attention and feed-forward
+     ("olmo2", "alone"), ("gemma3_text", "alone"),  # the block normalised, then added
+     ("opt", "pre"), ("modernbert", "pre"),  # ModernBERT: its first layer's norm an identity
+     ("xlm-roberta-xl", "pre"), ("ernie", "post"), ("mobilebert", None)],
+)  # fmt: skip
+def test_how_a_block_joins_the_stream_is_read_from_the_model(kind, form):
+    """`residual.around` on tiny models of types without an adapter: each form found in every
+    layer (pre-LN: no norm after the block; a norm of the block alone; post-LN: a norm of
+    block + residual), the normalisation's numbers checked against its module as it is read;
+    MobileBERT (bottlenecks between the stream and the block) refused in one line."""
+    from attnviz.core import recording, residual
+    from attnviz.core.adapters import generic
+    from attnviz.errors import UnsupportedModelError
+
+    recording.register()
+    model = any_models.build(kind)
+    model.set_attn_implementation(recording.NAME)
+    if form is None:
+        with pytest.raises(UnsupportedModelError, match="cannot tell how layer 0"):
+            residual.around(model, 0)
+        return
+    for layer in range(len(generic.callers(model))):
+        found = residual.around(model, layer)
+        assert (found.norm is None) == (form == "pre"), (kind, layer)
+        assert found.covers_residual == (form == "post"), (kind, layer)
+
+
+@pytest.mark.parametrize("kind", ["gpt_neox", "modernbert"])
+def test_alti_and_mixing_run_on_any_model(kind, folders, tmp_path):
+    """`show --measure alti` and `report`'s mixing ratios on types with no adapter: rows of
+    ALTI sum to 1, the report gives four mixing ratios a layer."""
+    found = attnviz.attention(TEXT, model=folders[kind], device="cpu", measure="alti")
+    assert np.allclose(found.weights.sum(axis=-1), 1.0, atol=1e-5)
+    reported = runner.invoke(app, ["report", TEXT, "A dog barked.", "-m", folders[kind],
+                                   "-o", str(tmp_path / "r"), "--json"])  # fmt: skip
+    assert reported.exit_code == 0, reported.output
+    said = json.loads(reported.stdout)
+    mixing = said["mixing_ratio"]  # four ratios, one value a layer, each in [0, 1]
+    assert mixing is not None and len(mixing) == 4, said
+    assert all(len(ratios) == 2 and all(0 <= r <= 1 for r in ratios) for ratios in mixing.values())
+
+
 def test_ablation_acts_inside_the_attention_function(folders):
     """`show --ablate 1.2` on GPT-NeoX: the loss after equals a copy whose output projection
     (attention.dense) ignores head 2 of layer 1, by a plain loop."""
@@ -216,7 +277,8 @@ def test_ablation_acts_inside_the_attention_function(folders):
 @pytest.mark.parametrize("kind", ["gpt_oss", "modernbert"])
 def test_serve_pages_and_tiles_of_any_model(kind, folders):
     """`serve`'s page of the text, and a tile of every head made from the queries and keys
-    its pass kept: the API's cells (sinks and local windows too)."""
+    its pass kept: the API's cells (sinks and local windows too); norm tiles, the API's
+    `--measure norm`."""
     from attnviz.core.models import model
     from attnviz.pipelines import serve, tiles
     from attnviz.pipelines.serve import Question
@@ -232,8 +294,13 @@ def test_serve_pages_and_tiles_of_any_model(kind, folders):
             tile = tiles.tile(served, holder, TileQuestion(layer, head, q0=0, q1=n, k0=0, k1=n))
             found = np.array(tile["values"], dtype=np.float32)
             assert np.abs(found - api.pattern(layer, head)).max() <= 1e-6
-    with pytest.raises(InputError, match="norm tiles need each head's W_V and W_O"):
-        tiles.tile(served, holder, TileQuestion(0, 0, measure="norm"))
+    # norm tiles: ‖α f(x_j)‖ from the held lengths (v and W_O by name), the API's norm
+    norm = attnviz.attention(TEXT, model=folders[kind], device="cpu", measure="norm")
+    for layer in range(api.info.n_layers):
+        tile = tiles.tile(served, holder, TileQuestion(layer, 1, q0=0, q1=n, k0=0, k1=n,
+                                                       measure="norm"))  # fmt: skip
+        found = np.array(tile["values"], dtype=np.float32)
+        assert np.abs(found - norm.weights[layer, 1]).max() <= 1e-5
 
 
 def test_an_encoder_decoder_without_an_adapter_reads_every_stack(folders, tmp_path):

@@ -156,7 +156,7 @@ def test_unreadable_value_weights_leave_norm_and_mixing_out(tiny_model_dirs, mon
 
     model = str(tiny_model_dirs["bert"])
     result = attnviz.report(TEXTS, model=model, device="cpu")
-    monkeypatch.setattr(contributions, "readable_weights", lambda *args: None)
+    monkeypatch.setattr(contributions, "values_of", lambda *args: None)
     without = attnviz.report(TEXTS, model=model, device="cpu")
     assert without.mixing is None and without.as_dict()["mixing_ratio"] is None
     rows = without.rows()

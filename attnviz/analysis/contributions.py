@@ -130,10 +130,10 @@ def value_vectors(x: torch.Tensor, weights: Any) -> torch.Tensor:
     return torch.einsum("bthk,hkd->bhtd", value_heads(x, weights), w_o)
 
 
-class ValueLengths:
-    """Each key's ‖f^h(x_j)‖ per head, layer by layer, from what the pass hands over: X
-    through the family's W_V and W_O where attnviz has an adapter (`value_vectors`), else
-    the values v the model handed its own attention through W_O found by name
+class Values:
+    """Each head's values and W_O^h, layer by layer, from what the pass hands over: X through
+    the family's W_V and W_O where attnviz has an adapter (`value_heads`), else the values v
+    the model handed its own attention, through W_O found by name
     (`adapters.generic.OUTPUT_PROJECTIONS`: any model whose attention attnviz records).
     `kind` is the capture kind it reads; `weights` the adapter's, or None."""
 
@@ -166,11 +166,45 @@ class ValueLengths:
             )
         self.kind = "values"
 
+    def heads(self, layer: int, tensors: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(v^h_j (B, T, H, d_k), W_O^h (H, d_k, d_model)) of `layer`, float32, from its
+        tensors of the pass (query head h reads value head h // G)."""
+        from attnviz.core.adapters.base import linear
+
+        if self.weights is not None:
+            weights = self.weights[layer]
+            v = value_heads(tensors[self.kind].float(), weights)
+            return v, weights.w_o.float().reshape(weights.n_heads, weights.d_k, -1)
+        values = tensors["values"].float()  # (B, H_kv, S, d)
+        w_o = linear(self._projections[layer])[0].float()  # (H·d, d_model)
+        d = values.shape[-1]
+        n_heads = w_o.shape[0] // d
+        v = values.transpose(1, 2).repeat_interleave(n_heads // values.shape[1], dim=2)
+        return v, w_o.reshape(n_heads, d, -1)
+
+    def vectors(self, layer: int, tensors: dict[str, Any]) -> torch.Tensor:
+        """f^h(x_j) = v^h_j W_O^h of every head: (B, H, T, d_model)."""
+        import torch
+
+        v, w_o = self.heads(layer, tensors)
+        return torch.einsum("bthk,hkd->bhtd", v, w_o)
+
     def of(self, layer: int, tensors: dict[str, Any]) -> torch.Tensor:
         """‖f^h(x_j)‖ of `layer`, (B, H, S) float32, from its tensors of the pass."""
         if self.weights is not None:
             return value_vectors(tensors[self.kind].float(), self.weights[layer]).norm(dim=-1)
         return value_lengths(tensors["values"], self._projections[layer])
+
+
+def values_of(loaded: LoadedModel, stack: str | None = None) -> Values | None:
+    """`Values` of the model (of `stack`), or None where attnviz cannot read each head's
+    values and W_O (a measure of norms then has nothing to work with)."""
+    from attnviz.errors import UnsupportedModelError
+
+    try:
+        return Values(loaded, stack)
+    except UnsupportedModelError:
+        return None
 
 
 def value_lengths(values: torch.Tensor, projection: Any) -> torch.Tensor:
@@ -290,16 +324,14 @@ class Mixed:
 
 
 def mixed(
-    x: torch.Tensor, weights: Any, residual: torch.Tensor, output: torch.Tensor, norm: Any
+    v: torch.Tensor, w_o: torch.Tensor, residual: torch.Tensor, output: torch.Tensor, norm: Any
 ) -> Mixed:
-    """A layer's `Mixed` from its input x (B, T, d), `mha.LayerWeights`, residual stream,
-    output after W_O (B, T, d each) and the normalisation after the block (or None). G^h_j is
-    v^h_j times W_O^h through the normalisation, so no (B, H, T, d) vectors are shifted."""
+    """A layer's `Mixed` from each head's values v (B, T, H, d_k) and W_O^h (H, d_k, d)
+    (`Values.heads`), its residual stream, output after W_O (B, T, d each) and the
+    normalisation after the block (or None). G^h_j is v^h_j times W_O^h through the
+    normalisation, so no (B, H, T, d) vectors are shifted."""
     import torch
 
-    n_heads, d_k = weights.n_heads, weights.d_k
-    v = value_heads(x.float(), weights)  # (B, T, H, d_k)
-    w_o = weights.w_o.float().reshape(n_heads, d_k, -1)  # W_O^h: (H, d_k, d)
     g_o, rho = _linearised(w_o, residual.float(), output.float(), norm)
     f = torch.einsum("bthk,hkd->bthd", v, w_o)  # f^h_j: (B, T, H, d)
     g = torch.einsum("bthk,hkd->bthd", v, g_o)  # G^h_j
@@ -380,7 +412,7 @@ class Measured:
     ) -> None:
         import numpy as np
 
-        from attnviz.core import adapters
+        from attnviz.core import residual
 
         self.measure = measure
         self.per_layer = measure.per_layer
@@ -388,29 +420,29 @@ class Measured:
         self.slot = {layer: i for i, layer in enumerate(layers)}
         needed = range(max(layers) + 1) if measure.per_layer else layers
         kinds = measure.kinds
-        if stack is not None:  # values are made of the keys' states: cross-attention's source
-            kinds = tuple("source" if kind == "input" else kind for kind in kinds)
         model = loaded.model
-        self._weights = {}
         self._norms = {}
-        self._lengths: ValueLengths | None = None
-        if "input" in measure.kinds:
+        self._values: Values | None = None
+        if "input" in measure.kinds:  # each head's values: X through W_V, or v as handed over
             from attnviz.errors import UnsupportedModelError
 
             try:
-                if measure.name == "norm":  # any model: v and W_O by name where no adapter
-                    self._lengths = ValueLengths(loaded, stack)
-                    kinds = (self._lengths.kind, "probs")
-                else:
-                    self._weights = adapters.EachLayer(model, stack)
+                self._values = Values(loaded, stack)
             except UnsupportedModelError as error:
                 raise UnsupportedModelError(
                     f"--measure {measure.name} is not defined here: it needs each head's value "
                     f"and output weights, and {error}"
                 ) from None
+            try:
+                if measure.name == "alti":
+                    self._norms = {layer: residual.norm_after(model, layer) for layer in needed}
+            except UnsupportedModelError as error:
+                raise UnsupportedModelError(
+                    f"--measure alti is not defined here: it needs the residual stream and the "
+                    f"normalisation around each block, and {error}"
+                ) from None
+            kinds = tuple(self._values.kind if kind == "input" else kind for kind in kinds)
         self.wants = {layer: kinds for layer in needed}
-        if measure.name == "alti":
-            self._norms = {layer: adapters.norm_after(model, layer) for layer in needed}
         heads = 1 if measure.per_layer else loaded.info.of_stack(stack).n_heads
         keys = width if key_width is None else key_width
         shape = (n_batch, len(layers), heads, width, keys)
@@ -422,12 +454,14 @@ class Measured:
         self._composed: torch.Tensor | None = None
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        import torch
+
         name = self.measure.name
         probs = tensors["probs"].float()
         if name == "weights":
             values = probs
         elif name == "norm":
-            lengths = self._lengths.of(layer, tensors)  # (B, H, S)
+            lengths = self._values.of(layer, tensors)  # (B, H, S)
             if layer in self.slot:
                 self.lengths[:, self.slot[layer]] = lengths.numpy()
             values = probs * lengths[:, :, None, :]  # ‖α f(x_j)‖ = α ‖f(x_j)‖
@@ -435,11 +469,11 @@ class Measured:
             if name == "rollout":
                 step = rollout_layer(probs)
             else:
-                weights, norm = self._weights[layer], self._norms[layer]
-                x, residual = tensors["input"].float(), tensors["residual"].float()
-                output = tensors["output"].float()
-                step = alti_layer(probs, value_vectors(x, weights), residual, output, norm)
-                ratios = mixing_ratios(probs, mixed(x, weights, residual, output, norm))
+                norm, (v, w_o) = self._norms[layer], self._values.heads(layer, tensors)
+                residual, output = tensors["residual"].float(), tensors["output"].float()
+                vectors = torch.einsum("bthk,hkd->bhtd", v, w_o)  # f^h(x_j)
+                step = alti_layer(probs, vectors, residual, output, norm)
+                ratios = mixing_ratios(probs, mixed(v, w_o, residual, output, norm))
                 self.mixing[layer] = AltiLayer(step, ratios)
             previous = self._composed
             self._composed = step if previous is None else step @ previous  # R_l = C_l R_{l−1}
@@ -499,7 +533,7 @@ class SpecialShares:
 
         from attnviz.core.capture import ROWS
 
-        self._reader = ValueLengths(loaded)  # each key's ‖f^h(x_j)‖
+        self._reader = Values(loaded)  # each key's ‖f^h(x_j)‖
         self.wants = {layer: (self._reader.kind, ROWS) for layer in layers}
         self.slot = {layer: i for i, layer in enumerate(layers)}
         self._special = [np.asarray(marked, dtype=bool) for marked in special]  # (T_row,) bool
@@ -534,19 +568,6 @@ class SpecialShares:
     @property
     def by_norm(self) -> Any:
         return special_means(self._sums[1], self._special).astype("f4")
-
-
-def readable_weights(loaded: LoadedModel, stack: str | None = None) -> Any:
-    """Each layer's `mha.LayerWeights` (of `stack`), read as a layer is asked for
-    (`adapters.EachLayer`), or None where attnviz cannot read the model's value and output
-    weights (a measure of norms then has nothing to work with)."""
-    from attnviz.core import adapters
-    from attnviz.errors import UnsupportedModelError
-
-    try:
-        return adapters.EachLayer(loaded.model, stack)
-    except UnsupportedModelError:
-        return None
 
 
 class ContributionSums:
@@ -603,6 +624,24 @@ class ContributionSums:
         return self.mixing_sums.total() / self.tokens
 
 
+def mixing_left_out(loaded: LoadedModel) -> str | None:
+    """Why `report` leaves a one-stack model's mixing ratios out (it cannot read each head's
+    values and W_O, or how a block joins the residual stream), or None: they are measured."""
+    from attnviz.core import residual
+    from attnviz.errors import UnsupportedModelError
+
+    if loaded.info.seq2seq:
+        return None  # defined for one-stack models only (docs/seq2seq.md)
+    if values_of(loaded) is None:
+        return "attnviz cannot read each head's values and W_O of this model"
+    try:
+        for layer in range(loaded.info.n_layers):
+            residual.norm_after(loaded.model, layer)
+    except UnsupportedModelError as error:
+        return str(error)
+    return None
+
+
 class CorpusContributions:
     """report's special shares and mixing ratios over a corpus, batch by batch (flat memory):
     `recorders(special)` before a batch's pass, `add(row, att)` for each of its texts after it,
@@ -611,27 +650,32 @@ class CorpusContributions:
     one-stack models). A batch's `mixed` vectors of each layer serve both."""
 
     def __init__(self, loaded: LoadedModel, stack: str | None = None) -> None:
-        from attnviz.core import adapters
+        from attnviz.core import residual
 
         info = loaded.info.of_stack(stack)
         self._stack = stack
-        layers = range(info.n_layers)
-        self._weights = readable_weights(loaded, stack) or {}  # for norm and mixing
-        self._norms: dict[int, Any] = {}
-        if stack is None and self._weights:  # the normalisation after each block, for mixing
-            self._norms = {layer: adapters.norm_after(loaded.model, layer) for layer in layers}
-        mixing = stack is None and bool(self._weights)
-        self.sums = ContributionSums(info.n_layers, info.n_heads, mixing, bool(self._weights))
+        self._values = values_of(loaded, stack)  # for norm and mixing
+        self._norms: dict[int, Any] | None = None  # the normalisation after each block
+        if stack is None and self._values is not None and mixing_left_out(loaded) is None:
+            model = loaded.model
+            self._norms = {
+                layer: residual.norm_after(model, layer) for layer in range(info.n_layers)
+            }
+        mixing = self._norms is not None
+        by_norm = self._values is not None
+        self.sums = ContributionSums(info.n_layers, info.n_heads, mixing, by_norm)
+        self._n_layers = info.n_layers
         self._added = 0
         self._batch: _ContributionPass | None = None
 
     def recorders(self, special: list[Any]) -> list[Any]:
         """One batch's recorders, from its texts' special masks ((T_row,) bool, of the
         queries: the source's for the encoder, the target's for the decoder)."""
-        if not self._weights:
+        if self._values is None:
             return []
-        norms = self._norms if self.sums.mixing_sums is not None else None
-        self._batch = _ContributionPass(self._weights, norms, special, self._stack)
+        self._batch = _ContributionPass(
+            self._values, self._n_layers, self._norms, special, self._stack
+        )
         return [self._batch]
 
     def add(self, row: int, att: Any, index: int | None = None, by_weight: Any = None) -> None:
@@ -674,7 +718,8 @@ class _ContributionPass:
 
     def __init__(
         self,
-        weights: dict[int, Any],
+        values: Values,
+        n_layers: int,
         norms: dict[int, Any] | None,
         special: list[Any],
         stack: str | None,
@@ -684,25 +729,29 @@ class _ContributionPass:
         from attnviz.core.capture import ROWS
 
         self.stack = stack
-        self._x = "input" if stack is None else "source"  # what the values are made of
-        self._weights, self._norms = weights, norms
+        self._values, self._norms = values, norms
         self._special = [np.asarray(marked, dtype=bool) for marked in special]
-        kinds = (self._x, ROWS, *(("output", "residual") if norms is not None else ()))
-        self.wants = {layer: kinds for layer in weights}
-        n_layers, n_heads = len(weights), next(iter(weights.values())).n_heads
-        self._by_norm = np.zeros((len(special), n_layers, n_heads))  # sums over queries
+        kinds = (values.kind, ROWS, *(("output", "residual") if norms is not None else ()))
+        self.wants = {layer: kinds for layer in range(n_layers)}
+        self._by_norm = None  # sums over queries, (B, L, H) once the first layer is in
         self._mixing = np.zeros((len(special), len(MIXING), n_layers))  # sums over tokens
+        self._n_layers = n_layers
         self._lengths: Any = None  # the layer's ‖f^h(x_j)‖, (B, H, T)
         self._mixed: Mixed | None = None
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
-        x, weights = tensors[self._x].float(), self._weights[layer]
+        import numpy as np
+
         if self._norms is None:
-            self._lengths = value_vectors(x, weights).norm(dim=-1).numpy()
-            return
-        residual, output = tensors["residual"], tensors["output"]
-        self._mixed = mixed(x, weights, residual, output, self._norms[layer])
-        self._lengths = self._mixed.lengths().numpy()
+            self._lengths = self._values.of(layer, tensors).numpy()
+        else:
+            residual, output = tensors["residual"], tensors["output"]
+            v, w_o = self._values.heads(layer, tensors)
+            self._mixed = mixed(v, w_o, residual, output, self._norms[layer])
+            self._lengths = self._mixed.lengths().numpy()
+        if self._by_norm is None:
+            shape = (len(self._special), self._n_layers, self._lengths.shape[1])
+            self._by_norm = np.zeros(shape)
 
     def receive_rows(self, layer: int, start: int, rows: Any) -> None:
         """Query rows start … start+b−1 of `layer`, (B, H, b, W)."""

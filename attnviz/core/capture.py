@@ -53,6 +53,7 @@ tensors the edit used (the gates), and no weight changes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -146,8 +147,8 @@ def run(
     inside = records(model)
     heard = _Pass(loaded, recorders, wanted, inside, rows, edit if inside else None)
     hooked = {site: heard.hooked(site) for site in wanted}
-    read = sorted({kind for kinds in hooked.values() for kind in kinds} - {"probs"})
-    if read and not adapters.knows(model):
+    read = sorted(_unhookable(model, hooked))
+    if read:
         raise UnsupportedModelError(
             f"this needs each layer's {', '.join(read)}, which attnviz reads through its "
             f"adapters; '{model.config.model_type}' has none (docs/models.md)"
@@ -159,6 +160,64 @@ def run(
     heard.check_served()
     memory.return_freed_memory()  # the pass's activations, not held while the figures draw
     return output
+
+
+# Which module each hooked kind is read at (see `_hooked`): X's projection, W_O, the module
+# whose input is the residual stream, and the one whose input makes the keys and values.
+_AT = {"input": ("q",), "output": ("o",), "heads": ("o",), "residual": ("residual", "q"),
+       "source": ("source", "q")}  # fmt: skip
+
+
+def _unhookable(model: Any, hooked: Mapping[Site, set[str]]) -> set[str]:
+    """The kinds asked of a site whose module this model's adapter (or `adapters.generic`,
+    for a model without one) does not name."""
+    missing = set()
+    for (stack, layer), kinds in hooked.items():
+        mods = adapters.layer_modules(model, layer, stack)
+        for kind in kinds - {"probs"}:
+            if all(getattr(mods, name) is None for name in _AT[kind]):
+                missing.add(kind)
+    return missing
+
+
+def trace(model: Any, roots: Sequence[Any]) -> dict[int, list[list]]:
+    """One pass of `model`'s base model over four tokens with every module under each of
+    `roots` (a model's layers) traced: {id(root): its calls in order, each [module, order,
+    first float input, output (the first of a tuple)]}. What `core.residual` reads how a
+    block joins the residual stream from."""
+    import torch
+
+    seen: dict[int, list[list]] = {}
+    handles = []
+
+    def first_tensor(args: Any, kwargs: Any) -> Any:
+        for value in (*args, kwargs.get("hidden_states"), *kwargs.values()):
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                return value
+        return None
+
+    def pre(calls: list, module: Any, args: Any, kwargs: Any) -> None:
+        calls.append([module, len(calls), first_tensor(args, kwargs), None])
+
+    def post(calls: list, module: Any, args: Any, kwargs: Any, output: Any) -> None:
+        call = next(c for c in reversed(calls) if c[0] is module and c[3] is None)
+        call[3] = output[0] if isinstance(output, (tuple, list)) else output
+
+    for root in {id(r): r for r in roots}.values():
+        calls = seen.setdefault(id(root), [])
+        for module in root.modules():
+            before, after = functools.partial(pre, calls), functools.partial(post, calls)
+            handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
+            handles.append(module.register_forward_hook(after, with_kwargs=True))
+    try:
+        vocab = getattr(model.config, "vocab_size", None) or 4
+        ids = (torch.arange(4) % vocab)[None].to(model.device)
+        with torch.inference_mode():
+            model.base_model(input_ids=ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen
 
 
 def _replayed(loaded: Any, recorders: Sequence[Recorder], wanted: dict, block_rows: int,
@@ -433,9 +492,22 @@ def _hooked(
                 return act(site, mods, args, output)
             return None
 
+        def pre_hook(module, args, kwargs):  # a layer may be handed its input by name
+            if not args and "hidden_states" in kwargs:
+                replaced = hook(module, (kwargs["hidden_states"],))
+                if replaced is not None:
+                    kwargs = {**kwargs, "hidden_states": replaced[0]}
+                return (), kwargs
+            replaced = hook(module, args)
+            return None if replaced is None else (replaced, kwargs)
+
         for module in {id(pick(m)): pick(m) for _, m in sites}.values():
-            register = module.register_forward_pre_hook if before else module.register_forward_hook
-            handles.append(register(hook))
+            if module is None:  # not named for this model (`_unhookable` refused a want of it)
+                continue
+            if before:
+                handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+            else:
+                handles.append(module.register_forward_hook(hook))
 
     def record(kind: str, pick: Callable[[LayerModules], Any], before: bool, take: Callable):
         def act(site: Site, mods: LayerModules, args: Any, output: Any) -> None:

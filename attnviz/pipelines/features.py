@@ -199,25 +199,18 @@ def refuse(request: Request, facts: Any = None) -> None:
 
 
 def _refuse_without_adapter(request: Request, facts: Any) -> None:
-    """What reads a family's weights by name (check's from-scratch attention, ALTI) on a
-    model type attnviz has no adapter for: one line, from its config alone. (--measure norm
-    reads v inside the model's attention call and W_O by name: refused after loading where
-    no output projection is found.)"""
-    from attnviz.analysis.contributions import get
+    """`check` (the from-scratch attention reads a family's weights by name) on a model type
+    attnviz has no adapter for: one line, from its config alone. (The measures of norms read
+    v inside the model's attention call, W_O by name and the norms around the block from
+    the model itself: refused after loading where one is not found.)"""
     from attnviz.core.models import SUPPORTED_TYPES
 
     kind = getattr(facts, "model_type", None)
-    if kind is None or kind in SUPPORTED_TYPES:
-        return
-    if request.command == "check":
-        what = "attnviz check recomputes attention from scratch with each family's weights"
-    elif request.measure != "norm" and "input" in get(request.measure).kinds:
-        # norm takes v from the model's own attention call and W_O by name (any model)
-        what = f"--measure {request.measure} needs X's projections and the norms around the block"
-    else:
+    if kind is None or kind in SUPPORTED_TYPES or request.command != "check":
         return
     raise InputError(
-        f"{what}, read through attnviz's adapters; '{kind}' has none (it knows: "
+        "attnviz check recomputes attention from scratch with each family's weights, read "
+        f"through attnviz's adapters; '{kind}' has none (it knows: "
         f"{', '.join(SUPPORTED_TYPES)}; docs/models.md)"
     )
 

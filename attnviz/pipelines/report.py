@@ -233,10 +233,14 @@ def build_report(
     One process runs every part of the corpus (`pipelines.corpus`); a distributed run splits
     them (`pipelines.distributed`) and gets the same numbers.
     """
+    from attnviz.analysis.contributions import mixing_left_out
     from attnviz.pipelines import corpus
 
     methods = corpus.refuse_before_the_pass(loaded, layers, heads, importance)
     read = corpus.read_corpus(loaded, sentences, batch_size, truncate, on_warning)
+    left_out = mixing_left_out(loaded)
+    if left_out is not None and on_warning:
+        on_warning(f"the mixing ratios are left out: {left_out}")
     every = range(len(read.batches))
     sums = corpus.run_part(loaded, sentences, read, every, words, truncate, on_progress)
     runs = corpus.importance_runs(loaded, sentences, read, methods, truncate=truncate,

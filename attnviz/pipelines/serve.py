@@ -218,7 +218,7 @@ def tiles_only(
     draws each head from tiles (pooled over the whole text, exact cells where zoomed)."""
     import numpy as np
 
-    from attnviz.analysis.contributions import MEASURES, readable_weights
+    from attnviz.analysis.contributions import MEASURES, values_of
     from attnviz.core.attention import Attention
     from attnviz.outputs.html.page import page_frame
     from attnviz.pipelines.tiles import read
@@ -243,7 +243,7 @@ def tiles_only(
     )
     norm = MEASURES["norm"]
     measures = {}
-    if readable_weights(model.load()) is not None:  # norm needs the value weights
+    if values_of(model.load()) is not None:  # norm needs each head's values and W_O
         measures["norm"] = {"unit": norm.unit, "help": norm.help, "cite": norm.cite,
                             "per_layer": False, "top": None}  # fmt: skip
     return {

@@ -106,11 +106,14 @@ def _heads(info: Any) -> int:
 
 
 def _norms(loaded: LoadedModel) -> bool:
-    """Whether tiles keep the norm measure's lengths: attnviz reads the model's W_V and W_O
-    through its adapter."""
-    from attnviz.core import adapters
+    """Whether tiles keep the norm measure's lengths: attnviz reads each head's values and
+    W_O (`contributions.values_of`; the answer is kept on the model)."""
+    found = getattr(loaded.model, "_attnviz_tile_norms", None)
+    if found is None:
+        from attnviz.analysis.contributions import values_of
 
-    return adapters.knows(loaded.model)
+        found = loaded.model._attnviz_tile_norms = values_of(loaded) is not None
+    return found
 
 
 class Holder:
@@ -175,22 +178,18 @@ def _mib(size: int) -> str:
 
 def _recorder(loaded: LoadedModel, found: dict[int, Any]) -> Any:
     """A capture recorder that puts each layer's (Scores, lengths or None) into `found`: the
-    lengths ‖f^h(x_j)‖ (H, T) from X where the model's adapter reads W_V and W_O; X is not
-    kept."""
-    from attnviz.analysis.contributions import value_vectors
-    from attnviz.core import adapters
+    lengths ‖f^h(x_j)‖ (H, T) where attnviz reads each head's values and W_O
+    (`contributions.Values`); the values themselves are not kept."""
+    from attnviz.analysis.contributions import values_of
     from attnviz.core.capture import Each
 
-    norms = _norms(loaded)
+    values = values_of(loaded) if _norms(loaded) else None
 
     def receive(layer: int, tensors: dict[str, Any]) -> None:
-        lengths = None
-        if norms:
-            weights = adapters.layer_weights(loaded.model, layer)
-            lengths = value_vectors(tensors["input"].float(), weights).norm(dim=-1)[0]
+        lengths = values.of(layer, tensors)[0] if values is not None else None
         found[layer] = (tensors["scores"], lengths)
 
-    kinds = ("scores", "input") if norms else ("scores",)
+    kinds = ("scores", values.kind) if values is not None else ("scores",)
     return Each(range(loaded.info.n_layers), kinds, receive)
 
 

@@ -92,7 +92,7 @@ def caller(mods: LayerModules) -> Any:
 def norm_after(model: Any, layer: int, stack: str | None = None) -> Norm | None:
     """The normalisation that follows `layer`'s attention block, as numbers on the CPU, in
     float32 at least; None where the block's output is added to the residual stream as it is
-    (pre-LN decoders)."""
+    (pre-LN decoders). Any model's: `core.residual.norm_after`."""
     mods = layer_modules(model, layer, stack)
     if mods.norm is None:
         return None

@@ -3,8 +3,9 @@ adapter: its layers are the modules that call the interface, in the order the mo
 registers them (layer 0 first). attnviz records their probabilities inside that call
 (`core.recording`), and the values v it hands over there. Each head's output projection W_O
 is found by name (OUTPUT_PROJECTIONS, TransformerLens-style), which is all the norm measure
-needs beside v; what needs more of a family's weights by name (X's projections and the norms
-around the block: `check`, ALTI, the mixing ratios) is refused for such a model in one line.
+needs beside v. How the block's output joins the residual stream (ALTI and the mixing ratios)
+is read from the model itself (`core.residual`); `check` (X's projections by name) stays
+with the adapters.
 """
 
 from __future__ import annotations
@@ -117,5 +118,25 @@ def _parents(model: Any) -> dict[int, Any]:
 
 
 def modules(model: Any, layer: int, stack: str | None = None) -> LayerModules:
-    """Layer `layer`'s attention module; X, W_O and the norms are not known here (None)."""
-    return LayerModules(callers(model, stack)[layer], None, None)
+    """Layer `layer`'s attention module, its output projection (None where none is found by
+    name) and, for a model with one stack, the layer that holds them, whose input is the
+    residual stream (`around` checks that it is before a measure relies on it); X is not
+    known here (None), nor the normalisation after the block (`around`)."""
+    caller = callers(model, stack)[layer]
+    holder = layer_of(model, caller) if stack is None else None
+    return LayerModules(caller, None, output_projection(model, layer, stack), residual=holder)
+
+
+def layer_of(model: Any, module: Any) -> Any:
+    """The layer `module` sits in: its nearest ancestor (or itself) that is an item of a
+    ModuleList (a model's list of layers); None where there is none."""
+    import torch
+
+    parents = _parents(model)
+    found = module
+    while found is not None:
+        parent = parents.get(id(found))
+        if isinstance(parent, torch.nn.ModuleList):
+            return found
+        found = parent
+    return None
