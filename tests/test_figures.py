@@ -51,7 +51,7 @@ def test_painted_heatmaps_are_the_pixels_matplotlib_draws(tmp_path, n, causal):
     cells (NaN, a causal model's) included."""
     from dataclasses import replace
 
-    from attnviz.outputs.figures import _paint_cells
+    from attnviz.outputs.figures.raster import _paint_cells
 
     att = _random_attention(np.random.default_rng(n), n=n)
     att = replace(att, info=replace(att.info, causal=causal))
@@ -213,7 +213,8 @@ def test_overview_panels_are_the_mean_of_their_blocks(n, causal):
     marked, not averaged."""
     from dataclasses import replace
 
-    from attnviz.outputs.figures import OVERVIEW_MASKED, _overview_cells, overview_mosaic
+    from attnviz.outputs.figures import OVERVIEW_MASKED, overview_mosaic
+    from attnviz.outputs.figures.heatmaps import _overview_cells
 
     att = _random_attention(np.random.default_rng(n), n=n)
     att = replace(att, info=replace(att.info, causal=causal))
@@ -408,7 +409,8 @@ def test_decoder_query_and_overview_figures_mask_later_keys(loaded_tiny, tmp_pat
     """The query figure greys the keys after its query in every row; each overview panel
     greys its upper right and keeps its lower left in colour."""
     from attnviz.core.extract import extract
-    from attnviz.outputs.figures import _overview_cells, overview_figure, query_figure, save_figure
+    from attnviz.outputs.figures import overview_figure, query_figure, save_figure
+    from attnviz.outputs.figures.heatmaps import _overview_cells
 
     att = extract(loaded_tiny["llama"], DECODER_TEXT)
     n, index = len(att.tokens), 5
@@ -481,7 +483,8 @@ def test_render_text_covers_a_removed_head_in_every_figure(tmp_path):
     """Through render_text (the way show draws): the removed head's own file has no heatmap
     (its coloured pixels are the colour bar's alone); its overview tile and query row are
     covered; the other heads are drawn."""
-    from attnviz.outputs.figures import _overview_cells, overview_figure, query_figure, save_figure
+    from attnviz.outputs.figures import overview_figure, query_figure, save_figure
+    from attnviz.outputs.figures.heatmaps import _overview_cells
 
     att = _removed_attention()
     render_text(att, tmp_path, [0, 1], [0, 1, 2], Style(), jobs=1)

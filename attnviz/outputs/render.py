@@ -558,10 +558,10 @@ def _warm_up(parent: int) -> None:
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from attnviz.outputs.figures import _configure_matplotlib, _fixed_axes
+    from attnviz.outputs.figures import configure_matplotlib, fixed_axes
 
-    _configure_matplotlib()
-    fig, ax = _fixed_axes((1.0, 1.0), (0.5, 0.5, 0.5, 0.5), 100)
+    configure_matplotlib()
+    fig, ax = fixed_axes((1.0, 1.0), (0.5, 0.5, 0.5, 0.5), 100)
     image = ax.imshow(np.eye(4), interpolation="nearest")
     ax.set_xticks(range(4), ["warm", "up", "the", "fonts"], rotation=90)
     fig.colorbar(image, ax=ax)
