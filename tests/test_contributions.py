@@ -178,7 +178,7 @@ def test_mixing_ratios_by_loops_in_blocks_of_queries(arch, block, loaded_tiny, m
     loaded = loaded_tiny[arch]
     expected_c, _, expected = _alti_by_loops(loaded, _tensors(loaded, TEXT))
     if block is not None:
-        monkeypatch.setattr(contributions, "BLOCK_FLOATS", block)
+        monkeypatch.setattr(contributions.maths, "BLOCK_FLOATS", block)
     kept = []
     got = contributions.measured(loaded, [encode(loaded, TEXT)], "alti", keep=kept)[0]
     np.testing.assert_allclose(got.weights[:, 0], _composed(expected_c), atol=1e-5)

@@ -63,7 +63,7 @@ def test_show_json_says_on_stderr_where_its_files_went(tmp_path):
 
 
 def test_the_terminal_never_splits_a_token_and_its_weight():
-    from attnviz.outputs.terminal import _Pairs
+    from attnviz.outputs.terminal.common import _Pairs
 
     console = Console(width=30, file=io.StringIO(), color_system=None)
     console.print(_Pairs(["cabinets .09", "[CLS] .53", "table .08", "keys .12"]))

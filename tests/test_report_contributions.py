@@ -110,7 +110,7 @@ def test_mixing_ratios_weigh_every_token_equally_and_do_not_depend_on_the_batch(
     expected = sum(ratios * n for ratios, n in shown) / lengths.sum()
     for batch_size, block in ((1, None), (3, None), (3, 1)):
         if block is not None:
-            monkeypatch.setattr(contributions, "BLOCK_FLOATS", block)
+            monkeypatch.setattr(contributions.maths, "BLOCK_FLOATS", block)
         result = attnviz.report(TEXTS, model=model, device="cpu", batch_size=batch_size)
         np.testing.assert_allclose(result.mixing, expected, atol=1e-6)
     # the check can fail: the mean of the texts' means is another number
@@ -156,7 +156,7 @@ def test_unreadable_value_weights_leave_norm_and_mixing_out(tiny_model_dirs, mon
 
     model = str(tiny_model_dirs["bert"])
     result = attnviz.report(TEXTS, model=model, device="cpu")
-    monkeypatch.setattr(contributions, "values_of", lambda *args: None)
+    monkeypatch.setattr(contributions.recorders, "values_of", lambda *args: None)
     without = attnviz.report(TEXTS, model=model, device="cpu")
     assert without.mixing is None and without.as_dict()["mixing_ratio"] is None
     rows = without.rows()

@@ -1,0 +1,210 @@
+"""`attnviz report` in the terminal: the heads' roles, induction on the texts, syntax and
+coreference, importance, and an encoder-decoder's alignment."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from attnviz.analysis.roles import EVERY_ROLE, MIXED, attention_kind, roles_for
+from attnviz.core.adapters import STACK_TITLES
+from attnviz.outputs import numbers
+
+if TYPE_CHECKING:
+    from attnviz.analysis.report import CrossReport, Report
+
+
+def print_report(console: Console, report: Report) -> None:
+    """Layers × heads map of roles, then the strongest heads of each role with their scores."""
+    info = report.info
+    console.print(
+        f"[bold]{info.name}[/] · {report.sentences} sentences · {report.queries} query "
+        f"{report.unit}s (special tokens excluded)",
+        highlight=False,
+    )
+    for note in report.skipped:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    table = Table(title="Head roles", title_justify="left", box=None, padding=(0, 1, 0, 0))
+    table.add_column("", style="bold")
+    for head in report.heads:
+        table.add_column(f"H{head}", width=5, no_wrap=True)
+    by_position = {(r.layer, r.head): r for r in report.roles}
+    for layer in report.layers:
+        cells = []
+        for head in report.heads:
+            role = EVERY_ROLE[by_position[(layer, head)].role]
+            cells.append(Text(role.shown, style=role.style))
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+    # the roles this model's attention can get (induction: only where the probe ran)
+    kind = attention_kind(info.causal)
+    can = [role for role in roles_for(kind) if not role.probed or report.probes is not None]
+    legend = Text("  ".join(f"{role.shown}={role.name}" for role in (*can, MIXED)))
+    if report.probes is not None:
+        legend.append("  (induction: from the probe on repeated random tokens; on the texts' "
+                      "own repeats: induction_texts in heads.csv)")  # fmt: skip
+    console.print(legend, style="dim")
+
+    strongest = Table(title="Strongest heads of each role", title_justify="left")
+    strongest.add_column("role")
+    strongest.add_column("heads (score)")
+    strongest.add_column("threshold", justify="right")
+    for role, heads in report.strongest(3).items():
+        listed = " · ".join(f"L{h.layer} H{h.head} {h.score:.2f}" for h in heads)
+        count = sum(1 for r in report.roles if r.role == role)
+        strongest.add_row(
+            Text(role, style=EVERY_ROLE[role].style),
+            f"{listed}  [dim]({count} head{'s' if count > 1 else ''})[/]",
+            f"{report.thresholds.values[role]:.2f}",
+        )
+    console.print(strongest)
+    if report.probes is not None:
+        probes = report.probes
+        console.print(
+            f"Induction probe ({probes.sequences} × {probes.length} random tokens, repeated): "
+            f"loss {probes.loss_first:.2f} nats on the first repeat, "
+            f"{probes.loss_second:.2f} on the second",
+            highlight=False,
+        )
+    if info.causal:
+        print_repeats(console, report)
+
+
+def print_repeats(console: Console, report: Report) -> None:
+    """The heads that score highest for induction on the corpus's own repeated tokens, or
+    why there is no such score."""
+    induction, duplicate = report.repeat_queries
+    if report.repeats is None:
+        console.print(
+            f"On the texts' own repeats: {induction} queries repeat an earlier token (fewer than "
+            "3): no induction_texts or duplicate_texts scores",
+            highlight=False,
+        )
+        return
+    scores = report.repeats[0]
+    chosen = [(layer, head) for layer in report.layers for head in report.heads]
+    best = sorted(chosen, key=lambda lh: -scores[lh])[:3]
+    listed = " · ".join(f"L{layer} H{head} {scores[layer, head]:.2f}" for layer, head in best)
+    console.print(
+        f"On the texts' own repeats ({induction} queries after an earlier occurrence of their "
+        f"token, {duplicate} for duplicate): induction_texts {listed}",
+        highlight=False,
+    )
+
+
+def print_alignment(console: Console, cross: CrossReport, shown: int = 5) -> None:
+    """The most monotone cross-attention heads, with each alignment metric by weight and by
+    norm (`analysis.alignment`)."""
+    rows = sorted(cross.rows(), key=lambda r: -(r["monotone"] or 0.0))[:shown]
+    names = [name for name in rows[0] if name not in ("layer", "head")] if rows else []
+    table = Table(title="Most monotone heads (_norm: on ‖α f(x)‖)", title_justify="left")
+    table.add_column("head")
+    for name in names:
+        table.add_column(name, justify="right")
+    for row in rows:
+        cells = [f"{row[n]:.2f}" if row[n] is not None else "–" for n in names]
+        table.add_row(f"L{row['layer']} H{row['head']}", *cells)
+    console.print(table)
+
+
+def print_linguistics(console: Console, report: Report) -> None:
+    """The Clark-style table (best head per relation and direction, against the baseline),
+    coreference's best heads, and how many heads are named for them."""
+    from attnviz.analysis.linguistics import SHORT_DIRECTIONS
+
+    ling = report.linguistics
+    if ling is None:
+        return
+    layers, heads = list(report.layers), list(report.heads)
+    for note in ling.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    if ling.syntax is not None:
+        rows = ling.syntax.table(layers, heads)
+        table = Table(
+            title=f"Syntax: the best head per relation (relations with ≥ {ling.min_count} arcs)",
+            title_justify="left",
+        )
+        for name, justify in (("relation", "left"), ("direction", "left"), ("best head", "left"),
+                              ("accuracy", "right"), ("baseline", "right"), ("offset", "right"),
+                              ("arcs", "right")):  # fmt: skip
+            table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        for row in rows:
+            better = row.accuracy >= row.baseline_accuracy + ling.margin
+            table.add_row(
+                row.relation,
+                SHORT_DIRECTIONS[row.direction],
+                f"L{row.layer} H{row.head}",
+                Text(
+                    f"{row.accuracy:.1%}" + (" *" if better else "  "),
+                    style="bold green" if better else "",
+                ),
+                f"{row.baseline_accuracy:.1%}",
+                f"{row.baseline:+d}",
+                str(row.n),
+            )
+        if rows:
+            console.print(table)
+        else:
+            console.print(f"Syntax: no relation has {ling.min_count} arcs (--min-count).")
+    if ling.coreference is not None:
+        layer, head, accuracy = ling.coreference.best(layers, heads)
+        console.print(
+            f"Coreference: {ling.coreference.mentions} mentions with an antecedent; best head "
+            f"L{layer} H{head} {accuracy:.1%}, nearest-mention baseline "
+            f"{ling.coreference.baseline_accuracy:.1%}",
+            highlight=False,
+        )
+    named = sum(1 for r in report.roles if report.linguistic_roles(r.layer, r.head))
+    console.print(
+        f"[dim]{named} head(s) beat a baseline by ≥ {100 * ling.margin:.0f} points (--margin): "
+        "see linguistic_roles in heads.csv; * marks such a head's accuracy.[/]",
+        highlight=False,
+    )
+
+
+def print_importance(console: Console, report: Report, shown: int = 10) -> None:
+    """The most important heads by each method measured, with their roles."""
+    found = report.importances()
+    if not found:
+        return
+    first = next(iter(found.values()))
+    if first.objective_name == "embedding-cosine":
+        what = "the sentence embedding: 1 − cos between it with and without each head"
+    else:
+        what = f"the {first.short}: {first.clean:.4g} {first.unit} with nothing removed"
+    console.print(
+        f"[bold]Which heads matter[/] to {what} (definition in report.md)", highlight=False
+    )
+    roles = {(r.layer, r.head): r.role for r in report.roles}
+    table = Table(title_justify="left", box=None, padding=(0, 2, 0, 0))
+    table.add_column("rank", justify="right")
+    table.add_column("head")
+    table.add_column("role")
+    for result in found.values():
+        table.add_column(f"{result.how} ({result.unit})", justify="right")
+    top = first.top(shown)
+    columns = [
+        numbers.column([r.scores[layer, head] for layer, head, _ in top]) for r in found.values()
+    ]
+    for rank, ((layer, head, _), scores) in enumerate(zip(top, zip(*columns)), start=1):
+        role = roles.get((layer, head), "")
+        style = EVERY_ROLE[role].style if role in EVERY_ROLE else ""
+        table.add_row(str(rank), f"L{layer} H{head}", Text(role, style=style), *scores)
+    console.print(table)
+    spearman = report.spearman()
+    if spearman is not None:
+        console.print(f"Spearman correlation of the two rankings: {spearman:.2f}", highlight=False)
+
+
+def print_seq2seq_report(console: Console, result: Any, shown: int = 5) -> None:
+    """An encoder-decoder model's report (`analysis.report.Seq2SeqReport`): each
+    self-attention stack's role map, then the most monotone cross-attention heads."""
+
+    for stack, report in result.stacks.items():
+        console.rule(STACK_TITLES[stack], align="left")
+        print_report(console, report)
+    console.rule(STACK_TITLES["cross"], align="left")
+    print_alignment(console, result.cross, shown)

@@ -1,0 +1,524 @@
+"""`attnviz show` in the terminal: the header, what each head does (the map and the details),
+one token's view (`--query`), a heatmap drawn in characters, and the ablation's effect."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from attnviz.analysis.roles import MIXED, ROLES, attention_kind, roles_for
+from attnviz.analysis.summary import AGREE, REMOVED, REMOVED_MARK, TOKEN
+from attnviz.core.adapters import STACK_TITLES
+from attnviz.outputs.terminal.common import (
+    ABLATION_TITLE,
+    fit_label,
+    guess_pairs,
+    print_divergence_map,
+    repeated_labels,
+    shade_cell,
+    text_colour,
+    token_label,
+    weight_text,
+)
+
+if TYPE_CHECKING:
+    from attnviz.analysis.continuation import Written
+    from attnviz.analysis.importance import AblationView
+    from attnviz.analysis.query import QueryView
+    from attnviz.analysis.summary import HeadSummary
+    from attnviz.core.attention import Attention
+
+
+# A header lists every token up to this many; a longer text shows its first and last ones.
+_HEADER_TOKENS = 80
+
+
+def print_header(console: Console, att: Attention) -> None:
+    info = att.info
+    stack = f" · {info.stack} stack" if info.stack else ""
+    console.print(
+        f"[bold]{info.name}[/] · {info.architecture} · {info.n_layers}×{info.n_heads} heads"
+        f"{stack} · d_model {info.d_model} · d_head {info.d_head} · {info.ran_line()}",
+        highlight=False,
+    )
+    if att.stack is not None:
+        console.print(
+            f"{STACK_TITLES[att.stack]}; --stack encoder|decoder|cross picks another",
+            highlight=False,
+        )
+        sides = [("target", att.tokens), ("source", att.key_tokens)]
+        if att.stack == "encoder":
+            sides = [("source", att.tokens)]
+        elif att.stack == "decoder":
+            sides = [("target", att.tokens)]
+    else:
+        sides = [("", att.tokens)]
+    repeated = set()
+    for side, tokens in sides:
+        repeated |= _print_tokens(console, tokens, f"{side} " if side else "", att.unit)
+    if repeated:
+        console.print(
+            "[dim]token@N: the token at position N (it occurs more than once; "
+            "--query token#2 names its second occurrence)[/]"
+        )
+    for note in att.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    _print_continued(console, att)
+
+
+_WRITTEN_STYLE = "bold green"  # a continuation's tokens: the text, the heatmap's rows
+
+
+def _print_continued(console: Console, att: Attention) -> None:
+    """The prompt and its continuation as one text, the continuation marked (▸ … in green),
+    and how it came."""
+    c = att.continuation
+    if c is None:
+        return
+    first = max(0, c.start - 30)  # a long prompt's last 30 tokens
+    line = Text(("… " if first else "") + " ".join(att.tokens[first : c.start]) + " ▸ ")
+    line.append(" ".join(att.tokens[c.start :]), style=_WRITTEN_STYLE)
+    console.print(Text(f"{c.describe(att.unit)}:", style="bold"), line)
+
+
+def print_continuation(console: Console, written: Written, shown: int = 20) -> None:
+    """For each continuation token (the first `shown`): its probability, and the tokens the
+    row that wrote it looked at most over every layer and head, the first token left out."""
+    steps = written.steps
+    sink = sum(step.sink for step in steps) / max(len(steps), 1)
+    verb = "wrote" if written.written else "read"
+    left_out = (f"; the first token is left out (a sink: it held {sink:.0%} of those rows on "
+                "average)") if written.sink_left_out else ""  # fmt: skip
+    table = Table(
+        title=f"Where the model looked as it {verb} each {written.unit}: the row before it, "
+        f"averaged over every head of the layers shown{left_out}",
+        title_justify="left",
+    )
+    for column, justify in (("pos", "right"), (written.unit, "left"), ("p", "right"),
+                            ("looked at most", "left")):  # fmt: skip
+        table.add_column(column, justify=justify)
+    for step in steps[:shown]:
+        looked = " · ".join(f"{t.token}@{t.index} {weight_text(t.weight)}" for t in step.looked)
+        prob = f"{step.prob:.3f}" if step.prob >= 0.001 else f"{step.prob:.1e}"
+        table.add_row(str(step.position), Text(step.token, style=_WRITTEN_STYLE), prob, looked)
+    console.print(table)
+    if len(steps) > shown:
+        console.print(
+            f"[dim]… {len(steps) - shown} more tokens (--json lists all; --query POSITION "
+            "shows one token's own row)[/]",
+            highlight=False,
+        )
+
+
+def _print_tokens(console: Console, tokens: Sequence[str], side: str, unit: str) -> set[str]:
+    """One line of tokens (a long text's first and last ones); the repeated ones."""
+    repeated = repeated_labels(tokens)
+    n = len(tokens)
+    shown = range(n)
+    if n > _HEADER_TOKENS:
+        shown = [*range(_HEADER_TOKENS - 20), -1, *range(n - 20, n)]
+    labels = " ".join(
+        f"… {n - _HEADER_TOKENS:,} more (--json lists all) …"
+        if i < 0
+        else token_label(tokens, i, 10**6, repeated)
+        for i in shown
+    )
+    console.print(f"{n:,} {side}{unit}s: {labels}", highlight=False)
+    return repeated
+
+
+def _pattern_cell(att: Attention, summary: HeadSummary, width: int, repeated: set[str]) -> Text:
+    """A head's cell: what it does (a role, a sink's token, or the token its queries agree
+    on) over its score; a removed head's mark."""
+    pattern = summary.pattern
+    if pattern.role == REMOVED:
+        return Text(REMOVED_MARK, style=_REMOVED_STYLE)
+    if pattern.role == MIXED.name:
+        return Text(MIXED.shown, style=MIXED.style)
+    if pattern.role == TOKEN:
+        assert pattern.key is not None and pattern.score is not None
+        label = token_label(att.key_tokens, pattern.key, width, repeated)
+        cell = Text(label, style=f"bold {text_colour(pattern.score)}")
+    else:
+        role = ROLES[pattern.role]
+        label = role.short
+        if pattern.key is not None and len(att.key_tokens[pattern.key]) <= width:
+            label = att.key_tokens[pattern.key]  # a sink: [CLS], [SEP], <s>
+        cell = Text(label, style=role.style)
+    if pattern.score is not None:
+        cell.append("\n" + weight_text(pattern.score), style="dim")
+    return cell
+
+
+_REMOVED_STYLE = "bold red"
+
+
+def _removed_legend(att: Attention) -> str:
+    """The legend's entry for removed heads, when there are any."""
+    return f"{REMOVED_MARK}=removed (--ablate: no output, no pattern)  " if att.removed else ""
+
+
+def _map_legend(console: Console, att: Attention) -> None:
+    kind = attention_kind(att.info.causal, cross=att.keys is not None)
+    roles = [f"{role.short}={role.name}" for role in roles_for(kind)]
+    roles.append(f"{MIXED.shown}=mixed (no role)  {_removed_legend(att)}")
+    console.print(
+        Text(
+            "  ".join(roles) + f"a token: the queries give it ≥ {AGREE:.2f} on average. "
+            "Scores are means over the queries, each role's metric on this text "
+            "(attnviz report measures a corpus; docs/report-methods.md).",
+            style="dim",
+        )
+    )
+
+
+def _column(att: Attention, head: int) -> str:
+    """A map's column heading: the head, or what a per-layer measure's one column holds."""
+    return f"{att.measure}, composed" if att.per_layer else f"H{head}"
+
+
+def _map_title(att: Attention, what: str = "each head does") -> str:
+    from attnviz.analysis.contributions import MEASURES
+
+    if att.measure == "weights":
+        return f"What {what} on this text"
+    measure = MEASURES[att.measure]
+    if att.per_layer:
+        return (
+            f"What each layer's {measure.name} does on this text: the layers up to it, "
+            f"composed ({measure.cite})"
+        )
+    return f"What {what} on this text, by {measure.unit} ({measure.cite}; each row as shares)"
+
+
+def print_special_share(
+    console: Console,
+    att: Attention,
+    summaries: Sequence[HeadSummary],
+    by_weight: Any,
+    by_norm: Any,
+) -> None:
+    """Once above a map: the share special tokens take, by weight and by norm side by side
+    (Kobayashi et al. 2020: a key with a large weight may pass on a short vector), and by the
+    per-layer measure shown."""
+
+    def share(values: Any, what: str, spread: str) -> str:
+        values = [float(v) for v in values if v == v]  # NaN: a removed head
+        low, high = float(min(values)), float(max(values))
+        return f"{float(sum(values)) / len(values):.0%} {what} ({low:.0%}–{high:.0%} {spread})"
+
+    shown = [s.special_share for s in summaries if s.special_share is not None]  # not removed
+    if not shown:
+        return
+    parts = []
+    if by_weight is not None and by_norm is not None and not att.hidden_special:
+        parts = [
+            share(list(by_weight.ravel()), "of attention weight on average", "per head"),
+            share(list(by_norm.ravel()), "by norm ‖α·f(x)‖", "per head"),
+        ]
+    elif att.measure in ("weights", "norm"):
+        what = "of attention" if att.measure == "weights" else "by norm"
+        parts = [share(shown, f"{what} on average", "per head")]
+    if att.per_layer:
+        parts.append(share(shown, f"by {att.measure}", "per layer"))
+    if not parts or max(shown) <= 0 and not att.per_layer:
+        return
+    console.print(
+        "Special tokens take " + ", ".join(parts) + "; --hide-special renormalises without them.",
+        highlight=False,
+    )
+
+
+def print_head_map(
+    console: Console,
+    att: Attention,
+    summaries: Sequence[HeadSummary],
+    layers: list[int],
+    heads: list[int],
+    by_weight: Any = None,
+    by_norm: Any = None,
+) -> None:
+    """Layers × heads grid: in each cell what the head does on this text, and its score
+    (layers alone for a per-layer measure: alti, rollout).
+
+    The share special tokens take is reported once above the grid, by weight and, with
+    `by_norm` ((L, H) shares of ‖α f(x)‖), by norm; a sink fills a cell only when its head
+    does nothing more specific. Cells widen to use wide terminals.
+    """
+    print_special_share(console, att, summaries, by_weight, by_norm)
+    cell_width = max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
+    repeated = repeated_labels(att.key_tokens)  # the cells name keys
+    table = Table(
+        title=_map_title(att),
+        title_justify="left",
+        box=None,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+    )
+    table.add_column("", style="bold", no_wrap=True)
+    for head in heads:
+        table.add_column(_column(att, head), width=cell_width, no_wrap=True, justify="left")
+    by_position = {(s.layer, s.head): s for s in summaries}
+    for layer in layers:
+        cells = [
+            _pattern_cell(att, by_position[(layer, head)], cell_width, repeated) for head in heads
+        ]
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+    _map_legend(console, att)
+    console.print(
+        "[dim]Pick heads with --layer/--head for their top tokens and strongest links; "
+        "--json has every score.[/]"
+    )
+
+
+def print_head_details(console: Console, att: Attention, summaries: Sequence[HeadSummary]) -> None:
+    """One row per head (per layer, for a per-layer measure): what it does, its top-k keys and
+    its strongest query→key link."""
+    repeated, key_repeated = repeated_labels(att.tokens), repeated_labels(att.key_tokens)
+    table = Table(title=_map_title(att), title_justify="left")
+    table.add_column("L", justify="right")
+    if not att.per_layer:
+        table.add_column("H", justify="right")
+    table.add_column("does")
+    table.add_column("top keys (mean weight)" if att.measure == "weights" else "top keys (mean)")
+    table.add_column("strongest link (query → key)")
+    wide = 10**6
+    for s in summaries:
+        top = Text()
+        for rank, target in enumerate(s.top):
+            if rank:
+                top.append(" · ", style="dim")
+            label = token_label(att.key_tokens, target.index, wide, key_repeated)
+            top.append(label, style=f"bold {text_colour(target.weight)}")
+            top.append(" " + weight_text(target.weight))
+        pattern = s.pattern
+        does = _pattern_cell(att, s, wide, key_repeated)
+        if pattern.role == REMOVED:
+            does = Text(f"{REMOVED_MARK} removed (--ablate)", style=_REMOVED_STYLE)
+        elif pattern.role not in (MIXED.name, TOKEN):
+            does = Text(pattern.role, style=ROLES[pattern.role].style)
+            if pattern.score is not None:
+                does.append(" " + weight_text(pattern.score), style="dim")
+        elif pattern.role == TOKEN:
+            does.plain = does.plain.replace("\n", " ")
+        link = s.link
+        table.add_row(
+            str(s.layer),
+            *([] if att.per_layer else [str(s.head)]),
+            does,
+            top if s.top else Text("—", style="dim"),
+            Text("—", style="dim")
+            if link is None
+            else Text.assemble(
+                token_label(att.tokens, link.query, wide, repeated),
+                " → ",
+                token_label(att.key_tokens, link.key, wide, key_repeated),
+                " " + weight_text(link.weight),
+            ),
+        )
+    console.print(table)
+
+
+def print_query(
+    console: Console, att: Attention, query: QueryView, layers: list[int], heads: list[int]
+) -> None:
+    """Where one token looks: a layers × heads map of its top non-special key, then the heads
+    that send it hardest to one key."""
+    repeated, key_repeated = repeated_labels(att.tokens), repeated_labels(att.key_tokens)
+    name = token_label(att.tokens, query.index, 10**6, repeated)
+    cell_width = max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
+    table = Table(
+        title=f"Where “{name}” (position {query.index}) looks: its most-attended "
+        "non-special key in each head",
+        title_justify="left",
+        box=None,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+    )
+    table.add_column("", style="bold", no_wrap=True)
+    for head in heads:
+        table.add_column(_column(att, head), width=cell_width, no_wrap=True, justify="left")
+    by_position = {(row.layer, row.head): row for row in query.heads}
+    for layer in layers:
+        cells = []
+        for head in heads:
+            row = by_position[(layer, head)]
+            if row.removed:
+                cells.append(Text(REMOVED_MARK, style=_REMOVED_STYLE))
+                continue
+            best = row.best
+            if best is None:
+                cells.append(Text("—", style="dim"))
+                continue
+            cell = Text(token_label(att.key_tokens, best.index, cell_width, key_repeated))
+            cell.stylize(f"bold {text_colour(best.weight)}")
+            cell.append("\n" + weight_text(best.weight), style="dim")
+            cells.append(cell)
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+    if att.removed:
+        console.print(Text(_removed_legend(att).strip(), style="dim"))
+
+    where = "Layers" if att.per_layer else "Heads"
+    ranked = Table(
+        title=f"{where} where “{name}” looks hardest at one {att.unit}"
+        + ("" if att.measure == "weights" else f" (by {att.measure})"),
+        title_justify="left",
+    )
+    value = "weight" if att.measure == "weights" else att.measure
+    columns = [("L", "right"), ("H", "right"), ("key", "left"), (value, "right")]
+    for column, justify in columns[:1] + columns[2 if att.per_layer else 1 :]:
+        ranked.add_column(column, justify=justify)
+    ranked.add_column("its top keys (all, special included)")
+    for row in query.ranked(10):
+        best = row.best
+        assert best is not None  # ranked() keeps heads that have a non-special key
+        keys = att.key_tokens
+        top = Text(" · ".join(
+            f"{token_label(keys, t.index, 10**6, key_repeated)} {weight_text(t.weight)}"
+            for t in row.top))  # fmt: skip
+        ranked.add_row(
+            str(row.layer),
+            *([] if att.per_layer else [str(row.head)]),
+            Text(
+                token_label(att.key_tokens, best.index, 10**6, key_repeated),
+                style=f"bold {text_colour(best.weight)}",
+            ),
+            f"{best.weight:.2f}",
+            top,
+        )
+    console.print(ranked)
+
+
+def print_heatmap(
+    console: Console, att: Attention, layer: int, head: int, scale: str = "absolute"
+) -> bool:
+    """Draw one head's `[query, key]` weights as cells; False if the terminal is too narrow.
+
+    `scale` "head" divides the weights by the head's maximum, as the images do. A removed
+    head has no pattern to draw: one line says so.
+    """
+    if att.is_removed(layer, head):
+        console.print(
+            f"[bold]layer {layer} · head {head}[/] is removed (--ablate): its output was set to "
+            "0, so no heatmap is drawn",
+            highlight=False,
+        )
+        return True
+    grid = att.pattern(layer, head)  # (T, S): S = T but in cross-attention
+    peak = float(grid.max())
+    if scale == "head" and peak > 0:
+        grid = grid / peak
+    n, n_keys = grid.shape
+    label_width = min(20 if console.width >= 120 else 12, max(len(t) for t in att.tokens))
+    row_prefix = 5 + label_width
+    if row_prefix + 2 * n_keys > console.width:
+        console.print(
+            f"[yellow]note:[/] the terminal heatmap of {n_keys} "
+            f"{'source ' if att.keys is not None else ''}{att.unit}s needs "
+            f"{row_prefix + 2 * n_keys} columns and this terminal has {console.width}; "
+            "see the per-head image instead"
+        )
+        return False
+    console.print(
+        f"[bold]layer {layer} · head {head}[/]: each row is a query {att.unit}, "
+        "each column the key it attends to (index on top)",
+        highlight=False,
+    )
+    start = att.continuation.start if att.continuation is not None else None
+    if start is not None:
+        console.print(f"[dim]rows from {start} on (▸, green) are the continuation[/]")
+    if att.keys is not None:
+        keys = " ".join(f"{i}:{token}" for i, token in enumerate(att.key_tokens))
+        console.print(f"[dim]keys (source): {keys}[/]", highlight=False)
+    if n_keys > 10:
+        tens = Text(" " * row_prefix, style="dim")
+        for key in range(n_keys):
+            tens.append(f"{key // 10:>2}" if key >= 10 else "  ")
+        console.print(tens)
+    units = Text(" " * row_prefix, style="dim")
+    for key in range(n_keys):
+        units.append(f"{key % 10:>2}")
+    console.print(units)
+    for query in range(n):
+        mark = "▸" if start is not None and query >= start else " "
+        row = Text(f"{query:>3}{mark}")
+        row.append(f"{fit_label(att.tokens[query], label_width):<{label_width}} ",
+                   style=_WRITTEN_STYLE if mark != " " else "")  # fmt: skip
+        for key in range(n_keys):
+            row.append_text(shade_cell(console, float(grid[query, key])))
+        console.print(row, highlight=False)
+    top = "1" if scale != "head" else f"{peak:.2f} (the head's max)"
+    scale_line = Text(" " * row_prefix + "scale 0 ")
+    for step in range(11):
+        scale_line.append_text(shade_cell(console, step / 10))
+    scale_line.append(f" {top}")
+    console.print(scale_line)
+    return True
+
+
+def print_ablation(console: Console, view: AblationView) -> None:
+    """What removing heads changed: a decoder's loss and next-token guesses per position
+    before and after; an encoder's sentence embedding."""
+    removed = ", ".join(f"L{layer} H{head}" for layer, head in view.heads)
+    if not view.predictions:
+        console.print(
+            f"[bold]Removed {removed}[/] (zero ablation): the sentence embedding moved by "
+            f"1 − cos = {view.after:.4g}; the maps above are the model's without "
+            f"{'it' if len(view.heads) == 1 else 'them'}.",
+            highlight=False,
+        )
+        return
+    console.print(
+        f"[bold]Removed {removed}[/] (zero ablation): {view.objective} {view.before:.3f} → "
+        f"{view.after:.3f} {view.unit} ({view.after - view.before:+.3f})",
+        highlight=False,
+    )
+    table = Table(box=None, padding=(0, 2, 0, 0), title_justify="left",
+                  title="Top-5 next tokens before → after")  # fmt: skip
+    for name in ("pos", "token", "next", "before", "after"):
+        table.add_column(name, justify="right" if name == "pos" else "left")
+    for p in view.predictions:
+        changed = p.before[0][0] != p.after[0][0]
+        table.add_row(
+            str(p.position),
+            repr(p.token),
+            "—" if p.actual is None else repr(p.actual),
+            guess_pairs(p.before),
+            guess_pairs(p.after, style="bold yellow" if changed else ""),
+        )
+    console.print(table)
+
+
+def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
+    """What `attnviz show` prints of its result (`pipelines.show.ShowResult`): the header,
+    then the query's heads, the per-layer measure's details, the layers × heads map or the
+    chosen heads' details; one head's heatmap; what removing heads changed."""
+    att, layers, heads = result.attention, result.layers, result.heads
+    print_header(console, att)
+    if result.continuation is not None:
+        print_continuation(console, result.continuation)
+    if result.query is not None:
+        print_query(console, att, result.query, layers, heads)
+    elif att.per_layer:
+        print_special_share(
+            console, att, result.summaries, result.special_by_weight, result.special_by_norm
+        )
+        print_head_details(console, att, result.summaries)
+    elif len(layers) == att.info.n_layers and len(heads) == att.info.n_heads:
+        by_weight, by_norm = result.special_by_weight, result.special_by_norm
+        print_head_map(console, att, result.summaries, layers, heads, by_weight, by_norm)
+    else:
+        print_head_details(console, att, result.summaries)
+    if len(layers) == 1 and len(heads) == 1:  # a long text's: its window, or pooled
+        drawn = result.window or result.drawn or att
+        print_heatmap(console, drawn, layers[0], heads[0], scale)
+    if result.ablation is not None:
+        print_ablation(console, result.ablation)
+    if result.ablation_divergence is not None:
+        print_divergence_map(console, result.ablation_divergence, layers, ABLATION_TITLE)
