@@ -5,7 +5,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed
 SENTENCE ?= The quick brown fox jumps over the lazy dog because it was bored.
 
-.PHONY: demo test test-fast bench lint docs mutate same-outputs clean
+.PHONY: demo test test-fast bench perf-doc lint docs mutate same-outputs clean
 
 # torch first and pinned: this is the CPU wheel the machines carry; an unpinned
 # torch pulls a multi-GB CUDA build. The bundled model declares
@@ -29,27 +29,40 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
+# Each benchmark's output (Markdown: its header, then its tables) is shown and saved as
+# bench/results/NAME.md, replaced only when the benchmark succeeds; `make perf-doc` puts the
+# tables into docs/performance.md. Quick runs' figures are not to be reported: they go to
+# attnviz-out/bench-quick instead.
+BENCH_OUT := $(if $(filter-out 0,$(BENCH_QUICK)),attnviz-out/bench-quick,bench/results)
+run_bench = $(PY) bench/$(1).py $(2) | tee $(BENCH_OUT)/$(1).part && mv $(BENCH_OUT)/$(1).part $(BENCH_OUT)/$(1).md
+
+bench: SHELL := /bin/bash
+bench: .SHELLFLAGS := -o pipefail -c
 bench: $(STAMP)
-	$(PY) bench/bench_attention.py
-	$(PY) bench/bench_generate.py
-	$(PY) bench/bench_show.py
-	$(PY) bench/bench_show_vs_bare.py
-	$(PY) bench/bench_export.py
-	$(PY) bench/bench_export_long.py
-	$(PY) bench/bench_export_memory.py
-	$(PY) bench/bench_report.py
-	$(PY) bench/bench_treebank.py
-	$(PY) bench/bench_smollm2.py
-	$(PY) bench/bench_memory.py --smollm2
-	$(PY) bench/bench_html.py
-	$(PY) bench/bench_measures.py
-	$(PY) bench/bench_serve.py
-	$(PY) bench/bench_long.py
-	$(PY) bench/bench_tiles.py
-	$(PY) bench/bench_compare.py
-	$(PY) bench/bench_importance.py
-	$(PY) bench/bench_big.py
-	$(PY) bench/bench_distributed.py
+	mkdir -p $(BENCH_OUT)
+	$(call run_bench,bench_attention)
+	$(call run_bench,bench_generate)
+	$(call run_bench,bench_show)
+	$(call run_bench,bench_show_vs_bare)
+	$(call run_bench,bench_export)
+	$(call run_bench,bench_export_long)
+	$(call run_bench,bench_export_memory)
+	$(call run_bench,bench_report)
+	$(call run_bench,bench_treebank)
+	$(call run_bench,bench_smollm2)
+	$(call run_bench,bench_memory,--smollm2)
+	$(call run_bench,bench_html)
+	$(call run_bench,bench_measures)
+	$(call run_bench,bench_serve)
+	$(call run_bench,bench_long)
+	$(call run_bench,bench_tiles)
+	$(call run_bench,bench_compare)
+	$(call run_bench,bench_importance)
+	$(call run_bench,bench_big)
+	$(call run_bench,bench_distributed)
+
+perf-doc: $(STAMP)
+	$(PY) bench/to_docs.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check attnviz tests bench docs
@@ -67,8 +80,9 @@ same-outputs: $(STAMP)
 	$(PY) tests/same_outputs.py /tmp/attnviz-base . ; status=$$?; \
 	git worktree remove --force /tmp/attnviz-base; exit $$status
 
-# Every sample output shown in README.md and docs/ comes from a real run: this rewrites them.
-# tests/test_docs.py fails when a shown output no longer matches what the command prints.
+# Every sample output shown in README.md and docs/ comes from a real run: this rewrites them,
+# and writes docs/reference.md from the CLI's help. tests/test_docs.py fails when a shown
+# output no longer matches what the command prints, or the reference what --help says.
 docs: $(STAMP)
 	$(PY) docs/generate.py
 

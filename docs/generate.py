@@ -45,12 +45,19 @@ temporary folder's path, should it appear, becomes `.`.
 
 tests/test_docs.py runs every marked command again (in one process, with the same settings)
 and fails with a diff when a block no longer shows what its command prints.
+
+It also writes docs/reference.md, the command reference: every command of the Typer app, in
+the app's order, with its help, its usage line and a table of its arguments and options per
+help panel, read from the app as `attnviz --help` reads it (no model, no torch). Every run
+rewrites it (`--only` too); `--check` reports it when it differs, and so does
+tests/test_docs.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import inspect
 import os
 import re
 import shlex
@@ -63,6 +70,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = ("README.md", "docs/*.md")
+REFERENCE = REPO / "docs" / "reference.md"
 MARKER = re.compile(r"^<!-- output(?P<options>(?: .*?)?): (?P<command>.+?) -->$")
 LINES = re.compile(r"^(?P<start>-?\d+|/[^/]+/)?\.\.(?P<end>-?\d+|/[^/]+/)?$")
 FENCE = "```"
@@ -329,8 +337,17 @@ def regenerate(
     return "\n".join(lines) + "\n", changes
 
 
+def reference_diff(shown: str, fresh: str) -> str:
+    name = str(REFERENCE.relative_to(REPO))
+    lines = difflib.unified_diff(
+        shown.splitlines(), fresh.splitlines(), f"{name} (shown)", "the CLI's help now", lineterm=""
+    )
+    return "\n".join(lines)
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Replace the file in one step, with its mode kept: a reader never sees half of it."""
+    path.touch()  # a new file: the mode the umask gives
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
         os.fchmod(fd, path.stat().st_mode & 0o777)
@@ -340,6 +357,154 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: a link's text kept, lower case, punctuation dropped
+    (backticks, quotes, colons), each space a hyphen. (A second heading with the same anchor
+    gets `-1`, a third `-2`.)"""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip())
+    return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+
+# The command reference, docs/reference.md. It says what --help says, so it asks Typer what
+# --help asks (display_type_rich, and the two default helpers, private but the only source of
+# the default as --help prints it) and groups as Typer's rich_format_help does.
+
+
+def _commands(command, ctx) -> Iterator[tuple]:
+    """The command and every command under it, depth first, each group's in its order, with
+    their contexts; hidden ones left out, as --help leaves them."""
+    import typer
+
+    yield command, ctx
+    for name in command.list_commands(ctx) if hasattr(command, "list_commands") else ():
+        sub = command.get_command(ctx, name)
+        if sub is not None and not sub.hidden:
+            yield from _commands(sub, typer.Context(sub, info_name=name, parent=ctx))
+
+
+def _help(text: str | None) -> str:
+    """A help text as --help takes it: dedented, cut at a lone \f. The app's help is Markdown
+    (rich_markup_mode), so it stays Markdown, save a `<` outside code spans: GitHub would read
+    `<slug>` as an HTML tag and drop it."""
+    parts = inspect.cleandoc(text or "").partition("\f")[0].strip().split("`")
+    return "`".join(part if i % 2 else part.replace("<", "&lt;") for i, part in enumerate(parts))
+
+
+def _code(text: str) -> str:
+    return f"`{text}`" if text else ""
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """A Markdown table: each cell on one line, `|` escaped (in code spans too, as GFM wants)."""
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "| " + " | ".join(" ".join(c.split()).replace("|", r"\|") for c in cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header), *map(line, rows), ""]
+
+
+def _panels(command, ctx) -> dict[str, list]:
+    """The command's arguments and options by the panel --help draws them in: Arguments, the
+    arguments' other panels (rich_help_panel), Options, the options' other panels. -h/--help
+    is left out: the page says once that every command has it."""
+    from typer.core import TyperArgument
+    from typer.rich_utils import ARGUMENTS_PANEL_TITLE, OPTIONS_PANEL_TITLE
+
+    arguments: dict[str, list] = {ARGUMENTS_PANEL_TITLE: []}
+    options: dict[str, list] = {OPTIONS_PANEL_TITLE: []}
+    for param in command.get_params(ctx):
+        if getattr(param, "hidden", False) or set(param.opts) & set(ctx.help_option_names):
+            continue
+        panels = arguments if isinstance(param, TyperArgument) else options
+        first = next(iter(panels))
+        panels.setdefault(getattr(param, "rich_help_panel", None) or first, []).append(param)
+    return {name: params for name, params in (arguments | options).items() if params}
+
+
+def _default(param, ctx) -> str:
+    """The default as --help shows it, by Typer's rule: a show_default text, or the value
+    unless show_default is off."""
+    value = param._extract_default_help_str(ctx=ctx)
+    given = isinstance(param.show_default, str)
+    if not given and (value is None or not (param.show_default or ctx.show_default)):
+        return ""
+    return param._get_default_string(ctx=ctx, show_default_is_str=given, default_value=value)
+
+
+def _row(param, ctx) -> tuple[str, ...]:
+    """An argument or option: its names, short flags, type or choices, default and help."""
+    from typer.core import TyperArgument
+
+    if isinstance(param, TyperArgument):
+        names, shorts = [param._rich_display_name()], []
+    else:
+        every = [*param.opts, *param.secondary_opts]
+        names = [name for name in every if name.startswith("--")]
+        shorts = [name for name in every if not name.startswith("--")]
+    kind = _code(param.display_type_rich(ctx=ctx) or "")
+    if span := param._get_number_range_help_str():
+        kind += f" ({_code(span)})"
+    return (
+        ", ".join(map(_code, names)),
+        ", ".join(map(_code, shorts)),
+        kind or ("flag" if getattr(param, "is_flag", False) else ""),
+        "required" if param.required else _code(_default(param, ctx)),
+        _help(param.help),
+    )
+
+
+def _section(command, ctx) -> list[str]:
+    """One command: its heading, usage line and help, then a table for each panel of its
+    --help (its commands', for a group)."""
+    from typer.rich_utils import COMMANDS_PANEL_TITLE
+
+    lines = [f"## `{ctx.command_path}`", ""]
+    lines += ["```text", command.get_usage(ctx).removeprefix("Usage: "), "```", ""]
+    lines += ["*Deprecated.*", ""] if command.deprecated else []
+    lines += [_help(command.help), ""] if command.help else []
+    for panel, params in _panels(command, ctx).items():
+        header = ("name", "short", "type", "default", "what it does")
+        lines += [f"**{panel}**", "", *_table(header, [_row(param, ctx) for param in params])]
+    commands: dict[str, list] = {COMMANDS_PANEL_TITLE: []}
+    for sub, sub_ctx in _commands(command, ctx):
+        if sub_ctx.parent is ctx:
+            panel = getattr(sub, "rich_help_panel", None)  # unset: Typer's placeholder
+            link = f"[`{sub_ctx.info_name}`](#{slug(sub_ctx.command_path)})"
+            what = _help(sub.short_help or sub.help).split("\n\n")[0]
+            panel = panel if isinstance(panel, str) else COMMANDS_PANEL_TITLE
+            commands.setdefault(panel, []).append((link, what))
+    for panel, rows in commands.items():
+        lines += [f"**{panel}**", "", *_table(("command", "what it does"), rows)] if rows else []
+    lines += [_help(command.epilog), ""] if command.epilog else []
+    return lines
+
+
+def reference(app=None) -> str:
+    """docs/reference.md: every command of the `attnviz` app (or another Typer app), in the
+    app's order, as its --help gives it. It reads the Typer app alone, as `attnviz --help`
+    does: no model, and no torch, transformers or matplotlib imported."""
+    import typer
+
+    if app is None:
+        from attnviz.cli import app
+
+    root = typer.main.get_command(app)
+    lines = [
+        "# Command reference",
+        "",
+        "<!-- Written by docs/generate.py from the CLI's own help (`make docs`): edit the help "
+        "in attnviz/cli/, not this page. -->",
+        "",
+        "Every command, argument and option of attnviz, as `attnviz COMMAND --help` gives them "
+        "(`-h`/`--help` on every command). What to run for what, with examples: "
+        "[commands.md](commands.md).",
+        "",
+    ]
+    for command, ctx in _commands(root, typer.Context(root, info_name="attnviz")):
+        lines += _section(command, ctx)
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -363,7 +528,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     verb = "differ" if args.check else "rewritten"
     print(f"{changed} sample output(s) {verb}", file=sys.stderr)
-    return 1 if args.check and changed else 0
+    fresh = reference()
+    shown = REFERENCE.read_text(encoding="utf-8") if REFERENCE.exists() else ""
+    if fresh != shown:
+        print(reference_diff(shown, fresh))
+        print("docs/reference.md " + ("differs" if args.check else "rewritten"), file=sys.stderr)
+        if not args.check:
+            write_atomic(REFERENCE, fresh)
+    return 1 if args.check and (changed or fresh != shown) else 0
 
 
 if __name__ == "__main__":

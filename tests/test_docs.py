@@ -7,6 +7,9 @@ generate.py gives a separate process (width, no colour, CPU, a fresh folder); on
 that both ways print the same. Blocks marked `slow` (SmolLM2, reports over a corpus) run with
 the slow tests; a block that needs a data file the repository does not ship runs only when
 $ATTNVIZ_DATA names its folder.
+
+docs/reference.md, the command reference generate.py writes from the CLI's help, must be what
+it writes now; and every relative link in README.md and docs/ must reach its file and heading.
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ import contextlib
 import importlib.util
 import io
 import os
+import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+import typer
 
 REPO = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("docs_generate", REPO / "docs" / "generate.py")
@@ -217,3 +224,128 @@ def test_rounding_blocks_compare_float32_noise_as_equal(tmp_path, monkeypatch):
     assert generate.comparable(block, ("0.27",)) != generate.comparable(block, ("0.28",))
     plain = block.__class__(**{**block.__dict__, "rounding": False})
     assert generate.comparable(plain, ("2.7e-07",)) != generate.comparable(plain, ("4.8e-07",))
+
+
+def test_reference_is_what_the_cli_says():
+    """docs/reference.md is what docs/generate.py writes from the CLI's help today: an option
+    added, renamed or re-documented in attnviz/cli/ fails here until `make docs`."""
+    shown = generate.REFERENCE.read_text(encoding="utf-8")
+    fresh = generate.reference()
+    assert shown == fresh, "docs/reference.md is not the CLI's help now; run `make docs`:\n" + (
+        generate.reference_diff(shown, fresh)
+    )
+
+
+def test_reference_imports_no_model_library():
+    """Writing the reference imports what `attnviz --help` imports: no torch, transformers or
+    matplotlib (a separate process, since this one has them already)."""
+    code = (
+        "import sys; sys.path.insert(0, 'docs'); import generate; generate.reference(); "
+        "print(sorted({'torch', 'transformers', 'matplotlib'} & set(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_reference_follows_the_help_panels():
+    """On an app with help panels (rich_help_panel) and a group of commands: a section per
+    command, depth first; a table per panel in --help's order; `|` and `<` escaped."""
+    app = typer.Typer(rich_markup_mode="markdown", add_completion=False)
+    tools = typer.Typer(help="Tools.")
+    app.add_typer(tools, name="tools", rich_help_panel="More")
+
+    @app.command()
+    def run(
+        path: Annotated[str, typer.Argument(help="Where.")],
+        fast: Annotated[bool, typer.Option("--fast/--slow", "-f", rich_help_panel="Speed")] = False,
+        size: Annotated[int, typer.Option(min=1, help="How big: a|b.")] = 3,
+    ) -> None:
+        """Run it.
+
+        Writes `OUT/<slug>/`, then <b>."""
+
+    @tools.command()
+    def fix() -> None:
+        """Fix it."""
+
+    text = generate.reference(app)
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings == [
+        "## `attnviz`",
+        "## `attnviz run`",
+        "## `attnviz tools`",
+        "## `attnviz tools fix`",
+    ]
+    root, run_, tools_, _ = text.split("\n## ")[1:]
+    assert root.index("**Commands**") < root.index("[`run`](#attnviz-run)") < root.index("**More**")
+    assert root.index("**More**") < root.index("[`tools`](#attnviz-tools)")
+    assert "[`fix`](#attnviz-tools-fix)" in tools_
+    panels = [line for line in run_.splitlines() if line.startswith("**")]
+    assert panels == ["**Arguments**", "**Options**", "**Speed**"]
+    assert "| `path` |  | `<str>` | required | Where. |" in run_
+    assert "| `--size` |  | `<int range>` (`x>=1`) | `3` | How big: a\\|b. |" in run_
+    assert "| `--fast`, `--slow` | `-f` |" in run_
+    assert "Writes `OUT/<slug>/`, then &lt;b>." in run_
+    assert "attnviz run [OPTIONS] {path}" in run_
+
+
+FENCED = re.compile(r"^```.*?^```$", re.M | re.S)
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _prose(path: Path) -> str:
+    """The Markdown outside fenced blocks and code spans: where a link is a link."""
+    text = FENCED.sub("", path.read_text(encoding="utf-8"))
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors a page has: its headings' (as GitHub makes them) and `<a id="…">`'s."""
+    text = FENCED.sub("", path.read_text(encoding="utf-8"))
+    found: set[str] = set(re.findall(r'<a (?:id|name)="([^"]+)"', text))
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} (.+?) *$", text, re.M):
+        anchor = generate.slug(heading)
+        found.add(f"{anchor}-{seen[anchor]}" if anchor in seen else anchor)
+        seen[anchor] = seen.get(anchor, 0) + 1
+    return found
+
+
+def broken_links(path: Path) -> list[str]:
+    """The relative links of a page whose file, or whose heading in it, is not there."""
+    broken = []
+    for target in LINK.findall(_prose(path)):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        name, _, anchor = target.partition("#")
+        linked = (path.parent / name).resolve() if name else path
+        if not linked.exists():
+            broken.append(f"{target} (no such file)")
+        elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+            broken.append(f"{target} (no such heading)")
+    return broken
+
+
+@pytest.mark.parametrize("path", generate.doc_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_links_resolve(path):
+    """Every relative link reaches a file, and an anchor a heading there: a heading renamed,
+    or a section moved to another page, fails here until the links that named it are fixed."""
+    assert not broken_links(path), f"{path.relative_to(REPO)}: broken links {broken_links(path)}"
+
+
+def test_a_broken_link_is_found(tmp_path):
+    (tmp_path / "a.md").write_text(
+        '# Top\n\n## Say `hi`: now\n\n## Say hi now\n\n<a id="kept"></a>\n\n'
+        "[ok](#say-hi-now) [ok](#say-hi-now-1) [ok](b.md#kept-too) [ok](#kept) [ok](https://x.y)\n"
+        "```sh\n[not a link](#nowhere)\n```\n`[not a link](#nowhere)`\n"
+        "[gone](#top-1) [gone](c.md) [gone](b.md#nowhere)\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "b.md").write_text("## Kept, too\n", encoding="utf-8")
+    assert broken_links(tmp_path / "a.md") == [
+        "#top-1 (no such heading)",
+        "c.md (no such file)",
+        "b.md#nowhere (no such heading)",
+    ]
