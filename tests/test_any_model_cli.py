@@ -318,3 +318,24 @@ def test_an_encoder_decoder_without_an_adapter_reads_every_stack(folders, tmp_pa
                                 "-o", str(tmp_path)])  # fmt: skip
     assert shown.exit_code == 0, shown.output
     assert list(tmp_path.rglob("attention.html"))
+
+
+def test_a_report_says_why_it_leaves_the_mixing_ratios_out(tmp_path):
+    """MobileBERT (its blocks' bottlenecks fit no form `residual.around` reads): report.md
+    and heads.json say why the mixing ratios are left out; the rest of the report is there."""
+    from transformers import AutoModelForMaskedLM
+
+    from attnviz.core.inputs import Sentence, Sentences
+    from attnviz.core.models import load_model
+    from attnviz.pipelines.report import build_report
+
+    tokenizer = _wordpiece_tokenizer()
+    folder = any_models.save("mobilebert", AutoModelForMaskedLM, tokenizer, tmp_path / "m",
+                             vocab_size=len(tokenizer))  # fmt: skip
+    loaded = load_model(folder, "cpu")
+    said: list[str] = []
+    texts = Sentences(tuple(Sentence(i + 1, i + 1, t) for i, t in enumerate([TEXT])), 0, "texts")
+    report = build_report(loaded, texts, on_warning=said.append)
+    assert report.mixing is None and "cannot tell how layer 0" in report.mixing_left_out
+    assert said == [f"the mixing ratios are left out: {report.mixing_left_out}"]
+    assert report.as_dict()["mixing_ratio_left_out"] == report.mixing_left_out

@@ -69,6 +69,9 @@ class Report:
     special: np.ndarray | None = None
     # (3, L): each layer's mixing ratios (`contributions.MIXING`), means over every token
     mixing: np.ndarray | None = None
+    # why the mixing ratios are left out of a one-stack model's report, where they are
+    # (`contributions.mixing_left_out`); None where they are measured or not defined (seq2seq)
+    mixing_left_out: str | None = None
     # sinks and reach per head (`analysis.reach`), each text's averaged over the texts
     reach: Reach | None = None
     # how many texts each process read: a distributed run's ranks, a merge's shards (one
@@ -181,6 +184,7 @@ class Report:
             | ({"spearman": self.spearman()} if self.spearman() is not None else {})
             or None,
             "mixing_ratio": self.mixing_ratio(),
+            "mixing_ratio_left_out": self.mixing_left_out,
             **self.sinks(),
             "heads": self.rows(),
             "treebank": None

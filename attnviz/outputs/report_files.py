@@ -700,6 +700,8 @@ def _contributions_lines(report: Report) -> list[str]:
     layer's mixing ratios (Kobayashi et al. 2021), with what each ratio shows."""
     lines = _special_lines(report)
     if report.mixing is None:
+        if report.mixing_left_out is not None:
+            lines += [f"The mixing ratios are left out: {report.mixing_left_out}.", ""]
         return ["## How much each token takes from the others", "", *lines] if lines else []
     layers = list(report.layers)
     kinds = range(report.mixing.shape[0])  # contributions.MIXING

@@ -233,6 +233,8 @@ def build_report(
     One process runs every part of the corpus (`pipelines.corpus`); a distributed run splits
     them (`pipelines.distributed`) and gets the same numbers.
     """
+    from dataclasses import replace
+
     from attnviz.analysis.contributions import mixing_left_out
     from attnviz.pipelines import corpus
 
@@ -246,9 +248,10 @@ def build_report(
     runs = corpus.importance_runs(loaded, sentences, read, methods, truncate=truncate,
                                   ablation=ablation, layers=layers, heads=heads)  # fmt: skip
     sums.importance = corpus.measure_importance(runs, on_progress=on_importance)
-    return corpus.finish(
+    report = corpus.finish(
         loaded.info, sums, read, texts_per_rank=(sums.texts,), treebank=sentences,
         probes=corpus.probes_of(loaded), objectives=corpus.objectives(loaded, methods),
         layers=layers, heads=heads,
         thresholds=thresholds, min_count=min_count, margin=margin, ablation=ablation,
     )  # fmt: skip
+    return replace(report, mixing_left_out=left_out)
