@@ -244,7 +244,7 @@ def test_a_removed_head_shows_a_mark_not_a_pattern():
 
 def _guesses_view():
     """A decoder's --ablate view as SmolLM2 gives it: long tokens, five guesses a side."""
-    from attnviz.analysis.importance import AblationView, Prediction
+    from attnviz.analysis.ablation import AblationView, Prediction
 
     before = (("afterlife", 0.06), ("key", 0.05), ("throne", 0.04), ("best", 0.02), (" ", 0.02))
     after = (("most", 0.02), ("key", 0.02), ("keys", 0.02), ("code", 0.02), ("right", 0.01))

@@ -78,7 +78,7 @@ def show(
     (cross-attention by default).
     """
     try:
-        from attnviz.analysis.importance import parse_head
+        from attnviz.analysis.ablation import parse_head
         from attnviz.analysis.window import parse_window
         from attnviz.core.inputs import read_text
         from attnviz.outputs import terminal

@@ -17,8 +17,8 @@ from attnviz.pipelines.consumers.images import Images
 from attnviz.pipelines.consumers.summary import Summary
 
 if TYPE_CHECKING:
+    from attnviz.analysis.ablation import AblationView
     from attnviz.analysis.continuation import Written
-    from attnviz.analysis.importance import AblationView
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.summary import HeadSummary
     from attnviz.core.attention import Attention

@@ -11,7 +11,7 @@ from attnviz.pipelines.consumers import Consumer, Run
 
 class Ablation(Consumer):
     def edit(self, run: Run) -> Any:
-        from attnviz.analysis.importance import removing
+        from attnviz.analysis.ablation import removing
 
         heads = self.request.ablate
         run.loaded.info.pick_layers([layer for layer, _ in heads])  # what the files did not say
@@ -21,8 +21,8 @@ class Ablation(Consumer):
     def read(self, run: Run) -> None:
         from dataclasses import replace
 
+        from attnviz.analysis.ablation import view
         from attnviz.analysis.compare import TwoRows, ablation_divergence
-        from attnviz.analysis.importance import compare
         from attnviz.analysis.query import find_query
         from attnviz.errors import InputError
 
@@ -34,7 +34,7 @@ class Ablation(Consumer):
             except InputError:
                 at = None
         rows = TwoRows(run.layers, len(run.encoded))  # both rows' patterns, from that pass
-        compared = compare(run.loaded, run.encoded, r.ablate, at, also=[rows])
+        compared = view(run.loaded, run.encoded, r.ablate, at, also=[rows])
         run.result["ablation"] = compared
         run.result["ablation_divergence"] = ablation_divergence(raw, rows, r.ablate)
         removed = ", ".join(f"L{layer} H{head}" for layer, head in compared.heads)
