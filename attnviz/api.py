@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.core import attention as core
 from attnviz.core import models
+from attnviz.core.settings import Load
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
@@ -262,8 +263,8 @@ def report(
         chosen = read_sentences(
             None, [sentences] if isinstance(sentences, str) else list(sentences)
         )
-    settings = {f.name: options.pop(f.name) for f in fields(models.Load) if f.name in options}
-    found = build_report(_load(model, device, **settings).get().load(), chosen, **options)
+    settings = {f.name: options.pop(f.name) for f in fields(Load) if f.name in options}
+    found = build_report(models.get(_load(model, device, **settings)).load(), chosen, **options)
     return _printable(found, "print_seq2seq_report" if hasattr(found, "cross") else "print_report")
 
 
@@ -292,7 +293,7 @@ def importance(
         chosen = read_sentences(str(texts), None)
     else:
         chosen = read_sentences(None, [texts] if isinstance(texts, str) else list(texts))
-    loaded = _load(model, device, **load).get().load()
+    loaded = models.get(_load(model, device, **load)).load()
     encoded = [encode(loaded, item.text, truncate) for item in chosen.items]
     return _printable(measure(loaded, encoded, method, ablation, layers, heads), _importance_lines)
 
@@ -399,11 +400,11 @@ def _load(
     max_memory: Mapping[Any, str] | Iterable[str] | None = None,
     offload_folder: str | Path | None = None,
     **settings: Any,
-) -> models.Load:
+) -> Load:
     """The load settings from the API's keywords: `max_memory` as transformers takes it
     ({0: "20GiB", "cpu": "60GiB"}) or as the command line does (["0=20GiB", "cpu=60GiB"])."""
     if isinstance(max_memory, Mapping):
         max_memory = [f"{device}={size}" for device, size in max_memory.items()]
     folder = str(offload_folder) if offload_folder is not None else None
-    return models.Load(model, device, attention, max_memory=tuple(max_memory or ()),
+    return Load(model, device, attention, max_memory=tuple(max_memory or ()),
                        offload_folder=folder, **settings)  # fmt: skip

@@ -26,12 +26,14 @@ def main() -> None:
         args.runs = 2
     header("`attnviz compare` against two `attnviz show --no-images` runs", args)
 
+    from attnviz.core import models
+    from attnviz.core.settings import Load
     from attnviz.pipelines.compare import compare
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.pipelines.request import Request
     from attnviz.pipelines.show import show
 
     load = Load(None, "cpu")
-    load.get().load()
+    models.get(load).load()
     lines = Path(PAIRS_FILE).read_text(encoding="utf-8").splitlines()
     every = [tuple(line.split("\t")) for line in lines if line.strip()]
     cases = {"one pair": [PAIR], f"{len(every)} pairs (minimal_pairs.tsv)": every}

@@ -55,7 +55,8 @@ elif side == "recorded":
     whole, reading = generation.write(loaded, prompt, settings, layers)
     seconds, written = time.perf_counter() - start, len(whole) - len(prompt)
 else:
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.core.settings import Load
+    from attnviz.pipelines.request import Request
     from attnviz.pipelines.show import show
     request = Request("show", Load("smollm2", "cpu"), text=text, generate=n_new, out=None)
     start = time.perf_counter()

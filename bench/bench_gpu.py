@@ -42,10 +42,11 @@ QUICK = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
 SIDE = """
 import json, sys, time
 import torch
-from attnviz.core.models import Load
+from attnviz.core import models
+from attnviz.core.settings import Load
 folder, side, device, layer = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 text = open(sys.argv[5]).read()
-loaded = Load(folder, device, dtype="bfloat16").get().load()  # untimed: the weights
+loaded = models.get(Load(folder, device, dtype="bfloat16")).load()  # untimed: the weights
 cuda = device == "cuda"
 if cuda:
     torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()

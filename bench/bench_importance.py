@@ -49,7 +49,8 @@ def smollm2(random_weights: bool, device: str):
     import torch
 
     from attnviz.core.attention import Encoded
-    from attnviz.core.models import LoadedModel, ModelInfo, load_model
+    from attnviz.core.model_info import LoadedModel, ModelInfo
+    from attnviz.core.models import load_model
 
     if not random_weights:
         loaded = load_model("smollm2", device)

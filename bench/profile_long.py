@@ -19,7 +19,8 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from attnviz.core import gguf_cache, memory
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.core.settings import Load
+    from attnviz.pipelines.request import Request
     from attnviz.pipelines.show import show
 
     n_tokens, n_layers = int(sys.argv[1]), int(sys.argv[2])

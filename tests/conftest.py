@@ -263,7 +263,7 @@ def bundled():
 def synthetic_attention(weights, tokens, special=None, words=None, word_labels=None):
     """An Attention built by hand from a `[layer, head, query, key]` array."""
     from attnviz.core.attention import Attention
-    from attnviz.core.models import ModelInfo
+    from attnviz.core.model_info import ModelInfo
 
     weights = np.asarray(weights, dtype=np.float32)
     n_layers, n_heads, n, _ = weights.shape

@@ -273,11 +273,13 @@ def test_offloaded_ablation_and_inside_view_equal_in_memory(arch, tiny_model_dir
     import attnviz
     from attnviz.analysis.ablation import view
     from attnviz.analysis.inside import inside_of
-    from attnviz.core.models import Load
+    from attnviz.core import models
+    from attnviz.core.settings import Load
 
     folder = str(tiny_model_dirs[arch])
     settings = {**offloaded[arch], "max_memory": (f"cpu={BUDGETS[arch]}",)}
-    memory, disk = Load(folder, "cpu").get().load(), Load(folder, "cpu", **settings).get().load()
+    memory = models.get(Load(folder, "cpu")).load()
+    disk = models.get(Load(folder, "cpu", **settings)).load()
     _on_disk(disk)
     texts = [TEXT, "A dog slept."]
     scores = [attnviz.importance(texts, model=folder, device="cpu", **s).scores
@@ -326,7 +328,8 @@ def test_the_header_and_json_say_what_ran(tiny_model_dirs, offloaded, tmp_path):
 def test_the_memory_estimate_counts_the_weights_as_they_load():
     """What `core.memory` counts of the weights before they load: their files in the dtype
     they load in (a CPU's auto is float32), at most --max-memory cpu=… with a device map."""
-    from attnviz.core.models import Load, ModelSpec
+    from attnviz.core.model_info import ModelSpec
+    from attnviz.core.settings import Load
 
     saved = {dtype: ModelSpec("m", 2, 4, None, None, weights_bytes=6000, weights_dtype=dtype)
              for dtype in ("float32", "bfloat16")}  # fmt: skip

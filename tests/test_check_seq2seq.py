@@ -170,7 +170,8 @@ def test_the_api_checks_each_stack_and_names_it(seq2seq_dirs):
 
 
 def _asked(dirs, arch, **fields):
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.core.settings import Load
+    from attnviz.pipelines.request import Request
 
     return Request("check", Load(str(dirs[arch]), "cpu"), text=SOURCE, target=TARGET, **fields)
 

@@ -19,7 +19,7 @@ def _encoded(loaded, texts=TEXTS):
 
 
 def _copy(loaded, model):
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.model_info import LoadedModel
 
     return LoadedModel(model, loaded.tokenizer, loaded.info, loaded.device)
 

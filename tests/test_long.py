@@ -9,7 +9,8 @@ import pytest
 
 from attnviz.analysis.pooling import pool
 from attnviz.core import memory
-from attnviz.pipelines.request import Load, Request
+from attnviz.core.settings import Load
+from attnviz.pipelines.request import Request
 from attnviz.pipelines.show import show
 
 TEXT = "the cat sat on the mat and the dog sat on the log , then the cat ran to the dog"
@@ -120,11 +121,12 @@ def test_a_report_of_long_texts_sums_from_blocks_what_one_that_holds_them_does(
 ):
     """A batch whose maps would not fit is read in blocks of rows: the report's metrics, roles,
     special shares, mixing ratios and reach are those of the same batch held whole."""
+    from attnviz.core import models
     from attnviz.core.inputs import read_sentences
     from attnviz.pipelines import corpus as corpus_module
     from attnviz.pipelines.corpus import read_corpus, run_part
 
-    loaded = Load(str(tiny_model_dirs[arch]), "cpu").get().load()
+    loaded = models.get(Load(str(tiny_model_dirs[arch]), "cpu")).load()
     sentences = read_sentences(None, [TEXT, "the dog ran .", "a cat and a dog sat on a mat ."])
     corpus = read_corpus(loaded, sentences, batch_size=2)
     every = range(len(corpus.batches))

@@ -123,9 +123,10 @@ def test_the_compare_answer_is_compare_htmls_data_from_one_pass(bundled, tmp_pat
     """What /api/compare answers is the data `compare --html` embeds, and both texts (with
     their inside views) take one forward pass."""
     from attnviz.core import models
+    from attnviz.core.settings import Load
     from attnviz.pipelines import serve_compare
     from attnviz.pipelines.compare import compare
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.pipelines.request import Request
 
     a, b = "The keys to the cabinet are on the table.", "The key to the cabinets is on the table."
     model = models.model(None, "cpu")
@@ -156,8 +157,9 @@ def test_the_pages_data_is_show_htmls_from_one_pass(bundled, tmp_path):
     opening on alti), and it takes one forward pass for every measure and the inside view."""
     options = {"pair": "It was very happy.", "measure": "alti"}
     from attnviz.core import models
+    from attnviz.core.settings import Load
     from attnviz.pipelines import serve
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.pipelines.request import Request
     from attnviz.pipelines.show import show
 
     model = models.model(None, "cpu")

@@ -278,7 +278,8 @@ def test_early_refusal_uses_the_model_directory_too(tiny_model_dirs):
 
 def test_the_summary_comes_before_the_figures(tiny_model_dirs, tmp_path):
     """The command line prints the summary while the figures are drawn, not after them."""
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.core.settings import Load
+    from attnviz.pipelines.request import Request
     from attnviz.pipelines.show import show
 
     seen = []
@@ -362,8 +363,9 @@ def test_one_text_two_models_and_a_pair_get_their_own_folders(tiny_model_dirs, t
 
 def test_pair_on_a_decoder_is_refused_before_loading(tiny_model_dirs, monkeypatch):
     from attnviz.core import models
+    from attnviz.core.settings import Load
     from attnviz.errors import InputError
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.pipelines.request import Request
     from attnviz.pipelines.show import show
 
     monkeypatch.setattr(models, "_MODELS", {})  # none loaded by an earlier test

@@ -36,7 +36,8 @@ def _count_passes(model):
 @pytest.mark.parametrize("query", [None, "fox"])
 def test_show_with_the_page_runs_the_model_once(bundled, tmp_path, query):
     from attnviz.core import models
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.core.settings import Load
+    from attnviz.pipelines.request import Request
     from attnviz.pipelines.show import show
 
     assert models.model(None, "cpu").load() is bundled
@@ -54,9 +55,10 @@ def test_show_with_the_page_runs_the_model_once(bundled, tmp_path, query):
 
 def test_export_with_pages_runs_one_pass_per_batch(bundled, tmp_path):
     from attnviz.core.inputs import read_sentences
+    from attnviz.core.settings import Load
     from attnviz.outputs.figures import Style
     from attnviz.pipelines.export import export
-    from attnviz.pipelines.request import Load, Request
+    from attnviz.pipelines.request import Request
 
     sentences = read_sentences(None, ["One cat.", "Two dogs ran.", "Three birds sang loudly."])
     calls, handle = _count_passes(bundled.model)

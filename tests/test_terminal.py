@@ -179,7 +179,7 @@ def test_check_errors_show_every_number_whole(width):
     """30 layers × 9 heads (SmolLM2's shape) do not fit as columns: layers go in rows and the
     columns are split over tables, every error printed in full."""
     from attnviz.analysis.check import CheckResult, LayerCheck
-    from attnviz.core.models import ModelInfo
+    from attnviz.core.model_info import ModelInfo
 
     info = ModelInfo("m", "LlamaForCausalLM", "llama", 30, 9, 576, 64, 2048, True, 3)
     rng = np.random.default_rng(1)
@@ -200,7 +200,7 @@ def test_check_errors_show_every_number_whole(width):
 
 def test_check_errors_keep_layers_as_columns_when_they_fit():
     from attnviz.analysis.check import CheckResult, LayerCheck
-    from attnviz.core.models import ModelInfo
+    from attnviz.core.model_info import ModelInfo
 
     info = ModelInfo("m", "BertModel", "bert", 6, 12, 384, 32, 512, False)
     layers = tuple(LayerCheck(i, (1e-7,) * 12, 2e-7) for i in range(6))

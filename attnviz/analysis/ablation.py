@@ -14,7 +14,7 @@ from attnviz.errors import InputError
 
 if TYPE_CHECKING:
     from attnviz.core.attention import Encoded
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.model_info import LoadedModel
 
 
 def parse_head(text: str) -> tuple[int, int]:

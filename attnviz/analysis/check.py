@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     import torch
 
     from attnviz.core.mha import MHAResult
-    from attnviz.core.models import ModelInfo
+    from attnviz.core.model_info import ModelInfo
 
 DEFAULT_TOLERANCE = 1e-5
 # The tolerance `check` holds a model to by the dtype its layers compute in, and why. Our side

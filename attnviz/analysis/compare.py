@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from attnviz.core.attention import Attention
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.model_info import LoadedModel
 
 UNIT = "nats"
 AVERAGED = (

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from attnviz.core.attention import Encoded
-    from attnviz.core.models import LoadedModel, ModelInfo
+    from attnviz.core.model_info import LoadedModel, ModelInfo
 
 SEED = 0  # the masked-LM objective's choice of masked tokens
 MASK_SHARE = 0.15

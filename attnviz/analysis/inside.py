@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from attnviz.core.attention import Encoded, SourceTarget
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.model_info import LoadedModel
 
 # Q, K and V of every layer are float32 and barely compress: past this many raw bytes the
 # page leaves the view out (and says so) rather than grow past its size budget.

@@ -16,7 +16,7 @@ from attnviz.analysis.metrics import probe_scores, repeated_random_tokens
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.model_info import LoadedModel
 
 SEQUENCES, LENGTH, SEED = 4, 50, 0
 

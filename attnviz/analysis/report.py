@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.probes import ProbeResult
     from attnviz.analysis.reach import Reach
     from attnviz.core.attention import Attention
-    from attnviz.core.models import ModelInfo
+    from attnviz.core.model_info import ModelInfo
 
 
 # heads.csv's columns of `Report.special`, in its order: the share special tokens take

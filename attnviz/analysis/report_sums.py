@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.report import Report
     from attnviz.analysis.roles import Thresholds
     from attnviz.core.attention import Attention
-    from attnviz.core.models import ModelInfo
+    from attnviz.core.model_info import ModelInfo
 
 
 @dataclass
@@ -265,7 +265,7 @@ def _unpack_attention(arrays: dict[str, np.ndarray], name: str, found: dict[str,
 
 def model_info(found: dict[str, Any]) -> ModelInfo:
     """A `ModelInfo` from its `as_dict`."""
-    from attnviz.core.models import ModelInfo
+    from attnviz.core.model_info import ModelInfo
 
     names = {f.name for f in fields(ModelInfo)}
     return ModelInfo(**{key: _tuples(value) for key, value in found.items() if key in names})

@@ -26,9 +26,9 @@ from attnviz.cli.options import (
     grouped,
     valued,
 )
+from attnviz.core.settings import Load
 from attnviz.errors import AttnvizError, Interrupted
 from attnviz.outputs.figures import Style
-from attnviz.pipelines.request import Load
 
 TextAArg = Annotated[
     str | None, typer.Argument(help="Text A; - reads it from stdin.", show_default=False)

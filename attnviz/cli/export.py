@@ -31,10 +31,10 @@ from attnviz.cli.options import (
     grouped,
     valued,
 )
+from attnviz.core.settings import Load
 from attnviz.errors import AttnvizError, Interrupted
 from attnviz.outputs.figures import Style
 from attnviz.outputs.render import FIGURES
-from attnviz.pipelines.request import Load
 
 # The choices of --figures, from the one list of figure kinds (attnviz.outputs.render.FIGURES).
 FigureKind = Enum("FigureKind", {kind: kind for kind in FIGURES}, type=str)

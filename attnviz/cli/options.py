@@ -16,7 +16,7 @@ from attnviz.analysis.contributions import MEASURES
 from attnviz.analysis.pooling import POOLS
 from attnviz.analysis.transforms import TRANSFORMS
 from attnviz.core.adapters import STACKS
-from attnviz.core.models import ATTENTIONS, DEVICE_MAPS, DTYPES, QUANTIZATIONS
+from attnviz.core.settings import ATTENTIONS, DEVICE_MAPS, DTYPES, QUANTIZATIONS
 from attnviz.outputs.figures import FORMATS, SCALES
 
 
@@ -316,7 +316,7 @@ def load(
 ) -> Any:
     """The load settings (a pipelines.request.Load) from the options' values; `Load.refuse`
     checks them when the model is made, before anything loads."""
-    from attnviz.pipelines.request import Load
+    from attnviz.core.settings import Load
 
     return Load(
         model, device.value, attention.value, dtype.value,

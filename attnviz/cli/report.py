@@ -27,10 +27,10 @@ from attnviz.cli.options import (
     grouped,
     valued,
 )
+from attnviz.core.settings import Load
 from attnviz.data import CORPUS_NAME
 from attnviz.errors import AttnvizError, InputError
 from attnviz.outputs.figures import Style
-from attnviz.pipelines.request import Load
 
 CorpusArg = Annotated[
     list[str] | None,

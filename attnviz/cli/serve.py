@@ -9,8 +9,8 @@ import typer
 
 from attnviz.cli.app import Command, app, err_console, fail, warn
 from attnviz.cli.options import LOAD, flag, grouped, valued
+from attnviz.core.settings import Load
 from attnviz.errors import AttnvizError, Interrupted
-from attnviz.pipelines.request import Load
 
 if TYPE_CHECKING:
     from attnviz.core.models import Model

@@ -35,9 +35,9 @@ from attnviz.cli.options import (
     WordsOpt,
     grouped,
 )
+from attnviz.core.settings import Load
 from attnviz.errors import AttnvizError, Interrupted
 from attnviz.outputs.figures import Style
-from attnviz.pipelines.request import Load
 
 
 @app.command(cls=Command)

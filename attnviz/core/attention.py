@@ -19,7 +19,7 @@ from attnviz.errors import InputError
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.core.models import ModelInfo
+    from attnviz.core.model_info import ModelInfo
 
 
 @dataclass(frozen=True)

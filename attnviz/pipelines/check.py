@@ -12,7 +12,7 @@ from attnviz.pipelines import features
 if TYPE_CHECKING:
     from attnviz.core.attention import Encoded, SourceTarget
     from attnviz.core.capture import Each
-    from attnviz.core.models import LoadedModel, ModelInfo, ModelSpec
+    from attnviz.core.model_info import LoadedModel, ModelInfo, ModelSpec
     from attnviz.pipelines.request import Request
 
 Shapes = tuple  # ((step, formula, shape), …) of one layer, as `MHAResult.shapes`

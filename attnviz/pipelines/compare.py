@@ -78,9 +78,10 @@ def compare(request: Request) -> CompareResult:
     of each pair (A, B and B − A in every view, `outputs.html.compare`)."""
     from attnviz.analysis.compare import compare_pairs, follow_query, moved_heads
     from attnviz.analysis.transforms import transform
+    from attnviz.core import models
 
     r = request
-    model, other = r.model(), (r.against or r.load).get()
+    model, other = r.model(), models.get(r.against or r.load)
     _refuse_early(r, model, other)
     loaded, loaded_b = model.load(), other.load()
     for facts in (loaded.info, loaded_b.info):

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.roles import Thresholds
     from attnviz.core.attention import Encoded
     from attnviz.core.inputs import Sentences
-    from attnviz.core.models import LoadedModel, ModelInfo
+    from attnviz.core.model_info import LoadedModel, ModelInfo
     from attnviz.core.treebank import Treebank
 
 # What encode_words had to do to a treebank sentence, as the report counts it.

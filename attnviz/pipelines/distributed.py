@@ -276,14 +276,15 @@ def _rank(
     import signal
 
     from attnviz.core import models
+    from attnviz.core.settings import resolve_device
     from attnviz.outputs.files import prepare_dir
     from attnviz.outputs.partials import partial_path
 
     rank, size = launched() or (0, 1)
-    device = models.resolve_device(model.device)
+    device = resolve_device(model.device)
     if device == "cuda":  # one GPU a rank, as the launcher numbers them on each machine
         device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
-    ranked = replace(model.settings, device=device).get()  # the other load settings kept
+    ranked = models.get(replace(model.settings, device=device))  # the other settings kept
     folder = partial if partial is not None else out / PARTIALS
     if rank == 0:
         prepare_dir(out)

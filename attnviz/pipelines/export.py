@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.inside import Inside
     from attnviz.core.attention import Attention, Encoded, SourceTarget
     from attnviz.core.inputs import Sentence, Sentences
-    from attnviz.core.models import LoadedModel, ModelSpec
+    from attnviz.core.model_info import LoadedModel, ModelSpec
     from attnviz.outputs.figures import Style
     from attnviz.pipelines.request import Request
 
@@ -405,7 +405,7 @@ class _Export:
         self.sentences, self.options = r.sentences, ExportOptions.of(r)
         if facts.seq2seq:
             from attnviz.core.inputs import split_pairs
-            from attnviz.core.models import DEFAULT_STACK
+            from attnviz.core.model_info import DEFAULT_STACK
 
             self.sentences = split_pairs(r.sentences)
             self.options = replace(self.options, stack=r.stack or DEFAULT_STACK)

@@ -25,7 +25,7 @@ from attnviz.pipelines import features
 if TYPE_CHECKING:
     from attnviz.core.attention import Attention
     from attnviz.core.inputs import Sentences
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.model_info import LoadedModel
     from attnviz.core.treebank import Treebank
     from attnviz.pipelines.request import Request
 

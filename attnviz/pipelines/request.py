@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 # How the model is loaded (name, device, attention, dtype, device map, memory, offload folder,
 # quantisation) is core's `Load`, since core loads it (its registry keys on every setting);
 # a request carries one.
-from attnviz.core.models import Load
+from attnviz.core.settings import Load
 
 if TYPE_CHECKING:
     from attnviz.core.models import Model
@@ -81,7 +81,9 @@ class Request:
 
     def model(self) -> Model:
         """The model that reads the text (text A in compare)."""
-        return self.load.get()
+        from attnviz.core import models
+
+        return models.get(self.load)
 
     @property
     def continues(self) -> bool:

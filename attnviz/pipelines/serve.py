@@ -80,7 +80,8 @@ class Question:
 
     def request(self, model: Model | None, style: Style | None = None) -> Request:
         """The run this question asks `model` for (its page drawn in `style`)."""
-        from attnviz.pipelines.request import Load, Request
+        from attnviz.core.settings import Load
+        from attnviz.pipelines.request import Request
 
         load = model.settings if model is not None else Load()
         fields = {key: getattr(self, key) for key in KEYS}

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from attnviz.analysis.report import Report
     from attnviz.analysis.report_sums import ReportSums
     from attnviz.core.inputs import Sentences
-    from attnviz.core.models import LoadedModel, Model
+    from attnviz.core.model_info import LoadedModel
+    from attnviz.core.models import Model
     from attnviz.core.treebank import Treebank
     from attnviz.pipelines.request import Request
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from attnviz.pipelines.consumers import Consumer, Run
 
 if TYPE_CHECKING:
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.model_info import LoadedModel
     from attnviz.pipelines.request import Request
 
 
@@ -118,7 +118,7 @@ class Stacks:
     or written by the model; `request.stack` (default cross) is the attention shown."""
 
     def __init__(self, loaded: LoadedModel, request: Request) -> None:
-        from attnviz.core.models import DEFAULT_STACK
+        from attnviz.core.model_info import DEFAULT_STACK
 
         self.loaded, self.request = loaded, request
         self.stack = request.stack or DEFAULT_STACK

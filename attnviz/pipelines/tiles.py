@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     import torch
 
     from attnviz.core.attention import Encoded
-    from attnviz.core.models import LoadedModel, Model
+    from attnviz.core.model_info import LoadedModel
+    from attnviz.core.models import Model
     from attnviz.core.recording import Scores
 
 # Cells a side of a tile answers: a larger range is answered in blocks of cells, pooled, or

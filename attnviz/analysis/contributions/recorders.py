@@ -34,7 +34,7 @@ from attnviz.core.memory import held_bytes, held_what, require
 if TYPE_CHECKING:
     import torch
 
-    from attnviz.core.models import LoadedModel
+    from attnviz.core.model_info import LoadedModel
 
 
 class Values:

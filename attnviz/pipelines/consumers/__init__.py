@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from attnviz.core.attention import Attention
-    from attnviz.core.models import LoadedModel, Model
+    from attnviz.core.model_info import LoadedModel
+    from attnviz.core.models import Model
     from attnviz.outputs.figures import Style
     from attnviz.pipelines.request import Request
 
