@@ -255,7 +255,7 @@ def test_interrupted_process_leaves_whole_files_and_resumes(tiny_model_dirs, tmp
     source = tmp_path / "in.txt"
     # Many cheap sentences (one overview each): a busy machine that starves this polling loop
     # for seconds still cannot finish them all before the signal lands.
-    total = 120
+    total = 60
     source.write_text(
         "\n".join(f"Sentence number {i} is about cats and dogs." for i in range(total))
     )
