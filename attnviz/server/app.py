@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
@@ -70,133 +69,153 @@ def _said(error: AttnvizError) -> str:
     return _OPTION.sub(lambda m: '"' + m.group(1).replace("-", "_") + '"', str(error))
 
 
+class _Served:
+    """What the app's handlers share: the model (and a second one for /api/compare), the
+    limits, the page and its headers, the one model thread, how many model requests wait or
+    run (changed on the event loop only), and the text held for tiles (used in the model
+    thread only). The app keeps it as `app.state.served`."""
+
+    def __init__(self, model: Model, limits: Limits, against: Model | None) -> None:
+        from attnviz.analysis.contributions import MEASURES
+
+        self.model, self.limits, self.against = model, limits, against
+        self.info = model.load().info
+        self.other = against.load().info if against is not None else None
+        self.page = live_page(
+            self.info.as_dict(),
+            {name: m.help for name, m in MEASURES.items()},
+            {
+                "max_body": limits.max_body,
+                "max_tokens": self.info.max_tokens,
+                "tile_side": tiles.TILE_SIDE,
+                "hold_bytes": limits.hold_bytes,
+            },  # fmt: skip
+            self.other.as_dict() if self.other is not None else None,
+        )
+        self.headers = {
+            # The meta tag's policy, and what only a header can say: no other site may frame it.
+            "Content-Security-Policy": _page_csp(self.page) + "; frame-ancestors 'none'",
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            "Cache-Control": "no-store",
+        }
+        self.model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-model")
+        self.queued = 0
+        self.holder = tiles.Holder(limits.hold_bytes)  # the last text's q and k
+
+
+def _served(request: Request) -> _Served:
+    return request.app.state.served
+
+
+async def _run(
+    request: Request,
+    answer: Callable[[_Served, Any], Any],
+    asks: Callable[[_Served, Any], Any] = lambda served, body: work.Question.of(body),
+) -> Response:
+    """Answer a model request in the model thread: its JSON body read within the limit and
+    turned into a question by `asks`, refused with 503 when the queue is full."""
+    served = _served(request)
+    question = asks(served, await _json_body(request, served.limits.max_body))
+    if served.queued >= served.limits.max_queue:
+        raise Refused(
+            503,
+            f"busy: {served.queued} requests are waiting or running (the limit, --max-queue); "
+            f"try again in {RETRY_AFTER} s",
+            {"Retry-After": RETRY_AFTER},
+        )
+    served.queued += 1
+    try:
+        body = await asyncio.get_running_loop().run_in_executor(
+            served.model_thread, lambda: _encoded(answer(served, question))
+        )
+    finally:
+        served.queued -= 1
+    return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
+
+
+async def _index(request: Request) -> Response:
+    served = _served(request)
+    return HTMLResponse(served.page, headers=served.headers)
+
+
+async def _health(request: Request) -> Response:
+    served = _served(request)
+    held = served.holder.held
+    return JSONResponse({
+        "ok": True,
+        "model": served.info.name,
+        "against_model": served.other.name if served.other is not None else None,
+        "queued": served.queued,
+        "held": held.summary() if held is not None else None,
+    })  # fmt: skip
+
+
+async def _attention(request: Request) -> Response:
+    return await _run(request, lambda s, q: work.attention(s.model, q, s.holder))
+
+
+async def _page_data(request: Request) -> Response:
+    return await _run(request, lambda s, q: work.page(s.model, q, holder=s.holder))
+
+
+async def _text(request: Request) -> Response:
+    return await _run(request, lambda s, q: tiles.read(s.model, s.holder, q),
+                      lambda s, body: work.Question.of(body, keys=work.TEXT_KEYS))  # fmt: skip
+
+
+async def _tile(request: Request) -> Response:
+    return await _run(request, lambda s, q: tiles.tile(s.model, s.holder, q),
+                      lambda s, body: tiles.TileQuestion.of(body, s.model.load()))  # fmt: skip
+
+
+async def _compare(request: Request) -> Response:
+    return await _run(request, lambda s, q: serve_compare.page(s.model, s.against, q),
+                      lambda s, body: serve_compare.CompareQuestion.of(body))  # fmt: skip
+
+
+async def _refused(request: Request, error: Exception) -> Response:
+    """Every error as {"error": one line} with its status: the server's own refusals, a bad
+    text, layer or measure (the CLI's line, in the API's words), 404, 405, a bug (500)."""
+    if isinstance(error, Refused):
+        return _error(error.status, str(error), error.headers)
+    if isinstance(error, NotHeldError):  # a tile of a text the server no longer holds
+        return _error(409, _said(error))
+    if isinstance(error, AttnvizError):  # bad text, layer, measure: the CLI's one line
+        return _error(400, _said(error))
+    if not isinstance(error, HTTPException):  # a bug (uvicorn logs its traceback)
+        return _error(500, f"internal error: {type(error).__name__}: {error}")
+    if error.status_code == 404:
+        return _error(404, f"no such page: {request.url.path}; the API is under /api/")
+    if error.status_code == 405:
+        return _error(405, f"{request.method} is not allowed on {request.url.path}")
+    return _error(error.status_code, str(error.detail))
+
+
+# One line a handler.
+ROUTES = [
+    Route("/", _index, methods=["GET"]),
+    Route("/api/health", _health, methods=["GET"]),
+    Route("/api/attention", _attention, methods=["POST"]),
+    Route("/api/page", _page_data, methods=["POST"]),
+    Route("/api/compare", _compare, methods=["POST"]),
+    Route("/api/text", _text, methods=["POST"]),
+    Route("/api/tile", _tile, methods=["POST"]),
+]
+
+
 def build_app(
     model: Model, limits: Limits | None = None, against: Model | None = None
 ) -> Starlette:
     """The app for `model`, which is loaded here if it is not yet (a first request should not
     wait for it); `against` is a second model that /api/compare can read text B with."""
-    from attnviz.analysis.contributions import MEASURES
-
-    limits = limits or Limits()
-    info = model.load().info
-    other = against.load().info if against is not None else None
-    page = live_page(
-        info.as_dict(),
-        {name: m.help for name, m in MEASURES.items()},
-        {
-            "max_body": limits.max_body,
-            "max_tokens": info.max_tokens,
-            "tile_side": tiles.TILE_SIDE,
-            "hold_bytes": limits.hold_bytes,
-        },  # fmt: skip
-        other.as_dict() if other is not None else None,
-    )
-    headers = {
-        # The meta tag's policy, and what only a header can say: no other site may frame it.
-        "Content-Security-Policy": _page_csp(page) + "; frame-ancestors 'none'",
-        "X-Content-Type-Options": "nosniff",
-        "Referrer-Policy": "no-referrer",
-        "Cache-Control": "no-store",
-    }
-    model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnviz-model")
-    queued = [0]  # model requests waiting or running; changed on the event loop only
-    holder = tiles.Holder(limits.hold_bytes)  # the last text's X; used in the model thread
-
-    async def run(
-        request: Request,
-        answer: Callable[[Model, Any], Any],
-        asks: Callable[[Any], Any] = work.Question.of,
-    ) -> Response:
-        question = asks(await _json_body(request, limits.max_body))
-        if queued[0] >= limits.max_queue:
-            raise Refused(
-                503,
-                f"busy: {queued[0]} requests are waiting or running (the limit, --max-queue); "
-                f"try again in {RETRY_AFTER} s",
-                {"Retry-After": RETRY_AFTER},
-            )
-        queued[0] += 1
-        try:
-            body = await asyncio.get_running_loop().run_in_executor(
-                model_thread, lambda: _encoded(answer(model, question))
-            )
-        finally:
-            queued[0] -= 1
-        return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
-
-    async def index(request: Request) -> Response:
-        return HTMLResponse(page, headers=headers)
-
-    async def health(request: Request) -> Response:
-        second = other.name if other is not None else None
-        held = holder.held.summary() if holder.held is not None else None
-        return JSONResponse(
-            {
-                "ok": True,
-                "model": info.name,
-                "against_model": second,
-                "queued": queued[0],
-                "held": held,
-            }  # fmt: skip
-        )
-
-    async def attention(request: Request) -> Response:
-        return await run(request, lambda model, q: work.attention(model, q, holder))
-
-    async def page_data(request: Request) -> Response:
-        return await run(request, lambda model, q: work.page(model, q, holder=holder))
-
-    async def text(request: Request) -> Response:
-        return await run(request, lambda model, q: tiles.read(model, holder, q),
-                         partial(work.Question.of, keys=work.TEXT_KEYS))  # fmt: skip
-
-    async def tile(request: Request) -> Response:
-        def asks(body: Any) -> tiles.TileQuestion:
-            return tiles.TileQuestion.of(body, model.load())
-
-        return await run(request, lambda model, q: tiles.tile(model, holder, q), asks)
-
-    async def compare(request: Request) -> Response:
-        def answer(model: Model, question: Any) -> Any:
-            return serve_compare.page(model, against, question)
-
-        return await run(request, answer, serve_compare.CompareQuestion.of)
-
-    async def refused(request: Request, error: Exception) -> Response:
-        if isinstance(error, Refused):
-            return _error(error.status, str(error), error.headers)
-        if isinstance(error, NotHeldError):  # a tile of a text the server no longer holds
-            return _error(409, _said(error))
-        if isinstance(error, AttnvizError):  # bad text, layer, measure: the CLI's one line
-            return _error(400, _said(error))
-        if not isinstance(error, HTTPException):  # a bug (uvicorn logs its traceback)
-            return _error(500, f"internal error: {type(error).__name__}: {error}")
-        if error.status_code == 404:
-            return _error(404, f"no such page: {request.url.path}; the API is under /api/")
-        if error.status_code == 405:
-            return _error(405, f"{request.method} is not allowed on {request.url.path}")
-        return _error(error.status_code, str(error.detail))
-
-    app = Starlette(
-        routes=[
-            Route("/", index, methods=["GET"]),
-            Route("/api/health", health, methods=["GET"]),
-            Route("/api/attention", attention, methods=["POST"]),
-            Route("/api/page", page_data, methods=["POST"]),
-            Route("/api/compare", compare, methods=["POST"]),
-            Route("/api/text", text, methods=["POST"]),
-            Route("/api/tile", tile, methods=["POST"]),
-        ],
-        exception_handlers={
-            Refused: refused,
-            AttnvizError: refused,
-            HTTPException: refused,
-            Exception: refused,
-        },
-    )
-    if limits.hosts is not None:
-        app.add_middleware(_KnownHosts, hosts=limits.hosts)
-    app.state.model_thread = model_thread
+    served = _Served(model, limits or Limits(), against)
+    handled = (Refused, AttnvizError, HTTPException, Exception)
+    app = Starlette(routes=ROUTES, exception_handlers=dict.fromkeys(handled, _refused))
+    if served.limits.hosts is not None:
+        app.add_middleware(_KnownHosts, hosts=served.limits.hosts)
+    app.state.served = served
+    app.state.model_thread = served.model_thread
     return app
 
 
