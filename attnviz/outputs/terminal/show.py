@@ -195,6 +195,21 @@ def _map_title(att: Attention, what: str = "each head does") -> str:
     return f"What {what} on this text, by {measure.unit} ({measure.cite}; each row as shares)"
 
 
+def _cell_width(console: Console, heads: list[int]) -> int:
+    """A layers × heads table's cell width: wide terminals get wider cells (5 to 14)."""
+    return max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
+
+
+def _layers_by_heads(att: Attention, heads: list[int], title: str, cell_width: int) -> Table:
+    """An empty layers × heads table: a bold row label, then a column a head."""
+    table = Table(title=title, title_justify="left", box=None, padding=(0, 1, 0, 0),
+                  show_edge=False)  # fmt: skip
+    table.add_column("", style="bold", no_wrap=True)
+    for head in heads:
+        table.add_column(_column(att, head), width=cell_width, no_wrap=True, justify="left")
+    return table
+
+
 def print_special_share(
     console: Console,
     att: Attention,
@@ -250,18 +265,9 @@ def print_head_map(
     does nothing more specific. Cells widen to use wide terminals.
     """
     print_special_share(console, att, summaries, by_weight, by_norm)
-    cell_width = max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
+    cell_width = _cell_width(console, heads)
     repeated = repeated_labels(att.key_tokens)  # the cells name keys
-    table = Table(
-        title=_map_title(att),
-        title_justify="left",
-        box=None,
-        padding=(0, 1, 0, 0),
-        show_edge=False,
-    )
-    table.add_column("", style="bold", no_wrap=True)
-    for head in heads:
-        table.add_column(_column(att, head), width=cell_width, no_wrap=True, justify="left")
+    table = _layers_by_heads(att, heads, _map_title(att), cell_width)
     by_position = {(s.layer, s.head): s for s in summaries}
     for layer in layers:
         cells = [
@@ -331,18 +337,10 @@ def print_query(
     that send it hardest to one key."""
     repeated, key_repeated = repeated_labels(att.tokens), repeated_labels(att.key_tokens)
     name = token_label(att.tokens, query.index, 10**6, repeated)
-    cell_width = max(5, min(14, (console.width - 4) // max(len(heads), 1) - 1))
-    table = Table(
-        title=f"Where “{name}” (position {query.index}) looks: its most-attended "
-        "non-special key in each head",
-        title_justify="left",
-        box=None,
-        padding=(0, 1, 0, 0),
-        show_edge=False,
-    )
-    table.add_column("", style="bold", no_wrap=True)
-    for head in heads:
-        table.add_column(_column(att, head), width=cell_width, no_wrap=True, justify="left")
+    cell_width = _cell_width(console, heads)
+    title = (f"Where “{name}” (position {query.index}) looks: its most-attended non-special "
+             "key in each head")  # fmt: skip
+    table = _layers_by_heads(att, heads, title, cell_width)
     by_position = {(row.layer, row.head): row for row in query.heads}
     for layer in layers:
         cells = []
