@@ -48,7 +48,7 @@ class Attention(core.Attention):
     key]` over `tokens`) with its figures and interactive page as methods, for notebooks.
     The figures are returned as matplotlib Figures; nothing is written."""
 
-    source: models.Model | None = None  # the model that read the text
+    reader: models.Model | None = None  # the model that read the text
 
     def heatmap(self, layer: int, head: int, style: Style | None = None) -> Figure:
         """One head's query × key heatmap."""
@@ -86,7 +86,7 @@ class Attention(core.Attention):
         self-contained HTML string: nothing in it loads from the network."""
         from attnviz.outputs.figures import Style
         from attnviz.outputs.html import build_page
-        from attnviz.pipelines import sources
+        from attnviz.pipelines import readers
         from attnviz.pipelines.consumers.page import Page
         from attnviz.pipelines.request import Request
 
@@ -94,13 +94,13 @@ class Attention(core.Attention):
         # which `attention()` does not keep: this runs the text once more (`attnviz show
         # --html` gets all of it from one pass). A generated target is read again from the
         # text it decoded to, which can differ from the ids it wrote.
-        if self.source is None:
+        if self.reader is None:
             raise InputError(
                 "this Attention has no model to read it again: make it with attention()"
             )
         request = Request(
             "show",
-            self.source.settings,
+            self.reader.settings,
             text=self.text,
             pair=self.pair,
             target=self.target,
@@ -114,7 +114,7 @@ class Attention(core.Attention):
             style=Style(scale=scale, cmap=cmap),
         )
         page = Page(request)
-        att, options = page.contents(sources.run(request, [page]))
+        att, options = page.contents(readers.run(request, [page]))
         return build_page(att, **options)
 
     def _repr_html_(self) -> str:
@@ -179,7 +179,7 @@ def attention(
     SDPA), "flash_attention_2" (the same) or "eager" (the model's own); `load` the other load
     settings (dtype, device_map, …: see the module's docstring).
     """
-    from attnviz.pipelines import features, sources
+    from attnviz.pipelines import features, readers
     from attnviz.pipelines.request import Request
 
     request = Request(
@@ -199,10 +199,10 @@ def attention(
         hide_special=hide_special,
         measure=measure,
     )
-    source = request.model()
-    features.refuse_early(request, source)
-    shown = sources.run(request).shown
-    return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, source=source)
+    reader = request.model()
+    features.refuse_early(request, reader)
+    shown = readers.run(request).shown
+    return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, reader=reader)
 
 
 def check(

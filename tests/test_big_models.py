@@ -260,7 +260,7 @@ def test_offloaded_attention_equals_in_memory(arch, measure, tiny_model_dirs, of
     memory = attnviz.attention(TEXT, model=folder, device="cpu", measure=measure)
     disk = attnviz.attention(TEXT, model=folder, device="cpu", measure=measure,
                              **offloaded[arch])  # fmt: skip
-    _on_disk(disk.source.load())
+    _on_disk(disk.reader.load())
     assert disk.info.device_map and not memory.info.device_map
     assert np.abs(disk.weights - memory.weights).max() <= 1e-6
     assert np.allclose(memory.weights.sum(axis=-1), 1.0, atol=1e-5) or measure == "norm"

@@ -110,8 +110,8 @@ def test_the_inside_views_share_one_budget(bundled, monkeypatch):
     from attnviz.analysis.compare import compare_pair
     from attnviz.core.tokens import encode
     from attnviz.outputs.html.compare import compare_data
+    from attnviz.pipelines.readers import read_texts
     from attnviz.pipelines.request import Request
-    from attnviz.pipelines.sources import read_texts
 
     asked = Request("compare", batch_size=2)
     found, insides = read_texts(bundled, asked, [encode(bundled, t) for t in PAIR], True)

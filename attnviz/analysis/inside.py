@@ -107,7 +107,7 @@ class InsideSteps:
         except UnsupportedModelError as error:
             self.weights, self.sizes = {}, [0] * len(self.sides)
             self.reasons = [f"left out: {error}"] * len(self.sides)
-        self.kinds = ("input", "probs", *(("source",) if stack == "cross" else ()))
+        self.kinds = ("input", "probs", *(("kv_input",) if stack == "cross" else ()))
         self.steps = [
             {"q": [], "k": [], "v": [], "errors": [], "scores": [], "bias": None}
             for _ in self.sides
@@ -138,7 +138,8 @@ class InsideSteps:
                 continue
             n, m = len(queries), len(keys)
             x = tensors["input"][row : row + 1, :n].double()  # (1, T, d_model)
-            source = tensors["source"][row : row + 1, :m].double() if "source" in tensors else None
+            source = tensors.get("kv_input")  # cross-attention: the encoder's last states
+            source = source[row : row + 1, :m].double() if source is not None else None
             model_probs = tensors["probs"][row : row + 1, :, :n, :m]  # (1, H, T, S)
             allowed = visible_keys(1, n, causal=self.causal, window=w.window, n_keys=m)
             angles = rope_angles(w.rope, n) if w.rope is not None else None

@@ -11,7 +11,7 @@ What a caller can ask for, per layer (`KINDS`):
             a post-LN encoder; in a pre-LN decoder the stream before its input norm)
     heads   (B, T, H·d_head): W_O's input, the heads' outputs side by side (head h's slice is
             h·d_head … (h+1)·d_head); grouped-query models have one slice per query head
-    source  (B, S, d_model): what the keys and values are made of: X itself in
+    kv_input (B, S, d_model): what the keys and values are made of: X itself in
             self-attention, the encoder's last hidden states in cross-attention
     scores  the layer's q and k as the model hands them to its attention, with its mask and
             extras (`recording.Scores`, on the CPU): any head's rows can be made from them
@@ -63,7 +63,7 @@ from attnviz.core import adapters
 from attnviz.core.adapters.base import LayerModules
 from attnviz.errors import InputError, UnsupportedModelError
 
-KINDS = ("input", "probs", "output", "residual", "heads", "source", "scores", "values")
+KINDS = ("input", "probs", "output", "residual", "heads", "kv_input", "scores", "values")
 ROWS = "rows"  # blocks of probability rows, for a recorder with `receive_rows` (see above)
 ENTROPY = "entropy"  # with ROWS: each row's entropy beside it (see above)
 
@@ -165,7 +165,7 @@ def run(
 # Which module each hooked kind is read at (see `_hooked`): X's projection, W_O, the module
 # whose input is the residual stream, and the one whose input makes the keys and values.
 _AT = {"input": ("q",), "output": ("o",), "heads": ("o",), "residual": ("residual", "q"),
-       "source": ("source", "q")}  # fmt: skip
+       "kv_input": ("kv_input", "q")}  # fmt: skip
 
 
 def _unhookable(model: Any, hooked: Mapping[Site, set[str]]) -> set[str]:
@@ -523,7 +523,7 @@ def _hooked(
     record("residual", lambda m: m.q if m.residual is None else m.residual, True, first)
     record("probs", lambda m: m.attention, False, lambda mods, _, output: output[mods.probs_at])
     record("heads", lambda m: m.o, True, first)
-    record("source", lambda m: m.q if m.source is None else m.source, True, first)
+    record("kv_input", lambda m: m.q if m.kv_input is None else m.kv_input, True, first)
     if edit is not None:
         # After "heads": a recorder sees what the heads computed, W_O what the edit made of it.
         install(

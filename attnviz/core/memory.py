@@ -158,7 +158,7 @@ def _streamed(layers: int, h: int, weights: int, n_tokens: int, asked: Asked) ->
 
 
 def streams(n_layers: int, n_heads: int, n_tokens: int, asked: Asked) -> bool:
-    """Whether `show` reads this text without holding any map whole (`pipelines.sources`):
+    """Whether `show` reads this text without holding any map whole (`pipelines.readers`):
     its chosen layers' maps would take more than STREAM_ABOVE, and nothing asked needs them
     whole (--words, --hide-special, --ablate, a measure other than the weights). Its summary
     is then summed from blocks of rows, and its images and page are pooled."""

@@ -83,12 +83,12 @@ def _checker(
 
     query_mask, key_mask = masks
     causal = loaded.info.of_stack(stack).causal
-    kinds = ("input", "probs", "output", *(("source",) if stack == "cross" else ()))
+    kinds = ("input", "probs", "output", *(("kv_input",) if stack == "cross" else ()))
     adapters.layer_weights(loaded.model, 0, stack)  # a family check cannot read: refused now
 
     def check_layer(layer: int, seen: dict[str, Any]) -> None:
         weights = adapters.layer_weights(loaded.model, layer, stack)
-        source = seen.get("source")  # cross-attention: the encoder's last hidden states
+        source = seen.get("kv_input")  # cross-attention: the encoder's last hidden states
         ours = multi_head_attention(seen["input"], weights, key_mask, causal, source)
         checks[stack, layer] = compare(
             layer, seen["probs"], seen["output"], ours, query_mask, stack

@@ -12,7 +12,7 @@ from attnviz.core.tokens import encode
 from attnviz.errors import InputError
 from attnviz.outputs.files import check_writable, prepare_dir
 from attnviz.pipelines import features
-from attnviz.pipelines.sources import read_texts
+from attnviz.pipelines.readers import read_texts
 
 if TYPE_CHECKING:
     from attnviz.analysis.compare import Comparison, Moved, QueryMoves

@@ -606,23 +606,23 @@ def _attention(
     from attnviz.analysis.contributions import EveryMeasure
     from attnviz.analysis.inside import InsideSteps
     from attnviz.core.extract import batched
-    from attnviz.pipelines.sources import OneStack
+    from attnviz.pipelines.readers import OneStack
 
-    source = OneStack(loaded, request)
+    reader = OneStack(loaded, request)
     if request.continues:  # each text continued alone, its weights alone (no inside view)
         from attnviz.analysis.contributions import PageMeasures
         from attnviz.analysis.inside import CONTINUED
-        from attnviz.pipelines.sources import continued
+        from attnviz.pipelines.readers import continued
 
         for prompt in encoded:
             whole, reading = continued(loaded, request, prompt, layers)
-            att = source.batch([whole], reading=reading)[0][0]
+            att = reader.batch([whole], reading=reading)[0][0]
             yield att, CONTINUED if inside else None, lambda shown, _: PageMeasures(shown, {})
         return
     for batch in batched(encoded, request.batch_size):
         steps = InsideSteps(loaded, batch) if inside else None
         every = EveryMeasure(loaded, layers, batch, request.measure) if inside else None
-        found, kept = source.batch(batch, [steps, *every.recorders.values()] if every else [])
+        found, kept = reader.batch(batch, [steps, *every.recorders.values()] if every else [])
         for row, att in enumerate(found):
             pages = None
             if every is not None:
@@ -638,11 +638,11 @@ def _stack_attention(
     from dataclasses import replace as changed
 
     from attnviz.core.extract import batched
-    from attnviz.pipelines.sources import Stacks
+    from attnviz.pipelines.readers import Stacks
 
-    source = Stacks(loaded, changed(request, stack=stack))
+    reader = Stacks(loaded, changed(request, stack=stack))
     for batch in batched(pairs, request.batch_size):
-        for found in source.batch(batch):
+        for found in reader.batch(batch):
             yield found[stack], None, None
 
 

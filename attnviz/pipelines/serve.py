@@ -108,11 +108,11 @@ def _fits(key: str, value: Any) -> bool:
 
 def _run(model: Model, question: Question, consumers: list[Any], style: Style | None = None):
     """The question's text read by `model` in one pass, with `consumers`."""
-    from attnviz.pipelines import sources
+    from attnviz.pipelines import readers
 
     request = question.request(model, style)
     features.refuse_early(request, model)
-    return sources.run(request, consumers)
+    return readers.run(request, consumers)
 
 
 def attention(model: Model, question: Question, holder: Holder | None = None) -> dict[str, Any]:

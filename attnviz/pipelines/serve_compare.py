@@ -86,8 +86,8 @@ def page(
     from attnviz.analysis.transforms import transform
     from attnviz.core.tokens import encode
     from attnviz.outputs.html.compare import compare_data
+    from attnviz.pipelines.readers import read_texts
     from attnviz.pipelines.request import Request
-    from attnviz.pipelines.sources import read_texts
 
     if question.against_model and against is None:
         raise InputError('this server reads one model: give "b" (text B), or start the server '

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.core import memory
 from attnviz.outputs.files import check_writable, clear_previous, prepare_dir, text_folder_name
-from attnviz.pipelines import features, sources
+from attnviz.pipelines import features, readers
 from attnviz.pipelines.consumers import Consumer, Run
 from attnviz.pipelines.consumers.contributions import Contributions
 from attnviz.pipelines.consumers.done import Done
@@ -151,7 +151,7 @@ def show(request: Request, on_summary: Callable[[ShowResult], None] | None = Non
     memory.refuse(model, [request.text], memory.Asked.of(request), request.truncate, request.pair)
     folder = _folder(request, model)
     consumers = _consumers(request, folder)
-    run = sources.run(request, consumers)
+    run = readers.run(request, consumers)
     if on_summary is not None:
         on_summary(ShowResult.of(run, folder))
     if folder is not None:

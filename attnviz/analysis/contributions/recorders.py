@@ -53,7 +53,7 @@ class Values:
         self.weights: Any = None
         if adapters.knows(model):
             self.weights = adapters.EachLayer(model, stack)
-            self.kind = "input" if stack is None else "source"
+            self.kind = "input" if stack is None else "kv_input"
             return
         names = ", ".join(generic.OUTPUT_PROJECTIONS)
         if not capture.records(model):

@@ -22,8 +22,8 @@ def modules(model: Any, layer: int, stack: str) -> LayerModules:
     own = block.encoder_attn if stack == "cross" else block.self_attn
     norm = block.encoder_attn_layer_norm if stack == "cross" else block.self_attn_layer_norm
     if model.config.model_type == "mbart":  # pre-LN: the norm reads the residual stream
-        return LayerModules(own, own.q_proj, own.out_proj, residual=norm, source=own.v_proj)
-    return LayerModules(own, own.q_proj, own.out_proj, norm=norm, source=own.v_proj)
+        return LayerModules(own, own.q_proj, own.out_proj, residual=norm, kv_input=own.v_proj)
+    return LayerModules(own, own.q_proj, own.out_proj, norm=norm, kv_input=own.v_proj)
 
 
 def weights(model: Any, layer: int, stack: str) -> LayerWeights:

@@ -38,7 +38,7 @@ class LayerModules:
     `norm_covers_residual` (BERT's LayerNorm), of the block alone otherwise (Gemma2's
     post-attention RMSNorm); None where the block is added to the stream as it is.
     `probs_at` is where the attention module's output tuple holds the probabilities (T5's
-    is (output, position bias, probabilities)); `source` the projection whose input is what
+    is (output, position bias, probabilities)); `kv_input` the projection whose input is what
     the keys and values are made of (cross-attention: the encoder's last hidden states),
     None where that is X.
     """
@@ -50,7 +50,7 @@ class LayerModules:
     norm: Any = None
     norm_covers_residual: bool = True
     probs_at: int = 1
-    source: Any = None
+    kv_input: Any = None
 
 
 @dataclass(frozen=True, eq=False)

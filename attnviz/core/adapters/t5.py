@@ -25,7 +25,7 @@ def modules(model: Any, layer: int, stack: str) -> LayerModules:
     sub = _sublayer(model, layer, stack)
     own = sub.EncDecAttention if stack == "cross" else sub.SelfAttention
     # T5Attention returns (output, position_bias, probabilities).
-    return LayerModules(own, own.q, own.o, residual=sub.layer_norm, probs_at=2, source=own.v)
+    return LayerModules(own, own.q, own.o, residual=sub.layer_norm, probs_at=2, kv_input=own.v)
 
 
 def weights(model: Any, layer: int, stack: str) -> LayerWeights:

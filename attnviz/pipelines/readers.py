@@ -1,4 +1,4 @@
-"""Where a run's attention comes from: one source per kind of model. A source encodes the
+"""Where a run's attention comes from: one reader per kind of model. A reader encodes the
 text, gathers the consumers' recorders and edit, runs the one capture pass and puts the
 attention it read on the run (`run.raw`; an encoder-decoder model's stacks in `run.stacks`).
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def run(request: Request, consumers: Sequence[Consumer] = ()) -> Run:
-    """Load the model and read `request`'s text in one pass by the source of its kind, with
+    """Load the model and read `request`'s text in one pass by the reader of its kind, with
     every consumer's recorders and edit, then view it and let each consumer finish (the
     request was checked with `features.refuse_early`; the writers have not run)."""
     from attnviz.pipelines import features
@@ -33,8 +33,8 @@ def run(request: Request, consumers: Sequence[Consumer] = ()) -> Run:
         consumer.early(model)
     loaded = model.load()
     features.refuse(request, loaded.info)  # what the files did not say (a hub id)
-    source = Stacks if loaded.info.seq2seq else OneStack
-    found = source(loaded, request).read(consumers)
+    reader = Stacks if loaded.info.seq2seq else OneStack
+    found = reader(loaded, request).read(consumers)
     for consumer in consumers:
         consumer.read(found)
     _view(found)
@@ -175,18 +175,18 @@ def read_texts(
     from attnviz.analysis.inside import CONTINUED, InsideSteps
     from attnviz.core.extract import batched
 
-    source = OneStack(loaded, request)
+    reader = OneStack(loaded, request)
     found: list[Any] = []
     insides: list[Any] = []
     if request.continues:  # one text at a time, each continued (no inside view: it needs X)
-        layers = loaded.info.pick_layers(source.layers)
+        layers = loaded.info.pick_layers(reader.layers)
         for prompt in encoded:
             whole, reading = continued(loaded, request, prompt, layers)
-            found.extend(source.batch([whole], reading=reading)[0])
+            found.extend(reader.batch([whole], reading=reading)[0])
         return found, [CONTINUED] * len(found) if inside else None
     for batch in batched(encoded, request.batch_size):
         steps = InsideSteps(loaded, batch) if inside else None
-        found.extend(source.batch(batch, [steps] if steps else [])[0])
+        found.extend(reader.batch(batch, [steps] if steps else [])[0])
         if steps is not None:
             insides.extend(steps.result(row) for row in range(len(batch)))
     return found, insides if inside else None
