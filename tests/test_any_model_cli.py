@@ -165,17 +165,17 @@ def test_the_norm_measure_without_an_adapter_equals_the_adapter_s(loaded_tiny, m
     """v and W_O by name (the path of a model with no adapter) against X through the family's
     W_V and W_O: Llama (grouped-query heads), GPT-2 (Conv1D), BERT (W_O in the attention
     module's sibling), the same lengths within 1e-5."""
-    from attnviz.analysis.contributions import measured
+    from attnviz.analysis.contributions import read_measure
     from attnviz.core import adapters
     from attnviz.core.tokens import encode
 
     for arch in ("llama", "gpt2", "bert"):
         loaded = loaded_tiny[arch]
         encoded = [encode(loaded, TEXT)]
-        adapted = measured(loaded, encoded, "norm")[0].weights
+        adapted = read_measure(loaded, encoded, "norm")[0].weights
         with monkeypatch.context() as patched:
             patched.setattr(adapters, "knows", lambda model: False)
-            by_name = measured(loaded, encoded, "norm")[0].weights
+            by_name = read_measure(loaded, encoded, "norm")[0].weights
         assert np.abs(adapted - by_name).max() <= 1e-5, arch
 
 
@@ -184,7 +184,7 @@ def test_alti_and_mixing_without_an_adapter_equal_the_adapter_s(loaded_tiny, mon
     W_O by name, against what the adapters name: Llama (pre-LN), BERT (post-LN: the norm
     covers block + residual), Gemma 2 (the block normalised alone, then added): ALTI's
     contributions and the four mixing ratios equal within 1e-5."""
-    from attnviz.analysis.contributions import measured
+    from attnviz.analysis.contributions import read_measure
     from attnviz.core import adapters
     from attnviz.core.tokens import encode
 
@@ -192,11 +192,11 @@ def test_alti_and_mixing_without_an_adapter_equal_the_adapter_s(loaded_tiny, mon
         loaded = loaded_tiny[arch]
         encoded = [encode(loaded, TEXT)]
         kept: list = []
-        adapted = measured(loaded, encoded, "alti", keep=kept)[0].weights
+        adapted = read_measure(loaded, encoded, "alti", keep=kept)[0].weights
         with monkeypatch.context() as patched:
             patched.delitem(adapters.BY_TYPE, loaded.model.config.model_type)
             again: list = []
-            read = measured(loaded, encoded, "alti", keep=again)[0].weights
+            read = read_measure(loaded, encoded, "alti", keep=again)[0].weights
         assert np.abs(adapted - read).max() <= 1e-5, arch
         for layer, found in kept[0].mixing.items():
             for ratio, other in zip(found.ratios, again[0].mixing[layer].ratios):

@@ -129,10 +129,10 @@ def _composed(steps):
 
 
 def _measure(loaded, text, name, layers=None):
-    from attnviz.analysis.contributions import measured
+    from attnviz.analysis.contributions import read_measure
     from attnviz.core.tokens import encode
 
-    return measured(loaded, [encode(loaded, text)], name, layers)[0]
+    return read_measure(loaded, [encode(loaded, text)], name, layers)[0]
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
@@ -180,7 +180,7 @@ def test_mixing_ratios_by_loops_in_blocks_of_queries(arch, block, loaded_tiny, m
     if block is not None:
         monkeypatch.setattr(contributions.maths, "BLOCK_FLOATS", block)
     kept = []
-    got = contributions.measured(loaded, [encode(loaded, TEXT)], "alti", keep=kept)[0]
+    got = contributions.read_measure(loaded, [encode(loaded, TEXT)], "alti", keep=kept)[0]
     np.testing.assert_allclose(got.weights[:, 0], _composed(expected_c), atol=1e-5)
     for layer, found in kept[0].mixing.items():
         for k, ratios in enumerate(found.ratios):
@@ -197,7 +197,7 @@ def test_mixing_ratios_of_the_bundled_model_are_the_authors_by_loops(bundled):
 
     _, _, expected = _alti_by_loops(bundled, _tensors(bundled, TEXT))
     kept = []
-    contributions.measured(bundled, [encode(bundled, TEXT)], "alti", keep=kept)
+    contributions.read_measure(bundled, [encode(bundled, TEXT)], "alti", keep=kept)
     for layer, found in kept[0].mixing.items():
         for k, ratios in enumerate(found.ratios):
             np.testing.assert_allclose(ratios[0].numpy(), expected[layer][k], atol=1e-5)
@@ -275,11 +275,11 @@ def test_a_chosen_layer_is_composed_from_layer_zero(name, loaded_tiny):
 @pytest.mark.parametrize("name", ("norm", "alti", "rollout"))
 @pytest.mark.parametrize("arch", ("bert", "llama"))
 def test_batched_equals_alone(name, arch, loaded_tiny):
-    from attnviz.analysis.contributions import measured
+    from attnviz.analysis.contributions import read_measure
     from attnviz.core.tokens import encode
 
     loaded = loaded_tiny[arch]
-    batch = measured(loaded, [encode(loaded, TEXT), encode(loaded, OTHER)], name)
+    batch = read_measure(loaded, [encode(loaded, TEXT), encode(loaded, OTHER)], name)
     for text, got in zip((TEXT, OTHER), batch):
         np.testing.assert_allclose(got.weights, _measure(loaded, text, name).weights, atol=1e-5)
 
@@ -359,7 +359,7 @@ def test_bad_measures_exit_2_with_one_line_and_write_nothing(args, message, tmp_
 
 
 def test_export_saves_the_measure_s_values(tmp_path, bundled):
-    from attnviz.analysis.contributions import measured
+    from attnviz.analysis.contributions import read_measure
     from attnviz.core.tokens import encode
 
     sentences = tmp_path / "s.txt"
@@ -373,7 +373,7 @@ def test_export_saves_the_measure_s_values(tmp_path, bundled):
         for folder, text in zip(sorted(out.glob("000*")), (SENTENCE, "It was tired.")):
             saved = np.load(folder / "attention.npz")
             assert str(saved["measure"]) == name
-            expected = measured(bundled, [encode(bundled, text)], name)[0].weights
+            expected = read_measure(bundled, [encode(bundled, text)], name)[0].weights
             if name == "alti":
                 expected = expected[:, 0]  # (L, T, T): one map a layer
             # batched as export batches them: float32 rounding of the padded pass
@@ -562,14 +562,14 @@ def test_every_measure_page_of_a_batch_row_with_words_or_special_hidden(loaded_t
     """Each row of a batch gets its own text's measures, transformed as the command's view
     is; the page's norm lengths only where the view is tokens, norm left out where special
     tokens are hidden."""
-    from attnviz.analysis.contributions import EveryMeasure, measured
+    from attnviz.analysis.contributions import EveryMeasure, read_measure
     from attnviz.analysis.transforms import transform
     from attnviz.core.tokens import encode
 
     loaded = loaded_tiny["bert"]
     batch = [encode(loaded, TEXT), encode(loaded, OTHER)]
     every = EveryMeasure(loaded, [0, 1], batch, "alti")
-    found = measured(loaded, batch, "alti", also=list(every.recorders.values()))
+    found = read_measure(loaded, batch, "alti", also=list(every.recorders.values()))
     raw = found[1]  # the shorter text, padded in the batch
     alone = {m: _measure(loaded, OTHER, m) for m in ("weights", "norm", "rollout")}
     page = every.page(raw, raw, lambda a: a, row=1)

@@ -61,7 +61,7 @@ def attend(
     Only `layers` (default: all) are kept. Recorders in `also` are fed by the same pass
     (the page's inside view takes each layer's input from it). `values(chosen_layers,
     n_batch, width)` makes a recorder with a `held` array (B, L, H', W, W) and its `measure`
-    whose values replace the weights (`analysis.contributions.Measured`). `edit` changes the
+    whose values replace the weights (`analysis.contributions.MeasureRecorder`). `edit` changes the
     model as it runs (`show --ablate` removes heads, see `capture.run`). `reading`: the one
     text is a decoder's prompt and continuation, its rows kept as the model wrote
     (`core.generation`), handed out without running the model again.

@@ -69,7 +69,7 @@ class OneStack:
             return self._streamed(run, consumers, reading)
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
         edit = _one_edit([c.edit(run) for c in consumers])
-        found, run.measured = self.batch([encoded], recorders, edit, reading)
+        found, run.measure_recorder = self.batch([encoded], recorders, edit, reading)
         run.raw = found[0]
         return run
 
@@ -102,15 +102,17 @@ class OneStack:
         in place of the weights where it is not the weights) and the measure's recorder.
         With `reading`, the one text is a decoder's prompt and continuation, whose rows were
         kept as the model read it (`core.generation`; the weights alone)."""
-        from attnviz.analysis.contributions import measured
+        from attnviz.analysis.contributions import DEFAULT, read_measure
         from attnviz.core.extract import attend
 
         if reading is not None:
             return attend(self.loaded, list(batch), self.layers, recorders, reading=reading), None
+        if self.request.measure == DEFAULT:  # the weights: extracted as they are
+            return attend(self.loaded, list(batch), self.layers, list(recorders), edit=edit), None
         kept: list = []
-        found = measured(self.loaded, list(batch), self.request.measure, self.layers,
-                         list(recorders), kept, edit)  # fmt: skip
-        return found, kept[0] if kept else None
+        found = read_measure(self.loaded, list(batch), self.request.measure, self.layers,
+                             list(recorders), kept, edit)  # fmt: skip
+        return found, kept[0]
 
 
 class Stacks:

@@ -152,14 +152,16 @@ class _StackSums:
 
         import numpy as np
 
-        from attnviz.analysis.contributions import Measured, get, shares
+        from attnviz.analysis.contributions import MeasureRecorder, get, shares
         from attnviz.core.adapters import STACKS
         from attnviz.core.extract import attend_stacks
 
         loaded, cross_layers = self.loaded, list(range(self.loaded.info.of_stack("cross").n_layers))
         # cross-attention's norms ‖α f(x)‖ from the same pass (Kobayashi et al. 2020)
         widths = (max(len(item.target) for item in batch), max(len(item.source) for item in batch))
-        norms = Measured(loaded, get("norm"), cross_layers, len(batch), *widths, stack="cross")
+        norms = MeasureRecorder(
+            loaded, get("norm"), cross_layers, len(batch), *widths, stack="cross"
+        )
         also: list = [norms]
         for stack, corpus in self.contributions.items():
             side = "source" if stack == "encoder" else "target"

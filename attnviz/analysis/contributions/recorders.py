@@ -1,5 +1,5 @@
 """The capture recorders that turn one forward pass into the contribution measures: each
-head's values and W_O as the pass hands them over (`Values`), a measure's maps (`Measured`),
+head's values and W_O as the pass hands them over (`Values`), a measure's maps (`MeasureRecorder`),
 the summary's special shares, report's sums over a corpus, and the page's every measure."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def values_of(loaded: LoadedModel, stack: str | None = None) -> Values | None:
         return None
 
 
-class Measured:
+class MeasureRecorder:
     """The recorder that turns one forward pass into a measure's values: `held` is (B, L, H,
     T, T) for a per-head measure, (B, L, 1, T, T) for a per-layer one (L: the chosen layers;
     per-layer measures compose every layer from 0 up to the last chosen one)."""
@@ -457,13 +457,13 @@ class _ContributionPass:
         return self._mixing / np.array([len(marked) for marked in self._special])[:, None, None]
 
 
-def measured(
+def read_measure(
     loaded: LoadedModel,
     batch: list[Any],
     measure: str = DEFAULT,
     layers: list[int] | None = None,
     also: list[Any] | None = None,
-    keep: list[Measured] | None = None,
+    keep: list[MeasureRecorder] | None = None,
     edit: Any = None,
 ) -> list[Any]:
     """Each encoded text's `Attention` whose weights are `measure`'s values (one forward pass;
@@ -476,8 +476,8 @@ def measured(
     if chosen.name == DEFAULT:
         return attend(loaded, batch, layers, also=also or [], edit=edit)
 
-    def make(layers: list[int], n_batch: int, width: int) -> Measured:
-        made = Measured(loaded, chosen, layers, n_batch, width)
+    def make(layers: list[int], n_batch: int, width: int) -> MeasureRecorder:
+        made = MeasureRecorder(loaded, chosen, layers, n_batch, width)
         if keep is not None:
             keep.append(made)
         return made
@@ -496,12 +496,12 @@ def stack_values(loaded: LoadedModel, measure: str) -> Any:
         return None
 
     def make(stack: str, layers: list[int], n_batch: int, width: int, key_width: int):
-        return Measured(loaded, chosen, layers, n_batch, width, key_width, stack)
+        return MeasureRecorder(loaded, chosen, layers, n_batch, width, key_width, stack)
 
     return make
 
 
-def mixing_means(recorder: Measured, row: int, n: int) -> dict[int, dict[str, float]]:
+def mixing_means(recorder: MeasureRecorder, row: int, n: int) -> dict[int, dict[str, float]]:
     """Each layer's mean mixing ratio over the first `n` tokens of batch row `row`: how much of
     a token's update comes from other tokens (`mixing_rows`), by weights, by norms, with the
     residual, and with the residual and normalisation (Kobayashi et al. 2021's Attn-W,
@@ -525,7 +525,7 @@ class PageMeasures:
 
 class EveryMeasure:
     """Recorders for the measures a pass does not make already (`chosen` is made by
-    `measured`), so that one forward pass over a batch of `width` padded tokens gives each
+    `read_measure`), so that one forward pass over a batch of `width` padded tokens gives each
     text's page all four: those the model allows (norm: v and W_O, `ValueLengths`; ALTI:
     X and the norms around the block, which attnviz reads through its adapters only)."""
 
@@ -540,12 +540,17 @@ class EveryMeasure:
             if name == chosen:
                 continue
             try:  # a measure this model cannot give (ALTI without an adapter) is left out
-                self.recorders[name] = Measured(loaded, measure, layers, len(batch), width)
+                self.recorders[name] = MeasureRecorder(loaded, measure, layers, len(batch), width)
             except UnsupportedModelError:
                 continue
 
     def page(
-        self, raw: Any, shown: Any, transform: Any, kept: Measured | None = None, row: int = 0
+        self,
+        raw: Any,
+        shown: Any,
+        transform: Any,
+        kept: MeasureRecorder | None = None,
+        row: int = 0,
     ) -> PageMeasures:
         """Batch row `row`'s measures for its page: `shown` is the chosen measure as the
         command shows it, `raw` the same before `transform` (words, hide-special), which is
@@ -584,8 +589,8 @@ def page_pass(
     chosen = loaded.info.pick_layers(layers)
     inside = InsideSteps(loaded, [encoded])
     every = EveryMeasure(loaded, chosen, [encoded], measure)
-    kept: list[Measured] = []
+    kept: list[MeasureRecorder] = []
     also = [inside, *every.recorders.values()]
-    raw = measured(loaded, [encoded], measure, layers, also, kept)[0]
+    raw = read_measure(loaded, [encoded], measure, layers, also, kept)[0]
     shown = transform(raw)
     return shown, every.page(raw, shown, transform, kept[0] if kept else None), inside.result()

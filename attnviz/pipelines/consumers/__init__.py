@@ -39,7 +39,8 @@ class Run:
     loaded: LoadedModel
     encoded: Any  # core.attention.Encoded, or SourceTarget (encoder-decoder models)
     layers: list[int]  # the chosen layers (of the chosen stack)
-    measured: Any = None  # the measure's recorder (contributions.Measured), unless weights
+    # the measure's recorder (contributions.MeasureRecorder); None for the weights
+    measure_recorder: Any = None
     raw: Attention | None = None  # as the pass read it
     stacks: dict[str, Attention] | None = None  # encoder-decoder models: each stack read
     shown: Attention | None = None  # after --words / --hide-special

@@ -34,7 +34,7 @@ class Contributions(Consumer):
         run.result["special_by_norm"] = _without_removed(by_norm, run.shown, run.layers)
         alti = self.request.measure == "alti" and not run.loaded.info.seq2seq
         n = len(run.encoded) if alti else 0
-        run.result["mixing"] = mixing_means(run.measured, 0, n) if alti else None
+        run.result["mixing"] = mixing_means(run.measure_recorder, 0, n) if alti else None
 
 
 def _without_removed(values: Any, att: Attention, layers: list[int]) -> Any:

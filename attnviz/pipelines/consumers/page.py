@@ -48,7 +48,7 @@ class Page(Consumer):
         if self.every is None or view is not run.shown:  # pooled, or a window: its weights
             return view, dict(inside=self.inside.result(), scale=style.scale, cmap=style.cmap,
                               segments=view.segments)  # fmt: skip
-        found = self.every.page(run.raw, run.shown, lambda att: _view(r, att), run.measured)
+        found = self.every.page(run.raw, run.shown, lambda att: _view(r, att), run.measure_recorder)
         return found.weights, dict(inside=self.inside.result(), scale=style.scale,
                                    cmap=style.cmap, segments=run.shown.segments,
                                    measures=found.others, lengths=found.lengths,
