@@ -179,7 +179,7 @@ def attention(
     SDPA), "flash_attention_2" (the same) or "eager" (the model's own); `load` the other load
     settings (dtype, device_map, …: see the module's docstring).
     """
-    from attnviz.pipelines import features, readers
+    from attnviz.pipelines import checks, readers
     from attnviz.pipelines.request import Request
 
     request = Request(
@@ -200,7 +200,7 @@ def attention(
         measure=measure,
     )
     reader = request.model()
-    features.refuse_early(request, reader)
+    checks.before_loading(request, reader)
     shown = readers.run(request).shown
     return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, reader=reader)
 

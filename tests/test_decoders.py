@@ -116,7 +116,7 @@ def test_smollm2_is_refused_early_without_torch(smollm2_gguf):
         "from attnviz.errors import InputError\n"
         "from attnviz.core.models import Model\n"
         "try:\n"
-        "    Model('smollm2').refuse_early(layers=[30])\n"
+        "    Model('smollm2').check_files(layers=[30])\n"
         "except InputError as error:\n"
         "    print(error)\n"
         "print('torch' in sys.modules)\n"

@@ -78,7 +78,7 @@ def serve(
     listens on 127.0.0.1 only, unless --host says otherwise. Ctrl-C stops it (exit code 130).
     """
     try:
-        from attnviz.pipelines import features
+        from attnviz.pipelines import checks
         from attnviz.pipelines.request import Request
         from attnviz.server import exposed, listen, serve, url
         from attnviz.server.app import LOOPBACK_NAMES, Limits
@@ -89,11 +89,11 @@ def serve(
         sock = listen(host, port)  # before loading: a port in use fails at once
         asked = Request("serve", load)
         chosen = asked.model()
-        features.refuse_early(asked, chosen)
+        checks.before_loading(asked, chosen)
         address = url(host, port)
         with err_console.status(f"loading {load.model or 'the bundled model'}…"):
             loaded = chosen.load()
-        features.refuse(asked, loaded.info)
+        checks.against(asked, loaded.info)
         against = _second_model(against_model, load, loaded)
         ready = partial(_ready, address, loaded.info.name, open_browser)
         # A loopback server answers only to loopback names (app.py says why).
@@ -132,14 +132,14 @@ def _second_model(name: str | None, load: Load, first: Any) -> Model | None:
     from dataclasses import replace
 
     from attnviz.analysis.compare import refuse_models
-    from attnviz.pipelines import features
+    from attnviz.pipelines import checks
     from attnviz.pipelines.request import Request
 
     asked = Request("serve", replace(load, model=name))
     second = asked.model()
-    features.refuse_early(asked, second)
+    checks.before_loading(asked, second)
     with err_console.status(f"loading {name}…"):
         loaded = second.load()
-        features.refuse(asked, loaded.info)
+        checks.against(asked, loaded.info)
         refuse_models(first, loaded, words=True)
     return second

@@ -501,7 +501,7 @@ class Model:
     pipelines take.
 
     The settings are refused at once where they cannot work on this machine (`Load.refuse`),
-    before anything loads. `refuse_early` reads only the model's files, so a bad layer, head
+    before anything loads. `check_files` reads only the model's files, so a bad layer, head
     or too-long text is refused in a fraction of a second, before torch is imported;
     `tokenizer()` loads the tokenizer alone, for what tokens can refuse before the weights
     load (`--query`); `load()` loads once (reusing that tokenizer), and is safe to call from
@@ -535,7 +535,7 @@ class Model:
         (whose folders are named by the text alone), else the name as given."""
         return None if self.name in (None, DEFAULT_MODEL) else self.name
 
-    def refuse_early(
+    def check_files(
         self,
         layers: list[int] | None = None,
         heads: list[int] | None = None,

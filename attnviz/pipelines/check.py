@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.check import CheckResult, LayerCheck, compare, tolerance_for
 from attnviz.errors import InputError
-from attnviz.pipelines import features
+from attnviz.pipelines import checks
 
 if TYPE_CHECKING:
     from attnviz.core.attention import Encoded, SourceTarget
@@ -112,12 +112,12 @@ def check(request: Request) -> CheckResult:
     require_text(request.text)
     model = request.model()
     spec = describe(model.name)
-    features.refuse(request, spec)
+    checks.against(request, spec)
     if spec is not None:
         _plan(spec, request)
         spec.check_length(request.text, request.truncate)
     loaded = model.load()
-    features.refuse(request, loaded.info)
+    checks.against(request, loaded.info)
     plan = _plan(loaded.info, request)
     text, truncate, tolerance = request.text, request.truncate, request.tolerance
     if tolerance is None:  # the dtype's: a half-precision model's own numbers are rounded
@@ -126,8 +126,8 @@ def check(request: Request) -> CheckResult:
         from attnviz.core.tokens import encode
 
         encoded = encode(loaded, text, truncate)
-        checks, shapes = check_layers(loaded, [encoded], plan[None])
-        return CheckResult(loaded.info, encoded.tokens, tolerance, tuple(checks), shapes)
+        layer_checks, shapes = check_layers(loaded, [encoded], plan[None])
+        return CheckResult(loaded.info, encoded.tokens, tolerance, tuple(layer_checks), shapes)
 
     from attnviz.core.seq2seq import encode_source_target
 

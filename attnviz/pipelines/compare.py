@@ -9,15 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.compare import refuse_models
 from attnviz.core.tokens import encode
-from attnviz.errors import InputError
-from attnviz.outputs.files import check_writable, prepare_dir
-from attnviz.pipelines import features
+from attnviz.outputs.files import prepare_dir
+from attnviz.pipelines import checks
 from attnviz.pipelines.readers import read_texts
 
 if TYPE_CHECKING:
     from attnviz.analysis.compare import Comparison, Moved, QueryMoves
     from attnviz.analysis.importance import Importance
-    from attnviz.core.models import Model
     from attnviz.pipelines.request import Request
 
 OVERVIEW = "divergence"  # the overview figure's file name, without its extension
@@ -82,10 +80,10 @@ def compare(request: Request) -> CompareResult:
 
     r = request
     model, other = r.model(), models.get(r.against or r.load)
-    _refuse_early(r, model, other)
+    checks.before_compare(r, model, other)
     loaded, loaded_b = model.load(), other.load()
     for facts in (loaded.info, loaded_b.info):
-        features.refuse(r, facts)
+        checks.against(r, facts)
     refuse_models(loaded, loaded_b, r.words)
     encoded_a = [encode(loaded, a, r.truncate) for a, _ in r.pairs]
     encoded_b = [encode(loaded_b, b, r.truncate) for _, b in r.pairs]
@@ -113,28 +111,6 @@ def compare(request: Request) -> CompareResult:
                                        insides)  # fmt: skip
     return CompareResult(comparison, names, r.measure, moved, asked, folder, written, matters,
                          tuple(pages))  # fmt: skip
-
-
-def _refuse_early(request: Request, model: Model, other: Model) -> None:
-    """Refuse before anything loads: no pairs, an empty text, an unknown measure, what does
-    not combine (the feature table), a text too long for its model, an unwritable --out."""
-    from attnviz.analysis.contributions import get
-    from attnviz.core.attention import require_text
-
-    pairs = request.pairs
-    if not pairs:
-        raise InputError("no pairs to compare")
-    for number, (a, b) in enumerate(pairs, start=1):
-        where = f" of pair {number}" if len(pairs) > 1 else ""
-        require_text(a, f"text A{where}")
-        require_text(b, f"text B{where}")
-    get(request.measure)
-    features.refuse(request)
-    for reader, texts in ((model, [a for a, _ in pairs]), (other, [b for _, b in pairs])):
-        for text in texts:
-            reader.refuse_early(text=text, truncate=request.truncate)
-    if request.out is not None and (request.images or request.html):
-        check_writable(request.out)  # made when its files are written
 
 
 def _draw(request, model, other, comparison, moved, models, matters, insides):

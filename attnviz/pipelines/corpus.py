@@ -332,21 +332,6 @@ def finish(
     )  # fmt: skip
 
 
-def refuse_before_the_pass(
-    loaded: LoadedModel, layers: list[int] | None, heads: list[int] | None, importance: str | None
-) -> list[str]:
-    """The importance methods asked for, refusing bad layers, heads and methods before the
-    corpus's pass, not after it."""
-    from attnviz.analysis.importance import check_method, methods_of
-
-    loaded.info.pick_layers(layers)
-    loaded.info.pick_heads(heads)
-    methods = methods_of(importance) if importance else []
-    for method in methods:
-        check_method(loaded, method)
-    return methods
-
-
 def probes_of(loaded: LoadedModel) -> Any:
     """A causal model's induction and duplicate-token probes; None for an encoder."""
     if not loaded.info.causal:

@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.core import memory
 from attnviz.core.models import describe
 from attnviz.errors import InputError, OutputError, TextTooLongError
 from attnviz.outputs.files import (
@@ -43,7 +42,7 @@ from attnviz.outputs.files import (
     write_text_atomic,
 )
 from attnviz.outputs.render import KINDS
-from attnviz.pipelines import features
+from attnviz.pipelines import checks
 
 if TYPE_CHECKING:
     from attnviz.analysis.contributions import PageMeasures
@@ -398,10 +397,10 @@ class _Export:
         r, model = self.request, self.model
         get(r.measure)
         spec = describe(model.name)
-        features.refuse(r, spec)
+        checks.against(r, spec)
         # a hub id not downloaded yet: only its loaded config tells what kind of model it is
         facts = spec if spec is not None else model.load().info
-        features.refuse(r, facts)
+        checks.against(r, facts)
         self.sentences, self.options = r.sentences, ExportOptions.of(r)
         if facts.seq2seq:
             from attnviz.core.inputs import split_pairs
@@ -413,7 +412,7 @@ class _Export:
         if spec is not None:
             spec.of_stack(self.options.stack).pick_layers(asked[0])
             spec.of_stack(self.options.stack).pick_heads(asked[1])
-        memory.refuse(model, [s.text for s in self.sentences.items], memory.Asked.of(r), r.truncate)
+        checks.fits(r, model, [s.text for s in self.sentences.items])
         out = prepare_dir(r.out)
         self.width = max(4, len(str(len(self.sentences.items))))
         folders = [out / _folder_name(sentence, self.width) for sentence in self.sentences.items]

@@ -1,9 +1,10 @@
 """The one table of what a run can ask for: each feature's option, the commands and model
 kinds it works with, what it excludes, and the consumer that makes it.
 
-`refuse(request, facts)` checks a request against the table: once with the model's files
-(`core.models.describe`, before anything loads) and once with the loaded model's facts (a hub
-id whose files were not here yet). It is the only place that says which options combine;
+`refuse(request, facts)` checks a request against the table (`pipelines.checks.against` calls
+it: once with the model's files, `core.models.describe`, before anything loads, and once with
+the loaded model's facts, for a hub id whose files were not here yet). It is the only place
+that says which options combine;
 its errors share one wording. A new option is one row here and, when it makes something, one
 consumer module (`attnviz/pipelines/consumers/`), named by its "module:Class" path so that
 `attnviz --help` imports none of them.
@@ -18,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
-    from attnviz.core.models import Model
     from attnviz.pipelines.request import Request
 
 ENCODER, DECODER, SEQ2SEQ = "encoder", "decoder", "encoder-decoder"
@@ -241,31 +241,6 @@ def _refuse_on_a_continuation(request: Request, facts: Any) -> None:
             from attnviz.core.generation import check_room
 
             check_room(n, request.generate, limit)
-
-
-def refuse_early(request: Request, model: Model) -> None:
-    """Refuse bad input before anything loads: an empty text, an unknown measure, what does
-    not combine (`refuse` on the model's files), layers and heads out of range, a text too
-    long."""
-    from attnviz.analysis.contributions import get
-    from attnviz.core.attention import require_text
-    from attnviz.core.models import describe
-
-    if request.text is not None:
-        require_text(request.text)
-    if request.pair is not None:
-        require_text(request.pair, "the --pair sentence")
-    get(request.measure)
-    if request.generate is not None and request.generate < 1:
-        raise InputError(
-            f"--generate takes a number of tokens of 1 or more, not {request.generate}"
-        )
-    refuse(request, describe(model.name))
-    layers, heads = list(request.layers or ()) or None, list(request.heads or ()) or None
-    model.refuse_early(layers, heads, request.text, request.truncate, request.stack)
-    if request.ablate:
-        model.refuse_early([layer for layer, _ in request.ablate],
-                           [head for _, head in request.ablate])  # fmt: skip
 
 
 def _wrong_kind(what: str, kinds: frozenset[str], facts: Any, why: str) -> InputError:

@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 def run(request: Request, consumers: Sequence[Consumer] = ()) -> Run:
     """Load the model and read `request`'s text in one pass by the reader of its kind, with
     every consumer's recorders and edit, then view it and let each consumer finish (the
-    request was checked with `features.refuse_early`; the writers have not run)."""
-    from attnviz.pipelines import features
+    request was checked with `checks.before_loading`; the writers have not run)."""
+    from attnviz.pipelines import checks
 
     model = request.model()
     for consumer in consumers:
         consumer.early(model)
     loaded = model.load()
-    features.refuse(request, loaded.info)  # what the files did not say (a hub id)
+    checks.against(request, loaded.info)  # what the files did not say (a hub id)
     reader = Stacks if loaded.info.seq2seq else OneStack
     found = reader(loaded, request).read(consumers)
     for consumer in consumers:

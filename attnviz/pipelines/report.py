@@ -20,7 +20,7 @@ from attnviz.analysis.roles import (
 )
 from attnviz.errors import InputError, TextTooLongError
 from attnviz.outputs.files import check_writable
-from attnviz.pipelines import features
+from attnviz.pipelines import checks
 
 if TYPE_CHECKING:
     from attnviz.core.attention import Attention
@@ -49,18 +49,18 @@ def report(request: Request, **callbacks: Any) -> tuple[Any, list[Path]]:
     on_ranks = callbacks.pop("on_ranks", None)
     options = _options(request, callbacks)
     spec = describe(model.name)
-    features.refuse(request, spec)
+    checks.against(request, spec)
     if spec is not None and spec.seq2seq:  # bad lines refused before anything is written
         sentences = _pairs(sentences)
     else:
-        model.refuse_early(options["layers"], options["heads"])
+        checks.ranges(model, options["layers"], options["heads"])
     if request.shard is not None or request.launched:  # refused after loading, where needed
         return report_split(model, sentences, request.out, request.style, request.shard,
                             request.partial, request.resume, on_ranks, request=request,
                             **options)  # fmt: skip
     check_writable(request.out)  # made when its files are written
     loaded = model.load()
-    features.refuse(request, loaded.info)  # a hub id: its files said nothing before it loaded
+    checks.against(request, loaded.info)  # a hub id: its files said nothing before it loaded
     if not loaded.info.seq2seq:
         result = build_report(loaded, sentences, **options)
         return result, write_report(result, request.out, request.style)
@@ -240,7 +240,7 @@ def build_report(
     from attnviz.analysis.contributions import mixing_left_out
     from attnviz.pipelines import corpus
 
-    methods = corpus.refuse_before_the_pass(loaded, layers, heads, importance)
+    methods = checks.before_pass(loaded, layers, heads, importance)
     read = corpus.read_corpus(loaded, sentences, batch_size, truncate, on_warning)
     left_out = mixing_left_out(loaded)
     if left_out is not None and on_warning:

@@ -1,7 +1,7 @@
 """A command's run as one frozen request: what is read, by which model, which part of it, what
 is made of it and where it goes. The command line, the API and the server build it the same
-way; `features.refuse` checks it against the one table of what combines with what, and a
-pipeline runs it.
+way; `checks` refuses what cannot run (the table of what combines with what among it), and
+a pipeline runs it.
 """
 
 from __future__ import annotations

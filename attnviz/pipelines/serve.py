@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnviz.pipelines import features
+from attnviz.pipelines import checks
 
 if TYPE_CHECKING:
     from attnviz.core.models import Model
@@ -75,7 +75,7 @@ class Question:
         if question.pair is not None:
             require_text(question.pair, '"pair"')
         get(question.measure)
-        features.refuse(question.request(None))
+        checks.against(question.request(None))
         return question
 
     def request(self, model: Model | None, style: Style | None = None) -> Request:
@@ -111,7 +111,7 @@ def _run(model: Model, question: Question, consumers: list[Any], style: Style | 
     from attnviz.pipelines import readers
 
     request = question.request(model, style)
-    features.refuse_early(request, model)
+    checks.before_loading(request, model)
     return readers.run(request, consumers)
 
 
@@ -190,7 +190,7 @@ def _past_the_page(model: Model, question: Question) -> bool:
     """Whether the page's data for the question would pass PAGE_CELLS (tokenised only)."""
     from attnviz.core.tokens import encode
 
-    features.refuse_early(question.request(model), model)
+    checks.before_loading(question.request(model), model)
     loaded = model.load()
     if loaded.info.seq2seq:
         return False

@@ -46,7 +46,7 @@ class CompareQuestion:
         one line."""
         from attnviz.analysis.contributions import get
         from attnviz.core.attention import require_text
-        from attnviz.pipelines import features
+        from attnviz.pipelines import checks
         from attnviz.pipelines.request import Request
 
         if not isinstance(body, dict):
@@ -69,7 +69,7 @@ class CompareQuestion:
             raise InputError('"b" is missing: give text B, or "against_model": true to read '
                              "text A with the server's second model")  # fmt: skip
         get(question.measure)
-        features.refuse(Request("compare", words=question.words, measure=question.measure))
+        checks.against(Request("compare", words=question.words, measure=question.measure))
         return question
 
 

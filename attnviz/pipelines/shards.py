@@ -186,14 +186,14 @@ def run_share(
     writing its partial to `path` as it goes; with `resume`, what `path` holds is not run
     again. `exchange` gives mean ablation the clean sums of every share (from this one's);
     `on_start(texts)` says how many texts the share has, `on_progress(n)` as they are done;
-    `request` is checked against the loaded model (`features.refuse`)."""
+    `request` is checked against the loaded model (`checks.against`)."""
     from attnviz.analysis.report_sums import unpack
-    from attnviz.pipelines import corpus, features
+    from attnviz.pipelines import checks, corpus
 
     if request is not None:  # a hub id's files said nothing before it loaded
-        features.refuse(request, loaded.info)
+        checks.against(request, loaded.info)
     layers, heads = options.get("layers"), options.get("heads")
-    methods = corpus.refuse_before_the_pass(loaded, layers, heads, options.get("importance"))
+    methods = checks.before_pass(loaded, layers, heads, options.get("importance"))
     batch_size, truncate = options.get("batch_size", 16), options.get("truncate", False)
     read = corpus.read_corpus(loaded, sentences, batch_size, truncate, on_warning)
     keeper = Keeper(path, share, settings(model, loaded, sentences, options), loaded, read,

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.core import memory
 from attnviz.outputs.files import check_writable, clear_previous, prepare_dir, text_folder_name
-from attnviz.pipelines import features, readers
+from attnviz.pipelines import checks, features, readers
 from attnviz.pipelines.consumers import Consumer, Run
 from attnviz.pipelines.consumers.contributions import Contributions
 from attnviz.pipelines.consumers.done import Done
@@ -147,8 +146,7 @@ def show(request: Request, on_summary: Callable[[ShowResult], None] | None = Non
     summary is known, before any figure is drawn (the command line prints it meanwhile).
     """
     model = request.model()
-    features.refuse_early(request, model)
-    memory.refuse(model, [request.text], memory.Asked.of(request), request.truncate, request.pair)
+    checks.before_loading(request, model, [request.text])
     folder = _folder(request, model)
     consumers = _consumers(request, folder)
     run = readers.run(request, consumers)

@@ -268,10 +268,10 @@ def read(model: Model, holder: Holder, question: Any) -> dict[str, Any]:
     of size T × T is made), and hold it."""
     from attnviz.core import capture
     from attnviz.core.tokens import encode, pad
-    from attnviz.pipelines import features
+    from attnviz.pipelines import checks
 
     loaded = model.load()
-    features.refuse(question.request(model), loaded.info)
+    checks.against(question.request(model), loaded.info)
     encoded = encode(loaded, question.text, question.truncate, question.pair)
     holder.let_go()
     why = holder.refusal(loaded, len(encoded))

@@ -53,7 +53,6 @@ from attnviz.analysis.contributions.measures import (
     MEASURES,
     Measure,
     get,
-    refuse,
     refuse_on_stacks,
     shares,
 )
@@ -80,7 +79,6 @@ __all__ = [
     "get",
     "refuse_on_stacks",
     "shares",
-    "refuse",
     "BLOCK_FLOATS",
     "value_heads",
     "value_vectors",

@@ -103,15 +103,3 @@ def shares(att: Any) -> Any:
         return att
     totals = att.weights.sum(axis=-1, keepdims=True)
     return replace(att, weights=(att.weights / np.where(totals > 0, totals, 1.0)).astype("f4"))
-
-
-def refuse(measure: str, hide_special: bool = False) -> Measure:
-    """The measure called `measure`, refusing what it cannot be combined with (before the
-    model loads)."""
-    chosen = get(measure)
-    if hide_special and not chosen.summed:
-        raise InputError(
-            f"--hide-special renormalises rows to sum to 1, and {chosen.name}'s rows are "
-            "lengths; use it with --measure weights, alti or rollout"
-        )
-    return chosen

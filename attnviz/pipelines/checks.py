@@ -1,0 +1,114 @@
+"""Every check before a run, in one module: what a request is refused for, in one line
+(InputError, exit 2), before anything loads where the model's files can tell, and again once
+the model has loaded for what they could not (a hub id not on this machine yet). In the
+order a user meets them:
+
+1. the text: given and not empty (a sentence pair's; compare's pairs);
+2. its values: a known measure, --generate of 1 or more;
+3. what combines with what, by command and kind of model (`features`, the one table);
+4. layers and heads in range, a text within the model's limit (the model's files);
+5. a run that fits in memory, estimated from the files (`core.memory`);
+6. report: the importance methods the loaded model can be measured by (`before_pass`).
+
+`before_loading` runs 1–5 for one text (`show`, the API, `serve`); `before_compare` for
+compare's pairs; `against(request, facts)` runs 3 on a model's facts, its files' before it
+loads and the loaded model's after; `fits` runs 5. A model's own load settings are checked
+when it is made (`core.settings.Load.refuse`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from attnviz.core import memory
+from attnviz.errors import InputError
+from attnviz.outputs.files import check_writable
+from attnviz.pipelines import features
+
+if TYPE_CHECKING:
+    from attnviz.core.model_info import LoadedModel
+    from attnviz.core.models import Model
+    from attnviz.pipelines.request import Request
+
+
+def against(request: Request, facts: Any = None) -> None:
+    """What does not combine in `request` (the feature table), against a model's `facts`:
+    its files' before it loads (`ModelSpec`), the loaded model's after (`ModelInfo`: what
+    the files could not say, a hub id's kind of model), or None (nothing known yet)."""
+    features.refuse(request, facts)
+
+
+def ranges(model: Model, layers: list[int] | None, heads: list[int] | None) -> None:
+    """Refuse a layer or head out of range, from the model's files (`Model.check_files`)."""
+    model.check_files(layers, heads)
+
+
+def fits(request: Request, model: Model, texts: Sequence[str]) -> None:
+    """Refuse a run over `texts` that would not fit in memory, estimated from the model's
+    files before its weights load (`core.memory`)."""
+    memory.refuse(model, list(texts), memory.Asked.of(request), request.truncate, request.pair)
+
+
+def before_loading(request: Request, model: Model, texts: Sequence[str] | None = None) -> None:
+    """Refuse bad input before anything loads: an empty text, an unknown measure, what does
+    not combine (the feature table, on the model's files), layers and heads out of range, a
+    text too long; with `texts`, a run over them that would not fit in memory."""
+    from attnviz.analysis.contributions import get
+    from attnviz.core.attention import require_text
+    from attnviz.core.models import describe
+
+    if request.text is not None:
+        require_text(request.text)
+    if request.pair is not None:
+        require_text(request.pair, "the --pair sentence")
+    get(request.measure)
+    if request.generate is not None and request.generate < 1:
+        raise InputError(
+            f"--generate takes a number of tokens of 1 or more, not {request.generate}"
+        )
+    against(request, describe(model.name))
+    layers, heads = list(request.layers or ()) or None, list(request.heads or ()) or None
+    model.check_files(layers, heads, request.text, request.truncate, request.stack)
+    if request.ablate:
+        model.check_files([layer for layer, _ in request.ablate],
+                           [head for _, head in request.ablate])  # fmt: skip
+    if texts is not None:
+        fits(request, model, texts)
+
+
+def before_compare(request: Request, model: Model, other: Model) -> None:
+    """Refuse before anything loads: no pairs, an empty text, an unknown measure, what does
+    not combine (the feature table), a text too long for its model, an unwritable --out."""
+    from attnviz.analysis.contributions import get
+    from attnviz.core.attention import require_text
+
+    pairs = request.pairs
+    if not pairs:
+        raise InputError("no pairs to compare")
+    for number, (a, b) in enumerate(pairs, start=1):
+        where = f" of pair {number}" if len(pairs) > 1 else ""
+        require_text(a, f"text A{where}")
+        require_text(b, f"text B{where}")
+    get(request.measure)
+    against(request)
+    for reader, texts in ((model, [a for a, _ in pairs]), (other, [b for _, b in pairs])):
+        for text in texts:
+            reader.check_files(text=text, truncate=request.truncate)
+    if request.out is not None and (request.images or request.html):
+        check_writable(request.out)  # made when its files are written
+
+
+def before_pass(
+    loaded: LoadedModel, layers: list[int] | None, heads: list[int] | None, importance: str | None
+) -> list[str]:
+    """The importance methods asked for, refusing bad layers, heads and methods before the
+    corpus's pass, not after it."""
+    from attnviz.analysis.importance import check_method, methods_of
+
+    loaded.info.pick_layers(layers)
+    loaded.info.pick_heads(heads)
+    methods = methods_of(importance) if importance else []
+    for method in methods:
+        check_method(loaded, method)
+    return methods
