@@ -227,9 +227,9 @@ def test_how_a_block_joins_the_stream_is_read_from_the_model(kind, form):
             residual.around(model, 0)
         return
     for layer in range(len(generic.callers(model))):
-        found = residual.around(model, layer)
-        assert (found.norm is None) == (form == "pre"), (kind, layer)
-        assert found.covers_residual == (form == "post"), (kind, layer)
+        found = residual.around(model, layer)  # the norm after the block, or None
+        assert (found is None) == (form == "pre"), (kind, layer)
+        assert (found is not None and found.covers_residual) == (form == "post"), (kind, layer)
 
 
 @pytest.mark.parametrize("kind", ["gpt_neox", "modernbert"])

@@ -20,7 +20,6 @@ the norm's numbers remake its output. A layer that passes no check is refused in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from attnviz.core import adapters
@@ -37,18 +36,7 @@ def norm_after(model: Any, layer: int, stack: str | None = None) -> Norm | None:
         return adapters.norm_after(model, layer, stack)
     if stack is not None:
         raise UnsupportedModelError("the norms around a block are read for one-stack models")
-    return around(model, layer).norm
-
-
-@dataclass(frozen=True, eq=False)
-class Around:
-    """How one layer's attention block joins the residual stream, as read from the model:
-    the stream r_i is the layer's input; the block's output y_i (after W_O) is added to it
-    (pre-LN: `norm` None), normalised alone first (`norm`, not `covers_residual`: Gemma 2
-    and 3, OLMo 2), or normalised with it (`covers_residual`: post-LN, BERT and BART)."""
-
-    norm: Norm | None
-    covers_residual: bool = False
+    return around(model, layer)
 
 
 # What may normalise around a block: a module whose class name says so, or, before the block,
@@ -57,9 +45,12 @@ def _is_norm(module: Any) -> bool:
     return "Norm" in type(module).__name__ or type(module).__name__ == "Identity"
 
 
-def around(model: Any, layer: int) -> Around:
-    """How `layer`'s block joins the residual stream (`Around`), read once a model from one
-    pass over four tokens with hooks on the layer and every module in it, and checked: the
+def around(model: Any, layer: int) -> Norm | None:
+    """How `layer`'s block joins the residual stream, read once a model from one pass over
+    four tokens with hooks on the layer and every module in it: None where the block's
+    output is added to the stream (the layer's input) as it is (pre-LN), else the norm after
+    the block, of the block alone (Gemma 2 and 3, OLMo 2) or of block + stream (post-LN:
+    BERT; `Norm.covers_residual`). Each form is checked as it is read: the
     layer's output less the stream and the block's (normalised) output is what one of its
     later modules wrote (the feed-forward's), and the normalisation's numbers remake its
     output. A one-line UnsupportedModelError where the layer fits none of the forms."""
@@ -72,7 +63,7 @@ def around(model: Any, layer: int) -> Around:
     return got
 
 
-def _probe(model: Any) -> dict[int, Around | str]:
+def _probe(model: Any) -> dict[int, Norm | None | str]:
     """`around` of every layer of a one-stack model, or why not (a string)."""
     from attnviz.core import capture
     from attnviz.core.adapters import generic
@@ -110,8 +101,9 @@ def _close(a: Any, b: Any) -> bool:
 
 def _form(
     kind: str, layer: int, calls: list, holder: Any, caller: Any, projection: Any
-) -> Around | str:
-    """`layer`'s Around from its calls [(module, order, input, output)], or why not."""
+) -> Norm | None | str:
+    """`layer`'s norm after the block (None: none) from its calls [(module, order, input,
+    output)], or why not (a string)."""
     refused = (
         f"attnviz cannot tell how layer {layer} of '{kind}' adds its attention's output "
         "to the residual stream (not pre-LN, post-LN or a norm of the block alone)"
@@ -143,7 +135,7 @@ def _form(
         if not any(c[1] > start and c[0] is not holder and _close(c[3], rest) for c in calls):
             return refused
     if form is None:
-        return Around(None)
+        return None
     module, covers = form
     call = alone if not covers else summed
     try:
@@ -154,7 +146,7 @@ def _form(
     if not remade:
         return (f"layer {layer} of '{kind}' normalises with a {type(module).__name__} whose "
                 "numbers attnviz does not remake (not a LayerNorm or RMSNorm)")  # fmt: skip
-    return Around(norm.to_cpu(), covers)
+    return norm.to_cpu()
 
 
 def _normalised(norm: Norm, u: Any) -> Any:
