@@ -143,7 +143,7 @@ def test_each_stacks_inside_numbers_are_the_models_probabilities(loaded_seq2seq,
     from attnviz.outputs.html import build_page
 
     found, inside = _stacks_and_inside(loaded_seq2seq[arch])
-    data = _data(build_page(found["cross"], inside, stacks=found))
+    data = _data(build_page(found["cross"], inside=inside, stacks=found))
     for stack, att in found.items():
         entry = data["stacks"][stack]["inside"]
         assert data["stacks"][stack]["inside_note"] is None
@@ -177,7 +177,7 @@ def test_the_three_stacks_share_the_inside_budget(loaded_seq2seq, monkeypatch):
     assert all(recorder.wants == {} for recorder in recorders)
     reasons = {recorder.result() for recorder in recorders}
     assert len(reasons) == 1 and "every layer of 3 stacks" in reasons.pop()
-    data = _data(build_page(found["cross"], inside, stacks=found))
+    data = _data(build_page(found["cross"], inside=inside, stacks=found))
     for stack in STACKS:
         entry = data["stacks"][stack]
         assert entry["inside"] is None and "every layer of 3 stacks" in entry["inside_note"]

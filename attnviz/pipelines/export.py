@@ -573,9 +573,9 @@ class _Export:
         page = None
         if options.html:
             found = measures(att, view)
-            page = build_page(found.weights, inside, options.scale, style.cmap, att.segments,
-                              measures=found.others, lengths=found.lengths,
-                              initial=options.measure)  # fmt: skip
+            page = build_page(found.weights, inside=inside, scale=options.scale,
+                              cmap=style.cmap, segments=att.segments, measures=found.others,
+                              lengths=found.lengths, initial=options.measure)  # fmt: skip
         drawn = style
         if options.measure == "norm" and style.scale == "absolute":  # 1 = the text's largest
             drawn = replace(style, top=float(att.weights.max()) or 1.0)

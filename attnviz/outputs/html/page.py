@@ -360,28 +360,12 @@ def _csp_hash(text: str) -> str:
     return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
 
 
-def build_page(
-    att: Attention,
-    inside: Inside | str | Mapping[str, Inside | str] | None = None,
-    scale: str = "absolute",
-    cmap: str = "viridis",
-    segments: tuple[int, ...] | None = None,
-    measures: dict[str, Attention] | None = None,
-    lengths: np.ndarray | None = None,
-    initial: str = "weights",
-    stacks: dict[str, Attention] | None = None,
-) -> str:
+def build_page(att: Attention, **options: Any) -> str:
     """The whole page for one text: data, script and style inline; nothing loads from outside.
-
-    `inside` (from `attnviz.analysis.inside`) feeds the "inside one head" view, or
-    says why the page goes without it;
-    `segments` (0 or 1 per token) marks the two sentences of a pair; `measures`, `lengths`
-    and `initial` are the measure switch's (see `page_data`). An encoder-decoder model's
-    page takes its three stacks' Attentions in `stacks` and opens on `att`'s stack, with a
-    stack switch, and `inside` by stack name (see `stacks_data`).
-    """
-    found = page_data(att, inside, scale, cmap, segments, measures, lengths, initial, stacks)
-    return _document(found, page_title(att))
+    `options` are `page_data`'s: the inside view (`inside`, or why the page goes without it),
+    `scale` and `cmap`, a pair's `segments`, the measure switch's `measures`, `lengths` and
+    `initial`, an encoder-decoder model's `stacks`."""
+    return _document(page_data(att, **options), page_title(att))
 
 
 def live_page(
