@@ -89,13 +89,6 @@ class Values:
         v = values.transpose(1, 2).repeat_interleave(n_heads // values.shape[1], dim=2)
         return v, w_o.reshape(n_heads, d, -1)
 
-    def vectors(self, layer: int, tensors: dict[str, Any]) -> torch.Tensor:
-        """f^h(x_j) = v^h_j W_O^h of every head: (B, H, T, d_model)."""
-        import torch
-
-        v, w_o = self.heads(layer, tensors)
-        return torch.einsum("bthk,hkd->bhtd", v, w_o)
-
     def of(self, layer: int, tensors: dict[str, Any]) -> torch.Tensor:
         """‖f^h(x_j)‖ of `layer`, (B, H, S) float32, from its tensors of the pass."""
         if self.weights is not None:
@@ -304,22 +297,28 @@ class ContributionSums:
         return self.mixing_sums.total() / self.tokens
 
 
-def mixing_left_out(loaded: LoadedModel) -> str | None:
-    """Why `report` leaves a one-stack model's mixing ratios out (it cannot read each head's
-    values and W_O, or how a block joins the residual stream), or None: they are measured."""
+def norms_after(loaded: LoadedModel) -> dict[int, Any] | str:
+    """Each layer's normalisation after its block (`core.residual.norm_after`; None where the
+    block is added to the stream as it is), or why they cannot be read."""
     from attnviz.core import residual
     from attnviz.errors import UnsupportedModelError
 
+    try:
+        return {layer: residual.norm_after(loaded.model, layer)
+                for layer in range(loaded.info.n_layers)}  # fmt: skip
+    except UnsupportedModelError as error:
+        return str(error)
+
+
+def mixing_left_out(loaded: LoadedModel) -> str | None:
+    """Why `report` leaves a one-stack model's mixing ratios out (it cannot read each head's
+    values and W_O, or how a block joins the residual stream), or None: they are measured."""
     if loaded.info.seq2seq:
         return None  # defined for one-stack models only (docs/seq2seq.md)
     if values_of(loaded) is None:
         return "attnviz cannot read each head's values and W_O of this model"
-    try:
-        for layer in range(loaded.info.n_layers):
-            residual.norm_after(loaded.model, layer)
-    except UnsupportedModelError as error:
-        return str(error)
-    return None
+    found = norms_after(loaded)
+    return found if isinstance(found, str) else None
 
 
 class CorpusContributions:
@@ -330,17 +329,14 @@ class CorpusContributions:
     one-stack models). A batch's `mixed` vectors of each layer serve both."""
 
     def __init__(self, loaded: LoadedModel, stack: str | None = None) -> None:
-        from attnviz.core import residual
 
         info = loaded.info.of_stack(stack)
         self._stack = stack
         self._values = values_of(loaded, stack)  # for norm and mixing
         self._norms: dict[int, Any] | None = None  # the normalisation after each block
-        if stack is None and self._values is not None and mixing_left_out(loaded) is None:
-            model = loaded.model
-            self._norms = {
-                layer: residual.norm_after(model, layer) for layer in range(info.n_layers)
-            }
+        if stack is None and self._values is not None:
+            found = norms_after(loaded)
+            self._norms = found if isinstance(found, dict) else None
         mixing = self._norms is not None
         by_norm = self._values is not None
         self.sums = ContributionSums(info.n_layers, info.n_heads, mixing, by_norm)
