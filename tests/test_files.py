@@ -98,3 +98,28 @@ def test_a_text_folder_loses_the_files_of_an_interrupted_run(tmp_path):
     assert len(list(folder.iterdir())) == len(ours + theirs)
     clear_previous(folder, text_folder=True)
     assert sorted(p.name for p in folder.iterdir()) == sorted(theirs)
+
+
+def test_ctrl_c_ends_at_once_only_while_nothing_is_held(tmp_path, monkeypatch):
+    """The command line's Ctrl-C ends the process at once (no KeyboardInterrupt that could land
+    in Python code torch called from C++) until a file or folder is held: a probe file for
+    its moment, a run's folder or a written file for good."""
+    from attnviz.core import interrupts
+    from attnviz.outputs.files import check_writable
+
+    monkeypatch.setattr(interrupts, "_held_for_good", False)
+    seen = []
+    real = interrupts.holding
+
+    def watched():
+        seen.append(interrupts.at_once())  # asked before the block holds
+        return real()
+
+    monkeypatch.setattr(interrupts, "holding", watched)
+    assert interrupts.at_once()
+    check_writable(tmp_path / "out")  # only probes: held while the probe file exists
+    with real():
+        assert not interrupts.at_once()
+    assert seen == [True] and interrupts.at_once()
+    write_text_atomic(tmp_path / "a.txt", "text")
+    assert not interrupts.at_once()  # from the first file on, Ctrl-C reaches the code

@@ -14,15 +14,17 @@ STOPPED_EARLY = "interrupted: nothing was written"
 
 
 def main() -> None:
-    """The console entry point. A Ctrl-C while the command line is still being imported ends
-    the process at once with one line (the commands handle it once they run)."""
+    """The console entry point. A Ctrl-C ends the process at once, with one line, while the
+    command holds nothing to finish or remove (`core.interrupts` says why); from then on it
+    raises KeyboardInterrupt, which the commands handle."""
     import signal
 
-    signal.signal(signal.SIGINT, _stop_at_start)
+    import attnviz.core.interrupts  # noqa: F401  (loaded before the handler can ask it)
+
+    signal.signal(signal.SIGINT, _on_ctrl_c)
     from attnviz.cli.app import main as run
 
     _register(_named_command())
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     run()
 
 
@@ -36,11 +38,30 @@ def _named_command() -> str | None:
     return first if first in COMMANDS else None
 
 
-def _stop_at_start(signum: int, frame: Any) -> None:
+def _on_ctrl_c(signum: int, frame: Any) -> None:
     import os
+    import sys
 
+    from attnviz.core import interrupts
+
+    if not interrupts.at_once():
+        raise KeyboardInterrupt
     os.write(2, f"{STOPPED_EARLY}\n".encode())
-    os._exit(130)
+    try:
+        if "multiprocessing" in sys.modules:
+            # The drawing workers hold no task yet (they start, or warm up): they are
+            # stopped before they print a traceback on finding this process gone (and the
+            # pool's thread that watches them says nothing), and their queues' named
+            # semaphores unlinked as a normal exit would, so that the resource tracker finds
+            # none left over and prints no warning.
+            import threading
+
+            threading.excepthook = lambda args: None
+            for worker in sys.modules["multiprocessing"].active_children():
+                worker.kill()
+            sys.modules["multiprocessing.util"]._run_finalizers(0)
+    finally:
+        os._exit(130)
 
 
 def _register(only: str | None = None) -> Any:

@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from attnviz.core import interrupts
 from attnviz.errors import ModelLoadError
 
 # Short names for GGUF files that PyPI packages ship: name -> (package, file inside it).
@@ -151,6 +152,12 @@ def convert(path: Path, target: Path, dtype: str = "float32") -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    with interrupts.holding():  # a Ctrl-C while saving removes the staging folder
+        return _save(model, tokenizer, path, target)
+
+
+def _save(model: Any, tokenizer: Any, path: Path, target: Path) -> Path:
+    """Save the dequantised model and its tokenizer as `target`, whole or not at all."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from attnviz.core import interrupts
 from attnviz.errors import OutputError
 
 DONE = "done.json"
+PROBE = ".attnviz-probe-"
 
 
 def check_writable(path: Path) -> Path:
@@ -33,7 +35,7 @@ def check_writable(path: Path) -> Path:
             f"cannot write under {existing}: it is a file, not a folder; choose another --out"
         )
     try:
-        with tempfile.NamedTemporaryFile(dir=existing, prefix=".attnviz-probe-"):
+        with interrupts.holding(), tempfile.NamedTemporaryFile(dir=existing, prefix=PROBE):
             pass
     except OSError as exc:
         raise OutputError(f"cannot write to output folder {path}: {exc.strerror}") from exc
@@ -43,9 +45,10 @@ def check_writable(path: Path) -> Path:
 def prepare_dir(path: Path) -> Path:
     """Create `path` if needed and prove it is writable: where files are about to be written."""
     check_writable(path)
+    interrupts.hold()  # a run's folder: Ctrl-C from now must let it say what it holds
     try:
         path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".attnviz-probe-"):
+        with tempfile.NamedTemporaryFile(dir=path, prefix=PROBE):
             pass
     except OSError as exc:
         raise OutputError(f"cannot write to output folder {path}: {exc.strerror}") from exc
@@ -65,6 +68,7 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
     The file gets the mode any program would give it (0666 less the umask): mkstemp's
     private 0600 would otherwise survive the rename.
     """
+    interrupts.hold()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
         os.fchmod(fd, 0o666 & ~_umask())

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.core import memory
+from attnviz.core import interrupts, memory
 from attnviz.errors import OutputError
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ class Shared:
 
         where = "/dev/shm" if os.path.isdir("/dev/shm") else None
         name = None
+        interrupts.hold()  # drawing begins: the file is removed once the figures are drawn
         try:
             handle, name = tempfile.mkstemp(prefix=SHARED_PREFIX, suffix=".bin", dir=where)
             with os.fdopen(handle, "wb") as file:

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.core import interrupts
 from attnviz.core.models import describe
 from attnviz.errors import InputError, OutputError, TextTooLongError
 from attnviz.outputs.files import (
@@ -289,6 +290,7 @@ def render_sentence(
     tokens, for the raw array."""
     from attnviz.outputs.render import render_text
 
+    interrupts.hold()
     folder.mkdir(parents=True, exist_ok=True)
     clear_previous(folder, text_folder=True)
     written = render_text(att, folder, layers, heads, style, kinds=options.figures, query=query)

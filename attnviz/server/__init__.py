@@ -17,6 +17,7 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from attnviz.core import interrupts
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ def serve(
     from attnviz.pipelines.serve import Question, page
     from attnviz.server.app import build_app
 
+    interrupts.hold()  # a Ctrl-C from now stops the server (uvicorn hands it on)
     app = build_app(model, limits, against)
     # A first forward pass is several times slower than the next (lazy set-up in torch): it
     # is spent here, not on the first person's request.
