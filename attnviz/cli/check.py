@@ -33,37 +33,41 @@ from attnviz.errors import AttnvizError
 # Choices come from the adapters' registry of stacks, plus "all" (check's default).
 Stack = Enum("Stack", {name: name for name in (*adapters.STACKS, "all")}, type=str)
 
+SentenceArg = Annotated[
+    str,
+    typer.Argument(
+        help="The sentence to run through the model; - reads it from stdin.", show_default=False
+    ),
+]
+AllLayersOpt = Annotated[bool, flag("--all-layers", "Check every layer (the default).")]
+ToleranceOpt = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        help="Largest absolute error that still passes. Default: the model's dtype's "
+        "(1e-5 in float32; half precision rounds the model's own numbers: docs/models.md).",
+        show_default=False,
+    ),
+]
+CheckStackOpt = Annotated[
+    Stack | None,
+    typer.Option(
+        help="Encoder-decoder models: the attention stack to check. Default: all.",
+        show_default=False,
+    ),
+]
+
 
 @app.command(cls=Command)
 def check(
-    text: Annotated[
-        str,
-        typer.Argument(
-            help="The sentence to run through the model; - reads it from stdin.",
-            show_default=False,
-        ),
-    ],
+    text: SentenceArg,
     layer: LayerOpt = None,
-    all_layers: Annotated[bool, flag("--all-layers", "Check every layer (the default).")] = False,
-    tolerance: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            help="Largest absolute error that still passes. Default: the model's dtype's "
-            "(1e-5 in float32; half precision rounds the model's own numbers: docs/models.md).",
-            show_default=False,
-        ),
-    ] = None,
+    all_layers: AllLayersOpt = False,
+    tolerance: ToleranceOpt = None,
     model: ModelOpt = None,
     target: TargetOpt = None,
     generate: GenerateOpt = None,
-    stack: Annotated[
-        Stack | None,
-        typer.Option(
-            help="Encoder-decoder models: the attention stack to check. Default: all.",
-            show_default=False,
-        ),
-    ] = None,
+    stack: CheckStackOpt = None,
     truncate: TruncateOpt = False,
     device: DeviceOpt = Device.auto,
     dtype: DtypeOpt = Dtype.auto,

@@ -469,45 +469,12 @@ def _hooked(
     ]
     if edit is not None and sites[0][0][0] is not None:
         raise ValueError("edits (head ablation, gates) are for models with one attention stack")
-    handles = []
+    handles: list[Any] = []
 
     def install(
         sites_of: Sequence[Site], pick: Callable[[LayerModules], Any], before: bool, act: Callable
     ) -> None:
-        """Hook the module `pick` names; `act(site, mods, args, output)` runs for `sites_of`,
-        and what it returns (None: nothing) replaces the module's input or output."""
-        if not sites_of:
-            return
-        users: dict[int, list[tuple]] = {}  # id(module) -> the sites that call it, in order
-        for site, mods in sites:
-            users.setdefault(id(pick(mods)), []).append((site, mods))
-        calls: dict[int, int] = {}
-
-        def hook(module, args, output=None):
-            n = calls.get(id(module), 0)
-            calls[id(module)] = n + 1
-            callers = users[id(module)]
-            site, mods = callers[n % len(callers)]
-            if site in sites_of:
-                return act(site, mods, args, output)
-            return None
-
-        def pre_hook(module, args, kwargs):  # a layer may be handed its input by name
-            if not args and "hidden_states" in kwargs:
-                replaced = hook(module, (kwargs["hidden_states"],))
-                if replaced is not None:
-                    kwargs = {**kwargs, "hidden_states": replaced[0]}
-                return (), kwargs
-            replaced = hook(module, args)
-            return None if replaced is None else (replaced, kwargs)
-
-        for module in {id(pick(m)): pick(m) for _, m in sites}.values():
-            if module is None:  # not named for this model (`_unhookable` refused a want of it)
-                continue
-            if before:
-                handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-            else:
-                handles.append(module.register_forward_hook(hook))
+        handles.extend(_install(sites, sites_of, pick, before, act))
 
     def record(kind: str, pick: Callable[[LayerModules], Any], before: bool, take: Callable):
         def act(site: Site, mods: LayerModules, args: Any, output: Any) -> None:
@@ -537,3 +504,49 @@ def _hooked(
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _install(
+    sites: list[tuple[Site, LayerModules]],
+    sites_of: Sequence[Site],
+    pick: Callable[[LayerModules], Any],
+    before: bool,
+    act: Callable,
+) -> list[Any]:
+    """Hook the module `pick` names in each of `sites`; `act(site, mods, args, output)` runs
+    for `sites_of`, and what it returns (None: nothing) replaces the module's input or
+    output. The hooks' handles."""
+    if not sites_of:
+        return []
+    users: dict[int, list[tuple]] = {}  # id(module) -> the sites that call it, in order
+    for site, mods in sites:
+        users.setdefault(id(pick(mods)), []).append((site, mods))
+    calls: dict[int, int] = {}
+
+    def hook(module, args, output=None):
+        n = calls.get(id(module), 0)
+        calls[id(module)] = n + 1
+        callers = users[id(module)]
+        site, mods = callers[n % len(callers)]
+        if site in sites_of:
+            return act(site, mods, args, output)
+        return None
+
+    def pre_hook(module, args, kwargs):  # a layer may be handed its input by name
+        if not args and "hidden_states" in kwargs:
+            replaced = hook(module, (kwargs["hidden_states"],))
+            if replaced is not None:
+                kwargs = {**kwargs, "hidden_states": replaced[0]}
+            return (), kwargs
+        replaced = hook(module, args)
+        return None if replaced is None else (replaced, kwargs)
+
+    handles = []
+    for module in {id(pick(m)): pick(m) for _, m in sites}.values():
+        if module is None:  # not named for this model (`_unhookable` refused a want of it)
+            continue
+        if before:
+            handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        else:
+            handles.append(module.register_forward_hook(hook))
+    return handles

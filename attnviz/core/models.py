@@ -288,14 +288,7 @@ def load_model(
     A model placed by accelerate (device_map, quantize) is never moved; the inputs go to
     its first device. `tokenizer`: the one `load_tokenizer` loaded already.
     """
-    from transformers import (
-        AutoConfig,
-        AutoModel,
-        AutoModelForCausalLM,
-        AutoModelForMaskedLM,
-        AutoModelForSeq2SeqLM,
-        AutoTokenizer,
-    )
+    from transformers import AutoConfig, AutoTokenizer
 
     load = Load(name, device, attention, **settings)
     load.refuse()
@@ -305,7 +298,6 @@ def load_model(
     except (OSError, ValueError) as exc:
         raise _not_found(label) from exc
 
-    model_type = config.model_type
     decoder = _decoder(config)
     refuse_bypass(config)
 
@@ -314,14 +306,7 @@ def load_model(
     try:
         if tokenizer is None:
             tokenizer = _from_pretrained(AutoTokenizer, source)
-        # Decoders with their LM head: report's induction probe measures the model's loss.
-        # Encoders saved with their masked-LM head keep it: head importance measures its loss.
-        # Encoder-decoder models with theirs: --generate writes a target with it.
-        loader = AutoModelForCausalLM if decoder else AutoModel
-        if config.is_encoder_decoder:
-            loader = AutoModelForSeq2SeqLM
-        elif loader is AutoModel and _has_mlm_head(config):
-            loader = AutoModelForMaskedLM
+        loader = _loader(config, decoder)
         # attnviz's attention function records inside the model's attention call; the layers
         # nobody wants run `attention` (sdpa, flash_attention_2) from there
         implementation = attention if attention == "eager" else recording.NAME
@@ -344,14 +329,42 @@ def load_model(
     if placed is None:
         model.to(torch_device)
 
+    info = _info(config, model, tokenizer, label, decoder, load, placed)
+    device = torch_device if placed is None else _first_device(placed)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
+
+
+def _loader(config: Any, decoder: bool) -> Any:
+    """The Auto class that loads the model with the head attnviz uses: decoders with their LM
+    head (report's induction probe measures the model's loss); encoders saved with their
+    masked-LM head keep it (head importance measures its loss); encoder-decoder models with
+    theirs (--generate writes a target with it)."""
+    from transformers import (
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoModelForSeq2SeqLM,
+    )
+
+    if config.is_encoder_decoder:
+        return AutoModelForSeq2SeqLM
+    if decoder:
+        return AutoModelForCausalLM
+    return AutoModelForMaskedLM if _has_mlm_head(config) else AutoModel
+
+
+def _info(
+    config: Any, model: Any, tokenizer: Any, label: str, decoder: bool, load: Load, placed: Any
+) -> ModelInfo:
+    """The loaded model's facts, from its config, its tokenizer and where it was placed."""
     n_heads = config.num_attention_heads
     d_model = config.hidden_size
     n_kv_heads = getattr(config, "num_key_value_heads", None) or n_heads
     stacks = stack_counts(config.to_dict())
-    info = ModelInfo(
+    return ModelInfo(
         name=label,
         architecture=type(model).__name__,
-        model_type=model_type,
+        model_type=config.model_type,
         n_heads=n_heads,
         d_model=d_model,
         n_layers=stacks[0][1] if stacks else adapters.n_layers(model),
@@ -364,12 +377,10 @@ def load_model(
         stacks=stacks,
         max_target_tokens=_max_tokens(config, tokenizer) if stacks else None,
         dtype=_name(model.dtype),
-        attention=attention,
+        attention=load.attention,
         device_map=tuple((part, str(where)) for part, where in (placed or {}).items()),
         quantize=load.quantize,
     )
-    device = torch_device if placed is None else _first_device(placed)
-    return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
 
 
 def _placement(load: Load, device: str) -> dict[str, Any]:

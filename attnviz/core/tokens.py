@@ -3,7 +3,8 @@ with each token's label, word and special-token flag; and padding a batch for on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnviz.core.attention import Encoded, require_text
@@ -42,38 +43,25 @@ def encode_with(
         require_text(pair, "the --pair sentence")
         if facts.causal:  # refused before (pipelines.features): a decoder reads no pair
             raise ValueError(f"{facts.name} is a decoder: it reads no sentence pair")
-    bos = _bos_to_add(tokenizer, facts.causal)
-    limit = facts.max_tokens - (bos is not None)
-    notes: list[str] = []
     options = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
-    enc = tokenizer(text, pair, **options)
-    n_tokens = len(enc["input_ids"])
-    if n_tokens > limit:
-        if not truncate:
-            raise too_long(n_tokens + (bos is not None), facts.max_tokens)
-        enc = tokenizer(text, pair, truncation=True, max_length=limit, **options)
-        kept_chars = max((end for _, end in enc["offset_mapping"]), default=0)
-        notes.append(
-            f"truncated: kept the first {limit} of {n_tokens} tokens "
-            + (
-                f"(text cut after character {kept_chars} of {len(text)})"
-                if pair is None
-                else "(the longer sentence of the pair was cut)"
-            )
-        )
 
-    ids = tuple(int(i) for i in enc["input_ids"])
-    special = tuple(bool(s) for s in enc["special_tokens_mask"])
-    offsets = [tuple(o) for o in enc["offset_mapping"]]
-    word_ids = enc.word_ids()
-    sequence_ids = enc.sequence_ids()
-    if bos is not None:
-        ids, special = (bos, *ids), (True, *special)
-        offsets, word_ids = [(0, 0), *offsets], [None, *word_ids]
-        sequence_ids = [None, *sequence_ids]
+    def tokenise(limit: int | None) -> Any:
+        if limit is None:
+            return tokenizer(text, pair, **options)
+        return tokenizer(text, pair, truncation=True, max_length=limit, **options)
+
+    def kept(enc: Any) -> str:
+        if pair is not None:
+            return "(the longer sentence of the pair was cut)"
+        kept_chars = max((end for _, end in enc["offset_mapping"]), default=0)
+        return f"(text cut after character {kept_chars} of {len(text)})"
+
+    notes: list[str] = []
+    got = _pieces(tokenizer, facts, tokenise, truncate, kept, notes)
+    ids, special, offsets, raw = tuple(got.ids), tuple(got.special), got.offsets, got.raw
+    sequence_ids, word_ids = got.sequence_ids, got.word_ids
     # Offsets index into the sentence each token came from.
     sources = [pair if seq == 1 else text for seq in sequence_ids]
-    raw = tokenizer.convert_ids_to_tokens(list(ids))
     from_text = _labels_from_text(tokenizer)
     tokens = tuple(
         (source[start:end].strip() or "␣") if from_text and not is_special else token
@@ -99,8 +87,57 @@ def encode_with(
         tuple(notes),
         pair,
         segments,
-        truncated=n_tokens > limit,
+        truncated=got.truncated,
     )
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """A text's tokens as the tokenizer gave them, a decoder's BOS put first."""
+
+    ids: list[int]
+    special: list[bool]
+    offsets: list[tuple[int, int]]
+    word_ids: list[int | None]
+    sequence_ids: list[int | None]
+    raw: list[str]  # each token's vocabulary form
+    truncated: bool
+
+
+def _pieces(
+    tokenizer: Any,
+    facts: ModelInfo | ModelSpec,
+    tokenise: Callable[[int | None], Any],
+    truncate: bool,
+    kept: Callable[[Any], str],
+    notes: list[str],
+) -> _Pieces:
+    """The one skeleton of `encode_with` and `encode_words`: `tokenise(None)` whole; over
+    the model's limit, refused, or with `truncate` `tokenise(limit)` and a note of what was
+    kept (`kept(encoding)`) added to `notes`; a decoder's BOS put first where its tokenizer
+    does not put it there itself."""
+    bos = _bos_to_add(tokenizer, facts.causal)
+    limit = facts.max_tokens - (bos is not None)
+    enc = tokenise(None)
+    n_tokens = len(enc["input_ids"])
+    if n_tokens > limit:
+        if not truncate:
+            raise too_long(n_tokens + (bos is not None), facts.max_tokens)
+        enc = tokenise(limit)
+        notes.append(f"truncated: kept the first {limit} of {n_tokens} tokens {kept(enc)}")
+    ids = [int(i) for i in enc["input_ids"]]
+    special = [bool(s) for s in enc["special_tokens_mask"]]
+    offsets = [tuple(o) for o in enc["offset_mapping"]]
+    word_ids, sequence_ids = list(enc.word_ids()), list(enc.sequence_ids())
+    if bos is not None:
+        ids, special = [bos, *ids], [True, *special]
+        offsets, word_ids, sequence_ids = (
+            [(0, 0), *offsets],
+            [None, *word_ids],
+            [None, *sequence_ids],
+        )
+    raw = tokenizer.convert_ids_to_tokens(ids)
+    return _Pieces(ids, special, offsets, word_ids, sequence_ids, raw, n_tokens > limit)
 
 
 def _label_unknown(tokenizer, tokens, raw, special, offsets, sources):
@@ -156,48 +193,34 @@ def encode_words(
     if not words:
         raise InputError("a sentence with no words")
     tokenizer = loaded.tokenizer
-    bos = _bos_to_add(tokenizer, loaded.info.causal)
-    limit = loaded.info.max_tokens - (bos is not None)
     spaced = list(words)
     if _is_byte_level(tokenizer):
         gaps = [False] + [True if space_after is None else bool(s) for s in space_after[:-1]]
         spaced = [(" " + w if gap else w) for w, gap in zip(words, gaps)]
     notes: list[str] = []
 
-    def tokenise(items: list[str], cut: bool):
+    def tokenise(limit: int | None) -> Any:
         return tokenizer(
-            items,
+            spaced,
             is_split_into_words=True,
             return_special_tokens_mask=True,
             return_offsets_mapping=True,
-            truncation=cut,
-            max_length=limit if cut else None,
+            truncation=limit is not None,
+            max_length=limit,
         )
 
-    enc = tokenise(spaced, False)
-    dropped = set(range(len(words))) - {w for w in enc.word_ids() if w is not None}
+    seen = {w for w in tokenise(None).word_ids() if w is not None}
+    dropped = set(range(len(words))) - seen
     if dropped:
         stand_in = tokenizer.unk_token or "_"
         spaced = [stand_in if i in dropped else w for i, w in enumerate(spaced)]
         notes.append(f"{len(dropped)} word(s) with no token given as {stand_in}")
-        enc = tokenise(spaced, False)
-    n_tokens = len(enc["input_ids"])
-    if n_tokens > limit:
-        if not truncate:
-            raise too_long(n_tokens + (bos is not None), loaded.info.max_tokens)
-        enc = tokenise(spaced, True)
-        kept = len({w for w in enc.word_ids() if w is not None})
-        notes.append(
-            f"truncated: kept the first {limit} of {n_tokens} tokens ({kept} of {len(words)} words)"
-        )
-    ids = [int(i) for i in enc["input_ids"]]
-    special = [bool(s) for s in enc["special_tokens_mask"]]
-    word_ids = list(enc.word_ids())
-    offsets = [tuple(o) for o in enc["offset_mapping"]]
-    if bos is not None:
-        ids, special = [bos, *ids], [True, *special]
-        word_ids, offsets = [None, *word_ids], [(0, 0), *offsets]
-    raw = tokenizer.convert_ids_to_tokens(ids)
+
+    def kept(enc: Any) -> str:
+        return f"({len({w for w in enc.word_ids() if w is not None})} of {len(words)} words)"
+
+    got = _pieces(tokenizer, loaded.info, tokenise, truncate, kept, notes)
+    ids, special, word_ids, offsets, raw = got.ids, got.special, got.word_ids, got.offsets, got.raw
     from_text = _labels_from_text(tokenizer)
     token_words: list[int] = []
     labels: list[str] = []
@@ -220,7 +243,7 @@ def encode_words(
         tuple(token_words),
         tuple(labels),
         tuple(notes),
-        truncated=n_tokens > limit,
+        truncated=got.truncated,
         stand_ins=len(dropped),
     )
 

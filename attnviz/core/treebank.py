@@ -203,16 +203,7 @@ def _finish_sentence(reader: _Reader) -> None:
             _read_entities(reader, misc["Entity"] or "", number, index, len(words) - 1, empty_node)
     if not words:
         raise reader.fail(rows[0][0], "a sentence with no words (only ranges or empty nodes)")
-    given = [h for _, h in heads if h is not None]
-    if given and len(given) != len(heads):
-        line = next(n for n, h in heads if h is None)
-        raise reader.fail(line, "HEAD is _ while other words of this sentence have heads")
-    for number, head in heads:
-        if head is not None and not 0 <= head <= len(words):
-            raise reader.fail(
-                number, f"HEAD {head} is not a word of this sentence (it has {len(words)} words)"
-            )
-    syntax = bool(given)
+    syntax = _check_heads(reader, heads, len(words))
     mentions = _closed_mentions(reader, index, syntax, [h for _, h in heads])
     reader.sentences.append(
         TreebankSentence(
@@ -225,6 +216,21 @@ def _finish_sentence(reader: _Reader) -> None:
             mentions=mentions,
         )
     )
+
+
+def _check_heads(reader: _Reader, heads: list[tuple[int, int | None]], n_words: int) -> bool:
+    """Refuse a sentence whose words have heads only in part, or a head that is not one of
+    its words; whether it has syntax (every word a head)."""
+    given = [h for _, h in heads if h is not None]
+    if given and len(given) != len(heads):
+        line = next(n for n, h in heads if h is None)
+        raise reader.fail(line, "HEAD is _ while other words of this sentence have heads")
+    for number, head in heads:
+        if head is not None and not 0 <= head <= n_words:
+            raise reader.fail(
+                number, f"HEAD {head} is not a word of this sentence (it has {n_words} words)"
+            )
+    return bool(given)
 
 
 def _read_entities(

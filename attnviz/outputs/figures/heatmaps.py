@@ -8,7 +8,7 @@ is what makes batch export fast."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,55 +51,27 @@ class HeadFigure:
         from matplotlib.figure import Figure
 
         configure_matplotlib()
-        tokens, keys, unit = att.tokens, att.key_tokens, att.unit
-        n, n_keys = len(tokens), len(keys)
-        layout, key_layout = Layout.for_grid(n, n_keys, dpi=style.dpi)
-        first = att.span[0] if att.span else 0
-        layout, key_layout = (
-            replace(lay, every=att.pool_size, first=first) for lay in (layout, key_layout)
-        )
-        # Axis label + tick labels, in whole pixels so that every cell spans the same pixels.
-        left = round((0.45 + layout.label_inches(tokens)) * style.dpi) / style.dpi
-        bottom = round((0.45 + key_layout.label_inches(keys)) * style.dpi) / style.dpi
-        top, right = 0.75, 1.25  # two title lines; colour bar with its ticks and label
-        side, wide = layout.side_in, key_layout.side_in  # the map's height and width
-        # a short map (few target tokens) keeps room for its title and colour bar
-        dpi = style.dpi
-        top += round(max(0.0, 1.6 - side) * dpi) / dpi
-        left += round(max(0.0, (4.5 - wide - left - right) / 2) * dpi) / dpi
-        width, height = left + wide + right, bottom + side + top
-        fig = Figure(figsize=(width, height), dpi=style.dpi)
-        ax = fig.add_axes((left / width, bottom / height, wide / width, side / height))
+        n, n_keys = len(att.tokens), len(att.key_tokens)
+        place = _HeadPlace.of(att, style)
+        fig = Figure(figsize=(place.width, place.height), dpi=style.dpi)
+        ax = fig.add_axes(place.map_box())
         self.image = ax.imshow(
             np.zeros((n, n_keys)), cmap=style.colour_map(), vmin=0.0, vmax=1.0,
             interpolation="nearest",
         )  # fmt: skip
-        set_ticks(ax, tokens, layout, keys=(keys, key_layout))
+        set_ticks(ax, att.tokens, place.layout, keys=(att.key_tokens, place.key_layout))
         written = continuation_marks(ax, att)
-        ax.set_xlabel(f"key ({unit} {_key_role(att)}){label_note(key_layout, unit)}", fontsize=9)
-        ax.set_ylabel(
-            f"query ({unit} {'attending' if att.measure == 'weights' else 'built'}"
-            f"{_query_side(att)})",
-            fontsize=9,
-        )
+        _label_axes(ax, att, place.key_layout)
         self.mask = masked_cells(att)
         # A causal model's bar makes room below it for the masked cells' key.
-        bar_y = 0.1 * side if self.mask is None else 0.55
-        bar = fig.add_axes(
-            (
-                (left + wide + 0.15) / width,
-                (bottom + bar_y) / height,
-                0.18 / width,
-                (0.9 * side - bar_y) / height,
-            )
-        )
-        colorbar = fig.colorbar(self.image, cax=bar)
+        colorbar = fig.colorbar(self.image, cax=fig.add_axes(place.bar_box(self.mask is None)))
         colorbar.ax.tick_params(labelsize=8)
         colorbar.set_label(style.bar_label(att), fontsize=9)
         hatching = []
         if self.mask is not None:
             hatching.append(hatch(ax, above_diagonal(n)))
-            masked_key(fig, left + wide + 0.15, bottom, "masked:\nkey after\nthe query")
+            masked_key(fig, place.left + place.wide + 0.15, place.bottom,
+                       "masked:\nkey after\nthe query")  # fmt: skip
         self.title = figure_header(fig, att)
         self.style = style
         self.marks = ax.add_collection(
@@ -149,6 +121,67 @@ class HeadFigure:
         self.frames.close()
 
 
+@dataclass(frozen=True)
+class _HeadPlace:
+    """Where a head figure's parts go, in inches: margins for the labels, the map's size
+    (`wide` × `side`), the figure's."""
+
+    layout: Layout  # the queries'
+    key_layout: Layout
+    left: float
+    bottom: float
+    wide: float
+    side: float
+    width: float
+    height: float
+
+    @classmethod
+    def of(cls, att: Attention, style: Style) -> _HeadPlace:
+        tokens, keys, dpi = att.tokens, att.key_tokens, style.dpi
+        layout, key_layout = Layout.for_grid(len(tokens), len(keys), dpi=dpi)
+        first = att.span[0] if att.span else 0
+        layout, key_layout = (
+            replace(lay, every=att.pool_size, first=first) for lay in (layout, key_layout)
+        )
+        # Axis label + tick labels, in whole pixels so that every cell spans the same pixels.
+        left = round((0.45 + layout.label_inches(tokens)) * dpi) / dpi
+        bottom = round((0.45 + key_layout.label_inches(keys)) * dpi) / dpi
+        top, right = 0.75, 1.25  # two title lines; colour bar with its ticks and label
+        side, wide = layout.side_in, key_layout.side_in  # the map's height and width
+        # a short map (few target tokens) keeps room for its title and colour bar
+        top += round(max(0.0, 1.6 - side) * dpi) / dpi
+        left += round(max(0.0, (4.5 - wide - left - right) / 2) * dpi) / dpi
+        width, height = left + wide + right, bottom + side + top
+        return cls(layout, key_layout, left, bottom, wide, side, width, height)
+
+    def map_box(self) -> tuple[float, float, float, float]:
+        """The map's axes, as fractions of the figure."""
+        w, h = self.width, self.height
+        return (self.left / w, self.bottom / h, self.wide / w, self.side / h)
+
+    def bar_box(self, full: bool) -> tuple[float, float, float, float]:
+        """The colour bar's axes: beside the map, `full` height, or raised above the key of
+        masked cells."""
+        bar_y = 0.1 * self.side if full else 0.55
+        w, h = self.width, self.height
+        return (
+            (self.left + self.wide + 0.15) / w,
+            (self.bottom + bar_y) / h,
+            0.18 / w,
+            (0.9 * self.side - bar_y) / h,
+        )
+
+
+def _label_axes(ax: Any, att: Attention, key_layout: Layout) -> None:
+    """A head figure's axis labels: which tokens, and what they are to each other."""
+    unit = att.unit
+    ax.set_xlabel(f"key ({unit} {_key_role(att)}){label_note(key_layout, unit)}", fontsize=9)
+    ax.set_ylabel(
+        f"query ({unit} {'attending' if att.measure == 'weights' else 'built'}{_query_side(att)})",
+        fontsize=9,
+    )
+
+
 def head_title(att: Attention, layer: int, head: int, grid: np.ndarray) -> str:
     """A head figure's first title line (a per-layer measure's map names its layers)."""
     if att.is_removed(layer, head):
@@ -188,42 +221,12 @@ class LayerFigure:
     """
 
     def __init__(self, att: Attention, heads: list[int], style: Style) -> None:
-        import numpy as np
         from matplotlib.figure import Figure
 
         configure_matplotlib()
-        n, n_keys = len(att.tokens), len(att.key_tokens)
-        longest = max(n, n_keys)
-        cols = min(len(heads), 4)
-        rows = math.ceil(len(heads) / cols)
-        layout = Layout.for_tokens(longest, max_side_in=10.0)
-        # Laid out in whole pixels, panels with whole pixels per token where they fit: every
-        # cell is drawn alike, and the heatmaps can be painted straight into the canvas (see
-        # Frames). Longer texts keep the panel's size and are resampled by matplotlib.
-        # A cross-attention panel is as wide as its keys and as tall as its queries.
+        place = _GridPlace.of(att, heads, style)
         dpi = style.dpi
-        panel = round(max(2.6, layout.side_in * 0.55) * dpi)  # pixels, the longer side
-        if longest <= panel:
-            panel = longest * (panel // longest)
-        panel_h, panel_w = (round(panel * count / longest) for count in (n, n_keys))
-        small = Layout.labelled(n, panel_h / dpi, max_font_pt=THINNED_FONT_PT)
-        small_keys = Layout.labelled(n_keys, panel_w / dpi, max_font_pt=THINNED_FONT_PT)
-        first = att.span[0] if att.span else 0
-        small, small_keys = (
-            replace(lay, every=att.pool_size, first=first) for lay in (small, small_keys)
-        )
-        left, bottom, top, right = (
-            round(v * dpi)
-            for v in (0.15 + small.label_inches(att.tokens),
-                      0.15 + small_keys.label_inches(att.key_tokens), 1.1, 1.2)
-        )  # fmt: skip
-        gap_w, gap_h = round(0.15 * dpi), round(0.35 * dpi)  # panel titles sit in the gaps
-        grid_w = cols * panel_w + (cols - 1) * gap_w
-        spare = max(0, round(5.5 * dpi) - (left + grid_w + right)) // 2  # room for the title
-        left, right = left + spare, right + spare
-        width = left + grid_w + right
-        height = bottom + rows * panel_h + (rows - 1) * gap_h + top
-        fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi)
+        fig = Figure(figsize=(place.width / dpi, place.height / dpi), dpi=dpi)
         self.heads = heads
         self.style = style
         self.images = []
@@ -233,40 +236,17 @@ class LayerFigure:
         self.mask = masked_cells(att)
         hatching, written = [], []
         for slot in range(len(heads)):
-            row, col = divmod(slot, cols)
-            x0 = left + col * (panel_w + gap_w)
-            y0 = bottom + (rows - 1 - row) * (panel_h + gap_h)
-            ax = fig.add_axes((x0 / width, y0 / height, panel_w / width, panel_h / height))
-            image = ax.imshow(
-                np.zeros((n, n_keys)), cmap=style.colour_map(), vmin=0.0, vmax=1.0,
-                interpolation="nearest", aspect="auto",
-            )  # fmt: skip
-            self.images.append(image)
+            ax = self._add_panel(fig, att, place, slot)
             if self.mask is not None:
-                hatching.append(hatch(ax, above_diagonal(n)))
-            self.covers.append(removed_cover(ax, (0, 0, 1, 1), 9, axes_fraction=True))
-            # Panel titles as figure texts: blitting redraws them alone.
-            centre, above = (x0 + panel_w / 2) / width, (y0 + panel_h + 0.06 * dpi) / height
-            self.panel_titles.append(fig.text(centre, above, "", ha="center", va="bottom",
-                                              fontsize=9))  # fmt: skip
-            last_row = row == rows - 1 or slot + cols >= len(heads)
-            set_ticks(ax, att.tokens, small, x=last_row, y=col == 0,
-                   keys=(att.key_tokens, small_keys))  # fmt: skip
+                hatching.append(hatch(ax, above_diagonal(len(att.tokens))))
             written += continuation_marks(ax, att)
-        grid_h = rows * panel_h + (rows - 1) * gap_h
-        bar = fig.add_axes(
-            (
-                (width - right + 0.2 * dpi) / width,
-                (bottom + 0.2 * grid_h) / height,
-                0.18 * dpi / width,
-                0.6 * grid_h / height,
-            )
-        )
-        fig.colorbar(self.images[0], cax=bar, label=style.bar_label(att))
+        fig.colorbar(self.images[0], cax=fig.add_axes(place.bar_box()),
+                     label=style.bar_label(att))  # fmt: skip
         if self.mask is not None:
-            below = (bottom + 0.2 * grid_h) / dpi - 0.5
-            masked_key(fig, (width - right) / dpi + 0.2, below, "masked:\nkey after\nthe query")
-        note = f"{_counted(att)}{label_note(small, att.unit)} · {_scale_note(style)}"
+            below = (place.bottom + 0.2 * place.grid_h) / dpi - 0.5
+            masked_key(fig, (place.width - place.right) / dpi + 0.2, below,
+                       "masked:\nkey after\nthe query")  # fmt: skip
+        note = f"{_counted(att)}{label_note(place.small, att.unit)} · {_scale_note(style)}"
         self.info_name = att.info.name
         self.title = figure_header(fig, att, "", note)
         # Spines go after the images (and their hatching): a full draw paints them on top.
@@ -275,6 +255,27 @@ class LayerFigure:
         dynamic = [*self.images, *hatching, *written, *covers, *spines, *self.panel_titles,
                    self.title]  # fmt: skip
         self.frames = Frames(fig, dynamic, style)
+
+    def _add_panel(self, fig: Any, att: Attention, place: _GridPlace, slot: int) -> Any:
+        """The axes of the head in `slot`: its image, removed-head cover, title, ticks."""
+        import numpy as np
+
+        row, col = divmod(slot, place.cols)
+        ax = fig.add_axes(place.panel_box(slot))
+        image = ax.imshow(
+            np.zeros((len(att.tokens), len(att.key_tokens))), cmap=self.style.colour_map(),
+            vmin=0.0, vmax=1.0, interpolation="nearest", aspect="auto",
+        )  # fmt: skip
+        self.images.append(image)
+        self.covers.append(removed_cover(ax, (0, 0, 1, 1), 9, axes_fraction=True))
+        # Panel titles as figure texts: blitting redraws them alone.
+        centre, above = place.title_at(slot)
+        self.panel_titles.append(fig.text(centre, above, "", ha="center", va="bottom",
+                                          fontsize=9))  # fmt: skip
+        last_row = row == place.rows - 1 or slot + place.cols >= len(self.heads)
+        set_ticks(ax, att.tokens, place.small, x=last_row, y=col == 0,
+                  keys=(att.key_tokens, place.small_keys))  # fmt: skip
+        return ax
 
     def draw(self, weights: np.ndarray, layer: int) -> Any:
         """Set `weights[head, query, key]`, the heads of layer `layer`; return the Figure.
@@ -472,6 +473,96 @@ class OverviewFigure:
 
     def close(self) -> None:
         self.frames.close()
+
+
+@dataclass(frozen=True)
+class _GridPlace:
+    """Where a layer figure's panels go, in whole pixels, panels with whole pixels per token
+    where they fit: every cell is drawn alike, and the heatmaps can be painted straight into
+    the canvas (see Frames). Longer texts keep the panel's size and are resampled by
+    matplotlib. A cross-attention panel is as wide as its keys and as tall as its queries."""
+
+    cols: int
+    rows: int
+    panel_w: int
+    panel_h: int
+    small: Layout  # the queries' labels
+    small_keys: Layout
+    left: int
+    bottom: int
+    right: int
+    width: int
+    height: int
+    dpi: float
+
+    gap_w = 0.15  # inches between panels; the panel titles sit in the gaps between rows
+    gap_h = 0.35
+
+    @classmethod
+    def of(cls, att: Attention, heads: list[int], style: Style) -> _GridPlace:
+        n, n_keys = len(att.tokens), len(att.key_tokens)
+        longest = max(n, n_keys)
+        cols = min(len(heads), 4)
+        rows = math.ceil(len(heads) / cols)
+        layout = Layout.for_tokens(longest, max_side_in=10.0)
+        dpi = style.dpi
+        panel = round(max(2.6, layout.side_in * 0.55) * dpi)  # pixels, the longer side
+        if longest <= panel:
+            panel = longest * (panel // longest)
+        panel_h, panel_w = (round(panel * count / longest) for count in (n, n_keys))
+        small = Layout.labelled(n, panel_h / dpi, max_font_pt=THINNED_FONT_PT)
+        small_keys = Layout.labelled(n_keys, panel_w / dpi, max_font_pt=THINNED_FONT_PT)
+        first = att.span[0] if att.span else 0
+        small, small_keys = (
+            replace(lay, every=att.pool_size, first=first) for lay in (small, small_keys)
+        )
+        left, bottom, top, right = (
+            round(v * dpi)
+            for v in (0.15 + small.label_inches(att.tokens),
+                      0.15 + small_keys.label_inches(att.key_tokens), 1.1, 1.2)
+        )  # fmt: skip
+        gap_w, gap_h = round(cls.gap_w * dpi), round(cls.gap_h * dpi)
+        grid_w = cols * panel_w + (cols - 1) * gap_w
+        spare = max(0, round(5.5 * dpi) - (left + grid_w + right)) // 2  # room for the title
+        left, right = left + spare, right + spare
+        width = left + grid_w + right
+        height = bottom + rows * panel_h + (rows - 1) * gap_h + top
+        return cls(cols, rows, panel_w, panel_h, small, small_keys, left, bottom, right,
+                   width, height, dpi)  # fmt: skip
+
+    def _gaps(self) -> tuple[int, int]:
+        return round(self.gap_w * self.dpi), round(self.gap_h * self.dpi)
+
+    def _corner(self, slot: int) -> tuple[int, int]:
+        row, col = divmod(slot, self.cols)
+        gap_w, gap_h = self._gaps()
+        x0 = self.left + col * (self.panel_w + gap_w)
+        return x0, self.bottom + (self.rows - 1 - row) * (self.panel_h + gap_h)
+
+    def panel_box(self, slot: int) -> tuple[float, float, float, float]:
+        x0, y0 = self._corner(slot)
+        w, h = self.width, self.height
+        return (x0 / w, y0 / h, self.panel_w / w, self.panel_h / h)
+
+    def title_at(self, slot: int) -> tuple[float, float]:
+        """Where the panel's title goes: centred above it, as fractions of the figure."""
+        x0, y0 = self._corner(slot)
+        return (x0 + self.panel_w / 2) / self.width, (
+            y0 + self.panel_h + 0.06 * self.dpi
+        ) / self.height
+
+    @property
+    def grid_h(self) -> int:
+        return self.rows * self.panel_h + (self.rows - 1) * self._gaps()[1]
+
+    def bar_box(self) -> tuple[float, float, float, float]:
+        w, h, dpi = self.width, self.height, self.dpi
+        return (
+            (w - self.right + 0.2 * dpi) / w,
+            (self.bottom + 0.2 * self.grid_h) / h,
+            0.18 * dpi / w,
+            0.6 * self.grid_h / h,
+        )
 
 
 def _counted(att: Attention) -> str:
