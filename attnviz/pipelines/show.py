@@ -32,7 +32,7 @@ class ShowResult:
     attention: Attention  # after --words / --hide-special
     layers: list[int]
     heads: list[int]
-    summaries: list[HeadSummary]
+    summaries: list[HeadSummary]  # the fields from here to `continuation` are `Made`'s
     folder: Path | None
     images: list[Path] = field(default_factory=list)
     query: QueryView | None = None
@@ -53,7 +53,7 @@ class ShowResult:
     def of(cls, run: Run, folder: Path | None) -> ShowResult:
         """The result of `run` so far (its files once the writers have run)."""
         return cls(run.shown, run.layers, run.heads, folder=folder, drawn=run.drawn,
-                   window=run.window, **run.result)  # fmt: skip
+                   window=run.window, **run.made.as_fields())  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         from attnviz.analysis.contributions import MEASURES

@@ -8,26 +8,52 @@ A pipeline calls every consumer's hooks in order, without knowing which features
     recorders(run)      capture recorders for the one pass (`core.capture`)
     edit(run)           a change to the pass (head ablation), or None
     read(run)           right after the pass, on `run.raw` (before --words / --hide-special)
-    finish(run)         its result, from `run.shown`, into `run.result`
+    finish(run)         its result, from `run.shown`, into its field of `run.made`
     write(run, folder)  its files into the text's folder; writers run last, `Done` very last
 
-`run.result` holds each consumer's result under the name of the result's field
-(`pipelines.show.ShowResult`).
+`run.made` (`Made`) has one typed field per thing a consumer makes; `pipelines.show.ShowResult`
+has the same fields.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from attnviz.analysis.ablation import AblationView
+    from attnviz.analysis.continuation import Written
+    from attnviz.analysis.query import QueryView
+    from attnviz.analysis.summary import HeadSummary
     from attnviz.core.attention import Attention
     from attnviz.core.model_info import LoadedModel
     from attnviz.core.models import Model
     from attnviz.outputs.figures import Style
     from attnviz.pipelines.request import Request
+
+
+@dataclass(eq=False)
+class Made:
+    """What the consumers made of one run, one field each (None: not asked for)."""
+
+    summaries: list[HeadSummary] = field(default_factory=list)  # Summary: each head's
+    # Contributions: (L, H) the share special tokens take, by weight and by norm ‖α f(x)‖
+    special_by_weight: Any = None
+    special_by_norm: Any = None
+    mixing: dict[int, dict[str, float]] | None = None  # Contributions, alti: each layer's
+    query: QueryView | None = None  # Query: where --query's token looks
+    ablation: AblationView | None = None  # Ablation: the text with those heads removed
+    # Ablation: (L, H) how far each kept head's pattern moved (JS divergence, nats)
+    ablation_divergence: Any = None
+    continuation: Written | None = None  # Continuation: where each written token looked
+    images: list[Path] = field(default_factory=list)  # Images: the figures written
+    page: Path | None = None  # Page: attention.html
+
+    def as_fields(self) -> dict[str, Any]:
+        """Each field by name (`ShowResult` has them all)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(eq=False)
@@ -51,7 +77,7 @@ class Run:
     views: Any = None  # pipelines.views.Views: how the views are made
     heads: list[int] = field(default_factory=list)
     style: Style | None = None  # how figures are drawn (norm: 1 is the text's largest value)
-    result: dict[str, Any] = field(default_factory=dict)
+    made: Made = field(default_factory=Made)  # what the consumers made of it
 
     @cached_property
     def ranked(self) -> Attention:

@@ -35,8 +35,8 @@ class Ablation(Consumer):
                 at = None
         rows = TwoRows(run.layers, len(run.encoded))  # both rows' patterns, from that pass
         compared = view(run.loaded, run.encoded, r.ablate, at, also=[rows])
-        run.result["ablation"] = compared
-        run.result["ablation_divergence"] = ablation_divergence(raw, rows, r.ablate)
+        run.made.ablation = compared
+        run.made.ablation_divergence = ablation_divergence(raw, rows, r.ablate)
         removed = ", ".join(f"L{layer} H{head}" for layer, head in compared.heads)
         note = f"heads removed (zero ablation): {removed}"
         run.raw = replace(raw, notes=(*raw.notes, note), removed=compared.heads)

@@ -24,6 +24,6 @@ class Continued(Consumer):
         from attnviz.analysis.continuation import written
 
         if self.rows is not None:  # streamed: no --words or --hide-special
-            run.result["continuation"] = self.rows.written(run.shown, self.request.top_k)
+            run.made.continuation = self.rows.written(run.shown, self.request.top_k)
         elif run.shown.continuation is not None:  # as shown: words, special tokens hidden
-            run.result["continuation"] = written(run.shown, self.request.top_k)
+            run.made.continuation = written(run.shown, self.request.top_k)

@@ -30,11 +30,11 @@ class Contributions(Consumer):
 
         found = self.special
         by_weight, by_norm = (found.by_weight[0], found.by_norm[0]) if found else (None, None)
-        run.result["special_by_weight"] = _without_removed(by_weight, run.shown, run.layers)
-        run.result["special_by_norm"] = _without_removed(by_norm, run.shown, run.layers)
+        run.made.special_by_weight = _without_removed(by_weight, run.shown, run.layers)
+        run.made.special_by_norm = _without_removed(by_norm, run.shown, run.layers)
         alti = self.request.measure == "alti" and not run.loaded.info.seq2seq
         n = len(run.encoded) if alti else 0
-        run.result["mixing"] = mixing_means(run.measure_recorder, 0, n) if alti else None
+        run.made.mixing = mixing_means(run.measure_recorder, 0, n) if alti else None
 
 
 def _without_removed(values: Any, att: Attention, layers: list[int]) -> Any:

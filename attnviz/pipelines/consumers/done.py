@@ -46,7 +46,7 @@ class Done(Consumer):
             **asdict(run.style),
         }
         sides = {"target": shown.target, "key_tokens": list(shown.key_tokens)}
-        written = [*run.result.get("images", []), run.result.get("page")]
+        written = [*run.made.images, run.made.page]
         record = {
             "text": r.text,
             **(sides if shown.stack else {}),

@@ -31,7 +31,7 @@ class Images(Consumer):
     def write(self, run: Run, folder: Path) -> None:
         from attnviz.outputs.render import render_text, stop_workers
 
-        asked = run.result.get("query")
+        asked = run.made.query
         at = asked.index if asked is not None else None
         drawn, window, jobs = run.drawn, run.window, self.request.jobs
         try:
@@ -44,7 +44,7 @@ class Images(Consumer):
                                     ("overview", "layers"), jobs=jobs)  # fmt: skip
                 found += render_text(window, folder, run.layers, run.heads, run.style,
                                      ("heads",), query=at, jobs=jobs)  # fmt: skip
-            run.result["images"] = found
+            run.made.images = found
         except KeyboardInterrupt:
             stop_workers()  # the drawing processes finish what they started, then stop
             raise _interrupted(folder) from None

@@ -58,7 +58,7 @@ class Page(Consumer):
         from attnviz.outputs.html import write_page
 
         att, options = self.contents(run)
-        run.result["page"] = write_page(att, folder / "attention.html", **options)
+        run.made.page = write_page(att, folder / "attention.html", **options)
 
 
 def _view(r: Any, att: Any) -> Any:

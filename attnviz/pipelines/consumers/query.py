@@ -54,6 +54,4 @@ class Query(Consumer):
                 run.shown = replace(run.shown, notes=(*run.shown.notes, note))
         ranked = run.shown if run.streamed else run.ranked  # streamed: the weights
         held = self.rows.held if self.rows is not None else None
-        run.result["query"] = query_view(
-            ranked, index, run.layers, run.heads, self.request.top_k, held
-        )
+        run.made.query = query_view(ranked, index, run.layers, run.heads, self.request.top_k, held)

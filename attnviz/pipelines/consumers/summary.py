@@ -24,7 +24,7 @@ class Summary(Consumer):
 
         ranked = run.shown if run.streamed else run.ranked  # streamed: the weights
         summaries = summarise(ranked, run.layers, run.heads, self.request.top_k, stats=self.stats)
-        run.result["summaries"] = summaries
+        run.made.summaries = summaries
 
 
 class _Blocks:
