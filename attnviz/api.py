@@ -10,7 +10,8 @@ pipelines underneath.
 Models are loaded once per model and load settings in a process. Every function takes the
 settings of `attnviz.pipelines.request.Load` as keywords besides `model` and `device`:
 
-    attention="sdpa"        the model's attention: sdpa, flash_attention_2 or eager
+    implementation="sdpa"   the model's attention implementation (--attention): sdpa,
+                            flash_attention_2 or eager
     dtype="auto"            the weights': auto (the checkpoint's on a GPU, float32 on a CPU),
                             float32, bfloat16, float16 (probabilities are float32 whatever it is)
     device_map=None         auto, balanced or sequential: accelerate spreads the layers over the
@@ -148,7 +149,7 @@ def attention(
     target: str | None = None,
     generate: int | None = None,
     stack: str | None = None,
-    attention: str = "sdpa",
+    implementation: str = "sdpa",
     sample: bool = False,
     temperature: float | None = None,
     seed: int | None = None,
@@ -184,7 +185,7 @@ def attention(
 
     request = Request(
         "show",
-        _load(model, device, attention, **load),
+        _load(model, device, implementation, **load),
         text=text,
         pair=pair,
         target=target,
@@ -396,7 +397,7 @@ def _comparison_lines(console: Any, found: Any) -> None:
 def _load(
     model: str | None,
     device: str = "auto",
-    attention: str = "sdpa",
+    implementation: str = "sdpa",
     max_memory: Mapping[Any, str] | Iterable[str] | None = None,
     offload_folder: str | Path | None = None,
     **settings: Any,
@@ -406,5 +407,5 @@ def _load(
     if isinstance(max_memory, Mapping):
         max_memory = [f"{device}={size}" for device, size in max_memory.items()]
     folder = str(offload_folder) if offload_folder is not None else None
-    return Load(model, device, attention, max_memory=tuple(max_memory or ()),
+    return Load(model, device, implementation, max_memory=tuple(max_memory or ()),
                        offload_folder=folder, **settings)  # fmt: skip

@@ -21,7 +21,7 @@ EXACT = 1e-5
 
 def _loaded(model):
     """What `capture.run` reads of a loaded model, for a model built here from its config."""
-    info = SimpleNamespace(attention="sdpa", name=model.config.model_type)
+    info = SimpleNamespace(implementation="sdpa", name=model.config.model_type)
     return SimpleNamespace(model=model, info=info)
 
 

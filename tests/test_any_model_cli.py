@@ -311,7 +311,7 @@ def test_an_encoder_decoder_without_an_adapter_reads_every_stack(folders, tmp_pa
         found = attnviz.attention(TEXT, model=model, device="cpu", target="A cat sat.",
                                   stack=stack)  # fmt: skip
         eager = attnviz.attention(TEXT, model=model, device="cpu", target="A cat sat.",
-                                  stack=stack, attention="eager")  # fmt: skip
+                                  stack=stack, implementation="eager")  # fmt: skip
         assert found.stack == stack and found.weights.shape == eager.weights.shape
         assert np.abs(found.weights - eager.weights).max() <= 1e-5
     shown = runner.invoke(app, ["show", TEXT, "-m", model, "--generate", "4", "--html",

@@ -224,7 +224,7 @@ def test_block_rows_below_one_is_refused(loaded_tiny):
 
 
 def test_the_api_and_cli_give_the_same_numbers_either_way():
-    """`attention="eager"` (the model's own probabilities) and the default SDPA path
+    """`implementation="eager"` (the model's own probabilities) and the default SDPA path
     (recorded by attnviz's function) agree within 1e-5 through the API, and the CLI takes
     --attention."""
     import json
@@ -236,7 +236,7 @@ def test_the_api_and_cli_give_the_same_numbers_either_way():
 
     text = "The keys to the cabinet are on the table."
     fast = attnviz.attention(text, device="cpu")
-    eager = attnviz.attention(text, device="cpu", attention="eager")
+    eager = attnviz.attention(text, device="cpu", implementation="eager")
     assert np.abs(fast.weights - eager.weights).max() <= TOLERANCE
     found = {}
     for way in ("sdpa", "eager"):

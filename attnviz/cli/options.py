@@ -16,7 +16,7 @@ from attnviz.analysis.contributions import MEASURES
 from attnviz.analysis.pooling import POOLS
 from attnviz.analysis.transforms import TRANSFORMS
 from attnviz.core.adapters import STACKS
-from attnviz.core.settings import ATTENTIONS, DEVICE_MAPS, DTYPES, QUANTIZATIONS
+from attnviz.core.settings import DEVICE_MAPS, DTYPES, IMPLEMENTATIONS, QUANTIZATIONS
 from attnviz.outputs.figures import FORMATS, SCALES
 
 
@@ -56,14 +56,14 @@ DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
 
 
 # Choices come from core's lists of load settings (attnviz.core.models).
-AttentionImpl = Enum("AttentionImpl", {name: name for name in ATTENTIONS}, type=str)
+Implementation = Enum("Implementation", {name: name for name in IMPLEMENTATIONS}, type=str)
 Dtype = Enum("Dtype", {name: name for name in DTYPES}, type=str)
 DeviceMap = Enum("DeviceMap", {name: name for name in DEVICE_MAPS}, type=str)
 Quantize = Enum("Quantize", {name: name for name in QUANTIZATIONS}, type=str)
 
 
-AttentionOpt = Annotated[
-    AttentionImpl,
+ImplementationOpt = Annotated[
+    Implementation,
     typer.Option(
         "--attention",
         help="The model's attention: sdpa (fast; attnviz records the probabilities inside "
@@ -307,7 +307,7 @@ class Group:
 def load(
     model: str | None,
     device: Device = Device.auto,
-    attention: Any = AttentionImpl.sdpa,
+    implementation: Any = Implementation.sdpa,
     dtype: Any = Dtype.auto,
     device_map: Any = None,
     max_memory: list[str] | None = None,
@@ -319,7 +319,7 @@ def load(
     from attnviz.core.settings import Load
 
     return Load(
-        model, device.value, attention.value, dtype.value,
+        model, device.value, implementation.value, dtype.value,
         device_map.value if device_map is not None else None, tuple(max_memory or ()),
         str(offload_folder) if offload_folder is not None else None,
         quantize.value if quantize is not None else None,
@@ -332,7 +332,7 @@ LOAD = Group.of(
     load,
     model=(ModelOpt, None),
     device=(DeviceOpt, Device.auto),
-    attention=(AttentionOpt, AttentionImpl.sdpa),
+    implementation=(ImplementationOpt, Implementation.sdpa),
     dtype=(DtypeOpt, Dtype.auto),
     device_map=(DeviceMapOpt, None),
     max_memory=(MaxMemoryOpt, None),

@@ -242,7 +242,7 @@ def fast_attention(loaded: Any) -> str | None:
     """What layers nobody wants run (`recording.Listener.fast`): the model's fast attention
     (SDPA, flash_attention_2), or None: attnviz's blocks, recording nothing, for a model
     transformers runs without SDPA."""
-    return loaded.info.attention if getattr(loaded.model, "_supports_sdpa", True) else None
+    return loaded.info.implementation if getattr(loaded.model, "_supports_sdpa", True) else None
 
 
 def records(model: Any) -> bool:

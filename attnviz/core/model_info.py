@@ -105,7 +105,7 @@ class ModelInfo(_HeadRanges, _Stacks):
     # part of the model ((module, device) pairs; () when it sits whole on one device), and
     # bitsandbytes' 4bit or 8bit (its layers compute in `dtype`).
     dtype: str = "float32"
-    attention: str = "sdpa"
+    implementation: str = "sdpa"
     device_map: tuple[tuple[str, str], ...] = ()
     quantize: str | None = None
 
@@ -125,13 +125,13 @@ class ModelInfo(_HeadRanges, _Stacks):
         return {
             "dtype": self.dtype,
             "device_map": dict(self.device_map) or None,
-            "attention": self.attention,
+            "attention": self.implementation,
             **({"quantize": self.quantize} if self.quantize else {}),
         }
 
     def ran_line(self) -> str:
         """What ran, for a header line: "bfloat16 · sdpa", with where the parts went."""
-        said = f"{self.dtype} · {self.attention}"
+        said = f"{self.dtype} · {self.implementation}"
         if self.quantize:
             said += f" · bitsandbytes {self.quantize}"
         if self.device_map:
@@ -141,7 +141,7 @@ class ModelInfo(_HeadRanges, _Stacks):
         return said
 
 
-RAN = ("dtype", "attention", "device_map", "quantize")  # ModelInfo's fields that say what ran
+RAN = ("dtype", "implementation", "device_map", "quantize")  # ModelInfo's fields that say what ran
 
 
 @dataclass(frozen=True)

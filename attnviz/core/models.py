@@ -272,13 +272,13 @@ def load_tokenizer(name: str | None = None, dtype: str = "auto") -> Any:
 def load_model(
     name: str | None = None,
     device: str = "auto",
-    attention: str = "sdpa",
+    implementation: str = "sdpa",
     tokenizer: Any = None,
     **settings: Any,
 ) -> LoadedModel:
     """Load a model and its tokenizer for attention extraction (eval mode).
 
-    `attention` is the implementation the model runs: "sdpa" (attnviz's attention function,
+    `implementation` is the attention the model runs: "sdpa" (attnviz's attention function,
     `core.recording`, records the probabilities inside the model's attention call; the layers
     nobody asks for run SDPA), "flash_attention_2" (the same, those layers on flash-attn's
     kernels) or "eager" (the probabilities are read from the model). A model type whose
@@ -290,7 +290,7 @@ def load_model(
     """
     from transformers import AutoConfig, AutoTokenizer
 
-    load = Load(name, device, attention, **settings)
+    load = Load(name, device, implementation, **settings)
     load.refuse()
     source, label = _source(name, load.dtype)
     try:
@@ -308,10 +308,10 @@ def load_model(
             tokenizer = _from_pretrained(AutoTokenizer, source)
         loader = _loader(config, decoder)
         # attnviz's attention function records inside the model's attention call; the layers
-        # nobody wants run `attention` (sdpa, flash_attention_2) from there
-        implementation = attention if attention == "eager" else recording.NAME
+        # nobody wants run `implementation` (sdpa, flash_attention_2) from there
+        runs = implementation if implementation == "eager" else recording.NAME
         recording.register()
-        model = _from_pretrained(loader, source, attn_implementation=implementation, **placement)
+        model = _from_pretrained(loader, source, attn_implementation=runs, **placement)
     except (OSError, ValueError) as exc:
         if "offload_folder" in str(exc):  # the disk's layers must be saved again (not safetensors)
             raise ModelLoadError(
@@ -323,7 +323,7 @@ def load_model(
     if not getattr(tokenizer, "is_fast", False) and not config.is_encoder_decoder:
         raise UnsupportedModelError(f"model '{label}' has no fast tokenizer (tokenizer.json)")
     placed = getattr(model, "hf_device_map", None) if "device_map" in placement else None
-    if attention != "eager" and recording.implementation(model) != recording.NAME:
+    if implementation != "eager" and recording.implementation(model) != recording.NAME:
         model.set_attn_implementation(recording.implementation(model))
     model.eval()
     if placed is None:
@@ -377,7 +377,7 @@ def _info(
         stacks=stacks,
         max_target_tokens=_max_tokens(config, tokenizer) if stacks else None,
         dtype=_name(model.dtype),
-        attention=load.attention,
+        implementation=load.implementation,
         device_map=tuple((part, str(where)) for part, where in (placed or {}).items()),
         quantize=load.quantize,
     )
@@ -520,9 +520,13 @@ class Model:
     """
 
     def __init__(
-        self, name: str | None = None, device: str = "auto", attention: str = "sdpa", **settings
+        self,
+        name: str | None = None,
+        device: str = "auto",
+        implementation: str = "sdpa",
+        **settings: Any,
     ) -> None:
-        self.settings = Load(name, device, attention, **settings)
+        self.settings = Load(name, device, implementation, **settings)
         self.settings.refuse()
         self._loaded: LoadedModel | None = None
         self._tokenizer: Any = None
@@ -537,8 +541,8 @@ class Model:
         return self.settings.device
 
     @property
-    def attention(self) -> str:
-        return self.settings.attention
+    def implementation(self) -> str:
+        return self.settings.implementation
 
     @property
     def folder_key(self) -> str | None:
@@ -606,7 +610,7 @@ def get(load: Load) -> Model:
         return found
 
 
-def model(name: str | None = None, device: str = "auto", attention: str = "sdpa",
+def model(name: str | None = None, device: str = "auto", implementation: str = "sdpa",
           **settings: Any) -> Model:  # fmt: skip
     """The process's one `Model` for these load settings (`Load`'s fields)."""
-    return get(Load(name, device, attention, **settings))
+    return get(Load(name, device, implementation, **settings))

@@ -26,7 +26,7 @@ def resolve_device(device: str) -> str:
 
 
 DEVICES = ("auto", "cpu", "cuda")
-ATTENTIONS = ("sdpa", "flash_attention_2", "eager")
+IMPLEMENTATIONS = ("sdpa", "flash_attention_2", "eager")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 HALF = ("bfloat16", "float16")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -41,8 +41,9 @@ _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
 
 @dataclass(frozen=True)
 class Load:
-    """How a model is loaded: its name (None: the bundled one), device and attention, the
-    dtype of its weights, and where accelerate puts its layers.
+    """How a model is loaded: its name (None: the bundled one), device and attention
+    implementation (--attention), the dtype of its weights, and where accelerate puts its
+    layers.
 
     `dtype` "auto" is the checkpoint's own on a GPU and float32 on a CPU. `device_map` (auto,
     balanced or sequential) lets accelerate spread the layers over the GPUs, the CPU and the
@@ -54,7 +55,7 @@ class Load:
 
     model: str | None = None
     device: str = "auto"
-    attention: str = "sdpa"
+    implementation: str = "sdpa"  # --attention: sdpa, flash_attention_2 or eager
     dtype: str = "auto"
     device_map: str | None = None
     max_memory: tuple[str, ...] = ()
@@ -99,7 +100,7 @@ class Load:
         device = "cuda" if re.fullmatch(r"cuda:\d+", self.device) else self.device  # cuda:1
         for option, value, choices in (
             ("--device", device, DEVICES),
-            ("--attention", self.attention, ATTENTIONS),
+            ("--attention", self.implementation, IMPLEMENTATIONS),
             ("--dtype", self.dtype, DTYPES),
             ("--device-map", self.device_map, (None, *DEVICE_MAPS)),
             ("--quantize", self.quantize, (None, *QUANTIZATIONS)),
@@ -115,12 +116,12 @@ class Load:
             )
         if self.offload_folder is not None and Path(self.offload_folder).is_file():
             raise InputError(f"--offload-folder {self.offload_folder} is a file, not a folder")
-        if self.attention == FLASH and self.dtype == "float32":
+        if self.implementation == FLASH and self.dtype == "float32":
             raise InputError(
                 f"--attention {FLASH} computes in float16 or bfloat16: add --dtype bfloat16"
             )
         gpus = [key for key in memory if isinstance(key, int)]
-        asks_torch = self.dtype in HALF or self.quantize or self.attention == FLASH or gpus
+        asks_torch = self.dtype in HALF or self.quantize or self.implementation == FLASH or gpus
         if asks_torch or self.device == "cuda":
             self._refuse_here(gpus)
 
@@ -150,7 +151,7 @@ class Load:
                 raise InputError(
                     f"--quantize {self.quantize} needs bitsandbytes: pip install bitsandbytes"
                 )
-        if self.attention == FLASH:
+        if self.implementation == FLASH:
             if importlib.util.find_spec("flash_attn") is None:
                 raise InputError(
                     f"--attention {FLASH}: flash-attn is not installed (pip install flash-attn, "

@@ -74,7 +74,7 @@ def settings(model: Model, loaded: LoadedModel, sentences: Any, options: dict) -
     chosen = {name: options.get(name) for name in OPTIONS}
     chosen["thresholds"] = (chosen["thresholds"] or Thresholds()).values
     return {
-        "model": {**loaded.info.as_dict(), "attention": model.attention},
+        "model": {**loaded.info.as_dict(), "attention": model.implementation},
         "corpus": {"source": sentences.source, "digest": digest.hexdigest()},
         "options": chosen,
     }
