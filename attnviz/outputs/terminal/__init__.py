@@ -5,12 +5,18 @@ show.py     the header, what each head does (the map, the details), one token's 
 check.py    the model against the from-scratch attention
 report.py   the heads' roles, induction, syntax and coreference, importance, alignment
 compare.py  what was compared and how far each head moved
-export.py   what export wrote, and where any command wrote its images and page
-common.py   the colour ramp and shades, token labels, weights as text, the moved map
+export.py   what export wrote
+common.py   the colour ramp and shades, token labels, weights as text, the moved map, where
+            a command wrote its images and page
 """
 
 from attnviz.outputs.terminal.check import print_check
-from attnviz.outputs.terminal.common import colour, print_divergence_map, text_colour
+from attnviz.outputs.terminal.common import (
+    colour,
+    print_divergence_map,
+    print_written,
+    text_colour,
+)
 from attnviz.outputs.terminal.compare import (
     print_compare,
     print_compare_query,
@@ -18,7 +24,7 @@ from attnviz.outputs.terminal.compare import (
     print_moved,
     print_moved_importance,
 )
-from attnviz.outputs.terminal.export import print_export, print_written
+from attnviz.outputs.terminal.export import print_export
 from attnviz.outputs.terminal.report import (
     print_alignment,
     print_importance,

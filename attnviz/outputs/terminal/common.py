@@ -1,6 +1,6 @@
 """What every command's terminal view shares: the colour ramp and shades, token labels
-fitted to a width, weights as text, pairs of (label, value) in a row, and the map of how far
-each head moved (compare, and show --ablate)."""
+fitted to a width, weights as text, pairs of (label, value) in a row, the map of how far
+each head moved (compare, and show --ablate), and where a command wrote its images."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from attnviz.analysis.query import normal_form
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from attnviz.core.attention import Attention
 
 
 # Viridis at five stops, 0 (dark) to 1 (yellow): the images' default colour map. The terminal
@@ -156,3 +158,30 @@ def print_divergence_map(
                 cells.append(Text(shade + shown))
         table.add_row(f"L{layer}", *cells)
     console.print(table)
+
+
+def print_written(
+    console: Console,
+    images: Sequence[Any],
+    folder: Any,
+    page: Any = None,
+    drawn: Attention | None = None,
+    window: Attention | None = None,
+) -> None:
+    """Where a command wrote its images (and its interactive page); how they show a long text
+    (`drawn` pooled, the head figures from `window`'s exact cells)."""
+    if images:
+        console.print(f"wrote {len(images)} images to [bold]{folder}/[/]", highlight=False)
+    if images and drawn is not None and drawn.pooled is not None:
+        pooled = drawn.pooling()
+        if window is not None and window.span is not None:
+            first, end = window.span
+            exact = f"head figures: exact cells {first}:{end}"
+            said = f"overview, layer grids pooled ({pooled}); {exact}"
+        else:
+            said = f"the maps pooled: {pooled} (--window START:END draws exact cells)"
+        console.print(f"  {said}", highlight=False, soft_wrap=True)
+    if page is not None:
+        console.print(
+            f"wrote the interactive page [bold]{page}[/]", highlight=False, soft_wrap=True
+        )

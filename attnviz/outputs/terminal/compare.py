@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from attnviz.outputs.terminal.common import print_divergence_map, target_pairs
-from attnviz.outputs.terminal.export import print_written
+from attnviz.outputs.terminal.common import print_divergence_map, print_written, target_pairs
 
 if TYPE_CHECKING:
     from attnviz.analysis.compare import Comparison, Moved, QueryMoves

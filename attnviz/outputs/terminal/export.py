@@ -1,14 +1,10 @@
-"""`attnviz export` in the terminal, and where any command wrote its images and page."""
+"""`attnviz export` in the terminal."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
-
-if TYPE_CHECKING:
-    from attnviz.core.attention import Attention
 
 
 def print_export(console: Console, summary: Any) -> None:
@@ -38,31 +34,4 @@ def print_export(console: Console, summary: Any) -> None:
         console.print(
             f"removed {s.removed} sentence folders of an earlier export (--overwrite)",
             highlight=False,
-        )
-
-
-def print_written(
-    console: Console,
-    images: Sequence[Any],
-    folder: Any,
-    page: Any = None,
-    drawn: Attention | None = None,
-    window: Attention | None = None,
-) -> None:
-    """Where a command wrote its images (and its interactive page); how they show a long text
-    (`drawn` pooled, the head figures from `window`'s exact cells)."""
-    if images:
-        console.print(f"wrote {len(images)} images to [bold]{folder}/[/]", highlight=False)
-    if images and drawn is not None and drawn.pooled is not None:
-        pooled = drawn.pooling()
-        if window is not None and window.span is not None:
-            first, end = window.span
-            exact = f"head figures: exact cells {first}:{end}"
-            said = f"overview, layer grids pooled ({pooled}); {exact}"
-        else:
-            said = f"the maps pooled: {pooled} (--window START:END draws exact cells)"
-        console.print(f"  {said}", highlight=False, soft_wrap=True)
-    if page is not None:
-        console.print(
-            f"wrote the interactive page [bold]{page}[/]", highlight=False, soft_wrap=True
         )
