@@ -47,12 +47,15 @@ def _commands(work: Path, quick: bool) -> dict[str, list[str]]:
     from attnviz.core.models import bundled_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_path())
-    ids = tokenizer(long_text, add_special_tokens=False)["input_ids"][: (64 if quick else 512) - 2]
+    n_tokens = 64 if quick else 512
+    ids = tokenizer(long_text, add_special_tokens=False, truncation=True,
+                    max_length=n_tokens - 2)["input_ids"]  # fmt: skip
     text = tokenizer.decode(ids)
     return {
         "show (512 tokens)" if not quick else "show (64 tokens)": ["show", text, "-o", "out-show"],
         f"export ({n} sentences)": [
             "export",
+            "-f",
             str(corpus),
             "-o",
             "out-export",
@@ -60,7 +63,7 @@ def _commands(work: Path, quick: bool) -> dict[str, list[str]]:
             "2",
             "--overwrite",
         ],  # fmt: skip
-        f"report ({n} sentences)": ["report", str(corpus), "-o", "out-report"],
+        f"report ({n} sentences)": ["report", "-f", str(corpus), "-o", "out-report"],
     }
 
 
