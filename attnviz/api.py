@@ -137,7 +137,7 @@ class Attention(core.Attention):
 
 
 def attention(
-    text: str,
+    text: str | Any,
     model: str | None = None,
     words: bool = False,
     hide_special: bool = False,
@@ -175,18 +175,25 @@ def attention(
     most, 40 when neither is given); the result is one `stack`'s attention: "cross" (the
     default: `tokens` are the target's, `key_tokens` the source's, weights (L, H, T, S)),
     "encoder" or "decoder".
-    `attention` is the model's implementation: "sdpa" (the probabilities recorded inside the
+    A vision model (ViT, DeiT, DINOv2, CLIP's vision tower) reads a picture: `text` is then
+    an image file's path or a PIL image, prepared by the model's own image processor; its
+    tokens are `CLS`, `dist`, `reg0`… and the patches `(row, col)`, and `picture` holds the
+    picture as the model saw it and its patch grid (`core.images.Picture`).
+    `implementation` is the model's attention: "sdpa" (the probabilities recorded inside the
     model's attention call, from its own q and k, in blocks of rows; the other layers run
     SDPA), "flash_attention_2" (the same) or "eager" (the model's own); `load` the other load
     settings (dtype, device_map, …: see the module's docstring).
     """
+    from attnviz.core.images import looks_like_picture
     from attnviz.pipelines import checks, readers
     from attnviz.pipelines.request import Request
 
+    picture = text if looks_like_picture(text) else None
     request = Request(
         "show",
         _load(model, device, implementation, **load),
-        text=text,
+        text=text if picture is None else getattr(picture, "name", None) or "image",
+        picture=picture,
         pair=pair,
         target=target,
         generate=generate,

@@ -385,3 +385,12 @@ def browser():
         chromium = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield chromium
         chromium.close()
+
+
+@pytest.fixture(scope="session")
+def vision_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Tiny random vision transformers with their image processors (tests/vision_models.py)."""
+    from vision_models import TYPES, save
+
+    root = tmp_path_factory.mktemp("vision-models")
+    return {kind: save(kind, root / kind) for kind in TYPES}

@@ -67,10 +67,14 @@ def find_query(att: Attention, query: str) -> int:
     """The position of the token `query` names in `att`; InputError listing the tokens if none.
 
     `query` is a position ("9"), a token as written ("it", case-insensitive; word pieces
-    match without their "##"), or a token and its occurrence ("it#2").
+    match without their "##"), or a token and its occurrence ("it#2"); of a picture, a
+    patch "ROW,COL" too.
     """
     query = query.strip()
     n = len(att.tokens)
+    patch = re.fullmatch(r"\(?\s*(\d+)\s*,\s*(\d+)\s*\)?", query)
+    if patch and att.picture is not None:
+        return att.picture.index(int(patch.group(1)), int(patch.group(2)))
     if re.fullmatch(r"\d+", query):
         index = int(query)
         if index >= n:

@@ -161,7 +161,7 @@ QueryOpt = valued(
     "-q",
     metavar="TOKEN",
     help="Ask about one token: where it looks in every head. A token as written "
-    "(first occurrence), it#2 for the second, or a position.",
+    "(first occurrence), it#2 for the second, or a position; of a picture, a patch ROW,COL.",
 )
 MeasureOpt = Annotated[
     MeasureName,
@@ -228,7 +228,11 @@ BatchOpt = Annotated[
 
 TextArg = Annotated[
     str,
-    typer.Argument(help="The sentence to look at; - reads it from stdin.", show_default=False),
+    typer.Argument(
+        help="The sentence to look at; - reads it from stdin. With a vision model, a picture "
+        "file (docs/vision.md).",
+        show_default=False,
+    ),
 ]
 PairOpt = valued(
     str,

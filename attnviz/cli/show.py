@@ -80,14 +80,14 @@ def show(
     try:
         from attnviz.analysis.ablation import parse_head
         from attnviz.analysis.window import parse_window
-        from attnviz.core.inputs import read_text
         from attnviz.outputs import terminal
         from attnviz.outputs.render import default_jobs
         from attnviz.pipelines.request import Request
         from attnviz.pipelines.show import show as run_show
 
+        text, picture = _text_or_picture(text)
         request = Request(
-            "show", load, text=read_text(text), pair=pair,
+            "show", load, text=text, picture=picture, pair=pair,
             target=target, **writing, **select,
             stack=stack.value if stack is not None else None,
             truncate=truncate, words=words, hide_special=hide_special, measure=measure.value,
@@ -115,3 +115,13 @@ def show(
     else:
         terminal.print_written(out_console, result.images, result.folder, result.page,
                                result.drawn, result.window)  # fmt: skip
+
+
+def _text_or_picture(argument: str) -> tuple[str, Path | None]:
+    """The text `show` reads (- : stdin), or the picture an image file's name gives (its
+    name as the text)."""
+    from attnviz.core.images import picture_argument
+    from attnviz.core.inputs import read_text
+
+    picture = picture_argument(argument)
+    return (picture.name, picture) if picture is not None else (read_text(argument), None)

@@ -1,5 +1,5 @@
-"""The result types every layer shares: a tokenised text (`Encoded`) and its attention
-(`Attention`).
+"""The result types every layer shares: a tokenised text (`Encoded`; a vision model's picture
+is one too, with its `Picture`) and its attention (`Attention`).
 
 One shape convention everywhere: attention weights are `[layer, head, query, key]`, and every
 row (fixed layer, head, query) sums to 1. Queries and keys are the same tokens except in an
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attnviz.errors import InputError
 
@@ -51,6 +51,32 @@ class Continuation:
         return said
 
 
+@dataclass(frozen=True, eq=False)
+class Picture:
+    """The picture as the model saw it, and where its patches are among the tokens."""
+
+    pixels: Any  # (H, W, 3) uint8: the processed image, its normalisation undone
+    grid: tuple[int, int]  # patches down, across
+    first: int  # the index of the first patch token (the ones before: CLS, dist, registers)
+    patch: int  # a patch's side, in pixels of `pixels`
+    name: str  # the file's name, or "image"
+
+    def index(self, row: int, col: int) -> int:
+        """The token index of patch (row, col)."""
+        rows, cols = self.grid
+        if not (0 <= row < rows and 0 <= col < cols):
+            raise InputError(
+                f"patch ({row}, {col}) is outside the {rows} × {cols} grid of patches "
+                f"(rows 0–{rows - 1}, columns 0–{cols - 1})"
+            )
+        return self.first + row * cols + col
+
+    def patches(self, row: Any) -> Any:
+        """A row of attention (over every token) as the (rows, cols) grid of its patches."""
+        rows, cols = self.grid
+        return row[self.first : self.first + rows * cols].reshape(rows, cols)
+
+
 @dataclass(frozen=True)
 class Encoded:
     """One text as the model's tokenizer cut it, ready for a forward pass."""
@@ -67,6 +93,8 @@ class Encoded:
     truncated: bool = False  # cut to the model's limit (--truncate); `notes` says how
     stand_ins: int = 0  # treebank words the tokenizer drops, given as its unknown token
     continuation: Continuation | None = None  # a decoder's generated or given continuation
+    pixels: Any = None  # a picture's pixel values, (1, 3, H, W), for a vision model
+    picture: Picture | None = None  # a picture: as the model saw it, and its patch grid
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -143,6 +171,7 @@ class Attention:
     # a decoder's text that it wrote (or was given) after its prompt: where that part
     # starts and each of its tokens' probabilities (`--generate`, `--target`)
     continuation: Continuation | None = None
+    picture: Picture | None = None  # a vision model's picture: its pixels and patch grid
 
     @property
     def pool_size(self) -> int:

@@ -74,7 +74,7 @@ def attend(
 
     chosen = loaded.info.pick_layers(list(layers) if layers is not None else None)
     inputs = pad(loaded, batch)
-    n_batch, width = inputs["input_ids"].shape
+    n_batch, width = len(batch), max(len(encoded) for encoded in batch)
     if values is not None:
         weights = values(chosen, n_batch, width)
     else:
@@ -126,6 +126,7 @@ def text_attention(
         measure=measure,
         per_layer=per_layer,
         continuation=encoded.continuation,
+        picture=encoded.picture,
     )
 
 

@@ -37,12 +37,21 @@ class Sentences:
 
 
 def _names_a_file(argument: str) -> bool:
+    """Whether `argument` names a file (one line: a picture's, which only `show` reads)."""
     if "\n" in argument or len(argument) > 4096:
         return False
     try:
-        return Path(argument).expanduser().is_file()
+        found = Path(argument).expanduser().is_file()
     except OSError:
         return False
+    from attnviz.core.images import SUFFIXES
+
+    if found and Path(argument).suffix.lower() in SUFFIXES:
+        raise InputError(
+            f"'{argument}' is a picture: `attnviz show {argument} -m MODEL` reads one with a "
+            "vision model (docs/vision.md); this command reads text"
+        )
+    return found
 
 
 def _decode(raw: bytes, source: str, line: int | None = None) -> str:

@@ -104,6 +104,7 @@ class ModelInfo(_HeadRanges, _Stacks):
     # What ran: the weights' dtype, the attention implementation, where accelerate put each
     # part of the model ((module, device) pairs; () when it sits whole on one device), and
     # bitsandbytes' 4bit or 8bit (its layers compute in `dtype`).
+    pictures: bool = False  # a vision model: it reads pictures, not text (`core.images`)
     dtype: str = "float32"
     implementation: str = "sdpa"
     device_map: tuple[tuple[str, str], ...] = ()
@@ -114,6 +115,8 @@ class ModelInfo(_HeadRanges, _Stacks):
         facts = dict(self.__dict__)
         for key in RAN:
             facts.pop(key)
+        if not self.pictures:  # said of vision models alone
+            facts.pop("pictures")
         if not self.stacks:  # a model with one stack: no encoder-decoder fields
             for key in ("stacks", "stack", "max_target_tokens"):
                 facts.pop(key)
@@ -164,6 +167,7 @@ class ModelSpec(_HeadRanges, _Stacks):
     weights_dtype: str | None = None  # the dtype the config says the weights are saved in
     bos_id: int | None = None  # a decoder's BOS: attnviz puts it first if the tokenizer does not
     model_type: str | None = None
+    pictures: bool = False  # a vision model (`core.images.reads_pictures`)
 
     def count_tokens(self, text: str) -> int | None:
         """Tokens of `text` with the special tokens the model adds, or None without a

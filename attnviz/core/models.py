@@ -10,7 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from attnviz.core import adapters, gguf_cache, recording
+from attnviz.core import adapters, gguf_cache, images, recording
 from attnviz.core.model_info import (
     DEFAULT_STACK,
     LoadedModel,
@@ -187,6 +187,8 @@ def describe(name: str | None = None) -> ModelSpec | None:
         config = json.loads(config_file.read_text(encoding="utf-8"))
         if "auto_map" not in config:  # a model with its own code names its own type
             _refuse_unknown_type(label, config.get("model_type"))
+    pictures = images.reads_pictures(config)
+    config = images.vision_part(config) if pictures else config
     stacks = stack_counts(config)
     n_layers = first_int(config, "num_hidden_layers", "n_layer", "n_layers", "encoder_layers")
     n_heads = first_int(config, "num_attention_heads", "n_head", "n_heads")
@@ -211,6 +213,7 @@ def describe(name: str | None = None) -> ModelSpec | None:
         weights_dtype=config.get("torch_dtype") or config.get("dtype"),
         bos_id=config.get("bos_token_id") if isinstance(config.get("bos_token_id"), int) else None,
         model_type=config.get("model_type"),
+        pictures=pictures,
     )
 
 
@@ -298,15 +301,16 @@ def load_model(
     except (OSError, ValueError) as exc:
         raise _not_found(label) from exc
 
-    decoder = _decoder(config)
+    pictures = images.reads_pictures(config.to_dict())
+    decoder = not pictures and _decoder(config)
     refuse_bypass(config)
 
     torch_device = resolve_device(device)
     placement = _placement(load, torch_device)
     try:
         if tokenizer is None:
-            tokenizer = _from_pretrained(AutoTokenizer, source)
-        loader = _loader(config, decoder)
+            tokenizer = _from_pretrained(_reader(pictures, AutoTokenizer), source)
+        loader = _loader(config, decoder, pictures)
         # attnviz's attention function records inside the model's attention call; the layers
         # nobody wants run `implementation` (sdpa, flash_attention_2) from there
         runs = implementation if implementation == "eager" else recording.NAME
@@ -320,7 +324,7 @@ def load_model(
             ) from exc
         raise _cannot_load(label, exc) from exc
     # Marian's tokenizer is SentencePiece only (no offsets): `tokens` reads it without them.
-    if not getattr(tokenizer, "is_fast", False) and not config.is_encoder_decoder:
+    if not (pictures or getattr(tokenizer, "is_fast", False) or config.is_encoder_decoder):
         raise UnsupportedModelError(f"model '{label}' has no fast tokenizer (tokenizer.json)")
     placed = getattr(model, "hf_device_map", None) if "device_map" in placement else None
     if implementation != "eager" and recording.implementation(model) != recording.NAME:
@@ -329,12 +333,21 @@ def load_model(
     if placed is None:
         model.to(torch_device)
 
-    info = _info(config, model, tokenizer, label, decoder, load, placed)
+    info = _info(model.config, model, tokenizer, label, decoder, load, placed)
     device = torch_device if placed is None else _first_device(placed)
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
 
 
-def _loader(config: Any, decoder: bool) -> Any:
+def _reader(pictures: bool, tokenizer_class: Any) -> Any:
+    """What reads the model's input: its image processor for pictures, else its tokenizer."""
+    if pictures:
+        from transformers import AutoImageProcessor
+
+        return AutoImageProcessor
+    return tokenizer_class
+
+
+def _loader(config: Any, decoder: bool, pictures: bool = False) -> Any:
     """The Auto class that loads the model with the head attnviz uses: decoders with their LM
     head (report's induction probe measures the model's loss); encoders saved with their
     masked-LM head keep it (head importance measures its loss); encoder-decoder models with
@@ -346,6 +359,11 @@ def _loader(config: Any, decoder: bool) -> Any:
         AutoModelForSeq2SeqLM,
     )
 
+    if pictures:  # the vision tower alone of a checkpoint of two towers (CLIP, SigLIP)
+        import transformers
+
+        tower = images.VISION_TOWERS.get(config.model_type)
+        return getattr(transformers, tower) if tower else AutoModel
     if config.is_encoder_decoder:
         return AutoModelForSeq2SeqLM
     if decoder:
@@ -357,6 +375,7 @@ def _info(
     config: Any, model: Any, tokenizer: Any, label: str, decoder: bool, load: Load, placed: Any
 ) -> ModelInfo:
     """The loaded model's facts, from its config, its tokenizer and where it was placed."""
+    pictures = images.reads_pictures(config.to_dict())
     n_heads = config.num_attention_heads
     d_model = config.hidden_size
     n_kv_heads = getattr(config, "num_key_value_heads", None) or n_heads
@@ -371,8 +390,9 @@ def _info(
         d_head=getattr(config, "head_dim", None)
         or getattr(config, "d_kv", None)
         or d_model // n_heads,
-        max_tokens=_max_tokens(config, tokenizer),
+        max_tokens=_picture_tokens(config) if pictures else _max_tokens(config, tokenizer),
         causal=decoder,
+        pictures=pictures,
         n_kv_heads=n_kv_heads,
         stacks=stacks,
         max_target_tokens=_max_tokens(config, tokenizer) if stacks else None,
@@ -486,6 +506,13 @@ def _transformers_version() -> str:
 def _has_mlm_head(config: Any) -> bool:
     """Whether the checkpoint was saved with a masked-LM head (config.architectures says)."""
     return any(name.endswith("ForMaskedLM") for name in config.architectures or ())
+
+
+def _picture_tokens(config: Any) -> int:
+    """A vision model's tokens at its config's image size: the patches and the ones before."""
+    size = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
+    patch = config.patch_size if isinstance(config.patch_size, int) else config.patch_size[0]
+    return len(images.prefix_labels(config)) + (size // patch) ** 2
 
 
 def _max_tokens(config: Any, tokenizer: Any) -> int:

@@ -298,6 +298,9 @@ def pad(loaded: LoadedModel, batch: Sequence[Encoded]) -> dict:
     """
     import torch
 
+    if batch[0].pixels is not None:  # pictures: one size, the processor's
+        pixels = torch.cat([e.pixels for e in batch])
+        return {"pixel_values": pixels.to(loaded.device, loaded.model.dtype)}
     width = max(len(e) for e in batch)
     pad_id = loaded.tokenizer.pad_token_id or 0
     input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)

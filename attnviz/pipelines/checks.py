@@ -37,6 +37,7 @@ def against(request: Request, facts: Any = None) -> None:
     its files' before it loads (`ModelSpec`), the loaded model's after (`ModelInfo`: what
     the files could not say, a hub id's kind of model), or None (nothing known yet)."""
     features.refuse(request, facts)
+    pictures(request, facts)
 
 
 def ranges(model: Model, layers: list[int] | None, heads: list[int] | None) -> None:
@@ -58,7 +59,7 @@ def before_loading(request: Request, model: Model, texts: Sequence[str] | None =
     from attnviz.core.attention import require_text
     from attnviz.core.models import describe
 
-    if request.text is not None:
+    if request.text is not None and request.picture is None:
         require_text(request.text)
     if request.pair is not None:
         require_text(request.pair, "the --pair sentence")
@@ -67,14 +68,56 @@ def before_loading(request: Request, model: Model, texts: Sequence[str] | None =
         raise InputError(
             f"--generate takes a number of tokens of 1 or more, not {request.generate}"
         )
-    against(request, describe(model.name))
+    spec = describe(model.name)
+    against(request, spec)
     layers, heads = list(request.layers or ()) or None, list(request.heads or ()) or None
-    model.check_files(layers, heads, request.text, request.truncate, request.stack)
+    text = request.text if request.picture is None else None
+    model.check_files(layers, heads, text, request.truncate, request.stack)
     if request.ablate:
         model.check_files([layer for layer, _ in request.ablate],
                            [head for _, head in request.ablate])  # fmt: skip
-    if texts is not None:
+    if texts is not None and request.picture is None:
         fits(request, model, texts)
+
+
+# The options a picture cannot take, and why.
+_TEXT_ONLY = (
+    ("--hide-special", lambda r: r.hide_special, "a picture's views show what CLS, the "
+     "distillation token and the registers take, by name"),
+    ("--words", lambda r: r.words, "a picture's tokens are its patches"),
+    ("--pair", lambda r: r.pair is not None, "a vision model reads one picture"),
+    ("--measure alti", lambda r: r.measure == "alti", "it traces a text's residual stream"),
+    ("--measure rollout", lambda r: r.measure == "rollout", "rollout over the picture (with "
+     "head fusion) is still to come; weights and norm read pictures"),
+)  # fmt: skip
+
+
+def _text_options(request: Request) -> None:
+    for option, given, why in _TEXT_ONLY:
+        if given(request):
+            raise InputError(f"{option} is for text: {why}")
+
+
+def pictures(request: Request, facts: Any) -> None:
+    """Refuse a picture to a model that reads text, and text to one that reads pictures
+    (`facts`: the model's files' or the loaded model's; None: not known yet)."""
+    if facts is None:
+        return
+    if request.picture is not None:
+        _text_options(request)
+    if request.picture is not None and not getattr(facts, "pictures", False):
+        raise InputError(
+            f"{facts.name} reads text, not pictures: give it a sentence, or give the picture "
+            "to a vision model (-m DIR of a ViT, DeiT, DINOv2, CLIP …)"
+        )
+    if request.picture is None and getattr(facts, "pictures", False):
+        where = "an image file (.jpg, .png …)" if request.command == "show" else (
+            "a picture to `attnviz show` or the API (`export`, `compare`, `report` and `serve` "
+            "read text)"
+        )  # fmt: skip
+        raise InputError(
+            f"{facts.name} is a vision model: it reads pictures, not text; give it {where}"
+        )
 
 
 def before_compare(request: Request, model: Model, other: Model) -> None:

@@ -57,7 +57,12 @@ class OneStack:
         from attnviz.core.tokens import encode
 
         r, loaded = self.request, self.loaded
-        encoded = encode(loaded, r.text, r.truncate, r.pair)
+        if r.picture is not None:
+            from attnviz.core.images import encode_picture
+
+            encoded = encode_picture(loaded, r.picture)
+        else:
+            encoded = encode(loaded, r.text, r.truncate, r.pair)
         layers = loaded.info.pick_layers(self.layers)
         reading = None
         if r.continues:

@@ -30,7 +30,8 @@ class Request:
     command: str
     load: Load = field(default_factory=Load)
     # What is read: one text (with a pair, or a target), or many (export, report, compare).
-    text: str | None = None
+    text: str | None = None  # a picture's: its file's name
+    picture: Any = None  # a vision model's picture: a path or a PIL image (`core.images`)
     pair: str | None = None  # encoders: [CLS] text [SEP] pair [SEP]
     target: str | None = None  # the decoder's input (encoder-decoder), what follows the prompt
     generate: int | None = None  # the model writes its own target, or continues the prompt

@@ -13,6 +13,7 @@ from attnviz.pipelines.consumers import Consumer, Run
 from attnviz.pipelines.consumers.contributions import Contributions
 from attnviz.pipelines.consumers.done import Done
 from attnviz.pipelines.consumers.images import Images
+from attnviz.pipelines.consumers.pictures import Pictures
 from attnviz.pipelines.consumers.summary import Summary
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.continuation import Written
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.summary import HeadSummary
+    from attnviz.analysis.vision import VisionHead
     from attnviz.core.attention import Attention
     from attnviz.core.models import Model
     from attnviz.pipelines.request import Request
@@ -48,6 +50,7 @@ class ShowResult:
     window: Attention | None = None  # --window's exact cells
     # a decoder's --generate / --target: each continuation token and where it looked
     continuation: Written | None = None
+    vision: list[VisionHead] | None = None  # a picture: what each head does on it
 
     @classmethod
     def of(cls, run: Run, folder: Path | None) -> ShowResult:
@@ -97,6 +100,7 @@ class ShowResult:
             "notes": list(att.notes),
             **({"continuation": self.continuation.as_dict()} if self.continuation else {}),
             **({"query": self.query.as_dict()} if self.query is not None else {}),
+            **({"picture": _picture_fields(self)} if att.picture is not None else {}),
             "averaged": AVERAGED + _MEASURED.get(measure.name, ""),
             **special,
             **({"mixing": self.mixing} if self.mixing is not None else {}),
@@ -125,6 +129,19 @@ def _stack_fields(att: Attention) -> dict[str, Any]:
         "source": att.text,
         "target": att.target,
         "key_tokens": list(att.key_tokens),
+    }
+
+
+def _picture_fields(result: ShowResult) -> dict[str, Any]:
+    """A picture's grid, where its patches start, and what each head does on it."""
+    picture = result.attention.picture
+    return {
+        "name": picture.name,
+        "size": [int(picture.pixels.shape[1]), int(picture.pixels.shape[0])],  # width, height
+        "grid": list(picture.grid),
+        "first_patch": picture.first,
+        "patch": picture.patch,
+        "heads": [head.as_dict() for head in result.vision or []],
     }
 
 
@@ -184,7 +201,10 @@ def _folder(request: Request, model: Model) -> Path | None:
 
 
 def _consumers(request: Request, folder: Path | None) -> list[Consumer]:
-    """The summary and special shares always; then the features asked for; the writers last."""
-    writers = [Images(request)] if folder is not None and request.images else []
-    writers += [Done(request)] if folder is not None else []
-    return [Summary(request), Contributions(request), *features.consumers(request), *writers]
+    """The summary and special shares always; then the features asked for; the writers last,
+    a picture's views after the heatmaps (in the same drawing processes), `Done` very last."""
+    images = [Images(request)] if folder is not None and request.images else []
+    pictures = [Pictures(request)] if request.picture is not None else []
+    done = [Done(request)] if folder is not None else []
+    return [Summary(request), Contributions(request), *features.consumers(request), *images,
+            *pictures, *done]  # fmt: skip

@@ -493,6 +493,32 @@ def print_ablation(console: Console, view: AblationView) -> None:
     console.print(table)
 
 
+def print_pictures(console: Console, heads: Sequence[Any]) -> None:
+    """What each head does on a picture (`analysis.vision.VisionHead`), the last layer
+    first: its role, where CLS looks, how far the patches look."""
+    from attnviz.analysis.vision import GLOBAL_REACH, ROLE_SHARE
+
+    table = Table(title="What each head does on this picture (last layer first)",
+                  title_justify="left")  # fmt: skip
+    for column in ("L", "H", "role", "CLS entropy", "CLS on", "CLS's top patches", "sink",
+                   "local", "distance px"):  # fmt: skip
+        numbers = ("L", "H", "CLS entropy", "sink", "local", "distance px")
+        table.add_column(column, justify="right" if column in numbers else "left")
+    for head in sorted(heads, key=lambda h: (-h.layer, h.head)):
+        outside = " ".join(f"{label} {share:.0%}" for label, share in head.cls_outside)
+        top = " · ".join(f"{label} {share:.2f}" for label, share in head.cls_top)
+        entropy = "" if head.cls_entropy is None else f"{head.cls_entropy:.2f}"
+        table.add_row(str(head.layer), str(head.head), head.role, entropy, outside, top,
+                      f"{head.sink:.2f}", f"{head.local:.2f}", f"{head.distance:.1f}")  # fmt: skip
+    console.print(table)
+    console.print(
+        f"sink: the patches give ≥ {ROLE_SHARE:.0%} to CLS, dist and registers; local: ≥ "
+        f"{ROLE_SHARE:.0%} to their own and the 8 neighbouring patches; global: mean attention "
+        f"distance ≥ {GLOBAL_REACH:.0%} of uniform attention's (docs/vision.md).",
+        highlight=False,
+    )
+
+
 def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
     """What `attnviz show` prints of its result (`pipelines.show.ShowResult`): the header,
     then the query's heads, the per-layer measure's details, the layers × heads map or the
@@ -503,6 +529,8 @@ def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
         print_continuation(console, result.continuation)
     if result.query is not None:
         print_query(console, att, result.query, layers, heads)
+    elif result.vision:
+        print_pictures(console, result.vision)
     elif att.per_layer:
         print_special_share(
             console, att, result.summaries, result.special_by_weight, result.special_by_norm

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.continuation import Written
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.summary import HeadSummary
+    from attnviz.analysis.vision import VisionHead
     from attnviz.core.attention import Attention
     from attnviz.core.model_info import LoadedModel
     from attnviz.core.models import Model
@@ -48,6 +49,7 @@ class Made:
     # Ablation: (L, H) how far each kept head's pattern moved (JS divergence, nats)
     ablation_divergence: Any = None
     continuation: Written | None = None  # Continuation: where each written token looked
+    vision: list[VisionHead] | None = None  # Pictures: what each head does on a picture
     images: list[Path] = field(default_factory=list)  # Images: the figures written
     page: Path | None = None  # Page: attention.html
 

@@ -1,0 +1,122 @@
+"""Pictures in: a vision transformer's image, prepared by the model's own image processor, as
+tokens (`Encoded` with a `Picture`): the CLS token, DeiT's distillation token, registers,
+then the patches row by row, labelled `CLS`, `dist`, `reg0`…, `(row, col)`.
+
+Which models read pictures is said from config.json alone (`reads_pictures`): a patch size,
+an image size and a number of channels (ViT, DeiT, DINOv2, BEiT, the vision towers of CLIP
+and SigLIP); a checkpoint of both towers (CLIP, SigLIP) is read through its vision tower.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from attnviz.core.attention import Encoded, Picture
+from attnviz.errors import InputError
+
+SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+# Checkpoints of a text and a vision tower: the class that loads the vision tower alone.
+VISION_TOWERS = {"clip": "CLIPVisionModel", "siglip": "SiglipVisionModel"}
+
+
+def looks_like_picture(given: Any) -> bool:
+    """Whether `given` is a picture to read: a PIL image, or a file named as an image is
+    (one line where no such file is: `picture_argument`)."""
+    if hasattr(given, "convert") and hasattr(given, "size"):  # a PIL image
+        return True
+    return isinstance(given, (str, Path)) and picture_argument(str(given)) is not None
+
+
+def picture_argument(argument: str) -> Path | None:
+    """The picture a command-line argument names (an existing file named as an image is),
+    or None for a text; one line for an image's name where no file is."""
+    path = Path(argument)
+    if "\n" in argument or path.suffix.lower() not in SUFFIXES or " " in path.name:
+        return None
+    if not path.is_file():
+        raise InputError(f"no picture at {argument}: no such file")
+    return path
+
+
+def reads_pictures(config: dict[str, Any]) -> bool:
+    """Whether a model of this config.json reads pictures (see the module's docstring)."""
+    return all(key in vision_part(config) for key in ("patch_size", "image_size", "num_channels"))
+
+
+def vision_part(config: dict[str, Any]) -> dict[str, Any]:
+    """The vision tower's config of a checkpoint of two towers; else the config itself."""
+    if config.get("model_type") in VISION_TOWERS and isinstance(config.get("vision_config"), dict):
+        return config["vision_config"]
+    return config
+
+
+def prefix_labels(config: Any) -> list[str]:
+    """The labels of the tokens before the patches, from the loaded model's config."""
+    kind = config.model_type
+    if kind.startswith("siglip"):
+        return []  # SigLIP pools with its own head: no CLS token
+    labels = ["CLS"]
+    if kind == "deit":
+        labels.append("dist")
+    labels += [f"reg{i}" for i in range(getattr(config, "num_register_tokens", 0) or 0)]
+    return labels
+
+
+def read_picture(given: Any) -> Any:
+    """A PIL image in RGB, from a path or a PIL image; one line for a file that is not one."""
+    from PIL import Image, UnidentifiedImageError
+
+    if hasattr(given, "convert"):
+        return given.convert("RGB")
+    try:
+        with Image.open(given) as opened:
+            return opened.convert("RGB")
+    except (UnidentifiedImageError, OSError) as exc:
+        raise InputError(
+            f"{given}: not a picture attnviz can read ({exc.__class__.__name__})"
+        ) from None
+
+
+def encode_picture(loaded: Any, given: Any) -> Any:
+    """The picture as the model reads it: `Encoded` with its pixel values (a (1, 3, H, W)
+    tensor), its tokens' labels and its `Picture`."""
+    image = read_picture(given)
+    name = Path(given).name if isinstance(given, (str, Path)) else "image"
+    processor = loaded.tokenizer  # a vision model's processor stands where a tokenizer would
+    pixels = processor(images=image, return_tensors="pt")["pixel_values"]
+    config = loaded.model.config
+    patch = config.patch_size if isinstance(config.patch_size, int) else config.patch_size[0]
+    height, width = pixels.shape[-2:]
+    grid = (height // patch, width // patch)
+    prefix = prefix_labels(config)
+    labels = (*prefix, *(f"({r}, {c})" for r in range(grid[0]) for c in range(grid[1])))
+    shown = _undo_normalisation(processor, pixels[0].numpy())
+    picture = Picture(shown, grid, len(prefix), patch, name)
+    n = len(labels)
+    return Encoded(
+        text=name,
+        ids=tuple(range(n)),  # no vocabulary: each token's position
+        tokens=labels,
+        special=tuple(i < len(prefix) for i in range(n)),
+        words=tuple(range(n)),
+        word_labels=labels,
+        notes=(
+            f"{image.width} × {image.height} picture, read as {width} × {height} pixels: "
+            f"{grid[0]} × {grid[1]} patches of {patch} × {patch}",
+        ),  # fmt: skip
+        pixels=pixels,
+        picture=picture,
+    )
+
+
+def _undo_normalisation(processor: Any, pixels: Any) -> Any:
+    """(3, H, W) normalised pixel values back to a (H, W, 3) uint8 picture."""
+    import numpy as np
+
+    mean = np.asarray(getattr(processor, "image_mean", None) or (0.0, 0.0, 0.0), np.float32)
+    std = np.asarray(getattr(processor, "image_std", None) or (1.0, 1.0, 1.0), np.float32)
+    values = pixels.transpose(1, 2, 0) * std + mean
+    if getattr(processor, "do_rescale", True):
+        values = values * 255.0
+    return np.clip(np.round(values), 0, 255).astype(np.uint8)

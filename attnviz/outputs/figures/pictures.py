@@ -1,0 +1,143 @@
+"""A vision model's attention drawn over its picture: per head, one token's attention (the CLS
+token's, or a patch's with `--query ROW,COL`) over the patches, upsampled to the picture's
+size, one grid of heads per layer (DINO's per-head maps, Caron et al. 2021).
+
+The colour bar is the share of that token's attention a patch holds (the token's row as the
+model made it, not renormalised over the patches); what the tokens outside the grid take
+(CLS, DeiT's distillation token, registers) is named in each panel's title.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnviz.outputs.figures.raster import save_figure
+from attnviz.outputs.figures.style import Style, configure_matplotlib, figure_header
+
+if TYPE_CHECKING:
+    from attnviz.core.attention import Attention
+
+PANEL_IN = 2.2  # a head's panel, inches a side (the picture's longer side)
+ALPHA = 0.6  # the colours' share over the picture
+TITLE_IN = 0.55  # above each panel: its title, up to three lines
+HEADER_IN = 1.0  # above the panels: the figure's title and two context lines
+
+
+def outside_shares(att: Attention, row: Any, per_line: int = 3) -> str:
+    """What one row gives the tokens outside the patch grid, by name, `per_line` to a line:
+    `CLS 12% · reg0 40% · reg1 3%`."""
+    first = att.picture.first
+    said = [f"{att.tokens[i]} {float(row[i]):.0%}" for i in range(first)]
+    return "\n".join(" · ".join(said[i : i + per_line]) for i in range(0, len(said), per_line))
+
+
+def query_rows(att: Attention, layer: int, query: int) -> Any:
+    """(H, T): token `query`'s row in every head of `layer`."""
+    return att.weights[att.slot(layer)][:, query]
+
+
+def panel_grids(att: Attention, rows_of: Any, heads: list[int]) -> Any:
+    """(len(heads), rows, cols): each head's row of `rows_of` (`query_rows`) over the patch
+    grid: what each panel of `overlay_figure` draws."""
+    import numpy as np
+
+    return np.stack([att.picture.patches(rows_of[head]) for head in heads])
+
+
+def blend(pixels: Any, grid: Any, patch: int, cmap: Any, top: float) -> Any:
+    """The picture under a grid's colours: each patch's value, on `cmap` from 0 to `top`,
+    over its `patch` × `patch` pixels (ALPHA of it), (rows·patch, cols·patch, 3) uint8."""
+    import numpy as np
+
+    cells = np.repeat(np.repeat(grid / top, patch, axis=0), patch, axis=1)
+    colours = cmap(np.clip(cells, 0.0, 1.0))[..., :3] * 255.0
+    under = pixels[: cells.shape[0], : cells.shape[1]].astype(np.float32)
+    return np.round((1 - ALPHA) * under + ALPHA * colours).astype(np.uint8)
+
+
+def overlay_figure(
+    att: Attention, layer: int, heads: list[int], query: int, style: Style, rows_of: Any = None
+):
+    """Per head of `heads`, token `query`'s attention in layer `layer` over the patches, on
+    the picture (the pixels its patches cover); the figure, drawn (not written). `rows_of`:
+    `query_rows(att, layer, query)`, given where `att` carries no weights (a drawing
+    process's copy)."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
+    configure_matplotlib()
+    picture = att.picture
+    height, width = (n * picture.patch for n in picture.grid)
+    if rows_of is None:
+        rows_of = query_rows(att, layer, query)
+    grids = panel_grids(att, rows_of, heads)
+    top = float(grids.max()) or 1.0
+    cols = min(len(heads), 4)
+    rows = math.ceil(len(heads) / cols)
+    # one picture pixel to one figure pixel where that is near the panel's size (nothing
+    # resampled), else scaled to it
+    longest = max(height, width)
+    fits = PANEL_IN * style.dpi * 0.75 <= longest <= 3 * style.dpi
+    scale = 1.0 / style.dpi if fits else PANEL_IN / longest
+    panel_w, panel_h = width * scale, height * scale
+    slot_w = max(panel_w, PANEL_IN) + 0.25  # a narrow picture keeps room for its titles
+    grid_w = cols * slot_w
+    fig_w = max(grid_w + 1.2, 5.5)  # the header's lines fit
+    fig_h = HEADER_IN + rows * (panel_h + TITLE_IN) + 0.15
+    margin = (fig_w - 1.2 - grid_w) / 2
+    fig = Figure(figsize=(fig_w, fig_h), dpi=style.dpi)
+    cmap = style.colour_map()
+    for slot, head in enumerate(heads):
+        r, c = divmod(slot, cols)
+        left = margin + c * slot_w + (slot_w - panel_w) / 2
+        bottom = fig_h - HEADER_IN - (r + 1) * (panel_h + TITLE_IN) + 0.05
+        ax = fig.add_axes((left / fig_w, bottom / fig_h, panel_w / fig_w, panel_h / fig_h))
+        ax.imshow(blend(picture.pixels, grids[slot], picture.patch, cmap, top),
+                  extent=(0, width, height, 0), interpolation="nearest")  # fmt: skip
+        if query >= picture.first:  # a patch: outlined
+            q_row, q_col = divmod(query - picture.first, picture.grid[1])
+            p = picture.patch
+            ax.add_patch(Rectangle((q_col * p, q_row * p), p, p, fill=False,
+                                   edgecolor="#ff2020", linewidth=1.5))  # fmt: skip
+        ax.set_xticks([])
+        ax.set_yticks([])
+        outside = outside_shares(att, rows_of[head])
+        ax.set_title(f"head {head} · patches {float(grids[slot].sum()):.0%}"
+                     + (f"\n{outside}" if outside else ""), fontsize=7)  # fmt: skip
+    grid_h = rows * (panel_h + TITLE_IN)
+    low = (fig_h - HEADER_IN - grid_h + 0.1) / fig_h
+    bar = fig.add_axes(((fig_w - 0.9) / fig_w, low, 0.15 / fig_w, 0.8 * grid_h / fig_h))
+    what = "attention" if att.measure == "weights" else f"{att.measure} ‖α·f(x)‖"
+    shown = ScalarMappable(Normalize(0.0, top), cmap)
+    fig.colorbar(shown, cax=bar).set_label(f"share of {att.tokens[query]}'s {what}", fontsize=8)
+    bar.tick_params(labelsize=7)
+    title = figure_header(fig, att, "", f"the picture as the model saw it: {width} × {height} px, "
+                          f"{picture.grid[0]} × {picture.grid[1]} patches")  # fmt: skip
+    title.set_text(f"layer {layer} · where {att.tokens[query]} looks")
+    return fig
+
+
+def save_overlay(
+    att: Attention,
+    layer: int,
+    heads: list[int],
+    query: int,
+    style: Style,
+    path: Path,
+    rows_of: Any = None,
+) -> Path:
+    """Draw `overlay_figure` and write it atomically to `path` (in a drawing process too)."""
+    return save_figure(overlay_figure(att, layer, heads, query, style, rows_of), path, style)
+
+
+def overlay_name(att: Attention, layer: int, query: int, fmt: str) -> str:
+    """`picture-layer-L.png` for CLS's view; `picture-R-C-layer-L.png` for a patch's."""
+    picture = att.picture
+    if query < picture.first:
+        return f"picture-layer-{layer}.{fmt}"
+    row, col = divmod(query - picture.first, picture.grid[1])
+    return f"picture-{row}-{col}-layer-{layer}.{fmt}"

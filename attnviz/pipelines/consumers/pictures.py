@@ -1,0 +1,53 @@
+"""A picture's views (a vision model's run): what each head does on it (`analysis.vision`),
+and per layer each head's attention of the CLS token over the patches drawn over the picture,
+with `--query ROW,COL` that patch's too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnviz.pipelines.consumers import Consumer, Run
+
+
+class Pictures(Consumer):
+    def finish(self, run: Run) -> None:
+        from dataclasses import replace
+
+        from attnviz.analysis.vision import vision_heads
+
+        att = run.ranked  # norm: each row's lengths as shares
+        if att.picture is None or att.per_layer:
+            return
+        run.made.vision = vision_heads(att, run.layers, run.heads, self.request.top_k)
+        if att.picture.first == 0 and self.request.images:
+            note = ("no CLS token (SigLIP pools with a head of its own): no CLS view over the "
+                    "picture; --query ROW,COL draws a patch's")  # fmt: skip
+            run.shown = replace(run.shown, notes=(*run.shown.notes, note))
+
+    def write(self, run: Run, folder: Path) -> None:
+        """The views over the picture, drawn in the drawing processes where there are some
+        (each layer's a task, beside the heatmaps'), else here."""
+        from dataclasses import replace
+
+        from attnviz.analysis.query import find_query
+        from attnviz.outputs.figures.pictures import overlay_name, query_rows, save_overlay
+
+        att, style, jobs = run.ranked, run.style, self.request.jobs
+        if not self.request.images or att.picture is None or att.per_layer:
+            return
+        queries = [0] if att.picture.first > 0 else []  # CLS, where the model has one
+        if self.request.query is not None:
+            queries.append(find_query(att, self.request.query))
+        pool = None
+        if jobs > 1:
+            from attnviz.outputs.render import start_workers
+
+            pool = start_workers(jobs)
+        labels = replace(att, weights=att.weights[:0])  # what a drawing process needs
+        drawn = []
+        for query in dict.fromkeys(queries):
+            for layer in run.layers:
+                path = folder / overlay_name(att, layer, query, style.fmt)
+                task = (labels, layer, run.heads, query, style, path, query_rows(att, layer, query))
+                drawn.append(pool.submit(save_overlay, *task) if pool else save_overlay(*task))
+        run.made.images += [found.result() if pool else found for found in drawn]
