@@ -60,6 +60,7 @@ bench: $(STAMP)
 	$(call run_bench,bench_importance)
 	$(call run_bench,bench_big)
 	$(call run_bench,bench_distributed)
+	$(call run_bench,bench_vision)
 
 perf-doc: $(STAMP)
 	$(PY) bench/to_docs.py
