@@ -17,41 +17,18 @@ SPREAD = 0.3
 _VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
             image_size=32, patch_size=8)  # fmt: skip
 _SQUARE = {"size": {"height": 32, "width": 32}}
+# A checkpoint of a text and a vision tower (CLIP, SigLIP): attnviz reads the vision tower.
+_TWO_TOWERS = {"vision_config": _VIT, "text_config": dict(vocab_size=64, hidden_size=32,
+               num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)}  # fmt: skip
 _CROP = {"size": {"shortest_edge": 36}, "crop_size": {"height": 32, "width": 32}}
 TYPES = {
     "vit": (_VIT, "ViTImageProcessor", _SQUARE),
     "deit": (_VIT, "ViTImageProcessor", _SQUARE),
     "dinov2_with_registers": ({**_VIT, "num_register_tokens": 4}, "BitImageProcessor", _CROP),
     "clip_vision_model": (_VIT, "CLIPImageProcessor", _CROP),
-    "clip": (
-        {
-            "vision_config": _VIT,
-            "text_config": dict(
-                vocab_size=64,
-                hidden_size=32,
-                num_hidden_layers=1,
-                num_attention_heads=4,
-                intermediate_size=64,
-            ),
-        },  # fmt: skip
-        "CLIPImageProcessor",
-        _CROP,
-    ),
+    "clip": (_TWO_TOWERS, "CLIPImageProcessor", _CROP),
     "beit": (_VIT, "BeitImageProcessorPil", {**_SQUARE, "do_center_crop": False}),
-    "siglip": (  # no CLS token: SigLIP pools with a head of its own
-        {
-            "vision_config": _VIT,
-            "text_config": dict(
-                vocab_size=64,
-                hidden_size=32,
-                num_hidden_layers=1,
-                num_attention_heads=4,
-                intermediate_size=64,
-            ),
-        },  # fmt: skip
-        "SiglipImageProcessor",
-        _SQUARE,
-    ),
+    "siglip": (_TWO_TOWERS, "SiglipImageProcessor", _SQUARE),  # no CLS: it pools otherwise
 }
 PREFIX = {
     "vit": ["CLS"],

@@ -44,7 +44,7 @@ class Images(Consumer):
                                     ("overview", "layers"), jobs=jobs)  # fmt: skip
                 found += render_text(window, folder, run.layers, run.heads, run.style,
                                      ("heads",), query=at, jobs=jobs)  # fmt: skip
-            run.made.images += found
+            run.made.images = [*run.made.images, *found]  # new: a result given out keeps its own
         except KeyboardInterrupt:
             stop_workers()  # the drawing processes finish what they started, then stop
             raise _interrupted(folder) from None

@@ -50,4 +50,5 @@ class Pictures(Consumer):
                 path = folder / overlay_name(att, layer, query, style.fmt)
                 task = (labels, layer, run.heads, query, style, path, query_rows(att, layer, query))
                 drawn.append(pool.submit(save_overlay, *task) if pool else save_overlay(*task))
-        run.made.images += [found.result() if pool else found for found in drawn]
+        written = [found.result() if pool else found for found in drawn]
+        run.made.images = [*run.made.images, *written]  # new: a result given out keeps its own
