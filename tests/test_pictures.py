@@ -250,3 +250,19 @@ def test_siglip_has_no_cls_view_and_says_so(vision_dirs, tmp_path):
     assert "no CLS token" in result.output
     (folder,) = out.iterdir()
     assert not list(folder.glob("picture-*.png"))
+
+
+def test_the_picture_kept_is_the_one_the_model_saw(vision_dirs, tmp_path):
+    """Undoing the processor's normalisation gives back the resized picture's pixels (ViT's
+    processor resizes 64 × 48 to 32 × 32 and normalises by 0.5 / 0.5)."""
+    from PIL import Image
+    from transformers import AutoImageProcessor
+
+    path = picture(tmp_path / "photo.png")
+    att = attnviz.attention(str(path), model=str(vision_dirs["vit"]), device="cpu")
+    processor = AutoImageProcessor.from_pretrained(vision_dirs["vit"])
+    with Image.open(path) as image:
+        resized = processor(images=image.convert("RGB"), do_normalize=False, do_rescale=False,
+                            return_tensors="np")["pixel_values"][0]  # fmt: skip
+    expected = np.clip(np.round(resized.transpose(1, 2, 0)), 0, 255).astype(np.uint8)
+    assert np.abs(att.picture.pixels.astype(int) - expected.astype(int)).max() <= 1

@@ -114,9 +114,11 @@ def _undo_normalisation(processor: Any, pixels: Any) -> Any:
     """(3, H, W) normalised pixel values back to a (H, W, 3) uint8 picture."""
     import numpy as np
 
-    mean = np.asarray(getattr(processor, "image_mean", None) or (0.0, 0.0, 0.0), np.float32)
-    std = np.asarray(getattr(processor, "image_std", None) or (1.0, 1.0, 1.0), np.float32)
-    values = pixels.transpose(1, 2, 0) * std + mean
+    values = pixels.transpose(1, 2, 0)
+    if getattr(processor, "do_normalize", True):
+        mean = np.asarray(getattr(processor, "image_mean", None) or (0.0,) * 3, np.float32)
+        std = np.asarray(getattr(processor, "image_std", None) or (1.0,) * 3, np.float32)
+        values = values * std + mean
     if getattr(processor, "do_rescale", True):
         values = values * 255.0
     return np.clip(np.round(values), 0, 255).astype(np.uint8)
