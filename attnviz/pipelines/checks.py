@@ -101,10 +101,10 @@ def _text_options(request: Request) -> None:
 def pictures(request: Request, facts: Any) -> None:
     """Refuse a picture to a model that reads text, and text to one that reads pictures
     (`facts`: the model's files' or the loaded model's; None: not known yet)."""
-    if facts is None:
-        return
     if request.picture is not None:
         _text_options(request)
+    if facts is None:
+        return
     if request.picture is not None and not getattr(facts, "pictures", False):
         raise InputError(
             f"{facts.name} reads text, not pictures: give it a sentence, or give the picture "
