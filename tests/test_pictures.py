@@ -266,3 +266,17 @@ def test_the_picture_kept_is_the_one_the_model_saw(vision_dirs, tmp_path):
                             return_tensors="np")["pixel_values"][0]  # fmt: skip
     expected = np.clip(np.round(resized.transpose(1, 2, 0)), 0, 255).astype(np.uint8)
     assert np.abs(att.picture.pixels.astype(int) - expected.astype(int)).max() <= 1
+
+
+def test_a_vit_mae_is_refused_in_one_line(tmp_path):
+    """ViT-MAE's encoder sees a random quarter of the patches: not the picture's grid."""
+    import transformers
+    from transformers import AutoConfig, AutoModel
+    from vision_models import _VIT
+
+    folder = tmp_path / "mae"
+    AutoModel.from_config(AutoConfig.for_model("vit_mae", **_VIT)).save_pretrained(folder)
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    path = picture(tmp_path / "photo.png")
+    result = runner.invoke(app, ["show", str(path), "-m", str(folder), "--no-images"])
+    assert result.exit_code == 2 and "is a ViT-MAE" in result.output, result.output

@@ -51,6 +51,19 @@ def vision_part(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def refuse_unread(model_type: str, label: str) -> None:
+    """One line for a vision model whose tokens are not its picture's grid: ViT-MAE drops
+    most patches at random before its encoder."""
+    from attnviz.errors import UnsupportedModelError
+
+    if model_type == "vit_mae":
+        raise UnsupportedModelError(
+            f"{label} is a ViT-MAE: its encoder sees a random quarter of the patches, so its "
+            "attention is not over the picture's grid; attnviz reads ViT, DeiT, DINOv2, BEiT, "
+            "CLIP and SigLIP"
+        )
+
+
 def prefix_labels(config: Any) -> list[str]:
     """The labels of the tokens before the patches, from the loaded model's config."""
     kind = config.model_type

@@ -302,6 +302,8 @@ def load_model(
         raise _not_found(label) from exc
 
     pictures = images.reads_pictures(config.to_dict())
+    if pictures:
+        images.refuse_unread(config.model_type, label)
     decoder = not pictures and _decoder(config)
     refuse_bypass(config)
 
