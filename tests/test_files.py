@@ -123,3 +123,22 @@ def test_ctrl_c_ends_at_once_only_while_nothing_is_held(tmp_path, monkeypatch):
     assert seen == [True] and interrupts.at_once()
     write_text_atomic(tmp_path / "a.txt", "text")
     assert not interrupts.at_once()  # from the first file on, Ctrl-C reaches the code
+
+
+def test_export_stops_at_the_next_text_after_a_ctrl_c_python_swallowed(
+    tiny_model_dirs, tmp_path, monkeypatch
+):
+    """A KeyboardInterrupt raised inside a finaliser is printed and dropped by Python; the
+    handler's word (`interrupts.ask`) still stops export at its next text."""
+    from attnviz.core import interrupts
+    from attnviz.core.inputs import read_sentences
+    from attnviz.core.settings import Load
+    from attnviz.pipelines.export import export
+    from attnviz.pipelines.request import Request
+
+    monkeypatch.setattr(interrupts, "_asked", True)
+    texts = [f"Sentence {i} is here." for i in range(4)]
+    request = Request("export", Load(str(tiny_model_dirs["bert"])), out=tmp_path / "out",
+                      sentences=read_sentences(None, texts), figures=("overview",))  # fmt: skip
+    summary = export(request)
+    assert summary.interrupted and summary.written == 0

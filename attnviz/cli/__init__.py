@@ -45,6 +45,7 @@ def _on_ctrl_c(signum: int, frame: Any) -> None:
     from attnviz.core import interrupts
 
     if not interrupts.at_once():
+        interrupts.ask()
         raise KeyboardInterrupt
     os.write(2, f"{STOPPED_EARLY}\n".encode())
     try:

@@ -8,8 +8,10 @@ a folder a run writes into, a server to stop), Ctrl-C raises KeyboardInterrupt, 
 code writing it can finish or remove it and say what was written.
 
 Code that writes calls `hold()` (for the rest of the process) or `holding()` (for a block);
-the command line's handler asks `at_once()`. The API installs no handler: for it this module
-only keeps a count.
+the command line's handler asks `at_once()`, and says `asked()` from then on: a
+KeyboardInterrupt raised where Python swallows it (a finaliser, a callback) is not lost, since
+a loop over many texts also stops at the next text where `asked()`. The API installs no
+handler: for it this module only keeps a count.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from contextlib import contextmanager
 
 _held_for_good = False
 _held_now = 0
+_asked = False
 
 
 def hold() -> None:
@@ -36,6 +39,17 @@ def holding() -> Iterator[None]:
         yield
     finally:
         _held_now -= 1
+
+
+def ask() -> None:
+    """A Ctrl-C came (the command line's handler says so before it raises)."""
+    global _asked
+    _asked = True
+
+
+def asked() -> bool:
+    """Whether a Ctrl-C came in this process."""
+    return _asked
 
 
 def at_once() -> bool:

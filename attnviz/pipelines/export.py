@@ -486,6 +486,8 @@ class _Export:
         renderer = _Renderer(r.jobs)
         try:
             for raw, inside, measures, record, settings, sides in self.texts():
+                if interrupts.asked():  # a Ctrl-C that landed where Python swallowed it
+                    raise KeyboardInterrupt
                 job = self.job(raw, inside, measures, record, settings, sides)
                 self.finished(renderer.submit(job))
             self.finished(renderer.finish())
