@@ -142,3 +142,23 @@ def test_export_stops_at_the_next_text_after_a_ctrl_c_python_swallowed(
                       sentences=read_sentences(None, texts), figures=("overview",))  # fmt: skip
     summary = export(request)
     assert summary.interrupted and summary.written == 0
+
+
+def test_a_ctrl_c_in_a_weakref_callback_is_said_not_raised(monkeypatch):
+    """Raised inside a weakref callback (the garbage collector's), a KeyboardInterrupt is
+    printed with a traceback and dropped: the handler says it instead (`interrupts.ask`),
+    and raises anywhere else."""
+    import signal
+    import sys
+
+    from attnviz.cli import _on_ctrl_c
+    from attnviz.core import interrupts
+
+    monkeypatch.setattr(interrupts, "_held_for_good", True)  # files held: it would raise
+    monkeypatch.setattr(interrupts, "_asked", False)
+    scope = {"sys": sys}
+    exec(compile("def remove():\n    return sys._getframe()\n", "/lib/weakref.py", "exec"), scope)
+    _on_ctrl_c(signal.SIGINT, scope["remove"]())
+    assert interrupts.asked()
+    with pytest.raises(KeyboardInterrupt):
+        _on_ctrl_c(signal.SIGINT, sys._getframe())

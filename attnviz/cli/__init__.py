@@ -46,6 +46,8 @@ def _on_ctrl_c(signum: int, frame: Any) -> None:
 
     if not interrupts.at_once():
         interrupts.ask()
+        if _swallowed(frame):  # Python would print it with a traceback and drop it: the
+            return  # loops over texts stop at their next one (`interrupts.asked`)
         raise KeyboardInterrupt
     os.write(2, f"{STOPPED_EARLY}\n".encode())
     try:
@@ -63,6 +65,17 @@ def _on_ctrl_c(signum: int, frame: Any) -> None:
             sys.modules["multiprocessing.util"]._run_finalizers(0)
     finally:
         os._exit(130)
+
+
+def _swallowed(frame: Any, depth: int = 5) -> bool:
+    """Whether an exception raised at `frame` would be dropped by Python with a traceback on
+    stderr: inside a weakref callback (the garbage collector's) or a finaliser (`__del__`)."""
+    while frame is not None and depth > 0:
+        code = frame.f_code
+        if code.co_name == "__del__" or code.co_filename.endswith(("weakref.py", "_weakrefset.py")):
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
 
 
 def _register(only: str | None = None) -> Any:
