@@ -335,7 +335,7 @@ def load_model(
     if placed is None:
         model.to(torch_device)
 
-    info = _info(model.config, model, tokenizer, label, decoder, load, placed)
+    info = _info(model.config, model, tokenizer, label, decoder, pictures, load, placed)
     device = torch_device if placed is None else _first_device(placed)
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
 
@@ -374,10 +374,17 @@ def _loader(config: Any, decoder: bool, pictures: bool = False) -> Any:
 
 
 def _info(
-    config: Any, model: Any, tokenizer: Any, label: str, decoder: bool, load: Load, placed: Any
+    config: Any,
+    model: Any,
+    tokenizer: Any,
+    label: str,
+    decoder: bool,
+    pictures: bool,
+    load: Load,
+    placed: Any,
 ) -> ModelInfo:
-    """The loaded model's facts, from its config, its tokenizer and where it was placed."""
-    pictures = images.reads_pictures(config.to_dict())
+    """The loaded model's facts, from its config (a vision tower's own, for a checkpoint of
+    two towers), its tokenizer and where it was placed."""
     n_heads = config.num_attention_heads
     d_model = config.hidden_size
     n_kv_heads = getattr(config, "num_key_value_heads", None) or n_heads
