@@ -280,3 +280,26 @@ def test_a_vit_mae_is_refused_in_one_line(tmp_path):
     path = picture(tmp_path / "photo.png")
     result = runner.invoke(app, ["show", str(path), "-m", str(folder), "--no-images"])
     assert result.exit_code == 2 and "is a ViT-MAE" in result.output, result.output
+
+
+def test_pictures_in_reads_files_and_folders_and_says_what_it_skipped(tmp_path):
+    from attnviz.core.images import pictures_in
+    from attnviz.errors import InputError
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    picture(folder / "b.png")
+    picture(folder / "a.jpg")
+    (folder / "notes.txt").write_text("not a picture")
+    one = picture(tmp_path / "c.png")
+    found = pictures_in([str(folder), str(one)])
+    assert [p.name for p in found.paths] == ["a.jpg", "b.png", "c.png"]
+    assert [p.name for p in found.skipped] == ["notes.txt"]
+    assert "skipped 1 file(s) not named as pictures (notes.txt" in found.note()
+    assert pictures_in(["The cat sat.", "A dog ran."]) is None
+    with pytest.raises(InputError, match="not both"):
+        pictures_in([str(one), "The cat sat."])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputError, match="holds no picture"):
+        pictures_in([str(empty)])

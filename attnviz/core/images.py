@@ -9,6 +9,7 @@ and SigLIP); a checkpoint of both towers (CLIP, SigLIP) is read through its visi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,65 @@ def picture_argument(argument: str) -> Path | None:
     if not path.is_file():
         raise InputError(f"no picture at {argument}: no such file")
     return path
+
+
+@dataclass(frozen=True)
+class Pictures:
+    """The pictures a command reads (`pictures_in`): their files in order, and the files of
+    the folders given that are not named as pictures (skipped, and said)."""
+
+    paths: tuple[Path, ...]
+    skipped: tuple[Path, ...] = ()
+
+    def note(self) -> str | None:
+        """The one line that says what was skipped, or None."""
+        if not self.skipped:
+            return None
+        names = ", ".join(path.name for path in self.skipped[:3])
+        more = f" and {len(self.skipped) - 3} more" if len(self.skipped) > 3 else ""
+        return (f"skipped {len(self.skipped)} file(s) not named as pictures ({names}{more}; "
+                f"pictures end in {', '.join(SUFFIXES)})")  # fmt: skip
+
+
+def pictures_in(arguments: list[str]) -> Pictures | None:
+    """The pictures that command-line `arguments` name: picture files, and folders (their
+    files named as pictures, by name; sub-folders are not entered). None where no argument
+    names a picture or a folder (they are texts); one line where some do and others do not,
+    or a folder holds no picture."""
+    found: list[Path] = []
+    skipped: list[Path] = []
+    named = [_picture_or_folder(argument) for argument in arguments]
+    if not any(named):
+        return None
+    if not all(named):
+        text = next(a for a, n in zip(arguments, named) if not n)
+        raise InputError(
+            f"give pictures (files or folders) or texts, not both: {text[:40]!r} is neither a "
+            "picture nor a folder"
+        )
+    for path in named:
+        if not path.is_dir():
+            found.append(path)
+            continue
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        inside = [p for p in files if p.suffix.lower() in SUFFIXES]
+        if not inside:
+            raise InputError(f"{path} holds no picture (no file ending in {', '.join(SUFFIXES)})")
+        found += inside
+        skipped += [p for p in files if p.suffix.lower() not in SUFFIXES]
+    return Pictures(tuple(found), tuple(skipped))
+
+
+def _picture_or_folder(argument: str) -> Path | None:
+    if "\n" in argument or len(argument) > 4096:
+        return None
+    path = Path(argument).expanduser()
+    try:
+        if path.is_dir():
+            return path
+    except OSError:
+        return None
+    return picture_argument(argument)
 
 
 def reads_pictures(config: dict[str, Any]) -> bool:
