@@ -153,6 +153,8 @@ def attention(
     sample: bool = False,
     temperature: float | None = None,
     seed: int | None = None,
+    fusion: str = "mean",
+    discard: float = 0.0,
     **load: Any,
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
@@ -165,7 +167,9 @@ def attention(
     says which sentence each token is in.
     `measure` "norm" gives ‖α·f(x)‖ per head instead of the weights; "alti" and "rollout"
     one map per layer, composed from layer 0 up, as `weights[layer, 0]` (`per_layer` is True;
-    docs/contributions.md says how each is computed).
+    docs/contributions.md says how each is computed); rollout's heads fused by their
+    `fusion` ("mean", "max" or "min") with the `discard` share of each fused map's lowest
+    entries set to 0 (vit-explain's options).
     A decoder continues `text` as its prompt: `generate` tokens written by the model (greedy;
     with `sample`, drawn at `temperature` from a generator seeded with `seed`), or `target`
     read by teacher forcing; the attention is over prompt + continuation, and
@@ -206,6 +210,8 @@ def attention(
         words=words,
         hide_special=hide_special,
         measure=measure,
+        fusion=fusion,
+        discard=discard,
     )
     reader = request.model()
     checks.before_loading(request, reader)

@@ -8,6 +8,8 @@ the normalisation's input) is shown separately, against what the model's next mo
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import ARCHITECTURES
@@ -282,6 +284,39 @@ def test_batched_equals_alone(name, arch, loaded_tiny):
     batch = read_measure(loaded, [encode(loaded, TEXT), encode(loaded, OTHER)], name)
     for text, got in zip((TEXT, OTHER), batch):
         np.testing.assert_allclose(got.weights, _measure(loaded, text, name).weights, atol=1e-5)
+
+
+@pytest.mark.parametrize("fusion", ("max", "min"))
+def test_rollout_with_fusion_and_discard_batched_equals_alone(fusion, loaded_tiny):
+    from attnviz.analysis.contributions import read_measure, with_rollout
+    from attnviz.core.tokens import encode
+
+    loaded = loaded_tiny["bert"]
+    measure = with_rollout("rollout", fusion, 0.5)
+    texts = (TEXT, OTHER)
+    batch = read_measure(loaded, [encode(loaded, text) for text in texts], measure)
+    for text, got in zip(texts, batch):
+        alone = read_measure(loaded, [encode(loaded, text)], measure)[0]
+        np.testing.assert_allclose(got.weights, alone.weights, atol=1e-6)
+    plain = read_measure(loaded, [encode(loaded, TEXT)], "rollout")[0]
+    assert np.abs(batch[0].weights - plain.weights).max() > 1e-3  # the options change it
+
+
+@pytest.mark.parametrize(
+    ("measure", "fusion", "discard", "said"),
+    [
+        ("rollout", "median", 0.0, "unknown --fusion 'median'"),
+        ("rollout", "mean", 1.0, "--discard is a share of each map, from 0 up to (not) 1"),
+        ("norm", "max", 0.0, "--fusion needs --measure rollout"),
+        ("weights", "mean", 0.9, "--discard needs --measure rollout"),
+    ],
+)
+def test_rollouts_options_out_of_place_get_one_line(measure, fusion, discard, said):
+    from attnviz.analysis.contributions import with_rollout
+    from attnviz.errors import InputError
+
+    with pytest.raises(InputError, match=re.escape(said)):
+        with_rollout(measure, fusion, discard)
 
 
 def test_unknown_measure_names_the_choices():

@@ -217,7 +217,6 @@ def test_the_api_takes_a_pil_image_as_it_takes_its_file(vision_dirs, tmp_path):
         ["--words"],
         ["--pair", "A sentence."],
         ["--measure", "alti"],
-        ["--measure", "rollout"],
     ],  # fmt: skip
 )
 def test_the_options_a_picture_cannot_take_are_refused_in_one_line(vision_dirs, tmp_path, option):
@@ -303,3 +302,52 @@ def test_pictures_in_reads_files_and_folders_and_says_what_it_skipped(tmp_path):
     empty.mkdir()
     with pytest.raises(InputError, match="holds no picture"):
         pictures_in([str(empty)])
+
+
+def _vit_explain(attentions, fusion, discard):
+    """jacobgil/vit-explain's rollout, as its vit_rollout.py writes it, over (L, H, T, T)."""
+    import torch
+
+    result = torch.eye(attentions.shape[-1], dtype=torch.float64)[None]
+    for attention in torch.from_numpy(attentions).double()[:, None]:
+        fused = getattr(attention, fusion)(dim=1)
+        fused = fused[0] if fusion == "mean" else fused.values
+        flat = fused.view(fused.size(0), -1)
+        _, indices = flat.topk(int(flat.size(-1) * discard), -1, False)
+        indices = indices[indices != 0]
+        flat[0, indices] = 0
+        a = (fused + torch.eye(fused.size(-1), dtype=torch.float64)) / 2
+        a = a / a.sum(dim=-1)[..., None]
+        result = torch.matmul(a, result)
+        yield result[0].numpy()
+
+
+@pytest.mark.parametrize(("fusion", "discard"), [("max", 0.9), ("min", 0.5), ("mean", 0.0)])
+def test_rollout_over_the_picture_is_vit_explains(vision_dirs, tmp_path, fusion, discard):
+    path = picture(tmp_path / "photo.png")
+    folder = vision_dirs["dinov2_with_registers"]
+    att = attnviz.attention(str(path), model=str(folder), measure="rollout", fusion=fusion,
+                            discard=discard, device="cpu")  # fmt: skip
+    eager = _eager(folder, "dinov2_with_registers", path)
+    plain = list(_vit_explain(eager, fusion, discard))
+    assert att.per_layer and att.weights.shape == (2, 1, 21, 21)
+    for layer, expected in enumerate(plain):
+        assert np.abs(att.weights[layer, 0] - expected).max() <= 1e-5
+    assert np.allclose(att.weights.sum(-1), 1.0, atol=1e-5)
+
+
+def test_show_draws_rollout_over_the_picture_one_panel_a_layer(vision_dirs, tmp_path):
+    path = picture(tmp_path / "photo.png")
+    folder = vision_dirs["dinov2_with_registers"]
+    result = CliRunner().invoke(app, ["show", str(path), "-m", str(folder), "--measure",
+                                      "rollout", "--fusion", "max", "--discard", "0.9", "-q",
+                                      "1,2", "-o", str(tmp_path / "out"), "-j", "1"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    written = sorted(p.name for p in (tmp_path / "out").glob("*/picture-*"))
+    assert written == ["picture-1-2-rollout.png", "picture-rollout.png"]
+    assert "--hide-special" not in result.output
+    result = CliRunner().invoke(app, ["show", str(path), "-m", str(folder), "--measure",
+                                      "rollout", "--no-images"])  # fmt: skip
+    said = " ".join(result.output.split())
+    assert "What each layer's rollout does on this picture" in said
+    assert "The tokens outside the patch grid take" in said and "--hide-special" not in said  # a picture's views name CLS and registers

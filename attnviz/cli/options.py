@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from attnviz.analysis.contributions import MEASURES
+from attnviz.analysis.contributions import FUSIONS, MEASURES
 from attnviz.analysis.pooling import POOLS
 from attnviz.analysis.transforms import TRANSFORMS
 from attnviz.core.adapters import STACKS
@@ -172,6 +172,24 @@ MeasureOpt = Annotated[
             f"{m.name}: {m.help}" + (f" ({m.cite})" if m.cite else "") for m in MEASURES.values()
         )
         + ". docs/contributions.md says how each is computed.",
+    ),
+]
+FusionName = Enum("FusionName", {name: name for name in FUSIONS}, type=str)
+FusionOpt = Annotated[
+    FusionName,
+    typer.Option(
+        "--fusion",
+        help="With --measure rollout: each layer's heads fused by their mean, max or min "
+        "(jacobgil/vit-explain's head fusion).",
+    ),
+]
+DiscardOpt = Annotated[
+    float,
+    typer.Option(
+        "--discard",
+        metavar="SHARE",
+        help="With --measure rollout: the share of each layer's fused map set to 0 before "
+        "the residual is added, its lowest entries (vit-explain's discard ratio, e.g. 0.9).",
     ),
 ]
 StackName = Enum("StackName", {name: name for name in STACKS}, type=str)
@@ -351,6 +369,19 @@ def _select(layer: list[int] | None, head: list[int] | None) -> dict[str, Any]:
 
 # --layer and --head: the part of the model asked for (a Request's `layers` and `heads`).
 SELECT = Group.of(_select, layer=(LayerOpt, None), head=(HeadOpt, None))
+
+
+def _measuring(measure: MeasureName, fusion: FusionName, discard: float) -> dict[str, Any]:
+    return dict(measure=measure.value, fusion=fusion.value, discard=discard)
+
+
+# --measure, --fusion and --discard: what the maps hold (a Request's fields).
+MEASURING = Group.of(
+    _measuring,
+    measure=(MeasureOpt, MeasureName.weights),
+    fusion=(FusionOpt, FusionName.mean),
+    discard=(DiscardOpt, 0.0),
+)
 
 
 def _writing(generate: int | None, sample: bool, temperature: float | None,

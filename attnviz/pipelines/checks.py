@@ -55,7 +55,7 @@ def before_loading(request: Request, model: Model, texts: Sequence[str] | None =
     """Refuse bad input before anything loads: an empty text, an unknown measure, what does
     not combine (the feature table, on the model's files), layers and heads out of range, a
     text too long; with `texts`, a run over them that would not fit in memory."""
-    from attnviz.analysis.contributions import get
+    from attnviz.analysis.contributions import with_rollout
     from attnviz.core.attention import require_text
     from attnviz.core.models import describe
 
@@ -63,7 +63,7 @@ def before_loading(request: Request, model: Model, texts: Sequence[str] | None =
         require_text(request.text)
     if request.pair is not None:
         require_text(request.pair, "the --pair sentence")
-    get(request.measure)
+    with_rollout(request.measure, request.fusion, request.discard)
     if request.generate is not None and request.generate < 1:
         raise InputError(
             f"--generate takes a number of tokens of 1 or more, not {request.generate}"
@@ -87,8 +87,6 @@ _TEXT_ONLY = (
     ("--words", lambda r: r.words, "a picture's tokens are its patches"),
     ("--pair", lambda r: r.pair is not None, "a vision model reads one picture"),
     ("--measure alti", lambda r: r.measure == "alti", "it traces a text's residual stream"),
-    ("--measure rollout", lambda r: r.measure == "rollout", "rollout over the picture (with "
-     "head fusion) is still to come; weights and norm read pictures"),
 )  # fmt: skip
 
 

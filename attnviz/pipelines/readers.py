@@ -107,16 +107,18 @@ class OneStack:
         in place of the weights where it is not the weights) and the measure's recorder.
         With `reading`, the one text is a decoder's prompt and continuation, whose rows were
         kept as the model read it (`core.generation`; the weights alone)."""
-        from attnviz.analysis.contributions import DEFAULT, read_measure
+        from attnviz.analysis.contributions import DEFAULT, read_measure, with_rollout
         from attnviz.core.extract import attend
 
         if reading is not None:
             return attend(self.loaded, list(batch), self.layers, recorders, reading=reading), None
-        if self.request.measure == DEFAULT:  # the weights: extracted as they are
+        r = self.request
+        if r.measure == DEFAULT:  # the weights: extracted as they are
             return attend(self.loaded, list(batch), self.layers, list(recorders), edit=edit), None
         kept: list = []
-        found = read_measure(self.loaded, list(batch), self.request.measure, self.layers,
-                             list(recorders), kept, edit)  # fmt: skip
+        measure = with_rollout(r.measure, r.fusion, r.discard)
+        found = read_measure(self.loaded, list(batch), measure, self.layers, list(recorders),
+                             kept, edit)  # fmt: skip
         return found, kept[0]
 
 

@@ -52,6 +52,8 @@ class Request:
     words: bool = False
     hide_special: bool = False
     measure: str = "weights"
+    fusion: str = "mean"  # --measure rollout: heads fused by their mean, max or min
+    discard: float = 0.0  # --measure rollout: the share of each map's lowest entries dropped
     query: str | None = None
     ablate: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs removed from the pass
     html: bool = False

@@ -50,11 +50,13 @@ from attnviz.analysis.contributions.maths import (
 )
 from attnviz.analysis.contributions.measures import (
     DEFAULT,
+    FUSIONS,
     MEASURES,
     Measure,
     get,
     refuse_on_stacks,
     shares,
+    with_rollout,
 )
 from attnviz.analysis.contributions.recorders import (
     ContributionSums,
@@ -77,6 +79,8 @@ __all__ = [
     "MEASURES",
     "DEFAULT",
     "get",
+    "FUSIONS",
+    "with_rollout",
     "refuse_on_stacks",
     "shares",
     "BLOCK_FLOATS",

@@ -52,11 +52,28 @@ def value_lengths(values: torch.Tensor, projection: Any) -> torch.Tensor:
     return lengths
 
 
-def rollout_layer(probs: torch.Tensor) -> torch.Tensor:
-    """Ã = (mean over heads of α + I), rows renormalised: (B, T, T) from (B, H, T, T)."""
+def rollout_layer(
+    probs: torch.Tensor, fusion: str = "mean", discard: float = 0.0, lengths: Any = None
+) -> torch.Tensor:
+    """Ã = (heads fused + I), rows renormalised: (B, T, T) from (B, H, T, T).
+
+    With vit-explain's options (jacobgil/vit-explain): `fusion` is the mean, max or min over
+    heads; `discard` the share of each map's entries set to 0 before I is added, the lowest
+    of the fused map's n × n (n: each batch row's length in `lengths`, else T), the first
+    token's own entry (CLS to CLS) never. With the mean and nothing discarded this is
+    Abnar & Zuidema's (mean_h α + I) renormalised."""
     import torch
 
-    mixed = probs.mean(dim=1) + torch.eye(probs.shape[-1], dtype=probs.dtype)
+    fused = {"mean": probs.mean, "max": probs.amax, "min": probs.amin}[fusion](dim=1)
+    if discard > 0:
+        fused = fused.clone()
+        for row in range(fused.shape[0]):
+            n = fused.shape[-1] if lengths is None else int(lengths[row])
+            flat = fused[row, :n, :n].reshape(-1)  # a copy: written back below
+            lowest = flat.topk(int(flat.numel() * discard), largest=False).indices
+            flat[lowest[lowest != 0]] = 0
+            fused[row, :n, :n] = flat.view(n, n)
+    mixed = fused + torch.eye(probs.shape[-1], dtype=probs.dtype)
     return mixed / mixed.sum(dim=-1, keepdim=True)
 
 

@@ -24,6 +24,8 @@ class Measure:
     per_layer: bool  # one map per layer (cumulative from layer 0), no head axis
     kinds: tuple[str, ...]
     cite: str
+    fusion: str = "mean"  # rollout: how heads are fused (FUSIONS)
+    discard: float = 0.0  # rollout: the share of each map's lowest entries set to 0
 
     @property
     def summed(self) -> bool:
@@ -71,6 +73,26 @@ MEASURES = {
 
 
 DEFAULT = "weights"
+FUSIONS = ("mean", "max", "min")  # rollout's head fusion (jacobgil/vit-explain)
+
+
+def with_rollout(name: str, fusion: str = "mean", discard: float = 0.0) -> Measure:
+    """The measure called `name`, with rollout's head fusion and discard ratio; one line for
+    a fusion or ratio out of range, or given to another measure."""
+    from dataclasses import replace
+
+    chosen = get(name)
+    if fusion not in FUSIONS:
+        raise InputError(f"unknown --fusion '{fusion}'; choose one of: {', '.join(FUSIONS)}")
+    if not 0.0 <= discard < 1.0:
+        raise InputError(f"--discard is a share of each map, from 0 up to (not) 1: not {discard:g}")
+    if (fusion, discard) == ("mean", 0.0):
+        return chosen
+    if chosen.name != "rollout":
+        option = "--fusion" if fusion != "mean" else "--discard"
+        raise InputError(f"{option} needs --measure rollout: it is how rollout fuses heads "
+                         "and what it discards")  # fmt: skip
+    return replace(chosen, fusion=fusion, discard=discard)
 
 
 def get(name: str) -> Measure:

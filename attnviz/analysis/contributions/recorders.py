@@ -121,12 +121,14 @@ class MeasureRecorder:
         width: int,
         key_width: int | None = None,
         stack: str | None = None,
+        lengths: list[int] | None = None,
     ) -> None:
         import numpy as np
 
         from attnviz.core import residual
 
         self.measure = measure
+        self.lengths_of = lengths  # each batch row's tokens (rollout's discard counts them)
         self.per_layer = measure.per_layer
         self.stack = stack  # an encoder-decoder model's stack (norm only): keys are (B, S)
         self.slot = {layer: i for i, layer in enumerate(layers)}
@@ -179,7 +181,8 @@ class MeasureRecorder:
             values = probs * lengths[:, :, None, :]  # ‖α f(x_j)‖ = α ‖f(x_j)‖
         else:
             if name == "rollout":
-                step = rollout_layer(probs)
+                measure = self.measure
+                step = rollout_layer(probs, measure.fusion, measure.discard, self.lengths_of)
             else:
                 norm, (v, w_o) = self._norms[layer], self._values.heads(layer, tensors)
                 residual, output = tensors["residual"].float(), tensors["output"].float()
@@ -456,24 +459,25 @@ class _ContributionPass:
 def read_measure(
     loaded: LoadedModel,
     batch: list[Any],
-    measure: str = DEFAULT,
+    measure: str | Measure = DEFAULT,
     layers: list[int] | None = None,
     also: list[Any] | None = None,
     keep: list[MeasureRecorder] | None = None,
     edit: Any = None,
 ) -> list[Any]:
     """Each encoded text's `Attention` whose weights are `measure`'s values (one forward pass;
-    recorders in `also` are fed by it too). `keep` gets the measure's recorder (ALTI's
-    mixing ratios are on it); `edit` changes the model as it runs (`capture.run`: heads
-    removed)."""
+    recorders in `also` are fed by it too; a `Measure` carries rollout's options). `keep`
+    gets the measure's recorder (ALTI's mixing ratios are on it); `edit` changes the model as
+    it runs (`capture.run`: heads removed)."""
     from attnviz.core.extract import attend
 
-    chosen = get(measure)
+    chosen = measure if isinstance(measure, Measure) else get(measure)
     if chosen.name == DEFAULT:
         return attend(loaded, batch, layers, also=also or [], edit=edit)
+    lengths = [len(encoded) for encoded in batch]
 
     def make(layers: list[int], n_batch: int, width: int) -> MeasureRecorder:
-        made = MeasureRecorder(loaded, chosen, layers, n_batch, width)
+        made = MeasureRecorder(loaded, chosen, layers, n_batch, width, lengths=lengths)
         if keep is not None:
             keep.append(made)
         return made

@@ -64,20 +64,48 @@ def overlay_figure(
     the picture (the pixels its patches cover); the figure, drawn (not written). `rows_of`:
     `query_rows(att, layer, query)`, given where `att` carries no weights (a drawing
     process's copy)."""
+    if rows_of is None:
+        rows_of = query_rows(att, layer, query)
+    what = "attention" if att.measure == "weights" else f"{att.measure} ‖α·f(x)‖"
+    panels = [(f"head {head}", rows_of[head]) for head in heads]
+    return _panels_figure(att, panels, query, style, f"layer {layer} · where "
+                          f"{att.tokens[query]} looks", what)  # fmt: skip
+
+
+def rollout_figure(att: Attention, layers: list[int], query: int, style: Style, how: str,
+                   rows_of: Any = None):  # fmt: skip
+    """Token `query`'s row of the rollout composed up to each of `layers` over the patches,
+    one panel a layer, on the picture (`att`: a per-layer measure, `weights[slot, 0]`; `how`:
+    its head fusion and discard ratio, said in the title); the figure, drawn."""
+    if rows_of is None:
+        rows_of = rollout_rows(att, layers, query)
+    panels = [(f"layers 0–{layer}", rows_of[i]) for i, layer in enumerate(layers)]
+    title = f"attention rollout ({how}) · where {att.tokens[query]} looks"
+    return _panels_figure(att, panels, query, style, title, "rollout")
+
+
+def rollout_rows(att: Attention, layers: list[int], query: int) -> Any:
+    """(len(layers), T): token `query`'s row of the rollout composed up to each layer."""
+    return att.weights[[att.slot(layer) for layer in layers], 0, query]
+
+
+def _panels_figure(att: Attention, panels: list[tuple[str, Any]], query: int, style: Style,
+                   title: str, what: str):  # fmt: skip
+    """One panel per (name, row) of `panels` (a row: a value per token), the row over the
+    patches blended over the picture, titled with its name, the patches' share and what the
+    tokens outside the grid take; one colour bar for all, the share of `what`."""
+    import numpy as np
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
-    from matplotlib.patches import Rectangle
 
     configure_matplotlib()
     picture = att.picture
     height, width = (n * picture.patch for n in picture.grid)
-    if rows_of is None:
-        rows_of = query_rows(att, layer, query)
-    grids = panel_grids(att, rows_of, heads)
+    grids = np.stack([picture.patches(row) for _, row in panels])
     top = float(grids.max()) or 1.0
-    cols = min(len(heads), 4)
-    rows = math.ceil(len(heads) / cols)
+    cols = min(len(panels), 4)
+    rows = math.ceil(len(panels) / cols)
     # one picture pixel to one figure pixel where that is near the panel's size (nothing
     # resampled), else scaled to it
     longest = max(height, width)
@@ -91,34 +119,45 @@ def overlay_figure(
     margin = (fig_w - 1.2 - grid_w) / 2
     fig = Figure(figsize=(fig_w, fig_h), dpi=style.dpi)
     cmap = style.colour_map()
-    for slot, head in enumerate(heads):
+    for slot, (name, row) in enumerate(panels):
         r, c = divmod(slot, cols)
         left = margin + c * slot_w + (slot_w - panel_w) / 2
         bottom = fig_h - HEADER_IN - (r + 1) * (panel_h + TITLE_IN) + 0.05
         ax = fig.add_axes((left / fig_w, bottom / fig_h, panel_w / fig_w, panel_h / fig_h))
         ax.imshow(blend(picture.pixels, grids[slot], picture.patch, cmap, top),
                   extent=(0, width, height, 0), interpolation="nearest")  # fmt: skip
-        if query >= picture.first:  # a patch: outlined
-            q_row, q_col = divmod(query - picture.first, picture.grid[1])
-            p = picture.patch
-            ax.add_patch(Rectangle((q_col * p, q_row * p), p, p, fill=False,
-                                   edgecolor="#ff2020", linewidth=1.5))  # fmt: skip
+        _outline_query(ax, picture, query)
         ax.set_xticks([])
         ax.set_yticks([])
-        outside = outside_shares(att, rows_of[head])
-        ax.set_title(f"head {head} · patches {float(grids[slot].sum()):.0%}"
+        outside = outside_shares(att, row)
+        ax.set_title(f"{name} · patches {float(grids[slot].sum()):.0%}"
                      + (f"\n{outside}" if outside else ""), fontsize=7)  # fmt: skip
     grid_h = rows * (panel_h + TITLE_IN)
     low = (fig_h - HEADER_IN - grid_h + 0.1) / fig_h
     bar = fig.add_axes(((fig_w - 0.9) / fig_w, low, 0.15 / fig_w, 0.8 * grid_h / fig_h))
-    what = "attention" if att.measure == "weights" else f"{att.measure} ‖α·f(x)‖"
     shown = ScalarMappable(Normalize(0.0, top), cmap)
     fig.colorbar(shown, cax=bar).set_label(f"share of {att.tokens[query]}'s {what}", fontsize=8)
     bar.tick_params(labelsize=7)
-    title = figure_header(fig, att, "", f"the picture as the model saw it: {width} × {height} px, "
-                          f"{picture.grid[0]} × {picture.grid[1]} patches")  # fmt: skip
-    title.set_text(f"layer {layer} · where {att.tokens[query]} looks")
+    seen = f"{width} × {height} px, {picture.grid[0]} × {picture.grid[1]} patches"
+    figure_header(fig, att, "", f"the picture as the model saw it: {seen}").set_text(title)
     return fig
+
+
+def _outline_query(ax: Any, picture: Any, query: int) -> None:
+    """A patch as the query: outlined in red on its panel."""
+    from matplotlib.patches import Rectangle
+
+    if query >= picture.first:
+        q_row, q_col = divmod(query - picture.first, picture.grid[1])
+        p = picture.patch
+        ax.add_patch(Rectangle((q_col * p, q_row * p), p, p, fill=False,
+                               edgecolor="#ff2020", linewidth=1.5))  # fmt: skip
+
+
+def save_rollout(att: Attention, layers: list[int], query: int, style: Style, how: str,
+                 path: Path, rows_of: Any = None) -> Path:  # fmt: skip
+    """Draw `rollout_figure` and write it atomically to `path` (in a drawing process too)."""
+    return save_figure(rollout_figure(att, layers, query, style, how, rows_of), path, style)
 
 
 def save_overlay(
@@ -134,10 +173,13 @@ def save_overlay(
     return save_figure(overlay_figure(att, layer, heads, query, style, rows_of), path, style)
 
 
-def overlay_name(att: Attention, layer: int, query: int, fmt: str) -> str:
-    """`picture-layer-L.png` for CLS's view; `picture-R-C-layer-L.png` for a patch's."""
+def overlay_name(att: Attention, layer: int | None, query: int, fmt: str) -> str:
+    """`picture-layer-L.png` for CLS's view; `picture-R-C-layer-L.png` for a patch's; with
+    `layer` None (rollout's one figure of every layer) `picture-rollout.png`,
+    `picture-R-C-rollout.png`."""
     picture = att.picture
+    end = "rollout" if layer is None else f"layer-{layer}"
     if query < picture.first:
-        return f"picture-layer-{layer}.{fmt}"
+        return f"picture-{end}.{fmt}"
     row, col = divmod(query - picture.first, picture.grid[1])
-    return f"picture-{row}-{col}-layer-{layer}.{fmt}"
+    return f"picture-{row}-{col}-{end}.{fmt}"

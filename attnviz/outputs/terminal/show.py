@@ -184,15 +184,16 @@ def _column(att: Attention, head: int) -> str:
 def _map_title(att: Attention, what: str = "each head does") -> str:
     from attnviz.analysis.contributions import MEASURES
 
+    this = "this text" if att.picture is None else "this picture"
     if att.measure == "weights":
-        return f"What {what} on this text"
+        return f"What {what} on {this}"
     measure = MEASURES[att.measure]
     if att.per_layer:
         return (
-            f"What each layer's {measure.name} does on this text: the layers up to it, "
+            f"What each layer's {measure.name} does on {this}: the layers up to it, "
             f"composed ({measure.cite})"
         )
-    return f"What {what} on this text, by {measure.unit} ({measure.cite}; each row as shares)"
+    return f"What {what} on {this}, by {measure.unit} ({measure.cite}; each row as shares)"
 
 
 def _cell_width(console: Console, heads: list[int]) -> int:
@@ -242,10 +243,14 @@ def print_special_share(
         parts.append(share(shown, f"by {att.measure}", "per layer"))
     if not parts or max(shown) <= 0 and not att.per_layer:
         return
-    console.print(
-        "Special tokens take " + ", ".join(parts) + "; --hide-special renormalises without them.",
-        highlight=False,
-    )
+    if att.picture is not None:  # its views name what each of them takes
+        said = "The tokens outside the patch grid take " + ", ".join(parts) + "."
+    else:
+        said = (
+            "Special tokens take " + ", ".join(parts) + "; --hide-special renormalises "
+            "without them."
+        )
+    console.print(said, highlight=False)
 
 
 def print_head_map(
@@ -338,8 +343,11 @@ def print_query(
     repeated, key_repeated = repeated_labels(att.tokens), repeated_labels(att.key_tokens)
     name = token_label(att.tokens, query.index, 10**6, repeated)
     cell_width = _cell_width(console, heads)
+    each = "head"
+    if att.per_layer:  # one map a layer: one wide column, the title on its line
+        cell_width, each = max(cell_width, min(44, console.width - 8)), "layer's map"
     title = (f"Where “{name}” (position {query.index}) looks: its most-attended non-special "
-             "key in each head")  # fmt: skip
+             f"key in each {each}")  # fmt: skip
     table = _layers_by_heads(att, heads, title, cell_width)
     by_position = {(row.layer, row.head): row for row in query.heads}
     for layer in layers:

@@ -1,10 +1,12 @@
 """A picture's views (a vision model's run): what each head does on it (`analysis.vision`),
 and per layer each head's attention of the CLS token over the patches drawn over the picture,
-with `--query ROW,COL` that patch's too."""
+with `--query ROW,COL` that patch's too; with `--measure rollout`, one figure of the rollout
+composed up to each layer over the picture."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from attnviz.pipelines.consumers import Consumer, Run
 
@@ -30,10 +32,9 @@ class Pictures(Consumer):
         from dataclasses import replace
 
         from attnviz.analysis.query import find_query
-        from attnviz.outputs.figures.pictures import overlay_name, query_rows, save_overlay
 
-        att, style, jobs = run.ranked, run.style, self.request.jobs
-        if not self.request.images or att.picture is None or att.per_layer:
+        att, jobs = run.ranked, self.request.jobs
+        if not self.request.images or att.picture is None:
             return
         queries = [0] if att.picture.first > 0 else []  # CLS, where the model has one
         if self.request.query is not None:
@@ -46,9 +47,28 @@ class Pictures(Consumer):
         labels = replace(att, weights=att.weights[:0])  # what a drawing process needs
         drawn = []
         for query in dict.fromkeys(queries):
-            for layer in run.layers:
-                path = folder / overlay_name(att, layer, query, style.fmt)
-                task = (labels, layer, run.heads, query, style, path, query_rows(att, layer, query))
-                drawn.append(pool.submit(save_overlay, *task) if pool else save_overlay(*task))
+            for task in self._tasks(run, labels, query, folder):
+                drawn.append(pool.submit(*task) if pool else task[0](*task[1:]))
         written = [found.result() if pool else found for found in drawn]
         run.made.images = [*run.made.images, *written]  # new: a result given out keeps its own
+
+    def _tasks(self, run: Run, labels: Any, query: int, folder: Path) -> list[tuple]:
+        """What draws `query`'s views: (function, its arguments), each layer's figure of the
+        heads, or rollout's one figure of the layers."""
+        from attnviz.outputs.figures.pictures import (
+            overlay_name,
+            query_rows,
+            rollout_rows,
+            save_overlay,
+            save_rollout,
+        )
+
+        att, style, r = run.ranked, run.style, self.request
+        if att.per_layer:
+            how = f"heads' {r.fusion}, {r.discard:.0%} of each map discarded"
+            path = folder / overlay_name(att, None, query, style.fmt)
+            rows = rollout_rows(att, run.layers, query)
+            return [(save_rollout, labels, run.layers, query, style, how, path, rows)]
+        return [(save_overlay, labels, layer, run.heads, query, style,
+                 folder / overlay_name(att, layer, query, style.fmt),
+                 query_rows(att, layer, query)) for layer in run.layers]  # fmt: skip
