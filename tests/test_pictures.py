@@ -350,4 +350,5 @@ def test_show_draws_rollout_over_the_picture_one_panel_a_layer(vision_dirs, tmp_
                                       "rollout", "--no-images"])  # fmt: skip
     said = " ".join(result.output.split())
     assert "What each layer's rollout does on this picture" in said
-    assert "The tokens outside the patch grid take" in said and "--hide-special" not in said  # a picture's views name CLS and registers
+    assert "The tokens outside the patch grid take" in said  # named in the picture's views
+    assert "--hide-special" not in said
