@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 ROLE_SHARE = 0.5
 GLOBAL_REACH = 0.75
 ROLES = ("sink", "local", "global", "mixed")
+# Each role's colour in figures and style in the terminal (the text roles' are in `roles`).
+ROLE_LOOKS = {"sink": ("#7f7f7f", "dim"), "local": ("#2ca02c", "green"),
+              "global": ("#ff7f0e", "bold #ff8700"), "mixed": ("#1f77b4", "blue")}  # fmt: skip
 
 
 @dataclass(frozen=True)
