@@ -175,12 +175,12 @@ def test_mean_attention_distance_equals_a_plain_loop_over_patch_pairs(vision_dir
 
 
 def test_roles_follow_their_rules():
-    from attnviz.analysis.vision import _role
+    from attnviz.analysis.vision import role_of
 
-    assert _role(0.6, 0.9, 10.0, 10.0) == "sink"  # sink is tried first
-    assert _role(0.4, 0.5, 1.0, 10.0) == "local"
-    assert _role(0.4, 0.4, 7.5, 10.0) == "global"
-    assert _role(0.4, 0.4, 7.4, 10.0) == "mixed"
+    assert role_of(0.6, 0.9, 10.0, 10.0) == "sink"  # sink is tried first
+    assert role_of(0.4, 0.5, 1.0, 10.0) == "local"
+    assert role_of(0.4, 0.4, 7.5, 10.0) == "global"
+    assert role_of(0.4, 0.4, 7.4, 10.0) == "mixed"
 
 
 def test_show_lists_what_each_head_does_on_the_picture_last_layer_first(vision_dirs, tmp_path):

@@ -35,7 +35,9 @@ from attnviz.outputs.figures import Style
 CorpusArg = Annotated[
     list[str] | None,
     typer.Argument(
-        help=f"Sentences to analyse (default: the corpus {CORPUS_NAME}).", show_default=False
+        help=f"Sentences to analyse (default: the corpus {CORPUS_NAME}); with a vision model, "
+        "picture files and folders of them.",
+        show_default=False,
     ),
 ]
 ReportOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Report folder.")]
@@ -126,10 +128,15 @@ def report(
     An encoder-decoder model (T5, BART, Marian) reads `source<TAB>target` lines: roles for its
     encoder and decoder self-attention, and for cross-attention how monotone each head's
     alignment is and how much it rests on the source's EOS; heads.csv has a stack column.
+
+    A vision model (ViT, DeiT, DINOv2, BEiT, CLIP, SigLIP) reads picture files and folders of
+    them: per head, the mean attention distance in pixels, CLS's entropy and shares, the
+    patches' sink and local shares, averaged over the pictures, and a role; heads.csv,
+    heads.json and mean-distance.png (docs/vision.md).
     """
     from attnviz.analysis.importance import methods_of
     from attnviz.analysis.roles import Thresholds
-    from attnviz.core.inputs import report_corpus
+    from attnviz.core.inputs import report_input
     from attnviz.pipelines.report import report as run_report
     from attnviz.pipelines.request import Request
 
@@ -138,8 +145,9 @@ def report(
             methods_of(importance)  # a bad choice stops here, before anything loads
         if ablation not in ABLATIONS:
             raise InputError(f"unknown --ablation '{ablation}'; known: {', '.join(ABLATIONS)}")
+        corpus, pictures = report_input(sentences, file, treebank)
         request = Request(
-            "report", load, sentences=report_corpus(sentences, file, treebank),
+            "report", load, sentences=corpus, pictures=pictures,
             treebank=treebank is not None, **select,
             words=words,
             thresholds=Thresholds.parse(threshold), min_count=min_count, margin=margin,
@@ -175,7 +183,8 @@ def _progress(request: Any) -> Iterator[dict[str, Any]]:
         bar.update(tasks["importance"], completed=done)
 
     with bar:
-        total = len(request.sentences.items) if request.shard is None else None
+        read = request.pictures.paths if request.pictures else request.sentences.items
+        total = len(read) if request.shard is None else None
         task = bar.add_task("report", total=total) if parts.rank() is None else None
         yield dict(on_progress=lambda n: bar.advance(task, n), on_importance=on_importance,
                    on_ranks=parts.RankBars(bar))  # fmt: skip
@@ -185,9 +194,13 @@ def print_report(result: Any, written: list[Path], out: Path) -> None:
     """A report in the terminal (a one-stack model's, or an encoder-decoder model's per stack),
     and the files written (`report`, `merge`)."""
     from attnviz.analysis.report import Seq2SeqReport
+    from attnviz.analysis.vision_report import PictureReport
     from attnviz.outputs import terminal
 
-    if isinstance(result, Seq2SeqReport):
+    if isinstance(result, PictureReport):
+        terminal.print_picture_report(out_console, result)
+        what = "heads.csv, heads.json, the mean attention distance per layer"
+    elif isinstance(result, Seq2SeqReport):
         terminal.print_seq2seq_report(out_console, result)
         what = "report.md, heads.csv, heads.json, figures per stack"
     else:

@@ -37,7 +37,8 @@ class Sentences:
 
 
 def _names_a_file(argument: str) -> bool:
-    """Whether `argument` names a file (one line: a picture's, which only `show` reads)."""
+    """Whether `argument` names a file (one line: a picture's, which only `show` and
+    `report` read, `report_input` before this)."""
     if "\n" in argument or len(argument) > 4096:
         return False
     try:
@@ -49,7 +50,7 @@ def _names_a_file(argument: str) -> bool:
     if found and Path(argument).suffix.lower() in SUFFIXES:
         raise InputError(
             f"'{argument}' is a picture: `attnviz show {argument} -m MODEL` reads one with a "
-            "vision model (docs/vision.md); this command reads text"
+            "vision model, `attnviz report` many (docs/vision.md); this command reads text"
         )
     return found
 
@@ -178,6 +179,21 @@ def compare_pairs_of(
                          "or --file PAIRS.tsv")  # fmt: skip
     first = read_text(text_a)
     return [(first, read_text(text_b) if text_b is not None else first)]
+
+
+def report_input(sentences: list[str] | None, file: str | None, treebank: str | None) -> Any:
+    """What `report` reads, from its arguments: (corpus, None), the texts of `report_corpus`,
+    or (None, pictures) where the arguments name picture files and folders
+    (`core.images.Pictures`; --treebank with them is refused by name with the other options a
+    picture cannot take)."""
+    from attnviz.core.images import pictures_in
+
+    pictures = pictures_in(sentences or [])
+    if pictures is None:
+        return report_corpus(sentences, file, treebank), None
+    if file is not None:
+        raise InputError("give pictures (files, folders) or --file, not both")
+    return None, pictures
 
 
 def report_corpus(sentences: list[str] | None, file: str | None, treebank: str | None) -> Any:

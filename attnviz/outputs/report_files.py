@@ -37,7 +37,7 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
     clear_previous(out)
     written = []
     rows = [{**row, "linguistic_roles": ";".join(row["linguistic_roles"])} for row in report.rows()]
-    written.append(write_text_atomic(out / "heads.csv", _csv(rows)))
+    written.append(write_text_atomic(out / "heads.csv", csv_text(rows)))
     written.append(
         write_text_atomic(
             out / "heads.json", json.dumps(report.as_dict(), ensure_ascii=False, indent=1)
@@ -54,11 +54,12 @@ def write_report(report: Report, out: Path, style: Style) -> list[Path]:
     sections = _importance_section(report, importance_files) + sections
     markdown = _markdown(report, examples, style, sections)
     written.append(write_text_atomic(out / "report.md", markdown))
-    _done(out, report.info.name, style, written)
+    write_report_done(out, report.info.name, style, written)
     return written
 
 
-def _done(out: Path, model: str, style: Style, written: list[Path]) -> None:
+def write_report_done(out: Path, model: str, style: Style, written: list[Path]) -> None:
+    """done.json of a report in `out`: the model, the figures' style and the files written."""
     files = [str(path.relative_to(out.parent)) for path in written]
     write_done(out, {"model": model, **asdict(style)}, {"files": files})
 
@@ -120,7 +121,7 @@ def write_seq2seq_report(report: Seq2SeqReport, out: Path, style: Style) -> list
     rows = report.rows()
     columns = list(dict.fromkeys(key for row in rows for key in row))  # stack, layer, head, …
     written = [
-        write_text_atomic(out / "heads.csv", _csv(rows, columns)),
+        write_text_atomic(out / "heads.csv", csv_text(rows, columns)),
         write_text_atomic(
             out / "heads.json", json.dumps(report.as_dict(), ensure_ascii=False, indent=1)
         ),
@@ -154,7 +155,7 @@ def write_seq2seq_report(report: Seq2SeqReport, out: Path, style: Style) -> list
     sections += _cross_lines(report, style)
     markdown = _seq2seq_markdown(report, sections)
     written.append(write_text_atomic(out / "report.md", markdown))
-    _done(out, report.info.name, style, written)
+    write_report_done(out, report.info.name, style, written)
     return written
 
 
@@ -319,7 +320,7 @@ def _probe_scores(report: Report) -> dict[str, np.ndarray]:
     return {name: report.probes.scores[p][pick] for p, name in enumerate(PROBES)}
 
 
-def _csv(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
+def csv_text(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
     """A CSV table of `rows` with `columns` (default: the first row's keys); a row without
     one of them leaves its cell empty."""
     table = io.StringIO()
@@ -405,7 +406,7 @@ def _syntax_section(
     layers, heads = list(report.layers), list(report.heads)
     rows = syntax.table(layers, heads)
     header = ",".join(SYNTAX_FIELDS) + "\n"
-    table = _csv([asdict(r) for r in rows]) if rows else header
+    table = csv_text([asdict(r) for r in rows]) if rows else header
     written.append(write_text_atomic(out / "syntax.csv", table))
     written.append(write_text_atomic(out / "syntax.json", json.dumps(syntax.as_dict(), indent=1)))
     lines = [
@@ -506,7 +507,7 @@ def _coreference_section(
          "n": coreference.mentions}
         for layer in layers for head in heads
     ]  # fmt: skip
-    written.append(write_text_atomic(out / "coreference.csv", _csv(per_head)))
+    written.append(write_text_atomic(out / "coreference.csv", csv_text(per_head)))
     grid = MetricGrid(layers, heads, report.info.name, style)
     path = out / f"coreference.{style.fmt}"
     help_text = (

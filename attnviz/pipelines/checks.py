@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from attnviz.analysis.roles import DEFAULT_THRESHOLDS as DEFAULTS
 from attnviz.core import memory
 from attnviz.errors import InputError
 from attnviz.outputs.files import check_writable
@@ -87,7 +88,24 @@ _TEXT_ONLY = (
     ("--words", lambda r: r.words, "a picture's tokens are its patches"),
     ("--pair", lambda r: r.pair is not None, "a vision model reads one picture"),
     ("--measure alti", lambda r: r.measure == "alti", "it traces a text's residual stream"),
+    # report's: a report over pictures sums each head's numbers of `analysis.vision`
+    ("--treebank", lambda r: r.treebank, "its sentences carry the syntax it measures"),
+    ("--importance", lambda r: r.importance is not None, "it measures a text objective (the "
+     "next token's or the masked token's loss, a sentence embedding)"),
+    ("--threshold", lambda r: r.thresholds is not None and r.thresholds.values != DEFAULTS,
+     "a picture's heads get the roles of docs/vision.md, by rules of their own"),
+    ("--truncate", lambda r: r.truncate, "the model's image processor sizes each picture"),
+    ("--shard", lambda r: r.shard is not None, "a report over pictures runs in one process"),
+    ("--partial/--resume", lambda r: r.partial is not None or r.resume,
+     "a report over pictures runs in one process"),
+    ("a launched run (torchrun, accelerate launch)", lambda r: r.launched,
+     "a report over pictures runs in one process"),
 )  # fmt: skip
+
+
+def reads_pictures(request: Request) -> bool:
+    """Whether `request` gives pictures: show's one, or report's files and folders."""
+    return request.picture is not None or request.pictures is not None
 
 
 def _text_options(request: Request) -> None:
@@ -99,23 +117,31 @@ def _text_options(request: Request) -> None:
 def pictures(request: Request, facts: Any) -> None:
     """Refuse a picture to a model that reads text, and text to one that reads pictures
     (`facts`: the model's files' or the loaded model's; None: not known yet)."""
-    if request.picture is not None:
+    if reads_pictures(request):
         _text_options(request)
     if facts is None:
         return
-    if request.picture is not None and not getattr(facts, "pictures", False):
+    if reads_pictures(request) and not getattr(facts, "pictures", False):
         raise InputError(
-            f"{facts.name} reads text, not pictures: give it a sentence, or give the picture "
-            "to a vision model (-m DIR of a ViT, DeiT, DINOv2, CLIP …)"
+            f"{facts.name} reads text, not pictures: give it {_TEXT[request.command]} to a "
+            "vision model (-m DIR of a ViT, DeiT, DINOv2, CLIP …)"
         )
-    if request.picture is None and getattr(facts, "pictures", False):
-        where = "an image file (.jpg, .png …)" if request.command == "show" else (
-            "a picture to `attnviz show` or the API (`export`, `compare`, `report` and `serve` "
-            "read text)"
-        )  # fmt: skip
+    if not reads_pictures(request) and getattr(facts, "pictures", False):
         raise InputError(
-            f"{facts.name} is a vision model: it reads pictures, not text; give it {where}"
+            f"{facts.name} is a vision model: it reads pictures, not text; give it "
+            f"{_PICTURES.get(request.command, _ELSEWHERE)}"
         )
+
+
+# What each command reads: text, and pictures where it reads them.
+_TEXT = {
+    "show": "a sentence, or give the picture",
+    "report": "sentences (or --file, --treebank), or give the pictures",
+}
+_PICTURES = {"show": "an image file (.jpg, .png …)",
+             "report": "picture files or folders of them (.jpg, .png …)"}  # fmt: skip
+_ELSEWHERE = ("a picture to `attnviz show`, pictures to `attnviz report`, or a picture to the "
+              "API (`export`, `compare` and `serve` read text)")  # fmt: skip
 
 
 def before_compare(request: Request, model: Model, other: Model) -> None:

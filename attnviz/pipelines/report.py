@@ -36,7 +36,8 @@ from attnviz.outputs.report_files import write_report, write_seq2seq_report
 def report(request: Request, **callbacks: Any) -> tuple[Any, list[Path]]:
     """Load the model, build the report over `request.sentences` (a treebank's with its
     syntax and coreference) and write it to `request.out`; an encoder-decoder model's over
-    the sentences read as `source<TAB>target` pairs. With `request.shard` ("I/N") or under a
+    the sentences read as `source<TAB>target` pairs; a vision model's over
+    `request.pictures` (`pipelines.picture_report`). With `request.shard` ("I/N") or under a
     launcher, in parts (`pipelines.distributed.report_split`). `callbacks`: on_progress,
     on_warning, on_importance and on_ranks, as `build_report` and the parts take them."""
     from dataclasses import replace
@@ -45,6 +46,10 @@ def report(request: Request, **callbacks: Any) -> tuple[Any, list[Path]]:
     from attnviz.pipelines.distributed import launched, report_split
 
     request = replace(request, launched=launched() is not None)
+    if request.pictures is not None:  # a vision model's report over pictures
+        from attnviz.pipelines.picture_report import picture_report
+
+        return picture_report(request, **callbacks)
     model, sentences = request.model(), request.sentences
     on_ranks = callbacks.pop("on_ranks", None)
     options = _options(request, callbacks)

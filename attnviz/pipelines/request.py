@@ -32,6 +32,7 @@ class Request:
     # What is read: one text (with a pair, or a target), or many (export, report, compare).
     text: str | None = None  # a picture's: its file's name
     picture: Any = None  # a vision model's picture: a path or a PIL image (`core.images`)
+    pictures: Any = None  # report: a vision model's pictures (`core.images.Pictures`)
     pair: str | None = None  # encoders: [CLS] text [SEP] pair [SEP]
     target: str | None = None  # the decoder's input (encoder-decoder), what follows the prompt
     generate: int | None = None  # the model writes its own target, or continues the prompt

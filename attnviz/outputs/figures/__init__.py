@@ -3,7 +3,8 @@
 style.py     what every figure shares: `Style` (format, dpi, colour map, scale), the
              layout of token labels, marks for masked, removed and written cells, titles
 heatmaps.py  attention heatmaps: one head, a layer's grid of heads, the overview, a query
-report.py    the report's and compare's grids, role maps, relations and differences
+report.py    the report's and compare's grids, role maps, relations and differences, and a
+             picture report's mean attention distance against depth
 raster.py    how figures become files fast: a figure drawn once and redrawn per frame
              (blitting, cells painted as whole pixels), PNG encoding, atomic saving
 """
@@ -24,6 +25,7 @@ from attnviz.outputs.figures.report import (
     DIFFERENCE_LABEL,
     MetricGrid,
     difference_figure,
+    distance_figure,
     divergence_figure,
     importance_figure,
     moved_or_matters_figure,
@@ -77,6 +79,7 @@ __all__ = [
     "DIFFERENCE_LABEL",
     "MetricGrid",
     "difference_figure",
+    "distance_figure",
     "divergence_figure",
     "importance_figure",
     "moved_or_matters_figure",

@@ -346,3 +346,47 @@ def moved_or_matters_figure(
     ax.legend(fontsize=8, frameon=False)
     ax.set_title(title, fontsize=10)
     return fig
+
+
+def distance_figure(
+    distance: np.ndarray,
+    roles: list[list[str]],
+    layers: list[int],
+    uniform: float,
+    title: str,
+    style: Style,
+) -> Any:
+    """Each head's mean attention distance in pixels against its layer, one dot per head
+    coloured by its role (the ViT paper's Fig. 7, Dosovitskiy et al. 2021); `distance` and
+    `roles` are (len(layers), heads). Dashed: uniform attention's distance; dotted: the
+    share of it from which a head is global. A layer's heads are spread a little sideways,
+    in head order, so that close values stay apart."""
+    import numpy as np
+
+    from attnviz.analysis.vision import GLOBAL_REACH, ROLE_LOOKS, ROLES
+
+    configure_matplotlib()
+    fig, ax = fixed_axes((max(4.0, 0.4 * len(layers)), 3.6), (0.8, 0.6, 1.9, 0.7), style.dpi)
+    n_heads = distance.shape[1]
+    spread = (np.arange(n_heads) / max(n_heads - 1, 1) - 0.5) * 0.36  # (H,) sideways
+    x = np.arange(len(layers))[:, None] + spread[None]  # (L, H)
+    kinds = np.array(roles)
+    for role in ROLES:
+        chosen = kinds == role
+        if chosen.any():
+            ax.scatter(x[chosen], distance[chosen], s=22, color=ROLE_LOOKS[role][0],
+                       alpha=0.85, linewidths=0, label=role, zorder=3)  # fmt: skip
+    ax.axhline(uniform, color="#404040", linestyle="--", linewidth=0.8, zorder=2,
+               label="uniform attention")  # fmt: skip
+    ax.axhline(GLOBAL_REACH * uniform, color="#404040", linestyle=":", linewidth=0.8, zorder=2,
+               label=f"global from {GLOBAL_REACH:.0%} of it")  # fmt: skip
+    ax.set_xticks(range(len(layers)), [str(layer) for layer in layers])
+    ax.tick_params(labelsize=8)
+    ax.set_xlim(-0.6, len(layers) - 0.4)
+    ax.set_ylim(0, max(float(np.nanmax(distance)), uniform) * 1.08)
+    ax.set_xlabel("layer (depth)", fontsize=9)
+    ax.set_ylabel("mean attention distance (pixels)", fontsize=9)
+    ax.grid(axis="y", color="#e0e0e0", linewidth=0.6, zorder=0)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    ax.set_title(title, fontsize=10)
+    return fig

@@ -1,5 +1,5 @@
 """`attnviz report` in the terminal: the heads' roles, induction on the texts, syntax and
-coreference, importance, and an encoder-decoder's alignment."""
+coreference, importance, an encoder-decoder's alignment, and a report over pictures."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from attnviz.outputs import numbers
 
 if TYPE_CHECKING:
     from attnviz.analysis.report import CrossReport, Report
+    from attnviz.analysis.vision_report import PictureReport
 
 
 def print_report(console: Console, report: Report) -> None:
@@ -208,3 +209,49 @@ def print_seq2seq_report(console: Console, result: Any, shown: int = 5) -> None:
         print_report(console, report)
     console.rule(STACK_TITLES["cross"], align="left")
     print_alignment(console, result.cross, shown)
+
+
+def print_picture_report(console: Console, report: PictureReport) -> None:
+    """A report over pictures (`analysis.vision_report.PictureReport`): per layer, each
+    head's mean attention distance in pixels coloured by its role, the layer's mean and its
+    heads' mean CLS entropy; then the roles' rules and counts."""
+    from attnviz.analysis.vision import GLOBAL_REACH, ROLE_LOOKS, ROLE_SHARE, ROLES
+
+    grids = " or ".join(f"{rows} × {cols}" for rows, cols in report.grids)
+    pictures = f"{report.pictures} picture{'s' * (report.pictures != 1)}"
+    console.print(f"[bold]{report.info.name}[/] · {pictures} · {grids} patches of "
+                  f"{report.patch} × {report.patch} px", highlight=False)  # fmt: skip
+    for note in report.skipped:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    console.print("Mean attention distance per head (pixels), coloured by its role:")
+    table = Table(box=None, padding=(0, 1, 0, 0))
+    table.add_column("", style="bold")
+    for head in report.heads:
+        table.add_column(f"H{head}", justify="right", no_wrap=True)
+    table.add_column("mean", justify="right", style="bold")
+    if report.cls_entropy is not None:
+        table.add_column("CLS entropy", justify="right")
+    counts = dict.fromkeys(ROLES, 0)
+    for slot, layer in enumerate(report.layers):
+        cells = []
+        for head in report.heads:
+            role = report.role(layer, head)
+            counts[role] += 1
+            cells.append(Text(f"{report.distance[slot, head]:.1f}", style=ROLE_LOOKS[role][1]))
+        chosen = list(report.heads)
+        cells.append(f"{report.distance[slot, chosen].mean():.1f}")
+        if report.cls_entropy is not None:
+            cells.append(f"{report.cls_entropy[slot, chosen].mean():.2f}")
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+    legend = Text("heads: ")
+    for role in (role for role in ROLES if counts[role]):
+        legend.append(f"{role} {counts[role]}  ", style=ROLE_LOOKS[role][1])
+    console.print(legend)
+    console.print(
+        f"[dim]sink: the patches give ≥ {ROLE_SHARE:.0%} to CLS, dist and registers; local: ≥ "
+        f"{ROLE_SHARE:.0%} to their own and the 8 neighbouring patches; global: mean attention "
+        f"distance ≥ {GLOBAL_REACH:.0%} of uniform attention's ({report.uniform:.1f} px); "
+        "each head's numbers per picture, averaged over the pictures (docs/vision.md)[/]",
+        highlight=False,
+    )
