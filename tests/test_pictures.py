@@ -227,9 +227,9 @@ def test_the_options_a_picture_cannot_take_are_refused_in_one_line(vision_dirs, 
     assert "is for text" in result.output and not (tmp_path / "out").exists()
 
 
-def test_export_given_a_picture_says_show_reads_pictures(tmp_path):
+def test_a_picture_given_to_a_text_command_says_which_commands_read_pictures(tmp_path):
     path = picture(tmp_path / "photo.png")
-    result = runner.invoke(app, ["export", str(path), "-o", str(tmp_path / "out")])
+    result = runner.invoke(app, ["check", str(path)])
     assert result.exit_code == 2 and "is a picture: `attnviz show" in result.output
 
 

@@ -106,19 +106,21 @@ def compare(
     both texts have them; words put for one another are aligned whole; what has no partner
     is listed. Images go to `OUT/<slug>-<hash>/`: the divergence per head, and A, B and
     B − A for each head that moved most. With a decoder, --generate N continues each text
-    (or the text, in each model) and compares the attention over what each wrote.
+    (or the text, in each model) and compares the attention over what each wrote. With a
+    vision model, two picture files: their patches are aligned by grid position.
     """
     try:
-        from attnviz.core.inputs import compare_pairs_of
+        from attnviz.core.inputs import compare_input
         from attnviz.outputs import terminal
         from attnviz.pipelines.compare import compare as run_compare
         from attnviz.pipelines.request import Request
 
         against = replace(load, model=against_model) if against_model else None
+        pairs, pictures = compare_input(text_a, text_b, file, bool(against))
         found = run_compare(
             Request(
-                "compare", load, pairs=tuple(compare_pairs_of(text_a, text_b, file, bool(against))),
-                against=against, truncate=truncate, words=words, measure=measure.value,
+                "compare", load, pairs=tuple(pairs), pictures=pictures, against=against,
+                truncate=truncate, words=words, measure=measure.value,
                 query=query, html=html, images=not no_images,
                 importance="ablation" if importance else None, top=top, top_k=top_k,
                 out=None if no_images and not html else out, style=style, **writing,

@@ -122,16 +122,18 @@ def export(
     An encoder-decoder model (T5, BART, Marian) reads `source<TAB>target` lines and exports
     one --stack of each pair; --save-raw's attention.npz then also holds source_tokens,
     target_tokens and key_tokens.
+    A vision model (ViT, DeiT, DINOv2, BEiT, CLIP, SigLIP) reads picture files and folders of
+    them: each picture's folder also holds its views over the picture (docs/vision.md).
     """
-    from attnviz.core.inputs import read_sentences
+    from attnviz.core.inputs import export_input
     from attnviz.outputs import terminal
     from attnviz.pipelines.export import export as run_export
     from attnviz.pipelines.request import Request
 
     try:
+        texts, pictures = export_input(file, sentences)
         request = Request(
-            "export", load,
-            sentences=read_sentences(file, sentences), **select,
+            "export", load, sentences=texts, pictures=pictures, **select,
             stack=stack.value if stack else None,
             truncate=truncate, words=words, hide_special=hide_special, **measuring,
             query=query, html=html, figures=tuple(k.value for k in figures) if figures else None,

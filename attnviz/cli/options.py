@@ -131,7 +131,10 @@ LayerOpt = _numbers("layer", "-l", "-l 0 -l 5")
 HeadOpt = _numbers("head", "-H", "-H 2 -H 7")
 SentencesArg = Annotated[
     list[str] | None,
-    typer.Argument(help="Sentences (or use --file).", show_default=False),
+    typer.Argument(
+        help="Sentences (or use --file); with a vision model, picture files and folders of them.",
+        show_default=False,
+    ),
 ]
 FileOpt = Annotated[
     str | None,

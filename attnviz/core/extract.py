@@ -248,10 +248,17 @@ def extract(
     return attend(loaded, [encode(loaded, text, truncate, pair)], layers)[0]
 
 
-def batched(encoded: Iterable[Encoded], batch_size: int) -> Iterator[list[Encoded]]:
-    """Encoded texts in lists of `batch_size` (the last may be shorter), in order."""
+def batched(
+    encoded: Iterable[Encoded], batch_size: int, same_size: bool = False
+) -> Iterator[list[Encoded]]:
+    """Encoded texts in lists of `batch_size` (the last may be shorter), in order; with
+    `same_size` (pictures, whose pixels are stacked) a list also ends where the next one's
+    pixels differ in size."""
     batch: list[Encoded] = []
     for item in encoded:
+        if same_size and batch and batch[-1].pixels.shape != item.pixels.shape:
+            yield batch
+            batch = []
         batch.append(item)
         if len(batch) == batch_size:
             yield batch

@@ -88,7 +88,7 @@ def pictures_in(arguments: list[str]) -> Pictures | None:
 
 
 def _picture_or_folder(argument: str) -> Path | None:
-    if "\n" in argument or len(argument) > 4096:
+    if "\n" in argument or len(argument) > 4096 or not argument.strip():
         return None
     path = Path(argument).expanduser()
     try:

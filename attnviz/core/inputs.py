@@ -37,8 +37,8 @@ class Sentences:
 
 
 def _names_a_file(argument: str) -> bool:
-    """Whether `argument` names a file (one line: a picture's, which only `show` and
-    `report` read, `report_input` before this)."""
+    """Whether `argument` names a file (one line: a picture's, which `show`, `export`,
+    `compare` and `report` read, their `*_input` before this)."""
     if "\n" in argument or len(argument) > 4096:
         return False
     try:
@@ -50,7 +50,8 @@ def _names_a_file(argument: str) -> bool:
     if found and Path(argument).suffix.lower() in SUFFIXES:
         raise InputError(
             f"'{argument}' is a picture: `attnviz show {argument} -m MODEL` reads one with a "
-            "vision model, `attnviz report` many (docs/vision.md); this command reads text"
+            "vision model, `export`, `compare` and `report` many (docs/vision.md); this command "
+            "reads text"
         )
     return found
 
@@ -179,6 +180,41 @@ def compare_pairs_of(
                          "or --file PAIRS.tsv")  # fmt: skip
     first = read_text(text_a)
     return [(first, read_text(text_b) if text_b is not None else first)]
+
+
+def compare_input(
+    text_a: str | None, text_b: str | None, file: str | None, against_model: bool
+) -> tuple[list[tuple[str, str]], Any]:
+    """What `compare` reads: (pairs of texts, None) as `compare_pairs_of` reads them, or where
+    the two arguments (one, with `against_model`) are picture files, that pair of paths and
+    the `core.images.Pictures`."""
+    from attnviz.core.images import pictures_in
+
+    given = [text for text in (text_a, text_b) if text is not None]
+    pictures = pictures_in(given) if file is None and given else None
+    if pictures is None:
+        return compare_pairs_of(text_a, text_b, file, against_model), None
+    if any(path.is_dir() for path in map(Path, given)):
+        raise InputError("compare reads two picture files, not folders")
+    if len(given) == 1 and not against_model:
+        raise InputError("give two pictures (compare A.png B.png), or one and --against-model")
+    first = str(pictures.paths[0])
+    return [(first, str(pictures.paths[-1]) if len(given) == 2 else first)], pictures
+
+
+def export_input(file: str | None, texts: list[str] | None) -> tuple[Sentences, Any]:
+    """What `export` reads: (sentences, None), or where the arguments name picture files and
+    folders, the pictures as `Sentences` (each picture's path its text, so that its folder,
+    manifest row and resumption are a sentence's) and the `core.images.Pictures`."""
+    from attnviz.core.images import pictures_in
+
+    pictures = pictures_in(texts or [])
+    if pictures is None:
+        return read_sentences(file, texts), None
+    if file is not None:
+        raise InputError("give pictures (files, folders) or --file, not both")
+    items = tuple(Sentence(i, i, str(path)) for i, path in enumerate(pictures.paths, start=1))
+    return Sentences(items, 0, "pictures"), pictures
 
 
 def report_input(sentences: list[str] | None, file: str | None, treebank: str | None) -> Any:

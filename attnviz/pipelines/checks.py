@@ -104,7 +104,8 @@ _TEXT_ONLY = (
 
 
 def reads_pictures(request: Request) -> bool:
-    """Whether `request` gives pictures: show's one, or report's files and folders."""
+    """Whether `request` gives pictures: show's one, or the files and folders of export,
+    compare and report."""
     return request.picture is not None or request.pictures is not None
 
 
@@ -137,11 +138,15 @@ def pictures(request: Request, facts: Any) -> None:
 _TEXT = {
     "show": "a sentence, or give the picture",
     "report": "sentences (or --file, --treebank), or give the pictures",
+    "export": "sentences (or --file), or give the pictures",
+    "compare": "two texts, or give the pictures",
 }
 _PICTURES = {"show": "an image file (.jpg, .png …)",
-             "report": "picture files or folders of them (.jpg, .png …)"}  # fmt: skip
-_ELSEWHERE = ("a picture to `attnviz show`, pictures to `attnviz report`, or a picture to the "
-              "API (`export`, `compare` and `serve` read text)")  # fmt: skip
+             "report": "picture files or folders of them (.jpg, .png …)",
+             "export": "picture files or folders of them (.jpg, .png …)",
+             "compare": "two picture files (.jpg, .png …)"}  # fmt: skip
+_ELSEWHERE = ("a picture to `attnviz show`, pictures to `attnviz export`, `compare` or "
+              "`report`, or a picture to the API (`serve` reads text)")  # fmt: skip
 
 
 def before_compare(request: Request, model: Model, other: Model) -> None:
@@ -159,6 +164,8 @@ def before_compare(request: Request, model: Model, other: Model) -> None:
         require_text(b, f"text B{where}")
     get(request.measure)
     against(request)
+    if request.pictures is not None:  # a picture's tokens are its processor's grid
+        pairs = []
     for reader, texts in ((model, [a for a, _ in pairs]), (other, [b for _, b in pairs])):
         for text in texts:
             reader.check_files(text=text, truncate=request.truncate)

@@ -85,8 +85,8 @@ def compare(request: Request) -> CompareResult:
     for facts in (loaded.info, loaded_b.info):
         checks.against(r, facts)
     refuse_models(loaded, loaded_b, r.words)
-    encoded_a = [encode(loaded, a, r.truncate) for a, _ in r.pairs]
-    encoded_b = [encode(loaded_b, b, r.truncate) for _, b in r.pairs]
+    encoded_a = [_encode(loaded, r, a) for a, _ in r.pairs]
+    encoded_b = [_encode(loaded_b, r, b) for _, b in r.pairs]
     html = r.html and r.out is not None
     if loaded_b is loaded:  # one model: A and B share the passes (and the page's inside view)
         found, insides = read_texts(loaded, r, encoded_a + encoded_b, html)
@@ -111,6 +111,15 @@ def compare(request: Request) -> CompareResult:
                                        insides)  # fmt: skip
     return CompareResult(comparison, names, r.measure, moved, asked, folder, written, matters,
                          tuple(pages))  # fmt: skip
+
+
+def _encode(loaded: Any, request: Request, text: str) -> Any:
+    """A text as `loaded` reads it, or a picture (`request.pictures`: `text` is its path)."""
+    if request.pictures is not None:
+        from attnviz.core.images import encode_picture
+
+        return encode_picture(loaded, text)
+    return encode(loaded, text, request.truncate)
 
 
 def _draw(request, model, other, comparison, moved, models, matters, insides):

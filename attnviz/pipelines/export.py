@@ -73,6 +73,9 @@ class ExportOptions:
     query: str | None = None  # "it", "it#2" or a position: also each sentence's query figure
     html: bool = False  # also attention.html, the interactive page, in each sentence's folder
     measure: str = "weights"  # or norm, alti, rollout (analysis.contributions.MEASURES)
+    fusion: str = "mean"  # rollout's head fusion
+    discard: float = 0.0  # rollout's discard ratio
+    pictures: bool = False  # a vision model's pictures: each "text" is a picture's path
     stack: str | None = None  # encoder-decoder models: encoder, decoder or cross
     dtype: str = "auto"  # the model's weights (--dtype): half precision moves the numbers
     # a decoder's continuation of each text (--generate N, --sample, --temperature, --seed;
@@ -93,7 +96,8 @@ class ExportOptions:
         style = request.style or Style()
         found = {f.name: getattr(style if f.name in drawn else request, f.name)
                  for f in fields(cls) if f.name != "dtype"}  # fmt: skip
-        return cls(**{**found, "figures": request.figures or KINDS, "dtype": request.load.dtype})
+        return cls(**{**found, "figures": request.figures or KINDS, "dtype": request.load.dtype,
+                      "pictures": request.pictures is not None})  # fmt: skip
 
 
 @dataclass
@@ -125,6 +129,8 @@ class ExportSummary:
     complete: int = 0
     blank: int = 0
     too_long: int = 0
+    unreadable: int = 0  # files of a folder of pictures that are not readable pictures
+    unit: str = "sentences"  # or pictures (a vision model's)
     truncated: int = 0
     figures: int = 0
     seconds: float = 0.0
@@ -140,6 +146,7 @@ class ExportSummary:
             "out": str(self.out),
             "manifest": str(self.out / "manifest.json"),
             **{key: getattr(self, key) for key in COUNTS},
+            **({"unreadable": self.unreadable} if self.unreadable else {}),
             "seconds": round(self.seconds, 3),
             "interrupted": self.interrupted,
         }
@@ -238,11 +245,25 @@ def _settings(model_name: str, sentence: Sentence, options: ExportOptions) -> di
     for name in ("generate", "target", "sample", "temperature", "seed"):
         if settings[name] in (None, False):  # folders written before --generate stay complete
             del settings[name]
+    for name, default in (("fusion", "mean"), ("discard", 0.0), ("pictures", False)):
+        if settings[name] == default:  # folders written before these options stay complete
+            del settings[name]
+    if options.pictures:  # the picture's bytes, not only its name, decide what is complete
+        settings["picture_sha1"] = _sha1(Path(sentence.text))
     if options.stack is None:  # a one-stack model's folders stay complete as they were
         del settings["stack"]
     else:
         settings["target"] = sentence.target
     return settings
+
+
+def _sha1(path: Path) -> str | None:
+    import hashlib
+
+    try:
+        return hashlib.sha1(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _done_record(folder: Path, settings: dict[str, Any]) -> Record | None:
@@ -269,7 +290,7 @@ def _count_done(summary: ExportSummary, todo: list[tuple[Sentence, Path, dict[st
     found = [record for _, folder, settings in todo if (record := _done_record(folder, settings))]
     summary.written = len(found)
     summary.figures = sum(_figures(record) for record in found)
-    summary.too_long = len(summary.skipped)
+    summary.too_long = sum(r.status.startswith("too long") for r in summary.skipped.values())
 
 
 def render_sentence(
@@ -288,16 +309,22 @@ def render_sentence(
     """Write one sentence's figures (and raw array, and `page` as attention.html), then
     `done.json`; runs in a worker too. `sides`: an encoder-decoder model's source and target
     tokens, for the raw array."""
+    from attnviz.outputs.raw import save_raw
     from attnviz.outputs.render import render_text
 
     interrupts.hold()
     folder.mkdir(parents=True, exist_ok=True)
     clear_previous(folder, text_folder=True)
     written = render_text(att, folder, layers, heads, style, kinds=options.figures, query=query)
+    if att.picture is not None:  # a vision model's: its views over the picture too
+        from attnviz.outputs.figures.pictures import draw_pictures, rollout_how
+
+        how = rollout_how(options.fusion, options.discard)
+        written += draw_pictures(att, folder, layers, heads, style, query, how)
     if page is not None:
         written.append(write_text_atomic(folder / "attention.html", page))
     if options.save_raw:
-        written.append(_save_raw(att, folder / "attention.npz", layers, heads, sides))
+        written.append(save_raw(att, folder / "attention.npz", layers, heads, sides))
     record.files = [str(path.relative_to(folder.parent)) for path in written]
     write_done(folder, settings, asdict(record))
     # Figures live in reference cycles; left to the collector's schedule, megabytes of pixel
@@ -312,51 +339,6 @@ def _freeze_long_lived() -> None:
 
     gc.collect()
     gc.freeze()
-
-
-def _save_raw(
-    att: Attention,
-    path: Path,
-    layers: list[int],
-    heads: list[int],
-    sides: dict[str, tuple[str, ...]] | None = None,
-) -> Path:
-    """attention.npz: the weights as `attention` (l, h, T, T), or another measure's values
-    under its name (`norm` (l, h, T, T); `alti`, `rollout` (l, T, T): one map per layer).
-
-    A decoder's continuation adds `continuation_start` (its first token's index) and
-    `token_probs` (each continuation token's probability).
-    An encoder-decoder model's stack adds `stack`, `key_tokens` and `key_special` (the
-    source's, for cross-attention: `attention` is (l, h, T_target, S_source)) and `sides`,
-    its `source_tokens` and `target_tokens`."""
-    import numpy as np
-
-    more: dict[str, Any] = {}
-    if att.stack is not None:
-        more = {"stack": np.array(att.stack), "key_tokens": np.array(att.key_tokens),
-                "key_special": att.key_special}  # fmt: skip
-        more |= {name: np.array(tokens) for name, tokens in (sides or {}).items()}
-    if att.continuation is not None:
-        more |= {"continuation_start": np.array(att.continuation.start),
-                 "token_probs": np.array(att.continuation.probs, np.float32)}  # fmt: skip
-
-    values = att.weights[np.ix_([att.slot(layer) for layer in layers], heads)]  # (l, h, T, T)
-    if att.per_layer:
-        values = values[:, 0]  # (l, T, T)
-    key = "attention" if att.measure == "weights" else att.measure
-    return write_atomic(
-        path,
-        lambda handle: np.savez(
-            handle,
-            **{key: values},
-            measure=np.array(att.measure),
-            tokens=np.array(att.tokens),
-            special=att.special,
-            layers=np.array(layers),
-            heads=np.array(heads),
-            **more,
-        ),
-    )
 
 
 def export(
@@ -414,7 +396,8 @@ class _Export:
         if spec is not None:
             spec.of_stack(self.options.stack).pick_layers(asked[0])
             spec.of_stack(self.options.stack).pick_heads(asked[1])
-        checks.fits(r, model, [s.text for s in self.sentences.items])
+        if r.pictures is None:  # a picture's tokens are its processor's grid
+            checks.fits(r, model, [s.text for s in self.sentences.items])
         out = prepare_dir(r.out)
         self.width = max(4, len(str(len(self.sentences.items))))
         folders = [out / _folder_name(sentence, self.width) for sentence in self.sentences.items]
@@ -422,7 +405,11 @@ class _Export:
         if self.others and not r.overwrite:
             raise _refuse_other_export(out, self.others)
         self.model_name = spec.name if spec is not None else model.name  # as loading names it
-        self.summary = ExportSummary(out, len(self.sentences.items), blank=self.sentences.blank)
+        unit = "sentences" if r.pictures is None else "pictures"
+        self.summary = ExportSummary(out, len(self.sentences.items),
+                                     blank=self.sentences.blank, unit=unit)  # fmt: skip
+        if r.pictures is not None and r.pictures.note():
+            self.warn(r.pictures.note())
         for sentence, folder in zip(self.sentences.items, folders, strict=True):
             settings = self.settings_of(sentence)
             if not r.overwrite and (record := _completed(folder, settings)) is not None:
@@ -431,7 +418,7 @@ class _Export:
             else:
                 self.todo.append((sentence, folder, settings))
         # (a pair's target may be too long when its source is not: the loaded model decides)
-        spec_length = None if facts.seq2seq else spec
+        spec_length = None if facts.seq2seq or r.pictures is not None else spec
         errors = _all_too_long(spec_length, [s for s, _, _ in self.todo], r.truncate)
         if errors is not None:
             for (sentence, folder, _), error in zip(self.todo, errors, strict=True):
@@ -443,7 +430,7 @@ class _Export:
         return _settings(self.model_name, sentence, self.options)
 
     def report(self, record: Record) -> None:
-        if record.status.startswith("too long"):
+        if record.status.endswith("(skipped)"):  # too long, or not a picture
             self.summary.skipped[record.index] = record
         if self.on_progress:
             self.on_progress(record, _figures(record) if record.status == "written" else 0)
@@ -511,7 +498,11 @@ class _Export:
             record = Record(sentence.index, sentence.line, sentence.text, folder.name, "written",
                             target=sentence.target)  # fmt: skip
             try:
-                if stack is None:
+                if self.options.pictures:
+                    encoded = self.picture(sentence, folder)
+                    if encoded is None:
+                        continue
+                elif stack is None:
                     encoded = encode(loaded, sentence.text, truncate)
                 else:
                     encoded = encode_source_target(loaded, sentence.text, sentence.target,
@@ -520,10 +511,24 @@ class _Export:
                 self.too_long(sentence, folder, error)
                 continue
             notes = encoded.notes if stack is None else encoded.source.notes
-            if notes:
+            if notes and not self.options.pictures:  # a picture's says how it was sized
                 self.summary.truncated += 1
                 self.warn(f"{self.sentences.source}, line {sentence.line}: {notes[0]}")
             yield encoded, record, settings
+
+    def picture(self, sentence: Sentence, folder: Path) -> Any:
+        """A picture as the model reads it; None (said, and recorded as skipped) for a file
+        that is not a readable picture."""
+        from attnviz.core.images import encode_picture
+
+        try:
+            return encode_picture(self.loaded, sentence.text)
+        except InputError as error:
+            self.warn(f"skipped, {error}")
+            self.summary.unreadable += 1
+            self.report(Record(sentence.index, sentence.line, sentence.text, folder.name,
+                               "not a picture (skipped)"))  # fmt: skip
+            return None
 
     def texts(self) -> Iterator[tuple[Any, ...]]:
         """Each sentence left, read in batched passes: (attention, inside view, page measures,
@@ -622,7 +627,7 @@ def _attention(
             att = reader.batch([whole], reading=reading)[0][0]
             yield att, CONTINUED if inside else None, lambda shown, _: PageMeasures(shown, {})
         return
-    for batch in batched(encoded, request.batch_size):
+    for batch in batched(encoded, request.batch_size, same_size=request.pictures is not None):
         steps = InsideSteps(loaded, batch) if inside else None
         every = EveryMeasure(loaded, layers, batch, request.measure) if inside else None
         found, kept = reader.batch(batch, [steps, *every.recorders.values()] if every else [])

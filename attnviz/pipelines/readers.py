@@ -193,7 +193,7 @@ def read_texts(
             whole, reading = continued(loaded, request, prompt, layers)
             found.extend(reader.batch([whole], reading=reading)[0])
         return found, [CONTINUED] * len(found) if inside else None
-    for batch in batched(encoded, request.batch_size):
+    for batch in batched(encoded, request.batch_size, same_size=request.pictures is not None):
         steps = InsideSteps(loaded, batch) if inside else None
         found.extend(reader.batch(batch, [steps] if steps else [])[0])
         if steps is not None:

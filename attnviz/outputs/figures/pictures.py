@@ -183,3 +183,39 @@ def overlay_name(att: Attention, layer: int | None, query: int, fmt: str) -> str
         return f"picture-{end}.{fmt}"
     row, col = divmod(query - picture.first, picture.grid[1])
     return f"picture-{row}-{col}-{end}.{fmt}"
+
+
+def rollout_how(fusion: str, discard: float) -> str:
+    """Rollout's options as its figure's title says them."""
+    return f"heads' {fusion}, {discard:.0%} of each map discarded"
+
+
+def picture_tasks(att: Attention, folder: Path, layers: list[int], heads: list[int],
+                  style: Style, queries: list[int], how: str) -> list[tuple]:  # fmt: skip
+    """What draws each of `queries`' views over the picture: (function, its arguments),
+    each layer's figure of the heads, or with a per-layer measure (rollout) one figure of
+    the layers. The arguments carry `att` without its weights (`labels`), for a drawing
+    process."""
+    from dataclasses import replace
+
+    labels = replace(att, weights=att.weights[:0])
+    tasks = []
+    for query in dict.fromkeys(queries):
+        if att.per_layer:
+            path = folder / overlay_name(att, None, query, style.fmt)
+            rows = rollout_rows(att, layers, query)
+            tasks.append((save_rollout, labels, layers, query, style, how, path, rows))
+            continue
+        tasks += [(save_overlay, labels, layer, heads, query, style,
+                   folder / overlay_name(att, layer, query, style.fmt),
+                   query_rows(att, layer, query)) for layer in layers]  # fmt: skip
+    return tasks
+
+
+def draw_pictures(att: Attention, folder: Path, layers: list[int], heads: list[int],
+                  style: Style, query: int | None, how: str) -> list[Path]:  # fmt: skip
+    """The views over the picture of CLS (where the model has one) and of `query`, drawn
+    here, one after the other (`export`'s drawing of one picture)."""
+    queries = ([0] if att.picture.first > 0 else []) + ([query] if query is not None else [])
+    return [task[0](*task[1:]) for task in picture_tasks(att, folder, layers, heads, style,
+                                                         queries, how)]  # fmt: skip

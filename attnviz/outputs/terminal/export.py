@@ -14,13 +14,13 @@ def print_export(console: Console, summary: Any) -> None:
     if s.nothing_to_do:
         too_long = f", {s.too_long} too long (skipped)" if s.too_long else ""
         console.print(
-            f"nothing to do: {s.complete} sentences already complete with these "
+            f"nothing to do: {s.complete} {s.unit} already complete with these "
             f"settings{too_long} · {s.seconds:.1f} s (--overwrite redoes them)",
             highlight=False,
         )
     else:
         parts = [
-            f"{s.sentences} sentences",
+            f"{s.sentences} {s.unit}",
             f"{s.written} written",
             f"{s.complete} already complete",
             f"{s.too_long} too long (skipped)",
@@ -29,6 +29,8 @@ def print_export(console: Console, summary: Any) -> None:
             f"{s.figures} figures",
             f"{s.seconds:.1f} s",
         ]
+        if s.unit == "pictures":  # a picture is never too long, truncated or blank
+            parts[3:6] = [f"{s.unreadable} not readable (skipped)"] if s.unreadable else []
         console.print(" · ".join(parts), highlight=False)
     if s.removed:
         console.print(

@@ -6,7 +6,6 @@ composed up to each layer over the picture."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from attnviz.pipelines.consumers import Consumer, Run
 
@@ -29,9 +28,8 @@ class Pictures(Consumer):
     def write(self, run: Run, folder: Path) -> None:
         """The views over the picture, drawn in the drawing processes where there are some
         (each layer's a task, beside the heatmaps'), else here."""
-        from dataclasses import replace
-
         from attnviz.analysis.query import find_query
+        from attnviz.outputs.figures.pictures import picture_tasks, rollout_how
 
         att, jobs = run.ranked, self.request.jobs
         if not self.request.images or att.picture is None:
@@ -44,31 +42,8 @@ class Pictures(Consumer):
             from attnviz.outputs.render import start_workers
 
             pool = start_workers(jobs)
-        labels = replace(att, weights=att.weights[:0])  # what a drawing process needs
-        drawn = []
-        for query in dict.fromkeys(queries):
-            for task in self._tasks(run, labels, query, folder):
-                drawn.append(pool.submit(*task) if pool else task[0](*task[1:]))
+        how = rollout_how(self.request.fusion, self.request.discard)
+        tasks = picture_tasks(att, folder, run.layers, run.heads, run.style, queries, how)
+        drawn = [pool.submit(*task) if pool else task[0](*task[1:]) for task in tasks]
         written = [found.result() if pool else found for found in drawn]
         run.made.images = [*run.made.images, *written]  # new: a result given out keeps its own
-
-    def _tasks(self, run: Run, labels: Any, query: int, folder: Path) -> list[tuple]:
-        """What draws `query`'s views: (function, its arguments), each layer's figure of the
-        heads, or rollout's one figure of the layers."""
-        from attnviz.outputs.figures.pictures import (
-            overlay_name,
-            query_rows,
-            rollout_rows,
-            save_overlay,
-            save_rollout,
-        )
-
-        att, style, r = run.ranked, run.style, self.request
-        if att.per_layer:
-            how = f"heads' {r.fusion}, {r.discard:.0%} of each map discarded"
-            path = folder / overlay_name(att, None, query, style.fmt)
-            rows = rollout_rows(att, run.layers, query)
-            return [(save_rollout, labels, run.layers, query, style, how, path, rows)]
-        return [(save_overlay, labels, layer, run.heads, query, style,
-                 folder / overlay_name(att, layer, query, style.fmt),
-                 query_rows(att, layer, query)) for layer in run.layers]  # fmt: skip

@@ -1,0 +1,61 @@
+"""attention.npz: the numbers `attnviz export --save-raw` writes for each text or picture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnviz.outputs.files import write_atomic
+
+if TYPE_CHECKING:
+    from attnviz.core.attention import Attention
+
+
+def save_raw(
+    att: Attention,
+    path: Path,
+    layers: list[int],
+    heads: list[int],
+    sides: dict[str, tuple[str, ...]] | None = None,
+) -> Path:
+    """attention.npz: the weights as `attention` (l, h, T, T), or another measure's values
+    under its name (`norm` (l, h, T, T); `alti`, `rollout` (l, T, T): one map per layer).
+
+    A decoder's continuation adds `continuation_start` (its first token's index) and
+    `token_probs` (each continuation token's probability).
+    An encoder-decoder model's stack adds `stack`, `key_tokens` and `key_special` (the
+    source's, for cross-attention: `attention` is (l, h, T_target, S_source)) and `sides`,
+    its `source_tokens` and `target_tokens`.
+    A picture adds `grid` (rows, cols of patches), `first_patch` (the first patch's token) and
+    `patch` (pixels a side)."""
+    import numpy as np
+
+    more: dict[str, Any] = {}
+    if att.stack is not None:
+        more = {"stack": np.array(att.stack), "key_tokens": np.array(att.key_tokens),
+                "key_special": att.key_special}  # fmt: skip
+        more |= {name: np.array(tokens) for name, tokens in (sides or {}).items()}
+    if att.picture is not None:
+        more |= {"grid": np.array(att.picture.grid), "first_patch": np.array(att.picture.first),
+                 "patch": np.array(att.picture.patch)}  # fmt: skip
+    if att.continuation is not None:
+        more |= {"continuation_start": np.array(att.continuation.start),
+                 "token_probs": np.array(att.continuation.probs, np.float32)}  # fmt: skip
+
+    values = att.weights[np.ix_([att.slot(layer) for layer in layers], heads)]  # (l, h, T, T)
+    if att.per_layer:
+        values = values[:, 0]  # (l, T, T)
+    key = "attention" if att.measure == "weights" else att.measure
+    return write_atomic(
+        path,
+        lambda handle: np.savez(
+            handle,
+            **{key: values},
+            measure=np.array(att.measure),
+            tokens=np.array(att.tokens),
+            special=att.special,
+            layers=np.array(layers),
+            heads=np.array(heads),
+            **more,
+        ),
+    )

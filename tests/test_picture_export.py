@@ -1,0 +1,81 @@
+"""export over a folder of pictures and compare of two pictures, with a vision model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from typer.testing import CliRunner
+from vision_models import picture
+
+import attnviz
+from attnviz.cli import app
+
+runner = CliRunner()
+
+
+def test_export_over_a_folder_of_pictures_batched_equals_alone_and_resumes(vision_dirs, tmp_path):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    paths = [picture(folder / f"p{i}.png", size=(64, 48), seed=i) for i in range(3)]
+    (folder / "notes.txt").write_text("not a picture")
+    (folder / "broken.png").write_bytes(b"no")
+    model = str(vision_dirs["dinov2_with_registers"])
+    out = tmp_path / "out"
+    args = ["export", str(folder), "-m", model, "-o", str(out), "--save-raw", "-q", "1,2",
+            "--batch-size", "2", "--figures", "overview"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "skipped 1 file(s) not named as pictures (notes.txt" in said
+    assert "broken.png: not a picture attnviz can read" in said
+    assert "4 pictures · 3 written" in said and "1 not readable (skipped)" in said
+    manifest = json.loads((out / "manifest.json").read_text())
+    written = [s for s in manifest["sentences"] if s["status"] == "written"]
+    assert [s["text"] for s in written] == [str(p) for p in paths]
+    for path, row in zip(paths, written):
+        raw = np.load(out / row["folder"] / "attention.npz")
+        alone = attnviz.attention(str(path), model=model, device="cpu")
+        assert np.abs(raw["attention"] - alone.weights).max() <= 1e-5  # batched equals alone
+        assert tuple(raw["grid"]) == (4, 4) and int(raw["first_patch"]) == 5
+        names = sorted(p.name for p in (out / row["folder"]).glob("picture-*.png"))
+        assert names == ["picture-1-2-layer-0.png", "picture-1-2-layer-1.png",
+                         "picture-layer-0.png", "picture-layer-1.png"]  # fmt: skip
+    again = runner.invoke(app, args)
+    assert "3 already complete" in " ".join(again.output.split())
+    picture(paths[1], size=(64, 48), seed=9)  # the same name, another picture: redone
+    third = runner.invoke(app, args)
+    assert "1 written · 2 already complete" in " ".join(third.output.split())
+
+
+def test_compare_of_two_pictures_aligns_their_patches(vision_dirs, tmp_path):
+    a, b = picture(tmp_path / "a.png", seed=1), picture(tmp_path / "b.png", seed=2)
+    model = str(vision_dirs["vit"])
+    result = runner.invoke(app, ["compare", str(a), str(b), "-m", model, "--no-images", "--json"])
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    one, two = (attnviz.attention(str(p), model=model, device="cpu") for p in (a, b))
+    # every token aligned by grid position: the divergence is over the same 17 tokens' rows
+    assert found["view"] == "token"
+    divergence = np.array(found["divergence"])
+    assert divergence.shape == (2, 4) and (divergence > 0).all()
+    p, q = one.weights[1, 0], two.weights[1, 0]
+    m = (p + q) / 2
+    js = 0.5 * (p * np.log(p / m)).sum(-1) + 0.5 * (q * np.log(q / m)).sum(-1)
+    assert abs(divergence[1, 0] - js.mean()) <= 1e-4
+
+
+def test_pictures_and_texts_are_refused_where_they_do_not_belong(vision_dirs, tmp_path):
+    photo = picture(tmp_path / "photo.png")
+    vit = str(vision_dirs["vit"])
+    cases = [
+        (["export", str(photo), "-o", str(tmp_path / "o1")], "reads text, not pictures"),
+        (["export", "A sentence.", "-m", vit, "-o", str(tmp_path / "o2")], "give it picture files"),
+        (["export", str(photo), "A sentence.", "-m", vit], "give pictures (files or folders)"),
+        (["compare", str(photo), "-m", vit], "give two pictures"),
+        (["compare", str(tmp_path), str(photo), "-m", vit], "two picture files, not folders"),
+    ]
+    for args, said in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
+        assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
