@@ -119,12 +119,10 @@ function drawPicture(D) {
     return node;
   };
   const section = el("section", { id: "picture-view", className: "picture-view" });
-  const tip = el("div", { className: "picture-tip", id: "picture-tip", role: "status", hidden: "" });
   const header = document.querySelector("#app > header");
   if (header) header.after(section, el("h2", { className: "picture-below", textContent:
     "Below: the page's views of the same attention, the patches as a sequence of tokens" }));
   else document.body.prepend(section);
-  document.body.append(tip);
 
   function select(label, id, options, current, onChange) {
     const s = el("select", { id, onchange: (e) => onChange(e.target.value) });
@@ -164,7 +162,6 @@ function drawPicture(D) {
   // on the pinned patch goes back to CLS.
   async function view() {
     const l = state.layer;
-    tip.hidden = true;
     const grids = await Promise.all([...Array(D.heads).keys()].map((h) => head(l, h)));
     const picture = await pixels;
     const scale = Math.max(1, Math.floor(448 / Math.max(W, HT)));
@@ -185,12 +182,16 @@ function drawPicture(D) {
       const cell = e.target.closest(".patch-cell");
       return cell ? tokenOf(+cell.dataset.row, +cell.dataset.col) : null;
     };
+    // Under the picture: the pinned query's value at the hovered patch, and whose row is drawn.
+    const tip = el("p", { className: "picture-tip", id: "picture-tip", role: "status" });
+    const column = el("div", {}, frame, tip);
+    column.style.width = frame.style.width;
+    const untipped = () => tip.replaceChildren("Hover a patch for its value in this row and to draw its own row.");
     frame.addEventListener("pointerover", (e) => {
       const q = cellQuery(e);
-      if (q !== null) { drawQuery(shown, q); hoverTip(e, grids[state.head], q); }
+      if (q !== null) { drawQuery(shown, q); hoverTip(tip, grids[state.head], q); }
     });
-    frame.addEventListener("pointermove", (e) => placeTip(e));
-    frame.addEventListener("pointerleave", () => { tip.hidden = true; drawQuery(shown, state.query); });
+    frame.addEventListener("pointerleave", () => { untipped(); drawQuery(shown, state.query); });
     frame.addEventListener("click", (e) => {
       const q = cellQuery(e);
       if (q !== null) { state.query = q === state.query ? HOME : q; render(); }
@@ -201,15 +202,16 @@ function drawPicture(D) {
       el("p", { className: "hint", textContent: `Where a token looks over the picture as the model saw it (${W} × ` +
         `${HT} px, ${ROWS} × ${COLS} patches of ${PIC.patch} px): its row's value on each patch, colour over the ` +
         "picture at 60%. Hover a patch to see its row; click to pin it (click it again for " +
-        `${D.tokens[HOME]}); click a head below to show it.` }),
+        `${FIRST ? "CLS" : "patch (0, 0): this model has no CLS token"}); click a head below to show it.` }),
       PIC.cut ? el("p", { className: "note", textContent: "The last pixels of the processed picture, which no " +
         "patch covers, are not shown." }) : "",
       state.measure === "weights" ? "" : el("p", { className: "hint", textContent:
         `${state.measure}: ${MEASURES[state.measure].help} (${MEASURES[state.measure].cite}).` }),
-      el("div", { className: "picture-row" }, frame, side),
+      el("div", { className: "picture-row" }, column, side),
       el("h3", { textContent: `Every head of layer ${D.layer_ids[l]}, the same query` }),
       el("div", { className: "picture-heads", id: "picture-heads" }, ...panels.map(([figure]) => figure)),
     );
+    untipped();
     drawQuery(shown, state.query);
   }
 
@@ -269,7 +271,8 @@ function drawPicture(D) {
     if (isRemoved(l, h)) return [...out, el("p", { className: "note", textContent: D.removed.note })];
     const inGrid = rowSum(row.subarray(FIRST, FIRST + N));
     out.push(colourBar(q, top), el("p", { id: "picture-patches", textContent:
-      `The ${N} patches hold ${percent(share(inGrid, row))} of ${D.tokens[q]}'s ${unit()}` +
+      `The ${N} patches hold ${percent(share(inGrid, row))} of ${state.measure === "weights" ? "" : "the sum of "}` +
+      `${D.tokens[q]}'s ${unit()}` +
       (FIRST ? "; the tokens outside the grid:" : "; this model has no token outside the grid.") }));
     const line = (i, pick) => el("tr", { dataset: { token: String(i), value: String(row[i]) } },
       el("td", {}, pick ? el("button", { type: "button", textContent: D.tokens[i], title: `show ${D.tokens[i]}'s own row`,
@@ -304,17 +307,11 @@ function drawPicture(D) {
   }
 
   // Over a hovered patch: the pinned query's value there, and whose row is drawn now.
-  function hoverTip(e, grid, q) {
+  function hoverTip(tip, grid, q) {
     const v = grid.values[state.query * T + q];
-    tip.hidden = false;
-    tip.replaceChildren(
-      el("div", { textContent: `${D.tokens[state.query]} → ${D.tokens[q]}: ${valueText(v, grid.step)}` }),
-      el("div", { textContent: q === state.query ? "its own row is drawn" : `drawn: ${D.tokens[q]}'s row (click to pin)` }));
-    placeTip(e);
-  }
-  function placeTip(e) {
-    tip.style.left = `${e.pageX + 14}px`;
-    tip.style.top = `${e.pageY + 14}px`;
+    tip.replaceChildren(el("span", { className: "weight", textContent:
+      `${D.tokens[state.query]} → ${D.tokens[q]}: ${valueText(v, grid.step)}` }),
+    q === state.query ? " (its own row is drawn)" : ` · drawn: ${D.tokens[q]}'s row (click to pin it)`);
   }
 
   return render();
