@@ -83,8 +83,9 @@ class Attention(core.Attention):
         return query_figure(self, index, every_layer, every_head, style or Style())
 
     def to_html(self, scale: str = "absolute", cmap: str = "viridis") -> str:
-        """The interactive page (head, model, matrix, query and inside-one-head views) as one
-        self-contained HTML string: nothing in it loads from the network."""
+        """The interactive page (head, model, matrix, query and inside-one-head views; a
+        picture's also its view over the picture) as one self-contained HTML string: nothing
+        in it loads from the network."""
         from attnviz.outputs.figures import Style
         from attnviz.outputs.html import build_page
         from attnviz.pipelines import readers
@@ -103,6 +104,7 @@ class Attention(core.Attention):
             "show",
             self.reader.settings,
             text=self.text,
+            picture=self.picture.read_from if self.picture is not None else None,
             pair=self.pair,
             target=self.target,
             stack=self.stack,

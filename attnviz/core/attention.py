@@ -60,6 +60,7 @@ class Picture:
     first: int  # the index of the first patch token (the ones before: CLS, dist, registers)
     patch: int  # a patch's side, in pixels of `pixels`
     name: str  # the file's name, or "image"
+    read_from: Any = None  # the path or PIL image it was read from (to read it again: the page)
 
     def index(self, row: int, col: int) -> int:
         """The token index of patch (row, col)."""

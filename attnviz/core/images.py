@@ -165,7 +165,7 @@ def encode_picture(loaded: Any, given: Any) -> Any:
     prefix = prefix_labels(config)
     labels = (*prefix, *(f"({r}, {c})" for r in range(grid[0]) for c in range(grid[1])))
     shown = _undo_normalisation(processor, pixels[0].numpy())
-    picture = Picture(shown, grid, len(prefix), patch, name)
+    picture = Picture(shown, grid, len(prefix), patch, name, given)
     n = len(labels)
     return Encoded(
         text=name,

@@ -181,6 +181,12 @@ def page_data(
         "measures": _measures(att, measures or {}, lengths, exact),
         "continuation": continuation_entry(att),
     }
+    if att.picture is not None:  # a picture's view over it, or why the page has none
+        entry = picture_entry(att)
+        if isinstance(entry, str):
+            data["notes"].append(entry)
+        else:
+            data["picture"] = entry
     if isinstance(inside, Inside):
         data["inside"] = _inside_entry(inside)
     else:
@@ -199,6 +205,29 @@ def continuation_entry(att: Attention) -> dict[str, Any] | None:
     exact = att.pool_size == 1 and first == 0
     return {**c.as_dict(), "start": (c.start - first) / att.pool_size, "text_at": c.text_at,
             "line": c.describe(att.unit), "steps": exact}  # fmt: skip
+
+
+def picture_entry(att: Attention) -> dict[str, Any] | str:
+    """A vision model's picture for the view over it (picture.js): the pixels its patches
+    cover as the model saw them (RGB, deflated) and its patch grid; or why the page goes
+    without that view (a pooled map's or a window's rows are not the patches' own)."""
+    picture = att.picture
+    if att.pooled is not None or att.span is not None:
+        how = att.pooling() or f"tokens {att.span[0]}–{att.span[1] - 1} of {att.token_counts()[0]}"
+        return (f"No view over the picture on this page: its maps are cut down ({how}), so a "
+                "row is not one patch's; the PNGs over the picture are exact.")  # fmt: skip
+    rows, cols = picture.grid
+    height, width = rows * picture.patch, cols * picture.patch
+    pixels = picture.pixels[:height, :width]  # (H, W, 3) uint8; pixels no patch covers are cut
+    return {
+        "name": picture.name,
+        "grid": [rows, cols],
+        "first": picture.first,
+        "patch": picture.patch,
+        "size": [width, height],
+        "cut": list(picture.pixels.shape[:2]) != [height, width],
+        "pixels": _packed(pixels.astype("u1", copy=False)),
+    }
 
 
 def page_frame(att: Attention, scale: str, cmap: str) -> dict[str, Any]:
@@ -387,8 +416,11 @@ def _document(data: dict[str, Any], title: str, live: bool = False) -> str:
     """The HTML around `data`: the package's script(s) and style inline, allowed by their
     hashes alone. Nothing may load from elsewhere; the live page may also fetch from its own
     origin (connect-src 'self')."""
-    scripts = [_asset("page.js"), *([_asset("live.js")] if live else [])]
-    style = _asset("page.css")
+    # A picture's view (picture.js, picture.css) comes on a picture's page alone: a text's
+    # page is the same file it was before pictures had a view.
+    picture = ["picture"] if data.get("picture") else []
+    scripts = [_asset(f"{name}.js") for name in ["page", *picture, *(["live"] if live else [])]]
+    style = "".join(_asset(f"{name}.css") for name in ["page", *picture])
     return TEMPLATE.format(
         csp=_csp(scripts, style, live),
         title=html.escape(title),
