@@ -335,6 +335,17 @@ def print_head_details(console: Console, att: Attention, summaries: Sequence[Hea
     console.print(table)
 
 
+def _query_table(console: Console, att: Attention, heads: list[int], name: str, index: int):
+    """print_query's empty layers × heads map (a per-layer measure's: one wide column), and
+    its cells' width."""
+    cell_width, each = _cell_width(console, heads), "head"
+    if att.per_layer:  # one map a layer: one wide column, the title on its line
+        cell_width, each = max(cell_width, min(44, console.width - 8)), "layer's map"
+    title = (f"Where “{name}” (position {index}) looks: its most-attended non-special "
+             f"key in each {each}")  # fmt: skip
+    return _layers_by_heads(att, heads, title, cell_width), cell_width
+
+
 def print_query(
     console: Console, att: Attention, query: QueryView, layers: list[int], heads: list[int]
 ) -> None:
@@ -342,13 +353,7 @@ def print_query(
     that send it hardest to one key."""
     repeated, key_repeated = repeated_labels(att.tokens), repeated_labels(att.key_tokens)
     name = token_label(att.tokens, query.index, 10**6, repeated)
-    cell_width = _cell_width(console, heads)
-    each = "head"
-    if att.per_layer:  # one map a layer: one wide column, the title on its line
-        cell_width, each = max(cell_width, min(44, console.width - 8)), "layer's map"
-    title = (f"Where “{name}” (position {query.index}) looks: its most-attended non-special "
-             f"key in each {each}")  # fmt: skip
-    table = _layers_by_heads(att, heads, title, cell_width)
+    table, cell_width = _query_table(console, att, heads, name, query.index)
     by_position = {(row.layer, row.head): row for row in query.heads}
     for layer in layers:
         cells = []
