@@ -3,6 +3,7 @@ against the model's eager `output_attentions`, the views over the picture, bad i
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -62,8 +63,11 @@ def test_the_overlays_draw_the_rows_eager_gives(vision_dirs, tmp_path):
     """The values each panel of the CLS overlay and of a patch's overlay draws are the
     eager rows over the patches (DINOv2 with registers: 5 tokens before the patches), and
     each panel's pixels are the picture under those values' colours."""
+    from PIL import Image
+
     from attnviz.outputs.figures import Style
     from attnviz.outputs.figures.pictures import blend, overlay_figure, panel_grids, query_rows
+    from attnviz.outputs.figures.raster import figure_png
 
     kind = "dinov2_with_registers"
     path = picture(tmp_path / "photo.png")
@@ -74,14 +78,27 @@ def test_the_overlays_draw_the_rows_eager_gives(vision_dirs, tmp_path):
         grids = panel_grids(att, query_rows(att, 1, query), [0, 1, 2, 3])
         top = float(grids.max())
         fig = overlay_figure(att, 1, [0, 1, 2, 3], query, style)
-        panels = [ax for ax in fig.axes if ax.images]
-        assert len(panels) == 4
-        for head, ax in enumerate(panels):
+        panels = [a for a in fig.artists if hasattr(a, "pixels")]  # placed as whole pixels
+        titles = [t.get_text() for t in fig.texts if t.get_text().startswith("head ")]
+        assert len(panels) == len(titles) == 4
+        with Image.open(io.BytesIO(figure_png(fig))) as opened:
+            rendered = np.asarray(opened.convert("RGB"))
+        for head, image in enumerate(panels):
             assert np.abs(grids[head] - eager[1, head, query, 5:].reshape(4, 4)).max() <= 1e-5
-            drawn = np.asarray(ax.images[0].get_array())
-            expected = blend(att.picture.pixels, grids[head], 8, style.colour_map(), top)
-            assert np.array_equal(drawn, expected)
-            assert f"reg3 {eager[1, head, query, 4]:.0%}" in ax.get_title()
+            blended = blend(att.picture.pixels, grids[head], 8, style.colour_map(), top)
+            # 32 × 32 pixels drawn at the panel's 220 × 220: pixel i of the panel is pixel
+            # i · 32 // 220 of the picture (nearest)
+            nearest = np.arange(220) * 32 // 220
+            expected = blended[nearest][:, nearest]
+            assert np.array_equal(image.pixels, expected)
+            top_row = rendered.shape[0] - image.bottom - 220  # the PNG's rows run down
+            placed = rendered[top_row : top_row + 220, image.left : image.left + 220]
+            inside = np.zeros((220, 220), bool)  # all but the frame and the query's outline
+            inside[2:-2, 2:-2] = True
+            if query != 0:  # patch (1, 2): 55 panel pixels a patch side
+                inside[55 - 2 : 110 + 2, 110 - 2 : 165 + 2] = False
+            assert np.array_equal(placed[inside], expected[inside])
+            assert f"reg3 {eager[1, head, query, 4]:.0%}" in titles[head]
 
 
 def test_a_picture_that_is_not_square_follows_the_processors_resize(tmp_path):

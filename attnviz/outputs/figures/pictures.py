@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.outputs.figures.raster import save_figure
+from attnviz.outputs.figures.raster import save_figure, whole_pixels
 from attnviz.outputs.figures.style import Style, configure_matplotlib, figure_header
 
 if TYPE_CHECKING:
@@ -51,9 +51,9 @@ def blend(pixels: Any, grid: Any, patch: int, cmap: Any, top: float) -> Any:
     over its `patch` × `patch` pixels (ALPHA of it), (rows·patch, cols·patch, 3) uint8."""
     import numpy as np
 
-    cells = np.repeat(np.repeat(grid / top, patch, axis=0), patch, axis=1)
-    colours = cmap(np.clip(cells, 0.0, 1.0))[..., :3] * 255.0
-    under = pixels[: cells.shape[0], : cells.shape[1]].astype(np.float32)
+    colours = cmap(np.clip(grid / top, 0.0, 1.0))[..., :3] * 255.0  # a colour a patch
+    colours = np.repeat(np.repeat(colours, patch, axis=0), patch, axis=1)
+    under = pixels[: colours.shape[0], : colours.shape[1]].astype(np.float32)
     return np.round((1 - ALPHA) * under + ALPHA * colours).astype(np.uint8)
 
 
@@ -93,65 +93,101 @@ def _panels_figure(att: Attention, panels: list[tuple[str, Any]], query: int, st
                    title: str, what: str):  # fmt: skip
     """One panel per (name, row) of `panels` (a row: a value per token), the row over the
     patches blended over the picture, titled with its name, the patches' share and what the
-    tokens outside the grid take; one colour bar for all, the share of `what`."""
+    tokens outside the grid take; one colour bar for all, the share of `what`.
+
+    Each panel is the blended picture placed as whole pixels (`raster.whole_pixels`; one
+    picture pixel to one figure pixel where that is near the panel's size, else resized to
+    it, nearest),
+    with its title and frame as figure artists: no axes a panel, which cost most of a
+    figure's time."""
     import numpy as np
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
 
     configure_matplotlib()
-    picture = att.picture
+    picture, dpi = att.picture, style.dpi
     height, width = (n * picture.patch for n in picture.grid)
     grids = np.stack([picture.patches(row) for _, row in panels])
     top = float(grids.max()) or 1.0
     cols = min(len(panels), 4)
     rows = math.ceil(len(panels) / cols)
-    # one picture pixel to one figure pixel where that is near the panel's size (nothing
-    # resampled), else scaled to it
     longest = max(height, width)
-    fits = PANEL_IN * style.dpi * 0.75 <= longest <= 3 * style.dpi
-    scale = 1.0 / style.dpi if fits else PANEL_IN / longest
-    panel_w, panel_h = width * scale, height * scale
+    fits = PANEL_IN * dpi * 0.75 <= longest <= 3 * dpi
+    scale = 1.0 if fits else PANEL_IN * dpi / longest  # figure pixels a picture pixel
+    panel_px = (max(1, round(height * scale)), max(1, round(width * scale)))
+    panel_h, panel_w = panel_px[0] / dpi, panel_px[1] / dpi
     slot_w = max(panel_w, PANEL_IN) + 0.25  # a narrow picture keeps room for its titles
     grid_w = cols * slot_w
     fig_w = max(grid_w + 1.2, 5.5)  # the header's lines fit
     fig_h = HEADER_IN + rows * (panel_h + TITLE_IN) + 0.15
     margin = (fig_w - 1.2 - grid_w) / 2
-    fig = Figure(figsize=(fig_w, fig_h), dpi=style.dpi)
+    fig = Figure(figsize=(fig_w, fig_h), dpi=dpi)
     cmap = style.colour_map()
     for slot, (name, row) in enumerate(panels):
         r, c = divmod(slot, cols)
-        left = margin + c * slot_w + (slot_w - panel_w) / 2
-        bottom = fig_h - HEADER_IN - (r + 1) * (panel_h + TITLE_IN) + 0.05
-        ax = fig.add_axes((left / fig_w, bottom / fig_h, panel_w / fig_w, panel_h / fig_h))
-        ax.imshow(blend(picture.pixels, grids[slot], picture.patch, cmap, top),
-                  extent=(0, width, height, 0), interpolation="nearest")  # fmt: skip
-        _outline_query(ax, picture, query)
-        ax.set_xticks([])
-        ax.set_yticks([])
+        left = round((margin + c * slot_w + (slot_w - panel_w) / 2) * dpi)  # whole pixels
+        bottom = round((fig_h - HEADER_IN - (r + 1) * (panel_h + TITLE_IN) + 0.05) * dpi)
+        blended = blend(picture.pixels, grids[slot], picture.patch, cmap, top)
+        placed = _resized(blended, panel_px)
+        if style.fmt == "png":  # straight into the canvas
+            fig.add_artist(whole_pixels(placed, left, bottom))
+        else:
+            fig.figimage(placed, xo=left, yo=bottom, origin="upper")
+        box = (left, bottom, panel_px[1], panel_px[0])
+        _frame(fig, box, "black", 0.8)
+        _outline_query(fig, picture, query, box, scale)
         outside = outside_shares(att, row)
-        ax.set_title(f"{name} · patches {float(grids[slot].sum()):.0%}"
-                     + (f"\n{outside}" if outside else ""), fontsize=7)  # fmt: skip
-    grid_h = rows * (panel_h + TITLE_IN)
-    low = (fig_h - HEADER_IN - grid_h + 0.1) / fig_h
-    bar = fig.add_axes(((fig_w - 0.9) / fig_w, low, 0.15 / fig_w, 0.8 * grid_h / fig_h))
-    shown = ScalarMappable(Normalize(0.0, top), cmap)
-    fig.colorbar(shown, cax=bar).set_label(f"share of {att.tokens[query]}'s {what}", fontsize=8)
-    bar.tick_params(labelsize=7)
+        fig.text((left + panel_px[1] / 2) / fig.bbox.width, (bottom + panel_px[0] + 3) /
+                 fig.bbox.height, f"{name} · patches {float(grids[slot].sum()):.0%}"
+                 + (f"\n{outside}" if outside else ""), fontsize=7, ha="center",
+                 va="bottom")  # fmt: skip
+    _colour_bar(fig, att, query, what, top, cmap, rows * (panel_h + TITLE_IN))
     seen = f"{width} × {height} px, {picture.grid[0]} × {picture.grid[1]} patches"
     figure_header(fig, att, "", f"the picture as the model saw it: {seen}").set_text(title)
     return fig
 
 
-def _outline_query(ax: Any, picture: Any, query: int) -> None:
-    """A patch as the query: outlined in red on its panel."""
+def _resized(pixels: Any, size: tuple[int, int]) -> Any:
+    """`pixels` (h, w, 3) at `size` (rows, cols), nearest; as they are where they fit."""
+    import numpy as np
+
+    if pixels.shape[:2] == size:
+        return pixels
+    rows = (np.arange(size[0]) * pixels.shape[0] // size[0]).clip(0, pixels.shape[0] - 1)
+    cols = (np.arange(size[1]) * pixels.shape[1] // size[1]).clip(0, pixels.shape[1] - 1)
+    return pixels[rows[:, None], cols[None, :]]
+
+
+def _frame(fig: Any, box: tuple[float, float, float, float], colour: str, width: float) -> None:
+    """A rectangle's outline, `box` (left, bottom, width, height) in figure pixels."""
     from matplotlib.patches import Rectangle
 
+    w, h = fig.bbox.width, fig.bbox.height
+    edge = Rectangle((box[0] / w, box[1] / h), box[2] / w, box[3] / h, fill=False,
+                     edgecolor=colour, linewidth=width, transform=fig.transFigure)  # fmt: skip
+    fig.add_artist(edge)
+
+
+def _outline_query(fig: Any, picture: Any, query: int, box: tuple, scale: float) -> None:
+    """A patch as the query: outlined in red on its panel (`box`, in figure pixels)."""
     if query >= picture.first:
         q_row, q_col = divmod(query - picture.first, picture.grid[1])
-        p = picture.patch
-        ax.add_patch(Rectangle((q_col * p, q_row * p), p, p, fill=False,
-                               edgecolor="#ff2020", linewidth=1.5))  # fmt: skip
+        side = picture.patch * scale
+        left, top = box[0] + q_col * side, box[1] + box[3] - (q_row + 1) * side
+        _frame(fig, (left, top, side, side), "#ff2020", 1.5)
+
+
+def _colour_bar(fig: Any, att: Attention, query: int, what: str, top: float, cmap: Any,
+                grid_h: float) -> None:  # fmt: skip
+    """The colour bar right of the panels: the share of `query`'s `what`, 0 to `top`."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    fig_w, fig_h = fig.get_figwidth(), fig.get_figheight()
+    low = (fig_h - HEADER_IN - grid_h + 0.1) / fig_h
+    bar = fig.add_axes(((fig_w - 0.9) / fig_w, low, 0.15 / fig_w, 0.8 * grid_h / fig_h))
+    shown = ScalarMappable(Normalize(0.0, top), cmap)
+    fig.colorbar(shown, cax=bar).set_label(f"share of {att.tokens[query]}'s {what}", fontsize=8)
+    bar.tick_params(labelsize=7)
 
 
 def save_rollout(att: Attention, layers: list[int], query: int, style: Style, how: str,
