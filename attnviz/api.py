@@ -329,7 +329,8 @@ def compare(
     `model` to `against_model` on the same text (`b` left out) or on `b`.
 
     `a` may also be pairs: a list of (text A, text B), or a Path to a file of
-    `text A<TAB>text B` lines; the per-head figures are then means over the pairs.
+    `text A<TAB>text B` lines; the per-head figures are then means over the pairs. With a
+    vision model, `a` and `b` are picture files, their patches aligned by grid position.
     The result's `divergence[layer, head]` is the Jensen–Shannon divergence (natural log,
     nats) between A's and B's row of each aligned query, each row renormalised over the
     aligned keys, averaged over every aligned query (special tokens included);
@@ -339,10 +340,17 @@ def compare(
     norm). `as_dict()` is what `attnviz compare --json` prints of it. `load`: the other load
     settings of both models (dtype, device_map, …: see the module's docstring).
     """
+    from attnviz.core.images import pictures_in
     from attnviz.core.inputs import read_sentences, split_compare_pairs
     from attnviz.pipelines.compare import compare as run_compare
     from attnviz.pipelines.request import Request
 
+    given = [str(x) for x in (a, b) if isinstance(x, (str, Path))]
+    pictures = pictures_in(given) if given else None
+    if pictures is not None:  # one or two picture files, read by a vision model
+        if len(pictures.paths) != len(given):
+            raise InputError("compare reads two picture files, not folders")
+        a, b = str(pictures.paths[0]), str(pictures.paths[-1]) if b is not None else None
     if isinstance(a, Path):
         if b is not None:
             raise InputError("give a file of pairs, or two texts, not both")
@@ -356,7 +364,7 @@ def compare(
     how = _load(model, device, **load)
     against = replace(how, model=against_model) if against_model is not None else None
     asked = Request("compare", how, pairs=tuple(pairs), against=against, words=words,
-                    measure=measure, truncate=truncate, top=1)  # fmt: skip
+                    measure=measure, truncate=truncate, top=1, pictures=pictures)  # fmt: skip
     return _printable(run_compare(asked).comparison, _comparison_lines)
 
 

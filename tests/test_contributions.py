@@ -306,7 +306,7 @@ def test_rollout_with_fusion_and_discard_batched_equals_alone(fusion, loaded_tin
     ("measure", "fusion", "discard", "said"),
     [
         ("rollout", "median", 0.0, "unknown --fusion 'median'"),
-        ("rollout", "mean", 1.0, "--discard is a share of each map, from 0 up to (not) 1"),
+        ("rollout", "mean", 1.0, "--discard is a share of each map, 0 or more and below 1, not 1"),
         ("norm", "max", 0.0, "--fusion needs --measure rollout"),
         ("weights", "mean", 0.9, "--discard needs --measure rollout"),
     ],

@@ -79,3 +79,42 @@ def test_pictures_and_texts_are_refused_where_they_do_not_belong(vision_dirs, tm
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
         assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_two_vision_models_compare_one_picture_by_grid_position(vision_dirs, tmp_path):
+    photo = picture(tmp_path / "photo.png")
+    args = ["compare", str(photo), "-m", str(vision_dirs["vit"]), "--against-model",
+            str(vision_dirs["clip_vision_model"]), "--no-images", "--json"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert np.array(json.loads(result.output)["divergence"]).shape == (2, 4)
+
+
+def test_a_picture_too_large_to_read_safely_is_one_line(vision_dirs, tmp_path, monkeypatch):
+    from PIL import Image
+
+    photo = picture(tmp_path / "photo.png")  # 64 × 48: past twice a limit of 100 pixels
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
+    result = runner.invoke(app, ["show", str(photo), "-m", str(vision_dirs["vit"])])
+    assert result.exit_code == 2 and "too large to read safely" in result.output
+
+
+def test_views_of_a_register_and_a_folder_given_to_show(vision_dirs, tmp_path):
+    from attnviz.outputs.figures.pictures import overlay_name
+
+    photo = picture(tmp_path / "photo.png")
+    att = attnviz.attention(str(photo), model=str(vision_dirs["dinov2_with_registers"]))
+    names = [overlay_name(att, 1, query, "png") for query in (0, 3, att.picture.index(1, 2))]
+    assert names == ["picture-layer-1.png", "picture-reg2-layer-1.png",
+                     "picture-1-2-layer-1.png"]  # fmt: skip
+    assert overlay_name(att, None, 3, "png") == "picture-reg2-rollout.png"
+    result = runner.invoke(app, ["show", str(tmp_path), "-m", str(vision_dirs["vit"])])
+    assert result.exit_code == 2 and "is a folder: show reads one picture" in result.output
+
+
+def test_the_apis_compare_reads_two_pictures(vision_dirs, tmp_path):
+    a, b = picture(tmp_path / "a.png", seed=1), picture(tmp_path / "b.png", seed=2)
+    model = str(vision_dirs["vit"])
+    found = attnviz.compare(str(a), str(b), model=model)
+    cli = runner.invoke(app, ["compare", str(a), str(b), "-m", model, "--no-images", "--json"])
+    assert np.allclose(found.divergence, json.loads(cli.output)["divergence"], atol=1e-6)

@@ -191,6 +191,12 @@ def test_eight_bit_weights_are_shown_with_their_bound(browser, made, tmp_path, m
         assert not np.array_equal(cells, att.picture.patches(att.weights[0, 0, 0]))
         text = shown.page.inner_text("#picture-outside")
         assert re.search(r"CLS\s+≈[\d.]+%\s+≈[\d.]+ \(±", text), text
+        # the patches' share: 1 less the 5 tokens outside the grid (summing the 16 stepped
+        # patch values would drift), so within their bound and never past 100%
+        said = shown.page.inner_text("#picture-patches")
+        held = float(re.search(r"hold ≈([\d.]+)%", said).group(1))
+        exact = 100 * float(att.weights[0, 0, 0, 5:].sum())
+        assert held <= 100 and abs(held - exact) <= 100 * 5 * step / 510 + 0.05, said
         assert shown.errors == []
     finally:
         shown.close()

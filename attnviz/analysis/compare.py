@@ -535,7 +535,7 @@ def refuse_models(a: LoadedModel, b: LoadedModel, words: bool) -> None:
             f"{a.info.name} has {shape_a[0]} layers × {shape_a[1]} heads and {b.info.name} "
             f"{shape_b[0]} × {shape_b[1]}: compare needs models of the same shape"
         )
-    if b is a or words:
+    if b is a or words or a.info.pictures:  # a picture's tokens are grid positions
         return
     same = type(a.tokenizer) is type(b.tokenizer) and (
         a.tokenizer.get_vocab() == b.tokenizer.get_vocab()

@@ -150,8 +150,8 @@ def export(
         terminal.print_export(out_console, summary)
     if summary.interrupted:
         done = summary.written + summary.complete
-        raise fail(Interrupted(f"{done} of {summary.sentences} sentences are complete; run the "
-                               "same command again to finish"))  # fmt: skip
+        raise fail(Interrupted(f"{done} of {summary.sentences} {summary.unit} are complete; run "
+                               "the same command again to finish"))  # fmt: skip
     if not as_json:
         out_console.print(
             f"manifest: {summary.out / 'manifest.json'} and manifest.csv", highlight=False

@@ -199,7 +199,7 @@ def print_report(result: Any, written: list[Path], out: Path) -> None:
 
     if isinstance(result, PictureReport):
         terminal.print_picture_report(out_console, result)
-        what = "heads.csv, heads.json, the mean attention distance per layer"
+        what = "heads.csv, heads.json, mean-distance.png"
     elif isinstance(result, Seq2SeqReport):
         terminal.print_seq2seq_report(out_console, result)
         what = "report.md, heads.csv, heads.json, figures per stack"

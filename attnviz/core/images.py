@@ -47,15 +47,23 @@ class Pictures:
 
     paths: tuple[Path, ...]
     skipped: tuple[Path, ...] = ()
+    folders: tuple[Path, ...] = ()  # sub-folders of the folders given: not entered
 
     def note(self) -> str | None:
         """The one line that says what was skipped, or None."""
-        if not self.skipped:
-            return None
-        names = ", ".join(path.name for path in self.skipped[:3])
-        more = f" and {len(self.skipped) - 3} more" if len(self.skipped) > 3 else ""
-        return (f"skipped {len(self.skipped)} file(s) not named as pictures ({names}{more}; "
-                f"pictures end in {', '.join(SUFFIXES)})")  # fmt: skip
+        said = []
+        if self.skipped:
+            ends = ", ".join(SUFFIXES)
+            said.append(f"{len(self.skipped)} file(s) not named as pictures "
+                        f"({_some(self.skipped)}; pictures end in {ends})")  # fmt: skip
+        if self.folders:
+            said.append(f"{len(self.folders)} sub-folder(s), not entered ({_some(self.folders)})")
+        return f"skipped {' and '.join(said)}" if said else None
+
+
+def _some(paths: tuple[Path, ...]) -> str:
+    names = ", ".join(path.name for path in paths[:3])
+    return names + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
 
 
 def pictures_in(arguments: list[str]) -> Pictures | None:
@@ -65,6 +73,7 @@ def pictures_in(arguments: list[str]) -> Pictures | None:
     or a folder holds no picture."""
     found: list[Path] = []
     skipped: list[Path] = []
+    folders: list[Path] = []
     named = [_picture_or_folder(argument) for argument in arguments]
     if not any(named):
         return None
@@ -78,13 +87,15 @@ def pictures_in(arguments: list[str]) -> Pictures | None:
         if not path.is_dir():
             found.append(path)
             continue
-        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
+        files = [p for p in entries if p.is_file()]
+        folders += [p for p in entries if p.is_dir()]
         inside = [p for p in files if p.suffix.lower() in SUFFIXES]
         if not inside:
             raise InputError(f"{path} holds no picture (no file ending in {', '.join(SUFFIXES)})")
         found += inside
         skipped += [p for p in files if p.suffix.lower() not in SUFFIXES]
-    return Pictures(tuple(found), tuple(skipped))
+    return Pictures(tuple(found), tuple(skipped), tuple(folders))
 
 
 def _picture_or_folder(argument: str) -> Path | None:
@@ -145,6 +156,8 @@ def read_picture(given: Any) -> Any:
     try:
         with Image.open(given) as opened:
             return opened.convert("RGB")
+    except Image.DecompressionBombError as exc:  # PIL's guard against a huge picture
+        raise InputError(f"{given}: too large to read safely ({exc})") from None
     except (UnidentifiedImageError, OSError) as exc:
         raise InputError(
             f"{given}: not a picture attnviz can read ({exc.__class__.__name__})"

@@ -196,8 +196,20 @@ def _folder(request: Request, model: Model) -> Path | None:
         f"generate:{r.generate}" if r.generate is not None else None,
         f"sample:{r.temperature}:{r.seed}" if r.sample else None,
         f"stack:{r.stack}" if r.stack is not None else None,
+        f"rollout:{r.fusion}:{r.discard}" if (r.fusion, r.discard) != ("mean", 0.0) else None,
+        _picture_key(r.picture),
     )
     return check_writable(r.out / text_folder_name(r.text, 40, *keys))
+
+
+def _picture_key(picture: Any) -> str | None:
+    """A picture file's full path (two pictures of one name are two folders); a PIL image's
+    none (its name is "image")."""
+    from pathlib import Path
+
+    if isinstance(picture, (str, Path)):
+        return f"picture:{Path(picture).resolve()}"
+    return None
 
 
 def _consumers(request: Request, folder: Path | None) -> list[Consumer]:

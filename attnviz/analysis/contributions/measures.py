@@ -85,7 +85,8 @@ def with_rollout(name: str, fusion: str = "mean", discard: float = 0.0) -> Measu
     if fusion not in FUSIONS:
         raise InputError(f"unknown --fusion '{fusion}'; choose one of: {', '.join(FUSIONS)}")
     if not 0.0 <= discard < 1.0:
-        raise InputError(f"--discard is a share of each map, from 0 up to (not) 1: not {discard:g}")
+        raise InputError(f"--discard is a share of each map, 0 or more and below 1, not "
+                         f"{discard:g}")  # fmt: skip
     if (fusion, discard) == ("mean", 0.0):
         return chosen
     if chosen.name != "rollout":

@@ -210,13 +210,15 @@ def save_overlay(
 
 
 def overlay_name(att: Attention, layer: int | None, query: int, fmt: str) -> str:
-    """`picture-layer-L.png` for CLS's view; `picture-R-C-layer-L.png` for a patch's; with
-    `layer` None (rollout's one figure of every layer) `picture-rollout.png`,
-    `picture-R-C-rollout.png`."""
+    """`picture-layer-L.png` for CLS's view; `picture-R-C-layer-L.png` for a patch's,
+    `picture-reg2-layer-L.png` for another token outside the grid's; with `layer` None
+    (rollout's one figure of every layer) `rollout` in place of `layer-L`."""
     picture = att.picture
     end = "rollout" if layer is None else f"layer-{layer}"
-    if query < picture.first:
+    if query == 0 and picture.first:
         return f"picture-{end}.{fmt}"
+    if query < picture.first:
+        return f"picture-{att.tokens[query]}-{end}.{fmt}"
     row, col = divmod(query - picture.first, picture.grid[1])
     return f"picture-{row}-{col}-{end}.{fmt}"
 

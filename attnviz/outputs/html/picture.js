@@ -75,6 +75,14 @@ function drawPicture(D) {
   const rowSum = (row) => row.reduce((s, x) => s + x, 0);
   const share = (v, row) => (state.measure === "weights" ? v : v / rowSum(row));
   const percent = (x) => `${exact() ? "" : "≈"}${(100 * x).toFixed(1)}%`;
+  // The patches' share of a row. A weights row sums to 1, so from 8-bit values it is 1 less
+  // the few tokens outside the grid: summing 196 rounded values drifts past 100%.
+  function patchShare(row) {
+    if (state.measure === "weights" && !exact()) {
+      return Math.min(1, Math.max(0, 1 - rowSum(row.subarray(0, FIRST))));
+    }
+    return share(rowSum(row.subarray(FIRST, FIRST + N)), row);
+  }
 
   // ---------- colours ----------
   const LUT = Uint8Array.from({ length: 256 * 3 }, (_, n) => parseInt(D.colours.substr(2 * n, 2), 16));
@@ -257,7 +265,7 @@ function drawPicture(D) {
         return;
       }
       paintRow(canvas, picture, rows[k], top[k]);
-      caption.textContent = `H${k} · patches ${percent(share(rowSum(rows[k].subarray(FIRST, FIRST + N)), rows[k]))}`;
+      caption.textContent = `H${k} · patches ${percent(patchShare(rows[k]))}`;
     });
   }
 
@@ -269,9 +277,8 @@ function drawPicture(D) {
     const out = [el("h3", { id: "picture-query", textContent: `Layer ${D.layer_ids[l]}, head ${h}: where ${name} looks` +
       (q === state.query ? "" : " (hovered; click to pin)") })];
     if (isRemoved(l, h)) return [...out, el("p", { className: "note", textContent: D.removed.note })];
-    const inGrid = rowSum(row.subarray(FIRST, FIRST + N));
     out.push(colourBar(q, top), el("p", { id: "picture-patches", textContent:
-      `The ${N} patches hold ${percent(share(inGrid, row))} of ${state.measure === "weights" ? "" : "the sum of "}` +
+      `The ${N} patches hold ${percent(patchShare(row))} of ${state.measure === "weights" ? "" : "the sum of "}` +
       `${D.tokens[q]}'s ${unit()}` +
       (FIRST ? "; the tokens outside the grid:" : "; this model has no token outside the grid.") }));
     const line = (i, pick) => el("tr", { dataset: { token: String(i), value: String(row[i]) } },

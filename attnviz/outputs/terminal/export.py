@@ -20,7 +20,7 @@ def print_export(console: Console, summary: Any) -> None:
         )
     else:
         parts = [
-            f"{s.sentences} {s.unit}",
+            f"{s.sentences} {s.unit if s.sentences != 1 else s.unit[:-1]}",
             f"{s.written} written",
             f"{s.complete} already complete",
             f"{s.too_long} too long (skipped)",

@@ -221,8 +221,9 @@ def print_picture_report(console: Console, report: PictureReport) -> None:
     pictures = f"{report.pictures} picture{'s' * (report.pictures != 1)}"
     console.print(f"[bold]{report.info.name}[/] · {pictures} · {grids} patches of "
                   f"{report.patch} × {report.patch} px", highlight=False)  # fmt: skip
-    for note in report.skipped:
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    if report.skipped:  # each said as a warning when it was skipped; heads.json lists them
+        console.print(f"[yellow]note:[/] {len(report.skipped)} skipped (said above)",
+                      highlight=False)  # fmt: skip
     console.print("Mean attention distance per head (pixels), coloured by its role:")
     table = Table(box=None, padding=(0, 1, 0, 0))
     table.add_column("", style="bold")
@@ -251,7 +252,8 @@ def print_picture_report(console: Console, report: PictureReport) -> None:
     console.print(
         f"[dim]sink: the patches give ≥ {ROLE_SHARE:.0%} to CLS, dist and registers; local: ≥ "
         f"{ROLE_SHARE:.0%} to their own and the 8 neighbouring patches; global: mean attention "
-        f"distance ≥ {GLOBAL_REACH:.0%} of uniform attention's ({report.uniform:.1f} px); "
+        f"distance ≥ {GLOBAL_REACH:.0%} of uniform attention's {report.uniform:.1f} px "
+        f"({GLOBAL_REACH * report.uniform:.1f} px); "
         "each head's numbers per picture, averaged over the pictures (docs/vision.md)[/]",
         highlight=False,
     )

@@ -58,6 +58,12 @@ def print_header(console: Console, att: Attention) -> None:
     else:
         sides = [("", att.tokens)]
     repeated = set()
+    if att.picture is not None:  # its patches said as a grid, not one by one
+        picture, n = att.picture, len(att.tokens)
+        before = " ".join(att.tokens[: picture.first])
+        grid = f"{picture.grid[0]} × {picture.grid[1]} patches (row, col)"
+        console.print(f"{n:,} tokens: {before + ' + ' if before else ''}{grid}", highlight=False)
+        sides = []
     for side, tokens in sides:
         repeated |= _print_tokens(console, tokens, f"{side} " if side else "", att.unit)
     if repeated:
@@ -506,30 +512,48 @@ def print_ablation(console: Console, view: AblationView) -> None:
     console.print(table)
 
 
-def print_pictures(console: Console, heads: Sequence[Any]) -> None:
+def print_pictures(console: Console, heads: Sequence[Any], measure: str = "weights") -> None:
     """What each head does on a picture (`analysis.vision.VisionHead`), the last layer
-    first: its role, where CLS looks, how far the patches look."""
+    first: its role, where CLS looks (the columns of CLS left out where the model has no
+    CLS: SigLIP), how far the patches look; 80 columns wide."""
     from attnviz.analysis.vision import GLOBAL_REACH, ROLE_SHARE
 
-    table = Table(title="What each head does on this picture (last layer first)",
-                  title_justify="left")  # fmt: skip
-    for column in ("L", "H", "role", "CLS entropy", "CLS on", "CLS's top patches", "sink",
-                   "local", "distance px"):  # fmt: skip
-        numbers = ("L", "H", "CLS entropy", "sink", "local", "distance px")
+    cls = any(head.cls_entropy is not None for head in heads)
+    columns = ["L", "H", "role", *(["CLS entropy", "CLS on others", "CLS's top patches",
+               "sink"] if cls else []), "local", "dist px"]  # fmt: skip
+    numbers = ("L", "H", "CLS entropy", "sink", "local", "dist px")
+    by = "" if measure == "weights" else f"; by {measure}, each row as shares"
+    console.print(f"What each head does on this picture (last layer first{by})", style="italic")
+    table = Table(box=None, padding=(0, 1, 0, 0))
+    for column in columns:
         table.add_column(column, justify="right" if column in numbers else "left")
     for head in sorted(heads, key=lambda h: (-h.layer, h.head)):
-        outside = " ".join(f"{label} {share:.0%}" for label, share in head.cls_outside)
-        top = " · ".join(f"{label} {share:.2f}" for label, share in head.cls_top)
-        entropy = "" if head.cls_entropy is None else f"{head.cls_entropy:.2f}"
-        table.add_row(str(head.layer), str(head.head), head.role, entropy, outside, top,
-                      f"{head.sink:.2f}", f"{head.local:.2f}", f"{head.distance:.1f}")  # fmt: skip
+        cells = [str(head.layer), str(head.head), head.role]
+        if cls:
+            top = " ".join(f"{label.replace(' ', '')} {share:.2f}"
+                           for label, share in head.cls_top[:2])  # fmt: skip
+            cells += [f"{head.cls_entropy:.2f}", _outside_cell(head.cls_outside), top,
+                      f"{head.sink:.2f}"]  # fmt: skip
+        table.add_row(*cells, f"{head.local:.2f}", f"{head.distance:.1f}")
     console.print(table)
+    said = "No token outside the grid (no CLS). "
+    if cls:
+        said = (f"CLS on others: what CLS gives the tokens outside the grid (CLS itself, dist, "
+                f"registers), with the largest; --json has each and CLS's top "
+                f"{len(heads[0].cls_top)} patches. sink: the patches give ≥ {ROLE_SHARE:.0%} "
+                "to the tokens outside the grid; ")  # fmt: skip
     console.print(
-        f"sink: the patches give ≥ {ROLE_SHARE:.0%} to CLS, dist and registers; local: ≥ "
-        f"{ROLE_SHARE:.0%} to their own and the 8 neighbouring patches; global: mean attention "
-        f"distance ≥ {GLOBAL_REACH:.0%} of uniform attention's (docs/vision.md).",
+        f"{said}local: ≥ {ROLE_SHARE:.0%} to their own and the 8 neighbouring patches; global: "
+        f"mean attention distance ≥ {GLOBAL_REACH:.0%} of uniform attention's (docs/vision.md).",
         highlight=False,
     )
+
+
+def _outside_cell(shares: Sequence[tuple[str, float]]) -> str:
+    """CLS's share on the tokens outside the grid: the total, and the largest by name."""
+    total = sum(share for _, share in shares)
+    label, largest = max(shares, key=lambda pair: pair[1])
+    return f"{total:.0%}" if len(shares) == 1 else f"{total:.0%}, {label} {largest:.0%}"
 
 
 def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
@@ -543,7 +567,7 @@ def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
     if result.query is not None:
         print_query(console, att, result.query, layers, heads)
     elif result.vision:
-        print_pictures(console, result.vision)
+        print_pictures(console, result.vision, att.measure)
     elif att.per_layer:
         print_special_share(
             console, att, result.summaries, result.special_by_weight, result.special_by_norm

@@ -40,6 +40,7 @@ class Done(Consumer):
             "truncate": r.truncate,
             "query": r.query,
             "measure": r.measure,
+            **({"fusion": r.fusion, "discard": r.discard} if r.measure == "rollout" else {}),
             "ablate": [f"{layer}.{head}" for layer, head in r.ablate],
             "images": r.images,
             "html": r.html,
