@@ -611,8 +611,7 @@ def _attention(
     (`EveryMeasure.page` of its row), all from the same batched forward pass, in order."""
     from functools import partial
 
-    from attnviz.analysis.contributions import EveryMeasure
-    from attnviz.analysis.inside import InsideSteps
+    from attnviz.analysis.contributions import PageParts
     from attnviz.core.extract import batched
     from attnviz.pipelines.readers import OneStack
 
@@ -628,14 +627,14 @@ def _attention(
             yield att, CONTINUED if inside else None, lambda shown, _: PageMeasures(shown, {})
         return
     for batch in batched(encoded, request.batch_size, same_size=request.pictures is not None):
-        steps = InsideSteps(loaded, batch) if inside else None
-        every = EveryMeasure(loaded, layers, batch, request.measure) if inside else None
-        found, kept = reader.batch(batch, [steps, *every.recorders.values()] if every else [])
+        parts = PageParts(loaded, layers, batch, request.measure) if inside else None
+        found, kept = reader.batch(batch, parts.recorders() if parts else [])
         for row, att in enumerate(found):
-            pages = None
-            if every is not None:
-                pages = partial(every.page, att, kept=kept, row=row)
-            yield att, steps.result(row) if steps else None, pages
+            if parts is None:
+                yield att, None, None
+                continue
+            pages = partial(parts.every.page, att, kept=kept, row=row)
+            yield att, parts.inside.result(row), pages
 
 
 def _stack_attention(

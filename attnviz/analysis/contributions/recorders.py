@@ -578,19 +578,19 @@ class EveryMeasure:
         return PageMeasures(weights, made, lengths)
 
 
-def page_pass(
-    loaded: LoadedModel, encoded: Any, measure: str, layers: list[int] | None, transform: Any
-) -> tuple[Any, PageMeasures, Any]:
-    """One text's interactive page from one forward pass: the chosen measure as `transform`
-    shows it, every measure for the page's switch, and the inside view's numbers (`Inside`,
-    or why it is left out). `attnviz show --html` makes the same from its own pass."""
-    from attnviz.analysis.inside import InsideSteps
+class PageParts:
+    """What a page needs besides the chosen measure, read by the same pass, built here alone
+    (`show --html`'s Page consumer, `export --html`): the inside view's steps
+    (`analysis.inside.InsideSteps`) and, with `measures`, every other measure for the page's
+    switch (`EveryMeasure`)."""
 
-    chosen = loaded.info.pick_layers(layers)
-    inside = InsideSteps(loaded, [encoded])
-    every = EveryMeasure(loaded, chosen, [encoded], measure)
-    kept: list[MeasureRecorder] = []
-    also = [inside, *every.recorders.values()]
-    raw = read_measure(loaded, [encoded], measure, layers, also, kept)[0]
-    shown = transform(raw)
-    return shown, every.page(raw, shown, transform, kept[0] if kept else None), inside.result()
+    def __init__(self, loaded: LoadedModel, layers: list[int], batch: list[Any], chosen: str,
+                 measures: bool = True) -> None:  # fmt: skip
+        from attnviz.analysis.inside import InsideSteps
+
+        self.inside = InsideSteps(loaded, batch)
+        self.every = EveryMeasure(loaded, layers, batch, chosen) if measures else None
+
+    def recorders(self) -> list[Any]:
+        """The recorders the pass feeds: the steps', then each measure's."""
+        return [self.inside, *(self.every.recorders.values() if self.every else ())]

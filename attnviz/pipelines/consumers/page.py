@@ -20,21 +20,24 @@ class Page(Consumer):
         return run.loaded.info.seq2seq
 
     def recorders(self, run: Run) -> list[Any]:
-        from attnviz.analysis.contributions import EveryMeasure
-        from attnviz.analysis.inside import CONTINUED, InsideSteps, StacksInside
+        from attnviz.analysis.contributions import PageParts
+        from attnviz.analysis.inside import CONTINUED, StacksInside
 
         if run.loaded.info.seq2seq:
             self.inside = StacksInside(run.loaded)  # each stack's inside view
             return self.inside([run.encoded])
-        self.inside = InsideSteps(run.loaded, [run.encoded])
-        if self.request.continues:  # the weights alone: the pass kept each layer's q and k
+        n, info = len(run.encoded), run.loaded.info
+        # pooled: the weights alone (each measure's maps are held whole); a continuation:
+        # the weights alone, as the pass kept each layer's q and k
+        alone = (self.request.continues or run.streamed
+                 or page_pool_size(len(run.layers), info.n_heads, n, n) > 1)  # fmt: skip
+        parts = PageParts(run.loaded, run.layers, [run.encoded], self.request.measure,
+                          measures=not alone)  # fmt: skip
+        self.inside, self.every = parts.inside, parts.every
+        if self.request.continues:
             self.inside.leave_out(0, CONTINUED)
             return []
-        n, info = len(run.encoded), run.loaded.info
-        if run.streamed or page_pool_size(len(run.layers), info.n_heads, n, n) > 1:
-            return [self.inside]  # pooled: the weights alone (each measure's maps held whole)
-        self.every = EveryMeasure(run.loaded, run.layers, [run.encoded], self.request.measure)
-        return [self.inside, *self.every.recorders.values()]
+        return parts.recorders()
 
     def contents(self, run: Run) -> tuple[Any, dict[str, Any]]:
         """The page's attention and the rest of what `outputs.html` builds it from."""
