@@ -118,3 +118,26 @@ def test_the_apis_compare_reads_two_pictures(vision_dirs, tmp_path):
     found = attnviz.compare(str(a), str(b), model=model)
     cli = runner.invoke(app, ["compare", str(a), str(b), "-m", model, "--no-images", "--json"])
     assert np.allclose(found.divergence, json.loads(cli.output)["divergence"], atol=1e-6)
+
+
+def test_compare_draws_each_moved_heads_cls_over_both_pictures(vision_dirs, tmp_path):
+    from attnviz.outputs.figures import Style
+    from attnviz.outputs.figures.pictures import blend, pair_figure
+
+    a, b = picture(tmp_path / "a.png", seed=1), picture(tmp_path / "b.png", seed=2)
+    model = str(vision_dirs["vit"])
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["compare", str(a), str(b), "-m", model, "--top", "1", "-o",
+                                 str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert len(list(out.glob("*/layer-*-head-*-pictures.png"))) == 1
+    one, two = (attnviz.attention(str(p), model=model, device="cpu") for p in (a, b))
+    style = Style()
+    fig = pair_figure(one, two, 1, 2, style)
+    panels = [artist.pixels for artist in fig.artists if hasattr(artist, "pixels")]
+    grids = [att.picture.patches(att.weights[1, 2, 0]) for att in (one, two)]
+    top = max(float(grid.max()) for grid in grids)  # one colour scale for A and B
+    nearest = np.arange(220) * 32 // 220  # 32 picture pixels drawn at 220
+    for drawn, att, grid in zip(panels, (one, two), grids, strict=True):
+        expected = blend(att.picture.pixels, grid, 8, style.colour_map(), top)
+        assert np.array_equal(drawn, expected[nearest][:, nearest])

@@ -116,7 +116,7 @@ def read_done(folder: Path) -> dict[str, Any] | None:
 # The names of the files one text's folder gets (render.py names the figures; export adds
 # the raw array; show and export the page). A test checks every name written matches.
 TEXT_FILES = re.compile(
-    r"(overview|layer-\d+|layer-\d+-head-\d+|query-.*-\d+|divergence|layer-\d+-head-\d+-compare"
+    r"(overview|layer-\d+|layer-\d+-head-\d+|query-.*-\d+|divergence|layer-\d+-head-\d+-(compare|pictures)"
     r"|importance-[ab]|moved-or-matters|picture-(\d+-\d+-|dist-|reg\d+-)?(layer-\d+|rollout))"
     r"\.(png|svg|pdf)|attention\.(html|npz)|compare(-\d+)?\.html"
 )

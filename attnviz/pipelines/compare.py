@@ -188,6 +188,12 @@ def _figures(folder, pairs, comparison, moved, measure, style, models, matters):
                                    pair.labels, title, style)  # fmt: skip
         path = folder / f"layer-{m.layer}-head-{m.head}-compare.{style.fmt}"
         written.append(save_figure(figure, path, style))
+        if pair.a.picture is not None and pair.a.picture.first and pair.b.picture.first:
+            from attnviz.outputs.figures.pictures import pair_figure
+
+            figure = pair_figure(pair.a, pair.b, m.layer, m.head, style)  # CLS over each
+            path = folder / f"layer-{m.layer}-head-{m.head}-pictures.{style.fmt}"
+            written.append(save_figure(figure, path, style))
     if matters is not None:
         for side, found, who_read in (("a", matters[0], models[0]), ("b", matters[1], models[1])):
             title = f"Head importance by {found.how} ({side.upper()}) — {who_read}"

@@ -89,11 +89,22 @@ def rollout_rows(att: Attention, layers: list[int], query: int) -> Any:
     return att.weights[[att.slot(layer) for layer in layers], 0, query]
 
 
+def pair_figure(a: Attention, b: Attention, layer: int, head: int, style: Style):
+    """CLS's attention in one head over picture A and over picture B, side by side, on one
+    colour scale (`compare` of two pictures, for a head that moved); the figure, drawn."""
+    rows = [att.weights[att.slot(layer)][head, 0] for att in (a, b)]
+    panels = [(f"A: {a.text}", rows[0]), (f"B: {b.text}", rows[1])]
+    title = f"layer {layer} · head {head} · where CLS looks in A and in B"
+    return _panels_figure(a, panels, 0, style, title, "attention", owners=[a, b])
+
+
 def _panels_figure(att: Attention, panels: list[tuple[str, Any]], query: int, style: Style,
-                   title: str, what: str):  # fmt: skip
+                   title: str, what: str, owners: list[Attention] | None = None):  # fmt: skip
     """One panel per (name, row) of `panels` (a row: a value per token), the row over the
     patches blended over the picture, titled with its name, the patches' share and what the
-    tokens outside the grid take; one colour bar for all, the share of `what`.
+    tokens outside the grid take; one colour bar for all, the share of `what`. `owners`:
+    the attention each row is of, where the panels are of several pictures (each drawn at
+    the size `att`'s picture is).
 
     Each panel is the blended picture placed as whole pixels (`raster.whole_pixels`; one
     picture pixel to one figure pixel where that is near the panel's size, else resized to
@@ -106,8 +117,9 @@ def _panels_figure(att: Attention, panels: list[tuple[str, Any]], query: int, st
     configure_matplotlib()
     picture, dpi = att.picture, style.dpi
     height, width = (n * picture.patch for n in picture.grid)
-    grids = np.stack([picture.patches(row) for _, row in panels])
-    top = float(grids.max()) or 1.0
+    owners = owners or [att] * len(panels)
+    grids = [owner.picture.patches(row) for owner, (_, row) in zip(owners, panels)]
+    top = max(float(np.max(grid)) for grid in grids) or 1.0
     cols = min(len(panels), 4)
     rows = math.ceil(len(panels) / cols)
     longest = max(height, width)
@@ -122,20 +134,20 @@ def _panels_figure(att: Attention, panels: list[tuple[str, Any]], query: int, st
     margin = (fig_w - 1.2 - grid_w) / 2
     fig = Figure(figsize=(fig_w, fig_h), dpi=dpi)
     cmap = style.colour_map()
-    for slot, (name, row) in enumerate(panels):
+    for slot, ((name, row), owner) in enumerate(zip(panels, owners)):
         r, c = divmod(slot, cols)
         left = round((margin + c * slot_w + (slot_w - panel_w) / 2) * dpi)  # whole pixels
         bottom = round((fig_h - HEADER_IN - (r + 1) * (panel_h + TITLE_IN) + 0.05) * dpi)
-        blended = blend(picture.pixels, grids[slot], picture.patch, cmap, top)
-        placed = _resized(blended, panel_px)
+        own = owner.picture
+        placed = _resized(blend(own.pixels, grids[slot], own.patch, cmap, top), panel_px)
         if style.fmt == "png":  # straight into the canvas
             fig.add_artist(whole_pixels(placed, left, bottom))
         else:
             fig.figimage(placed, xo=left, yo=bottom, origin="upper")
         box = (left, bottom, panel_px[1], panel_px[0])
         _frame(fig, box, "black", 0.8)
-        _outline_query(fig, picture, query, box, scale)
-        outside = outside_shares(att, row)
+        _outline_query(fig, own, query, box, scale)
+        outside = outside_shares(owner, row)
         fig.text((left + panel_px[1] / 2) / fig.bbox.width, (bottom + panel_px[0] + 3) /
                  fig.bbox.height, f"{name} · patches {float(grids[slot].sum()):.0%}"
                  + (f"\n{outside}" if outside else ""), fontsize=7, ha="center",
