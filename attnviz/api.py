@@ -262,11 +262,23 @@ def report(
     its sentences, and which heads track its syntax and coreference (`Report.linguistics`).
     `options` are those of `attnviz.pipelines.report.build_report` (layers, heads, words,
     thresholds, batch_size, truncate, min_count, margin) and the load settings (dtype,
-    device_map, …: see the module's docstring)."""
+    device_map, …: see the module's docstring).
+    With a vision model, `sentences` names pictures (a folder, a picture file, or a list of
+    them): each head's mean attention distance, CLS's entropy and shares, sink and local
+    shares, averaged over the pictures (`analysis.vision_report.PictureReport`; options:
+    layers, heads, batch_size)."""
+    from attnviz.core.images import pictures_in
     from attnviz.core.inputs import read_sentences
     from attnviz.core.treebank import read_treebank
     from attnviz.pipelines.report import build_report
 
+    named = [sentences] if isinstance(sentences, (str, Path)) else None
+    if named is None and sentences is not None and treebank is None:
+        sentences = list(sentences)
+        named = sentences if all(isinstance(s, (str, Path)) for s in sentences) else None
+    pictures = pictures_in([str(s) for s in named]) if named else None
+    if pictures is not None:
+        return _picture_report(pictures, model, device, options)
     if treebank is not None:
         if sentences is not None:
             raise InputError("give sentences or a treebank, not both")
@@ -282,6 +294,18 @@ def report(
     settings = {f.name: options.pop(f.name) for f in fields(Load) if f.name in options}
     found = build_report(models.get(_load(model, device, **settings)).load(), chosen, **options)
     return _printable(found, "print_seq2seq_report" if hasattr(found, "cross") else "print_report")
+
+
+def _picture_report(pictures: Any, model: str | None, device: str, options: dict) -> Any:
+    from attnviz.pipelines import checks
+    from attnviz.pipelines.picture_report import build_picture_report
+    from attnviz.pipelines.request import Request
+
+    settings = {f.name: options.pop(f.name) for f in fields(Load) if f.name in options}
+    loaded = models.get(_load(model, device, **settings)).load()
+    checks.against(Request("report", pictures=pictures), loaded.info)
+    found = build_picture_report(loaded, pictures, **options)
+    return _printable(found, "print_picture_report")
 
 
 def importance(

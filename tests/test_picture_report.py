@@ -224,3 +224,19 @@ def test_bad_input_gets_one_line_exit_2_and_writes_nothing(vision_dirs, tmp_path
     assert said in result.output and "Traceback" not in result.output, result.output
     assert len(result.output.strip().splitlines()) <= 3  # the line, wrapped at most twice
     assert not out.exists()
+
+
+def test_the_apis_report_reads_a_folder_of_pictures_as_the_cli_does(vision_dirs, tmp_path):
+    import attnviz
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for i in range(2):
+        picture(folder / f"p{i}.png", seed=i)
+    model = str(vision_dirs["vit"])
+    found = attnviz.report(folder, model=model)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["report", str(folder), "-m", model, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    written = json.loads((out / "heads.json").read_text())
+    assert len(written["heads"]) == 8 and found.as_dict()["heads"] == written["heads"]

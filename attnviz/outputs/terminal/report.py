@@ -221,9 +221,9 @@ def print_picture_report(console: Console, report: PictureReport) -> None:
     pictures = f"{report.pictures} picture{'s' * (report.pictures != 1)}"
     console.print(f"[bold]{report.info.name}[/] · {pictures} · {grids} patches of "
                   f"{report.patch} × {report.patch} px", highlight=False)  # fmt: skip
-    if report.skipped:  # each said as a warning when it was skipped; heads.json lists them
-        console.print(f"[yellow]note:[/] {len(report.skipped)} skipped (said above)",
-                      highlight=False)  # fmt: skip
+    if report.skipped:  # each said as a warning when it was skipped
+        console.print(f"[yellow]note:[/] {len(report.skipped)} skipped, each said as it was "
+                      "(heads.json lists them)", highlight=False)  # fmt: skip
     console.print("Mean attention distance per head (pixels), coloured by its role:")
     table = Table(box=None, padding=(0, 1, 0, 0))
     table.add_column("", style="bold")
