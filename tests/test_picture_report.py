@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 from vision_models import PREFIX, picture
+from vision_models import eager as eager_rows
 
 from attnviz.cli import app
 
@@ -37,21 +38,6 @@ def dino_report(vision_dirs, photos):
 
     loaded = load_model(str(vision_dirs[DINO]), "cpu")
     return build_picture_report(loaded, pictures_in([str(photos)])), loaded
-
-
-def _eager(folder, path):
-    """The model's own probabilities (eager `output_attentions`), (L, H, T, T)."""
-    import torch
-    from PIL import Image
-    from transformers import AutoImageProcessor, AutoModel
-
-    model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
-    processor = AutoImageProcessor.from_pretrained(folder)
-    with Image.open(path) as image:
-        pixels = processor(images=image.convert("RGB"), return_tensors="pt")["pixel_values"]
-    with torch.no_grad():
-        found = model(pixel_values=pixels, output_attentions=True).attentions
-    return torch.stack(found)[:, 0].double().numpy()
 
 
 def _loop(weights, first, grid, patch):
@@ -82,7 +68,8 @@ def test_each_heads_numbers_are_plain_loops_over_eager_attention_averaged_over_p
     first, grid, patch = len(PREFIX[DINO]), (4, 4), 8
     assert report.pictures == 2 and report.grids == (grid,) and report.patch == patch
     assert report.outside == tuple(PREFIX[DINO]) and "notes.txt" in report.skipped[0]
-    eager = [_eager(vision_dirs[DINO], photos / name) for name in ("a.png", "b.jpg")]
+    eager = [eager_rows(vision_dirs[DINO], DINO, photos / name).astype(np.float64)
+             for name in ("a.png", "b.jpg")]  # fmt: skip
     assert not np.allclose(eager[0], eager[1], atol=1e-3)  # two pictures, two attentions
     for layer in range(2):
         for head in range(4):

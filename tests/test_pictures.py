@@ -10,31 +10,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 from vision_models import PREFIX, TYPES, picture
+from vision_models import eager as _eager
 
 import attnviz
 from attnviz.cli import app
 
 runner = CliRunner()
-
-
-def _eager(folder, model_type, path):
-    """The model's own probabilities (eager `output_attentions`), (L, H, T, T), for the
-    picture at `path` as its processor prepares it."""
-    import torch
-    import transformers
-    from PIL import Image
-    from transformers import AutoImageProcessor
-
-    from attnviz.core.images import VISION_TOWERS
-
-    loader = getattr(transformers, VISION_TOWERS.get(model_type, "AutoModel"))
-    model = loader.from_pretrained(folder, attn_implementation="eager").eval()
-    processor = AutoImageProcessor.from_pretrained(folder)
-    with Image.open(path) as image:
-        pixels = processor(images=image.convert("RGB"), return_tensors="pt")["pixel_values"]
-    with torch.no_grad():
-        found = model(pixel_values=pixels, output_attentions=True).attentions
-    return torch.stack(found)[:, 0].numpy()
 
 
 @pytest.mark.parametrize("model_type", list(TYPES))

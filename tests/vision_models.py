@@ -7,6 +7,7 @@ std SPREAD so that rows are far from uniform.
 - TYPES: model type → (config overrides, the processor's class and its settings).
 - save(model_type, folder): the model and its processor in `folder`.
 - PREFIX: the labels of each type's tokens before the patches.
+- eager(folder, model_type, path): the model's own probabilities for a picture.
 """
 
 from __future__ import annotations
@@ -68,3 +69,23 @@ def picture(path: Path, size: tuple[int, int] = (64, 48), seed: int = 0) -> Path
     pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), np.uint8)
     Image.fromarray(pixels).save(path)
     return path
+
+
+def eager(folder: Path, model_type: str, path: Path):
+    """The model's own probabilities (eager `output_attentions`), (L, H, T, T) float32, for
+    the picture at `path` as its processor prepares it: what attnviz's numbers are held to."""
+    import torch
+    import transformers
+    from PIL import Image
+    from transformers import AutoImageProcessor
+
+    from attnviz.core.images import VISION_TOWERS
+
+    loader = getattr(transformers, VISION_TOWERS.get(model_type, "AutoModel"))
+    model = loader.from_pretrained(folder, attn_implementation="eager").eval()
+    processor = AutoImageProcessor.from_pretrained(folder)
+    with Image.open(path) as image:
+        pixels = processor(images=image.convert("RGB"), return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        found = model(pixel_values=pixels, output_attentions=True).attentions
+    return torch.stack(found)[:, 0].numpy()
