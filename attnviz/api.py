@@ -364,17 +364,15 @@ def compare(
     norm). `as_dict()` is what `attnviz compare --json` prints of it. `load`: the other load
     settings of both models (dtype, device_map, …: see the module's docstring).
     """
-    from attnviz.core.images import pictures_in
-    from attnviz.core.inputs import read_sentences, split_compare_pairs
+    from attnviz.core.inputs import picture_pair, read_sentences, split_compare_pairs
     from attnviz.pipelines.compare import compare as run_compare
     from attnviz.pipelines.request import Request
 
-    given = [str(x) for x in (a, b) if isinstance(x, (str, Path))]
-    pictures = pictures_in(given) if given else None
-    if pictures is not None:  # one or two picture files, read by a vision model
-        if len(pictures.paths) != len(given):
-            raise InputError("compare reads two picture files, not folders")
-        a, b = str(pictures.paths[0]), str(pictures.paths[-1]) if b is not None else None
+    pictures = None
+    if isinstance(a, (str, Path)):  # one or two picture files, read by a vision model
+        found = picture_pair(str(a), b, against_model is not None)
+        if found is not None:
+            (a, b), pictures = found[0][0], found[1]
     if isinstance(a, Path):
         if b is not None:
             raise InputError("give a file of pairs, or two texts, not both")

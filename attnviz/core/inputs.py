@@ -185,15 +185,25 @@ def compare_pairs_of(
 def compare_input(
     text_a: str | None, text_b: str | None, file: str | None, against_model: bool
 ) -> tuple[list[tuple[str, str]], Any]:
-    """What `compare` reads: (pairs of texts, None) as `compare_pairs_of` reads them, or where
-    the two arguments (one, with `against_model`) are picture files, that pair of paths and
-    the `core.images.Pictures`."""
+    """What `compare` reads: (pairs of texts, None) as `compare_pairs_of` reads them, or
+    (`picture_pair`) a pair of picture files and the `core.images.Pictures`."""
+    found = picture_pair(text_a, text_b, against_model) if file is None else None
+    if found is None:
+        return compare_pairs_of(text_a, text_b, file, against_model), None
+    return found
+
+
+def picture_pair(
+    text_a: str | None, text_b: str | None, against_model: bool
+) -> tuple[list[tuple[str, str]], Any] | None:
+    """Where the two arguments of a comparison (one, with `against_model`) are picture files:
+    that pair of paths and the `core.images.Pictures`; None where they are texts."""
     from attnviz.core.images import pictures_in
 
     given = [text for text in (text_a, text_b) if text is not None]
-    pictures = pictures_in(given) if file is None and given else None
+    pictures = pictures_in(given) if given else None
     if pictures is None:
-        return compare_pairs_of(text_a, text_b, file, against_model), None
+        return None
     if any(path.is_dir() for path in map(Path, given)):
         raise InputError("compare reads two picture files, not folders")
     if len(given) == 1 and not against_model:

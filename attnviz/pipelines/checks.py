@@ -164,9 +164,8 @@ def before_compare(request: Request, model: Model, other: Model) -> None:
         require_text(b, f"text B{where}")
     get(request.measure)
     against(request)
-    if request.pictures is not None:  # a picture's tokens are its processor's grid
-        pairs = []
-    for reader, texts in ((model, [a for a, _ in pairs]), (other, [b for _, b in pairs])):
+    read = ((model, [a for a, _ in pairs]), (other, [b for _, b in pairs]))
+    for reader, texts in read if request.pictures is None else ():  # a picture: its grid
         for text in texts:
             reader.check_files(text=text, truncate=request.truncate)
     if request.out is not None and (request.images or request.html):

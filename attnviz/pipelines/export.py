@@ -373,6 +373,7 @@ class _Export:
         self.started = time.perf_counter()
         self.model = request.model()
         self.todo: list[tuple[Sentence, Path, dict[str, Any]]] = []
+        self.settings: dict[int, dict[str, Any]] = {}  # by sentence index (`settings_of`)
 
     def plan(self) -> bool:
         """Refuse what cannot run, then find the sentences still to do; False when none is."""
@@ -427,7 +428,10 @@ class _Export:
         return bool(self.todo)
 
     def settings_of(self, sentence: Sentence) -> dict[str, Any]:
-        return _settings(self.model_name, sentence, self.options)
+        """A sentence's settings, made once (a picture's hold its bytes' hash: read once)."""
+        if sentence.index not in self.settings:
+            self.settings[sentence.index] = _settings(self.model_name, sentence, self.options)
+        return self.settings[sentence.index]
 
     def report(self, record: Record) -> None:
         if record.status.endswith("(skipped)"):  # too long, or not a picture

@@ -262,10 +262,15 @@ def picture_tasks(att: Attention, folder: Path, layers: list[int], heads: list[i
     return tasks
 
 
+def views_of(att: Attention, query: int | None) -> list[int]:
+    """The tokens whose view over the picture is drawn: CLS (where the model has one), and
+    `query` (an index) where one is asked for."""
+    return ([0] if att.picture.first > 0 else []) + ([query] if query is not None else [])
+
+
 def draw_pictures(att: Attention, folder: Path, layers: list[int], heads: list[int],
                   style: Style, query: int | None, how: str) -> list[Path]:  # fmt: skip
     """The views over the picture of CLS (where the model has one) and of `query`, drawn
     here, one after the other (`export`'s drawing of one picture)."""
-    queries = ([0] if att.picture.first > 0 else []) + ([query] if query is not None else [])
-    return [task[0](*task[1:]) for task in picture_tasks(att, folder, layers, heads, style,
-                                                         queries, how)]  # fmt: skip
+    tasks = picture_tasks(att, folder, layers, heads, style, views_of(att, query), how)
+    return [task[0](*task[1:]) for task in tasks]

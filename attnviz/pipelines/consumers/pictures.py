@@ -29,14 +29,13 @@ class Pictures(Consumer):
         """The views over the picture, drawn in the drawing processes where there are some
         (each layer's a task, beside the heatmaps'), else here."""
         from attnviz.analysis.query import find_query
-        from attnviz.outputs.figures.pictures import picture_tasks, rollout_how
+        from attnviz.outputs.figures.pictures import picture_tasks, rollout_how, views_of
 
         att, jobs = run.ranked, self.request.jobs
         if not self.request.images or att.picture is None:
             return
-        queries = [0] if att.picture.first > 0 else []  # CLS, where the model has one
-        if self.request.query is not None:
-            queries.append(find_query(att, self.request.query))
+        asked = self.request.query
+        queries = views_of(att, find_query(att, asked) if asked is not None else None)
         pool = None
         if jobs > 1:
             from attnviz.outputs.render import start_workers
