@@ -90,7 +90,7 @@ class Attention(core.Attention):
         from attnviz.outputs.html import build_page
         from attnviz.pipelines import readers
         from attnviz.pipelines.consumers.page import Page
-        from attnviz.pipelines.request import Request
+        from attnviz.pipelines.request import ShowRequest
 
         # The inside view needs each layer's input and the measure switch every measure,
         # which `attention()` does not keep: this runs the text once more (`attnviz show
@@ -100,8 +100,7 @@ class Attention(core.Attention):
             raise InputError(
                 "this Attention has no model to read it again: make it with attention()"
             )
-        request = Request(
-            "show",
+        request = ShowRequest(
             self.reader.settings,
             text=self.text,
             picture=self.picture.read_from if self.picture is not None else None,
@@ -192,11 +191,10 @@ def attention(
     """
     from attnviz.core.images import looks_like_picture
     from attnviz.pipelines import checks, readers
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ShowRequest
 
     picture = text if looks_like_picture(text) else None
-    request = Request(
-        "show",
+    request = ShowRequest(
         _load(model, device, implementation, **load),
         text=text if picture is None else getattr(picture, "name", None) or "image",
         picture=picture,
@@ -239,10 +237,10 @@ def check(
     "encoder", "decoder", "cross") is checked, one `CheckResult` per stack in `stacks`.
     `tolerance` None is the model's dtype's (`analysis.check.TOLERANCES`)."""
     from attnviz.pipelines.check import check as run_check
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import CheckRequest
 
     found = run_check(
-        Request("check", _load(model, device, **load), text=text, target=target,
+        CheckRequest(_load(model, device, **load), text=text, target=target,
                 generate=generate, layers=tuple(layers) if layers else None,
                 stacks=tuple(stacks or ()),
                 truncate=truncate, tolerance=tolerance)
@@ -299,11 +297,11 @@ def report(
 def _picture_report(pictures: Any, model: str | None, device: str, options: dict) -> Any:
     from attnviz.pipelines import checks
     from attnviz.pipelines.picture_report import build_picture_report
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ReportRequest
 
     settings = {f.name: options.pop(f.name) for f in fields(Load) if f.name in options}
     loaded = models.get(_load(model, device, **settings)).load()
-    checks.against(Request("report", pictures=pictures), loaded.info)
+    checks.against(ReportRequest(pictures=pictures), loaded.info)
     found = build_picture_report(loaded, pictures, **options)
     return _printable(found, "print_picture_report")
 
@@ -366,7 +364,7 @@ def compare(
     """
     from attnviz.core.inputs import picture_pair, read_sentences, split_compare_pairs
     from attnviz.pipelines.compare import compare as run_compare
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import CompareRequest
 
     pictures = None
     if isinstance(a, (str, Path)):  # one or two picture files, read by a vision model
@@ -385,7 +383,7 @@ def compare(
         pairs = [(first, second) for first, second in a]
     how = _load(model, device, **load)
     against = replace(how, model=against_model) if against_model is not None else None
-    asked = Request("compare", how, pairs=tuple(pairs), against=against, words=words,
+    asked = CompareRequest(how, pairs=tuple(pairs), against=against, words=words,
                     measure=measure, truncate=truncate, top=1, pictures=pictures)  # fmt: skip
     return _printable(run_compare(asked).comparison, _comparison_lines)
 

@@ -29,7 +29,7 @@ def main() -> None:
     from attnviz.core import models
     from attnviz.core.settings import Load
     from attnviz.pipelines.compare import compare
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import CompareRequest, ShowRequest
     from attnviz.pipelines.show import show
 
     load = Load(None, "cpu")
@@ -41,12 +41,12 @@ def main() -> None:
         cases = {"one pair": [PAIR], "4 pairs": every[:4]}
 
     def run_compare(pairs):
-        compare(Request("compare", load, pairs=tuple(pairs), images=False))
+        compare(CompareRequest(load, pairs=tuple(pairs), images=False))
 
     def run_shows(pairs):
         for a, b in pairs:
-            show(Request("show", load, text=a, images=False))
-            show(Request("show", load, text=b, images=False))
+            show(ShowRequest(load, text=a, images=False))
+            show(ShowRequest(load, text=b, images=False))
 
     sides = {"compare": run_compare, "two shows": run_shows}
     for pairs in cases.values():  # warm: first calls import and build what later calls reuse

@@ -56,9 +56,9 @@ elif side == "recorded":
     seconds, written = time.perf_counter() - start, len(whole) - len(prompt)
 else:
     from attnviz.core.settings import Load
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ShowRequest
     from attnviz.pipelines.show import show
-    request = Request("show", Load("smollm2", "cpu"), text=text, generate=n_new, out=None)
+    request = ShowRequest(Load("smollm2", "cpu"), text=text, generate=n_new, out=None)
     start = time.perf_counter()
     shown = show(request).attention
     seconds = time.perf_counter() - start

@@ -56,9 +56,9 @@ if side == "bare":
     with torch.inference_mode():
         loaded.model.model(input_ids=ids)
 else:
-    from attnviz.pipelines.request import Load as Asked, Request
+    from attnviz.pipelines.request import Load as Asked, ShowRequest
     from attnviz.pipelines.show import show
-    show(Request("show", Asked(folder, device, dtype="bfloat16"), text=text, layers=(layer,),
+    show(ShowRequest(Asked(folder, device, dtype="bfloat16"), text=text, layers=(layer,),
                  images=False))
 if cuda:
     torch.cuda.synchronize()

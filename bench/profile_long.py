@@ -20,14 +20,14 @@ def main() -> None:
 
     from attnviz.core import gguf_cache, memory
     from attnviz.core.settings import Load
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ShowRequest
     from attnviz.pipelines.show import show
 
     n_tokens, n_layers = int(sys.argv[1]), int(sys.argv[2])
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_cache.converted("smollm2")))
     text = text_of(n_tokens, tokenizer)
     layers = tuple(range(n_layers))
-    request = Request("show", Load("smollm2", "cpu"), text=text, out=None, layers=layers)
+    request = ShowRequest(Load("smollm2", "cpu"), text=text, out=None, layers=layers)
     request.model().load()
     memory.STREAM_ABOVE = 0  # streamed, as a long text is
     profile = cProfile.Profile()

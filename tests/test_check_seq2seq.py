@@ -171,9 +171,9 @@ def test_the_api_checks_each_stack_and_names_it(seq2seq_dirs):
 
 def _asked(dirs, arch, **fields):
     from attnviz.core.settings import Load
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import CheckRequest
 
-    return Request("check", Load(str(dirs[arch]), "cpu"), text=SOURCE, target=TARGET, **fields)
+    return CheckRequest(Load(str(dirs[arch]), "cpu"), text=SOURCE, target=TARGET, **fields)
 
 
 def test_cli_checks_every_stack_by_default(seq2seq_dirs):

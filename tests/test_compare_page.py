@@ -111,9 +111,9 @@ def test_the_inside_views_share_one_budget(bundled, monkeypatch):
     from attnviz.core.tokens import encode
     from attnviz.outputs.html.compare import compare_data
     from attnviz.pipelines.readers import read_texts
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import CompareRequest
 
-    asked = Request("compare", batch_size=2)
+    asked = CompareRequest(batch_size=2)
     found, insides = read_texts(bundled, asked, [encode(bundled, t) for t in PAIR], True)
     one = insides[0].q.size * 3 * 4  # bytes of one text's Q, K and V (K, V as long as Q here)
     monkeypatch.setattr(inside_module, "INSIDE_BUDGET", int(one * 1.5))

@@ -134,11 +134,11 @@ def test_export_stops_at_the_next_text_after_a_ctrl_c_python_swallowed(
     from attnviz.core.inputs import read_sentences
     from attnviz.core.settings import Load
     from attnviz.pipelines.export import export
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ExportRequest
 
     monkeypatch.setattr(interrupts, "_asked", True)
     texts = [f"Sentence {i} is here." for i in range(4)]
-    request = Request("export", Load(str(tiny_model_dirs["bert"])), out=tmp_path / "out",
+    request = ExportRequest(Load(str(tiny_model_dirs["bert"])), out=tmp_path / "out",
                       sentences=read_sentences(None, texts), figures=("overview",))  # fmt: skip
     summary = export(request)
     assert summary.interrupted and summary.written == 0

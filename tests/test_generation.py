@@ -159,10 +159,10 @@ def test_the_replay_is_the_same_in_blocks_of_any_size(block, decoders):
 def test_show_lists_each_written_token_and_streams_a_long_prompt_alike(decoders, monkeypatch):
     from attnviz.core import memory
     from attnviz.core.settings import Load
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ShowRequest
     from attnviz.pipelines.show import show
 
-    request = Request("show", Load(decoders["llama"], "cpu"), text=PROMPT, generate=N, out=None,
+    request = ShowRequest(Load(decoders["llama"], "cpu"), text=PROMPT, generate=N, out=None,
                       query="6")  # fmt: skip
     held = show(request)
     monkeypatch.setattr(memory, "STREAM_ABOVE", 0)
@@ -324,10 +324,10 @@ def test_the_table_counts_the_tokens_the_view_shows(decoders, view):
     (the words' probabilities the products of their tokens'), not the model's token
     positions: the helper's new-user run found them out of step."""
     from attnviz.core.settings import Load
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ShowRequest
     from attnviz.pipelines.show import show
 
-    request = Request("show", Load(decoders["llama"], "cpu"), text=PROMPT, generate=N, out=None,
+    request = ShowRequest(Load(decoders["llama"], "cpu"), text=PROMPT, generate=N, out=None,
                       **view)  # fmt: skip
     found = show(request)
     att, written = found.attention, found.continuation

@@ -10,7 +10,7 @@ import pytest
 from attnviz.analysis.pooling import pool
 from attnviz.core import memory
 from attnviz.core.settings import Load
-from attnviz.pipelines.request import Request
+from attnviz.pipelines.request import ShowRequest
 from attnviz.pipelines.show import show
 
 TEXT = "the cat sat on the mat and the dog sat on the log , then the cat ran to the dog"
@@ -18,7 +18,7 @@ TEXT = "the cat sat on the mat and the dog sat on the log , then the cat ran to 
 
 def _both(tiny_model_dirs, arch, monkeypatch, **fields):
     """The same request held whole and streamed (every run streams over 0 bytes)."""
-    request = Request("show", Load(str(tiny_model_dirs[arch]), "cpu"), text=TEXT, out=None,
+    request = ShowRequest(Load(str(tiny_model_dirs[arch]), "cpu"), text=TEXT, out=None,
                       **fields)  # fmt: skip
     held = show(request)
     monkeypatch.setattr(memory, "STREAM_ABOVE", 0)
@@ -108,7 +108,7 @@ def test_a_streamed_run_asks_the_pass_for_no_whole_map(tiny_model_dirs, monkeypa
 
     monkeypatch.setattr(capture, "run", watched)
     monkeypatch.setattr(memory, "STREAM_ABOVE", 0)
-    request = Request("show", Load(str(tiny_model_dirs["llama"]), "cpu"), text=TEXT,
+    request = ShowRequest(Load(str(tiny_model_dirs["llama"]), "cpu"), text=TEXT,
                       query="cat", out=None)  # fmt: skip
     found = show(request)
     assert "rows" in asked and "probs" not in asked

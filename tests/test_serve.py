@@ -126,7 +126,7 @@ def test_the_compare_answer_is_compare_htmls_data_from_one_pass(bundled, tmp_pat
     from attnviz.core.settings import Load
     from attnviz.pipelines import serve_compare
     from attnviz.pipelines.compare import compare
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import CompareRequest
 
     a, b = "The keys to the cabinet are on the table.", "The key to the cabinets is on the table."
     model = models.model(None, "cpu")
@@ -138,7 +138,7 @@ def test_the_compare_answer_is_compare_htmls_data_from_one_pass(bundled, tmp_pat
     finally:
         handle.remove()
     assert len(passes) == 1
-    asked = Request("compare", Load(None, "cpu"), pairs=((a, b),), out=tmp_path, images=False,
+    asked = CompareRequest(Load(None, "cpu"), pairs=((a, b),), out=tmp_path, images=False,
                     html=True)  # fmt: skip
     written = compare(asked).pages[0]
     embedded = re.search(
@@ -159,7 +159,7 @@ def test_the_pages_data_is_show_htmls_from_one_pass(bundled, tmp_path):
     from attnviz.core import models
     from attnviz.core.settings import Load
     from attnviz.pipelines import serve
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ShowRequest
     from attnviz.pipelines.show import show
 
     model = models.model(None, "cpu")
@@ -171,7 +171,7 @@ def test_the_pages_data_is_show_htmls_from_one_pass(bundled, tmp_path):
         answered = serve.page(model, Question(text, **options))
     finally:
         handle.remove()
-    asked = Request("show", Load(None, "cpu"), text=text, out=tmp_path, images=False, html=True,
+    asked = ShowRequest(Load(None, "cpu"), text=text, out=tmp_path, images=False, html=True,
                     **options)  # fmt: skip
     written = show(asked).page
     embedded = re.search(

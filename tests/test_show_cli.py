@@ -279,7 +279,7 @@ def test_early_refusal_uses_the_model_directory_too(tiny_model_dirs):
 def test_the_summary_comes_before_the_figures(tiny_model_dirs, tmp_path):
     """The command line prints the summary while the figures are drawn, not after them."""
     from attnviz.core.settings import Load
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ShowRequest
     from attnviz.pipelines.show import show
 
     seen = []
@@ -287,7 +287,7 @@ def test_the_summary_comes_before_the_figures(tiny_model_dirs, tmp_path):
     def summary(partial):
         seen.append((len(partial.summaries), list(tmp_path.rglob("*.png")), partial.images))
 
-    request = Request("show", Load(str(tiny_model_dirs["bert"])), text="The cat sat on the mat.",
+    request = ShowRequest(Load(str(tiny_model_dirs["bert"])), text="The cat sat on the mat.",
                       out=tmp_path, jobs=2)  # fmt: skip
     result = show(request, on_summary=summary)
     ((heads, pngs_then, images_then),) = seen
@@ -365,11 +365,11 @@ def test_pair_on_a_decoder_is_refused_before_loading(tiny_model_dirs, monkeypatc
     from attnviz.core import models
     from attnviz.core.settings import Load
     from attnviz.errors import InputError
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ShowRequest
     from attnviz.pipelines.show import show
 
     monkeypatch.setattr(models, "_MODELS", {})  # none loaded by an earlier test
-    request = Request("show", Load(str(tiny_model_dirs["gpt2"]), "cpu"), text="hi",
+    request = ShowRequest(Load(str(tiny_model_dirs["gpt2"]), "cpu"), text="hi",
                       pair="It was tired.", out=None)  # fmt: skip
     with pytest.raises(
         InputError, match="--pair in attnviz show works with encoders; .* is a decoder"

@@ -37,14 +37,14 @@ def _count_passes(model):
 def test_show_with_the_page_runs_the_model_once(bundled, tmp_path, query):
     from attnviz.core import models
     from attnviz.core.settings import Load
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ShowRequest
     from attnviz.pipelines.show import show
 
     assert models.model(None, "cpu").load() is bundled
     calls, handle = _count_passes(bundled.model)
     try:
         text = "The quick brown fox jumps."
-        result = show(Request("show", Load(None, "cpu"), text=text, out=tmp_path, html=True,
+        result = show(ShowRequest(Load(None, "cpu"), text=text, out=tmp_path, html=True,
                               query=query))  # fmt: skip
     finally:
         handle.remove()
@@ -58,12 +58,12 @@ def test_export_with_pages_runs_one_pass_per_batch(bundled, tmp_path):
     from attnviz.core.settings import Load
     from attnviz.outputs.figures import Style
     from attnviz.pipelines.export import export
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ExportRequest
 
     sentences = read_sentences(None, ["One cat.", "Two dogs ran.", "Three birds sang loudly."])
     calls, handle = _count_passes(bundled.model)
     try:
-        asked = Request("export", Load(None, "cpu"), sentences=sentences, html=True,
+        asked = ExportRequest(Load(None, "cpu"), sentences=sentences, html=True,
                         figures=("overview",), out=tmp_path, style=Style(),
                         batch_size=2)  # fmt: skip
         export(asked)

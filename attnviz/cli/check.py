@@ -90,14 +90,13 @@ def check(
     from attnviz.core.inputs import read_text
     from attnviz.outputs import terminal
     from attnviz.pipelines.check import check as run_check
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import CheckRequest
 
     try:
         how = load(model, device, dtype=dtype, device_map=device_map, max_memory=max_memory,
                    offload_folder=offload_folder, quantize=quantize)  # fmt: skip
         result = run_check(
-            Request(
-                "check",
+            CheckRequest(
                 how,
                 text=read_text(text),
                 target=target,

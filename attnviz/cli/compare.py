@@ -113,13 +113,12 @@ def compare(
         from attnviz.core.inputs import compare_input
         from attnviz.outputs import terminal
         from attnviz.pipelines.compare import compare as run_compare
-        from attnviz.pipelines.request import Request
+        from attnviz.pipelines.request import CompareRequest
 
         against = replace(load, model=against_model) if against_model else None
         pairs, pictures = compare_input(text_a, text_b, file, bool(against))
         found = run_compare(
-            Request(
-                "compare", load, pairs=tuple(pairs), pictures=pictures, against=against,
+            CompareRequest(load, pairs=tuple(pairs), pictures=pictures, against=against,
                 truncate=truncate, words=words, measure=measure.value,
                 query=query, html=html, images=not no_images,
                 importance="ablation" if importance else None, top=top, top_k=top_k,

@@ -128,12 +128,11 @@ def export(
     from attnviz.core.inputs import export_input
     from attnviz.outputs import terminal
     from attnviz.pipelines.export import export as run_export
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ExportRequest
 
     try:
         texts, pictures = export_input(file, sentences)
-        request = Request(
-            "export", load, sentences=texts, pictures=pictures, **select,
+        request = ExportRequest(load, sentences=texts, pictures=pictures, **select,
             stack=stack.value if stack else None,
             truncate=truncate, words=words, hide_special=hide_special, **measuring,
             query=query, html=html, figures=tuple(k.value for k in figures) if figures else None,

@@ -138,7 +138,7 @@ def report(
     from attnviz.analysis.roles import Thresholds
     from attnviz.core.inputs import report_input
     from attnviz.pipelines.report import report as run_report
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ReportRequest
 
     try:
         if importance is not None:
@@ -146,8 +146,7 @@ def report(
         if ablation not in ABLATIONS:
             raise InputError(f"unknown --ablation '{ablation}'; known: {', '.join(ABLATIONS)}")
         corpus, pictures = report_input(sentences, file, treebank)
-        request = Request(
-            "report", load, sentences=corpus, pictures=pictures,
+        request = ReportRequest(load, sentences=corpus, pictures=pictures,
             treebank=treebank is not None, **select,
             words=words,
             thresholds=Thresholds.parse(threshold), min_count=min_count, margin=margin,

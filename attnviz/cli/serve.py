@@ -79,7 +79,7 @@ def serve(
     """
     try:
         from attnviz.pipelines import checks
-        from attnviz.pipelines.request import Request
+        from attnviz.pipelines.request import ServeRequest
         from attnviz.server import exposed, listen, serve, url
         from attnviz.server.app import LOOPBACK_NAMES, Limits
 
@@ -87,7 +87,7 @@ def serve(
         if warning:
             warn(warning)
         sock = listen(host, port)  # before loading: a port in use fails at once
-        asked = Request("serve", load)
+        asked = ServeRequest(load)
         chosen = asked.model()
         checks.before_loading(asked, chosen)
         address = url(host, port)
@@ -133,9 +133,9 @@ def _second_model(name: str | None, load: Load, first: Any) -> Model | None:
 
     from attnviz.analysis.compare import refuse_models
     from attnviz.pipelines import checks
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ServeRequest
 
-    asked = Request("serve", replace(load, model=name))
+    asked = ServeRequest(replace(load, model=name))
     second = asked.model()
     checks.before_loading(asked, second)
     with err_console.status(f"loading {name}…"):

@@ -81,12 +81,11 @@ def show(
         from attnviz.analysis.window import parse_window
         from attnviz.outputs import terminal
         from attnviz.outputs.render import default_jobs
-        from attnviz.pipelines.request import Request
+        from attnviz.pipelines.request import ShowRequest
         from attnviz.pipelines.show import show as run_show
 
         text, picture = _text_or_picture(text)
-        request = Request(
-            "show", load, text=text, picture=picture, pair=pair,
+        request = ShowRequest(load, text=text, picture=picture, pair=pair,
             target=target, **writing, **select,
             stack=stack.value if stack is not None else None,
             truncate=truncate, words=words, hide_special=hide_special, **measuring,

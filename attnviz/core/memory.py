@@ -77,14 +77,15 @@ class Asked:
         """What a `pipelines.request.Request` of show or export asks for (read by its field
         names: core imports nothing above it)."""
         r, export = request, request.command == "export"
+        figures = getattr(r, "figures", None)  # export's kinds of figure (() : none)
         return cls(
             layers=r.layers,
             measure=r.measure,
             html=r.html,
-            images=r.images and r.out is not None and r.figures != (),
+            images=r.images and r.out is not None and figures != (),
             jobs=r.jobs,
             transformed=r.words or r.hide_special,
-            ablate=bool(r.ablate),
+            ablate=bool(getattr(r, "ablate", ())),  # show's alone
             batch=r.batch_size if export else 1,
             in_flight=2 * r.jobs if export and r.jobs > 1 else 0,
             command=r.command,

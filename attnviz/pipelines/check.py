@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from attnviz.core.attention import Encoded, SourceTarget
     from attnviz.core.capture import Each
     from attnviz.core.model_info import LoadedModel, ModelInfo, ModelSpec
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import CheckRequest
 
 Shapes = tuple  # ((step, formula, shape), …) of one layer, as `MHAResult.shapes`
 
@@ -98,7 +98,7 @@ def _checker(
     return capture.Each(layers, kinds, check_layer, stack=stack)
 
 
-def check(request: Request) -> CheckResult:
+def check(request: CheckRequest) -> CheckResult:
     """Recompute the chosen layers (default: all) of the model on `request.text` and compare.
 
     An encoder-decoder model reads the text as its source and `request.target` as the
@@ -152,7 +152,7 @@ def check(request: Request) -> CheckResult:
     )
 
 
-def _plan(facts: ModelSpec | ModelInfo, request: Request) -> dict[str | None, list[int]]:
+def _plan(facts: ModelSpec | ModelInfo, request: CheckRequest) -> dict[str | None, list[int]]:
     """The layers to check in each stack ({None: layers} for a model with one stack), from
     the model's files before it loads and from the loaded model after; a layer a chosen
     stack lacks is refused."""

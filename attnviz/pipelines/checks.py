@@ -74,7 +74,7 @@ def before_loading(request: Request, model: Model, texts: Sequence[str] | None =
     layers, heads = list(request.layers or ()) or None, list(request.heads or ()) or None
     text = request.text if request.picture is None else None
     model.check_files(layers, heads, text, request.truncate, request.stack)
-    if request.ablate:
+    if features.asks(lambda r: r.ablate, request):  # show's
         model.check_files([layer for layer, _ in request.ablate],
                            [head for _, head in request.ablate])  # fmt: skip
     if texts is not None and request.picture is None:
@@ -111,7 +111,7 @@ def reads_pictures(request: Request) -> bool:
 
 def _text_options(request: Request) -> None:
     for option, given, why in _TEXT_ONLY:
-        if given(request):
+        if features.asks(given, request):
             raise InputError(f"{option} is for text: {why}")
 
 

@@ -16,7 +16,7 @@ from attnviz.pipelines.readers import read_texts
 if TYPE_CHECKING:
     from attnviz.analysis.compare import Comparison, Moved, QueryMoves
     from attnviz.analysis.importance import Importance
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import CompareRequest
 
 OVERVIEW = "divergence"  # the overview figure's file name, without its extension
 
@@ -63,7 +63,7 @@ class CompareResult:
         }
 
 
-def compare(request: Request) -> CompareResult:
+def compare(request: CompareRequest) -> CompareResult:
     """Read each pair's text A with the request's model and text B with its `against` model
     (default: the same), compare them head by head (`analysis.compare`) and draw the
     divergence per head and the `top` heads that moved most (A, B and B − A) into its `out`.
@@ -113,7 +113,7 @@ def compare(request: Request) -> CompareResult:
                          tuple(pages))  # fmt: skip
 
 
-def _encode(loaded: Any, request: Request, text: str) -> Any:
+def _encode(loaded: Any, request: CompareRequest, text: str) -> Any:
     """A text as `loaded` reads it, or a picture (`request.pictures`: `text` is its path)."""
     if request.pictures is not None:
         from attnviz.core.images import encode_picture

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from attnviz.core.inputs import Sentence, Sentences
     from attnviz.core.model_info import LoadedModel, ModelSpec
     from attnviz.outputs.figures import Style
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ExportRequest
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class ExportOptions:
     seed: int | None = None
 
     @classmethod
-    def of(cls, request: Request) -> ExportOptions:
+    def of(cls, request: ExportRequest) -> ExportOptions:
         """The settings `request` writes with, each field the request's own (the figures'
         look from its style); an encoder-decoder model's stack is set once its kind is known."""
         from attnviz.outputs.figures import Style
@@ -342,7 +342,7 @@ def _freeze_long_lived() -> None:
 
 
 def export(
-    request: Request,
+    request: ExportRequest,
     on_progress: Progress | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> ExportSummary:
@@ -368,7 +368,9 @@ class _Export:
     """One export run: its plan (folders, what is complete, what is left), then the batched
     passes and the figures of what is left, counted into `summary`."""
 
-    def __init__(self, request: Request, on_progress: Progress | None, warn: Callable) -> None:
+    def __init__(
+        self, request: ExportRequest, on_progress: Progress | None, warn: Callable
+    ) -> None:
         self.request, self.on_progress, self.warn = request, on_progress, warn
         self.started = time.perf_counter()
         self.model = request.model()
@@ -605,7 +607,7 @@ class _Export:
 
 def _attention(
     loaded: LoadedModel,
-    request: Request,
+    request: ExportRequest,
     encoded: Iterator[Encoded],
     layers: list[int],
     inside: bool,
@@ -642,7 +644,7 @@ def _attention(
 
 
 def _stack_attention(
-    loaded: LoadedModel, request: Request, pairs: Iterator[SourceTarget], stack: str
+    loaded: LoadedModel, request: ExportRequest, pairs: Iterator[SourceTarget], stack: str
 ) -> Iterator[tuple[Attention, None, None]]:
     """Each source-target pair's attention of `stack` (or the request's measure: norm),
     batched, in order (as `_attention` yields them, without the page's numbers)."""

@@ -161,7 +161,16 @@ def kind_of(facts: Any) -> str:
 
 def given(request: Request) -> list[Feature]:
     """The features `request` asks for, in the table's order."""
-    return [feature for feature in FEATURES.values() if feature.given(request)]
+    return [feature for feature in FEATURES.values() if asks(feature.given, request)]
+
+
+def asks(test: Callable[[Any], Any], request: Request) -> bool:
+    """`test(request)`; a request whose command has no field `test` reads (each command's
+    request has only its own options: `pipelines.request`) does not ask for it."""
+    try:
+        return bool(test(request))
+    except AttributeError:
+        return False
 
 
 def refuse(request: Request, facts: Any = None) -> None:
@@ -228,7 +237,7 @@ def _refuse_on_a_continuation(request: Request, facts: Any) -> None:
             f"give either {option} or --measure {request.measure}, not both: a continuation "
             "is read with its attention weights alone"
         )
-    if request.ablate:
+    if asks(lambda r: r.ablate, request):
         raise InputError(f"give either {option} or --ablate, not both: no head is removed "
                          "while the model writes")  # fmt: skip
     if request.temperature is not None and not request.temperature > 0:

@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     from attnviz.core.attention import Encoded
     from attnviz.core.images import Pictures
     from attnviz.core.model_info import LoadedModel
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ReportRequest
 
 
-def picture_report(request: Request, **callbacks: Any) -> tuple[PictureReport, list[Path]]:
+def picture_report(request: ReportRequest, **callbacks: Any) -> tuple[PictureReport, list[Path]]:
     """Check `request` (the options a picture cannot take, a model that reads text, layers
     and heads out of range), load the model, build the report over `request.pictures` and
     write it to `request.out`. `callbacks`: on_progress and on_warning, as

@@ -19,10 +19,10 @@ from attnviz.pipelines.consumers import Consumer, Run
 
 if TYPE_CHECKING:
     from attnviz.core.model_info import LoadedModel
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import Request, ShowRequest
 
 
-def run(request: Request, consumers: Sequence[Consumer] = ()) -> Run:
+def run(request: ShowRequest, consumers: Sequence[Consumer] = ()) -> Run:
     """Load the model and read `request`'s text in one pass by the reader of its kind, with
     every consumer's recorders and edit, then view it and let each consumer finish (the
     request was checked with `checks.before_loading`; the writers have not run)."""

@@ -27,13 +27,13 @@ if TYPE_CHECKING:
     from attnviz.core.inputs import Sentences
     from attnviz.core.model_info import LoadedModel
     from attnviz.core.treebank import Treebank
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ReportRequest
 
 from attnviz.analysis.report import CrossReport, Report, Seq2SeqReport
 from attnviz.outputs.report_files import write_report, write_seq2seq_report
 
 
-def report(request: Request, **callbacks: Any) -> tuple[Any, list[Path]]:
+def report(request: ReportRequest, **callbacks: Any) -> tuple[Any, list[Path]]:
     """Load the model, build the report over `request.sentences` (a treebank's with its
     syntax and coreference) and write it to `request.out`; an encoder-decoder model's over
     the sentences read as `source<TAB>target` pairs; a vision model's over
@@ -75,7 +75,7 @@ def report(request: Request, **callbacks: Any) -> tuple[Any, list[Path]]:
     return seq2seq, write_seq2seq_report(seq2seq, request.out, request.style)
 
 
-def _options(request: Request, callbacks: dict[str, Any]) -> dict[str, Any]:
+def _options(request: ReportRequest, callbacks: dict[str, Any]) -> dict[str, Any]:
     """What the report's builders take, from the request and its callbacks."""
     r = request
     return dict(layers=list(r.layers) if r.layers else None,

@@ -2,13 +2,19 @@
 is made of it and where it goes. The command line, the API and the server build it the same
 way; `checks` refuses what cannot run (the table of what combines with what among it), and
 a pipeline runs it.
+
+`Request` is what every command's run shares: the fields the shared steps read (the checks,
+the reader and capture, the consumers, the memory estimate). Each command has its own class
+with the options only it has: `ShowRequest`, `ExportRequest`, `ReportRequest`,
+`CompareRequest`, `CheckRequest` and `ServeRequest` (a page of `show`'s). A command's options
+are the fields of its class: an option a command does not have cannot be given to it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 # How the model is loaded (name, device, attention, dtype, device map, memory, offload folder,
 # quantisation) is core's `Load`, since core loads it (its registry keys on every setting);
@@ -19,35 +25,29 @@ if TYPE_CHECKING:
     from attnviz.core.models import Model
     from attnviz.outputs.figures import Style
 
-COMMANDS = ("show", "export", "report", "check", "compare", "serve")
-
 
 @dataclass(frozen=True)
 class Request:
-    """One run of `command`. A field left at its default is not asked for; which fields are
-    features, and what each combines with, is `features.FEATURES`."""
+    """What every command's run shares. A field left at its default is not asked for; which
+    fields are features, and what each combines with, is `features.FEATURES`."""
 
-    command: str
+    command: ClassVar[str] = ""
     load: Load = field(default_factory=Load)
-    # What is read: one text (with a pair, or a target), or many (export, report, compare).
+    # What is read: one text (with a pair, or a target), one picture or many (export, compare
+    # and report's texts are their own fields).
     text: str | None = None  # a picture's: its file's name
     picture: Any = None  # a vision model's picture: a path or a PIL image (`core.images`)
-    pictures: Any = None  # report: a vision model's pictures (`core.images.Pictures`)
+    pictures: Any = None  # export, compare, report: a vision model's (`core.images.Pictures`)
     pair: str | None = None  # encoders: [CLS] text [SEP] pair [SEP]
     target: str | None = None  # the decoder's input (encoder-decoder), what follows the prompt
     generate: int | None = None  # the model writes its own target, or continues the prompt
     sample: bool = False  # decoders' --generate: drawn, not greedy
     temperature: float | None = None  # with sample (None: 1)
     seed: int | None = None  # with sample: a reproducible draw
-    sentences: Any = None  # core.inputs.Sentences, or a core.treebank.Treebank (report)
-    pairs: tuple[tuple[str, str], ...] = ()  # compare: (text A, text B)
-    against: Load | None = None  # compare: the model that reads text B
     # Which part of the model.
     layers: tuple[int, ...] | None = None
     heads: tuple[int, ...] | None = None
     stack: str | None = None  # encoder-decoder models: encoder, decoder or cross
-    stacks: tuple[str, ...] = ()  # check: the stacks to check (or "all")
-    all_layers: bool = False  # check: --all-layers (the default, said)
     # How the text is read and what is made of it.
     truncate: bool = False
     words: bool = False
@@ -56,32 +56,14 @@ class Request:
     fusion: str = "mean"  # --measure rollout: heads fused by their mean, max or min
     discard: float = 0.0  # --measure rollout: the share of each map's lowest entries dropped
     query: str | None = None
-    ablate: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs removed from the pass
     html: bool = False
     images: bool = True
-    window: tuple[int, int] | None = None  # --window START:END: exact cells of a long text
-    pool: str = "max"  # a long text's maps pooled by each block's max, or mean
-    figures: tuple[str, ...] | None = None  # export: the figure kinds (None: all)
-    save_raw: bool = False  # export: attention.npz
-    importance: str | None = None  # report: ablation, gradient or both; compare: "ablation"
-    ablation: str = "zero"  # report --importance: zero or mean
-    treebank: bool = False  # report: `sentences` is a CoNLL-U treebank
-    thresholds: Any = None  # report: analysis.roles.Thresholds
-    min_count: int = 100  # report --treebank
-    margin: float = 0.1  # report --treebank
-    shard: str | None = None  # report --shard I/N: one share of the corpus alone
-    partial: Path | None = None  # report in parts: where the shares' sums are kept
-    resume: bool = False  # report in parts: keep what the partials hold already
-    launched: bool = False  # report: one rank of a run under a launcher (torchrun, accelerate)
-    tolerance: float | None = None  # check (None: the model's dtype's, analysis.check)
-    top: int = 6  # compare: heads listed and drawn
     top_k: int = 3  # tokens listed per head
     # Where it goes, and how fast.
     out: Path | None = None
     style: Style | None = None
     jobs: int = 1
     batch_size: int = 8
-    overwrite: bool = False  # export
 
     def model(self) -> Model:
         """The model that reads the text (text A in compare)."""
@@ -101,3 +83,80 @@ class Request:
         if self.target is not None:
             return "--target"
         return "--generate" if self.generate is not None else None
+
+
+@dataclass(frozen=True)
+class ShowRequest(Request):
+    """`attnviz show` (and the API's `attention`): one text, or one picture."""
+
+    command: ClassVar[str] = "show"
+    ablate: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs removed from the pass
+    window: tuple[int, int] | None = None  # --window START:END: exact cells of a long text
+    pool: str = "max"  # a long text's maps pooled by each block's max, or mean
+
+
+@dataclass(frozen=True)
+class ServeRequest(ShowRequest):
+    """A text the server's page reads: `show`'s run, with what `serve` offers of it."""
+
+    command: ClassVar[str] = "serve"
+
+
+@dataclass(frozen=True)
+class ExportRequest(Request):
+    """`attnviz export`: many texts or pictures, a folder each."""
+
+    command: ClassVar[str] = "export"
+    sentences: Any = None  # core.inputs.Sentences
+    figures: tuple[str, ...] | None = None  # the figure kinds (None: all)
+    save_raw: bool = False  # attention.npz
+    overwrite: bool = False  # replace another export's folders in --out
+
+
+@dataclass(frozen=True)
+class ReportRequest(Request):
+    """`attnviz report`: which heads do what, over a corpus (or a folder of pictures)."""
+
+    command: ClassVar[str] = "report"
+    sentences: Any = None  # core.inputs.Sentences, or a core.treebank.Treebank
+    treebank: bool = False  # `sentences` is a CoNLL-U treebank
+    thresholds: Any = None  # analysis.roles.Thresholds
+    min_count: int = 100  # --treebank
+    margin: float = 0.1  # --treebank
+    importance: str | None = None  # ablation, gradient or both
+    ablation: str = "zero"  # --importance: zero or mean
+    shard: str | None = None  # --shard I/N: one share of the corpus alone
+    partial: Path | None = None  # in parts: where the shares' sums are kept
+    resume: bool = False  # in parts: keep what the partials hold already
+    launched: bool = False  # one rank of a run under a launcher (torchrun, accelerate)
+
+
+@dataclass(frozen=True)
+class CompareRequest(Request):
+    """`attnviz compare`: pairs of texts (or two pictures) head by head, or one text in two
+    models."""
+
+    command: ClassVar[str] = "compare"
+    pairs: tuple[tuple[str, str], ...] = ()  # (text A, text B)
+    against: Load | None = None  # the model that reads text B
+    importance: str | None = None  # "ablation": each head's importance in A and in B
+    top: int = 6  # heads listed and drawn
+
+
+@dataclass(frozen=True)
+class CheckRequest(Request):
+    """`attnviz check`: the from-scratch attention against the model's own."""
+
+    command: ClassVar[str] = "check"
+    stacks: tuple[str, ...] = ()  # the stacks to check (or "all")
+    all_layers: bool = False  # --all-layers (the default, said)
+    tolerance: float | None = None  # None: the model's dtype's (analysis.check)
+
+
+# Each command's request.
+REQUESTS: dict[str, type[Request]] = {
+    kind.command: kind
+    for kind in (ShowRequest, ExportRequest, ReportRequest, CheckRequest, CompareRequest,
+                 ServeRequest)
+}  # fmt: skip
+COMMANDS = tuple(REQUESTS)

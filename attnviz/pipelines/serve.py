@@ -16,7 +16,7 @@ from attnviz.pipelines import checks
 if TYPE_CHECKING:
     from attnviz.core.models import Model
     from attnviz.outputs.figures import Style
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ServeRequest
     from attnviz.pipelines.tiles import Holder
 
 # The keys a request may carry, with the type each takes (a missing key takes its default).
@@ -78,14 +78,14 @@ class Question:
         checks.against(question.request(None))
         return question
 
-    def request(self, model: Model | None, style: Style | None = None) -> Request:
+    def request(self, model: Model | None, style: Style | None = None) -> ServeRequest:
         """The run this question asks `model` for (its page drawn in `style`)."""
         from attnviz.core.settings import Load
-        from attnviz.pipelines.request import Request
+        from attnviz.pipelines.request import ServeRequest
 
         load = model.settings if model is not None else Load()
         fields = {key: getattr(self, key) for key in KEYS}
-        return Request("serve", load, **fields, style=style)
+        return ServeRequest(load, **fields, style=style)
 
 
 def _fits(key: str, value: Any) -> bool:

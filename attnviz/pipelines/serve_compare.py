@@ -47,7 +47,7 @@ class CompareQuestion:
         from attnviz.analysis.contributions import get
         from attnviz.core.attention import require_text
         from attnviz.pipelines import checks
-        from attnviz.pipelines.request import Request
+        from attnviz.pipelines.request import CompareRequest
 
         if not isinstance(body, dict):
             raise InputError('the body must be a JSON object such as {"text": "A", "b": "B"}')
@@ -69,7 +69,7 @@ class CompareQuestion:
             raise InputError('"b" is missing: give text B, or "against_model": true to read '
                              "text A with the server's second model")  # fmt: skip
         get(question.measure)
-        checks.against(Request("compare", words=question.words, measure=question.measure))
+        checks.against(CompareRequest(words=question.words, measure=question.measure))
         return question
 
 
@@ -87,7 +87,7 @@ def page(
     from attnviz.core.tokens import encode
     from attnviz.outputs.html.compare import compare_data
     from attnviz.pipelines.readers import read_texts
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import CompareRequest
 
     if question.against_model and against is None:
         raise InputError('this server reads one model: give "b" (text B), or start the server '
@@ -97,7 +97,7 @@ def page(
     refuse_models(loaded, loaded_b, question.words)
     a = encode(loaded, question.text, question.truncate)
     b = encode(loaded_b, question.b if question.b is not None else question.text, question.truncate)
-    asked = Request("compare", measure=question.measure, batch_size=2)
+    asked = CompareRequest(measure=question.measure, batch_size=2)
     if loaded_b is loaded:
         found, insides = read_texts(loaded, asked, [a, b], inside=True)
     else:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from attnviz.core.model_info import LoadedModel
     from attnviz.core.models import Model
     from attnviz.core.treebank import Treebank
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ReportRequest
 
 FORMAT = 1  # of a partial's document
 # report's options a share's numbers depend on, by their command-line names
@@ -179,7 +179,7 @@ def run_share(
     on_importance: Callable[[int, int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
     on_start: Callable[[int], None] | None = None,
-    request: Request | None = None,
+    request: ReportRequest | None = None,
     **options: Any,
 ) -> Partial:
     """Run share `share` of the report's work (its batches, and its part of importance),

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.vision import VisionHead
     from attnviz.core.attention import Attention
     from attnviz.core.models import Model
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ShowRequest
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,9 @@ _MEASURED = {
 }
 
 
-def show(request: Request, on_summary: Callable[[ShowResult], None] | None = None) -> ShowResult:
+def show(
+    request: ShowRequest, on_summary: Callable[[ShowResult], None] | None = None
+) -> ShowResult:
     """Read one text, summarise the chosen heads, write their heatmaps (and page) to its folder.
 
     Images go to `out/<slug>-<hash>/`, one folder per distinct text (and model, pair, measure,
@@ -177,7 +179,7 @@ def show(request: Request, on_summary: Callable[[ShowResult], None] | None = Non
     return ShowResult.of(run, folder)
 
 
-def _folder(request: Request, model: Model) -> Path | None:
+def _folder(request: ShowRequest, model: Model) -> Path | None:
     """The text's folder (proved writable now, made when its files are written), or None
     when nothing is written.
     One folder per text, model, pair, measure, removed heads, target and continuation (N
@@ -212,7 +214,7 @@ def _picture_key(picture: Any) -> str | None:
     return None
 
 
-def _consumers(request: Request, folder: Path | None) -> list[Consumer]:
+def _consumers(request: ShowRequest, folder: Path | None) -> list[Consumer]:
     """The summary and special shares always; then the features asked for; the writers last,
     a picture's views after the heatmaps (in the same drawing processes), `Done` very last."""
     images = [Images(request)] if folder is not None and request.images else []

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from attnviz.core.model_info import LoadedModel
     from attnviz.core.models import Model
     from attnviz.outputs.figures import Style
-    from attnviz.pipelines.request import Request
+    from attnviz.pipelines.request import ShowRequest
 
 
 @dataclass(eq=False)
@@ -63,7 +63,7 @@ class Run:
     """One text's run: the request, the loaded model, the encoded input and the layers
     chosen, then what the pass read and what the consumers made of it."""
 
-    request: Request
+    request: ShowRequest  # show's, or the server's page's (a ServeRequest)
     loaded: LoadedModel
     encoded: Any  # core.attention.Encoded, or SourceTarget (encoder-decoder models)
     layers: list[int]  # the chosen layers (of the chosen stack)
@@ -92,7 +92,7 @@ class Run:
 class Consumer:
     """A consumer that does nothing at any step; each consumer overrides its own."""
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: ShowRequest) -> None:
         self.request = request
 
     def early(self, model: Model) -> None:
@@ -114,7 +114,7 @@ class Consumer:
         return None
 
 
-def encoded_ahead(request: Request, model: Model) -> tuple[Any, Any] | None:
+def encoded_ahead(request: ShowRequest, model: Model) -> tuple[Any, Any] | None:
     """The model's facts (`core.models.describe`) and the request's text as the model will
     read it, from the tokenizer alone, before the weights load (an `early` hook's input);
     None where the model's files do not say enough: not here, an encoder-decoder model, no
