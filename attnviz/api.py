@@ -8,7 +8,7 @@ pipelines underneath.
     attnviz.importance(["It rained.", "The dog slept."]).scores  # numpy (layer, head)
 
 Models are loaded once per model and load settings in a process. Every function takes the
-settings of `attnviz.pipelines.request.Load` as keywords besides `model` and `device`:
+settings of `attnviz.core.settings.Load` as keywords besides `model` and `device`:
 
     implementation="sdpa"   the model's attention implementation (--attention): sdpa,
                             flash_attention_2 or eager

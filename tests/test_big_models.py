@@ -271,7 +271,7 @@ def test_offloaded_ablation_and_inside_view_equal_in_memory(arch, tiny_model_dir
     """Head importance by ablation (the ablated copies start at their layer, above stubbed
     blocks), show --ablate's pass with one head removed, and the page's inside view."""
     import attnviz
-    from attnviz.analysis.ablation import view
+    from attnviz.analysis.ablation import ablated_pass
     from attnviz.analysis.inside import inside_of
     from attnviz.core import models
     from attnviz.core.settings import Load
@@ -285,7 +285,9 @@ def test_offloaded_ablation_and_inside_view_equal_in_memory(arch, tiny_model_dir
     scores = [attnviz.importance(texts, model=folder, device="cpu", **s).scores
               for s in ({}, offloaded[arch])]  # fmt: skip
     assert np.isfinite(scores[0]).all() and np.abs(scores[1] - scores[0]).max() <= 1e-6
-    removed = [view(loaded, encode(loaded, TEXT), [(1, 0), (0, 2)]) for loaded in (memory, disk)]
+    removed = [
+        ablated_pass(loaded, encode(loaded, TEXT), [(1, 0), (0, 2)]) for loaded in (memory, disk)
+    ]
     assert removed[0].as_dict() == removed[1].as_dict()
     inside = [inside_of(loaded, encode(loaded, TEXT)) for loaded in (memory, disk)]
     for name in ("q", "k", "v", "errors"):

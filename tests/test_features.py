@@ -126,6 +126,16 @@ def test_every_row_against_every_model_kind_and_command(name, kind):
 def test_a_command_not_offering_a_feature_is_refused_without_a_model():
     with pytest.raises(InputError, match="--measure rollout is not available in attnviz compare"):
         features.refuse(CompareRequest(measure="rollout"))
+    # a reason given for a kind of model is not said for a command (report's, here)
+    with pytest.raises(InputError) as refused:
+        features.refuse(CompareRequest(layers=(0,)))
+    assert str(refused.value) == "--layer is not available in attnviz compare"
+
+
+def test_a_misspelt_field_in_a_row_is_raised_not_read_as_not_asked():
+    assert not features.asks(lambda r: r.shard is not None, ShowRequest())  # report's option
+    with pytest.raises(AttributeError):
+        features.asks(lambda r: r.shardd is not None, ShowRequest())
 
 
 @pytest.mark.parametrize(

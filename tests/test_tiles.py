@@ -310,7 +310,7 @@ def test_the_page_and_the_api_keep_x_from_their_one_pass(bundled):
 
 
 def test_a_text_past_the_page_is_answered_tiles_only(bundled, monkeypatch):
-    """Past PAGE_CELLS the page's answer carries no heads: the text is read for tiles alone
+    """Past TILES_ONLY_CELLS the page's answer carries no heads: the text is read for tiles alone
     (no attention made: no probabilities recorded), and the answer says so."""
     from attnviz.core import recording
     from attnviz.core.models import model
@@ -320,7 +320,7 @@ def test_a_text_past_the_page_is_answered_tiles_only(bundled, monkeypatch):
     served = model(None, "cpu")
     holder = Holder()
     n = len(attnviz.attention(TEXT, layers=[0], device="cpu").tokens)
-    monkeypatch.setattr(serve, "PAGE_CELLS", 6 * 12 * n * n - 1)
+    monkeypatch.setattr(serve, "TILES_ONLY_CELLS", 6 * 12 * n * n - 1)
     made, rows = [], recording.Scores.rows
     monkeypatch.setattr(recording.Scores, "rows", lambda *a: made.append(1) or rows(*a))
     answer = serve.page(served, Question(TEXT, measure="norm", words=True), holder=holder)
@@ -330,7 +330,7 @@ def test_a_text_past_the_page_is_answered_tiles_only(bundled, monkeypatch):
     assert answer["tiles"] == holder.held.summary() and answer["layers"] == 6
     assert answer["measure"] == "norm" and list(answer["measures"]) == ["norm"]
     assert "words and hide special are not applied to tiles" in answer["notes"][-1]
-    monkeypatch.setattr(serve, "PAGE_CELLS", 6 * 12 * n * n)
+    monkeypatch.setattr(serve, "TILES_ONLY_CELLS", 6 * 12 * n * n)
     assert serve.page(served, Question(TEXT), holder=holder).get("tiles_only") is None
     assert made  # the check can fail: a whole page records probabilities
 
@@ -341,7 +341,7 @@ def test_a_text_past_the_page_is_answered_tiles_only(bundled, monkeypatch):
 @pytest.fixture
 def tiles_only_server(tiny_model_dirs, monkeypatch):
     """`attnviz serve`'s app for tiny Llama (grouped-query heads) on a free loopback port,
-    where every text is past the page (PAGE_CELLS 1) and a tile's side is 8 cells, so that a
+    where every text is past the page (TILES_ONLY_CELLS 1) and a tile's side is 8 cells, so that a
     20-token text is drawn from tiles, pooled; stopped after the test (at most 60 s)."""
     import threading
     import time
@@ -353,7 +353,7 @@ def tiles_only_server(tiny_model_dirs, monkeypatch):
     from attnviz.server import listen
     from attnviz.server.app import build_app
 
-    monkeypatch.setattr(serve, "PAGE_CELLS", 1)
+    monkeypatch.setattr(serve, "TILES_ONLY_CELLS", 1)
     monkeypatch.setattr(tiles, "TILE_SIDE", 8)
     path = str(tiny_model_dirs["llama"])
     sock = listen("127.0.0.1", 0)

@@ -1,6 +1,6 @@
 """`show --ablate L.H`: the text read with some heads zero-ablated and as it is, in one pass
 of two rows, and what changed: a decoder's next-token loss and top guesses, an encoder's
-sentence embedding (`view`); the edit that removes the heads as the model runs (`removing`).
+sentence embedding (`ablated_pass`); the edit that removes the heads as the model runs (`removing`).
 Which heads matter over a corpus is `importance`."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def removing(
     return ablating(drops, loaded.info.n_heads)
 
 
-def view(
+def ablated_pass(
     loaded: LoadedModel,
     encoded: Encoded,
     heads: Sequence[tuple[int, int]],

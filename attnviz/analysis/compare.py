@@ -549,7 +549,7 @@ def refuse_models(a: LoadedModel, b: LoadedModel, words: bool) -> None:
 
 class TwoRows:
     """A recorder for `capture.run`: each chosen layer's probabilities of batch rows 0 and 1
-    (one text read twice, as `ablation.view` reads it: as it is, then with heads
+    (one text read twice, as `ablation.ablated_pass` reads it: as it is, then with heads
     removed), cropped to its `n` tokens."""
 
     def __init__(self, layers: Sequence[int], n: int) -> None:

@@ -55,7 +55,7 @@ ModelOpt = valued(
 DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
 
 
-# Choices come from core's lists of load settings (attnviz.core.models).
+# Choices come from core's lists of load settings (attnviz.core.settings).
 Implementation = Enum("Implementation", {name: name for name in IMPLEMENTATIONS}, type=str)
 Dtype = Enum("Dtype", {name: name for name in DTYPES}, type=str)
 DeviceMap = Enum("DeviceMap", {name: name for name in DEVICE_MAPS}, type=str)
@@ -339,7 +339,7 @@ def load(
     offload_folder: Path | None = None,
     quantize: Any = None,
 ) -> Any:
-    """The load settings (a pipelines.request.Load) from the options' values; `Load.refuse`
+    """The load settings (a core.settings.Load) from the options' values; `Load.refuse`
     checks them when the model is made, before anything loads."""
     from attnviz.core.settings import Load
 
@@ -352,7 +352,7 @@ def load(
 
 
 # How the model is loaded: --model, --device, --attention, --dtype, --device-map, --max-memory,
-# --offload-folder and --quantize (a pipelines.request.Load).
+# --offload-folder and --quantize (a core.settings.Load).
 LOAD = Group.of(
     load,
     model=(ModelOpt, None),

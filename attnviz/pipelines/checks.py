@@ -5,12 +5,14 @@ order a user meets them:
 
 1. the text: given and not empty (a sentence pair's; compare's pairs);
 2. its values: a known measure, --generate of 1 or more;
-3. what combines with what, by command and kind of model (`features`, the one table);
+3. what combines with what, by command and kind of model (`features`: the table);
 4. layers and heads in range, a text within the model's limit (the model's files);
 5. a run that fits in memory, estimated from the files (`core.memory`);
 6. report: the importance methods the loaded model can be measured by (`before_pass`).
 
-`before_loading` runs 1–5 for one text (`show`, the API, `serve`); `before_compare` for
+`before_loading` runs 1–4 for one text (`show`, the API, `serve`) and 5 where it is given
+the texts (`show`; `export` calls `fits` on its sentences itself; the API and `serve` do not
+refuse by memory); `before_compare` for
 compare's pairs; `against(request, facts)` runs 3 on a model's facts, its files' before it
 loads and the loaded model's after; `fits` runs 5. A model's own load settings are checked
 when it is made (`core.settings.Load.refuse`).
@@ -64,7 +66,7 @@ def before_loading(request: Request, model: Model, texts: Sequence[str] | None =
         require_text(request.text)
     if request.pair is not None:
         require_text(request.pair, "the --pair sentence")
-    with_rollout(request.measure, request.fusion, request.discard)
+    with_rollout(request.measure, request.fusion, request.discard)  # refuses a bad one
     if request.generate is not None and request.generate < 1:
         raise InputError(
             f"--generate takes a number of tokens of 1 or more, not {request.generate}"

@@ -1,13 +1,15 @@
-"""The one table of what a run can ask for: each feature's option, the commands and model
+"""The table of what a run can ask for: each feature's option, the commands and model
 kinds it works with, what it excludes, and the consumer that makes it.
 
 `refuse(request, facts)` checks a request against the table (`pipelines.checks.against` calls
 it: once with the model's files, `core.models.describe`, before anything loads, and once with
-the loaded model's facts, for a hub id whose files were not here yet). It is the only place
-that says which options combine;
-its errors share one wording. A new option is one row here and, when it makes something, one
-consumer module (`attnviz/pipelines/consumers/`), named by its "module:Class" path so that
-`attnviz --help` imports none of them.
+the loaded model's facts, for a hub id whose files were not here yet). It says which options
+combine, with three rules beside the table: what a decoder's continuation cannot take
+(`_refuse_on_a_continuation`: another measure, removed heads, a temperature of 0), the
+options a picture cannot take (`checks._TEXT_ONLY`), and rollout's --fusion and --discard
+(`contributions.with_rollout`). Its errors share one wording. A new option is one row here
+and, when it makes something, one consumer module (`attnviz/pipelines/consumers/`), named
+by its "module:Class" path so that `attnviz --help` imports none of them.
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ class Feature:
     """One thing a request can ask for.
 
     `option` is how a person asks for it (formatted with the request as `r`); `where` maps each
-    command that offers it to the model kinds it works with there; `excludes` names the
+    command that offers it to the model kinds it works with there; `why` is said when a kind
+    of model cannot take it, or it lacks what it `needs`; `elsewhere`, when a command does
+    not offer it; `excludes` names the
     features it cannot be given with, and why; `needs`, those of which it needs one;
-    `consumer` is the class that makes it in a run
-    built of consumers (`show`, the server's page, the API), as "module:Class" (None: the
-    source reads it; export, report and compare write their files per text or per corpus)."""
+    `consumer` is the class that makes it in a run built of consumers (`show`, the server's
+    page, the API), as "module:Class" (None: the reader reads it, `pipelines.readers`;
+    export, report and compare write their files per text or per corpus)."""
 
     name: str
     option: str | Callable[[Request], str]
@@ -54,7 +58,8 @@ class Feature:
     where: Mapping[str, frozenset[str]]
     excludes: tuple[tuple[str, str], ...] = ()
     needs: tuple[str, ...] = ()  # features of which it needs one
-    why: str = ""  # said when a model kind or a command cannot take it
+    why: str = ""  # said when a model kind cannot take it, or it lacks what it needs
+    elsewhere: str = ""  # said when a command does not offer it
     consumer: str | None = None
 
     def label(self, request: Request) -> str:
@@ -72,6 +77,7 @@ _COMPOSED = (
     "it gives one map per layer, composed from layer 0 up through one stack's "
     "residual stream; use weights or norm"
 )
+_ONE_TEXT = "a window's queries and keys are one text's"
 _CONSUMERS = "attnviz.pipelines.consumers"
 _CONTINUED = f"{_CONSUMERS}.continuation:Continued"
 _EACH_RANK = "under a launcher each rank takes its share already: leave --shard out"
@@ -120,12 +126,13 @@ FEATURES = {f.name: f for f in (
     Feature("measure-norm", "--measure norm", lambda r: r.measure == "norm",
             dict(show=EVERY, export=EVERY, compare=ONE_STACK, serve=ONE_STACK)),
     Feature("measure-composed", "--measure {r.measure}", lambda r: r.measure in COMPOSED,
-            dict(show=ONE_STACK, export=ONE_STACK, serve=ONE_STACK), why=_COMPOSED),
+            dict(show=ONE_STACK, export=ONE_STACK, serve=ONE_STACK), why=_COMPOSED,
+            elsewhere=_COMPOSED),
     Feature("query", "--query", lambda r: r.query is not None,
             dict(show=EVERY, export=ONE_STACK, compare=ONE_STACK),
             consumer=f"{_CONSUMERS}.query:Query"),
     Feature("window", "--window", lambda r: r.window is not None, dict(show=ONE_STACK),
-            why="a window's queries and keys are one text's"),
+            why=_ONE_TEXT),
     Feature("pool-mean", "--pool mean", lambda r: r.pool == "mean", dict(show=EVERY)),
     Feature("ablate", "--ablate", lambda r: bool(r.ablate), dict(show=ONE_STACK),
             consumer=f"{_CONSUMERS}.ablation:Ablation"),
@@ -165,12 +172,17 @@ def given(request: Request) -> list[Feature]:
 
 
 def asks(test: Callable[[Any], Any], request: Request) -> bool:
-    """`test(request)`; a request whose command has no field `test` reads (each command's
-    request has only its own options: `pipelines.request`) does not ask for it."""
+    """`test(request)`; a request whose command has not the option `test` reads (a field of
+    another command's request: `pipelines.request`) does not ask for it. Any other missing
+    attribute (a misspelt field) is raised."""
     try:
         return bool(test(request))
-    except AttributeError:
-        return False
+    except AttributeError as error:
+        from attnviz.pipelines.request import OPTIONS
+
+        if error.name in OPTIONS and error.obj is request:
+            return False
+        raise
 
 
 def refuse(request: Request, facts: Any = None) -> None:
@@ -190,7 +202,7 @@ def refuse(request: Request, facts: Any = None) -> None:
             needed = " or ".join(FEATURES[name].label(request) for name in feature.needs)
             raise InputError(f"{feature.label(request)} needs {needed}: {feature.why}")
         if command not in feature.where:
-            reason = f": {feature.why}" if feature.why else ""
+            reason = f": {feature.elsewhere}" if feature.elsewhere else ""
             raise InputError(f"{feature.label(request)} is not available in attnviz {command}"
                              f"{reason}")  # fmt: skip
     if facts is None:

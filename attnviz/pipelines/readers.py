@@ -142,7 +142,7 @@ class Stacks:
         item = encode_source_target(loaded, r.text, r.target, r.generate, r.truncate)
         run = Run(r, loaded, item, loaded.info.of_stack(self.stack).pick_layers(self.layers))
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
-        if any(getattr(c, "every_stack", lambda _: False)(run) for c in consumers):
+        if any(c.every_stack(run) for c in consumers):
             run.stacks = self.batch([item], recorders, every=True)[0]
             run.raw = run.stacks[self.stack].keep_layers(self.layers)
         else:
@@ -210,7 +210,9 @@ def _one_edit(edits: list[Any]) -> Any:
 
 
 def _view(run: Run) -> None:
-    """The attention as shown (--words, --hide-special), its heads and the figures' style."""
+    """The run's views: the attention as shown (--words, --hide-special: `run.shown`), its
+    heads, the figures' style, and what is drawn and carried by the page (`Views.finish`:
+    pooled for a long text, a --window's exact cells)."""
     from dataclasses import replace
 
     from attnviz.analysis.transforms import transform

@@ -3,16 +3,18 @@ is made of it and where it goes. The command line, the API and the server build 
 way; `checks` refuses what cannot run (the table of what combines with what among it), and
 a pipeline runs it.
 
-`Request` is what every command's run shares: the fields the shared steps read (the checks,
-the reader and capture, the consumers, the memory estimate). Each command has its own class
-with the options only it has: `ShowRequest`, `ExportRequest`, `ReportRequest`,
-`CompareRequest`, `CheckRequest` and `ServeRequest` (a page of `show`'s). A command's options
-are the fields of its class: an option a command does not have cannot be given to it.
+Each command has its own class: `ShowRequest`, `ExportRequest`, `ReportRequest`,
+`CompareRequest`, `CheckRequest` and `ServeRequest` (a page of `show`'s, so it has show's
+fields). Their shared core, `Request`, holds what the steps they share read (the checks, the
+reader and capture, the consumers, the memory estimate); each class adds the options only its
+command has, so an option of one command alone cannot be given to another (export's request
+has no `ablate`). Of the core's fields a command offers only some: `features.FEATURES` says
+which, and refuses the rest in one line before anything loads (`--pair` to check).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -139,7 +141,7 @@ class CompareRequest(Request):
     command: ClassVar[str] = "compare"
     pairs: tuple[tuple[str, str], ...] = ()  # (text A, text B)
     against: Load | None = None  # the model that reads text B
-    importance: str | None = None  # "ablation": each head's importance in A and in B
+    importance: str | None = None  # "ablation" (zero ablation alone): each head's in A and in B
     top: int = 6  # heads listed and drawn
 
 
@@ -149,7 +151,7 @@ class CheckRequest(Request):
 
     command: ClassVar[str] = "check"
     stacks: tuple[str, ...] = ()  # the stacks to check (or "all")
-    all_layers: bool = False  # --all-layers (the default, said)
+    all_layers: bool = False  # --all-layers: every layer, check's default, said outright
     tolerance: float | None = None  # None: the model's dtype's (analysis.check)
 
 
@@ -160,3 +162,5 @@ REQUESTS: dict[str, type[Request]] = {
                  ServeRequest)
 }  # fmt: skip
 COMMANDS = tuple(REQUESTS)
+# Every field of every command's request: an option one command may have and another not.
+OPTIONS = frozenset(f.name for kind in REQUESTS.values() for f in fields(kind))

@@ -145,7 +145,7 @@ def attention(model: Model, question: Question, holder: Holder | None = None) ->
 
 # Past this many cells (chosen layers × heads × T²: SmolLM2's 270 heads past 498 tokens) the
 # served page is answered from tiles alone: its matrix view, drawn by the server's tiles.
-PAGE_CELLS = 2**26
+TILES_ONLY_CELLS = 2**26
 
 
 def page(
@@ -157,7 +157,7 @@ def page(
 ) -> dict[str, Any]:
     """The interactive page's data for the text (`outputs.html.page.page_data`, what
     `attnviz show --html` embeds): every measure and the inside view, from one forward pass.
-    With a `holder`, the pass also keeps the text's X for tiles; a text past PAGE_CELLS is
+    With a `holder`, the pass also keeps the text's X for tiles; a text past TILES_ONLY_CELLS is
     then read for tiles alone (`tiles_only`)."""
     from attnviz.outputs.figures import Style
     from attnviz.outputs.html.page import page_data
@@ -187,7 +187,7 @@ def _tiles(keep: list[Any]) -> dict[str, Any]:
 
 
 def _past_the_page(model: Model, question: Question) -> bool:
-    """Whether the page's data for the question would pass PAGE_CELLS (tokenised only)."""
+    """Whether the page's data for the question would pass TILES_ONLY_CELLS (tokenised only)."""
     from attnviz.core.tokens import encode
 
     checks.before_loading(question.request(model), model)
@@ -200,7 +200,7 @@ def _past_the_page(model: Model, question: Question) -> bool:
 
         more = question.generate or len(loaded.tokenizer(question.target)["input_ids"])
         layers = loaded.info.pick_layers(list(question.layers) if question.layers else None)
-        if len(layers) * loaded.info.n_heads * (n + more) ** 2 > PAGE_CELLS:
+        if len(layers) * loaded.info.n_heads * (n + more) ** 2 > TILES_ONLY_CELLS:
             raise InputError(
                 f"a prompt and continuation of about {n + more} tokens are past what the page "
                 "carries whole, and a continuation is not read for tiles: choose fewer layers, "
@@ -208,13 +208,13 @@ def _past_the_page(model: Model, question: Question) -> bool:
             )
         return False
     layers = loaded.info.pick_layers(list(question.layers) if question.layers else None)
-    return len(layers) * loaded.info.n_heads * n * n > PAGE_CELLS
+    return len(layers) * loaded.info.n_heads * n * n > TILES_ONLY_CELLS
 
 
 def tiles_only(
     model: Model, question: Question, holder: Holder, scale: str, cmap: str
 ) -> dict[str, Any]:
-    """The page's data for a text past PAGE_CELLS: its tokens and the page's frame, no
+    """The page's data for a text past TILES_ONLY_CELLS: its tokens and the page's frame, no
     heads (`weights` null); the text is read for tiles alone, and the page's matrix view
     draws each head from tiles (pooled over the whole text, exact cells where zoomed)."""
     import numpy as np
@@ -263,8 +263,8 @@ def tiles_only(
         "measure": question.measure if question.measure in measures else "weights",
         "measures": measures,
         "tiles_only": (
-            f"{n} tokens are past what the page carries whole ({PAGE_CELLS:,} cells of layers "
-            "× heads × tokens²): the matrix view draws each head from the server's tiles"
+            f"{n} tokens are past what the page carries whole ({TILES_ONLY_CELLS:,} cells of "
+            "layers × heads × tokens²): the matrix view draws each head from the server's tiles"
         ),
         "tiles": found["tiles"],
         "tiles_note": None,

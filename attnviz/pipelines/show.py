@@ -34,7 +34,7 @@ class ShowResult:
     attention: Attention  # after --words / --hide-special
     layers: list[int]
     heads: list[int]
-    summaries: list[HeadSummary]  # the fields from here to `continuation` are `Made`'s
+    summaries: list[HeadSummary]  # this field and those below but folder, drawn, window: `Made`'s
     folder: Path | None
     images: list[Path] = field(default_factory=list)
     query: QueryView | None = None

@@ -5,6 +5,7 @@ A pipeline calls every consumer's hooks in order, without knowing which features
 (transformers' logits processors, Lightning's callbacks):
 
     early(model)        before the weights load (the tokenizer may refuse a query here)
+    every_stack(run)    whether the pass reads every stack of an encoder-decoder model
     recorders(run)      capture recorders for the one pass (`core.capture`)
     edit(run)           a change to the pass (head ablation), or None
     read(run)           right after the pass, on `run.raw` (before --words / --hide-special)
@@ -48,7 +49,7 @@ class Made:
     ablation: AblationView | None = None  # Ablation: the text with those heads removed
     # Ablation: (L, H) how far each kept head's pattern moved (JS divergence, nats)
     ablation_divergence: Any = None
-    continuation: Written | None = None  # Continuation: where each written token looked
+    continuation: Written | None = None  # Continued: where each written token looked
     vision: list[VisionHead] | None = None  # Pictures: what each head does on a picture
     images: list[Path] = field(default_factory=list)  # Images: the figures written
     page: Path | None = None  # Page: attention.html
@@ -97,6 +98,9 @@ class Consumer:
 
     def early(self, model: Model) -> None:
         return None
+
+    def every_stack(self, run: Run) -> bool:
+        return False
 
     def recorders(self, run: Run) -> list[Any]:
         return []

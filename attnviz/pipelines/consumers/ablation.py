@@ -21,7 +21,7 @@ class Ablation(Consumer):
     def read(self, run: Run) -> None:
         from dataclasses import replace
 
-        from attnviz.analysis.ablation import view
+        from attnviz.analysis.ablation import ablated_pass
         from attnviz.analysis.compare import TwoRows, ablation_divergence
         from attnviz.analysis.query import find_query
         from attnviz.errors import InputError
@@ -34,7 +34,7 @@ class Ablation(Consumer):
             except InputError:
                 at = None
         rows = TwoRows(run.layers, len(run.encoded))  # both rows' patterns, from that pass
-        compared = view(run.loaded, run.encoded, r.ablate, at, also=[rows])
+        compared = ablated_pass(run.loaded, run.encoded, r.ablate, at, also=[rows])
         run.made.ablation = compared
         run.made.ablation_divergence = ablation_divergence(raw, rows, r.ablate)
         removed = ", ".join(f"L{layer} H{head}" for layer, head in compared.heads)
