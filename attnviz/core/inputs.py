@@ -33,7 +33,7 @@ class Sentences:
 
     items: tuple[Sentence, ...]
     blank: int
-    source: str
+    origin: str  # where they were read: a file's path, "stdin" or "arguments"
 
 
 def _names_a_file(argument: str) -> bool:
@@ -124,7 +124,7 @@ def split_pairs(sentences: Sentences) -> Sentences:
     """
     items = []
     for sentence in sentences.items:
-        where = f"{sentences.source}, line {sentence.line}"
+        where = f"{sentences.origin}, line {sentence.line}"
         parts = sentence.text.split("\t")
         if len(parts) != 2:
             found = "no TAB between two texts" if len(parts) == 1 else f"{len(parts) - 1} TABs"
@@ -137,7 +137,7 @@ def split_pairs(sentences: Sentences) -> Sentences:
             if not text:
                 raise InputError(f"{where}: the {side} is empty; give source<TAB>target")
         items.append(Sentence(sentence.index, sentence.line, source, target))
-    return Sentences(tuple(items), sentences.blank, sentences.source)
+    return Sentences(tuple(items), sentences.blank, sentences.origin)
 
 
 def split_compare_pairs(sentences: Sentences, one_text: bool = False) -> list[tuple[str, str]]:
@@ -146,7 +146,7 @@ def split_compare_pairs(sentences: Sentences, one_text: bool = False) -> list[tu
     more than one, or an empty side is refused with its line number."""
     pairs = []
     for sentence in sentences.items:
-        where = f"{sentences.source}, line {sentence.line}"
+        where = f"{sentences.origin}, line {sentence.line}"
         parts = sentence.text.split("\t")
         if len(parts) == 1 and one_text:
             parts = [parts[0], parts[0]]

@@ -57,7 +57,7 @@ class Treebank:
     """The sentences of one CoNLL-U file, whether it has syntax and coreference, and notes."""
 
     items: tuple[TreebankSentence, ...]  # named as `inputs.Sentences.items`
-    source: str
+    origin: str  # the file's path, or "stdin" (as `inputs.Sentences.origin`)
     has_syntax: bool
     has_coreference: bool
     notes: tuple[str, ...]

@@ -82,7 +82,7 @@ def read_corpus(
         try:
             encoded = encode_item(loaded, sentences, item, truncate)
         except TextTooLongError as error:
-            note = f"{sentences.source}, line {sentence.line}: skipped, {error}"
+            note = f"{sentences.origin}, line {sentence.line}: skipped, {error}"
             skipped.append(note)
             if on_warning:
                 on_warning(note)

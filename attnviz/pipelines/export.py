@@ -442,7 +442,7 @@ class _Export:
             self.on_progress(record, _figures(record) if record.status == "written" else 0)
 
     def too_long(self, sentence: Sentence, folder: Path, error: TextTooLongError) -> None:
-        self.warn(f"{self.sentences.source}, line {sentence.line}: skipped, {error}")
+        self.warn(f"{self.sentences.origin}, line {sentence.line}: skipped, {error}")
         self.summary.too_long += 1
         self.report(Record(sentence.index, sentence.line, sentence.text, folder.name,
                            "too long (skipped)", target=sentence.target))  # fmt: skip
@@ -519,7 +519,7 @@ class _Export:
             notes = encoded.notes if stack is None else encoded.source.notes
             if notes and not self.options.pictures:  # a picture's says how it was sized
                 self.summary.truncated += 1
-                self.warn(f"{self.sentences.source}, line {sentence.line}: {notes[0]}")
+                self.warn(f"{self.sentences.origin}, line {sentence.line}: {notes[0]}")
             yield encoded, record, settings
 
     def picture(self, sentence: Sentence, folder: Path) -> Any:
@@ -584,7 +584,7 @@ class _Export:
             except InputError:
                 note = f"no query figure: '{options.query}' names no {att.unit} here"
                 record.notes.append(note)
-                self.warn(f"{self.sentences.source}, line {record.line}: {note}")
+                self.warn(f"{self.sentences.origin}, line {record.line}: {note}")
         page = None
         if options.html:
             found = measures(att, view)

@@ -120,7 +120,7 @@ def build_seq2seq_report(
             try:
                 yield encode_source_target(loaded, pair.text, pair.target, truncate=truncate)
             except TextTooLongError as error:
-                note = f"{pairs.source}, line {pair.line}: skipped, {error}"
+                note = f"{pairs.origin}, line {pair.line}: skipped, {error}"
                 skipped.append(note)
                 if on_warning:
                     on_warning(note)

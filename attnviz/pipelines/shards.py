@@ -68,14 +68,14 @@ def settings(model: Model, loaded: LoadedModel, sentences: Any, options: dict) -
     annotation) and the options they depend on."""
     from attnviz.analysis.roles import Thresholds
 
-    digest = hashlib.sha256(sentences.source.encode("utf-8"))
+    digest = hashlib.sha256(sentences.origin.encode("utf-8"))
     for item in sentences.items:
         digest.update(json.dumps(asdict(item), ensure_ascii=False, sort_keys=True).encode())
     chosen = {name: options.get(name) for name in OPTIONS}
     chosen["thresholds"] = (chosen["thresholds"] or Thresholds()).values
     return {
         "model": {**loaded.info.as_dict(), "attention": model.implementation},
-        "corpus": {"source": sentences.source, "digest": digest.hexdigest()},
+        "corpus": {"source": sentences.origin, "digest": digest.hexdigest()},
         "options": chosen,
     }
 
@@ -109,7 +109,7 @@ class Keeper:
         self.path, self.share, self.settings = path, share, found
         treebank = None
         if isinstance(sentences, Treebank):
-            treebank = {"has_syntax": sentences.has_syntax, "source": sentences.source,
+            treebank = {"has_syntax": sentences.has_syntax, "source": sentences.origin,
                         "has_coreference": sentences.has_coreference,
                         "notes": list(sentences.notes)}  # fmt: skip
         self.facts = {
