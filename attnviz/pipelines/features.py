@@ -46,8 +46,8 @@ class Feature:
     `option` is how a person asks for it (formatted with the request as `r`); `where` maps each
     command that offers it to the model kinds it works with there; `why` is said when a kind
     of model cannot take it, or it lacks what it `needs`; `elsewhere`, when a command does
-    not offer it; `excludes` names the
-    features it cannot be given with, and why; `needs`, those of which it needs one;
+    not offer it; `excludes` names the features it cannot be given with, and why; `needs`,
+    those of which it needs one;
     `consumer` is the class that makes it in a run built of consumers (`show`, the server's
     page, the API), as "module:Class" (None: the reader reads it, `pipelines.readers`;
     export, report and compare write their files per text or per corpus)."""
@@ -77,7 +77,6 @@ _COMPOSED = (
     "it gives one map per layer, composed from layer 0 up through one stack's "
     "residual stream; use weights or norm"
 )
-_ONE_TEXT = "a window's queries and keys are one text's"
 _CONSUMERS = "attnviz.pipelines.consumers"
 _CONTINUED = f"{_CONSUMERS}.continuation:Continued"
 _EACH_RANK = "under a launcher each rank takes its share already: leave --shard out"
@@ -132,7 +131,7 @@ FEATURES = {f.name: f for f in (
             dict(show=EVERY, export=ONE_STACK, compare=ONE_STACK),
             consumer=f"{_CONSUMERS}.query:Query"),
     Feature("window", "--window", lambda r: r.window is not None, dict(show=ONE_STACK),
-            why=_ONE_TEXT),
+            why="a window's queries and keys are one text's"),
     Feature("pool-mean", "--pool mean", lambda r: r.pool == "mean", dict(show=EVERY)),
     Feature("ablate", "--ablate", lambda r: bool(r.ablate), dict(show=ONE_STACK),
             consumer=f"{_CONSUMERS}.ablation:Ablation"),
