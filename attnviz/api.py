@@ -156,9 +156,17 @@ def attention(
     seed: int | None = None,
     fusion: str = "mean",
     discard: float = 0.0,
+    to: str | Path | None = None,
     **load: Any,
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
+
+    Every map asked for is held whole, at any length: in memory where it fits (the memory
+    available less a margin, or `ATTNVIZ_MEMORY_LIMIT`); where it does not, the call is
+    refused in one line, before the model runs, with the size and what would fit (fewer
+    `layers`, `to`, a shorter text). `to` ("attention.npy") writes the weights to that file
+    as the pass makes them (the free disk checked first) and `weights` is then its read-only
+    memory map: 4,096 tokens of SmolLM2 (17 GB of maps) with a few GiB of memory.
 
     `words` merges word pieces into words; `hide_special` drops [CLS]/[SEP]/BOS and renormalises
     each row; `truncate` cuts a text longer than the model takes (and says so in `notes`);
@@ -215,8 +223,27 @@ def attention(
     )
     reader = request.model()
     checks.before_loading(request, reader)
-    shown = readers.run(request).shown
+    shown = readers.hold(request, _weights_file(to, request))
     return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, reader=reader)
+
+
+def _weights_file(to: str | Path | None, request: Any) -> Path | None:
+    """`to`, checked before anything loads: a `.npy` name in a folder that can be written
+    (its free disk is checked once the size is known), for the weights as the model made
+    them."""
+    from attnviz.core.held import npy_target
+
+    if to is None:
+        return None
+    given = [name for name, asked in (("words", request.words),
+             ("hide_special", request.hide_special),
+             (f"measure={request.measure!r}", request.measure != "weights")) if asked]  # fmt: skip
+    if given:
+        raise InputError(
+            f"to= writes the weights as the model made them; leave out {', '.join(given)} "
+            "(attnviz.analysis.transforms makes those views of the file's weights)"
+        )
+    return npy_target(to, 0)
 
 
 def check(

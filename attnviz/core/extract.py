@@ -9,9 +9,11 @@ give one Attention per stack (`attend_stacks`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnviz.core.attention import Attention, Encoded, Keys, SourceTarget
+from attnviz.core.held import NpyFile
 from attnviz.core.memory import held_bytes, held_what, require
 from attnviz.core.tokens import encode, pad
 
@@ -21,8 +23,10 @@ if TYPE_CHECKING:
 
 
 class _Weights:
-    """The recorder `attend` uses: each chosen layer's probabilities, into one array
-    (B, L, H, T, S): S is T except in cross-attention (of `stack`), where keys are the source."""
+    """The recorder `attend` uses: each chosen layer's probabilities, block by block of query
+    rows as the pass makes them, into one array (B, L, H, T, S), or into the `.npy` file
+    `to` (`core.held`, one text): S is T except in cross-attention (of `stack`), where keys
+    are the source. A decoder's blocks stop at their last query: its later keys hold 0."""
 
     def __init__(
         self,
@@ -32,19 +36,38 @@ class _Weights:
         width: int,
         key_width: int | None = None,
         stack: str | None = None,
+        to: Path | None = None,
     ) -> None:
         import numpy as np
 
-        self.wants = {layer: ("probs",) for layer in layers}
+        from attnviz.core.capture import ROWS
+
+        self.wants = {layer: (ROWS,) for layer in layers}
         self.stack = stack
         self.slot = {layer: i for i, layer in enumerate(layers)}
         keys = width if key_width is None else key_width
         shape = (n_batch, len(layers), n_heads, width, keys)
-        require(held_bytes(shape), held_what(shape))
-        self.held = np.empty(shape, np.float32)
+        self.file = NpyFile(to, shape) if to is not None else None
+        if self.file is None:
+            require(held_bytes(shape), held_what(shape))
+        # zeros, not empty: the pages a causal block never reaches are 0 without being written
+        self.held = np.zeros(shape, np.float32) if self.file is None else None
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
-        self.held[:, self.slot[layer]] = tensors["probs"].float().numpy()  # (B, H, T, S)
+        pass  # the rows alone, in `receive_rows`
+
+    def receive_rows(self, layer: int, start: int, rows: Any) -> None:
+        block = rows.float().numpy()  # (B, H, b, W)
+        b, width = block.shape[2], block.shape[3]
+        if self.file is not None:
+            self.file.write(self.slot[layer], start, block[0])
+        else:
+            self.held[:, self.slot[layer], :, start : start + b, :width] = block
+
+    def close(self) -> Any:
+        """The weights held: the array, or the file renamed into place as its memory map
+        (L, H, T, S) with a batch axis of 1."""
+        return self.held if self.file is None else self.file.close()[None]
 
 
 def attend(
@@ -55,6 +78,7 @@ def attend(
     values: Callable[[list[int], int, int], Any] | None = None,
     edit: Edit | None = None,
     reading: Any = None,
+    to: Path | None = None,
 ) -> list[Attention]:
     """Run one padded forward pass and return each text's attention cropped to its own tokens.
 
@@ -65,11 +89,11 @@ def attend(
     model as it runs (`show --ablate` removes heads, see `capture.run`). `reading`: the one
     text is a decoder's prompt and continuation, its rows kept as the model wrote
     (`core.generation`), handed out without running the model again.
+    `to` (one text, the weights): they are written to that `.npy` file as the pass makes
+    them (`core.held`), and the text's `weights` are its read-only memory map.
     Right padding keeps every text's positions 0…n-1, so a text's attention in a batch
     equals its attention alone, for causal models too.
     """
-    import numpy as np
-
     from attnviz.core import capture
 
     chosen = loaded.info.pick_layers(list(layers) if layers is not None else None)
@@ -77,9 +101,17 @@ def attend(
     n_batch, width = len(batch), max(len(encoded) for encoded in batch)
     if values is not None:
         weights = values(chosen, n_batch, width)
+        capture.run(loaded, inputs, [weights, *also], edit=edit, reading=reading)
+        held = weights.held
     else:
-        weights = _Weights(chosen, n_batch, loaded.info.n_heads, width)
-    capture.run(loaded, inputs, [weights, *also], edit=edit, reading=reading)
+        weights = _Weights(chosen, n_batch, loaded.info.n_heads, width, to=to)
+        try:
+            capture.run(loaded, inputs, [weights, *also], edit=edit, reading=reading)
+        except BaseException:
+            if weights.file is not None:
+                weights.file.discard()
+            raise
+        held = weights.close()
     measure = getattr(weights, "measure", None)
 
     name = measure.name if measure is not None else "weights"
@@ -89,12 +121,22 @@ def attend(
             encoded,
             loaded.info,
             chosen,
-            np.ascontiguousarray(weights.held[row, :, :, : len(encoded), : len(encoded)]),
+            _cropped(held[row], len(encoded)),
             name,
             per_layer,
         )  # (L, H, n, n)
         for row, encoded in enumerate(batch)
     ]
+
+
+def _cropped(held: Any, n: int) -> Any:
+    """One text's (L, H, n, n) of its batch row `held` (L, H, W, W): the array itself where
+    it is the text's whole width (no copy; a file's memory map stays one)."""
+    import numpy as np
+
+    if held.shape[-1] == n and held.shape[-2] == n:
+        return held
+    return np.ascontiguousarray(held[:, :, :n, :n])
 
 
 def text_attention(

@@ -52,6 +52,9 @@ FLOAT = 4  # bytes: attention is held in float32
 # Above this much attention held whole (the chosen layers' maps of one text), `show` holds
 # none of it whole: blocks of rows are summed as the pass makes them (`streams`).
 STREAM_ABOVE = 1 * GiB
+# What the API leaves free of the memory available when it holds maps whole (at most a
+# tenth of it): the rest of the machine goes on meanwhile.
+HELD_MARGIN = 1 * GiB
 # One block of a streamed run's probabilities, in float32 (`stream_rows`); with its scores
 # and the statistics' temporaries, about five at once.
 STREAM_BLOCK = 48 * MiB
@@ -315,6 +318,68 @@ def check(
         f"{what} ({n_tokens:,} tokens, {kept} layer{'s' * (kept != 1)} × {n_heads} heads) needs "
         f"about {shown(found.total)} of memory and {where}; {fix}"
     )
+
+
+def check_held(kept: int, n_layers: int, n_heads: int, n_tokens: int, to_file: bool) -> None:
+    """Refuse, one line, the API's maps of `kept` layers × `n_heads` over `n_tokens` held
+    whole (`pipelines.readers.hold`) where this process cannot hold them beside what it holds
+    already (the model): the size, what is available, and the ways to ask for less (fewer
+    layers, a file, a shorter text). With `to_file` only the blocks of rows are in memory,
+    and the file's disk is checked where it is made (`core.held`). Called once the model has
+    loaded, before it runs."""
+    from attnviz.core.recording import BLOCK_ROWS
+
+    allowed = _held_budget()
+    if allowed is None:
+        return
+    rss = _own_rss()
+
+    def needs(layers: int, tokens: int, in_memory: bool = True) -> int:
+        grid = tokens * tokens * FLOAT
+        blocks = 6 * BLOCK_ROWS * n_heads * tokens * FLOAT  # a block, its scores, copies
+        return rss + BLOCKS + blocks + (layers * n_heads * grid if in_memory else 0)
+
+    if needs(kept, n_tokens, not to_file) <= allowed:
+        return
+    held = kept * n_heads * n_tokens * n_tokens * FLOAT
+    what = (
+        f"the attention of {kept} layer{'s' * (kept != 1)} × {n_heads} heads over "
+        f"{n_tokens:,} tokens"
+    )
+    if to_file:
+        raise MemoryLimitError(
+            f"{what}, written to a file, still needs blocks of rows beside the model: "
+            f"{shown(needs(kept, n_tokens, False))} of memory and {_said(allowed)}; "
+            "read a shorter text"
+        )
+    ways = []
+    fitting_layers = max((k for k in range(1, kept) if needs(k, n_tokens) <= allowed), default=0)
+    if fitting_layers:
+        ways.append(f"layers=[…] with at most {fitting_layers} of the {n_layers} layers")
+    ways.append(f"to='attention.npy' (a file of {held / 1e9:,.1f} GB, memory-mapped)")
+    fitting = _longest_fitting(lambda tokens: needs(kept, tokens) <= allowed, n_tokens)
+    if fitting:
+        ways.append(f"a text of at most {fitting:,} tokens")
+    raise MemoryLimitError(
+        f"{what} take {shown(held)} held whole, and {_said(allowed)} beside what this process "
+        f"holds ({shown(rss)}); ask for less: {'; or '.join(ways)} (attnviz show streams a "
+        "long text's summary and figures)"
+    )
+
+
+def _held_budget() -> int | None:
+    """What the API may hold: ATTNVIZ_MEMORY_LIMIT as set, else the memory available less a
+    margin (a tenth, at most HELD_MARGIN) for what the rest of the machine does meanwhile."""
+    allowed = budget()
+    if allowed is None or os.environ.get(ENV, "").strip():
+        return allowed
+    return allowed - min(HELD_MARGIN, allowed // 10)
+
+
+def _said(allowed: int) -> str:
+    if os.environ.get(ENV, "").strip():
+        return f"{ENV} is {shown(allowed)}"
+    return f"{shown(allowed)} is available (less a margin)"
 
 
 def held_bytes(shape: Sequence[int]) -> int:

@@ -13,11 +13,14 @@ attention it read on the run (`run.raw`; an encoder-decoder model's stacks in `r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.errors import InputError
 from attnviz.pipelines.consumers import Consumer, Run
 
 if TYPE_CHECKING:
+    from attnviz.core.attention import Attention
     from attnviz.core.model_info import LoadedModel
     from attnviz.pipelines.request import Request, ShowRequest
 
@@ -46,13 +49,17 @@ def run(request: ShowRequest, consumers: Sequence[Consumer] = ()) -> Run:
 class OneStack:
     """A model with one attention stack (an encoder or a decoder)."""
 
-    def __init__(self, loaded: LoadedModel, request: Request) -> None:
+    def __init__(self, loaded: LoadedModel, request: Request, whole: bool = False,
+                 to: Path | None = None) -> None:  # fmt: skip
         self.loaded, self.request = loaded, request
         self.layers = list(request.layers) if request.layers else None
+        self.whole, self.to = whole or to is not None, to
 
     def read(self, consumers: Sequence[Consumer]) -> Run:
         """The request's text, read in one pass with the consumers' recorders and edit; a
-        long one without holding any map whole (`core.memory.streams`)."""
+        long one without holding any map whole (`core.memory.streams`), unless the reader
+        was made to hold them (`whole`, the API: in memory where they fit, refused in one
+        line before the model runs where they do not; or in the `.npy` file `to`)."""
         from attnviz.core import memory
         from attnviz.core.tokens import encode
 
@@ -65,11 +72,16 @@ class OneStack:
             encoded = encode(loaded, r.text, r.truncate, r.pair)
         layers = loaded.info.pick_layers(self.layers)
         reading = None
+        if self.whole:  # before a continuation is written: its length at most
+            self._fits(layers, len(encoded) + (r.generate or 0))
         if r.continues:
             encoded, reading = continued(loaded, r, encoded, layers)
         run = Run(r, loaded, encoded, layers)
         facts, asked = loaded.info, memory.Asked.of(r)
-        run.streamed = memory.streams(facts.n_layers, facts.n_heads, len(encoded), asked)
+        if self.whole:
+            self._fits(layers, len(encoded))
+        else:
+            run.streamed = memory.streams(facts.n_layers, facts.n_heads, len(encoded), asked)
         if run.streamed:
             return self._streamed(run, consumers, reading)
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
@@ -77,6 +89,16 @@ class OneStack:
         found, run.measure_recorder = self.batch([encoded], recorders, edit, reading)
         run.raw = found[0]
         return run
+
+    def _fits(self, layers: Sequence[int], n_tokens: int) -> None:
+        """Refuse, one line, maps of `layers` over `n_tokens` that the process cannot hold
+        (in memory; with `to`, only the blocks)."""
+        from attnviz.core import memory
+
+        info, r = self.loaded.info, self.request
+        per_layer = r.measure in ("alti", "rollout")
+        memory.check_held(len(layers), info.n_layers, 1 if per_layer else info.n_heads,
+                          n_tokens, self.to is not None)  # fmt: skip
 
     def _streamed(self, run: Run, consumers: Sequence[Consumer], reading: Any = None) -> Run:
         """One pass in blocks of query rows, each block handed to the consumers' recorders
@@ -111,10 +133,14 @@ class OneStack:
         from attnviz.core.extract import attend
 
         if reading is not None:
-            return attend(self.loaded, list(batch), self.layers, recorders, reading=reading), None
+            found = attend(self.loaded, list(batch), self.layers, recorders, reading=reading,
+                           to=self.to)  # fmt: skip
+            return found, None
         r = self.request
         if r.measure == DEFAULT:  # the weights: extracted as they are
-            return attend(self.loaded, list(batch), self.layers, list(recorders), edit=edit), None
+            found = attend(self.loaded, list(batch), self.layers, list(recorders), edit=edit,
+                           to=self.to)  # fmt: skip
+            return found, None
         kept: list = []
         measure = with_rollout(r.measure, r.fusion, r.discard)
         found = read_measure(self.loaded, list(batch), measure, self.layers, list(recorders),
@@ -162,6 +188,28 @@ class Stacks:
         values = stack_values(self.loaded, self.request.measure)
         return attend_stacks(self.loaded, list(batch), (self.stack,), self.layers,
                              list(recorders), values)  # fmt: skip
+
+
+def hold(request: ShowRequest, to: Path | None = None) -> Attention:
+    """The attention `request` asks for with every map held whole, as it is shown (--words,
+    --hide-special): what the API hands out, never a streamed run's stand-in. In memory where
+    the maps fit, in the `.npy` file `to` (its memory map) when given; refused in one line
+    before the model runs where they fit in neither (`core.memory.check_held`)."""
+    from attnviz.analysis.transforms import transform
+    from attnviz.pipelines import checks
+
+    loaded = request.model().load()
+    checks.against(request, loaded.info)
+    if loaded.info.seq2seq:
+        if to is not None:
+            raise InputError(
+                f"to= writes the weights of a model with one attention stack; {loaded.info.name} "
+                "is an encoder-decoder model: keep fewer layers (layers=[…]) instead"
+            )
+        found = Stacks(loaded, request).read(())
+    else:
+        found = OneStack(loaded, request, whole=True, to=to).read(())
+    return transform(found.raw, request.words, request.hide_special)
 
 
 def continued(loaded: LoadedModel, request: Request, prompt: Any, layers: Sequence[int]):
