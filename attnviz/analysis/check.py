@@ -72,6 +72,9 @@ class CheckResult:
     key_tokens: tuple[str, ...] | None = None  # cross-attention: the source's tokens
     stacks: tuple[CheckResult, ...] = ()  # encoder-decoder: one result per stack
     target_tokens: tuple[str, ...] = ()  # encoder-decoder: the decoder's tokens
+    # the model's probabilities read a block of rows at a time from attnviz's attention
+    # function (a long text), not whole from its eager attention
+    in_blocks: bool = False
 
     @property
     def passed(self) -> bool:
@@ -86,7 +89,8 @@ class CheckResult:
                                  "tokens": list(self.tokens)}  # fmt: skip
         if self.stacks:
             found["target_tokens"] = list(self.target_tokens)
-        found.update(tolerance=self.tolerance, passed=self.passed, max_error=self.max_error)
+        found.update(tolerance=self.tolerance, passed=self.passed, max_error=self.max_error,
+                     probabilities="in blocks" if self.in_blocks else "eager")  # fmt: skip
         if self.stacks:
             found["stacks"] = [part._numbers() for part in self.stacks]
         else:

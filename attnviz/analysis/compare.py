@@ -219,6 +219,11 @@ class Compared:
     weight on the aligned keys); `divergence` (L, H) its mean over the queries that have one.
     `role_change` and `special_change` are B's score minus A's, each on its own text (None
     where a text cannot measure the role).
+
+    A pair of long texts is compared a block of rows at a time (`compare_blocks`): `a` and
+    `b` are then their maps pooled (`Attention.pooled` says how), `grids_a` and `grids_b` the
+    unit grids pooled by `unit_size`, `texts` each side's tokens and facts (no map: 0 rows),
+    `stats` each side's head sums and `kept` the exact rows of the units asked for (--query).
     """
 
     a: Attention
@@ -230,10 +235,32 @@ class Compared:
     divergence: np.ndarray  # (L, H)
     role_change: dict[str, np.ndarray | None]
     special_change: np.ndarray  # (L, H)
+    unit_size: int = 1  # aligned units a cell of grids_a and grids_b spans along each axis
+    texts: tuple[Attention, Attention] | None = None  # compared in blocks: tokens and facts
+    stats: tuple[Any, Any] | None = None  # compared in blocks: each side's summary.HeadStats
+    kept: dict[int, tuple[np.ndarray, np.ndarray]] | None = None  # unit -> rows (L, H, U)
 
     @property
     def labels(self) -> list[str]:
         return self.alignment.labels()
+
+    @property
+    def tokens(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """A's and B's tokens (a pooled view's are its blocks' first tokens)."""
+        a, b = self.texts or (self.a, self.b)
+        return a.tokens, b.tokens
+
+    def grid_labels(self) -> list[str]:
+        """The labels of grids_a's rows and columns: each cell's first unit."""
+        return self.labels[:: self.unit_size]
+
+    def unit_rows(self, unit: int) -> tuple[np.ndarray, np.ndarray]:
+        """A's and B's row of `unit` over the aligned keys, (L, H, U) each."""
+        if self.unit_size == 1:
+            return self.grids_a[:, :, unit], self.grids_b[:, :, unit]
+        if self.kept is None or unit not in self.kept:
+            raise InputError(f"unit {unit}'s rows were not kept: give it with --query")
+        return self.kept[unit]
 
     def unit_of(self, index: int) -> int:
         """The aligned unit holding A's token `index` (refusing one with no partner)."""
@@ -241,7 +268,7 @@ class Compared:
             if index in unit.a:
                 return position
         raise InputError(
-            f"“{self.a.tokens[index]}” (position {index}) has no partner in B; pick a token "
+            f"“{self.tokens[0][index]}” (position {index}) has no partner in B; pick a token "
             "both texts share"
         )
 
@@ -268,13 +295,18 @@ def compare_pair(a: Attention, b: Attention) -> Compared:
     counted = defined.sum(axis=-1)  # (L, H)
     divergence = np.where(defined, rows, 0.0).sum(axis=-1) / np.maximum(counted, 1)
     ranked_a, ranked_b = shares(a), shares(b)  # a norm's rows as shares, as `show` ranks them
-    before, after = role_scores(ranked_a), role_scores(ranked_b)
-    role_change = {
+    role_change = changes(role_scores(ranked_a), role_scores(ranked_b))
+    special = _special_share(ranked_b) - _special_share(ranked_a)
+    return Compared(a, b, alignment, grids_a, grids_b, rows, divergence, role_change, special)
+
+
+def changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Each role's score on B minus its score on A, (L, H); None where either text cannot
+    measure it."""
+    return {
         name: None if before[name] is None or after[name] is None else after[name] - before[name]
         for name in before
     }
-    special = _special_share(ranked_b) - _special_share(ranked_a)
-    return Compared(a, b, alignment, grids_a, grids_b, rows, divergence, role_change, special)
 
 
 def _special_share(att: Attention) -> np.ndarray:
@@ -340,9 +372,9 @@ class Comparison:
                 {
                     "a": p.a.text,
                     "b": p.b.text,
-                    "tokens_a": list(p.a.tokens),
-                    "tokens_b": list(p.b.tokens),
-                    "alignment": p.alignment.as_dict(p.a.tokens, p.b.tokens),
+                    "tokens_a": list(p.tokens[0]),
+                    "tokens_b": list(p.tokens[1]),
+                    "alignment": p.alignment.as_dict(*p.tokens),
                     "divergence": p.divergence.tolist(),
                 }
                 for p in self.pairs
@@ -353,11 +385,17 @@ class Comparison:
 def compare_pairs(pairs: Sequence[tuple[Attention, Attention]]) -> Comparison:
     """Each (A, B) pair compared, and the per-head means over the pairs (a role's change is
     averaged over the pairs where both texts measure it; None where none does)."""
-    import numpy as np
-
     if not pairs:
         raise InputError("no pairs to compare")
-    found = tuple(compare_pair(a, b) for a, b in pairs)
+    return combine([compare_pair(a, b) for a, b in pairs])
+
+
+def combine(compared: Sequence[Compared]) -> Comparison:
+    """Pairs already compared (held whole, or in blocks: `compare_blocks`), and the per-head
+    means over them."""
+    import numpy as np
+
+    found = tuple(compared)
     roles: dict[str, np.ndarray | None] = {}
     for name in found[0].role_change:
         measured = [p.role_change[name] for p in found if p.role_change[name] is not None]
@@ -408,9 +446,13 @@ def moved_heads(comparison: Comparison, n: int, top_k: int = 3) -> list[Moved]:
         slot = comparison.layers.index(layer)
         pair = max(range(len(comparison.pairs)),
                    key=lambda i: comparison.pairs[i].divergence[slot, head])  # fmt: skip
-        a, b = comparison.pairs[pair].a, comparison.pairs[pair].b
-        (in_a,) = summarise(shares(a), [layer], [head], top_k)
-        (in_b,) = summarise(shares(b), [layer], [head], top_k)
+        chosen = comparison.pairs[pair]
+        if chosen.stats is not None:  # compared in blocks: the sums of each side's rows
+            (in_a, in_b) = (summarise(stats.att, [layer], [head], top_k, stats=stats)[0]
+                            for stats in chosen.stats)  # fmt: skip
+        else:
+            (in_a,) = summarise(shares(chosen.a), [layer], [head], top_k)
+            (in_b,) = summarise(shares(chosen.b), [layer], [head], top_k)
         found.append(
             Moved(layer, head, value, pair, in_a.top, in_b.top, in_a.pattern, in_b.pattern)
         )
@@ -473,10 +515,10 @@ def query_moves(compared: Compared, index: int, top_k: int = 3) -> QueryMoves:
     labels = compared.labels
     layers = compared.a.held_layers()
     top: list[dict[tuple[int, int], tuple[Target, ...]]] = [{}, {}]
-    for grids, into in ((compared.grids_a, top[0]), (compared.grids_b, top[1])):
+    for grids, into in zip(compared.unit_rows(unit), top):
         for slot, layer in enumerate(layers):
             for head in range(grids.shape[1]):
-                row = grids[slot, head, unit]  # (U,) over aligned keys
+                row = grids[slot, head]  # (U,) over aligned keys
                 order = np.argsort(-row, kind="stable")[:top_k]
                 into[(layer, head)] = tuple(Target(int(k), labels[k], float(row[k])) for k in order)
     divergence = np.nan_to_num(compared.rows[:, :, unit])  # a row without aligned weight: 0
@@ -496,12 +538,12 @@ def follow_query(comparison: Comparison, query: str, top_k: int = 3) -> QueryMov
 
     if len(comparison.pairs) == 1:
         pair = comparison.pairs[0]
-        return query_moves(pair, find_query(pair.a, query), top_k)
+        return query_moves(pair, find_query(_text_a(pair), query), top_k)
     found: list[tuple[int, QueryMoves]] = []
     skipped = []
     for number, pair in enumerate(comparison.pairs):
         try:
-            found.append((number, query_moves(pair, find_query(pair.a, query), top_k)))
+            found.append((number, query_moves(pair, find_query(_text_a(pair), query), top_k)))
         except InputError:  # not in this A, or no partner in this B
             skipped.append(number)
     if not found:
@@ -524,6 +566,11 @@ def follow_query(comparison: Comparison, query: str, top_k: int = 3) -> QueryMov
     counted = tuple(number for number, _ in found)
     return QueryMoves(found[0][1].unit, label, moved.mean(axis=0), top_a, top_b, pairs,
                       counted, tuple(skipped))  # fmt: skip
+
+
+def _text_a(pair: Compared) -> Attention:
+    """Text A as read, with its tokens (not a pooled view's blocks)."""
+    return pair.texts[0] if pair.texts is not None else pair.a
 
 
 def refuse_models(a: LoadedModel, b: LoadedModel, words: bool) -> None:

@@ -55,6 +55,10 @@ STREAM_ABOVE = 1 * GiB
 # What the API leaves free of the memory available when it holds maps whole (at most a
 # tenth of it): the rest of the machine goes on meanwhile.
 HELD_MARGIN = 1 * GiB
+# One layer's maps (float32) past which `check` reads the probabilities in blocks of rows
+# from attnviz's attention function instead of whole from the model's eager attention, which
+# holds them with its scores, and our float64 recomputation beside (`pipelines.check`).
+CHECK_WHOLE_LAYER = 256 * MiB
 # One block of a streamed run's probabilities, in float32 (`stream_rows`); with its scores
 # and the statistics' temporaries, about five at once.
 STREAM_BLOCK = 48 * MiB

@@ -239,18 +239,49 @@ def attention_head(
     `allowed` (B, T, S); `angles` are RoPE's cos and sin (from `rope_angles`); `source`
     (B, S, d_model) is what keys and values are made of where that is not X (cross-attention:
     the encoder's last hidden states); `bias` (T, S) is head h's B_h (T5, `relative_bias`)."""
-    d_k = w.d_k
-    g = h // (w.n_heads // w.kv_heads)  # GQA: query head h uses key/value head g
-    q_cols, kv_cols = slice(h * d_k, (h + 1) * d_k), slice(g * d_k, (g + 1) * d_k)
     kv_input = x if source is None else source  # self-attention: X; cross-attention: source
-    q = x @ w.w_q[:, q_cols] + w.b_q[q_cols]  # Q_h = X W_Q^h + b: (B, T, d_k)
-    k = kv_input @ w.w_k[:, kv_cols] + w.b_k[kv_cols]  # K_h: (B, S, d_k)
+    k, v = head_keys(kv_input, w, h // (w.n_heads // w.kv_heads), angles)
+    return head_rows(x, k, v, w, h, allowed, angles, bias)
+
+
+def head_keys(
+    kv_input: torch.Tensor,
+    w: LayerWeights,
+    g: int,
+    angles: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """K_g and V_g of key/value head g (GQA: query head h uses g = h // (H / H_kv)), each
+    (B, S, d_k), from what the keys are made of, `kv_input` (B, S, d_model)."""
+    kv_cols = slice(g * w.d_k, (g + 1) * w.d_k)
+    k = kv_input @ w.w_k[:, kv_cols] + w.b_k[kv_cols]  # K_h = X W_K^h + b: (B, S, d_k)
     v = kv_input @ w.w_v[:, kv_cols] + w.b_v[kv_cols]  # V_h: (B, S, d_k)
     if w.q_norm is not None:  # RMSNorm over each head's d_k dims, before RoPE
-        q, k = rms_norm(q, w.q_norm, w.norm_eps), rms_norm(k, w.k_norm, w.norm_eps)
-    if angles is not None:  # RoPE: turn Q_h and K_h by position-dependent angles
-        q, k = rotate(q, *angles), rotate(k, *angles)
-    scale = w.scale if w.scale is not None else 1 / math.sqrt(d_k)
+        k = rms_norm(k, w.k_norm, w.norm_eps)
+    if angles is not None:  # RoPE: K_h turned by its keys' positions
+        k = rotate(k, *angles)
+    return k, v
+
+
+def head_rows(
+    x: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    w: LayerWeights,
+    h: int,
+    allowed: torch.Tensor,
+    angles: tuple[torch.Tensor, torch.Tensor] | None = None,
+    bias: torch.Tensor | None = None,
+) -> HeadSteps:
+    """Head h's rows for the queries `x` (B, T, d_model: every query, or a block of them)
+    over its key/value head's K_h and V_h (`head_keys`): `allowed`, `angles` and `bias` are
+    those queries' (B, T, S), (T, rotary_dim) and (T, S)."""
+    q_cols = slice(h * w.d_k, (h + 1) * w.d_k)
+    q = x @ w.w_q[:, q_cols] + w.b_q[q_cols]  # Q_h = X W_Q^h + b: (B, T, d_k)
+    if w.q_norm is not None:  # RMSNorm over each head's d_k dims, before RoPE
+        q = rms_norm(q, w.q_norm, w.norm_eps)
+    if angles is not None:  # RoPE: Q_h turned by its queries' positions
+        q = rotate(q, *angles)
+    scale = w.scale if w.scale is not None else 1 / math.sqrt(w.d_k)
     scores = q @ k.transpose(-2, -1) * scale  # Q_h K_hᵀ / √d_k (T5: unscaled): (B, T, S)
     if w.softcap is not None:  # Gemma2 squashes the scores into (−cap, cap)
         scores = w.softcap * (scores / w.softcap).tanh()
@@ -354,3 +385,71 @@ def _shapes(x, source, w, first, bias, concat, output) -> tuple:
         ("concat", "Concat(head_1 … head_H)", tuple(concat.shape)),
         ("output", "concat W_O + b_O", tuple(output.shape)),
     )
+
+
+class RowBlocks:
+    """One self-attention layer from scratch a block of query rows at a time, for a text
+    whose maps are too large to hold (`check` of a long text): K_h and V_h are made once,
+    each block's probabilities from its own Q_h, and every head's output rows are kept
+    (B, T, H·d_k) for the layer's output at the end. No (B, H, T, S) map is ever made."""
+
+    def __init__(self, x: torch.Tensor, weights: LayerWeights,
+                 key_mask: torch.Tensor | None = None, causal: bool = False) -> None:  # fmt: skip
+        import torch
+
+        self.x, self.w = x.double(), weights.double()
+        self.key_mask, self.causal = key_mask, causal
+        batch, length, _ = self.x.shape
+        self.angles = rope_angles(self.w.rope, length) if self.w.rope is not None else None
+        self.keys = [head_keys(self.x, self.w, g, self.angles) for g in range(self.w.kv_heads)]
+        self.heads = torch.zeros(batch, length, self.w.n_heads * self.w.d_k, dtype=torch.float64)
+
+    def rows(self, start: int, stop: int) -> torch.Tensor:
+        """Every head's probabilities of queries start … stop−1, (B, H, b, S), their heads'
+        outputs kept."""
+        import torch
+
+        w, batch, length = self.w, self.x.shape[0], self.x.shape[1]
+        allowed = visible_keys(batch, stop - start, self.key_mask, self.causal, w.window,
+                               length, start)  # fmt: skip
+        angles = None
+        if self.angles is not None:
+            angles = (self.angles[0][start:stop], self.angles[1][start:stop])
+        bias = relative_bias(w.relative, stop - start, length, start) if w.relative else None
+        group = w.n_heads // w.kv_heads
+        steps = [
+            head_rows(
+                self.x[:, start:stop],
+                *self.keys[h // group],
+                w,
+                h,
+                allowed,
+                angles,
+                None if bias is None else bias[h],
+            )  # fmt: skip
+            for h in range(w.n_heads)
+        ]
+        self.heads[:, start:stop] = torch.cat([s.output for s in steps], dim=-1)
+        return torch.stack([s.probs for s in steps], dim=1)  # (B, H, b, S)
+
+    def output(self) -> torch.Tensor:
+        """The layer's output, Concat(head_1 … head_H) W_O + b_O: (B, T, d_model), once every
+        block's rows were made."""
+        return self.heads @ self.w.w_o + self.w.b_o
+
+    def shapes(self) -> tuple:
+        """(step, formula, shape) of each step over the whole text, as `check` prints them
+        (made of shapes alone: nothing of that size is computed)."""
+        import torch
+
+        def empty(*shape: int) -> torch.Tensor:
+            return torch.empty(shape, device="meta")
+
+        w, (batch, length, _) = self.w, self.x.shape
+        d_k = w.d_k
+        first = HeadSteps(empty(batch, length, d_k), empty(batch, length, d_k),
+                          empty(batch, length, d_k), empty(batch, length, length),
+                          empty(batch, length, length), empty(batch, length, d_k))  # fmt: skip
+        bias = empty(w.n_heads, length, length) if w.relative is not None else None
+        concat, output = self.heads, empty(batch, length, w.w_o.shape[1])
+        return _shapes(self.x, None, w, first, bias, concat, output)

@@ -33,10 +33,89 @@ def check_layers(
     mask = inputs["attention_mask"].cpu()
     checks: dict[tuple, LayerCheck] = {}
     shapes: dict[str | None, Shapes] = {}
-    recorder = _checker(loaded, None, layers, (mask, mask), checks, shapes)
-    with capture.own_probabilities(loaded.model):  # the model's own, not recomputed
-        capture.run(loaded, inputs, [recorder])
+    width = inputs["attention_mask"].shape[1]
+    if in_blocks(loaded, len(batch), width):
+        capture.run(loaded, inputs, _InBlocks(loaded, layers, mask, checks, shapes).recorders())
+    else:
+        recorder = _checker(loaded, None, layers, (mask, mask), checks, shapes)
+        with capture.own_probabilities(loaded.model):  # the model's own, not recomputed
+            capture.run(loaded, inputs, [recorder])
     return [checks[None, layer] for layer in layers], shapes.get(None, ())
+
+
+def in_blocks(loaded: LoadedModel, n_batch: int, width: int) -> bool:
+    """Whether `check` reads a layer's probabilities in blocks of rows from attnviz's
+    attention function (the model's own q and k, as `show` records them) rather than whole
+    from the model's eager attention: where one layer's maps would take more than
+    `memory.CHECK_WHOLE_LAYER` (eager holds them, its scores and our float64 copy at once)."""
+    from attnviz.core import capture, memory
+
+    whole = n_batch * loaded.info.n_heads * width * width * memory.FLOAT
+    return whole > memory.CHECK_WHOLE_LAYER and capture.records(loaded.model)
+
+
+class _InBlocks:
+    """A capture recorder that checks each of `layers` a block of query rows at a time: our
+    K_h and V_h are made from the layer's input (`mha.RowBlocks`), each block of the model's
+    rows is compared with ours as the pass hands it out, and the layer's output once it has
+    come (`recorders()`: this, and one for the outputs). No layer's whole map is held."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        layers: list[int],
+        mask: Any,
+        checks: dict[tuple, LayerCheck],
+        shapes: dict[str | None, Shapes],
+    ) -> None:
+        from attnviz.core import adapters, capture
+
+        adapters.layer_weights(loaded.model, 0, None)  # a family check cannot read: refused now
+        self.loaded, self.layers, self.checks, self.shapes = loaded, layers, checks, shapes
+        self.wants = {layer: ("input", capture.ROWS) for layer in layers}
+        self.mask, self.real = mask, mask.bool()  # (B, T): padded query rows are no text's
+        self.ours: Any = None
+        self.errors: Any = None
+
+    def recorders(self) -> list[Any]:
+        from attnviz.core import capture
+
+        return [self, capture.Each(self.layers, ("output",), self.finish)]
+
+    def receive(self, layer: int, seen: dict[str, Any]) -> None:
+        """The layer's input: our K_h and V_h, before its first block."""
+        import torch
+
+        from attnviz.core import adapters
+        from attnviz.core.mha import RowBlocks
+
+        weights = adapters.layer_weights(self.loaded.model, layer, None)
+        self.ours = RowBlocks(seen["input"], weights, self.mask, self.loaded.info.causal)
+        self.errors = torch.zeros(self.ours.w.n_heads, dtype=torch.float64)
+        self.shapes[None] = self.ours.shapes()
+
+    def receive_rows(self, layer: int, first: int, model_rows: Any) -> None:
+        """Rows first … first+b−1 of every head, (B, H, b, W), against ours."""
+        import torch
+
+        b, width = model_rows.shape[2], model_rows.shape[3]  # W: a causal block's last key
+        ours = self.ours.rows(first, first + b)  # (B, H, b, S)
+        kept = ~self.real[:, None, first : first + b, None]
+        worst = (model_rows.double() - ours[..., :width]).abs().masked_fill(kept, 0)
+        beyond = ours[..., width:].abs().masked_fill(kept, 0)  # ours past it: 0 when causal
+        for part in (worst, beyond):
+            if part.numel():
+                self.errors = torch.maximum(self.errors, part.amax(dim=(0, 2, 3)))
+
+    def finish(self, layer: int, seen: dict[str, Any]) -> None:
+        """The layer's output against ours, once every block has come."""
+        real = self.real[:, :, None]
+        output = seen["output"].double().masked_fill(~real, 0)  # (B, T, d_model)
+        diff = (output - self.ours.output()).abs().masked_fill(~real, 0)
+        output_error = diff.max() / max(1.0, float(output.abs().max()))
+        head_errors = tuple(float(e) for e in self.errors)
+        self.checks[None, layer] = LayerCheck(layer, head_errors, float(output_error))
+        self.ours = self.errors = None
 
 
 def check_stacks(
@@ -127,7 +206,8 @@ def check(request: CheckRequest) -> CheckResult:
 
         encoded = encode(loaded, text, truncate)
         layer_checks, shapes = check_layers(loaded, [encoded], plan[None])
-        return CheckResult(loaded.info, encoded.tokens, tolerance, tuple(layer_checks), shapes)
+        return CheckResult(loaded.info, encoded.tokens, tolerance, tuple(layer_checks), shapes,
+                           in_blocks=in_blocks(loaded, 1, len(encoded)))  # fmt: skip
 
     from attnviz.core.seq2seq import encode_source_target
 

@@ -88,15 +88,19 @@ def compare(request: CompareRequest) -> CompareResult:
     encoded_a = [_encode(loaded, r, a) for a, _ in r.pairs]
     encoded_b = [_encode(loaded_b, r, b) for _, b in r.pairs]
     html = r.html and r.out is not None
-    if loaded_b is loaded:  # one model: A and B share the passes (and the page's inside view)
-        found, insides = read_texts(loaded, r, encoded_a + encoded_b, html)
-        read_a, read_b = found[: len(r.pairs)], found[len(r.pairs) :]
+    insides = None
+    if in_blocks(r, loaded, loaded_b, encoded_a + encoded_b):
+        comparison = _compared_in_blocks(loaded, r, encoded_a, encoded_b)
     else:
-        read_a, insides = read_texts(loaded, r, encoded_a, html)
-        read_b, inside_b = read_texts(loaded_b, r, encoded_b, html)
-        insides = insides + inside_b if html else None
-    pairs = [(transform(a, r.words), transform(b, r.words)) for a, b in zip(read_a, read_b)]
-    comparison = compare_pairs(pairs)
+        if loaded_b is loaded:  # one model: A and B share the passes (and the inside view)
+            found, insides = read_texts(loaded, r, encoded_a + encoded_b, html)
+            read_a, read_b = found[: len(r.pairs)], found[len(r.pairs) :]
+        else:
+            read_a, insides = read_texts(loaded, r, encoded_a, html)
+            read_b, inside_b = read_texts(loaded_b, r, encoded_b, html)
+            insides = insides + inside_b if html else None
+        pairs = [(transform(a, r.words), transform(b, r.words)) for a, b in zip(read_a, read_b)]
+        comparison = compare_pairs(pairs)
     moved = moved_heads(comparison, r.top, r.top_k)
     asked = follow_query(comparison, r.query, r.top_k) if r.query is not None else None
     matters = None
@@ -111,6 +115,58 @@ def compare(request: CompareRequest) -> CompareResult:
                                        insides)  # fmt: skip
     return CompareResult(comparison, names, r.measure, moved, asked, folder, written, matters,
                          tuple(pages))  # fmt: skip
+
+
+def in_blocks(request: CompareRequest, loaded: Any, loaded_b: Any, encoded: list[Any]) -> bool:
+    """Whether the pairs are compared a block of rows at a time, A and B of each pair in one
+    padded pass (`analysis.compare_blocks`), no map held whole: one model reads both, the
+    weights of tokens as read (no --words, --html, picture or continuation), and a pair's
+    maps would take more than `memory.STREAM_ABOVE`."""
+    from attnviz.core import memory
+
+    r = request
+    if loaded_b is not loaded or r.measure != "weights" or r.words or r.continues:
+        return False
+    if r.pictures is not None or (r.html and r.out is not None):
+        return False
+    info = loaded.info
+    kept = len(info.pick_layers(list(r.layers) if r.layers else None))
+    n = len(encoded) // 2
+    widest = max(len(a) ** 2 + len(b) ** 2 for a, b in zip(encoded[:n], encoded[n:]))
+    return kept * info.n_heads * widest * memory.FLOAT > memory.STREAM_ABOVE
+
+
+def _compared_in_blocks(loaded: Any, request: CompareRequest, encoded_a: list[Any],
+                        encoded_b: list[Any]) -> Comparison:  # fmt: skip
+    """Each pair read in one padded pass and compared a block of rows at a time, its maps
+    pooled where they would be drawn larger than a figure can show (`pipelines.views`)."""
+    import numpy as np
+
+    from attnviz.analysis.compare import combine
+    from attnviz.analysis.compare_blocks import PairBlocks
+    from attnviz.core import capture, memory
+    from attnviz.core.extract import text_attention
+    from attnviz.core.tokens import pad
+    from attnviz.pipelines.views import image_pool_size
+
+    info = loaded.info
+    layers = info.pick_layers(list(request.layers) if request.layers else None)
+    no_map = np.zeros((len(layers), info.n_heads, 0, 0), np.float32)  # tokens and facts alone
+    found = []
+    for a, b in zip(encoded_a, encoded_b):
+        text_a, text_b = (text_attention(e, info, layers, no_map) for e in (a, b))
+        # four kinds of pooled map (A's, B's, and both sides' unit grids) share what the
+        # figures of one text may hold
+        maps = 4 * len(layers)
+        sizes = [image_pool_size(maps, info.n_heads, len(e), len(e)) for e in (a, b)]
+        units = min(len(a), len(b))  # at most: the alignment's units
+        sizes.append(image_pool_size(maps, info.n_heads, units, units))
+        pair = PairBlocks(text_a, text_b, layers, (0, 1), tuple(sizes), request.query)
+        width = max(len(a), len(b))
+        capture.run(loaded, pad(loaded, [a, b]), [pair],
+                    block_rows=memory.stream_rows(2 * info.n_heads, width))  # fmt: skip
+        found.append(pair.result())
+    return combine(found)
 
 
 def _encode(loaded: Any, request: CompareRequest, text: str) -> Any:
@@ -184,8 +240,10 @@ def _figures(folder, pairs, comparison, moved, measure, style, models, matters):
         where = f"pair {m.pair + 1}, " if len(pairs) > 1 else ""
         title = (f"L{m.layer} H{m.head}: JS divergence {pair.divergence[slot, m.head]:.4f} "
                  f"nats ({where}{measure}; {who})")  # fmt: skip
+        if pair.unit_size > 1:
+            title += f"\neach cell the mean of {pair.unit_size} × {pair.unit_size} aligned tokens"
         figure = difference_figure(pair.grids_a[slot, m.head], pair.grids_b[slot, m.head],
-                                   pair.labels, title, style)  # fmt: skip
+                                   pair.grid_labels(), title, style)  # fmt: skip
         path = folder / f"layer-{m.layer}-head-{m.head}-compare.{style.fmt}"
         written.append(save_figure(figure, path, style))
         if pair.a.picture is not None and pair.a.picture.first and pair.b.picture.first:

@@ -106,6 +106,14 @@ def print_check(console: Console, result: CheckResult) -> None:
         style="dim",
         highlight=False,
     )
+    if result.in_blocks:
+        console.print(
+            "a long text: each layer's probabilities read a block of query rows at a time from "
+            "attnviz's attention function (the model's own q and k) and compared with ours "
+            "block by block; shorter texts are compared with the model's eager attention",
+            style="dim",
+            highlight=False,
+        )
     default, why = TOLERANCES[info.dtype]
     if tol == default:  # the dtype's tolerance, not one given with --tolerance
         console.print(f"tolerance {tol:.0e} in {info.dtype}: {why}", style="dim", highlight=False)

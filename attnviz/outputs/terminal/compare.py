@@ -21,7 +21,7 @@ def print_comparison_header(console: Console, comparison: Comparison, models: st
     pairs = comparison.pairs
     console.print(f"[bold]Compare[/] ({models}, {comparison.a.unit}s)", highlight=False)
     if len(pairs) == 1:
-        for side, att in (("A", comparison.a), ("B", comparison.b)):
+        for side, att in zip("AB", pairs[0].texts or (comparison.a, comparison.b)):
             tokens = list(att.tokens)
             c = att.continuation  # a decoder's --generate: ▸ where what it wrote starts
             said = f" ({c.describe(att.unit)})" if c is not None else ""
@@ -31,7 +31,7 @@ def print_comparison_header(console: Console, comparison: Comparison, models: st
     else:
         console.print(f"  {len(pairs)} pairs; the figures are means over them", highlight=False)
     for number, pair in enumerate(pairs, start=1):
-        note = pair.alignment.note(pair.a.tokens, pair.b.tokens)
+        note = pair.alignment.note(*pair.tokens)
         if note:
             where = f"pair {number}: " if len(pairs) > 1 else ""
             console.print(f"  [yellow]{where}{note}[/]", highlight=False, soft_wrap=True)
