@@ -1,0 +1,67 @@
+"""What a new user hit (issue 57): text that is not UTF-8 on the command line is one line
+wherever text is read, and the API's input error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+import attnviz
+from attnviz.cli import app
+from attnviz.errors import InputError
+
+runner = CliRunner()
+
+# What Python makes of the argument b"The cat \xff\xfe sat": the bytes that are not UTF-8
+# become the lone surrogates U+DCFF and U+DCFE (surrogateescape), which no tokenizer reads.
+NOT_UTF8 = b"The cat \xff\xfe sat".decode("utf-8", "surrogateescape")
+
+
+@pytest.mark.parametrize(
+    "args, what",
+    [
+        (["show", NOT_UTF8, "--no-images"], "text"),
+        (["show", "The cat sat.", "--pair", NOT_UTF8, "--no-images"], "the --pair sentence"),
+        (["check", NOT_UTF8], "text"),
+        (["compare", "The dog sat.", NOT_UTF8, "--no-images"], "text B"),
+        (["export", "The dog sat.", NOT_UTF8], "sentence 2 of the arguments"),
+        (["report", NOT_UTF8], "sentence 1 of the arguments"),
+    ],
+)
+def test_text_that_is_not_utf8_is_one_line_naming_its_first_bad_byte(args, what, tmp_path):
+    result = runner.invoke(app, [*args, "-o", str(tmp_path)] if args[0] != "check" else args)
+    assert result.exit_code == 2, result.output
+    said = f"error: {what}: not valid UTF-8 (byte 9, 0xff); give the text in UTF-8\n"
+    assert result.stderr == said
+
+
+def test_the_same_bytes_as_an_argument_and_in_a_file_are_said_at_the_same_byte(tmp_path):
+    """A process given the bytes themselves, as a shell gives them, and `export -f` of a file
+    that holds them: one line each, exit 2, byte 9."""
+    bad = b"The cat \xff\xfe sat"
+    (tmp_path / "bad.txt").write_bytes(bad + b"\n")
+    for args in ([b"show", bad, b"--no-images"], [b"export", b"-f", b"bad.txt"]):
+        done = subprocess.run([sys.executable, "-m", "attnviz", *args], cwd=tmp_path,
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert "not valid UTF-8 (byte 9" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: attnviz.attention(NOT_UTF8, device="cpu"),
+        lambda: attnviz.attention("The cat sat.", target="x \ud800", device="cpu"),
+        lambda: attnviz.check("x \ud800", device="cpu"),
+        lambda: attnviz.report(["The cat sat.", "x \ud800"], device="cpu"),
+        lambda: attnviz.compare("x \ud800", "The dog sat.", device="cpu"),
+    ],
+    ids=["attention", "target", "check", "report", "compare"],
+)
+def test_the_api_raises_its_input_error_for_text_that_is_not_unicode(call):
+    said = r"not valid (UTF-8 \(byte 9, 0xff|Unicode \(character 3 is a lone surrogate, U\+D800)"
+    with pytest.raises(InputError, match=said):
+        call()
