@@ -65,3 +65,26 @@ def test_the_api_raises_its_input_error_for_text_that_is_not_unicode(call):
     said = r"not valid (UTF-8 \(byte 9, 0xff|Unicode \(character 3 is a lone surrogate, U\+D800)"
     with pytest.raises(InputError, match=said):
         call()
+
+
+def test_a_checkpoint_read_as_another_class_says_both(tmp_path):
+    """A saved ViTForImageClassification is read as its ViTModel (attnviz reads no classifier
+    head): the header, the JSON and the API say the class the checkpoint declares and the one
+    read."""
+    import torch
+    import transformers
+    from vision_models import _SQUARE, _VIT, picture
+
+    folder = tmp_path / "vit-classifier"
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(**_VIT, num_labels=3)
+    transformers.ViTForImageClassification(config).save_pretrained(folder)
+    transformers.ViTImageProcessor(**_SQUARE).save_pretrained(folder)
+    path = picture(tmp_path / "cat.png")
+    result = runner.invoke(app, ["show", str(path), "-m", str(folder), "--no-images"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stdout.split())  # the header, wherever the terminal wrapped it
+    assert "vit-classifier · ViTForImageClassification read as ViTModel · 2×4 heads" in said
+    info = attnviz.attention(path, model=str(folder), device="cpu").info
+    assert (info.declared, info.architecture) == ("ViTForImageClassification", "ViTModel")
+    assert info.as_dict()["declared"] == "ViTForImageClassification"

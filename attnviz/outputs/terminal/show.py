@@ -41,7 +41,7 @@ def print_header(console: Console, att: Attention) -> None:
     info = att.info
     stack = f" · {info.stack} stack" if info.stack else ""
     console.print(
-        f"[bold]{info.name}[/] · {info.architecture} · {info.n_layers}×{info.n_heads} heads"
+        f"[bold]{info.name}[/] · {info.classes()} · {info.n_layers}×{info.n_heads} heads"
         f"{stack} · d_model {info.d_model} · d_head {info.d_head} · {info.ran_line()}",
         highlight=False,
     )
