@@ -1,5 +1,7 @@
 """What a new user hit (issue 57): text that is not UTF-8 on the command line is one line
-wherever text is read, and the API's input error."""
+wherever text is read, and the API's input error; a checkpoint read as another class than it
+declares says both; a decoder's continuation table marks a line break as one (↵, not a
+space's ␣) and says what its columns hold."""
 
 from __future__ import annotations
 
@@ -88,3 +90,30 @@ def test_a_checkpoint_read_as_another_class_says_both(tmp_path):
     info = attnviz.attention(path, model=str(folder), device="cpu").info
     assert (info.declared, info.architecture) == ("ViTForImageClassification", "ViTModel")
     assert info.as_dict()["declared"] == "ViTForImageClassification"
+
+
+def test_a_token_of_whitespace_alone_is_marked_as_what_it_is():
+    from attnviz.core.tokens import label_of
+
+    assert [label_of(piece) for piece in ("\n", "\n\n", " \n", " ", "\t", " Paris ", ".\n")] == [
+        "↵", "↵↵", "↵", "␣", "␣", "Paris", ".",
+    ]  # fmt: skip
+
+
+def test_the_continuation_table_marks_line_breaks_and_says_what_its_columns_hold(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from tests import any_models
+    from tests.conftest import _byte_level_tokenizer
+
+    tokenizer = _byte_level_tokenizer()
+    ids = dict(vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    folder = any_models.save("gpt2", AutoModelForCausalLM, tokenizer, tmp_path / "gpt2", **ids)
+    result = runner.invoke(app, ["show", "The cat sat.", "-m", folder, "--target",
+                                 "\n\nThe dog sat.", "--no-images"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [line.split("│") for line in result.stdout.splitlines() if line.startswith("│")]
+    assert [row[2].strip() for row in rows] == ["↵", "↵", "The", "dog", "sat", "."]
+    said = " ".join(result.stdout.split())
+    assert "p: the probability the model gave it" in said and "↵ is a line break" in said
+    assert "␣" not in said
