@@ -1,10 +1,12 @@
 """What a new user hit (issue 57): text that is not UTF-8 on the command line is one line
 wherever text is read, and the API's input error; a checkpoint read as another class than it
 declares says both; a decoder's continuation table marks a line break as one (↵, not a
-space's ␣) and says what its columns hold."""
+space's ␣) and says what its columns hold; a command's --help fits a screen, its options in
+the reference's panels, and docs/reference.md keeps each help whole."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -12,8 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 import attnviz
-from attnviz.cli import app
+from attnviz.cli import COMMANDS, app
 from attnviz.errors import InputError
+from tests.test_docs import generate
 
 runner = CliRunner()
 
@@ -117,3 +120,38 @@ def test_the_continuation_table_marks_line_breaks_and_says_what_its_columns_hold
     said = " ".join(result.stdout.split())
     assert "p: the probability the model gave it" in said and "↵ is a line break" in said
     assert "␣" not in said
+
+
+def _help(command: str) -> str:
+    """`attnviz COMMAND --help` as a terminal 100 columns wide shows it."""
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_s_help_fits_a_screen(command):
+    """At 100 columns (show's was 173 lines, 245 at 80)."""
+    assert len(_help(command).splitlines()) <= 80
+
+
+def test_show_s_help_groups_its_options_as_the_reference_does_which_keeps_each_help_whole():
+    shown = _help("show")
+    reference = generate.reference().split("\n## `attnviz show`\n")[1].split("\n## ")[0]
+    panels = re.findall(r"^\*\*(.+)\*\*$", reference, re.M)
+    assert re.findall(r"╭─ (.+?) ─", shown) == panels
+    assert panels[:4] == ["Arguments", "Options", "Reading the text", "Measures"]
+    assert panels[-1] == "Loading the model"
+    # --help gives an option's first line, the reference the whole text after it
+    row = next(line for line in reference.splitlines() if line.startswith("| `--attention`"))
+    assert row.endswith("| How attention runs. sdpa (fast; attnviz records the probabilities "
+                        "inside the model's attention call, from its own q and k, in blocks of "
+                        "rows; layers nobody asks for run SDPA), flash_attention_2 (the same, "
+                        "those layers on flash-attn's kernels: CUDA, half precision) or eager "
+                        "(the model's own probabilities, held layer by layer; for comparison). "
+                        "docs/models.md says more. |")  # fmt: skip
+    line = next(line for line in shown.splitlines() if "--attention" in line)
+    assert "How attention runs. [default: sdpa]" in line and "records" not in shown
+    # and a command's opening paragraphs, the reference the rest as well
+    assert "A text's folder holds only its last run's files." in reference
+    assert "last run's files" not in shown and "docs/reference.md" in shown
