@@ -48,7 +48,8 @@ and fails with a diff when a block no longer shows what its command prints.
 
 It also writes docs/reference.md, the command reference: every command of the Typer app, in
 the app's order, with its help, its usage line and a table of its arguments and options per
-help panel, read from the app as `attnviz --help` reads it (no model, no torch). Every run
+help panel, read from the app as `attnviz --help` reads it (no model, no torch), each help
+whole (--help stops at a \f: an option's first line, a command's opening paragraphs). Every run
 rewrites it (`--only` too); `--check` reports it when it differs, and so does
 tests/test_docs.py.
 """
@@ -368,8 +369,9 @@ def slug(heading: str) -> str:
 
 
 # The command reference, docs/reference.md. It says what --help says, so it asks Typer what
-# --help asks (display_type_rich, and the two default helpers, private but the only source of
-# the default as --help prints it) and groups as Typer's rich_format_help does.
+# --help asks (display_type_rich; the default as attnviz.cli.app.shown_default gives it to
+# --help) and groups as Typer's rich_format_help does; it gives each help whole, past the \f
+# where --help stops.
 
 
 def _commands(command, ctx) -> Iterator[tuple]:
@@ -385,10 +387,13 @@ def _commands(command, ctx) -> Iterator[tuple]:
 
 
 def _help(text: str | None) -> str:
-    """A help text as --help takes it: dedented, cut at a lone \f. The app's help is Markdown
-    (rich_markup_mode), so it stays Markdown, save a `<` outside code spans: GitHub would read
-    `<slug>` as an HTML tag and drop it."""
-    parts = inspect.cleandoc(text or "").partition("\f")[0].strip().split("`")
+    """A help text, dedented and whole: --help stops at a \f (an option's line, a command's
+    opening paragraphs: attnviz.cli.app.Command), the reference goes on with what follows, as
+    a paragraph of its own. The app's help is Markdown (rich_markup_mode), so it stays
+    Markdown, save a `<` outside code spans: GitHub would read `<slug>` as an HTML tag and
+    drop it."""
+    said = inspect.cleandoc(text or "").split("\f")
+    parts = "\n\n".join(part.strip() for part in said if part.strip()).split("`")
     return "`".join(part if i % 2 else part.replace("<", "&lt;") for i, part in enumerate(parts))
 
 
@@ -423,19 +428,11 @@ def _panels(command, ctx) -> dict[str, list]:
     return {name: params for name, params in (arguments | options).items() if params}
 
 
-def _default(param, ctx) -> str:
-    """The default as --help shows it, by Typer's rule: a show_default text, or the value
-    unless show_default is off."""
-    value = param._extract_default_help_str(ctx=ctx)
-    given = isinstance(param.show_default, str)
-    if not given and (value is None or not (param.show_default or ctx.show_default)):
-        return ""
-    return param._get_default_string(ctx=ctx, show_default_is_str=given, default_value=value)
-
-
 def _row(param, ctx) -> tuple[str, ...]:
     """An argument or option: its names, short flags, type or choices, default and help."""
     from typer.core import TyperArgument
+
+    from attnviz.cli.app import shown_default
 
     if isinstance(param, TyperArgument):
         names, shorts = [param._rich_display_name()], []
@@ -450,7 +447,7 @@ def _row(param, ctx) -> tuple[str, ...]:
         ", ".join(map(_code, names)),
         ", ".join(map(_code, shorts)),
         kind or ("flag" if getattr(param, "is_flag", False) else ""),
-        "required" if param.required else _code(_default(param, ctx)),
+        "required" if param.required else _code(shown_default(param, ctx)),
         _help(param.help),
     )
 

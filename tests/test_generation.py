@@ -51,7 +51,7 @@ def test_generated_rows_are_the_eager_attention_and_the_ids_are_generate_s(kind,
     import torch
 
     from attnviz.core.models import load_model
-    from attnviz.core.tokens import encode
+    from attnviz.core.tokens import encode, label_of
 
     found = attnviz.attention(PROMPT, model=decoders[kind], device="cpu", generate=N)
     loaded = load_model(decoders[kind], "cpu")
@@ -65,7 +65,7 @@ def test_generated_rows_are_the_eager_attention_and_the_ids_are_generate_s(kind,
         out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt),
                              dtype=torch.long), max_new_tokens=N, do_sample=False)  # fmt: skip
     ids = [int(i) for i in out[0]]
-    written = [loaded.tokenizer.decode([i]).strip() or "␣" for i in ids[c.start :]]
+    written = [label_of(loaded.tokenizer.decode([i])) for i in ids[c.start :]]
     assert list(found.tokens[c.start :]) == written
     # every row (prompt and steps) equals one eager pass over prompt + what it wrote
     weights, logits, _ = _eager(decoders[kind], ids)
@@ -125,7 +125,7 @@ def test_a_seeded_sample_writes_the_same_text_twice_and_as_transformers_would(de
     assert first.tokens == again.tokens and first.continuation.probs == again.continuation.probs
     assert first.continuation.how == "sampled at temperature 1.5, seed 7"
     from attnviz.core.models import load_model
-    from attnviz.core.tokens import encode
+    from attnviz.core.tokens import encode, label_of
 
     loaded = load_model(decoders["gpt2"], "cpu")
     prompt = list(encode(loaded, PROMPT).ids)
@@ -135,7 +135,7 @@ def test_a_seeded_sample_writes_the_same_text_twice_and_as_transformers_would(de
         out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt),
                              dtype=torch.long), max_new_tokens=N, do_sample=True,
                              temperature=1.5, top_k=0, top_p=1.0)  # fmt: skip
-    written = [loaded.tokenizer.decode([int(i)]).strip() or "␣" for i in out[0, len(prompt) :]]
+    written = [label_of(loaded.tokenizer.decode([int(i)])) for i in out[0, len(prompt) :]]
     assert list(first.tokens[len(prompt) :]) == written
 
 

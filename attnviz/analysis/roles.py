@@ -93,7 +93,7 @@ def threshold_help() -> str:
     """The --threshold option's list of names, from the registry."""
     only = {("decoder",): " (decoders)", ("encoder",): " (encoders)"}
     names = [role.option + only.get(role.kinds, "") for role in ROLES.values()]
-    return f"Role threshold in [0, 1]; repeat for more. NAME: {', '.join(names)}."
+    return f"NAME: {', '.join(names)}."
 
 
 @dataclass(frozen=True)

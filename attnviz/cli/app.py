@@ -7,6 +7,7 @@ functions, so `attnviz --help` starts fast.
 
 from __future__ import annotations
 
+import copy
 from typing import Annotated, Any
 
 import typer
@@ -63,8 +64,72 @@ class _Group(_OneLineUsage, _HelpAsFlag, TyperGroup):
             raise _usage(error) from None
 
 
+class Panel:
+    """The panels --help shows a command's options in (their rich_help_panel), after its
+    everyday ones (Typer's "Options"), in this order for every command; docs/reference.md
+    has a table for each."""
+
+    READING = "Reading the text"
+    MEASURES = "Measures"
+    WRITING = "Decoders and encoder-decoders"
+    LONG = "Long texts"
+    OUTPUT = "Files and figures"
+    TREEBANK = "Treebank"
+    PARTS = "A report in parts"
+    LOADING = "Loading the model"
+
+
+PANELS = tuple(title for name, title in vars(Panel).items() if name.isupper())
+
+# What --help says under every command's options: their help there is cut short.
+IN_FULL = "Every option in full: docs/reference.md."
+
+
+def shown_default(param: Any, ctx: Any) -> str:
+    """An option's default as --help shows it, by Typer's rule (a show_default text, or the
+    value unless show_default is off), or ""; Typer's own helpers are private, but the only
+    source of the default as --help prints it (docs/generate.py reads it here too)."""
+    value = param._extract_default_help_str(ctx=ctx)
+    given = isinstance(param.show_default, str)
+    if not given and (value is None or not (param.show_default or ctx.show_default)):
+        return ""
+    return param._get_default_string(ctx=ctx, show_default_is_str=given, default_value=value)
+
+
+def _panel(param: Any) -> int:
+    """Where a parameter's panel comes in --help: arguments, everyday options, then PANELS."""
+    panel = getattr(param, "rich_help_panel", None)
+    if panel is None:
+        return -1 if param.param_type_name == "argument" else 0
+    return 1 + PANELS.index(panel)
+
+
+def _brief(param: Any, ctx: Any) -> Any:
+    """A copy of `param` as --help shows it: its help up to the \f (the rest is the
+    reference's), its default on the same line (Typer puts it on a line of its own)."""
+    brief = copy.copy(param)
+    brief.help = (param.help or "").partition("\f")[0].strip()
+    default = shown_default(param, ctx) if param.param_type_name == "option" else ""
+    if default:
+        brief.help += f" [default: {default}]"
+        brief.show_default = False
+    return brief
+
+
 class Command(_OneLineUsage, _HelpAsFlag, TyperCommand):
-    pass
+    """A command whose options are grouped in panels (PANELS' order) and whose --help fits
+    a screen: each option's help up to its \f, a command's up to its own (Typer cuts
+    that); docs/reference.md (docs/generate.py) has all of it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.sort(key=_panel)  # stable: the arguments keep their order
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        shown = copy.copy(self)
+        shown.params = [_brief(param, ctx) for param in self.params]
+        shown.epilog = IN_FULL
+        return super(Command, shown).format_help(ctx, formatter)
 
 
 app = typer.Typer(

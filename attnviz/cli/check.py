@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.app import Command, app, fail, out_console
+from attnviz.cli.app import Command, Panel, app, fail, out_console
 from attnviz.cli.options import (
     Device,
     DeviceMapOpt,
@@ -24,6 +24,7 @@ from attnviz.cli.options import (
     QuantizeOpt,
     TargetOpt,
     TruncateOpt,
+    briefly,
     flag,
     load,
 )
@@ -44,16 +45,21 @@ ToleranceOpt = Annotated[
     float | None,
     typer.Option(
         min=0.0,
-        help="Largest absolute error that still passes. Default: the model's dtype's "
-        "(1e-5 in float32; half precision rounds the model's own numbers: docs/models.md).",
+        metavar="MAX",
+        help=briefly(
+            "Largest error that passes; default: the dtype's.",
+            "The largest absolute error; the model's dtype's by default: 1e-5 in float32 "
+            "(half precision rounds the model's own numbers: docs/models.md).",
+        ),
         show_default=False,
     ),
 ]
 CheckStackOpt = Annotated[
     Stack | None,
     typer.Option(
-        help="Encoder-decoder models: the attention stack to check. Default: all.",
+        help="Encoder-decoders: the stack to check. Default: all.",
         show_default=False,
+        rich_help_panel=Panel.WRITING,
     ),
 ]
 
@@ -80,12 +86,14 @@ def check(
     """Recompute attention layers from scratch (textbook formulas) and compare with the model.
 
     For each head h: Q_h = X W_Q^h + b, K_h, V_h alike; softmax(Q_h K_hᵀ / √d_k + mask) V_h;
-    heads concatenated and multiplied by W_O. Compares each head's attention probabilities
-    and the block's output (after W_O, before residual and LayerNorm) with the model's own.
-    An encoder-decoder model (T5, BART, Marian) reads the text as its source, and every
-    stack is checked: encoder, decoder (causal) and cross-attention (keys and values from the
-    encoder's last hidden states); T5 adds its relative position bias to unscaled scores.
-    Exit code 0 when everything is within the tolerance, 1 on a mismatch.
+    heads concatenated and multiplied by W_O. Exit code 0 when everything is within the
+    tolerance, 1 on a mismatch.
+    \f
+    Compares each head's attention probabilities and the block's output (after W_O, before
+    residual and LayerNorm) with the model's own. An encoder-decoder model (T5, BART,
+    Marian) reads the text as its source, and every stack is checked: encoder, decoder
+    (causal) and cross-attention (keys and values from the encoder's last hidden states); T5
+    adds its relative position bias to unscaled scores.
     """
     from attnviz.core.inputs import read_text
     from attnviz.outputs import terminal

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from attnviz.cli.app import Command, app, fail, out_console
+from attnviz.cli.app import Command, Panel, app, fail, out_console
 from attnviz.cli.options import (
     LOAD,
     STYLE,
@@ -22,6 +22,7 @@ from attnviz.cli.options import (
     QueryOpt,
     TruncateOpt,
     WordsOpt,
+    briefly,
     flag,
     grouped,
     valued,
@@ -41,27 +42,41 @@ AgainstOpt = valued(
     str,
     "--against-model",
     metavar="MODEL",
-    help="A second model that reads text B (same layers and heads; a different "
-    "tokenizer needs --words).",
+    help=briefly(
+        "A second model that reads text B.",
+        "Same layers and heads; a different tokenizer needs --words.",
+    ),
 )
 PairsOpt = valued(
     str,
     "--file",
     "-f",
-    help="File of pairs, one a line: text A, a TAB, text B (with --against-model, a "
-    "line without a TAB is one text for both); - reads stdin. Figures are means over "
-    "the pairs.",
+    metavar="FILE",
+    help=briefly(
+        "A file of pairs, one a line (A, a TAB, B); - reads stdin.",
+        "With --against-model, a line without a TAB is one text for both. Figures are means "
+        "over the pairs.",
+    ),
 )
 TopOpt = Annotated[
-    int, typer.Option("--top", min=1, help="Heads listed and drawn: those that moved most.")
+    int,
+    typer.Option(
+        "--top", min=1, metavar="N", help="Heads listed and drawn: those that moved most."
+    ),
 ]
-KeysOpt = Annotated[int, typer.Option("--top-k", "-k", min=1, help="Keys listed per head.")]
+KeysOpt = Annotated[
+    int, typer.Option("--top-k", "-k", min=1, metavar="N", help="Keys listed per head.")
+]
 ImportanceOpt = Annotated[
     bool,
     flag(
         "--importance",
-        "Also measure each head's importance (zero ablation: one pass per head) to each "
-        "model's objective on its texts, to tell a head that moved from a head that matters.",
+        briefly(
+            "Also each head's importance, by ablation.",
+            "Zero ablation, one pass per head, of each model's objective on its texts: to tell "
+            "a head that moved from a head that matters.",
+        ),
+        Panel.MEASURES,
     ),
 ]
 ImagesOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder for the images.")]
@@ -69,8 +84,10 @@ PageOpt = Annotated[
     bool,
     flag(
         "--html",
-        "Also write compare.html (with -f, compare-N.html a pair): the interactive page "
-        "with A, B and B − A in every view; it works offline.",
+        briefly(
+            "Also write compare.html, the interactive page.",
+            "With -f, compare-N.html a pair: A, B and B − A in every view; it works offline.",
+        ),
     ),
 ]
 
@@ -100,14 +117,17 @@ def compare(
     """Compare attention head by head: two texts through one model (a minimal pair), or a
     text through two models (--against-model).
 
-    Prints how far each head's pattern moved (the Jensen–Shannon divergence, in nats,
-    between A's and B's row of each aligned query, averaged over the aligned queries), and
-    the heads that moved most with their top keys in A and in B. Tokens are aligned where
-    both texts have them; words put for one another are aligned whole; what has no partner
-    is listed. Images go to `OUT/<slug>-<hash>/`: the divergence per head, and A, B and
-    B − A for each head that moved most. With a decoder, --generate N continues each text
-    (or the text, in each model) and compares the attention over what each wrote. With a
-    vision model, two picture files: their patches are aligned by grid position.
+    Prints how far each head's pattern moved (the Jensen–Shannon divergence between A's and
+    B's rows, in nats), and the heads that moved most with their top keys in A and in B.
+    Images go to `OUT/<slug>-<hash>/`: the divergence per head, and A, B and B − A for each
+    head that moved most.
+    \f
+    The divergence is between A's and B's row of each aligned query, averaged over the
+    aligned queries. Tokens are aligned where both texts have them; words put for one
+    another are aligned whole; what has no partner is listed. With a decoder, --generate N
+    continues each text (or the text, in each model) and compares the attention over what
+    each wrote. With a vision model, two picture files: their patches are aligned by grid
+    position.
     """
     try:
         from attnviz.core.inputs import compare_input

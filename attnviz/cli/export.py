@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from attnviz.cli.app import Command, app, fail, out_console, progress, warn
+from attnviz.cli.app import Command, Panel, app, fail, out_console, progress, warn
 from attnviz.cli.options import (
     LOAD,
     MEASURING,
@@ -26,6 +26,7 @@ from attnviz.cli.options import (
     StackName,
     TruncateOpt,
     WordsOpt,
+    briefly,
     flag,
     grouped,
     valued,
@@ -42,24 +43,34 @@ FiguresOpt = valued(
     list[FigureKind],
     "--figures",
     metavar="KIND",
-    help=f"Figures to write; repeat for more ({FIGURES_HELP}). Default: all.",
+    panel=Panel.OUTPUT,
+    help=briefly("Figures to write; repeat for more. Default: all.", f"{FIGURES_HELP}."),
 )
 ExportStackOpt = valued(
     StackName,
     "--stack",
-    help="Encoder-decoder models: the attention to export, encoder (source × source), "
-    "decoder (target × target) or cross (target × source). Default: cross.",
+    panel=Panel.WRITING,
+    help=briefly(
+        "The stack of an encoder-decoder. Default: cross.",
+        "Encoder-decoder models: the attention to export, encoder (source × source), decoder "
+        "(target × target) or cross (target × source).",
+    ),
 )
 SaveRawOpt = Annotated[
     bool,
     flag(
         "--save-raw",
-        "Also write attention.npz: the weights [layer, head, q, k], or the --measure's "
-        "values under its name (alti, rollout: [layer, q, k]).",
+        briefly(
+            "Also write attention.npz, the numbers drawn.",
+            "The weights [layer, head, q, k], or the --measure's values under its name (alti, "
+            "rollout: [layer, q, k]).",
+        ),
+        Panel.OUTPUT,
     ),
 ]
 PagesOpt = Annotated[
-    bool, flag("--html", "Also write attention.html (interactive, offline) per sentence.")
+    bool,
+    flag("--html", briefly("Also write attention.html per sentence.", "Interactive, offline.")),
 ]
 ExportJobsOpt = Annotated[
     int,
@@ -68,16 +79,21 @@ ExportJobsOpt = Annotated[
         "-j",
         min=1,
         metavar="N",
-        help="Drawing processes, each drawing whole sentences while this one runs the "
-        "model; 1 draws in this process.",
+        rich_help_panel=Panel.OUTPUT,
+        help=briefly(
+            "Drawing processes; 1 draws in this process.",
+            "Each draws whole sentences while this one runs the model.",
+        ),
     ),
 ]
 OverwriteOpt = Annotated[
     bool,
     flag(
         "--overwrite",
-        "Redo every sentence, and first remove an earlier export of other sentences from "
-        "--out (only the files attnviz wrote).",
+        briefly(
+            "Redo every sentence; replace another export in --out.",
+            "An earlier export of other sentences is removed first (only the files attnviz wrote).",
+        ),
     ),
 ]
 ExportOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
@@ -111,17 +127,18 @@ def export(
     """Write heatmaps for many sentences: one folder each, plus manifest.json and manifest.csv.
 
     Each folder `NNNN-slug-hash/` holds overview, one grid per layer and one figure per head.
-    Blank lines are skipped and counted. A re-run skips sentences already complete with the
-    same settings and finishes the rest; an interrupted run leaves no half-written file.
+    A re-run skips sentences already complete with the same settings and finishes the rest.
+    An encoder-decoder model reads `source<TAB>target` lines.
+    \f
+    Blank lines are skipped and counted; an interrupted run leaves no half-written file.
     An output folder holds one sentence list: more sentences added at the end are exported
     there too, another list is refused (use another --out, or --overwrite to replace it).
 
     With a decoder, --generate N continues each sentence and exports the attention over it
     and what the model wrote (one sentence a pass); done.json and manifest.json hold where
     each continuation starts and its tokens' probabilities (attention.npz too).
-    An encoder-decoder model (T5, BART, Marian) reads `source<TAB>target` lines and exports
-    one --stack of each pair; --save-raw's attention.npz then also holds source_tokens,
-    target_tokens and key_tokens.
+    An encoder-decoder model (T5, BART, Marian) exports one --stack of each pair; --save-raw's
+    attention.npz then also holds source_tokens, target_tokens and key_tokens.
     A vision model (ViT, DeiT, DINOv2, BEiT, CLIP, SigLIP) reads picture files and folders of
     them: each picture's folder also holds its views over the picture (docs/vision.md).
     """

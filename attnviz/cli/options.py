@@ -1,4 +1,9 @@
-"""Options several commands share, declared once (`Annotated[..., typer.Option(help=...)]`)."""
+"""Options several commands share, declared once (`Annotated[..., typer.Option(help=...)]`).
+
+An option's help is one short line, what `--help` shows, then (after a \f) the rest, which
+docs/reference.md adds (`briefly`); its panel (`rich_help_panel`) is one of `app.PANELS`, or
+none for a command's everyday options.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import typer
 from attnviz.analysis.contributions import FUSIONS, MEASURES
 from attnviz.analysis.pooling import POOLS
 from attnviz.analysis.transforms import TRANSFORMS
+from attnviz.cli.app import Panel
 from attnviz.core.adapters import STACKS
 from attnviz.core.settings import DEVICE_MAPS, DTYPES, IMPLEMENTATIONS, QUANTIZATIONS
 from attnviz.outputs.figures import FORMATS, SCALES
@@ -33,15 +39,29 @@ Scale = Enum("Scale", {name: name for name in SCALES}, type=str)
 MeasureName = Enum("MeasureName", {name: name for name in MEASURES}, type=str)
 
 
-def flag(name: str, help: str) -> Any:
-    """An on/off option, shown in help as a flag (no value)."""
-    return typer.Option(name, help=help, metavar="")
+def briefly(short: str, more: str) -> str:
+    """An option's help: `short`, the line --help shows, then `more`, which only
+    docs/reference.md adds (--help stops at the \f between them)."""
+    return f"{short}\f{more}"
 
 
-def valued(kind: Any, *names: str, help: str, metavar: str | None = None, **more: Any) -> Any:
+def flag(name: str, help: str, panel: str | None = None) -> Any:
+    """An on/off option, shown in help as a flag (no value), in --help's `panel`."""
+    return typer.Option(name, help=help, metavar="", rich_help_panel=panel)
+
+
+def valued(
+    kind: Any,
+    *names: str,
+    help: str,
+    metavar: str | None = None,
+    panel: str | None = None,
+    **more: Any,
+) -> Any:
     """An option that takes a value and is None when not given (no default shown):
-    `--name METAVAR`; `more` as typer.Option takes it (min=1)."""
-    option = typer.Option(*names, metavar=metavar, help=help, show_default=False, **more)
+    `--name METAVAR`, in --help's `panel`; `more` as typer.Option takes it (min=1)."""
+    option = typer.Option(*names, metavar=metavar, help=help, show_default=False,
+                          rich_help_panel=panel, **more)  # fmt: skip
     return Annotated[kind | None, option]
 
 
@@ -49,10 +69,15 @@ ModelOpt = valued(
     str,
     "--model",
     "-m",
-    help="Local model directory, Hugging Face hub id (cached or online), a .gguf file, "
-    "or smollm2 (a bundled decoder LLM). Default: the bundled all-MiniLM-L6-v2.",
+    help=briefly(
+        "Folder, hub id, .gguf, smollm2; default: all-MiniLM-L6-v2.",
+        "A local model directory, a Hugging Face hub id (cached or online), a .gguf file, "
+        "or smollm2 (a bundled decoder LLM); all-MiniLM-L6-v2 is bundled.",
+    ),
 )
-DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
+DeviceOpt = Annotated[
+    Device, typer.Option(help="Where to run the model.", rich_help_panel=Panel.LOADING)
+]
 
 
 # Choices come from core's lists of load settings (attnviz.core.settings).
@@ -66,28 +91,40 @@ ImplementationOpt = Annotated[
     Implementation,
     typer.Option(
         "--attention",
-        help="The model's attention: sdpa (fast; attnviz records the probabilities inside "
-        "the model's attention call, from its own q and k, in blocks of rows; layers nobody "
-        "asks for run SDPA), flash_attention_2 (the same, those layers on flash-attn's "
-        "kernels: CUDA, half precision) or eager (the model's own probabilities, held layer "
-        "by layer; for comparison). docs/models.md says more.",
+        rich_help_panel=Panel.LOADING,
+        help=briefly(
+            "How attention runs.",
+            "sdpa (fast; attnviz records the probabilities inside the model's attention "
+            "call, from its own q and k, in blocks of rows; layers nobody asks for run SDPA), "
+            "flash_attention_2 (the same, those layers on flash-attn's kernels: CUDA, half "
+            "precision) or eager (the model's own probabilities, held layer by layer; for "
+            "comparison). docs/models.md says more.",
+        ),
     ),
 ]
 DtypeOpt = Annotated[
     Dtype,
     typer.Option(
         "--dtype",
-        help="The weights' number format: auto is the checkpoint's own on a GPU and float32 on "
-        "a CPU; bfloat16 and float16 halve the memory (the probabilities shown are still "
-        "computed in float32).",
+        rich_help_panel=Panel.LOADING,
+        help=briefly(
+            "Weights' number format.",
+            "auto is the checkpoint's own on a GPU and float32 on a CPU; bfloat16 and "
+            "float16 halve the memory (the probabilities shown are still computed in "
+            "float32).",
+        ),
     ),
 ]
 DeviceMapOpt = Annotated[
     DeviceMap | None,
     typer.Option(
         "--device-map",
-        help="Let accelerate spread the layers over the GPUs, the CPU and the disk (auto, "
-        "balanced or sequential), within --max-memory, for a model too big for one device.",
+        rich_help_panel=Panel.LOADING,
+        help=briefly(
+            "Spread a model too big for one device.",
+            "accelerate puts the layers on the GPUs, the CPU and the disk (auto, balanced or "
+            "sequential), within --max-memory.",
+        ),
         show_default=False,
     ),
 ]
@@ -96,8 +133,12 @@ MaxMemoryOpt = Annotated[
     typer.Option(
         "--max-memory",
         metavar="DEVICE=SIZE",
-        help="With --device-map: the most a device may hold, repeatable (--max-memory 0=20GiB "
-        "--max-memory cpu=60GiB); what does not fit goes to the disk.",
+        rich_help_panel=Panel.LOADING,
+        help=briefly(
+            "The most a device holds (--device-map).",
+            "Repeatable (--max-memory 0=20GiB --max-memory cpu=60GiB); what does not fit "
+            "goes to the disk.",
+        ),
         show_default=False,
     ),
 ]
@@ -106,8 +147,11 @@ OffloadOpt = Annotated[
     typer.Option(
         "--offload-folder",
         metavar="DIR",
-        help="With --device-map: where the layers that fit in no device's memory are kept "
-        "(read back as each one runs).",
+        rich_help_panel=Panel.LOADING,
+        help=briefly(
+            "Where --device-map keeps the rest.",
+            "The layers that fit in no device's memory, read back as each one runs.",
+        ),
         show_default=False,
     ),
 ]
@@ -115,7 +159,8 @@ QuantizeOpt = Annotated[
     Quantize | None,
     typer.Option(
         "--quantize",
-        help="Load the weights in 4 or 8 bits with bitsandbytes (CUDA GPUs only).",
+        rich_help_panel=Panel.LOADING,
+        help=briefly("4- or 8-bit weights (bitsandbytes).", "CUDA GPUs only."),
         show_default=False,
     ),
 ]
@@ -123,7 +168,7 @@ QuantizeOpt = Annotated[
 
 def _numbers(what: str, short: str, example: str) -> Any:
     """A repeatable option of numbers: --layer/--layers/-l, --head/--heads/-H."""
-    help = f"A {what} to use; repeat for more ({example}). Default: all."
+    help = briefly(f"A {what} to use; repeat for more. Default: all.", f"For example {example}.")
     return valued(list[int], f"--{what}", f"--{what}s", short, metavar="N", help=help)
 
 
@@ -132,30 +177,52 @@ HeadOpt = _numbers("head", "-H", "-H 2 -H 7")
 SentencesArg = Annotated[
     list[str] | None,
     typer.Argument(
-        help="Sentences (or use --file); with a vision model, picture files and folders of them.",
+        help=briefly(
+            "Sentences (or --file), or pictures.",
+            "With a vision model, picture files and folders of them.",
+        ),
         show_default=False,
     ),
 ]
 FileOpt = Annotated[
     str | None,
-    typer.Option("--file", "-f", help="Text file, one sentence per line; - reads stdin."),
+    typer.Option(
+        "--file", "-f", metavar="FILE", help="Text file, one sentence per line; - reads stdin."
+    ),
 ]
 # The views' flags and help come from their registry (attnviz.analysis.transforms.TRANSFORMS).
-WordsOpt = Annotated[bool, flag("--words", TRANSFORMS["words"].help)]
-HideOpt = Annotated[bool, flag("--hide-special", TRANSFORMS["hide-special"].help)]
+WordsOpt = Annotated[bool, flag("--words", TRANSFORMS["words"].help, Panel.READING)]
+HideOpt = Annotated[bool, flag("--hide-special", TRANSFORMS["hide-special"].help, Panel.READING)]
 TruncateOpt = Annotated[
-    bool, flag("--truncate", "Cut text longer than the model's limit (and say so).")
+    bool, flag("--truncate", "Cut text longer than the model's limit (and say so).", Panel.READING)
 ]
 JsonOpt = Annotated[bool, flag("--json", "Print the result as JSON on stdout.")]
-CmapOpt = Annotated[str, typer.Option(help="Matplotlib colour map for heatmaps.")]
-DpiOpt = Annotated[int, typer.Option(min=20, max=600, help="Image resolution (dots per inch).")]
-FormatOpt = Annotated[ImageFormat, typer.Option("--format", help="Image file format.")]
+CmapOpt = Annotated[
+    str, typer.Option(help="Matplotlib colour map for heatmaps.", rich_help_panel=Panel.OUTPUT)
+]
+DpiOpt = Annotated[
+    int,
+    typer.Option(
+        min=20,
+        max=600,
+        metavar="DPI",
+        help="Image resolution (dots per inch).",
+        rich_help_panel=Panel.OUTPUT,
+    ),
+]
+FormatOpt = Annotated[
+    ImageFormat, typer.Option("--format", help="Image file format.", rich_help_panel=Panel.OUTPUT)
+]
 ScaleOpt = Annotated[
     Scale,
     typer.Option(
         "--scale",
-        help="Heatmap colours: absolute (0–1 for every head) or head (each head to its own "
-        "max; the pattern of diffuse heads shows).",
+        rich_help_panel=Panel.OUTPUT,
+        help=briefly(
+            "Colours: 0–1, or each head's own max.",
+            "absolute: 0–1 for every head; head: each head to its own max (the pattern of "
+            "diffuse heads shows).",
+        ),
     ),
 ]
 QueryOpt = valued(
@@ -163,18 +230,25 @@ QueryOpt = valued(
     "--query",
     "-q",
     metavar="TOKEN",
-    help="Ask about one token: where it looks in every head. A token as written "
-    "(first occurrence), it#2 for the second, or a position; of a picture, a patch ROW,COL.",
+    help=briefly(
+        "Ask about one token: where it looks in every head.",
+        "A token as written (first occurrence), it#2 for the second, or a position; of a "
+        "picture, a patch ROW,COL.",
+    ),
 )
 MeasureOpt = Annotated[
     MeasureName,
     typer.Option(
         "--measure",
-        help="What to show: "
-        + "; ".join(
-            f"{m.name}: {m.help}" + (f" ({m.cite})" if m.cite else "") for m in MEASURES.values()
-        )
-        + ". docs/contributions.md says how each is computed.",
+        rich_help_panel=Panel.MEASURES,
+        help=briefly(
+            "What the maps hold.",
+            "; ".join(
+                f"{m.name}: {m.help}" + (f" ({m.cite})" if m.cite else "")
+                for m in MEASURES.values()
+            )
+            + ". docs/contributions.md says how each is computed.",
+        ),
     ),
 ]
 FusionName = Enum("FusionName", {name: name for name in FUSIONS}, type=str)
@@ -182,8 +256,12 @@ FusionOpt = Annotated[
     FusionName,
     typer.Option(
         "--fusion",
-        help="With --measure rollout: each layer's heads fused by their mean, max or min "
-        "(jacobgil/vit-explain's head fusion).",
+        rich_help_panel=Panel.MEASURES,
+        help=briefly(
+            "Rollout: how heads are fused.",
+            "With --measure rollout: each layer's heads fused by their mean, max or min "
+            "(jacobgil/vit-explain's head fusion).",
+        ),
     ),
 ]
 DiscardOpt = Annotated[
@@ -191,8 +269,12 @@ DiscardOpt = Annotated[
     typer.Option(
         "--discard",
         metavar="SHARE",
-        help="With --measure rollout: the share of each layer's fused map set to 0 before "
-        "the residual is added, its lowest entries (vit-explain's discard ratio, e.g. 0.9).",
+        rich_help_panel=Panel.MEASURES,
+        help=briefly(
+            "Rollout's discard ratio.",
+            "With --measure rollout: the share of each layer's fused map set to 0 before the "
+            "residual is added, its lowest entries (vit-explain's discard ratio, e.g. 0.9).",
+        ),
     ),
 ]
 StackName = Enum("StackName", {name: name for name in STACKS}, type=str)
@@ -201,57 +283,84 @@ StackName = Enum("StackName", {name: name for name in STACKS}, type=str)
 StackOpt = valued(
     StackName,
     "--stack",
-    help="Encoder-decoder models (T5, BART, Marian): which attention to show: encoder "
-    "(source × source), decoder (target × target, causal) or cross (target tokens reading "
-    "the source). [default: cross]",
+    panel=Panel.WRITING,
+    help=briefly(
+        "The stack of an encoder-decoder. [default: cross]",
+        "Encoder-decoder models (T5, BART, Marian): which attention to show: encoder "
+        "(source × source), decoder (target × target, causal) or cross (target tokens "
+        "reading the source).",
+    ),
 )
 TargetOpt = valued(
     str,
     "--target",
     metavar="TEXT",
-    help="A given continuation, read by teacher forcing: what a decoder reads after the "
-    "prompt (each token's probability said), or the target an encoder-decoder model's "
-    "decoder reads after its start token (a translation of the source).",
+    panel=Panel.WRITING,
+    help=briefly(
+        "A continuation you give, read by teacher forcing.",
+        "What a decoder reads after the prompt (each token's probability said), or the "
+        "target an encoder-decoder model's decoder reads after its start token (a "
+        "translation of the source).",
+    ),
 )
 GenerateOpt = valued(
     int,
     "--generate",
     metavar="N",
-    help="Let the model write at most N tokens (greedy; it stops at its end-of-text token) "
-    "and show the attention it used as it wrote: a decoder continues the prompt, an "
-    "encoder-decoder model writes its target (what it does without --target, with N 40).",
+    panel=Panel.WRITING,
+    help=briefly(
+        "The model writes N tokens; where it looked.",
+        "At most N tokens, greedy (it stops at its end-of-text token), and the attention it "
+        "used as it wrote: a decoder continues the prompt, an encoder-decoder model writes "
+        "its target (what it does without --target, with N 40).",
+    ),
 )
 SampleOpt = Annotated[
     bool,
     flag(
         "--sample",
-        "With --generate on a decoder: draw each token "
-        "from the model's distribution (no top-k or top-p) instead of taking "
-        "the likeliest.",
+        briefly(
+            "Draw each token, not the likeliest.",
+            "With --generate on a decoder: each token drawn from the model's distribution "
+            "(no top-k or top-p).",
+        ),
+        Panel.WRITING,
     ),
 ]
 TemperatureOpt = valued(
     float,
     "--temperature",
     metavar="T",
-    help="With --sample: divide the logits by T before drawing. [default: 1]",
+    panel=Panel.WRITING,
+    help="With --sample: logits divided by T. [default: 1]",
 )
 SeedOpt = valued(
     int,
     "--seed",
     metavar="N",
-    help="With --sample: seed the draw, so that the same command writes the same text.",
+    panel=Panel.WRITING,
+    help=briefly("With --sample: seed the draw.", "The same command then writes the same text."),
 )
 BatchOpt = Annotated[
-    int, typer.Option("--batch-size", "-b", min=1, help="Sentences per forward pass.")
+    int,
+    typer.Option(
+        "--batch-size",
+        "-b",
+        min=1,
+        metavar="N",
+        help="Sentences per forward pass.",
+        rich_help_panel=Panel.READING,
+    ),
 ]
 
 
 TextArg = Annotated[
     str,
     typer.Argument(
-        help="The sentence to look at; - reads it from stdin. With a vision model, a picture "
-        "file (docs/vision.md).",
+        help=briefly(
+            "The sentence to look at (- reads stdin), or a picture.",
+            "A picture file, with a vision model (docs/vision.md).",
+        ),
         show_default=False,
     ),
 ]
@@ -259,14 +368,21 @@ PairOpt = valued(
     str,
     "--pair",
     metavar="TEXT",
-    help="A second sentence (encoders): the model reads [CLS] TEXT [SEP] PAIR [SEP] "
-    "with token types; the --html page can restrict to A→B, B→A, A→A, B→B.",
+    panel=Panel.READING,
+    help=briefly(
+        "A second sentence (encoders).",
+        "The model reads [CLS] TEXT [SEP] PAIR [SEP] with token types; the --html page can "
+        "restrict to A→B, B→A, A→A, B→B.",
+    ),
 )
-TopKOpt = Annotated[int, typer.Option("--top-k", "-k", min=1, help="Tokens listed per head.")]
+TopKOpt = Annotated[
+    int, typer.Option("--top-k", "-k", min=1, metavar="N", help="Tokens listed per head.")
+]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder for the heatmap images.")]
 NoImagesOpt = Annotated[bool, flag("--no-images", "Do not write images.")]
 HtmlOpt = Annotated[
-    bool, flag("--html", "Also write attention.html, an interactive page that works offline.")
+    bool,
+    flag("--html", briefly("Also write attention.html, an interactive page.", "It works offline.")),
 ]
 JobsOpt = valued(
     int,
@@ -274,16 +390,22 @@ JobsOpt = valued(
     "-j",
     metavar="N",
     min=1,
-    help="Drawing processes, started while the model loads [default: one per core, "
-    "at most 4]; 1 draws in this process.",
+    panel=Panel.OUTPUT,
+    help=briefly(
+        "Drawing processes. [default: one per core, at most 4]",
+        "Started while the model loads; 1 draws in this process.",
+    ),
 )
 AblateOpt = valued(
     list[str],
     "--ablate",
     metavar="L.H",
-    help="Remove head H of layer L (its output set to 0; repeatable): the maps show "
-    "the model without it, and a decoder's loss and top-5 next tokens (an encoder's "
-    "embedding) before and after are printed.",
+    panel=Panel.MEASURES,
+    help=briefly(
+        "Remove head H of layer L (repeatable).",
+        "Its output set to 0: the maps show the model without it, and a decoder's loss and "
+        "top-5 next tokens (an encoder's embedding) before and after are printed.",
+    ),
 )
 
 
@@ -291,16 +413,24 @@ WindowOpt = valued(
     str,
     "--window",
     metavar="START:END",
-    help="Also the exact cells of tokens START … END−1 (queries and keys): the head figures "
-    "(and the page) show them, while a long text's overview and layer grids are pooled.",
+    panel=Panel.LONG,
+    help=briefly(
+        "Also the exact cells of tokens START … END−1.",
+        "Queries and keys: the head figures (and the page) show them, while a long text's "
+        "overview and layer grids are pooled.",
+    ),
 )
 PoolName = Enum("PoolName", {name: name for name in POOLS}, type=str)
 PoolOpt = Annotated[
     PoolName,
     typer.Option(
         "--pool",
-        help="A long text's maps (over 512 tokens a side) are pooled: each cell the max "
-        "of a block of cells (the strongest links show) or their mean.",
+        rich_help_panel=Panel.LONG,
+        help=briefly(
+            "A long text's cells pooled by max or mean.",
+            "A long text's maps (over 512 tokens a side) are pooled: each cell the max of a "
+            "block of cells (the strongest links show) or their mean.",
+        ),
     ),
 ]
 

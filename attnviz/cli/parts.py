@@ -9,31 +9,42 @@ from typing import Annotated, Any
 
 import typer
 
-from attnviz.cli.app import fail, out_console, progress
-from attnviz.cli.options import flag, valued
+from attnviz.cli.app import Panel, fail, out_console, progress
+from attnviz.cli.options import briefly, flag, valued
 from attnviz.errors import AttnvizError, RankFailed
 
 ShardOpt = valued(
     str,
     "--shard",
     metavar="I/N",
-    help="Run shard I of N (0 ≤ I < N) of the corpus alone and write its sums to --partial "
-    "DIR, for `attnviz merge` (job arrays and other schedulers without a launcher).",
+    panel=Panel.PARTS,
+    help=briefly(
+        "Run shard I of N alone, for `attnviz merge`.",
+        "Shard I (0 ≤ I < N) of the corpus, its sums written to --partial DIR (job arrays "
+        "and other schedulers without a launcher).",
+    ),
 )
 PartialOpt = valued(
     Path,
     "--partial",
     metavar="DIR",
-    help="Where shards keep their sums: with --shard, its folder; under torchrun or "
-    "accelerate launch, each rank's (default: OUT/.partials, removed once the report is "
-    "written).",
+    panel=Panel.PARTS,
+    help=briefly(
+        "Where shards keep their sums.",
+        "With --shard, its folder; under torchrun or accelerate launch, each rank's "
+        "(default: OUT/.partials, removed once the report is written).",
+    ),
 )
 ResumeOpt = Annotated[
     bool,
     flag(
         "--resume",
-        "Do not run again what the shards' sums in --partial hold already (after a run that "
-        "failed, with the same command).",
+        briefly(
+            "Skip what the sums in --partial hold already.",
+            "After a run that failed, with the same command: what the shards' sums hold is "
+            "not run again.",
+        ),
+        Panel.PARTS,
     ),
 ]
 

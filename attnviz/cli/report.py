@@ -14,7 +14,7 @@ from attnviz.analysis.importance import ABLATIONS
 from attnviz.analysis.importance import CHOICES as IMPORTANCE_CHOICES
 from attnviz.analysis.roles import threshold_help
 from attnviz.cli import parts
-from attnviz.cli.app import Command, app, out_console, warn
+from attnviz.cli.app import Command, Panel, app, out_console, warn
 from attnviz.cli.options import (
     LOAD,
     SELECT,
@@ -24,6 +24,7 @@ from attnviz.cli.options import (
     JsonOpt,
     TruncateOpt,
     WordsOpt,
+    briefly,
     grouped,
     valued,
 )
@@ -35,27 +36,44 @@ from attnviz.outputs.figures import Style
 CorpusArg = Annotated[
     list[str] | None,
     typer.Argument(
-        help=f"Sentences to analyse (default: the corpus {CORPUS_NAME}); with a vision model, "
-        "picture files and folders of them.",
+        help=briefly(
+            f"Sentences (default: the corpus {CORPUS_NAME}), or pictures.",
+            "With a vision model, picture files and folders of them.",
+        ),
         show_default=False,
     ),
 ]
 ReportOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Report folder.")]
-ThresholdOpt = valued(list[str], "--threshold", "-t", metavar="NAME=VALUE", help=threshold_help())
+ThresholdOpt = valued(
+    list[str],
+    "--threshold",
+    "-t",
+    metavar="NAME=VALUE",
+    help=briefly("A role's threshold in [0, 1]; repeat for more.", threshold_help()),
+)
 TreebankOpt = valued(
     str,
     "--treebank",
     metavar="FILE.conllu",
-    help="Annotated corpus (CoNLL-U; - reads stdin): its sentences are the corpus, and "
-    "heads are also measured on its syntax (HEAD, DEPREL) and coreference (CorefUD Entity=).",
+    panel=Panel.TREEBANK,
+    help=briefly(
+        "A CoNLL-U corpus; heads measured on its syntax too.",
+        "Its sentences are the corpus (- reads stdin), and heads are also measured on its "
+        "syntax (HEAD, DEPREL) and coreference (CorefUD Entity=).",
+    ),
 )
 MinCountOpt = Annotated[
     int,
     typer.Option(
         "--min-count",
         min=1,
-        help="With --treebank: arcs a relation needs (mentions, for coreference) for a table "
-        "row and to name a head.",
+        metavar="N",
+        rich_help_panel=Panel.TREEBANK,
+        help=briefly(
+            "Arcs a relation needs to be reported.",
+            "With --treebank: arcs a relation needs (mentions, for coreference) for a table "
+            "row and to name a head.",
+        ),
     ),
 ]
 MarginOpt = Annotated[
@@ -64,25 +82,38 @@ MarginOpt = Annotated[
         "--margin",
         min=0.0,
         max=1.0,
-        help="With --treebank: accuracy over a relation's baseline that names a head for it.",
+        metavar="SHARE",
+        rich_help_panel=Panel.TREEBANK,
+        help=briefly(
+            "Accuracy over baseline to name a head.",
+            "With --treebank: a head is named for a relation by this much over its baseline.",
+        ),
     ),
 ]
 ImportanceOpt = valued(
     str,
     "--importance",
     metavar="|".join(IMPORTANCE_CHOICES),
-    help="Also measure which heads matter to the model's objective on the same texts: "
-    + "; ".join(f"{k.name}: {k.help}" for k in IMPORTANCE_CHOICES.values())
-    + ". Adds importance columns, importance.png and a section to report.md.",
+    panel=Panel.MEASURES,
+    help=briefly(
+        "Also which heads matter to the model's objective.",
+        "On the same texts: "
+        + "; ".join(f"{k.name}: {k.help}" for k in IMPORTANCE_CHOICES.values())
+        + ". Adds importance columns, importance.png and a section to report.md.",
+    ),
 )
 AblationOpt = Annotated[
     str,
     typer.Option(
         "--ablation",
         metavar="|".join(ABLATIONS),
-        help="With --importance: what a removed head's output becomes; "
-        + "; ".join(f"{k.name}: {k.help}" for k in ABLATIONS.values())
-        + ".",
+        rich_help_panel=Panel.MEASURES,
+        help=briefly(
+            "How --importance removes a head.",
+            "What a removed head's output becomes: "
+            + "; ".join(f"{k.name}: {k.help}" for k in ABLATIONS.values())
+            + ".",
+        ),
     ),
 ]
 
@@ -115,7 +146,9 @@ def report(
     Metrics (means over all non-special query tokens): attention to the previous, next and
     same token, to the first token ([CLS]/BOS), to separators, to punctuation, within ±2
     tokens; entropy; attention distance; confidence. Writes report.md, heads.csv,
-    heads.json and figures to OUT. --layer/--head restrict the report to those heads.
+    heads.json and figures to OUT. An encoder-decoder model reads `source<TAB>target` lines.
+    \f
+    --layer/--head restrict the report to those heads.
 
     With --treebank FILE.conllu, also which heads find syntactic heads and dependents
     (per relation, against the best fixed-offset baseline) and antecedents of mentions:
@@ -125,9 +158,9 @@ def report(
     masked-LM loss or the sentence embedding for encoders) depends on each head, on the same
     texts: heads.csv's importance columns, importance.png and "Which heads matter".
 
-    An encoder-decoder model (T5, BART, Marian) reads `source<TAB>target` lines: roles for its
-    encoder and decoder self-attention, and for cross-attention how monotone each head's
-    alignment is and how much it rests on the source's EOS; heads.csv has a stack column.
+    An encoder-decoder model (T5, BART, Marian) gets roles for its encoder and decoder
+    self-attention, and for cross-attention how monotone each head's alignment is and how
+    much it rests on the source's EOS; heads.csv has a stack column.
 
     A vision model (ViT, DeiT, DINOv2, BEiT, CLIP, SigLIP) reads picture files and folders of
     them: per head, the mean attention distance in pixels, CLS's entropy and shares, the

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from attnviz.cli.app import Command, app, err_console, fail, warn
-from attnviz.cli.options import LOAD, flag, grouped, valued
+from attnviz.cli.options import LOAD, briefly, flag, grouped, valued
 from attnviz.core.settings import Load
 from attnviz.errors import AttnvizError, Interrupted
 
@@ -20,27 +20,40 @@ AgainstOpt = valued(
     str,
     "--against-model",
     metavar="MODEL",
-    help="A second model, loaded too: the page can read text B with it and compare "
-    "the two head by head (same layers and heads; a different tokenizer needs words).",
+    help=briefly(
+        "A second model, loaded too, to compare with.",
+        "The page can read text B with it and compare the two head by head (same layers and "
+        "heads; a different tokenizer needs words).",
+    ),
 )
-PortOpt = Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Port to listen on.")]
+PortOpt = Annotated[
+    int, typer.Option("--port", "-p", min=1, max=65535, metavar="N", help="Port to listen on.")
+]
 HostOpt = Annotated[
     str,
     typer.Option(
         "--host",
-        help="Address to listen on. Any address but a loopback one (127.0.0.1, ::1, "
-        "localhost) lets other machines use the model, and prints a warning.",
+        metavar="ADDRESS",
+        help=briefly(
+            "Address to listen on.",
+            "Any address but a loopback one (127.0.0.1, ::1, localhost) lets other machines "
+            "use the model, and prints a warning.",
+        ),
     ),
 ]
-OpenOpt = Annotated[bool, flag("--open", "Open the page in the default browser once it is served.")]
+OpenOpt = Annotated[
+    bool, flag("--open", briefly("Open the page in the default browser.", "Once it is served."))
+]
 QueueOpt = Annotated[
     int,
     typer.Option(
         "--max-queue",
         min=1,
         metavar="N",
-        help="Model requests that may wait or run at once; one more is answered 503 "
-        "with Retry-After.",
+        help=briefly(
+            "Requests that may wait or run at once.",
+            "One more is answered 503 with Retry-After.",
+        ),
     ),
 ]
 
@@ -51,9 +64,12 @@ HoldOpt = Annotated[
         "--hold-mib",
         min=1,
         metavar="MIB",
-        help="Memory for the last text's queries and keys at every layer, which the page's "
-        "zoom (tiles) is made from; a longer text is refused for tiles (SmolLM2 at 8,192 "
-        "tokens holds 720 MiB).",
+        help=briefly(
+            "Memory for the last text's tiles.",
+            "The last text's queries and keys at every layer, which the page's zoom (tiles) "
+            "is made from; a longer text is refused for tiles (SmolLM2 at 8,192 tokens holds "
+            "720 MiB).",
+        ),
     ),
 ]
 
@@ -72,10 +88,12 @@ def serve(
     """Serve the interactive page on a local web address, with the model loaded once.
 
     Type a sentence and press Enter: its head, model, matrix, query and inside views show at
-    once, and the address carries the text, so a view can be bookmarked. A drag over the
-    matrix view zooms into a head's exact cells (tiles, from the last text's X, which the
-    server keeps). Scripts can POST to /api/attention and /api/tile (docs/serve.md). It
-    listens on 127.0.0.1 only, unless --host says otherwise. Ctrl-C stops it (exit code 130).
+    once, and the address carries the text, so a view can be bookmarked. It listens on
+    127.0.0.1 only, unless --host says otherwise. Ctrl-C stops it (exit code 130).
+    \f
+    A drag over the matrix view zooms into a head's exact cells (tiles, from the last text's
+    X, which the server keeps). Scripts can POST to /api/attention and /api/tile
+    (docs/serve.md).
     """
     try:
         from attnviz.pipelines import checks

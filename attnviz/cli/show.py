@@ -68,13 +68,14 @@ def show(
     """Show what every attention head looks at in one sentence, and write heatmaps.
 
     Prints, for each head, the tokens it attends to most; with one --layer and one --head it
-    also draws that head's heatmap in the terminal. Images go to `OUT/<slug>-<hash>/` (one
-    folder per distinct text, holding only its last run's files): an overview of all heads,
-    one grid per layer, one figure per head. With a decoder, --generate N lets the model
-    continue the text and shows where it looked as it wrote each token (--target TEXT: a
-    continuation you give). With an encoder-decoder model (T5, BART, Marian) the text is
-    the source; --target or --generate gives the target, and --stack picks the attention
-    (cross-attention by default).
+    also draws that head's heatmap in the terminal. Images go to `OUT/<slug>-<hash>/`: an
+    overview of all heads, one grid per layer, one figure per head.
+    \f
+    A text's folder holds only its last run's files. With a decoder, --generate N lets the
+    model continue the text and shows where it looked as it wrote each token (--target
+    TEXT: a continuation you give). With an encoder-decoder model (T5, BART, Marian) the
+    text is the source; --target or --generate gives the target, and --stack picks the
+    attention (cross-attention by default).
     """
     try:
         from attnviz.analysis.ablation import parse_head

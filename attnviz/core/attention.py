@@ -257,6 +257,25 @@ class Attention:
 
 
 def require_text(text: str, what: str = "text") -> None:
-    """Refuse text with no word in it."""
+    """Refuse text with no word in it, or that is not Unicode (`require_unicode`)."""
+    require_unicode(text, what)
     if not text.strip():
         raise InputError(f"{what} is empty: give a sentence with at least one word")
+
+
+def require_unicode(text: str, what: str = "text") -> None:
+    """Refuse text a tokenizer cannot read: a lone surrogate where a character should be,
+    the first one's place said. Python hands on bytes that were not UTF-8 (a command line's
+    argument) as the surrogates U+DC80–U+DCFF, so such a one is said as the byte it was, by
+    its place among the text's bytes (as a file's line is said, `core.inputs`)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        char = text[error.start]
+        if "\udc80" <= char <= "\udcff":
+            byte = len(text[: error.start].encode("utf-8")) + 1
+            found = f"not valid UTF-8 (byte {byte}, 0x{ord(char) - 0xDC00:02x})"
+        else:
+            found = (f"not valid Unicode (character {error.start + 1} is a lone surrogate, "
+                     f"U+{ord(char):04X})")  # fmt: skip
+        raise InputError(f"{what}: {found}; give the text in UTF-8") from None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnviz.core.attention import require_unicode
 from attnviz.errors import InputError
 
 STDIN = "-"
@@ -82,7 +83,8 @@ def read_sentences(file: str | None, texts: list[str] | None) -> Sentences:
     if texts and file:
         raise InputError("give sentences as arguments or --file, not both")
     if texts:
-        for text in texts:
+        for number, text in enumerate(texts, start=1):
+            require_unicode(text, f"sentence {number} of the arguments")
             if _names_a_file(text):
                 raise InputError(
                     f"'{text}' is a file name, not a sentence; to read one sentence per line "

@@ -109,6 +109,9 @@ class ModelInfo(_HeadRanges, _Stacks):
     implementation: str = "sdpa"
     device_map: tuple[tuple[str, str], ...] = ()
     quantize: str | None = None
+    # The class the checkpoint declares (config.json's `architectures`) where `architecture`,
+    # the one read, is another: ViTForImageClassification read as ViTModel. None: the same.
+    declared: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The model's facts (what ran is `ran()`'s)."""
@@ -117,10 +120,19 @@ class ModelInfo(_HeadRanges, _Stacks):
             facts.pop(key)
         if not self.pictures:  # said of vision models alone
             facts.pop("pictures")
+        if self.declared is None:  # said where the checkpoint declares another class
+            facts.pop("declared")
         if not self.stacks:  # a model with one stack: no encoder-decoder fields
             for key in ("stacks", "stack", "max_target_tokens"):
                 facts.pop(key)
         return facts
+
+    def classes(self) -> str:
+        """The class read, for a header line, after the checkpoint's own where it declares
+        another: "ViTForImageClassification read as ViTModel"."""
+        if self.declared is None:
+            return self.architecture
+        return f"{self.declared} read as {self.architecture}"
 
     def ran(self) -> dict[str, Any]:
         """What ran, as --json says it at its top level: "dtype", "device_map" (each part

@@ -335,9 +335,18 @@ def load_model(
     if placed is None:
         model.to(torch_device)
 
-    info = _info(model.config, model, tokenizer, label, decoder, pictures, load, placed)
+    declared = _declared(config, model)  # the checkpoint's class, where it is not the one read
+    info = _info(model.config, model, tokenizer, label, decoder, pictures, load, placed, declared)
     device = torch_device if placed is None else _first_device(placed)
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
+
+
+def _declared(config: Any, model: Any) -> str | None:
+    """The class the checkpoint's config.json declares (its first `architectures`), where
+    attnviz read it as another: a ViTForImageClassification as ViTModel (the head is not
+    read), a CLIPModel as its CLIPVisionModel; None where they are the same, or it says none."""
+    declared = next(iter(getattr(config, "architectures", None) or ()), None)
+    return declared if declared not in (None, type(model).__name__) else None
 
 
 def _reader(pictures: bool, tokenizer_class: Any) -> Any:
@@ -382,9 +391,11 @@ def _info(
     pictures: bool,
     load: Load,
     placed: Any,
+    declared: str | None = None,
 ) -> ModelInfo:
     """The loaded model's facts, from its config (a vision tower's own, for a checkpoint of
-    two towers), its tokenizer and where it was placed."""
+    two towers), its tokenizer and where it was placed; `declared`, the checkpoint's class
+    where another was read (`_declared`)."""
     n_heads = config.num_attention_heads
     d_model = config.hidden_size
     n_kv_heads = getattr(config, "num_key_value_heads", None) or n_heads
@@ -392,6 +403,7 @@ def _info(
     return ModelInfo(
         name=label,
         architecture=type(model).__name__,
+        declared=declared,
         model_type=config.model_type,
         n_heads=n_heads,
         d_model=d_model,

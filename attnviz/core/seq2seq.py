@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from attnviz.core.attention import Encoded, SourceTarget, require_text
+from attnviz.core.tokens import encode, label_of, pad
 from attnviz.errors import InputError, TextTooLongError
 
 if TYPE_CHECKING:
@@ -55,8 +56,6 @@ def encode_source_target(
 def encode_side(loaded: LoadedModel, text: str, truncate: bool) -> Encoded:
     """The source as the encoder reads it: `tokens.encode` with a fast tokenizer; from the
     ids alone with a SentencePiece-only one (Marian's), which gives no character offsets."""
-    from attnviz.core.tokens import encode
-
     if getattr(loaded.tokenizer, "is_fast", False):
         return encode(loaded, text, truncate)
     ids = loaded.tokenizer(text)["input_ids"]
@@ -91,7 +90,7 @@ def from_ids(loaded: LoadedModel, ids: Sequence[int], text: str) -> Encoded:
     after_space = False  # the token before decoded to text ending in whitespace (a newline)
     for i, (token_id, token, is_special) in enumerate(zip(ids, raw, special)):
         decoded = tokenizer.decode([token_id])
-        label = token if is_special else decoded.strip() or "␣"
+        label = token if is_special else label_of(decoded)
         if wordpiece and not is_special:
             label = token  # WordPiece keeps its own form: ##ing says the piece continues
         opens = (is_special or i == 0 or special[i - 1] or _opens_word(token, wordpiece)
@@ -164,8 +163,6 @@ def _greedy(loaded: LoadedModel, source: Encoded, max_new: int) -> list[int]:
 
 def pad_pairs(loaded: LoadedModel, batch: Sequence[SourceTarget]) -> dict:
     """Model inputs for a batch of sources and targets, each side padded on the right."""
-    from attnviz.core.tokens import pad
-
     sources = pad(loaded, [item.source for item in batch])
     targets = pad(loaded, [item.target for item in batch])
     return {

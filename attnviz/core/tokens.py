@@ -14,6 +14,16 @@ from attnviz.errors import InputError
 if TYPE_CHECKING:
     from attnviz.core.model_info import LoadedModel, ModelInfo, ModelSpec
 
+# A token of whitespace alone is labelled by a mark: each line break it holds as ↵, else ␣.
+SPACE, LINE_BREAK = "␣", "↵"
+
+
+def label_of(piece: str) -> str:
+    """A token's label from the text it covers: that text without the whitespace around it,
+    or for whitespace alone a mark, one ↵ a line break it holds (a blank line's token: ↵↵),
+    else ␣ (spaces, a tab)."""
+    return piece.strip() or LINE_BREAK * piece.count("\n") or SPACE
+
 
 def encode(
     loaded: LoadedModel, text: str, truncate: bool = False, pair: str | None = None
@@ -64,7 +74,7 @@ def encode_with(
     sources = [pair if seq == 1 else text for seq in sequence_ids]
     from_text = _labels_from_text(tokenizer)
     tokens = tuple(
-        (source[start:end].strip() or "␣") if from_text and not is_special else token
+        label_of(source[start:end]) if from_text and not is_special else token
         for token, is_special, (start, end), source in zip(raw, special, offsets, sources)
     )
     tokens, unknown = _label_unknown(tokenizer, tokens, raw, special, offsets, sources)
@@ -231,7 +241,7 @@ def encode_words(
         token_words.append(len(labels) - 1)
         previous = None if is_special else word_id
     tokens = tuple(
-        (spaced[w][start:end].strip() or "␣") if from_text and w is not None else token
+        label_of(spaced[w][start:end]) if from_text and w is not None else token
         for token, w, (start, end) in zip(raw, word_ids, offsets)
     )
     joined = text if text is not None else " ".join(words)

@@ -206,7 +206,7 @@ def _seq2seq_markdown(report: Seq2SeqReport, sections: list[str]) -> str:
     lines = [
         f"# What each attention head does: {info.name}",
         "",
-        f"{info.architecture}, an encoder-decoder model: {counts}. It read **{report.sentences} "
+        f"{info.classes()}, an encoder-decoder model: {counts}. It read **{report.sentences} "
         "source-target pairs**, the decoder with teacher forcing (its start token, then the "
         "target's tokens). The encoder's and decoder's self-attention get positional roles, "
         "metrics of each query's attention row a (a[j] is the weight query i gives key j); the "
@@ -569,7 +569,7 @@ def _markdown(report: Report, examples: dict[str, Path], style: Style, sections:
     lines = [
         f"# What each attention head does: {info.name}",
         "",
-        f"{info.architecture}, {info.n_layers} layers × {info.n_heads} heads. Metrics are means "
+        f"{info.classes()}, {info.n_layers} layers × {info.n_heads} heads. Metrics are means "
         f"over **{report.queries} non-special query {report.unit}s** of **{report.sentences} "
         f"sentences**; each is a quantity of one query's attention row a (a[j] is the weight "
         f"query i gives key j).{chosen}",

@@ -3,7 +3,8 @@
 the model has loaded for what they could not (a hub id not on this machine yet). In the
 order a user meets them:
 
-1. the text: given and not empty (a sentence pair's; compare's pairs);
+1. the text: given, Unicode and not empty (a sentence pair's, a target's; compare's
+   pairs);
 2. its values: a known measure, --generate of 1 or more;
 3. what combines with what, by command and kind of model (`features`: the table);
 4. layers and heads in range, a text within the model's limit (the model's files);
@@ -55,9 +56,10 @@ def fits(request: Request, model: Model, texts: Sequence[str]) -> None:
 
 
 def before_loading(request: Request, model: Model, texts: Sequence[str] | None = None) -> None:
-    """Refuse bad input before anything loads: an empty text, an unknown measure, what does
-    not combine (the feature table, on the model's files), layers and heads out of range, a
-    text too long; with `texts`, a run over them that would not fit in memory."""
+    """Refuse bad input before anything loads: an empty text (or one that is not Unicode),
+    an unknown measure, what does not combine (the feature table, on the model's files),
+    layers and heads out of range, a text too long; with `texts`, a run over them that
+    would not fit in memory."""
     from attnviz.analysis.contributions import with_rollout
     from attnviz.core.attention import require_text
     from attnviz.core.models import describe
@@ -66,6 +68,8 @@ def before_loading(request: Request, model: Model, texts: Sequence[str] | None =
         require_text(request.text)
     if request.pair is not None:
         require_text(request.pair, "the --pair sentence")
+    if request.target is not None:
+        require_text(request.target, "the --target text")
     with_rollout(request.measure, request.fusion, request.discard)  # refuses a bad one
     if request.generate is not None and request.generate < 1:
         raise InputError(

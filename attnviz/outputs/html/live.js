@@ -70,7 +70,7 @@
   const texts = make("ol");
   const aside = make("aside", { id: "history" }, make("h2", { textContent: "This session" }), texts);
   const app = make("div", { id: "app" }, make("p", { className: "hint", textContent:
-    `${S.model.name} (${S.model.architecture}, ${S.model.n_layers} layers × ${S.model.n_heads} heads) ` +
+    `${S.model.name} (${classes(S.model)}, ${S.model.n_layers} layers × ${S.model.n_heads} heads) ` +
     "is loaded: type a sentence above and press Enter." }));
   document.body.append(make("div", { id: "live" },
     make("header", {}, make("h1", { textContent: `attnviz serve · ${S.model.name}` }), form),

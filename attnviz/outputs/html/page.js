@@ -6,6 +6,12 @@
 // `attnviz serve` adds live.js, which asks its server for a text's data and calls draw().
 "use strict";
 
+// The class read, after the checkpoint's own where it declares another:
+// "ViTForImageClassification read as ViTModel" (ModelInfo.classes in Python).
+function classes(model) {
+  return model.declared ? `${model.declared} read as ${model.architecture}` : model.architecture;
+}
+
 // Draw the page for one text's data D into #app (made, or replaced if there is one):
 // `initial` may choose the view, stack, layer, head, query, measure, zoomed region and pooling
 // first shown; `onRender` hears the state after each render. `tiles` (attnviz serve's page
@@ -336,13 +342,13 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
   if (previous) previous.replaceWith(app);
   else document.body.append(app);
   const facts = D.stacks ? stackFacts() : C ? compareFacts()
-    : `${D.model.name} · ${D.model.architecture} · ${L} layers × ${D.heads} heads · ${T} ${D.unit}s`;
+    : `${D.model.name} · ${classes(D.model)} · ${L} layers × ${D.heads} heads · ${T} ${D.unit}s`;
   // A compare page: the model(s), the counts of both texts and of their aligned units.
   function compareFacts() {
     const [ma, mb] = C.models;
     const who = ma === mb ? ma : `A: ${ma} · B: ${mb}`;
     const [ta, tb] = [D.sides.a.tokens.length, D.sides.b.tokens.length];
-    return `${who} · ${D.model.architecture} · ${L} layers × ${D.sides.a.heads} heads · ` +
+    return `${who} · ${classes(D.model)} · ${L} layers × ${D.sides.a.heads} heads · ` +
       `A ${ta} ${D.unit}s, B ${tb} ${D.unit}s, ${C.labels.length} aligned` +
       (C.pair ? ` · pair ${C.pair[0]} of ${C.pair[1]}` : "") +
       (C.measure === "weights" ? "" : ` · compared by ${C.measure}`);
@@ -361,7 +367,7 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
   function stackFacts() {
     const [[, le, he], [, ld, hd]] = D.model.stacks;
     const [source, target] = [D.stacks.encoder.tokens.length, D.stacks.decoder.tokens.length];
-    return `${D.model.name} · ${D.model.architecture} · encoder ${le} layers × ${he} heads, ` +
+    return `${D.model.name} · ${classes(D.model)} · encoder ${le} layers × ${he} heads, ` +
       `decoder ${ld} layers × ${hd} heads (self- and cross-attention) · ` +
       `${source} source ${D.unit}s, ${target} target ${D.unit}s (the decoder's start token first)`;
   }

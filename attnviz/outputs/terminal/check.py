@@ -78,7 +78,7 @@ def print_check(console: Console, result: CheckResult) -> None:
     info = result.info
     if result.stacks:
         console.print(
-            f"[bold]{info.name}[/] · {info.architecture} · source {len(result.tokens)} tokens · "
+            f"[bold]{info.name}[/] · {info.classes()} · source {len(result.tokens)} tokens · "
             f"target {len(result.target_tokens)} tokens · d_model {info.d_model} · "
             f"the model in {info.dtype}, ours in float64",
             highlight=False,
@@ -94,7 +94,7 @@ def print_check(console: Console, result: CheckResult) -> None:
             _print_errors(console, part)
     else:
         console.print(
-            f"[bold]{info.name}[/] · {info.architecture} · {len(result.tokens)} tokens · "
+            f"[bold]{info.name}[/] · {info.classes()} · {len(result.tokens)} tokens · "
             f"d_model {info.d_model} · {info.n_heads} heads × d_k {info.d_head}"
             f"{_kv_note(info)} · the model in {info.dtype}, ours in float64",
             highlight=False,

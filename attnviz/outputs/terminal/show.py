@@ -13,6 +13,7 @@ from rich.text import Text
 from attnviz.analysis.roles import MIXED, ROLES, attention_kind, roles_for
 from attnviz.analysis.summary import AGREE, REMOVED, REMOVED_MARK, TOKEN
 from attnviz.core.adapters import STACK_TITLES
+from attnviz.core.tokens import LINE_BREAK, SPACE
 from attnviz.outputs.terminal.common import (
     ABLATION_TITLE,
     fit_label,
@@ -27,7 +28,7 @@ from attnviz.outputs.terminal.common import (
 
 if TYPE_CHECKING:
     from attnviz.analysis.ablation import AblationView
-    from attnviz.analysis.continuation import Written
+    from attnviz.analysis.continuation import Step, Written
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.summary import HeadSummary
     from attnviz.core.attention import Attention
@@ -41,7 +42,7 @@ def print_header(console: Console, att: Attention) -> None:
     info = att.info
     stack = f" · {info.stack} stack" if info.stack else ""
     console.print(
-        f"[bold]{info.name}[/] · {info.architecture} · {info.n_layers}×{info.n_heads} heads"
+        f"[bold]{info.name}[/] · {info.classes()} · {info.n_layers}×{info.n_heads} heads"
         f"{stack} · d_model {info.d_model} · d_head {info.d_head} · {info.ran_line()}",
         highlight=False,
     )
@@ -112,12 +113,29 @@ def print_continuation(console: Console, written: Written, shown: int = 20) -> N
         prob = f"{step.prob:.3f}" if step.prob >= 0.001 else f"{step.prob:.1e}"
         table.add_row(str(step.position), Text(step.token, style=_WRITTEN_STYLE), prob, looked)
     console.print(table)
+    console.print(Text(_continuation_legend(written.unit, steps[:shown]), style="dim"))
     if len(steps) > shown:
         console.print(
             f"[dim]… {len(steps) - shown} more tokens (--json lists all; --query POSITION "
             "shows one token's own row)[/]",
             highlight=False,
         )
+
+
+# The marks a token of whitespace alone is labelled by (`core.tokens.label_of`).
+_MARKS = {LINE_BREAK: "a line break", SPACE: "a space"}
+
+
+def _continuation_legend(unit: str, steps: Sequence[Step]) -> str:
+    """What the continuation table's columns hold, and the marks of whitespace it shows."""
+    labels = {label for step in steps for label in (step.token, *(t.token for t in step.looked))}
+    marks = [f"{mark} is {what}" for mark, what in _MARKS.items()
+             if any(not label.strip(mark) for label in labels)]  # fmt: skip
+    said = (
+        f"pos: the {unit}'s position; p: the probability the model gave it; looked at "
+        f"most: the {unit}s the row before it weighs most, as {unit}@position weight"
+    )
+    return "; ".join([said, *marks])
 
 
 def _print_tokens(console: Console, tokens: Sequence[str], side: str, unit: str) -> set[str]:
