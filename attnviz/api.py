@@ -388,6 +388,20 @@ def compare(
     return _printable(run_compare(asked).comparison, _comparison_lines)
 
 
+def unload(*models_named: str | None) -> int:
+    """Let go of the models this process keeps loaded: those of the names given, as given to
+    `attention(model=…)` (None: the bundled one), or every one when none is named. A model is
+    freed once nothing else holds it (a result keeps its `reader`, which holds no weights);
+    what the C allocator and torch's GPU cache held of it goes back too. Returns how many
+    loaded models were let go. The process keeps the models last used anyway, the newest
+    whatever its size and the others while they take at most `core.models.KEEP_BYTES`."""
+    from attnviz.core.memory import return_freed_memory
+
+    count = models.unload(*models_named)
+    return_freed_memory()
+    return count
+
+
 # ---------- what print() shows of a result ----------
 
 _PRINTABLE: dict[type, type] = {}

@@ -82,3 +82,70 @@ def test_import_attnviz_is_light():
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+# ---------- the models a process keeps ----------
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """No model kept from an earlier test; each load_model call counted, by model name."""
+    import attnviz.core.models as models
+
+    monkeypatch.setattr(models, "_MODELS", {})
+    monkeypatch.setattr(models, "_KEPT", models._Kept())
+    calls = []
+    original = models.load_model
+    monkeypatch.setattr(models, "load_model",
+                        lambda *a, **k: calls.append(k["name"]) or original(*a, **k))  # fmt: skip
+    return calls
+
+
+def test_settings_that_load_alike_are_one_model(tiny_model_dirs, fresh):
+    """On a CPU, device "auto" is "cpu" and dtype "auto" float32: one model, loaded once."""
+    folder = str(tiny_model_dirs["bert"])
+    first = attnviz.attention("One text.", model=folder)
+    second = attnviz.attention("One text.", model=folder, device="cpu", dtype="float32")
+    assert fresh == [folder]
+    assert first.reader is not second.reader  # two settings as written…
+    assert first.reader.load() is second.reader.load()  # …one model in memory
+    assert fresh == [folder]
+
+
+def test_the_models_kept_are_the_last_used_within_the_bound(tiny_model_dirs, fresh, monkeypatch):
+    """Past KEEP_BYTES the models used longest ago are let go (freed when nothing holds
+    them); one something still holds is found again, not loaded a second time."""
+    import gc
+    import weakref
+
+    import attnviz.core.models as models
+
+    monkeypatch.setattr(models, "KEEP_BYTES", 0)  # the newest alone
+    bert, gpt2 = (str(tiny_model_dirs[arch]) for arch in ("bert", "gpt2"))
+    held = models.model(bert, "cpu").load()
+    gone = weakref.ref(models.model(gpt2, "cpu").load().model)
+    assert list(key.model for key in models._KEPT.recent) == [gpt2]  # bert let go, but held
+    assert models.model(bert, "cpu").load() is held  # found again: not loaded twice
+    gc.collect()
+    assert gone() is None  # gpt2, held by nothing, was freed
+    assert fresh == [bert, gpt2]
+
+
+def test_unload_lets_the_models_go(tiny_model_dirs, fresh):
+    import gc
+    import weakref
+
+    import attnviz.core.models as models
+
+    folder = str(tiny_model_dirs["gpt2"])
+    a = attnviz.attention("Free me.", model=folder, device="cpu")
+    attnviz.attention("Free me.", device="cpu")  # the bundled one
+    weights = weakref.ref(models.model(folder, "cpu").load().model)
+    assert attnviz.unload("not loaded") == 0
+    assert attnviz.unload(folder) == 1 and [k.model for k in models._KEPT.recent] == [None]
+    gc.collect()
+    assert weights() is None  # the result `a` does not hold the model's weights
+    assert a.weights.shape[0] == 2 and a.reader is not None
+    assert attnviz.unload() == 1 and models._KEPT.recent == {}
+    attnviz.attention("Free me.", model=folder, device="cpu")  # loaded again on demand
+    assert fresh == [folder, None, folder]
