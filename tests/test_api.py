@@ -61,10 +61,70 @@ def test_methods_return_figures_and_write_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
     heatmap = figures[0].axes[0].images[0].get_array()
     assert np.allclose(heatmap, a.weights[3, 1])  # the head's own numbers, as in the CLI
-    png = a._repr_png_()
-    assert png.startswith(b"\x89PNG") and len(png) > 10_000
     with pytest.raises(InputError, match="layer 6 out of range"):
         a.heatmap(6, 0)
+
+
+def _shown_page(bundle: dict) -> dict:
+    """The page data a notebook's view of an Attention carries (in its frame's srcdoc)."""
+    import html
+    import json
+    import re
+
+    frame = re.fullmatch(
+        r'<iframe srcdoc="(.*)" sandbox="allow-scripts" .*', bundle["text/html"], re.S
+    )
+    page = html.unescape(frame.group(1))
+    opening = '<script type="application/json" id="attnviz-data">'
+    return json.loads(re.search(re.escape(opening) + r"(.*?)</script>", page, re.S).group(1))
+
+
+def test_a_notebook_shows_the_recorded_page_once_and_runs_nothing(bundled, monkeypatch):
+    """IPython asks a shown object for its mimebundle each time, then for every other
+    `_repr_*_` it has: the page is made once, from the recorded weights, no pass runs, and
+    nothing else is drawn."""
+    import base64
+    import zlib
+
+    from attnviz.outputs import html as pages
+    from attnviz.pipelines.views import NOTEBOOK_INSIDE
+
+    a = attnviz.attention(ANIMAL, device="cpu")
+    passes, built = [], []
+    embeddings = bundled.model.base_model.get_input_embeddings()
+    handle = embeddings.register_forward_hook(lambda *_: passes.append(1))
+    build_page = pages.build_page
+    monkeypatch.setattr(pages, "build_page", lambda *x, **k: built.append(1) or build_page(*x, **k))
+    try:
+        shown = [a._repr_mimebundle_() for _ in range(3)]
+    finally:
+        handle.remove()
+    assert passes == [] and built == [1]
+    assert shown[0] == shown[2] and set(shown[0]) == {"text/html", "text/plain"}
+    assert [name for name in dir(a) if name.startswith("_repr_")] == ["_repr_mimebundle_"]
+    line = "Attention: 6 layers × 12 heads over 16 tokens (all-MiniLM-L6-v2 (bundled))"
+    assert shown[0]["text/plain"] == line
+    data = _shown_page(shown[0])
+    assert data["tokens"] == list(a.tokens) and data["encoding"] == "float32"
+    assert data["inside"] is None and data["inside_note"] == NOTEBOOK_INSIDE
+    head = np.frombuffer(zlib.decompress(base64.b64decode(data["weights"][3][1])), "float32")
+    assert np.array_equal(head, a.weights[3, 1].ravel())  # the recorded numbers themselves
+
+
+def test_a_long_results_notebook_page_is_pooled_as_shows(bundled, monkeypatch):
+    """Past the page's cells, the notebook's page is pooled as `show --html` pools it."""
+    import base64
+    import zlib
+
+    from attnviz.pipelines import views
+
+    a = attnviz.attention(ANIMAL, device="cpu")
+    monkeypatch.setattr(views, "PAGE_CELLS", 6 * 12 * 8 * 8)  # 16 tokens: pooled 2 × 2
+    data = _shown_page(a._repr_mimebundle_())
+    expected = views.pooled(a, 2, "max")
+    assert expected.weights.shape == (6, 12, 8, 8) and data["tokens"] == list(expected.tokens)
+    head = np.frombuffer(zlib.decompress(base64.b64decode(data["weights"][5][0])), "float32")
+    assert np.array_equal(head, expected.weights[5, 0].ravel())
 
 
 def test_check_and_report_return_result_objects():
