@@ -319,7 +319,8 @@ def load_model(
         # nobody wants run `implementation` (sdpa, flash_attention_2) from there
         runs = implementation if implementation == "eager" else recording.NAME
         recording.register()
-        model = _from_pretrained(loader, source, attn_implementation=runs, **placement)
+        with _straight_onto(torch_device, placement):
+            model = _from_pretrained(loader, source, attn_implementation=runs, **placement)
     except (OSError, ValueError) as exc:
         if "offload_folder" in str(exc):  # the disk's layers must be saved again (not safetensors)
             raise ModelLoadError(
@@ -340,6 +341,20 @@ def load_model(
     info = _info(model.config, model, tokenizer, label, decoder, pictures, load, placed)
     device = torch_device if placed is None else _first_device(placed)
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
+
+
+def _straight_onto(device: str, placement: dict[str, Any]) -> Any:
+    """Where the weights load: a model bound for a GPU goes straight onto it (transformers
+    places the weights on the device a `torch.device` context names), not through this
+    process's memory, which `Load.weights_held` counts none of them in; one accelerate or
+    bitsandbytes places (`device_map`), and a CPU's, as from_pretrained puts them."""
+    from contextlib import nullcontext
+
+    import torch
+
+    if device == "cpu" or "device_map" in placement:
+        return nullcontext()
+    return torch.device(device)
 
 
 def _reader(pictures: bool, tokenizer_class: Any) -> Any:
