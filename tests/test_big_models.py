@@ -212,6 +212,38 @@ def test_check_holds_a_half_precision_model_to_its_dtypes_tolerance(
     assert result.max_error > DEFAULT_TOLERANCE
 
 
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("arch", ["bert", "llama"])
+def test_check_still_fails_a_wrong_head_at_a_half_precision_tolerance(
+    arch, dtype, tiny_model_dirs, monkeypatch
+):
+    """The dtype's looser tolerance still catches a head the from-scratch attention gets
+    wrong (head 2's W_Q of layer 1 off), on that head alone."""
+    from dataclasses import replace
+
+    import torch
+
+    from attnviz import check
+
+    layer_weights = adapters.layer_weights
+
+    def wrong_head(model, layer, stack=None):
+        weights = layer_weights(model, layer, stack)
+        d_k = weights.w_q.shape[1] // weights.n_heads
+        w_q = weights.w_q.clone()
+        generator = torch.Generator().manual_seed(0)
+        w_q[:, 2 * d_k : 3 * d_k] += 4 * torch.randn(w_q.shape[0], d_k, generator=generator)
+        return replace(weights, w_q=w_q)
+
+    monkeypatch.setattr(adapters, "layer_weights", wrong_head)
+    folder = str(tiny_model_dirs[arch])
+    result = check(TEXTS[0], model=folder, device="cpu", dtype=dtype, layers=[1])
+    assert result.tolerance == TOLERANCES[dtype][0] and not result.passed
+    (found,) = result.layers
+    assert found.failing_heads(result.tolerance) == [2], found.head_errors
+    assert max(found.head_errors) > 4 * result.tolerance  # well past it, not at its edge
+
+
 def test_check_says_its_tolerance_and_why(tiny_model_dirs):
     folder = str(tiny_model_dirs["bert"])
     half = CliRunner().invoke(app, ["check", TEXTS[0], "-m", folder, "--dtype", "bfloat16"])
