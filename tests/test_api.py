@@ -14,7 +14,6 @@ from attnviz.errors import InputError
 ANIMAL = "The animal didn't cross the street because it was too tired."
 
 
-@pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_weights_equal_transformers_own_output_attentions():
     import torch
     from transformers import AutoModel, AutoTokenizer
