@@ -304,9 +304,9 @@ def test_offloaded_ablation_and_inside_view_equal_in_memory(arch, tiny_model_dir
     blocks), show --ablate's pass with one head removed, and the page's inside view."""
     import attnviz
     from attnviz.analysis.ablation import ablated_pass
-    from attnviz.analysis.inside import inside_of
     from attnviz.core import models
     from attnviz.core.settings import Load
+    from tests.inside_steps import inside_of
 
     folder = str(tiny_model_dirs[arch])
     settings = {**offloaded[arch], "max_memory": (f"cpu={BUDGETS[arch]}",)}
