@@ -7,6 +7,7 @@ The Python API (no heavy import until a function needs it):
     compare(a, b=None, model=None, against_model=None, words=False, measure="weights", ...)
     report(sentences, model=None, ...)
     importance(texts, model=None, method="ablation", ablation="zero", layers=None, heads=None)
+    unload(*models)   let go of the loaded models (every one when none is named)
 """
 
 from __future__ import annotations
@@ -14,15 +15,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from attnviz.api import Attention, attention, check, compare, importance, report
+    from attnviz.api import Attention, attention, check, compare, importance, report, unload
 
 __version__ = "0.1.0"
-__all__ = ["Attention", "attention", "check", "compare", "importance", "report", "__version__"]
+__all__ = [
+    "Attention",
+    "attention",
+    "check",
+    "compare",
+    "importance",
+    "report",
+    "unload",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:
     """The API's names, imported on first use: the command line starts without them."""
-    if name in ("Attention", "attention", "check", "compare", "importance", "report"):
+    if name in ("Attention", "attention", "check", "compare", "importance", "report", "unload"):
         from attnviz import api
 
         return getattr(api, name)

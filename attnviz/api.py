@@ -23,6 +23,7 @@ settings of `attnviz.core.settings.Load` as keywords besides `model` and `device
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -83,9 +84,11 @@ class Attention(core.Attention):
         return query_figure(self, index, every_layer, every_head, style or Style())
 
     def to_html(self, scale: str = "absolute", cmap: str = "viridis") -> str:
-        """The interactive page (head, model, matrix, query and inside-one-head views; a
-        picture's also its view over the picture) as one self-contained HTML string: nothing
-        in it loads from the network."""
+        """The interactive page (head, model, matrix, query and inside-one-head views, the
+        measure switch; a picture's also its view over the picture) as one self-contained
+        HTML string: nothing in it loads from the network. It reads the text again for the
+        inside view; a notebook cell showing the Attention shows a page made from its
+        weights alone."""
         from attnviz.outputs.figures import Style
         from attnviz.outputs.html import build_page
         from attnviz.pipelines import readers
@@ -119,22 +122,41 @@ class Attention(core.Attention):
         att, options = page.contents(readers.run(request, [page]))
         return build_page(att, **options)
 
-    def _repr_html_(self) -> str:
-        """A notebook cell showing an Attention shows the interactive page, in a sandboxed
-        frame so that its script and Content-Security-Policy stay its own."""
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """What a notebook cell showing an Attention shows: one line of text and one rich
+        view, made once from these weights (the model does not run, and nothing else is
+        drawn however often the cell shows it). The view is the page in a sandboxed frame
+        (its script and Content-Security-Policy stay its own), pooled as `show --html` pools
+        a long text's; the inside view is left out, as it needs each layer's input, which
+        `attention()` does not keep (`to_html()` reads the text again for the whole page).
+        An encoder-decoder model's page needs its three stacks: its view is the overview."""
+        return {"text/html": self._notebook_view, "text/plain": self._line}
+
+    @functools.cached_property
+    def _notebook_view(self) -> str:
         import html
 
-        page = html.escape(self.to_html(), quote=True)
+        if self.keys is not None:  # cross-attention: the page shows all three stacks
+            import base64
+
+            from attnviz.outputs.figures import figure_png
+
+            png = base64.b64encode(figure_png(self.overview())).decode("ascii")
+            return f'<img alt="{html.escape(self._line)}" src="data:image/png;base64,{png}">'
+        from attnviz.pipelines.views import notebook_page
+
+        page = html.escape(notebook_page(self), quote=True)
         return (
             f'<iframe srcdoc="{page}" sandbox="allow-scripts" '
             'style="width:100%;height:720px;border:1px solid #ddd"></iframe>'
         )
 
-    def _repr_png_(self) -> bytes:
-        """A notebook cell showing an Attention shows its overview."""
-        from attnviz.outputs.figures import figure_png
-
-        return figure_png(self.overview())
+    @property
+    def _line(self) -> str:
+        """`Attention: 6 layers × 12 heads over 16 tokens (all-MiniLM-L6-v2 (bundled))`."""
+        n_layers, n_heads, n, _ = self.weights.shape
+        return (f"Attention: {n_layers} layer{'s' * (n_layers != 1)} × {n_heads} "
+                f"head{'s' * (n_heads != 1)} over {n} {self.unit}s ({self.info.name})")  # fmt: skip
 
 
 def attention(
@@ -413,6 +435,20 @@ def compare(
     asked = CompareRequest(how, pairs=tuple(pairs), against=against, words=words,
                     measure=measure, truncate=truncate, top=1, pictures=pictures)  # fmt: skip
     return _printable(run_compare(asked).comparison, _comparison_lines)
+
+
+def unload(*models_named: str | None) -> int:
+    """Let go of the models this process keeps loaded: those of the names given, as given to
+    `attention(model=…)` (None: the bundled one), or every one when none is named. A model is
+    freed once nothing else holds it (a result keeps its `reader`, which holds no weights);
+    what the C allocator and torch's GPU cache held of it goes back too. Returns how many
+    loaded models were let go. The process keeps the models last used anyway, the newest
+    whatever its size and the others while they take at most `core.models.KEEP_BYTES`."""
+    from attnviz.core.memory import return_freed_memory
+
+    count = models.unload(*models_named)
+    return_freed_memory()
+    return count
 
 
 # ---------- what print() shows of a result ----------

@@ -27,11 +27,19 @@ def main() -> None:
 
     from playwright.sync_api import sync_playwright
 
-    from attnviz.analysis.inside import inside_of
-    from attnviz.core import models
+    from attnviz.analysis.inside import InsideSteps
+    from attnviz.core import capture, models
     from attnviz.core.extract import extract
-    from attnviz.core.tokens import encode
+    from attnviz.core.tokens import encode, pad
     from attnviz.outputs.html import build_page
+
+    def inside_of(loaded, encoded):
+        """The inside view's numbers, by a pass of their own (show --html has them from its
+        one pass; the build is what is timed here)."""
+        steps = InsideSteps(loaded, [encoded])
+        if steps.wants:
+            capture.run(loaded, pad(loaded, [encoded]), [steps])
+        return steps.result()
 
     loaded = models.model().load()
     texts = {

@@ -5,7 +5,7 @@ numbered suffix up to --sentences), batches of 16:
 (a) plain transformers: tokenise, then the model called with output_attentions=True and eager
     attention, no hooks (_common.plain_forward), the baseline;
 (b) attnviz's own extraction: encode, the hooked forward pass, each text's attention copied
-    out and cropped (core.extract.extract_many);
+    out and cropped (core.extract.attend over core.extract.batched);
 (c) the report's measurement: (b) plus every metric, the special shares and the mixing
     ratios from the same pass (pipelines.report.build_report);
 (d) then writing its files (Markdown, CSV, JSON, figures).
@@ -37,7 +37,7 @@ def corpus(count: int) -> list[str]:
 
 
 def timings(args) -> None:
-    from attnviz.core.extract import extract_many
+    from attnviz.core.extract import attend, batched
     from attnviz.core.inputs import Sentence, Sentences
     from attnviz.core.models import load_model
     from attnviz.core.tokens import encode
@@ -53,8 +53,8 @@ def timings(args) -> None:
         return Sentences(tuple(Sentence(i + 1, i + 1, t) for i, t in enumerate(texts[:n])), 0, "b")
 
     def hooked(n: int) -> None:
-        for _att in extract_many(loaded, (encode(loaded, t) for t in texts[:n]), BATCH):
-            pass
+        for batch in batched((encode(loaded, t) for t in texts[:n]), BATCH):
+            attend(loaded, batch)
 
     reports = []  # the last one, for its files
 

@@ -36,7 +36,7 @@ BATCH = 16
 def timings(args, bank) -> None:
     from attnviz.analysis.linguistics import LinguisticSums
     from attnviz.analysis.transforms import word_view
-    from attnviz.core.extract import extract_many
+    from attnviz.core.extract import attend, batched
     from attnviz.core.models import load_model
     from attnviz.core.tokens import encode_words
     from attnviz.outputs.figures import Style
@@ -50,14 +50,18 @@ def timings(args, bank) -> None:
         for s in items:
             yield encode_words(loaded, s.words, s.space_after, s.text)
 
+    def extracted(items):
+        for batch in batched(encoded(items), BATCH):
+            yield from attend(loaded, batch)
+
     def hooked(n: int) -> None:
-        for _att in extract_many(loaded, encoded(bank.items[:n]), BATCH):
+        for _att in extracted(bank.items[:n]):
             pass
 
     def linguistic(n: int) -> None:
         sums = LinguisticSums()
         items = bank.items[:n]
-        for sentence, att in zip(items, extract_many(loaded, encoded(items), BATCH)):
+        for sentence, att in zip(items, extracted(items)):
             sums.add(word_view(att), sentence)
         sums.result(replace(bank, items=items), 100, 0.1)
 

@@ -212,6 +212,38 @@ def test_check_holds_a_half_precision_model_to_its_dtypes_tolerance(
     assert result.max_error > DEFAULT_TOLERANCE
 
 
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("arch", ["bert", "llama"])
+def test_check_still_fails_a_wrong_head_at_a_half_precision_tolerance(
+    arch, dtype, tiny_model_dirs, monkeypatch
+):
+    """The dtype's looser tolerance still catches a head the from-scratch attention gets
+    wrong (head 2's W_Q of layer 1 off), on that head alone."""
+    from dataclasses import replace
+
+    import torch
+
+    from attnviz import check
+
+    layer_weights = adapters.layer_weights
+
+    def wrong_head(model, layer, stack=None):
+        weights = layer_weights(model, layer, stack)
+        d_k = weights.w_q.shape[1] // weights.n_heads
+        w_q = weights.w_q.clone()
+        generator = torch.Generator().manual_seed(0)
+        w_q[:, 2 * d_k : 3 * d_k] += 4 * torch.randn(w_q.shape[0], d_k, generator=generator)
+        return replace(weights, w_q=w_q)
+
+    monkeypatch.setattr(adapters, "layer_weights", wrong_head)
+    folder = str(tiny_model_dirs[arch])
+    result = check(TEXTS[0], model=folder, device="cpu", dtype=dtype, layers=[1])
+    assert result.tolerance == TOLERANCES[dtype][0] and not result.passed
+    (found,) = result.layers
+    assert found.failing_heads(result.tolerance) == [2], found.head_errors
+    assert max(found.head_errors) > 4 * result.tolerance  # well past it, not at its edge
+
+
 def test_check_says_its_tolerance_and_why(tiny_model_dirs):
     folder = str(tiny_model_dirs["bert"])
     half = CliRunner().invoke(app, ["check", TEXTS[0], "-m", folder, "--dtype", "bfloat16"])
@@ -272,9 +304,9 @@ def test_offloaded_ablation_and_inside_view_equal_in_memory(arch, tiny_model_dir
     blocks), show --ablate's pass with one head removed, and the page's inside view."""
     import attnviz
     from attnviz.analysis.ablation import ablated_pass
-    from attnviz.analysis.inside import inside_of
     from attnviz.core import models
     from attnviz.core.settings import Load
+    from tests.inside_steps import inside_of
 
     folder = str(tiny_model_dirs[arch])
     settings = {**offloaded[arch], "max_memory": (f"cpu={BUDGETS[arch]}",)}
@@ -342,6 +374,66 @@ def test_the_memory_estimate_counts_the_weights_as_they_load():
     placed = Load(device_map="auto", max_memory=("cpu=2KB",))
     assert placed.weights_held(saved["float32"]) == 2000  # the rest on the disk
     assert Load(device_map="auto").weights_held(saved["float32"]) == 6000
+
+
+def test_weights_bound_for_a_gpu_are_not_counted_in_this_machines_memory(monkeypatch):
+    """A 16 GiB bfloat16 checkpoint with --device cuda (a GPU faked) is not refused as 32 GiB
+    of this machine's memory: its weights load straight onto the GPU. Device auto finds the
+    GPU too (torch asked only when the count without it would refuse); on a CPU the same
+    checkpoint is refused, upcast to float32."""
+    from dataclasses import replace
+
+    import torch
+
+    from attnviz.core import memory, models
+    from attnviz.core.settings import Load
+    from attnviz.errors import MemoryLimitError
+
+    gib = 2**30
+    spec = replace(models.describe(None), weights_bytes=16 * gib, weights_dtype="bfloat16")
+    monkeypatch.setattr(models, "describe", lambda name=None: spec)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv(memory.ENV, "20GiB")
+    asked, text = memory.Asked(), ["The cat sat on the mat."]
+    for device in ("cuda", "auto"):
+        memory.refuse(models.Model(None, device), text, asked)  # fits: nothing raised
+    with pytest.raises(MemoryLimitError, match=r"needs about 32\.\d\d GiB of memory"):
+        memory.refuse(models.Model(None, "cpu"), text, asked)
+    assert Load(device="cuda").weights_held(spec) == Load().weights_held(spec, gpu=True) == 0
+    assert Load(quantize="4bit").weights_held(spec) == 0  # packed on the GPU
+    placed = Load(device="cuda", device_map="auto", max_memory=("cpu=20GiB",))
+    assert placed.weights_held(spec) == 16 * gib  # on the host as far as it may: in bfloat16
+
+
+def test_weights_bound_for_a_gpu_load_straight_onto_it(tiny_model_dirs, monkeypatch):
+    """from_pretrained runs under a `torch.device` context naming the GPU (transformers then
+    puts each weight there as it reads it), and under none for a CPU or a device map."""
+    import torch
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+
+    from attnviz.core import models
+
+    class Loaded(Exception):
+        """Stops load_model once from_pretrained is reached: no GPU here to go on with."""
+
+    found = []
+    tokenizer = models._from_pretrained
+
+    def loading(loader, source, **kwargs):
+        if "attn_implementation" not in kwargs:  # the tokenizer
+            return tokenizer(loader, source, **kwargs)
+        stack = _get_current_function_mode_stack()
+        found.append([str(m.device) for m in stack if isinstance(m, DeviceContext)])
+        raise Loaded
+
+    monkeypatch.setattr(models, "_from_pretrained", loading)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    folder = str(tiny_model_dirs["llama"])
+    for device, placed in (("cuda", {}), ("cpu", {}), ("cuda", {"device_map": "auto"})):
+        with pytest.raises(Loaded):
+            load_model(folder, device, **placed)
+    assert found == [["cuda"], [], []]
 
 
 # ---------- bad load settings: one line, exit 2, before anything loads ----------

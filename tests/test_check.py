@@ -21,6 +21,9 @@ from attnviz.pipelines.check import check_layers
 from tests.conftest import ARCHITECTURES, eager
 
 runner = CliRunner()
+# Each architecture's random token ids come from its own fixed seed, so a failure replays
+# (hash() of a string changes with every process).
+SEEDS = {arch: 100 + i for i, arch in enumerate(ARCHITECTURES)}
 
 
 def random_batch(loaded, lengths, seed):
@@ -44,7 +47,7 @@ def test_every_layer_of_the_bundled_model_matches(bundled):
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_tiny_models_match_on_a_padded_batch(loaded_tiny, arch):
     loaded = loaded_tiny[arch]
-    batch = random_batch(loaded, [11, 5, 8], seed=hash(arch) % 1000)
+    batch = random_batch(loaded, [11, 5, 8], seed=SEEDS[arch])
     checks, shapes = check_layers(loaded, batch, list(range(loaded.info.n_layers)))
     for lc in checks:
         assert max(lc.head_errors) <= 1e-5 and lc.output_error <= 1e-5, (arch, lc)

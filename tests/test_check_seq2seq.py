@@ -16,12 +16,12 @@ from rich.console import Console
 from seq2seq_models import SEQ2SEQ
 from typer.testing import CliRunner
 
-from attnviz.analysis.inside import inside_of
 from attnviz.cli import app
 from attnviz.core import adapters, mha
 from attnviz.core.seq2seq import encode_source_target
 from attnviz.outputs import terminal
 from attnviz.pipelines.check import check, check_layers, check_stacks
+from tests.inside_steps import inside_of
 
 runner = CliRunner()
 STACKS = ("encoder", "decoder", "cross")

@@ -249,13 +249,14 @@ def test_a_decoders_difference_masks_the_later_keys(browser, loaded_tiny, tmp_pa
     from attnviz.analysis.compare import compare_pair
     from attnviz.core.extract import attend
     from attnviz.core.tokens import encode
-    from attnviz.outputs.html.compare import write_compare_page
+    from attnviz.outputs.html.compare import build_compare_page
     from attnviz.outputs.html.page import NO_MODEL
 
     loaded = loaded_tiny["gpt2"]
     texts = ("The cat sat on the mat.", "The dog sat on the old mat.")
     compared = compare_pair(*attend(loaded, [encode(loaded, t) for t in texts]))
-    path = write_compare_page(compared, tmp_path / "compare.html")
+    path = tmp_path / "compare.html"
+    path.write_text(build_compare_page(compared), encoding="utf-8")
     data = _data(path.read_text(encoding="utf-8"))
     assert data["sides"]["a"]["inside"] is None and data["sides"]["a"]["inside_note"] == NO_MODEL
     opened = Opened(browser, path)

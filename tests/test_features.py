@@ -191,6 +191,7 @@ def test_ablate_on_an_encoder_decoder_model_is_refused_before_loading(seq2seq_di
 
     monkeypatch.setattr(models, "load_model", no_load)
     monkeypatch.setattr(models, "_MODELS", {})
+    monkeypatch.setattr(models, "_KEPT", models._Kept())
     result = runner.invoke(
         app, ["show", "A cat.", "-m", str(seq2seq_dirs["t5"]), "--ablate", "0.1", "--no-images"]
     )

@@ -37,8 +37,8 @@ def att(bundled):
 
 @pytest.fixture(scope="module")
 def inside(att, bundled):
-    from attnviz.analysis.inside import inside_of
     from attnviz.core.tokens import encode
+    from tests.inside_steps import inside_of
 
     return inside_of(bundled, encode(bundled, SENTENCE))
 
@@ -111,10 +111,10 @@ def test_inside_steps_are_mha_and_match_the_model(inside, att, bundled):
 
 @pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_long_text_page_is_quantised_small_and_says_so(bundled):
-    from attnviz.analysis.inside import inside_of
     from attnviz.core.extract import extract
     from attnviz.core.tokens import encode
     from attnviz.outputs.html import build_page
+    from tests.inside_steps import inside_of
 
     long = extract(bundled, _long_text(), truncate=True)
     assert long.weights.shape[-1] == 512
@@ -168,7 +168,7 @@ def test_api_to_html_is_the_same_builder(bundled):
     page = att.to_html()
     assert _data(page)["inside"]["tokens"] == list(att.tokens)  # the inside view is there
     assert page.startswith("<!doctype html>") and _data(page)["tokens"] == list(att.tokens)
-    frame = att._repr_html_()
+    frame = att._repr_mimebundle_()["text/html"]  # the notebook's: the weights alone
     assert frame.startswith("<iframe srcdoc=") and "sandbox=" in frame
 
 
@@ -705,11 +705,11 @@ def test_decoder_page_draws_later_keys_as_masked(browser, loaded_tiny, tmp_path)
 
 
 def test_page_without_the_inside_view_says_why(att, bundled, monkeypatch):
-    from attnviz.analysis.inside import inside_of
     from attnviz.core import adapters
     from attnviz.core.tokens import encode
     from attnviz.errors import UnsupportedModelError
     from attnviz.outputs.html import build_page
+    from tests.inside_steps import inside_of
 
     def refuse(model, layer, stack=None):
         raise UnsupportedModelError("check does not know how to read 'x' attention")
@@ -724,9 +724,10 @@ def test_page_without_the_inside_view_says_why(att, bundled, monkeypatch):
 @pytest.mark.parametrize("arch", ["llama", "gemma2", "phi3", "albert", "gpt2"])
 def test_inside_steps_match_every_architecture(loaded_tiny, arch):
     """RoPE, grouped K/V heads, Gemma2's cap, Phi-3's partial RoPE, ALBERT's shared layers."""
-    from attnviz.analysis.inside import Inside, inside_of
+    from attnviz.analysis.inside import Inside
     from attnviz.core.extract import extract
     from attnviz.core.tokens import encode
+    from tests.inside_steps import inside_of
 
     loaded = loaded_tiny[arch]
     encoded = encode(loaded, "The cat sat on the mat.")
@@ -750,10 +751,10 @@ def test_page_of_chosen_layers_names_them(tmp_path):
 def test_decoder_page_recomputes_the_models_softmax(browser, loaded_tiny, tmp_path):
     """Gemma2's own scale and soft cap, a sliding window, RoPE and grouped K/V heads: the
     page's softmax of mha.py's q and k still gives the model's weights."""
-    from attnviz.analysis.inside import inside_of
     from attnviz.core.extract import extract
     from attnviz.core.tokens import encode
     from attnviz.outputs.html import write_page
+    from tests.inside_steps import inside_of
 
     loaded = loaded_tiny["gemma2"]
     text = "The cat sat on the mat and the dog sat on the log."

@@ -47,7 +47,7 @@ def test_the_overlays_draw_the_rows_eager_gives(vision_dirs, tmp_path):
     from PIL import Image
 
     from attnviz.outputs.figures import Style
-    from attnviz.outputs.figures.pictures import blend, overlay_figure, panel_grids, query_rows
+    from attnviz.outputs.figures.pictures import blend, overlay_figure, query_rows
     from attnviz.outputs.figures.raster import figure_png
 
     kind = "dinov2_with_registers"
@@ -56,7 +56,8 @@ def test_the_overlays_draw_the_rows_eager_gives(vision_dirs, tmp_path):
     eager = _eager(vision_dirs[kind], kind, path)
     style = Style()
     for query in (0, att.picture.index(1, 2)):
-        grids = panel_grids(att, query_rows(att, 1, query), [0, 1, 2, 3])
+        rows = query_rows(att, 1, query)  # (H, T)
+        grids = np.stack([att.picture.patches(rows[head]) for head in range(4)])  # the panels
         top = float(grids.max())
         fig = overlay_figure(att, 1, [0, 1, 2, 3], query, style)
         panels = [a for a in fig.artists if hasattr(a, "pixels")]  # placed as whole pixels

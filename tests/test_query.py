@@ -186,9 +186,11 @@ def test_smollm2_tokenizer_loaded_alone_cuts_as_the_loaded_model(smollm2_gguf):
     _alone_and_loaded_agree("smollm2", load_model("smollm2", "cpu"))
 
 
-def test_the_model_reuses_the_tokenizer_loaded_alone(tiny_model_dirs):
+def test_the_model_reuses_the_tokenizer_loaded_alone(tiny_model_dirs, monkeypatch):
+    from attnviz.core import models
     from attnviz.core.models import Model
 
+    monkeypatch.setattr(models, "_KEPT", models._Kept())  # not loaded by an earlier test
     model = Model(str(tiny_model_dirs["gpt2"]), "cpu")
     alone = model.tokenizer()
     assert model.load().tokenizer is alone and model.tokenizer() is alone
@@ -217,6 +219,7 @@ def test_an_unknown_query_is_refused_before_the_weights_load(
 
     monkeypatch.setattr(models, "load_model", no_load)
     monkeypatch.setattr(models, "_MODELS", {})  # none loaded by an earlier test
+    monkeypatch.setattr(models, "_KEPT", models._Kept())
     chosen = ["-m", str(tiny_model_dirs[model])] if model else []
     result = runner.invoke(app, ["show", *args, *chosen, "-o", str(tmp_path)])
     assert result.exit_code == 2, result.output

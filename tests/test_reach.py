@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 
@@ -105,20 +107,59 @@ def test_metric_sums_from_blocks_equal_the_whole(arch, loaded_tiny):
         assert np.array_equal(sum(p[1] for p in parts), counts)
 
 
+@contextmanager
+def _sinking(loaded, layer: int, head: int, strength: float = 8.0):
+    """`loaded` with one head that parks its attention on the first token (while the context
+    lasts): every query of head `head` of layer `layer`, and the first token's key, get
+    `strength` added along one dimension, the slowest-turning pair of RoPE's (half-split)
+    layout, which barely turns over a short text. Its first key then scores strength² / √d_k
+    above the others."""
+    info = loaded.info
+    if info.causal:
+        attention = loaded.model.base_model.layers[layer].self_attn
+        q, k = attention.q_proj, attention.k_proj
+    else:
+        attention = loaded.model.base_model.encoder.layer[layer].attention.self
+        q, k = attention.query, attention.key
+    d_k, dim = info.d_head, info.d_head // 2 - 1
+    kv_head = head // (info.n_heads // info.n_kv_heads)
+
+    def queries(module, args, out):  # (B, T, H · d_k)
+        out = out.clone()
+        out[..., head * d_k + dim] += strength
+        return out
+
+    def first_key(module, args, out):  # (B, T, H_kv · d_k)
+        out = out.clone()
+        out[:, 0, kv_head * d_k + dim] += strength
+        return out
+
+    handles = [q.register_forward_hook(queries), k.register_forward_hook(first_key)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 @pytest.mark.parametrize("arch", ["bert", "llama"])
 def test_report_carries_sinks_and_reach_averaged_over_texts(arch, loaded_tiny):
     """report's first_token_alpha, distance_mean and distance_p90 are each text's (by plain
-    loops over its whole attention) averaged over the texts; sink_head_share follows."""
+    loops over its whole attention) averaged over the texts; sink_head_share follows, with
+    one head made to sink (layer 1, head 2) among heads that do not."""
     from attnviz.core.inputs import read_sentences
     from attnviz.pipelines.report import build_report
 
     loaded = loaded_tiny[arch]
-    found = build_report(loaded, read_sentences(None, list(TEXTS)), batch_size=2)
-    per_text = [_loops(att.weights) for att in attend(loaded, [encode(loaded, t) for t in TEXTS])]
+    with _sinking(loaded, 1, 2):
+        found = build_report(loaded, read_sentences(None, list(TEXTS)), batch_size=2)
+        batch = [encode(loaded, t) for t in TEXTS]
+        per_text = [_loops(att.weights) for att in attend(loaded, batch)]
     expected = [np.mean([figures[k] for figures in per_text], axis=0) for k in range(3)]
     for name, values in zip(("first_token_alpha", "distance_mean", "distance_p90"), expected):
         assert np.allclose(getattr(found.reach, name), values, atol=1e-5), name
         row = found.rows()[5]
         assert row[name] == pytest.approx(values[row["layer"], row["head"]], abs=1e-5)
-    shares = found.as_dict()["sink_head_share"]
-    assert shares == pytest.approx(list((expected[0] > reach.SINK_ALPHA).mean(axis=1)))
+    sinks = expected[0] > reach.SINK_ALPHA
+    assert np.argwhere(sinks).tolist() == [[1, 2]]  # the one head made to sink, alone
+    assert found.as_dict()["sink_head_share"] == pytest.approx([0.0, 0.25])

@@ -267,3 +267,88 @@ def test_a_layer_that_never_reaches_the_function_is_an_error(loaded_tiny, monkey
     rows = _Rows(range(loaded.info.n_layers))
     with pytest.raises(UnsupportedModelError, match="layer 1 of 'llama' gave attnviz nothing"):
         capture.run(loaded, pad(loaded, [encode(loaded, TEXTS[0])]), [rows])
+
+
+# ---------- --attention flash_attention_2, on the CPU ----------
+
+
+def _flash_stand_in(handed):
+    """transformers' `_lazy_imports` with flash-attn's kernels replaced by SDPA: it refuses
+    any implementation name but flash_attention_2 (as transformers does, looking the name up
+    as a hub kernel), and its kernels check the layout they are handed, (B, T, H, d) or a
+    padded batch unpadded into (tokens, H, d) with each text's lengths, recording those
+    lengths in `handed`, before computing SDPA (causal bottom-right, a sliding window)."""
+    import torch
+    from transformers.modeling_flash_attention_utils import _pad_input, _unpad_input
+
+    def dense(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+              softcap=None, deterministic=False):  # fmt: skip
+        assert q.dim() == 4 and q.shape[1] == k.shape[1], (q.shape, k.shape)  # (B, T, H, d)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, d)
+        groups = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+        n, s = q.shape[2], k.shape[2]
+        offset = torch.arange(s)[None, :] - torch.arange(n)[:, None] - (s - n)  # key − query
+        sees = torch.ones(n, s, dtype=torch.bool)
+        if causal:
+            sees &= offset <= 0
+        if window_size[0] >= 0:
+            sees &= offset >= -window_size[0]
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, sees, scale=softmax_scale)
+        return out.transpose(1, 2)
+
+    def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
+               dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+               softcap=None, deterministic=False):  # fmt: skip
+        assert q.dim() == 3 and cu_seqlens_k[-1] == k.shape[0], (q.shape, cu_seqlens_k)
+        handed.append(cu_seqlens_k.tolist())
+        out = torch.empty_like(q)
+        for b in range(len(cu_seqlens_q) - 1):
+            rows = slice(int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1]))
+            keys = slice(int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1]))
+            out[rows] = dense(q[None, rows], k[None, keys], v[None, keys], dropout_p,
+                              softmax_scale, causal, window_size)[0]  # fmt: skip
+        return out
+
+    def lazy_imports(implementation, attention_wrapper=None, allow_all_kernels=False):
+        if implementation != "flash_attention_2":
+            raise ValueError(f"no flash attention implementation '{implementation}'")
+        return dense, varlen, None, _pad_input, _unpad_input
+
+    return lazy_imports
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral"])
+def test_flash_layers_run_transformers_flash_path(arch, tiny_model_dirs, loaded_tiny, monkeypatch):
+    """With --attention flash_attention_2 the layers nobody records run transformers' flash
+    wrapper, named flash_attention_2 and handed the padding mask, (B, S): a padded batch's
+    texts reach the kernel unpadded, one text whole; the recorded layer after them equals
+    SDPA's (Mistral: a sliding window of 4, shorter than the texts)."""
+    import transformers.modeling_flash_attention_utils as flash
+
+    from attnviz.core.settings import Load
+
+    handed = []
+    monkeypatch.setattr(flash, "_lazy_imports", _flash_stand_in(handed))
+    for name in (
+        "_loaded_implementation",
+        "_flash_fn",
+        "_flash_varlen_fn",
+        "_pad_fn",
+        "_unpad_fn",
+        "_process_flash_kwargs_fn",
+        "_process_with_kvcache_kwargs_fn",
+    ):
+        monkeypatch.setattr(flash, name, getattr(flash, name))  # put back after  # fmt: skip
+    monkeypatch.setattr(Load, "refuse", lambda self: None)  # no CUDA, no flash-attn here
+    loaded = load_model(str(tiny_model_dirs[arch]), "cpu", "flash_attention_2")
+    assert loaded.info.implementation == "flash_attention_2"
+    batch = [encode(loaded, text) for text in TEXTS]
+    ours = attend(loaded, batch, [1])  # layer 0 runs flash, layer 1 is recorded
+    theirs = attend(loaded_tiny[arch], batch, [1])
+    lengths = [len(e) for e in batch]
+    assert handed == [[0, *np.cumsum(lengths).tolist()]]  # one flash layer, unpadded
+    for a, b in zip(ours, theirs):
+        assert np.abs(a.weights - b.weights).max() <= TOLERANCE
+    alone = attend(loaded, batch[:1], [1])[0]  # no padding: no mask, the dense kernel
+    assert len(handed) == 1 and np.abs(alone.weights - theirs[0].weights).max() <= TOLERANCE

@@ -76,7 +76,7 @@ def test_files_table_and_roles(ewt_report):
 @pytest.mark.slow  # seconds of end-to-end model and figure work
 def test_numbers_match_a_plain_loop(ewt_report, bundled):
     from attnviz.analysis.transforms import word_view
-    from attnviz.core.extract import extract_many
+    from attnviz.core.extract import attend, batched
     from attnviz.core.tokens import encode_words
     from attnviz.core.treebank import read_treebank
 
@@ -85,7 +85,8 @@ def test_numbers_match_a_plain_loop(ewt_report, bundled):
     correct, arcs, offsets = Counter(), 0, Counter()
     items = read_treebank(str(EWT)).items
     encoded = [encode_words(bundled, s.words, s.space_after) for s in items]
-    for s, att in zip(items, extract_many(bundled, encoded, 16)):
+    extracted = (att for batch in batched(encoded, 16) for att in attend(bundled, batch))
+    for s, att in zip(items, extracted):
         grid = word_view(att).weights[2, 8]  # (W, W): [CLS] at 0, the sentence's words at 1…n
         for d, (h, rel) in enumerate(zip(s.heads, s.relations)):
             if rel != "det":

@@ -586,6 +586,40 @@ def test_a_served_tile_is_the_same_cells_as_the_api(server):
     assert np.abs(_tile_values(tile) - expected).max() <= SAME
 
 
+@pytest.mark.slow
+def test_the_served_numbers_are_transformers_eager_ones(server):
+    """/api/attention's weights, and a held text's tiles, equal transformers' own eager
+    output_attentions of the bundled model, loaded apart from attnviz (the tests above
+    hold the server to attention(), whose pipeline it runs)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from attnviz.core.models import bundled_model_path
+
+    path = bundled_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+
+    def eager(text: str) -> np.ndarray:
+        with torch.inference_mode():
+            out = model(**tokenizer(text, return_tensors="pt"), output_attentions=True)
+        return torch.stack(out.attentions)[:, 0].numpy()  # (L, H, T, T)
+
+    status, answer = _post(server, "/api/attention", {"text": SENTENCE})
+    assert status == 200, answer
+    assert np.abs(np.array(answer["weights"]) - eager(SENTENCE)).max() <= SAME
+    status, read = _post(server, "/api/text", {"text": LONG})
+    assert status == 200, read
+    theirs, n = eager(LONG), len(read["tokens"])
+    assert theirs.shape == (6, 12, n, n)
+    for layer, head, packed in ((0, 3, True), (5, 11, False)):
+        status, tile = _post(server, "/api/tile", {
+            "text_id": read["tiles"]["text_id"], "layer": layer, "head": head, "q0": 0,
+            "q1": n, "k0": 0, "k1": n, "packed": packed})  # fmt: skip
+        assert status == 200, tile
+        assert np.abs(_tile_values(tile) - theirs[layer, head]).max() <= SAME
+
+
 TILE_BAD = {
     "outside the matrix": ({"layer": 0, "head": 0, "q1": 9999}, 400,
                            'the tile is outside the matrix: "q1" is 9999 and this text has'),

@@ -369,13 +369,14 @@ def test_pair_on_a_decoder_is_refused_before_loading(tiny_model_dirs, monkeypatc
     from attnviz.pipelines.show import show
 
     monkeypatch.setattr(models, "_MODELS", {})  # none loaded by an earlier test
+    monkeypatch.setattr(models, "_KEPT", models._Kept())
     request = ShowRequest(Load(str(tiny_model_dirs["gpt2"]), "cpu"), text="hi",
                       pair="It was tired.", out=None)  # fmt: skip
     with pytest.raises(
         InputError, match="--pair in attnviz show works with encoders; .* is a decoder"
     ):
         show(request)
-    assert request.model()._loaded is None
+    assert models._KEPT.recent == {}  # nothing loaded
 
 
 @pytest.mark.parametrize(

@@ -214,25 +214,3 @@ def _sides(item: Encoded | SourceTarget, stack: str | None) -> tuple[Encoded, En
     if stack == "cross":
         return item.target, item.source
     return item.target, item.target
-
-
-def inside_of(
-    loaded: LoadedModel, encoded: Encoded | SourceTarget, stack: str | None = None
-) -> Inside | str:
-    """The inside-one-head numbers of one text by a forward pass of their own (for an
-    Attention made without them: a notebook's `to_html()`), or why they are left out; with
-    `stack`, of one stack of an encoder-decoder model on a source and target (`encoded`)."""
-    from attnviz.core import capture
-
-    steps = InsideSteps(loaded, [encoded], stack)
-    if steps.wants:
-        if stack is None:
-            from attnviz.core.tokens import pad
-
-            inputs = pad(loaded, [encoded])
-        else:
-            from attnviz.core.seq2seq import pad_pairs
-
-            inputs = pad_pairs(loaded, [encoded])
-        capture.run(loaded, inputs, [steps])
-    return steps.result()

@@ -110,13 +110,6 @@ def patch_sums(rows: Any, start: int, picture: Any) -> Any:
     return np.stack([sink, local, distance])
 
 
-def mean_distance(grid_rows: Any, picture: Any) -> Any:
-    """Mean attention distance of each head: `grid_rows` (H, P, T) rows of the patches as
-    queries over every token; (H,) pixels."""
-    n = picture.grid[0] * picture.grid[1]
-    return patch_sums(grid_rows, picture.first, picture)[2] / n
-
-
 def cls_numbers(cls_rows: Any, first: int) -> tuple[Any, Any]:
     """CLS's row in each head, `cls_rows` (H, T): its entropy in nats (H,) and its shares on
     the `first` tokens outside the grid (H, first), float64."""

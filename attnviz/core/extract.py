@@ -307,14 +307,3 @@ def batched(
             batch = []
     if batch:
         yield batch
-
-
-def extract_many(
-    loaded: LoadedModel,
-    encoded: Iterable[Encoded],
-    batch_size: int = 8,
-    layers: Sequence[int] | None = None,
-) -> Iterator[Attention]:
-    """Attention of many encoded texts, in order, with forward passes batched by `batch_size`."""
-    for batch in batched(encoded, batch_size):
-        yield from attend(loaded, batch, layers)

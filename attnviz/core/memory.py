@@ -441,7 +441,16 @@ def refuse(
     asks = [(max(batch), replace(asked, batch=len(batch))) for batch in batches]
     width, widest = max(asks, key=lambda ask: estimate(spec.n_layers, spec.n_heads, 0, *ask).total)
     what = "this text" if len(texts) == 1 else f"a batch of {widest.batch} texts"
-    check(spec.n_layers, spec.n_heads, model.settings.weights_held(spec), width, widest, what)
+    settings = model.settings
+    try:
+        check(spec.n_layers, spec.n_heads, settings.weights_held(spec), width, widest, what)
+    except MemoryLimitError:
+        from attnviz.core.settings import resolve_device
+
+        # "auto" on a GPU loads the weights there: asked only now, as asking imports torch
+        if settings.device != "auto" or resolve_device("auto") == "cpu":
+            raise
+        check(spec.n_layers, spec.n_heads, settings.weights_held(spec, True), width, widest, what)
 
 
 def return_freed_memory() -> None:

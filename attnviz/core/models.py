@@ -6,6 +6,7 @@ import functools
 import os
 import re
 import threading
+import weakref
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from attnviz.core.model_info import (
     stack_counts,
 )
 from attnviz.core.settings import (
+    DTYPE_BYTES,
     Load,
     resolve_device,
 )
@@ -317,7 +319,8 @@ def load_model(
         # nobody wants run `implementation` (sdpa, flash_attention_2) from there
         runs = implementation if implementation == "eager" else recording.NAME
         recording.register()
-        model = _from_pretrained(loader, source, attn_implementation=runs, **placement)
+        with _straight_onto(torch_device, placement):
+            model = _from_pretrained(loader, source, attn_implementation=runs, **placement)
     except (OSError, ValueError) as exc:
         if "offload_folder" in str(exc):  # the disk's layers must be saved again (not safetensors)
             raise ModelLoadError(
@@ -347,6 +350,20 @@ def _declared(config: Any, model: Any) -> str | None:
     read), a CLIPModel as its CLIPVisionModel; None where they are the same, or it says none."""
     declared = next(iter(getattr(config, "architectures", None) or ()), None)
     return declared if declared not in (None, type(model).__name__) else None
+
+
+def _straight_onto(device: str, placement: dict[str, Any]) -> Any:
+    """Where the weights load: a model bound for a GPU goes straight onto it (transformers
+    places the weights on the device a `torch.device` context names), not through this
+    process's memory, which `Load.weights_held` counts none of them in; one accelerate or
+    bitsandbytes places (`device_map`), and a CPU's, as from_pretrained puts them."""
+    from contextlib import nullcontext
+
+    import torch
+
+    if device == "cpu" or "device_map" in placement:
+        return nullcontext()
+    return torch.device(device)
 
 
 def _reader(pictures: bool, tokenizer_class: Any) -> Any:
@@ -563,8 +580,11 @@ class Model:
     before anything loads. `check_files` reads only the model's files, so a bad layer, head
     or too-long text is refused in a fraction of a second, before torch is imported;
     `tokenizer()` loads the tokenizer alone, for what tokens can refuse before the weights
-    load (`--query`); `load()` loads once (reusing that tokenizer), and is safe to call from
-    several threads (a server's requests share one loaded model).
+    load (`--query`); `load()` finds the process's loaded model for the settings as they load
+    (`loads_as`: "auto" and "cpu" on a CPU are one model) or loads it (reusing that tokenizer),
+    and is safe to call from several threads (a server's requests share one loaded model).
+    The Model does not hold the loaded model: the process keeps the models last used
+    (`KEEP_BYTES`) and `unload` lets them go.
     """
 
     def __init__(
@@ -576,7 +596,7 @@ class Model:
     ) -> None:
         self.settings = Load(name, device, implementation, **settings)
         self.settings.refuse()
-        self._loaded: LoadedModel | None = None
+        self._as_loaded: Load | None = None  # `loads_as(settings)`, once asked (torch)
         self._tokenizer: Any = None
         self._lock = threading.Lock()
 
@@ -622,23 +642,122 @@ class Model:
 
     def tokenizer(self) -> Any:
         """The model's tokenizer, the loaded model's or loaded alone (no weights)."""
-        with self._lock:
-            if self._loaded is not None:
-                return self._loaded.tokenizer
+        with self._lock, _LOADING:
+            loaded = _KEPT.find(self._as_loaded) if self._as_loaded is not None else None
+            if loaded is not None:
+                return loaded.tokenizer
             if self._tokenizer is None:
                 self._tokenizer = load_tokenizer(self.name, self.settings.dtype)
             return self._tokenizer
 
     def load(self) -> LoadedModel:
-        """The loaded model (eval mode), loading it the first time."""
+        """The loaded model (eval mode): the process's for these settings as they load, else
+        loaded now and kept (`KEEP_BYTES`)."""
         with self._lock:
-            if self._loaded is None:
-                arguments = _arguments(self.settings)
-                self._loaded = load_model(**arguments, tokenizer=self._tokenizer)
+            if self._as_loaded is None:
+                self._as_loaded = loads_as(self.settings)
+            with _LOADING:  # two Models of one setting, in two threads: loaded once
+                loaded = _KEPT.find(self._as_loaded)
+                if loaded is None:
+                    arguments = _arguments(self.settings)
+                    loaded = load_model(**arguments, tokenizer=self._tokenizer)
                 self._tokenizer = None
-            return self._loaded
+                _KEPT.keep(self._as_loaded, loaded)
+            return loaded
 
 
+def loads_as(load: Load) -> Load:
+    """`load` as the model will be loaded: its device named (auto: cuda where there is a GPU,
+    else cpu; cuda: the GPU it means) and its dtype (auto: float32 on a CPU and for a GGUF
+    file, the checkpoint's own on a GPU where its config says it). Two ways of writing one
+    setting (`device="auto"` and `"cpu"` on a CPU) are then one loaded model."""
+    from dataclasses import replace
+
+    device = resolve_device(load.device)
+    if device == "cuda":
+        import torch
+
+        device = f"cuda:{torch.cuda.current_device()}"
+    dtype = load.dtype
+    if dtype == "auto" and (device == "cpu" or gguf_cache.is_gguf(load.model)):
+        dtype = "float32"
+    elif dtype == "auto":
+        spec = describe(load.model)
+        if spec is not None and spec.weights_dtype in DTYPE_BYTES:
+            dtype = spec.weights_dtype
+    return replace(load, device=device, dtype=dtype)
+
+
+# The weights the models kept after their last use may take together, beyond the one used
+# last (kept whatever its size): the bundled model and a few small ones stay, a 7B model is
+# let go when another model loads.
+KEEP_BYTES = 8 * 2**30
+
+
+class _Kept:
+    """The process's loaded models, one per setting as it loads (`loads_as`): the ones used
+    last, newest last, held while together they take at most KEEP_BYTES besides the newest;
+    and any other that something still holds (a run, a server), found again there rather
+    than loaded a second time."""
+
+    def __init__(self) -> None:
+        self.recent: dict[Load, tuple[LoadedModel, int]] = {}  # (model, its bytes), oldest first
+        self.held: weakref.WeakValueDictionary[Load, LoadedModel] = weakref.WeakValueDictionary()
+
+    def find(self, key: Load) -> LoadedModel | None:
+        """The loaded model for `key`, if this process has it."""
+        found = self.recent.get(key)
+        return found[0] if found is not None else self.held.get(key)
+
+    def keep(self, key: Load, loaded: LoadedModel) -> None:
+        """`loaded`, just used, is the newest; the oldest go while the others take more than
+        KEEP_BYTES."""
+        found = self.recent.pop(key, None)
+        self.recent[key] = (loaded, found[1] if found else weights_in_memory(loaded.model))
+        self.held[key] = loaded
+        older = list(self.recent)[:-1]
+        total = sum(self.recent[other][1] for other in older)
+        for other in older:
+            if total <= KEEP_BYTES:
+                break
+            total -= self.recent.pop(other)[1]
+
+    def let_go(self, names: tuple[str | None, ...]) -> int:
+        """Stop keeping the models named (all, when none is); how many were kept."""
+        chosen = [key for key in self.recent if not names or key.model in names]
+        for key in chosen:
+            del self.recent[key]
+        return len(chosen)
+
+
+def weights_in_memory(model: Any) -> int:
+    """Bytes of `model`'s parameters and buffers, wherever they are held (none for a layer
+    accelerate left on the disk)."""
+    from itertools import chain
+
+    tensors = chain(model.parameters(), model.buffers())
+    return sum(t.numel() * t.element_size() for t in tensors if t.device.type != "meta")
+
+
+def unload(*names: str | None) -> int:
+    """Stop keeping the loaded models of the names given (every model when none is; None:
+    the bundled one): each is freed once nothing else holds it (a result keeps its `Model`,
+    which holds no weights), and torch's cached GPU blocks go too. Returns how many were
+    kept."""
+    import gc
+    import sys
+
+    with _LOADING:
+        count = _KEPT.let_go(names)
+    gc.collect()  # a model's modules refer to one another: the collector frees them
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    return count
+
+
+_KEPT = _Kept()
+_LOADING = threading.RLock()
 _MODELS: dict[Load, Model] = {}
 _MODELS_LOCK = threading.Lock()
 

@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from attnviz.core.settings import FLASH
+
 if TYPE_CHECKING:
     import torch
 
@@ -152,6 +154,8 @@ def attention(
     else:
         from transformers import AttentionInterface
 
+        if fast == FLASH:
+            module, attention_mask = _as_flash(module), padding_of(attention_mask)
         output, _ = AttentionInterface._global_mapping[fast](
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
             is_causal=is_causal, position_bias=position_bias, **kwargs,
@@ -163,6 +167,38 @@ def attention(
         if edited is not heads:
             output = edited.reshape(output.shape)
     return output, None
+
+
+class _With:
+    """`base` with some of its attributes read as other values (what a wrapper reads of it);
+    the rest are `base`'s own."""
+
+    def __init__(self, base: Any, **given: Any) -> None:
+        self.__dict__.update(given, _base=base)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+
+def _as_flash(module: Any) -> Any:
+    """`module` as transformers' flash wrapper reads it: that wrapper loads the kernels of
+    the implementation its module's config names, and the model's names attnviz's function
+    (NAME), which it would look for as a kernel of that name."""
+    return _With(module, config=_With(module.config, _attn_implementation=FLASH))
+
+
+def padding_of(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The (B, S) padding mask flash attention takes (True: a real key), from the (B or 1,
+    1, T, S) mask made for attnviz's function (SDPA's booleans, or additive floats): a key
+    no query sees is padding (a real key is seen at least by its own query, or by the one
+    query of a step); None where every key is real (flash's causal flag does the rest)."""
+    import torch
+
+    if mask is None or mask.dim() == 2:
+        return mask
+    sees = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    real = sees.any(dim=-2)[:, 0]  # (B or 1, S)
+    return None if bool(real.all()) else real
 
 
 def _causal(module: Any, query: Any, mask: Any, is_causal: bool | None) -> bool:

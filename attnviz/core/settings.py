@@ -81,12 +81,19 @@ class Load:
             found[key] = int(float(sized[1]) * _UNITS[(sized[2] or "B").upper()])
         return found
 
-    def weights_held(self, spec: ModelSpec) -> int:
-        """The bytes of the model's weights this process will hold (`spec`, its files): their
-        size in the dtype they load in (auto: float32, a CPU's), and with a device map at
-        most --max-memory cpu=… (the rest on the disk or a GPU)."""
-        saved = DTYPE_BYTES.get(spec.weights_dtype or "", 4)  # unknown: float32, as guessed
-        loaded = DTYPE_BYTES[self.dtype if self.dtype != "auto" else "float32"]
+    def weights_held(self, spec: ModelSpec, gpu: bool | None = None) -> int:
+        """The bytes of the model's weights this process's memory will hold (`spec`, its
+        files). None where they go to a GPU (`gpu`: whether the device is one, which "auto"
+        cannot say without torch; None: "cuda" is): the model loads straight onto it, and
+        bitsandbytes packs them there. Else their size in the dtype they load in (auto: the
+        checkpoint's own on a GPU, float32 on a CPU), and with a device map at most
+        --max-memory cpu=… (the rest on the disk or a GPU)."""
+        gpu = self.device.startswith("cuda") if gpu is None else gpu
+        if self.quantize is not None or gpu and self.device_map is None:
+            return 0
+        own = spec.weights_dtype if spec.weights_dtype in DTYPE_BYTES else "float32"
+        saved = DTYPE_BYTES[own]  # unknown: float32, as guessed
+        loaded = DTYPE_BYTES[self.dtype if self.dtype != "auto" else own if gpu else "float32"]
         held = spec.weights_bytes * loaded // saved
         cpu = self.memory().get("cpu") if self.device_map is not None else None
         return held if cpu is None else min(held, cpu)

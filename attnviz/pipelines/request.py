@@ -79,13 +79,6 @@ class Request:
         `core.generation`; an encoder-decoder model's are its target (`core.seq2seq`)."""
         return self.generate is not None or self.target is not None
 
-    @property
-    def decoder_option(self) -> str | None:
-        """The option that gives an encoder-decoder model's target, if one was given."""
-        if self.target is not None:
-            return "--target"
-        return "--generate" if self.generate is not None else None
-
 
 @dataclass(frozen=True)
 class ShowRequest(Request):

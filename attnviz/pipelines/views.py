@@ -98,16 +98,41 @@ class Views:
     def _pooled(self, att: Attention, size: int) -> Attention:
         """`att` pooled `size` × `size`: from the recorders of a streamed run (size 1: its
         exact cells), else from `att`'s own maps (as it is for size 1)."""
-        from attnviz.analysis.pooling import pool, pooled_attention
+        from attnviz.analysis.pooling import pooled_attention
 
-        if size in self.pooled:
-            found = self.pooled[size]
-            maps = {layer: found.result(layer) for layer in att.held_layers()}
-        elif size == 1:
-            return att
-        else:
-            maps = {
-                layer: pool(att.weights[att.slot(layer)], size, self.how, self.causal)
-                for layer in att.held_layers()
-            }
-        return pooled_attention(att, maps)
+        if size not in self.pooled:
+            return pooled(att, size, self.how, self.causal)
+        found = self.pooled[size]
+        return pooled_attention(att, {layer: found.result(layer) for layer in att.held_layers()})
+
+
+def pooled(att: Attention, size: int, how: str = "max", causal: bool = False) -> Attention:
+    """`att`'s maps, held whole, pooled `size` × `size` by each block's `how` (max or mean;
+    `causal`: the blocks past the diagonal are masked, not 0): `att` itself for 1."""
+    from attnviz.analysis.pooling import pool, pooled_attention
+
+    if size == 1:
+        return att
+    maps = {
+        layer: pool(att.weights[att.slot(layer)], size, how, causal) for layer in att.held_layers()
+    }
+    return pooled_attention(att, maps)
+
+
+# Why a notebook's page of an Attention has no inside view (the page says it there).
+NOTEBOOK_INSIDE = (
+    "left out: attention() keeps no layer's input, which this view is computed from; "
+    "a.to_html() reads the text again for the whole page"
+)
+
+
+def notebook_page(att: Attention, inside: str = NOTEBOOK_INSIDE) -> str:
+    """The page of an Attention held whole, from its weights alone (no pass: the inside view
+    is left out, saying `inside`, and the measure switch has its one measure), pooled as
+    `show --html` pools a long text's page."""
+    from attnviz.outputs.html import build_page
+
+    n_layers, n_heads, n, n_keys = att.weights.shape
+    size = 1 if att.pooled is not None else page_pool_size(n_layers, n_heads, n, n_keys)
+    view = pooled(att, size, "max", att.info.causal)
+    return build_page(view, inside=inside, segments=view.segments)

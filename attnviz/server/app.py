@@ -79,8 +79,12 @@ class _Served:
         from attnviz.analysis.contributions import MEASURES
 
         self.model, self.limits, self.against = model, limits, against
-        self.info = model.load().info
-        self.other = against.load().info if against is not None else None
+        # held for the server's life: the process keeps only the models last used
+        # (`core.models.KEEP_BYTES`), and a second large model would otherwise let the first
+        # go, to be loaded again by the next request
+        self.loaded = [m.load() for m in (model, against) if m is not None]
+        self.info = self.loaded[0].info
+        self.other = self.loaded[1].info if against is not None else None
         self.page = live_page(
             self.info.as_dict(),
             {name: m.help for name, m in MEASURES.items()},

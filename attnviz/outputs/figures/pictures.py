@@ -38,14 +38,6 @@ def query_rows(att: Attention, layer: int, query: int) -> Any:
     return att.weights[att.slot(layer)][:, query]
 
 
-def panel_grids(att: Attention, rows_of: Any, heads: list[int]) -> Any:
-    """(len(heads), rows, cols): each head's row of `rows_of` (`query_rows`) over the patch
-    grid: what each panel of `overlay_figure` draws."""
-    import numpy as np
-
-    return np.stack([att.picture.patches(rows_of[head]) for head in heads])
-
-
 def blend(pixels: Any, grid: Any, patch: int, cmap: Any, top: float) -> Any:
     """The picture under a grid's colours: each patch's value, on `cmap` from 0 to `top`,
     over its `patch` × `patch` pixels (ALPHA of it), (rows·patch, cols·patch, 3) uint8."""

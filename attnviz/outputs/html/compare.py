@@ -11,12 +11,10 @@ diverging colour map centred on 0; the divergences are the Python numbers.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.inside import left_out
 from attnviz.outputs.figures import DIFFERENCE_LABEL
-from attnviz.outputs.files import write_text_atomic
 from attnviz.outputs.html.page import (
     EXACT_BUDGET,
     NO_MODEL,
@@ -150,8 +148,3 @@ def compare_pages(
             )
         pages.append(("compare.html" if of is None else f"compare-{number}.html", page))
     return pages
-
-
-def write_compare_page(compared: Compared, path: Path, **options: Any) -> Path:
-    """Write `build_compare_page(compared, **options)` to `path`, atomically."""
-    return write_text_atomic(path, build_compare_page(compared, **options))
