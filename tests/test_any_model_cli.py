@@ -339,3 +339,25 @@ def test_a_report_says_why_it_leaves_the_mixing_ratios_out(tmp_path):
     assert report.mixing is None and "cannot tell how layer 0" in report.mixing_left_out
     assert said == [f"the mixing ratios are left out: {report.mixing_left_out}"]
     assert report.as_dict()["mixing_ratio_left_out"] == report.mixing_left_out
+
+
+def test_eager_attention_reads_a_continuation_and_serves_no_tiles(folders):
+    """With --attention eager nothing reaches attnviz's function as the model writes: the
+    prompt and its continuation are read in one more pass, equal to what the function keeps
+    as it writes (a target, and --generate's tokens), and the server's page says why it holds
+    no tiles (they are made from the q and k that function keeps)."""
+    from attnviz.core.models import model
+    from attnviz.pipelines import serve
+    from attnviz.pipelines.serve import Question
+    from attnviz.pipelines.tiles import Holder
+
+    folder = folders["gpt_neox"]
+    for asked in (dict(target="A dog barked."), dict(generate=4)):
+        kept = attnviz.attention(TEXT, model=folder, device="cpu", **asked)
+        eager = attnviz.attention(TEXT, model=folder, device="cpu", implementation="eager",
+                                  **asked)  # fmt: skip
+        assert eager.info.implementation == "eager" and eager.tokens == kept.tokens
+        assert eager.continuation.start == kept.continuation.start
+        assert np.abs(eager.weights - kept.weights).max() <= 1e-5
+    answer = serve.page(model(folder, "cpu", "eager"), Question(TEXT), holder=Holder())
+    assert answer["tiles"] is None and "runs eager attention here" in answer["tiles_note"]

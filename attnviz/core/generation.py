@@ -12,6 +12,11 @@ the steps' rows as the model used them while it wrote. The model does not run ag
 
 Row i of the result is position i reading positions 0 … i; the token at position i + 1 was
 written from it, so "where the model looked when it wrote token t" is row t − 1.
+
+A model that runs eager attention (`--attention eager`, or a type whose attention bypasses
+transformers' interface) hands attnviz's function nothing as it writes: it writes (or reads
+the target) all the same, and the caller reads prompt + continuation in one more pass, whose
+row i is what the model used when it wrote token i + 1 (it reads the same keys and values).
 """
 
 from __future__ import annotations
@@ -160,26 +165,35 @@ def kept_bytes(info: Any, n_layers: int, n_prompt: int, n_new: int) -> int:
 def write(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers: Sequence[int]):
     """The prompt's continuation (`settings`) and the attention of `layers` it used: prompt +
     continuation as one Encoded (with its `continuation`), and the `Reading` the pass kept
-    (refused, one line, where it would not fit in memory)."""
+    (refused, one line, where it would not fit in memory); None for a model running eager
+    attention, whose rows the caller reads in a pass over the whole (see above)."""
+    from attnviz.core.capture import records
+
+    listens = records(loaded.model)
     if settings.target is not None:
-        return _teacher_forced(loaded, prompt, settings, layers)
-    return _generated(loaded, prompt, settings, layers)
+        return _teacher_forced(loaded, prompt, settings, layers, listens)
+    return _generated(loaded, prompt, settings, layers, listens)
 
 
-def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers: Sequence[int]):
-    """transformers' `generate` (greedy, or sampled), each step's rows held as it runs; then
-    one more step reading the last token written, so that every token has its row."""
+def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers: Sequence[int],
+               listens: bool = True):  # fmt: skip
+    """transformers' `generate` (greedy, or sampled), each step's rows held as it runs
+    (`listens`: attnviz's function hears them); then one more step reading the last token
+    written, so that every token has its row."""
+    from contextlib import nullcontext
+
     import torch
 
     from attnviz.core import recording
 
     model, n = loaded.model, settings.tokens
     check_room(len(prompt), n, loaded.info.max_tokens)
-    _require(loaded, layers, len(prompt), n)
+    if listens:  # the Reading it keeps
+        _require(loaded, layers, len(prompt), n)
     ids = torch.tensor([prompt.ids], device=loaded.device)
     reading = Reading(list(layers), loaded.info.n_heads, len(prompt) + n)
-    listener = _Holding(loaded, layers, reading)
-    with torch.random.fork_rng(devices=_devices(loaded)), recording.listening(listener):
+    listener = recording.listening(_Holding(loaded, layers, reading)) if listens else nullcontext()
+    with torch.random.fork_rng(devices=_devices(loaded)), listener:
         if settings.seed is not None:
             torch.manual_seed(settings.seed)
         with torch.inference_mode():
@@ -187,7 +201,8 @@ def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers:
                                  generation_config=generation_config(loaded, settings),
                                  return_dict_in_generate=True, output_logits=True)  # fmt: skip
             written = out.sequences[0, len(prompt) :]
-            model.base_model(input_ids=written[-1:][None], cache=out.cache, use_cache=True)
+            if listens:
+                model.base_model(input_ids=written[-1:][None], cache=out.cache, use_cache=True)
     new = [int(i) for i in written]
     probs = tuple(
         float(torch.softmax(logits[0].float(), dim=-1)[token])
@@ -196,15 +211,19 @@ def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers:
     eos = _eos_ids(loaded)
     reading.length = len(prompt) + len(new)
     stopped = bool(new) and new[-1] in eos
-    return _joined(loaded, prompt, new, Continuation(len(prompt), probs, True, settings.how(),
-                                                      stopped)), reading  # fmt: skip
+    continuation = Continuation(len(prompt), probs, True, settings.how(), stopped)
+    return _joined(loaded, prompt, new, continuation), reading if listens else None
 
 
 def _teacher_forced(
-    loaded: LoadedModel, prompt: Encoded, settings: Settings, layers: Sequence[int]
-):
+    loaded: LoadedModel, prompt: Encoded, settings: Settings, layers: Sequence[int],
+    listens: bool = True,
+):  # fmt: skip
     """One pass over prompt + target (the whole model, for each target token's
-    probability), each layer's q and k held."""
+    probability), each layer's q and k held where attnviz's function hears them
+    (`listens`)."""
+    from contextlib import nullcontext
+
     import torch
 
     from attnviz.core import recording
@@ -216,17 +235,19 @@ def _teacher_forced(
         raise TextTooLongError(
             f"prompt and target are {len(ids)} tokens long; this model takes at most {limit}"
         )
-    _require(loaded, layers, len(ids), 0)
+    if listens:
+        _require(loaded, layers, len(ids), 0)
     reading = Reading(list(layers), loaded.info.n_heads, len(ids))
     inputs = torch.tensor([ids], device=loaded.device)
-    with recording.listening(_Holding(loaded, layers, reading)), torch.inference_mode():
+    listener = recording.listening(_Holding(loaded, layers, reading)) if listens else nullcontext()
+    with listener, torch.inference_mode():
         # the logits of the rows that read the target alone: (N + 1, V), not (T + N, V)
         logits = loaded.model(input_ids=inputs, logits_to_keep=len(target) + 1).logits[0]
     start = len(prompt)
     chances = torch.softmax(logits[:-1].float(), dim=-1)  # (N, V): rows start − 1 … T + N − 2
     probs = tuple(float(chances[i, token]) for i, token in enumerate(target))
     continuation = Continuation(start, probs, False, settings.how())
-    return _joined(loaded, prompt, target, continuation), reading
+    return _joined(loaded, prompt, target, continuation), reading if listens else None
 
 
 def _require(loaded: LoadedModel, layers: Sequence[int], n_read: int, n_new: int) -> None:

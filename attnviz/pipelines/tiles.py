@@ -127,9 +127,17 @@ class Holder:
 
     def refusal(self, loaded: LoadedModel, n_tokens: int) -> str | None:
         """Why a text of `n_tokens` cannot be held (None: it can)."""
+        from attnviz.core.capture import records
+
         info = loaded.info
         if info.seq2seq:
             return one_stack(loaded)
+        if not records(loaded.model):
+            return (
+                "tiles are made from the queries and keys attnviz's attention function keeps; "
+                f"'{info.model_type}' runs eager attention here, which hands out each layer's "
+                "maps alone (docs/models.md)"
+            )
         size = held_bytes(loaded, n_tokens)
         if size > self.budget:
             return (
