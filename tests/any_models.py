@@ -7,7 +7,7 @@ check attnviz's attention recording against each model's eager `output_attention
   transformers' `AttentionInterface` (checked: a function registered there is called once
   a layer and stack, and returns the eager probabilities).
 - BYPASS: model types whose attention does not go through `AttentionInterface` (transformers
-  5.24), with why; `build` makes them too, from BYPASS_CONFIGS.
+  5.24), with why; `build` and `save` make them too, from BYPASS_CONFIGS.
 - STACKS: the attention stacks of the encoder-decoder types.
 - SDPA: the types of TYPES that accept `model.set_attn_implementation("sdpa")`.
 - build(model_type): the base model (no head), eval mode, float32, eager attention, its
@@ -294,13 +294,15 @@ def inputs(model_type: str, model) -> dict[str, Any]:
 
 
 def save(kind: str, loader: Any, tokenizer: Any, folder: Any, **overrides: Any) -> str:
-    """A tiny random `kind` model made by `loader` (AutoModelForCausalLM, …) with TYPES'
-    config and `overrides`, its matrices drawn with std SPREAD as `build` draws them, saved
-    with `tokenizer` into `folder` as a user's checkpoint is: the folder, as a string."""
+    """A tiny random `kind` model made by `loader` (AutoModelForCausalLM, …) with TYPES' (or
+    BYPASS_CONFIGS') config and `overrides`, its matrices drawn with std SPREAD as `build`
+    draws them, saved with `tokenizer` into `folder` as a user's checkpoint is: the folder,
+    as a string."""
     import torch
     from transformers import AutoConfig
 
-    config = AutoConfig.for_model(kind, **{**TYPES[kind], **overrides})
+    given = TYPES[kind] if kind in TYPES else BYPASS_CONFIGS[kind]
+    config = AutoConfig.for_model(kind, **{**given, **overrides})
     torch.manual_seed(0)
     model = loader.from_config(config)
     with torch.no_grad():  # scores far from uniform

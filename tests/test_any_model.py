@@ -81,7 +81,8 @@ def test_recorded_probabilities_equal_eager(model_type):
 
 def test_every_listed_type_reads_through_the_interface_and_bypassers_do_not():
     """The matrix's types call transformers' attention function (`adapters.caller` finds a
-    module in each layer); the bypassing types have none, and loading refuses them."""
+    module in each layer); the bypassing types have none, and run eager
+    (tests/test_eager_types.py)."""
     from attnviz.core.adapters import generic
 
     assert len(any_models.TYPES) >= 30

@@ -391,14 +391,13 @@ def test_weights_bound_for_a_gpu_are_not_counted_in_this_machines_memory(monkeyp
 
     gib = 2**30
     spec = replace(models.describe(None), weights_bytes=16 * gib, weights_dtype="bfloat16")
-    monkeypatch.setattr(models, "describe", lambda name=None: spec)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setenv(memory.ENV, "20GiB")
     asked, text = memory.Asked(), ["The cat sat on the mat."]
     for device in ("cuda", "auto"):
-        memory.refuse(models.Model(None, device), text, asked)  # fits: nothing raised
+        memory.refuse(spec, Load(device=device), text, asked)  # fits: nothing raised
     with pytest.raises(MemoryLimitError, match=r"needs about 32\.\d\d GiB of memory"):
-        memory.refuse(models.Model(None, "cpu"), text, asked)
+        memory.refuse(spec, Load(device="cpu"), text, asked)
     assert Load(device="cuda").weights_held(spec) == Load().weights_held(spec, gpu=True) == 0
     assert Load(quantize="4bit").weights_held(spec) == 0  # packed on the GPU
     placed = Load(device="cuda", device_map="auto", max_memory=("cpu=20GiB",))

@@ -145,15 +145,20 @@ def test_unknown_model_path_and_offline_hub_id(tmp_path):
         load_model(str(tmp_path))
 
 
-def test_attention_outside_the_interface_is_refused_before_the_weights_load(tmp_path):
-    """BLOOM computes attention in its own code (ALiBi), not through transformers' attention
-    interface: refused from its config, with no weights file there to load."""
-    from transformers import BloomConfig
+def test_an_encoder_decoder_outside_the_interface_is_refused_before_the_weights_load(tmp_path):
+    """FSMT computes attention in its own code, not through transformers' attention
+    interface, and has two stacks, which attnviz finds through the interface alone: refused
+    from its config, with no weights file there to load. (BLOOM and the other one-stack types
+    run eager: tests/test_eager_types.py.)"""
+    from transformers import FSMTConfig
 
     from attnviz.core.models import load_model
 
-    BloomConfig(hidden_size=16, n_layer=1, n_head=2).save_pretrained(tmp_path)
-    with pytest.raises(UnsupportedModelError, match="'bloom' computes its attention in its own"):
+    config = FSMTConfig(langs=["en", "de"], d_model=16, encoder_layers=1, decoder_layers=1,
+                        encoder_attention_heads=2, decoder_attention_heads=2)  # fmt: skip
+    config.save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedModelError, match="'fsmt' is an encoder-decoder model that "
+                       "computes its attention in its own code"):  # fmt: skip
         load_model(str(tmp_path))
 
 

@@ -341,11 +341,16 @@ def ablating(drops: dict[int, Any], n_heads: int, means: dict[int, Any] | None =
 def _layer_blocks(model: Any, n_layers: int) -> list[Any] | None:
     """Each layer's block (the module the model calls once per layer, holding that layer's
     attention), from the model's list of `n_layers` blocks; None where layers share a block
-    (ALBERT) or no such list is found."""
+    (ALBERT), no such list is found, or the blocks return more than their hidden states (a
+    model whose attention bypasses transformers' interface: BLOOM's blocks return
+    (hidden states, probabilities), which a block's clean output alone cannot stand for)."""
     from torch import nn
 
     from attnviz.core import adapters
+    from attnviz.core.adapters import generic
 
+    if generic.own(model):
+        return None
     attentions = [adapters.layer_modules(model, layer).attention for layer in range(n_layers)]
     if len({id(a) for a in attentions}) < n_layers:
         return None

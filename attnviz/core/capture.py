@@ -37,7 +37,11 @@ The model runs attnviz's attention function (`core.recording`): `probs`, `rows`,
 `heads` and `scores` come from inside the model's own attention call, the probabilities made
 from its q and k a block of `block_rows` query rows at a time; the other kinds from hooks on
 the modules the family's adapter names. With eager attention (`--attention eager`, `check`)
-`probs` is read from the attention module's output instead.
+`probs` is read from the attention module's output instead. A model type whose attention
+bypasses transformers' interface (BLOOM, Falcon, GPT-Neo, …) runs eager with
+`output_attentions`: its attention modules are found once by `own_attention`, and each
+layer's probabilities, read, are dropped from the module's output, as the model drops them
+without `output_attentions`, so that no more than one layer's are held at once.
 
 A caller is a `Recorder`: the layers and kinds it wants, and a `receive(layer, tensors)`
 called once that layer has produced all of them. Tensors are moved to the CPU as they come
@@ -60,6 +64,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from attnviz.core import adapters
+from attnviz.core.adapters import generic
 from attnviz.core.adapters.base import LayerModules
 from attnviz.errors import InputError, UnsupportedModelError
 
@@ -155,8 +160,10 @@ def run(
         )
     mode = torch.enable_grad() if gradients else torch.inference_mode()
     listen = recording.listening(heard) if inside else _nothing()
-    with _hooked(model, hooked, heard.arrive, None if inside else edit), listen, mode:
-        output = (model if lm_head else model.base_model)(**inputs)
+    own = generic.own(model)  # its modules hand their probabilities out when asked to
+    asked = {"output_attentions": True} if own else {}
+    with _hooked(model, hooked, heard.arrive, None if inside else edit, own), listen, mode:
+        output = (model if lm_head else model.base_model)(**inputs, **asked)
     heard.check_served()
     memory.return_freed_memory()  # the pass's activations, not held while the figures draw
     return output
@@ -218,6 +225,46 @@ def trace(model: Any, roots: Sequence[Any]) -> dict[int, list[list]]:
         for handle in handles:
             handle.remove()
     return seen
+
+
+def own_attention(model: Any, name: str) -> list[tuple[Any, int]]:
+    """Where a model whose attention bypasses transformers' interface hands out each layer's
+    probabilities: [(its attention module, the place in that module's output tuple)], layer
+    0 first. One pass over four tokens with `output_attentions` and every module of the base
+    model watched: layer i's is the innermost module whose output holds the very tensor the
+    model hands back as its attentions[i] (a (B, H, T, T) array). A one-line
+    UnsupportedModelError (`name`, the model's) where the model hands none back, or one that
+    no module's output holds (made anew after the modules, or of another shape)."""
+    import torch
+
+    seen: dict[int, tuple[Any, int, Any]] = {}  # id(tensor): (module, place, tensor kept)
+    handles = []
+
+    def hook(module: Any, args: Any, output: Any) -> None:
+        if isinstance(output, (tuple, list)):
+            for at, value in enumerate(output):
+                if isinstance(value, torch.Tensor):  # the innermost module's comes first
+                    seen.setdefault(id(value), (module, at, value))
+
+    for module in model.base_model.modules():
+        handles.append(module.register_forward_hook(hook))
+    try:
+        vocab = getattr(model.config, "vocab_size", None) or 4
+        ids = (torch.arange(4) % vocab)[None].to(model.device)
+        with torch.inference_mode():
+            out = model.base_model(input_ids=ids, output_attentions=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    attentions = getattr(out, "attentions", None) or ()
+    found = [seen.get(id(probs)) for probs in attentions]
+    if not found or None in found or any(probs.dim() != 4 for probs in attentions):
+        raise UnsupportedModelError(
+            f"{name} ('{model.config.model_type}') computes its attention in its own code, "
+            "and none of its modules hands out each layer's probabilities, which attnviz "
+            "reads there (docs/models.md)"
+        )
+    return [(module, at) for module, at, _ in found]
 
 
 def _replayed(loaded: Any, recorders: Sequence[Recorder], wanted: dict, block_rows: int,
@@ -455,9 +502,12 @@ def _hooked(
     wanted: Mapping[Site, set[str]],
     arrive: Callable[[str, Site, Any], None],
     edit: Edit | None = None,
+    own: bool = False,
 ) -> Iterator[None]:
     """Hooks that pass each wanted (kind, site) tensor to `arrive` as the layer runs, and
-    one that lets `edit` replace each layer's W_O input.
+    one that lets `edit` replace each layer's W_O input. With `own` (a model run with
+    `output_attentions`, `generic.own`), each attention module's probabilities are dropped
+    from its output once read: the model then keeps none of them to hand back at the end.
 
     Modules shared by several layers (ALBERT) are called once per layer, in order, so the
     n-th call of a shared module belongs to the n-th layer that uses it.
@@ -499,11 +549,20 @@ def _hooked(
             True,
             lambda site, _, args, __: (edit(site[1], args[0]),),
         )
+    if own:  # after "probs": a recorder has had them
+        install([site for site, _ in sites], lambda m: m.attention, False, _dropped)
     try:
         yield
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _dropped(_: Site, mods: LayerModules, __: Any, output: Any) -> tuple:
+    """An attention module's output without its probabilities (None in their place, as the
+    module returns without `output_attentions`)."""
+    at = mods.probs_at
+    return (*output[:at], None, *output[at + 1 :])
 
 
 def _install(

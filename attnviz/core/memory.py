@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 from attnviz.errors import InputError, MemoryLimitError
 
 if TYPE_CHECKING:
-    from attnviz.core.models import Model
+    from attnviz.core.model_info import ModelSpec
+    from attnviz.core.settings import Load
 
 MiB, GiB = 2**20, 2**30
 ENV = "ATTNVIZ_MEMORY_LIMIT"
@@ -62,6 +63,10 @@ CHECK_WHOLE_LAYER = 256 * MiB
 # One block of a streamed run's probabilities, in float32 (`stream_rows`); with its scores
 # and the statistics' temporaries, about five at once.
 STREAM_BLOCK = 48 * MiB
+# A layer's whole (B, H, T, T) maps a model running eager attention holds at once while the
+# layer runs: its scores, its scores with the mask added, its probabilities, and the copy
+# attnviz keeps of them (bench/bench_eager.py).
+EAGER_LAYER = 4
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class Asked:
     batch: int = 1  # texts read in one forward pass (export)
     in_flight: int = 0  # texts whose attention waits to be drawn (export)
     command: str = "show"  # whose options the refusal names
+    eager: bool = False  # the model runs eager attention: each layer's maps made whole
 
     @classmethod
     def of(cls, request: Any) -> Asked:
@@ -119,7 +125,9 @@ def estimate(
     about two bytes a map of its own; ablation keeps both passes' patterns and compares them
     in float64. While the model runs, one layer's probabilities exist twice (recomputed or
     the model's own, and the copy kept), and ALTI's mixing ratios take six more in float64
-    (and its blocks of vectors, a constant).
+    (and its blocks of vectors, a constant). A model running eager attention (`asked.eager`)
+    holds one layer's whole scores and probabilities at once instead (EAGER_LAYER maps a
+    head), streamed or not.
     Drawing processes each hold the layer they draw, twice.
     """
     b, h = asked.batch, n_heads
@@ -135,7 +143,7 @@ def estimate(
     if asked.html:  # every measure, as the page shows it, and the page's own text
         every = b * layers * (2 * h + 2) * grid
         attention += every * (1 + asked.transformed) + every // 2
-    transient = 2 * b * h * grid * (1 + asked.ablate)
+    transient = (EAGER_LAYER if asked.eager else 2) * b * h * grid * (1 + asked.ablate)
     if asked.html or asked.measure == "alti":
         transient += 6 * b * h * grid + 2 * b * grid + ALTI_BLOCKS
     drawing = 0
@@ -158,6 +166,8 @@ def _streamed(layers: int, h: int, weights: int, n_tokens: int, asked: Asked) ->
     pooled = layers * h * side * side * FLOAT * (1 + asked.html)
     sums = layers * h * n_tokens * 8 * 2  # key sums and a query's rows
     blocks = 5 * STREAM_BLOCK  # a block, its scores, the statistics' temporaries
+    if asked.eager:  # the model makes the layer whole; the blocks are cut from it
+        blocks += EAGER_LAYER * h * n_tokens * n_tokens * FLOAT
     window = layers * h * 256 * 256 * FLOAT
     drawing = (asked.jobs if asked.jobs > 1 else 1) * (WORKER + 2 * h * side * side * FLOAT)
     attention = pooled + sums + window
@@ -324,13 +334,15 @@ def check(
     )
 
 
-def check_held(kept: int, n_layers: int, n_heads: int, n_tokens: int, to_file: bool) -> None:
+def check_held(kept: int, n_layers: int, n_heads: int, n_tokens: int, to_file: bool,
+               eager: bool = False) -> None:  # fmt: skip
     """Refuse, one line, the API's maps of `kept` layers × `n_heads` over `n_tokens` held
     whole (`pipelines.readers.hold`) where this process cannot hold them beside what it holds
     already (the model): the size, what is available, and the ways to ask for less (fewer
     layers, a file, a shorter text). With `to_file` only the blocks of rows are in memory,
-    and the file's disk is checked where it is made (`core.held`). Called once the model has
-    loaded, before it runs."""
+    and the file's disk is checked where it is made (`core.held`); a model running eager
+    attention (`eager`) also holds one layer's whole scores and probabilities while it runs.
+    Called once the model has loaded, before it runs."""
     from attnviz.core.recording import BLOCK_ROWS
 
     allowed = _held_budget()
@@ -341,6 +353,8 @@ def check_held(kept: int, n_layers: int, n_heads: int, n_tokens: int, to_file: b
     def needs(layers: int, tokens: int, in_memory: bool = True) -> int:
         grid = tokens * tokens * FLOAT
         blocks = 6 * BLOCK_ROWS * n_heads * tokens * FLOAT  # a block, its scores, copies
+        if eager:  # the layer's maps, made whole by the model
+            blocks += EAGER_LAYER * n_heads * grid
         return rss + BLOCKS + blocks + (layers * n_heads * grid if in_memory else 0)
 
     if needs(kept, n_tokens, not to_file) <= allowed:
@@ -415,21 +429,22 @@ def require(nbytes: int, what: str) -> None:
 
 
 def refuse(
-    model: Model,
+    spec: ModelSpec | None,
+    settings: Load,
     texts: Sequence[str],
     asked: Asked,
     truncate: bool = False,
     pair: str | None = None,
 ) -> None:
     """Refuse a run over `texts` that will not fit in memory, from the model's files alone
-    (its config, tokenizer.json and weight files), before its weights load; `asked.batch`
-    texts are read at once, in order. Nothing is refused where the files cannot tell (a model
-    not on this machine, an encoder-decoder model): `require` checks those later."""
-    from attnviz.core.models import describe
-
-    spec = describe(model.name)
+    (`spec`: its config, tokenizer.json and weight files) and how it loads (`settings`),
+    before its weights load; `asked.batch` texts are read at once, in order. Nothing is
+    refused where the files cannot tell (a model not on this machine, an encoder-decoder
+    model): `require` checks those later. A model that will run eager attention (asked for,
+    or a type whose attention bypasses transformers' interface) is counted so."""
     if spec is None or spec.seq2seq or spec.tokenizer_file is None or not texts:
         return
+    asked = replace(asked, eager=settings.implementation == "eager" or spec.eager_only)
     lengths = spec.count_lengths([text if pair is None else (text, pair) for text in texts])
     if spec.max_tokens is not None:  # too long: skipped or refused, or cut (--truncate)
         limit = spec.max_tokens
@@ -441,7 +456,6 @@ def refuse(
     asks = [(max(batch), replace(asked, batch=len(batch))) for batch in batches]
     width, widest = max(asks, key=lambda ask: estimate(spec.n_layers, spec.n_heads, 0, *ask).total)
     what = "this text" if len(texts) == 1 else f"a batch of {widest.batch} texts"
-    settings = model.settings
     try:
         check(spec.n_layers, spec.n_heads, settings.weights_held(spec), width, widest, what)
     except MemoryLimitError:

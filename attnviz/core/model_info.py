@@ -180,6 +180,8 @@ class ModelSpec(_HeadRanges, _Stacks):
     bos_id: int | None = None  # a decoder's BOS: attnviz puts it first if the tokenizer does not
     model_type: str | None = None
     pictures: bool = False  # a vision model (`core.images.reads_pictures`)
+    # its attention bypasses transformers' interface: it runs eager, whatever --attention says
+    eager_only: bool = False
 
     def count_tokens(self, text: str) -> int | None:
         """Tokens of `text` with the special tokens the model adds, or None without a

@@ -7,11 +7,12 @@ import os
 import re
 import threading
 import weakref
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from attnviz.core import adapters, gguf_cache, images, recording
+from attnviz.core import adapters, capture, gguf_cache, images, recording
+from attnviz.core.adapters import generic
 from attnviz.core.model_info import (
     DEFAULT_STACK,
     LoadedModel,
@@ -216,6 +217,7 @@ def describe(name: str | None = None) -> ModelSpec | None:
         bos_id=config.get("bos_token_id") if isinstance(config.get("bos_token_id"), int) else None,
         model_type=config.get("model_type"),
         pictures=pictures,
+        eager_only=_eager_only(config.get("model_type")),
     )
 
 
@@ -287,9 +289,11 @@ def load_model(
     `core.recording`, records the probabilities inside the model's attention call; the layers
     nobody asks for run SDPA), "flash_attention_2" (the same, those layers on flash-attn's
     kernels) or "eager" (the probabilities are read from the model). A model type whose
-    attention bypasses transformers' attention interface is refused before its weights load
-    (`refuse_bypass`). `settings` are `Load`'s others (dtype,
-    device_map, max_memory, offload_folder, quantize), refused first where they cannot work.
+    attention bypasses transformers' attention interface (`eager_only`) runs eager whatever
+    is asked, its probabilities read from its attention modules' outputs with
+    `output_attentions` (`capture.own_attention` finds them). `settings` are `Load`'s others
+    (dtype, device_map, max_memory, offload_folder, quantize), refused first where they
+    cannot work.
     A model placed by accelerate (device_map, quantize) is never moved; the inputs go to
     its first device. `tokenizer`: the one `load_tokenizer` loaded already.
     """
@@ -307,7 +311,10 @@ def load_model(
     if pictures:
         images.refuse_unread(config.model_type, label)
     decoder = not pictures and _decoder(config)
-    refuse_bypass(config)
+    own = eager_only(config)
+    if own:  # the header line and --json say what runs
+        implementation = "eager"
+        load = replace(load, implementation=implementation)
 
     torch_device = resolve_device(device)
     placement = _placement(load, torch_device)
@@ -337,6 +344,8 @@ def load_model(
     model.eval()
     if placed is None:
         model.to(torch_device)
+    if own:
+        generic.keep_own(model, capture.own_attention(model, label))
 
     declared = _declared(config, model)  # the checkpoint's class, where it is not the one read
     info = _info(model.config, model, tokenizer, label, decoder, pictures, load, placed, declared)
@@ -513,26 +522,39 @@ def _decoder(config: Any) -> bool:
     return kind in causal and kind not in masked
 
 
-def refuse_bypass(config: Any) -> None:
-    """Refuse, before the weights load, a model type whose attention does not go through
-    transformers' `AttentionInterface` (its modelling code computes attention itself: BLOOM,
-    Falcon, MPT, GPT-Neo, DeBERTa-v2, …): attnviz records attention inside that call."""
-    from attnviz.core.adapters import generic
-
+def eager_only(config: Any) -> bool:
+    """Whether the model type computes its attention in its own code, not through
+    transformers' `AttentionInterface` (BLOOM, Falcon, MPT, GPT-Neo, DeBERTa-v2, …), so that
+    it runs eager attention with `output_attentions`: read before the weights load. Refused
+    in one line where transformers has no model for the type, and for an encoder-decoder of
+    that kind (FSMT, ProphetNet), whose stacks attnviz finds through the interface alone."""
     kind = config.model_type
     if kind in SUPPORTED_TYPES:
-        return
+        return False
     try:
-        calls = generic.type_calls_interface(kind)
+        own = generic.bypasses_interface(kind)
     except ImportError as exc:
         raise UnsupportedModelError(
             f"model type '{kind}': transformers {_transformers_version()} has no model for it"
         ) from exc
-    if not calls:
+    if own and getattr(config, "is_encoder_decoder", False):
         raise UnsupportedModelError(
-            f"model type '{kind}' computes its attention in its own code, not through "
-            "transformers' attention interface, where attnviz records it (docs/models.md)"
+            f"model type '{kind}' is an encoder-decoder model that computes its attention in "
+            "its own code, not through transformers' attention interface: attnviz finds an "
+            "encoder-decoder's stacks through the interface (docs/models.md)"
         )
+    return own
+
+
+def _eager_only(model_type: Any) -> bool:
+    """`eager_only` from config.json's model type alone (no torch); False where transformers'
+    files cannot say (loading will tell)."""
+    if not isinstance(model_type, str) or model_type in SUPPORTED_TYPES:
+        return False
+    try:
+        return generic.bypasses_interface(model_type)
+    except ImportError:
+        return False
 
 
 def _transformers_version() -> str:
@@ -671,8 +693,6 @@ def loads_as(load: Load) -> Load:
     else cpu; cuda: the GPU it means) and its dtype (auto: float32 on a CPU and for a GGUF
     file, the checkpoint's own on a GPU where its config says it). Two ways of writing one
     setting (`device="auto"` and `"cpu"` on a CPU) are then one loaded model."""
-    from dataclasses import replace
-
     device = resolve_device(load.device)
     if device == "cuda":
         import torch

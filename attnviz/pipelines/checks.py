@@ -52,7 +52,10 @@ def ranges(model: Model, layers: list[int] | None, heads: list[int] | None) -> N
 def fits(request: Request, model: Model, texts: Sequence[str]) -> None:
     """Refuse a run over `texts` that would not fit in memory, estimated from the model's
     files before its weights load (`core.memory`)."""
-    memory.refuse(model, list(texts), memory.Asked.of(request), request.truncate, request.pair)
+    from attnviz.core.models import describe
+
+    memory.refuse(describe(model.name), model.settings, list(texts), memory.Asked.of(request),
+                  request.truncate, request.pair)  # fmt: skip
 
 
 def before_loading(request: Request, model: Model, texts: Sequence[str] | None = None) -> None:

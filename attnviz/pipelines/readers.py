@@ -92,13 +92,15 @@ class OneStack:
 
     def _fits(self, layers: Sequence[int], n_tokens: int) -> None:
         """Refuse, one line, maps of `layers` over `n_tokens` that the process cannot hold
-        (in memory; with `to`, only the blocks)."""
+        (in memory; with `to`, only the blocks), beside a layer's whole maps where the model
+        runs eager attention."""
         from attnviz.core import memory
 
         info, r = self.loaded.info, self.request
         per_layer = r.measure in ("alti", "rollout")
         memory.check_held(len(layers), info.n_layers, 1 if per_layer else info.n_heads,
-                          n_tokens, self.to is not None)  # fmt: skip
+                          n_tokens, self.to is not None,
+                          eager=info.implementation == "eager")  # fmt: skip
 
     def _streamed(self, run: Run, consumers: Sequence[Consumer], reading: Any = None) -> Run:
         """One pass in blocks of query rows, each block handed to the consumers' recorders

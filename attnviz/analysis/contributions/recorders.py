@@ -56,6 +56,12 @@ class Values:
             self.kind = "input" if stack is None else "kv_input"
             return
         names = ", ".join(generic.OUTPUT_PROJECTIONS)
+        if generic.own(model):
+            raise UnsupportedModelError(
+                "without an adapter, each head's values are read inside attnviz's attention "
+                f"function; '{model.config.model_type}' computes its attention in its own code, "
+                "which attnviz reads eager (docs/models.md)"
+            )
         if not capture.records(model):
             raise UnsupportedModelError(
                 "without an adapter, each head's values are read inside attnviz's attention "

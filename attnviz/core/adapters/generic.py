@@ -6,7 +6,12 @@ is found by name (OUTPUT_PROJECTIONS, TransformerLens-style), which is all the n
 needs beside v. How the block's output joins the residual stream (ALTI and the mixing ratios)
 is read from the model itself (`core.residual`); `check` (X's projections by name) stays
 with the adapters.
-"""
+
+A model type whose attention bypasses the interface (BLOOM, Falcon, MPT, GPT-Neo,
+DeBERTa-v2: `bypasses_interface`, from transformers' source files) runs eager attention with
+`output_attentions`: its layers are the modules whose outputs hold the tensors the model hands
+back as its attentions (`capture.own_attention` finds them in one pass over four tokens, and
+`keep_own` keeps them here), and the probabilities are read from those outputs."""
 
 from __future__ import annotations
 
@@ -30,16 +35,46 @@ def _calls(cls: type) -> bool:
     return INTERFACE in source
 
 
-def type_calls_interface(model_type: str) -> bool:
-    """Whether transformers' modelling code for `model_type` calls the interface at all
-    (read before any weights load); ImportError where transformers has no model for it."""
-    import importlib
+# What a model class that takes the interface declares (a model of parts, LLaVA, says so for
+# the language model it holds, whose own file calls the interface).
+DECLARED = "_supports_attention_backend = True"
 
-    from transformers.models.auto.configuration_auto import model_type_to_module_name
 
-    name = model_type_to_module_name(model_type)
-    code = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-    return INTERFACE in inspect.getsource(code)
+def bypasses_interface(model_type: str) -> bool:
+    """Whether transformers' modelling code for `model_type` computes its attention without
+    the interface (it neither calls it nor declares that it takes it): read from its source
+    file, without importing it or torch, so before anything loads. ImportError where
+    transformers has no modelling file for the type."""
+    source = _modelling_source(model_type)
+    return INTERFACE not in source and DECLARED not in source
+
+
+@functools.cache
+def _modelling_source(model_type: str) -> str:
+    """The text of transformers' modeling_<name>.py for `model_type` (its folder named as
+    transformers' `model_type_to_module_name` names it, deprecated models included)."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("transformers is not installed")
+    models = Path(spec.submodule_search_locations[0], "models")
+    try:
+        table = (models / "auto" / "auto_mappings.py").read_text(encoding="utf-8")
+    except OSError:
+        table = ""
+    start = table.find("SPECIAL_MODEL_TYPE_TO_MODULE_NAME")  # ("blip-2", "blip_2"), … )
+    block = table[start : table.find("\n)", start)] if start >= 0 else ""
+    special = dict(re.findall(r'\("([\w\-]+)",\s*"(\w+)"\)', block))
+    name = special.get(model_type, model_type.replace("-", "_"))
+    for folder in (models / name, models / "deprecated" / name):
+        try:
+            return (folder / f"modeling_{name}.py").read_text(encoding="utf-8")
+        except OSError:
+            continue
+    raise ImportError(f"transformers has no modelling file for '{model_type}'")
 
 
 def calls_interface(module: Any) -> bool:
@@ -47,9 +82,24 @@ def calls_interface(module: Any) -> bool:
     return _calls(type(module))
 
 
+def keep_own(model: Any, found: list[tuple[Any, int]]) -> None:
+    """Keep, on a model whose attention bypasses the interface, each layer's attention
+    module and where its output holds the probabilities (`capture.own_attention`, layer 0
+    first): its layers from now on (`callers`, `modules`)."""
+    model._attnviz_callers = {None: [module for module, _ in found]}
+    model._attnviz_own = {id(module): at for module, at in found}
+
+
+def own(model: Any) -> bool:
+    """Whether `model`'s attention bypasses the interface (`keep_own`): it runs eager, and
+    hands its probabilities out only when run with `output_attentions`."""
+    return getattr(model, "_attnviz_own", None) is not None
+
+
 def callers(model: Any, stack: str | None = None) -> list[Any]:
     """`stack`'s attention modules that call the interface, layer 0 first (found once a
-    model): every one in a model with one stack."""
+    model): every one in a model with one stack; a model whose attention bypasses the
+    interface, its attention modules (`keep_own`)."""
     found = getattr(model, "_attnviz_callers", None)
     if found is None:
         found = {}
@@ -124,7 +174,9 @@ def modules(model: Any, layer: int, stack: str | None = None) -> LayerModules:
     known here (None), nor the normalisation after the block (`around`)."""
     caller = callers(model, stack)[layer]
     holder = layer_of(model, caller) if stack is None else None
-    return LayerModules(caller, None, output_projection(model, layer, stack), residual=holder)
+    at = getattr(model, "_attnviz_own", {}).get(id(caller), 1)  # eager's (output, probs, …)
+    return LayerModules(caller, None, output_projection(model, layer, stack), residual=holder,
+                        probs_at=at)  # fmt: skip
 
 
 def layer_of(model: Any, module: Any) -> Any:
