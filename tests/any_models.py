@@ -202,6 +202,7 @@ BYPASS: dict[str, str] = {
     "mpnet": "MPNetSelfAttention: a relative position bias, its own softmax",
     "roformer": "RoFormerSelfAttention: rotary q and k, its own softmax",
     "fsmt": "fsmt.Attention: fairseq's multi-head attention, its own softmax",
+    "longformer": "LongformerSelfAttention: a band of keys around each query, its own softmax",
 }
 BYPASS_CONFIGS: dict[str, dict[str, Any]] = {
     "bloom": dict(vocab_size=128, hidden_size=32, n_layer=2, n_head=4),
@@ -224,6 +225,8 @@ BYPASS_CONFIGS: dict[str, dict[str, Any]] = {
                  encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
                  langs=["en", "de"], pad_token_id=1, bos_token_id=0, eos_token_id=2,
                  decoder_start_token_id=2, forced_eos_token_id=2, use_cache=False),
+    "longformer": {**_BERT, "attention_window": WINDOW, "pad_token_id": 0,
+                   "max_position_embeddings": 70},  # positions start after the pad id
 }
 
 STACKS: dict[str, tuple[str, ...]] = {

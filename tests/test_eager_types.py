@@ -160,6 +160,22 @@ def test_what_needs_attnviz_s_function_says_why_in_one_line(folders):
     assert "'deberta-v2' runs eager attention here" in answer["tiles_note"]
 
 
+def test_a_type_whose_maps_are_not_the_text_s_square_is_refused_in_one_line(tmp_path):
+    """Longformer hands back a band of keys around each query, (B, H, T, window): no module's
+    output holds (T, T) maps, so it is refused once loaded, in one line."""
+    from transformers import AutoModelForMaskedLM
+
+    from attnviz.errors import UnsupportedModelError
+
+    tokenizer = _wordpiece_tokenizer()
+    folder = any_models.save("longformer", AutoModelForMaskedLM, tokenizer, tmp_path / "m",
+                             vocab_size=len(tokenizer))  # fmt: skip
+    with pytest.raises(UnsupportedModelError, match=r"^\S+ \('longformer'\) computes its "
+                       r"attention in its own code, and none of its modules hands out each "
+                       r"layer's \(T, T\) probabilities"):  # fmt: skip
+        attnviz.attention(TEXT, model=folder, device="cpu")
+
+
 def test_the_memory_estimate_counts_eager_s_whole_layer(folders, monkeypatch):
     """The files say the type runs eager, so the estimate before loading counts its layer's
     scores and probabilities: a limit that the interface's estimate fits is refused for it,

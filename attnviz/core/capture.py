@@ -233,8 +233,9 @@ def own_attention(model: Any, name: str) -> list[tuple[Any, int]]:
     0 first. One pass over four tokens with `output_attentions` and every module of the base
     model watched: layer i's is the innermost module whose output holds the very tensor the
     model hands back as its attentions[i] (a (B, H, T, T) array). A one-line
-    UnsupportedModelError (`name`, the model's) where the model hands none back, or one that
-    no module's output holds (made anew after the modules, or of another shape)."""
+    UnsupportedModelError (`name`, the model's) where the model hands none back, one that no
+    module's output holds (made anew after the modules), or one of another shape
+    (Longformer's, a band of keys around each query)."""
     import torch
 
     seen: dict[int, tuple[Any, int, Any]] = {}  # id(tensor): (module, place, tensor kept)
@@ -258,11 +259,12 @@ def own_attention(model: Any, name: str) -> list[tuple[Any, int]]:
             handle.remove()
     attentions = getattr(out, "attentions", None) or ()
     found = [seen.get(id(probs)) for probs in attentions]
-    if not found or None in found or any(probs.dim() != 4 for probs in attentions):
+    square = all(probs.dim() == 4 and probs.shape[-2:] == (4, 4) for probs in attentions)
+    if not found or None in found or not square:
         raise UnsupportedModelError(
             f"{name} ('{model.config.model_type}') computes its attention in its own code, "
-            "and none of its modules hands out each layer's probabilities, which attnviz "
-            "reads there (docs/models.md)"
+            "and none of its modules hands out each layer's (T, T) probabilities, which "
+            "attnviz reads there (docs/models.md)"
         )
     return [(module, at) for module, at, _ in found]
 
