@@ -207,9 +207,10 @@ def attention(
     `continuation` says where it starts and each of its tokens' probabilities.
     An encoder-decoder model (T5, BART, Marian) reads `text` as its source and `target` as the
     decoder's input (teacher forcing), or writes its own target greedily (`generate` tokens at
-    most, 40 when neither is given); the result is one `stack`'s attention: "cross" (the
-    default: `tokens` are the target's, `key_tokens` the source's, weights (L, H, T, S)),
-    "encoder" or "decoder".
+    most); the result is one `stack`'s attention: "cross" (the default with a target:
+    `tokens` are the target's, `key_tokens` the source's, weights (L, H, T, S)), "encoder" or
+    "decoder". Without `target` or `generate` it is the encoder's self-attention (nothing is
+    written; `notes` says how to see the others), and "decoder" or "cross" is refused.
     A vision model (ViT, DeiT, DINOv2, CLIP's vision tower) reads a picture: `text` is then
     an image file's path or a PIL image, prepared by the model's own image processor; its
     tokens are `CLS`, `dist`, `reg0`… and the patches `(row, col)`, and `picture` holds the

@@ -174,6 +174,71 @@ def test_api_gives_each_stack(seq2seq_dirs, loaded_seq2seq):
     assert cell_w == pytest.approx(cell_h) and cell_w == pytest.approx(round(cell_w))
 
 
+def test_without_a_target_show_and_the_api_give_the_encoder(seq2seq_dirs, loaded_seq2seq,
+                                                           monkeypatch):  # fmt: skip
+    """No --target or --generate: nothing is written (the model's `generate` is never
+    called), the attention is the encoder's self-attention, equal to transformers' own, and
+    one line says how to see the decoder and cross-attention: the CLI and the API alike.
+    With a target, cross-attention as before."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import attnviz
+    from attnviz.cli import app
+    from attnviz.core.extract import UNTARGETED
+
+    folder, loaded = str(seq2seq_dirs["t5"]), loaded_seq2seq["t5"]
+
+    def nothing_written(*args, **kwargs):
+        raise AssertionError("the model wrote a target nobody asked for")
+
+    monkeypatch.setattr(type(loaded.model), "generate", nothing_written)
+    reference = _reference(loaded, encode_source_target(loaded, SOURCE, TARGET))["encoder"]
+    att = attnviz.attention(SOURCE, model=folder, device="cpu")
+    assert att.stack == "encoder" and att.target is None and att.key_tokens == att.tokens
+    np.testing.assert_allclose(att.weights, reference, atol=1e-5)
+    assert att.notes == (UNTARGETED,) and "\n" not in UNTARGETED
+    runner = CliRunner()
+    shown = runner.invoke(app, ["show", SOURCE, "-m", folder, "--device", "cpu", "--no-images",
+                                "--json"])  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    said = json.loads(shown.output)
+    assert said["stack"] == "encoder" and said["notes"] == [UNTARGETED]
+    assert said["tokens"] == list(att.tokens)
+    printed = runner.invoke(app, ["show", SOURCE, "-m", folder, "--device", "cpu",
+                                  "--no-images"]).output  # fmt: skip
+    assert "Encoder self-attention (source × source)\n" in printed
+    assert "note: no target: this is the encoder's self-attention;" in printed
+    targeted = attnviz.attention(SOURCE, model=folder, device="cpu", target=TARGET)
+    assert targeted.stack == "cross" and targeted.target == TARGET
+    assert UNTARGETED not in targeted.notes
+
+
+def test_the_decoder_s_stacks_without_a_target_are_refused_before_loading(seq2seq_dirs,
+                                                                          monkeypatch):  # fmt: skip
+    from typer.testing import CliRunner
+
+    import attnviz
+    from attnviz.cli import app
+    from attnviz.core import models
+
+    def not_loaded(*args, **kwargs):
+        raise AssertionError("the model was loaded before the refusal")
+
+    monkeypatch.setattr(models, "load_model", not_loaded)
+    monkeypatch.setattr(models, "_MODELS", {})
+    monkeypatch.setattr(models, "_KEPT", models._Kept())
+    folder = str(seq2seq_dirs["bart"])
+    for stack in ("decoder", "cross"):
+        said = (f"--stack {stack} reads the decoder, which needs a target: give --target TEXT, "
+                "or --generate N to have the model write one")  # fmt: skip
+        result = CliRunner().invoke(app, ["show", SOURCE, "-m", folder, "--stack", stack])
+        assert result.exit_code == 2 and result.output.strip() == f"error: {said}"
+        with pytest.raises(InputError, match=re.escape(said)):
+            attnviz.attention(SOURCE, model=folder, stack=stack)
+
+
 def test_show_cli_cross_attention_json_and_images(seq2seq_dirs, loaded_seq2seq, tmp_path):
     import json
 

@@ -285,10 +285,10 @@ StackOpt = valued(
     "--stack",
     panel=Panel.WRITING,
     help=briefly(
-        "The stack of an encoder-decoder. [default: cross]",
+        "The stack of an encoder-decoder. [default: cross; show without a target: encoder]",
         "Encoder-decoder models (T5, BART, Marian): which attention to show: encoder "
         "(source × source), decoder (target × target, causal) or cross (target tokens "
-        "reading the source).",
+        "reading the source). show reads the decoder's two only with --target or --generate.",
     ),
 )
 TargetOpt = valued(
@@ -312,7 +312,7 @@ GenerateOpt = valued(
         "The model writes N tokens; where it looked.",
         "At most N tokens, greedy (it stops at its end-of-text token), and the attention it "
         "used as it wrote: a decoder continues the prompt, an encoder-decoder model writes "
-        "its target (what it does without --target, with N 40).",
+        "its target (what check does without --target, with N 40).",
     ),
 )
 SampleOpt = Annotated[

@@ -75,7 +75,7 @@ def show(
     model continue the text and shows where it looked as it wrote each token (--target
     TEXT: a continuation you give). With an encoder-decoder model (T5, BART, Marian) the
     text is the source; --target or --generate gives the target, and --stack picks the
-    attention (cross-attention by default).
+    attention (cross-attention by default; without a target, the encoder's self-attention).
     """
     try:
         from attnviz.analysis.ablation import parse_head

@@ -109,6 +109,7 @@ class SourceTarget:
     source: Encoded
     target: Encoded
     generated: bool = False  # the model wrote the target itself (greedy)
+    untargeted: bool = False  # no target given or written: the decoder reads its start alone
 
 
 @dataclass(frozen=True, eq=False)

@@ -231,12 +231,12 @@ def attend_stacks(
                 unit="token",
                 words=queries.words,
                 word_labels=queries.word_labels,
-                notes=(*source.notes, *target.notes, *_generated_note(item)),
+                notes=(*source.notes, *target.notes, *_target_notes(item)),
                 layers=tuple(chosen[stack]),
                 truncated=source.truncated,
                 stack=stack,
                 keys=source_keys if stack == "cross" else None,
-                target=target.text,
+                target=None if item.untargeted else target.text,
                 measure=_measure_name(recorders[stack]),
             )
         results.append(found)
@@ -272,7 +272,19 @@ def _measure_name(recorder: Any) -> str:
     return measure.name if measure is not None else "weights"
 
 
-def _generated_note(item: SourceTarget) -> tuple[str, ...]:
+# What `show` and the API say of an encoder-decoder model read without a target.
+UNTARGETED = (
+    "no target: this is the encoder's self-attention; give --target TEXT, or --generate N to "
+    "have the model write one (target= or generate= in the Python API), for the decoder's "
+    "self-attention and the cross-attention"
+)
+
+
+def _target_notes(item: SourceTarget) -> tuple[str, ...]:
+    """How the decoder's tokens came, where it says more than the target given: written by
+    the model, or none at all (its start token alone)."""
+    if item.untargeted:
+        return (UNTARGETED,)
     if not item.generated:
         return ()
     return (f"the model wrote the target itself (greedy, {len(item.target) - 1} tokens)",)

@@ -28,13 +28,19 @@ def encode_source_target(
     target: str | None = None,
     generate: int | None = None,
     truncate: bool = False,
+    write: bool = True,
 ) -> SourceTarget:
     """The source and the decoder's tokens: `target` read with teacher forcing, or (with
-    `generate`, or neither) the model's own greedy output of at most `generate` tokens."""
+    `generate`, or neither) the model's own greedy output of at most `generate` tokens;
+    with neither and not `write`, the decoder's start token alone (`untargeted`: what `show`
+    reads then is the encoder's self-attention)."""
     if not loaded.info.seq2seq:  # refused before (pipelines.features)
         raise ValueError(f"{loaded.info.name} is not an encoder-decoder model")
     require_text(source)
     encoded = encode_side(loaded, source, truncate)
+    if target is None and generate is None and not write:
+        start = _start_id(loaded)
+        return SourceTarget(encoded, from_ids(loaded, [start], ""), untargeted=True)
     if target is not None:
         require_text(target, "the --target text")
         labels = loaded.tokenizer(text_target=target)["input_ids"]

@@ -82,7 +82,7 @@ def before_loading(request: Request, model: Model, texts: Sequence[str] | None =
     against(request, spec)
     layers, heads = list(request.layers or ()) or None, list(request.heads or ()) or None
     text = request.text if request.picture is None else None
-    model.check_files(layers, heads, text, request.truncate, request.stack)
+    model.check_files(layers, heads, text, request.truncate, request.stack_read)
     if features.asks(lambda r: r.ablate, request):  # show's
         model.check_files([layer for layer, _ in request.ablate],
                            [head for _, head in request.ablate])  # fmt: skip

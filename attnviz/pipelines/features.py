@@ -210,6 +210,8 @@ def refuse(request: Request, facts: Any = None) -> None:
     kind = kind_of(facts)
     if kind == DECODER:
         _refuse_on_a_continuation(request, facts)
+    if kind == SEQ2SEQ:
+        _refuse_a_decoder_without_a_target(request)
     if kind not in COMMAND_KINDS.get(command, EVERY):
         raise _wrong_kind(f"attnviz {command}", COMMAND_KINDS[command], facts, "")
     for feature in asked:
@@ -261,6 +263,18 @@ def _refuse_on_a_continuation(request: Request, facts: Any) -> None:
             from attnviz.core.generation import check_room
 
             check_room(n, request.generate, limit)
+
+
+def _refuse_a_decoder_without_a_target(request: Request) -> None:
+    """`show`'s decoder or cross-attention of an encoder-decoder model with nothing for the
+    decoder to read: without --target or --generate it reads the encoder alone
+    (`Request.stack_read`), and writes nothing unasked."""
+    if request.command == "show" and request.stack in ("decoder", "cross"):
+        if not request.continues:
+            raise InputError(
+                f"--stack {request.stack} reads the decoder, which needs a target: give "
+                "--target TEXT, or --generate N to have the model write one"
+            )
 
 
 def _wrong_kind(what: str, kinds: frozenset[str], facts: Any, why: str) -> InputError:

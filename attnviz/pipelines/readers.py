@@ -152,22 +152,23 @@ class OneStack:
 
 class Stacks:
     """An encoder-decoder model: the text is its source, the target given (teacher forcing)
-    or written by the model; `request.stack` (default cross) is the attention shown."""
+    or written by the model; `request.stack_read` is the attention shown (cross-attention
+    with a target, the encoder's without one)."""
 
     def __init__(self, loaded: LoadedModel, request: Request) -> None:
-        from attnviz.core.model_info import DEFAULT_STACK
-
         self.loaded, self.request = loaded, request
-        self.stack = request.stack or DEFAULT_STACK
+        self.stack = request.stack_read
         self.layers = list(request.layers) if request.layers else None
 
     def read(self, consumers: Sequence[Consumer]) -> Run:
         """The request's source and target, read in one pass with the consumers' recorders;
-        every stack, every layer where a consumer asks for them (a page's switch)."""
+        every stack, every layer where a consumer asks for them (a page's switch). Without
+        --target or --generate the decoder reads its start token alone (nothing is written)."""
         from attnviz.core.seq2seq import encode_source_target
 
         r, loaded = self.request, self.loaded
-        item = encode_source_target(loaded, r.text, r.target, r.generate, r.truncate)
+        item = encode_source_target(loaded, r.text, r.target, r.generate, r.truncate,
+                                    write=r.continues)  # fmt: skip
         run = Run(r, loaded, item, loaded.info.of_stack(self.stack).pick_layers(self.layers))
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
         if any(c.every_stack(run) for c in consumers):

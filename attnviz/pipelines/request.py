@@ -79,6 +79,17 @@ class Request:
         `core.generation`; an encoder-decoder model's are its target (`core.seq2seq`)."""
         return self.generate is not None or self.target is not None
 
+    @property
+    def stack_read(self) -> str:
+        """The stack of an encoder-decoder model that `show` reads: `stack` as asked; else
+        cross-attention where the decoder has a target (`--target`, or `--generate`'s), else
+        the encoder's self-attention: with no target the decoder has nothing to read."""
+        from attnviz.core.model_info import DEFAULT_STACK
+
+        if self.stack is not None:
+            return self.stack
+        return DEFAULT_STACK if self.continues else "encoder"
+
 
 @dataclass(frozen=True)
 class ShowRequest(Request):

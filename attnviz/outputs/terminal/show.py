@@ -47,10 +47,9 @@ def print_header(console: Console, att: Attention) -> None:
         highlight=False,
     )
     if att.stack is not None:
-        console.print(
-            f"{STACK_TITLES[att.stack]}; --stack encoder|decoder|cross picks another",
-            highlight=False,
-        )
+        # without a target the other stacks need one: its note says how
+        others = "; --stack encoder|decoder|cross picks another" if att.target is not None else ""
+        console.print(f"{STACK_TITLES[att.stack]}{others}", highlight=False)
         sides = [("target", att.tokens), ("source", att.key_tokens)]
         if att.stack == "encoder":
             sides = [("source", att.tokens)]
