@@ -179,6 +179,8 @@ def attention(
     fusion: str = "mean",
     discard: float = 0.0,
     to: str | Path | None = None,
+    picture: str | Path | Any = None,
+    raw: bool = False,
     **load: Any,
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
@@ -214,6 +216,10 @@ def attention(
     an image file's path or a PIL image, prepared by the model's own image processor; its
     tokens are `CLS`, `dist`, `reg0`… and the patches `(row, col)`, and `picture` holds the
     picture as the model saw it and its patch grid (`core.images.Picture`).
+    A vision-language model (LLaVA, Qwen2-VL, PaliGemma, …) reads `text` as a prompt about
+    `picture` (a path or a PIL image), through its processor's chat template (as it is with
+    `raw`); each image token is labelled by its cell of the picture and `layout` says where
+    each sits (`core.layouts.Layout`); with `generate` or `target`, as a decoder's.
     `implementation` is the model's attention: "sdpa" (the probabilities recorded inside the
     model's attention call, from its own q and k, in blocks of rows; the other layers run
     SDPA), "flash_attention_2" (the same) or "eager" (the model's own); `load` the other load
@@ -223,11 +229,16 @@ def attention(
     from attnviz.pipelines import checks, readers
     from attnviz.pipelines.request import ShowRequest
 
-    picture = text if looks_like_picture(text) else None
+    prompt = text if picture is not None else None
+    picture = picture if picture is not None else text if looks_like_picture(text) else None
     request = ShowRequest(
         _load(model, device, implementation, **load),
-        text=text if picture is None else getattr(picture, "name", None) or "image",
+        text=text
+        if picture is None or prompt is not None
+        else getattr(picture, "name", None) or "image",
         picture=picture,
+        prompt=prompt,
+        raw=raw,
         pair=pair,
         target=target,
         generate=generate,

@@ -364,6 +364,30 @@ TextArg = Annotated[
         show_default=False,
     ),
 ]
+PromptArg = Annotated[
+    str | None,
+    typer.Argument(
+        help=briefly(
+            "The question about the picture (vision-language models).",
+            "After a picture, with a vision-language model (LLaVA, Qwen2-VL, PaliGemma, …): "
+            "the prompt goes through the processor's chat template as the model card would "
+            "(--raw sends it as it is; docs/vision-language.md).",
+        ),
+        show_default=False,
+    ),
+]
+RawOpt = Annotated[
+    bool,
+    flag(
+        "--raw",
+        briefly(
+            "Send a picture's prompt as it is, not through the chat template.",
+            "The prompt is then the model's whole input text: write its image token where the "
+            "picture goes (or none, where the processor places it).",
+        ),
+        Panel.READING,
+    ),
+]
 PairOpt = valued(
     str,
     "--pair",

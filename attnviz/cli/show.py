@@ -24,7 +24,9 @@ from attnviz.cli.options import (
     PairOpt,
     PoolName,
     PoolOpt,
+    PromptArg,
     QueryOpt,
+    RawOpt,
     StackOpt,
     TargetOpt,
     TextArg,
@@ -43,6 +45,7 @@ from attnviz.outputs.figures import Style
 @grouped
 def show(
     text: TextArg,
+    prompt: PromptArg = None,
     load: Load = LOAD,
     select: dict = SELECT,
     query: QueryOpt = None,
@@ -64,6 +67,7 @@ def show(
     window: WindowOpt = None,
     pool: PoolOpt = PoolName.max,
     as_json: JsonOpt = False,
+    raw: RawOpt = False,
 ) -> None:
     """Show what every attention head looks at in one sentence, and write heatmaps.
 
@@ -85,8 +89,9 @@ def show(
         from attnviz.pipelines.request import ShowRequest
         from attnviz.pipelines.show import show as run_show
 
-        text, picture = _text_or_picture(text)
-        request = ShowRequest(load, text=text, picture=picture, pair=pair,
+        text, picture = _text_or_picture(text, prompt)
+        request = ShowRequest(load, text=text, picture=picture, pair=pair, raw=raw,
+            prompt=text if prompt is not None else None,
             target=target, **writing, **select,
             stack=stack.value if stack is not None else None,
             truncate=truncate, words=words, hide_special=hide_special, **measuring,
@@ -116,9 +121,9 @@ def show(
                                result.drawn, result.window)  # fmt: skip
 
 
-def _text_or_picture(argument: str) -> tuple[str, Path | None]:
+def _text_or_picture(argument: str, prompt: str | None = None) -> tuple[str, Path | None]:
     """The text `show` reads (- : stdin), or the picture an image file's name gives (its
-    name as the text)."""
+    name as the text; the prompt about it, for a vision-language model)."""
     from attnviz.core.images import picture_argument, pictures_in
     from attnviz.core.inputs import read_text
     from attnviz.errors import InputError
@@ -132,4 +137,9 @@ def _text_or_picture(argument: str) -> tuple[str, Path | None]:
                          f"`attnviz export {argument} -m MODEL` and `attnviz report` read a "
                          "folder of pictures")  # fmt: skip
     picture = picture_argument(argument)
+    if picture is None and prompt is not None:
+        raise InputError("give one text, or a picture and a prompt about it (show photo.png "
+                         '"What is on the table?")')  # fmt: skip
+    if picture is not None and prompt is not None:
+        return read_text(prompt), picture
     return (picture.name, picture) if picture is not None else (read_text(argument), None)

@@ -105,8 +105,12 @@ class _Holding:
         self._call: dict[Any, tuple[int, int]] = {}  # the call running: (queries, keys)
 
     def site(self, module: Any) -> Any:
-        found = self._sites.site(module)
-        return found if found is not None and found[1] in self.wanted else None
+        found = self._sites.site(module)  # (None, layer): a vision tower's is not read here
+        return (
+            found
+            if found is not None and found == (None, found[1]) and found[1] in self.wanted
+            else None
+        )
 
     def wants(self, site: Any, shape: tuple[int, int, int, int]) -> bool:
         batch, _, queries, keys = shape
@@ -172,6 +176,7 @@ def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers:
     import torch
 
     from attnviz.core import recording
+    from attnviz.core.tokens import picture_inputs
 
     model, n = loaded.model, settings.tokens
     check_room(len(prompt), n, loaded.info.max_tokens)
@@ -185,7 +190,8 @@ def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers:
         with torch.inference_mode():
             out = model.generate(ids, attention_mask=torch.ones_like(ids),
                                  generation_config=generation_config(loaded, settings),
-                                 return_dict_in_generate=True, output_logits=True)  # fmt: skip
+                                 return_dict_in_generate=True, output_logits=True,
+                                 **picture_inputs(loaded, prompt))  # fmt: skip
             written = out.sequences[0, len(prompt) :]
             model.base_model(input_ids=written[-1:][None], cache=out.cache, use_cache=True)
     new = [int(i) for i in written]
@@ -208,6 +214,7 @@ def _teacher_forced(
     import torch
 
     from attnviz.core import recording
+    from attnviz.core.tokens import picture_inputs
 
     target = target_ids(loaded, prompt.text, settings.target)
     ids = [*prompt.ids, *target]
@@ -221,7 +228,8 @@ def _teacher_forced(
     inputs = torch.tensor([ids], device=loaded.device)
     with recording.listening(_Holding(loaded, layers, reading)), torch.inference_mode():
         # the logits of the rows that read the target alone: (N + 1, V), not (T + N, V)
-        logits = loaded.model(input_ids=inputs, logits_to_keep=len(target) + 1).logits[0]
+        logits = loaded.model(input_ids=inputs, logits_to_keep=len(target) + 1,
+                              **picture_inputs(loaded, prompt, len(ids))).logits[0]  # fmt: skip
     start = len(prompt)
     chances = torch.softmax(logits[:-1].float(), dim=-1)  # (N, V): rows start − 1 … T + N − 2
     probs = tuple(float(chances[i, token]) for i, token in enumerate(target))
@@ -254,13 +262,16 @@ def target_ids(loaded: LoadedModel, prompt: str, target: str) -> list[int]:
 def generation_config(loaded: LoadedModel, settings: Settings) -> Any:
     """The settings as transformers' GenerationConfig, and nothing else: greedy, or drawn
     from the whole distribution at `temperature` (no top-k, top-p or repetition penalty that
-    a model's own generation_config.json may name), stopping at the end-of-text token."""
+    a model's own generation_config.json may name), stopping at the end-of-text token; a
+    vision-language model's image placeholders never written (`_placeholders`)."""
     from transformers import GenerationConfig
 
     eos = sorted(_eos_ids(loaded))
-    pad = loaded.model.config.pad_token_id
+    pad = getattr(loaded.model.config.get_text_config(), "pad_token_id", None)
     sampled = dict(do_sample=True, temperature=settings.temperature, top_k=0, top_p=1.0)
+    placeholders = _placeholders(loaded.model.config)
     return GenerationConfig(
+        suppress_tokens=placeholders or None,
         max_new_tokens=settings.tokens,
         min_new_tokens=0,
         num_beams=1,
@@ -270,11 +281,23 @@ def generation_config(loaded: LoadedModel, settings: Settings) -> Any:
     )
 
 
+def _placeholders(config: Any) -> list[int]:
+    """A vision-language model's image and video placeholder tokens: never written (each
+    stands for features of a picture the prompt does not have)."""
+    if getattr(config, "vision_config", None) is None:
+        return []
+    names = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
+    return sorted(
+        {found for name in names if isinstance(found := getattr(config, name, None), int)}
+    )
+
+
 def _eos_ids(loaded: LoadedModel) -> set[int]:
     """The model's end-of-text tokens: its generation config's, its config's, its
     tokenizer's."""
     found: set[int] = set()
-    for holder in (getattr(loaded.model, "generation_config", None), loaded.model.config):
+    config = loaded.model.config
+    for holder in (getattr(loaded.model, "generation_config", None), config.get_text_config()):
         eos = getattr(holder, "eos_token_id", None)
         if eos is not None:
             found.update(eos if isinstance(eos, list) else [eos])

@@ -112,12 +112,15 @@ class ModelInfo(_HeadRanges, _Stacks):
     # The class the checkpoint declares (config.json's `architectures`) where `architecture`,
     # the one read, is another: ViTForImageClassification read as ViTModel. None: the same.
     declared: str | None = None
+    prompted: bool = False  # a vision-language model: a picture and a prompt (`core.vlm`)
 
     def as_dict(self) -> dict[str, Any]:
         """The model's facts (what ran is `ran()`'s)."""
         facts = dict(self.__dict__)
         for key in RAN:
             facts.pop(key)
+        if not self.prompted:  # said of vision-language models alone
+            facts.pop("prompted")
         if not self.pictures:  # said of vision models alone
             facts.pop("pictures")
         if self.declared is None:  # said where the checkpoint declares another class
@@ -180,6 +183,7 @@ class ModelSpec(_HeadRanges, _Stacks):
     bos_id: int | None = None  # a decoder's BOS: attnviz puts it first if the tokenizer does not
     model_type: str | None = None
     pictures: bool = False  # a vision model (`core.images.reads_pictures`)
+    prompted: bool = False  # a vision-language model (`core.vlm.reads_picture_and_prompt`)
 
     def count_tokens(self, text: str) -> int | None:
         """Tokens of `text` with the special tokens the model adds, or None without a
@@ -236,6 +240,7 @@ class LoadedModel:
     tokenizer: Any
     info: ModelInfo
     device: str
+    processor: Any = None  # a vision-language model's processor (`core.vlm`)
 
 
 def first_int(config: dict[str, Any], *keys: str) -> Any:

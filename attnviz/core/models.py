@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from attnviz.core import adapters, gguf_cache, images, recording
+from attnviz.core import adapters, gguf_cache, images, recording, vlm
 from attnviz.core.model_info import (
     DEFAULT_STACK,
     LoadedModel,
@@ -191,6 +191,9 @@ def describe(name: str | None = None) -> ModelSpec | None:
             _refuse_unknown_type(label, config.get("model_type"))
     pictures = images.reads_pictures(config)
     config = images.vision_part(config) if pictures else config
+    prompted = vlm.reads_picture_and_prompt(config)
+    if prompted:  # a vision-language model: its language model's counts
+        config = {**config["text_config"], "model_type": config.get("model_type")}
     stacks = stack_counts(config)
     n_layers = first_int(config, "num_hidden_layers", "n_layer", "n_layers", "encoder_layers")
     n_heads = first_int(config, "num_attention_heads", "n_head", "n_heads")
@@ -209,13 +212,14 @@ def describe(name: str | None = None) -> ModelSpec | None:
         n_heads=n_heads,
         max_tokens=_limit(config.get("model_type"), positions, config.get("pad_token_id"), limit),
         tokenizer_file=_local_file(source, "tokenizer.json"),
-        causal=_decoder_from_files(config),
+        causal=prompted or _decoder_from_files(config),
         stacks=stacks,
         weights_bytes=_weights_bytes(source, config, n_layers),
         weights_dtype=config.get("torch_dtype") or config.get("dtype"),
         bos_id=config.get("bos_token_id") if isinstance(config.get("bos_token_id"), int) else None,
         model_type=config.get("model_type"),
         pictures=pictures,
+        prompted=prompted,
     )
 
 
@@ -302,6 +306,8 @@ def load_model(
         config = _from_pretrained(AutoConfig, source)
     except (OSError, ValueError) as exc:
         raise _not_found(label) from exc
+    if vlm.reads_picture_and_prompt(config.to_dict()):  # a picture and a prompt: its own load
+        return load_vision_language(config, source, label, load)
 
     pictures = images.reads_pictures(config.to_dict())
     if pictures:
@@ -342,6 +348,53 @@ def load_model(
     info = _info(model.config, model, tokenizer, label, decoder, pictures, load, placed, declared)
     device = torch_device if placed is None else _first_device(placed)
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
+
+
+def load_vision_language(config: Any, source: str, label: str, load: Load) -> LoadedModel:
+    """A vision-language model (`core.vlm`), whole (`AutoModelForImageTextToText`), with its
+    processor. Its facts are its language model's: the layers a prompt's attention is read
+    in (stack None); the vision tower's layers are the stack "vision" (`adapters.generic`)."""
+    from transformers import AutoModelForImageTextToText
+
+    text = config.get_text_config()
+    refuse_bypass(text)
+    torch_device = resolve_device(load.device)
+    placement = _placement(load, torch_device)
+    try:
+        processor = vlm.processor(source, _from_pretrained)
+        runs = load.implementation if load.implementation == "eager" else recording.NAME
+        recording.register()
+        with _straight_onto(torch_device, placement):
+            model = _from_pretrained(AutoModelForImageTextToText, source,
+                                     attn_implementation=runs, **placement)  # fmt: skip
+    except (OSError, ValueError) as exc:
+        raise _cannot_load(label, exc) from exc
+    placed = getattr(model, "hf_device_map", None) if "device_map" in placement else None
+    if load.implementation != "eager" and recording.implementation(model) != recording.NAME:
+        model.set_attn_implementation(recording.implementation(model))
+    model.eval()
+    if placed is None:
+        model.to(torch_device)
+    n_heads = text.num_attention_heads
+    info = ModelInfo(
+        name=label,
+        architecture=type(model).__name__,
+        model_type=config.model_type,
+        n_layers=adapters.n_layers(model),
+        n_heads=n_heads,
+        d_model=text.hidden_size,
+        d_head=getattr(text, "head_dim", None) or text.hidden_size // n_heads,
+        max_tokens=_max_tokens(text, processor.tokenizer),
+        causal=True,
+        n_kv_heads=getattr(text, "num_key_value_heads", None) or n_heads,
+        dtype=_name(model.dtype),
+        implementation=load.implementation,
+        device_map=tuple((part, str(where)) for part, where in (placed or {}).items()),
+        quantize=load.quantize,
+        prompted=True,
+    )
+    device = torch_device if placed is None else _first_device(placed)
+    return LoadedModel(model, processor.tokenizer, info, device, processor)
 
 
 def _declared(config: Any, model: Any) -> str | None:

@@ -124,9 +124,23 @@ def _text_options(request: Request) -> None:
 def pictures(request: Request, facts: Any) -> None:
     """Refuse a picture to a model that reads text, and text to one that reads pictures
     (`facts`: the model's files' or the loaded model's; None: not known yet)."""
-    if reads_pictures(request):
+    if reads_pictures(request) and request.prompt is None:
         _text_options(request)
     if facts is None:
+        return
+    prompted = getattr(facts, "prompted", False)  # a vision-language model: `core.vlm`
+    if prompted and reads_pictures(request) and request.prompt is None:
+        raise InputError(f"{facts.name} answers a prompt about a picture: give the prompt after "
+                         'the picture (show photo.png "What is on the table?")')  # fmt: skip
+    if request.prompt is not None and not prompted:
+        kind = (
+            "a vision model: it reads a picture alone"
+            if getattr(facts, "pictures", False)
+            else "a text model: it reads no picture"
+        )
+        raise InputError(f"{facts.name} is {kind}; a picture and a prompt are for a "
+                         "vision-language model (LLaVA, Qwen2-VL, PaliGemma, …)")  # fmt: skip
+    if prompted:
         return
     if reads_pictures(request) and not getattr(facts, "pictures", False):
         raise InputError(

@@ -61,8 +61,26 @@ def callers(model: Any, stack: str | None = None) -> list[Any]:
 
 
 def stacks(model: Any) -> tuple[str | None, ...]:
-    """("encoder", "decoder", "cross") for an encoder-decoder model, else (None,)."""
-    return STACKS if model.config.is_encoder_decoder else (None,)
+    """("encoder", "decoder", "cross") for an encoder-decoder model; (None, "vision") for a
+    vision-language model (its language model, and its vision tower); else (None,)."""
+    if model.config.is_encoder_decoder:
+        return STACKS
+    return (None, VISION) if _language_model(model) is not None else (None,)
+
+
+VISION = "vision"  # a vision-language model's vision tower, beside its language model (None)
+
+
+def _language_model(model: Any) -> Any:
+    """A vision-language model's language model (transformers' `get_decoder()`), or None
+    for a model that is not one (no vision and text config)."""
+    config = model.config
+    if (
+        getattr(config, "vision_config", None) is None
+        or getattr(config, "text_config", None) is None
+    ):
+        return None
+    return model.get_decoder()
 
 
 _CROSS = ("cross", "encoder_attn", "encdec")  # BART, NLLB-MoE, T5 call theirs so
@@ -70,9 +88,16 @@ _CROSS = ("cross", "encoder_attn", "encdec")  # BART, NLLB-MoE, T5 call theirs s
 
 def _stack(model: Any, name: str, module: Any) -> str | None:
     """Which stack the module at `name` is in: by its place (under the encoder or not) and,
-    in the decoder, whether it reads the encoder's states (cross-attention)."""
+    in the decoder, whether it reads the encoder's states (cross-attention); in a
+    vision-language model, the language model's (None) or the vision tower's."""
     if not model.config.is_encoder_decoder:
-        return None
+        language = _language_model(model)
+        if language is None:
+            return None
+        inside = getattr(model, "_attnviz_language", None)
+        if inside is None:  # the language model's modules, found once a model
+            inside = model._attnviz_language = {id(m) for m in language.modules()}
+        return None if id(module) in inside else VISION
     parts = name.lower().split(".")
     if "encoder" in parts:
         return "encoder"
