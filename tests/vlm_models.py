@@ -101,7 +101,29 @@ def _qwen(kind: str):
     return build
 
 
-BUILDERS = {"llava": _llava, "qwen2_vl": _qwen("qwen2_vl"), "qwen2_5_vl": _qwen("qwen2_5_vl")}
+def _paligemma(local: bool):
+    """PaliGemma: no chat template (its processor puts the image tokens and BOS first)."""
+    import transformers as tf
+
+    tok = tokenizer("<image>")
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=37, image_size=56,
+                  patch_size=14)  # fmt: skip
+    text = dict(model_type="gemma", **{k: v for k, v in _text(tok).items()})
+    config = tf.PaliGemmaConfig(text_config=text, vision_config=vision, projection_dim=32,
+                                image_token_index=tok.convert_tokens_to_ids("<image>"))  # fmt: skip
+    images = tf.SiglipImageProcessorPil(size={"height": 56, "width": 56})
+    images.image_seq_length = 16
+    processor = tf.PaliGemmaProcessor(image_processor=images, tokenizer=tok)
+    return tf.PaliGemmaForConditionalGeneration(config), processor
+
+
+BUILDERS = {
+    "paligemma": _paligemma,
+    "llava": _llava,
+    "qwen2_vl": _qwen("qwen2_vl"),
+    "qwen2_5_vl": _qwen("qwen2_5_vl"),
+}
 FAMILIES = tuple(BUILDERS)
 
 
@@ -150,8 +172,9 @@ def eager(folder: Path, ids: list[int], inputs: dict) -> Any:
     extended = {}
     for name, value in inputs.items():
         if value.dim() == 2 and name.endswith("token_type_ids") and value.shape[1] < len(ids):
-            more = torch.zeros(1, len(ids) - value.shape[1], dtype=value.dtype)
-            value = torch.cat([value, more], dim=1)
+            # as `generate` extends them: PaliGemma's suffix 1, the image tokens' types 0
+            more = torch.full((1, len(ids) - value.shape[1]), int(name == "token_type_ids"))
+            value = torch.cat([value, more.to(value.dtype)], dim=1)
         extended[name] = value
     with torch.no_grad():
         out = model(input_ids=torch.tensor([ids]), output_attentions=True, **extended)

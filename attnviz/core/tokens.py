@@ -335,14 +335,16 @@ def pad(loaded: LoadedModel, batch: Sequence[Encoded]) -> dict:
 def picture_inputs(loaded: LoadedModel, encoded: Encoded, length: int | None = None) -> dict:
     """The processor's outputs beside a prompt's ids (`core.vlm`) on the model's device, the
     pixel values in its dtype; with `length` (the prompt and a target read with it), its
-    per-token ones (the image tokens' types, (1, T)) go on over the target as text (0)."""
+    per-token ones go on over the target as transformers' `generate` extends them over what
+    it writes: PaliGemma's `token_type_ids` with 1 (a suffix, read causally), the image
+    tokens' types (`mm_token_type_ids`) with 0 (text)."""
     import torch
 
     found = {}
     for name, value in (encoded.inputs or {}).items():
         if length is not None and name.endswith("token_type_ids") and value.shape[-1] < length:
-            text = torch.zeros(1, length - value.shape[-1], dtype=value.dtype)
-            value = torch.cat([value, text], dim=-1)
+            more = torch.full((1, length - value.shape[-1]), int(name == "token_type_ids"))
+            value = torch.cat([value, more.to(value.dtype)], dim=-1)
         dtype = loaded.model.dtype if value.is_floating_point() else None
         found[name] = value.to(loaded.device, dtype)
     return found

@@ -102,6 +102,11 @@ def refuse_images(processor: Any, text: str, pictures: int = 1) -> None:
         )
 
 
+# The processor's outputs that are not the picture's: the ids and mask (attnviz pads them),
+# PaliGemma's training labels.
+_NOT_INPUTS = ("input_ids", "attention_mask", "labels")
+
+
 def encode(loaded: LoadedModel, given: Any, prompt: str, raw: bool = False) -> Encoded:
     """The picture and the prompt as the model reads them: the prompt's tokens, each image
     token labelled by its cell of the picture (`(row, col)`, by its family's layout), the
@@ -122,9 +127,7 @@ def encode(loaded: LoadedModel, given: Any, prompt: str, raw: bool = False) -> E
         raise InputError(f"{name}: the model's processor does not take this picture with this "
                          f"prompt ({said})") from None  # fmt: skip
     ids = [int(i) for i in made["input_ids"][0]]
-    inputs = {
-        key: value for key, value in made.items() if key not in ("input_ids", "attention_mask")
-    }
+    inputs = {key: value for key, value in made.items() if key not in _NOT_INPUTS}
     config = loaded.model.config
     layout = layouts.layout(config.model_type, ids, inputs, config, loaded.processor, image, name)
     found = from_ids(loaded, ids, text)
