@@ -122,6 +122,22 @@ def test_show_generates_over_a_picture(vlm_dirs, photo, tmp_path):
     assert result.exit_code == 0, result.output
     assert "3 tokens generated" in result.output
     assert "image tokens over the picture" in result.output
+    assert "The picture's share of attention" in result.output
+
+
+def test_the_pictures_share_is_the_eager_rows_on_the_image_tokens(vlm_dirs, photo):
+    from attnviz.analysis.picture_share import picture_shares
+    from attnviz.core.generation import Settings
+
+    whole, inputs, found = _read(vlm_dirs["qwen2_vl"], photo, Settings(tokens=3))
+    expected = eager(vlm_dirs["qwen2_vl"], list(whole.ids), inputs)
+    start, image = found.continuation.start, found.layout.image_tokens()
+    by_row = expected[:, :, start - 1 : len(whole.ids) - 1][..., image].sum(-1)  # (L, H, 3)
+    shares = picture_shares(found)
+    assert shares.rows == tuple(range(start - 1, len(whole.ids) - 1))
+    np.testing.assert_allclose(shares.share, by_row.mean(-1), atol=1e-5)
+    head, share = shares.top_heads(1)[0]
+    assert share == pytest.approx(by_row[1].mean(-1).max(), abs=1e-5)
 
 
 def _refused(args, tmp_path):
