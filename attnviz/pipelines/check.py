@@ -50,8 +50,9 @@ def in_blocks(loaded: LoadedModel, n_batch: int, width: int) -> bool:
     `memory.CHECK_WHOLE_LAYER` (eager holds them, its scores and our float64 copy at once)."""
     from attnviz.core import capture, memory
 
-    whole = n_batch * loaded.info.n_heads * width * width * memory.FLOAT
-    return whole > memory.CHECK_WHOLE_LAYER and capture.records(loaded.model)
+    return memory.check_in_blocks(loaded.info.n_heads, width, n_batch) and capture.records(
+        loaded.model
+    )
 
 
 class _InBlocks:
@@ -195,6 +196,7 @@ def check(request: CheckRequest) -> CheckResult:
     if spec is not None:
         _plan(spec, request)
         spec.check_length(request.text, request.truncate)
+        _fits(spec, request)
     loaded = model.load()
     checks.against(request, loaded.info)
     plan = _plan(loaded.info, request)
@@ -230,6 +232,25 @@ def check(request: CheckRequest) -> CheckResult:
     return CheckResult(
         loaded.info, source, tolerance, every, (), stacks=parts, target_tokens=decoded
     )
+
+
+def _fits(spec: ModelSpec, request: CheckRequest) -> None:
+    """Refuse, one line, a check that would not fit in memory, from the model's files before
+    it loads (`memory.check_estimate`: a long text's layers in blocks, a short one's whole)."""
+    from attnviz.core import memory
+
+    if spec.seq2seq or spec.tokenizer_file is None:
+        return  # an encoder-decoder model's target is known once it is written
+    (n_tokens,) = spec.count_lengths([request.text])
+    if spec.max_tokens is not None:
+        n_tokens = min(n_tokens, spec.max_tokens)
+    blocks = memory.check_in_blocks(spec.n_heads, n_tokens) and (
+        request.load.implementation != "eager"
+    )
+    weights = request.load.weights_held(spec)
+    found = memory.check_estimate(spec.n_heads, weights, n_tokens, blocks)
+    memory.refuse_estimate(found, f"check of this text ({n_tokens:,} tokens)",
+                           "read a shorter text")  # fmt: skip
 
 
 def _plan(facts: ModelSpec | ModelInfo, request: CheckRequest) -> dict[str | None, list[int]]:
