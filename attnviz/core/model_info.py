@@ -199,10 +199,10 @@ class ModelSpec(_HeadRanges, _Stacks):
 def _counting_tokenizer(path: str, modified: int) -> Any:
     """tokenizer.json at `path` as it was at `modified` (ns), loaded once a process (the
     refusals before loading count a text's tokens more than once): no truncation, no
-    padding."""
-    from tokenizers import Tokenizer
+    padding; one line naming the file where it is not one tokenizers reads."""
+    from attnviz.core.checkpoint import tokenizer_file
 
-    tokenizer = Tokenizer.from_file(path)
+    tokenizer = tokenizer_file(Path(path))
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer

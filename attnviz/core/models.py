@@ -10,7 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from attnviz.core import adapters, gguf_cache, images, recording
+from attnviz.core import adapters, checkpoint, gguf_cache, images, recording
 from attnviz.core.model_info import (
     DEFAULT_STACK,
     LoadedModel,
@@ -168,8 +168,6 @@ def describe(name: str | None = None) -> ModelSpec | None:
     None when the files are not on this machine yet (a hub id to download) or the config
     does not say how many layers and heads there are; loading will tell.
     """
-    import json
-
     source, label = _locate(name)
     config_file = _local_file(source, "config.json")
     if config_file is None and gguf_cache.is_gguf(name):
@@ -184,7 +182,7 @@ def describe(name: str | None = None) -> ModelSpec | None:
             raise _not_found(label)
         return None
     else:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
+        config = checkpoint.read_json(config_file)
         if "auto_map" not in config:  # a model with its own code names its own type
             _refuse_unknown_type(label, config.get("model_type"))
     pictures = images.reads_pictures(config)
@@ -200,7 +198,7 @@ def describe(name: str | None = None) -> ModelSpec | None:
     tokenizer_config = _local_file(source, "tokenizer_config.json")
     limit = None
     if tokenizer_config is not None:
-        limit = json.loads(tokenizer_config.read_text(encoding="utf-8")).get("model_max_length")
+        limit = checkpoint.read_json(tokenizer_config).get("model_max_length")
     return ModelSpec(
         name=label,
         n_layers=n_layers,
@@ -221,8 +219,6 @@ def _weights_bytes(source: str, config: dict[str, Any], n_layers: int) -> int:
     """The model's weights in memory: the size of its weight file (or of a sharded one, from
     its index), else float32 weights guessed from its config (embeddings, then per layer
     attention and a gated feed-forward block)."""
-    import json
-
     for name in ("model.safetensors", "pytorch_model.bin"):
         path = _local_file(source, name)
         if path is not None:
@@ -230,7 +226,7 @@ def _weights_bytes(source: str, config: dict[str, Any], n_layers: int) -> int:
     for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         path = _local_file(source, name)
         if path is not None:
-            total = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
+            total = checkpoint.read_json(path).get("metadata", {})
             if isinstance(total.get("total_size"), int):
                 return total["total_size"]
     width = first_int(config, "hidden_size", "d_model", "n_embd") or 0
@@ -260,16 +256,47 @@ def _cannot_load(label: str, exc: Exception) -> ModelLoadError:
     return ModelLoadError(f"could not load model '{label}': {str(exc).splitlines()[0]}")
 
 
+def _config(source: str, label: str) -> Any:
+    """The model's config as transformers reads it, or one line that names config.json and
+    what is wrong in it (not JSON, a field of the wrong type, numbers that do not agree);
+    a hub id that is not on this machine, with the hub out of reach, is `_not_found`."""
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig
+
+    config_file = _local_file(source, "config.json")
+    if config_file is not None:
+        checkpoint.read_json(config_file)  # transformers says only "not a valid JSON file"
+    try:
+        return _from_pretrained(AutoConfig, source)
+    except (StrictDataclassError, ValueError, TypeError, KeyError) as exc:  # rope's: KeyError
+        raise checkpoint.refused_config(config_file or f"{label}'s config.json", exc) from exc
+    except OSError as exc:
+        if config_file is None:
+            raise _not_found(label) from exc
+        raise _cannot_load(label, exc) from exc
+
+
+def _tokenizer(source: str, label: str, config: Any, reader: Any = None) -> Any:
+    """The model's tokenizer (or `reader`: its image processor), read with `config`; one
+    line that names the file where it cannot be (`checkpoint.no_tokenizer`)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return _from_pretrained(reader or AutoTokenizer, source, config=config)
+    except Exception as exc:
+        if not isinstance(exc, (OSError, ValueError)) and not checkpoint.from_tokenizers(exc):
+            raise
+        folder = Path(source)
+        if not folder.is_dir():
+            raise _cannot_load(label, exc) from exc
+        raise checkpoint.no_tokenizer(folder, label, exc) from exc
+
+
 def load_tokenizer(name: str | None = None, dtype: str = "auto") -> Any:
     """A model's tokenizer alone, as `load_model` loads it: transformers, none of the weights
     (`dtype`: which converted folder of a GGUF file it is read from)."""
-    from transformers import AutoTokenizer
-
     source, label = _source(name, dtype)
-    try:
-        return _from_pretrained(AutoTokenizer, source)
-    except (OSError, ValueError) as exc:
-        raise _cannot_load(label, exc) from exc
+    return _tokenizer(source, label, _config(source, label))
 
 
 def load_model(
@@ -291,15 +318,10 @@ def load_model(
     A model placed by accelerate (device_map, quantize) is never moved; the inputs go to
     its first device. `tokenizer`: the one `load_tokenizer` loaded already.
     """
-    from transformers import AutoConfig, AutoTokenizer
-
     load = Load(name, device, implementation, **settings)
     load.refuse()
     source, label = _source(name, load.dtype)
-    try:
-        config = _from_pretrained(AutoConfig, source)
-    except (OSError, ValueError) as exc:
-        raise _not_found(label) from exc
+    config = _config(source, label)
 
     pictures = images.reads_pictures(config.to_dict())
     if pictures:
@@ -309,22 +331,9 @@ def load_model(
 
     torch_device = resolve_device(device)
     placement = _placement(load, torch_device)
-    try:
-        if tokenizer is None:
-            tokenizer = _from_pretrained(_reader(pictures, AutoTokenizer), source)
-        loader = _loader(config, decoder, pictures)
-        # attnviz's attention function records inside the model's attention call; the layers
-        # nobody wants run `implementation` (sdpa, flash_attention_2) from there
-        runs = implementation if implementation == "eager" else recording.NAME
-        recording.register()
-        model = _from_pretrained(loader, source, attn_implementation=runs, **placement)
-    except (OSError, ValueError) as exc:
-        if "offload_folder" in str(exc):  # the disk's layers must be saved again (not safetensors)
-            raise ModelLoadError(
-                f"could not load model '{label}': some layers go to the disk and its weights "
-                "are not safetensors files: give --offload-folder DIR to keep them there"
-            ) from exc
-        raise _cannot_load(label, exc) from exc
+    if tokenizer is None:
+        tokenizer = _tokenizer(source, label, config, _reader(pictures))
+    model = _weights(source, label, _loader(config, decoder, pictures), implementation, placement)
     # Marian's tokenizer is SentencePiece only (no offsets): `tokens` reads it without them.
     if not (pictures or getattr(tokenizer, "is_fast", False) or config.is_encoder_decoder):
         raise UnsupportedModelError(f"model '{label}' has no fast tokenizer (tokenizer.json)")
@@ -340,13 +349,72 @@ def load_model(
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
 
 
-def _reader(pictures: bool, tokenizer_class: Any) -> Any:
-    """What reads the model's input: its image processor for pictures, else its tokenizer."""
+def _weights(source: str, label: str, loader: Any, implementation: str,
+             placement: dict[str, Any]) -> Any:  # fmt: skip
+    """The model, its weights loaded by `loader` with `placement`, running attnviz's attention
+    function (or eager); one line that names the file where the weights are cut off or do
+    not fit the config."""
+    from safetensors import SafetensorError
+
+    # attnviz's attention function records inside the model's attention call; the layers
+    # nobody wants run `implementation` (sdpa, flash_attention_2) from there
+    runs = implementation if implementation == "eager" else recording.NAME
+    recording.register()
+    try:
+        model, loading = _from_pretrained(loader, source, attn_implementation=runs,
+                                          ignore_mismatched_sizes=True,  # said below, by name
+                                          output_loading_info=True, **placement)  # fmt: skip
+    except SafetensorError as exc:
+        raise checkpoint.damaged_weights(_weight_files(source), exc) from exc
+    except (OSError, ValueError) as exc:
+        if "offload_folder" in str(exc):  # the disk's layers must be saved again (not safetensors)
+            raise ModelLoadError(
+                f"could not load model '{label}': some layers go to the disk and its weights "
+                "are not safetensors files: give --offload-folder DIR to keep them there"
+            ) from exc
+        raise _cannot_load(label, exc) from exc
+    config_file = _local_file(source, "config.json") or f"{label}'s config.json"
+    files = _weight_files(source)
+    weights = files[0] if len(files) == 1 else f"the weights of {label}"
+    misfit = checkpoint.misfit(config_file, weights, loading, lambda key: _in_layer(model, key))
+    if misfit is not None:
+        raise misfit
+    return model
+
+
+def _weight_files(source: str) -> list[Path]:
+    """The model's .safetensors files on this machine: a folder's, or a hub id's cached ones
+    (the one file, or those its index names)."""
+    if Path(source).is_dir():
+        return sorted(Path(source).glob("*.safetensors"))
+    single = _local_file(source, "model.safetensors")
+    if single is not None:
+        return [single]
+    index = _local_file(source, "model.safetensors.index.json")
+    if index is None:
+        return []
+    shards = sorted(set(checkpoint.read_json(index).get("weight_map", {}).values()))
+    return [path for path in (_local_file(source, shard) for shard in shards) if path is not None]
+
+
+def _in_layer(model: Any, key: str) -> bool:
+    """Whether parameter `key` of `model` belongs to one of its layers (an item of a list of
+    layers), not to its embeddings, pooler or output head."""
+    try:
+        module = model.get_submodule(key.rpartition(".")[0])
+    except AttributeError:
+        return False
+    return adapters.generic.layer_of(model, module) is not None
+
+
+def _reader(pictures: bool) -> Any:
+    """What reads the model's input: its image processor for pictures, else its tokenizer
+    (None: `_tokenizer`'s AutoTokenizer)."""
     if pictures:
         from transformers import AutoImageProcessor
 
         return AutoImageProcessor
-    return tokenizer_class
+    return None
 
 
 def _loader(config: Any, decoder: bool, pictures: bool = False) -> Any:
