@@ -257,8 +257,10 @@ def generation_config(loaded: LoadedModel, settings: Settings) -> Any:
     a model's own generation_config.json may name), stopping at the end-of-text token."""
     from transformers import GenerationConfig
 
+    from attnviz.core.model_info import language_config
+
     eos = sorted(_eos_ids(loaded))
-    pad = loaded.model.config.pad_token_id
+    pad = getattr(language_config(loaded.model.config), "pad_token_id", None)
     sampled = dict(do_sample=True, temperature=settings.temperature, top_k=0, top_p=1.0)
     return GenerationConfig(
         max_new_tokens=settings.tokens,
@@ -271,10 +273,13 @@ def generation_config(loaded: LoadedModel, settings: Settings) -> Any:
 
 
 def _eos_ids(loaded: LoadedModel) -> set[int]:
-    """The model's end-of-text tokens: its generation config's, its config's, its
+    """The model's end-of-text tokens: its generation config's, its (text) config's, its
     tokenizer's."""
+    from attnviz.core.model_info import language_config
+
     found: set[int] = set()
-    for holder in (getattr(loaded.model, "generation_config", None), loaded.model.config):
+    config = language_config(loaded.model.config)
+    for holder in (getattr(loaded.model, "generation_config", None), config):
         eos = getattr(holder, "eos_token_id", None)
         if eos is not None:
             found.update(eos if isinstance(eos, list) else [eos])

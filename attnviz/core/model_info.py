@@ -226,6 +226,13 @@ class LoadedModel:
     device: str
 
 
+def language_config(config: Any) -> Any:
+    """Where a loaded model's numbers are (layers, heads, widths, special tokens): a
+    vision-language model's text config (transformers' `get_text_config()`), else the config
+    itself (an encoder-decoder model's own names its stacks)."""
+    return config if config.is_encoder_decoder else config.get_text_config()
+
+
 def first_int(config: dict[str, Any], *keys: str) -> Any:
     """The first of `keys` that config.json gives as a whole number, or None."""
     return next((config[k] for k in keys if isinstance(config.get(k), int)), None)

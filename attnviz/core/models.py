@@ -17,6 +17,7 @@ from attnviz.core.model_info import (
     ModelInfo,
     ModelSpec,
     first_int,
+    language_config,
     stack_counts,
 )
 from attnviz.core.settings import (
@@ -186,7 +187,8 @@ def describe(name: str | None = None) -> ModelSpec | None:
         if "auto_map" not in config:  # a model with its own code names its own type
             _refuse_unknown_type(label, config.get("model_type"))
     pictures = images.reads_pictures(config)
-    config = images.vision_part(config) if pictures else config
+    kind, language = config.get("model_type"), _vision_language_from_files(config)
+    config = images.vision_part(config) if pictures else _language_part(config)
     stacks = stack_counts(config)
     n_layers = first_int(config, "num_hidden_layers", "n_layer", "n_layers", "encoder_layers")
     n_heads = first_int(config, "num_attention_heads", "n_head", "n_heads")
@@ -205,14 +207,29 @@ def describe(name: str | None = None) -> ModelSpec | None:
         n_heads=n_heads,
         max_tokens=_limit(config.get("model_type"), positions, config.get("pad_token_id"), limit),
         tokenizer_file=_local_file(source, "tokenizer.json"),
-        causal=_decoder_from_files(config),
+        causal=language or _decoder_from_files(config),
         stacks=stacks,
         weights_bytes=_weights_bytes(source, config, n_layers),
         weights_dtype=config.get("torch_dtype") or config.get("dtype"),
         bos_id=config.get("bos_token_id") if isinstance(config.get("bos_token_id"), int) else None,
-        model_type=config.get("model_type"),
+        model_type=kind if language else config.get("model_type"),
         pictures=pictures,
     )
+
+
+def _vision_language_from_files(config: dict[str, Any]) -> bool:
+    """Whether config.json is a vision-language model's, read through its language model:
+    it holds a text or a vision model's config and is not read as pictures (CLIP's and
+    SigLIP's are: `images.reads_pictures`)."""
+    held = any(isinstance(config.get(key), dict) for key in ("text_config", "vision_config"))
+    return held and not images.reads_pictures(config)
+
+
+def _language_part(config: dict[str, Any]) -> dict[str, Any]:
+    """config.json's fields where the layers and heads are counted: a vision-language model's
+    text_config (some, as Qwen2-VL's, keep them at the top), else the config itself."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
 
 
 def _weights_bytes(source: str, config: dict[str, Any], n_layers: int) -> int:
@@ -326,14 +343,16 @@ def load_model(
     pictures = images.reads_pictures(config.to_dict())
     if pictures:
         images.refuse_unread(config.model_type, label)
-    decoder = not pictures and _decoder(config)
-    refuse_bypass(config)
+    language = not pictures and _vision_language(config, label)
+    decoder = language or (not pictures and _decoder(config))
+    refuse_bypass(language_config(config) if language else config)
 
     torch_device = resolve_device(device)
     placement = _placement(load, torch_device)
     if tokenizer is None:
         tokenizer = _tokenizer(source, label, config, _reader(pictures))
-    model = _weights(source, label, _loader(config, decoder, pictures), implementation, placement)
+    loader = _loader(config, decoder, pictures, language)
+    model = _weights(source, label, loader, implementation, placement)
     # Marian's tokenizer is SentencePiece only (no offsets): `tokens` reads it without them.
     if not (pictures or getattr(tokenizer, "is_fast", False) or config.is_encoder_decoder):
         raise UnsupportedModelError(f"model '{label}' has no fast tokenizer (tokenizer.json)")
@@ -417,14 +436,35 @@ def _reader(pictures: bool) -> Any:
     return None
 
 
-def _loader(config: Any, decoder: bool, pictures: bool = False) -> Any:
+def _vision_language(config: Any, label: str) -> bool:
+    """Whether text is read through the language model of a vision-language model: a config
+    that holds a text model's (`get_text_config()`) of a type transformers loads as
+    image-text-to-text (LLaVA, Gemma 3, Qwen2-VL, Mistral 3, Idefics, …). Another model of
+    several parts (ALIGN, BLIP's retrieval, CLAP) is refused in one line."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    if language_config(config) is config:
+        return False
+    if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        raise UnsupportedModelError(
+            f"{label} ('{config.model_type}') holds a text model and others, and transformers "
+            "does not load it as image-text-to-text: attnviz reads text through the language "
+            "model of such a model (LLaVA, Gemma 3, Qwen2-VL, …), and vision models (ViT, "
+            "CLIP, SigLIP …) on pictures"
+        )
+    return True
+
+
+def _loader(config: Any, decoder: bool, pictures: bool = False, language: bool = False) -> Any:
     """The Auto class that loads the model with the head attnviz uses: decoders with their LM
-    head (report's induction probe measures the model's loss); encoders saved with their
+    head (report's induction probe measures the model's loss), a vision-language model whole
+    (its language model reads the text, its head writes); encoders saved with their
     masked-LM head keep it (head importance measures its loss); encoder-decoder models with
     theirs (--generate writes a target with it)."""
     from transformers import (
         AutoModel,
         AutoModelForCausalLM,
+        AutoModelForImageTextToText,
         AutoModelForMaskedLM,
         AutoModelForSeq2SeqLM,
     )
@@ -434,6 +474,8 @@ def _loader(config: Any, decoder: bool, pictures: bool = False) -> Any:
 
         tower = images.VISION_TOWERS.get(config.model_type)
         return getattr(transformers, tower) if tower else AutoModel
+    if language:
+        return AutoModelForImageTextToText
     if config.is_encoder_decoder:
         return AutoModelForSeq2SeqLM
     if decoder:
@@ -452,7 +494,10 @@ def _info(
     placed: Any,
 ) -> ModelInfo:
     """The loaded model's facts, from its config (a vision tower's own, for a checkpoint of
-    two towers), its tokenizer and where it was placed."""
+    two towers; a vision-language model's text config, `language_config`), its tokenizer and
+    where it was placed."""
+    kind = config.model_type
+    config = language_config(config)
     n_heads = config.num_attention_heads
     d_model = config.hidden_size
     n_kv_heads = getattr(config, "num_key_value_heads", None) or n_heads
@@ -460,7 +505,7 @@ def _info(
     return ModelInfo(
         name=label,
         architecture=type(model).__name__,
-        model_type=config.model_type,
+        model_type=kind,
         n_heads=n_heads,
         d_model=d_model,
         n_layers=stacks[0][1] if stacks else adapters.n_layers(model),
