@@ -183,9 +183,11 @@ def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers:
         if settings.seed is not None:
             torch.manual_seed(settings.seed)
         with torch.inference_mode():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids),
-                                 generation_config=generation_config(loaded, settings),
-                                 return_dict_in_generate=True, output_logits=True)  # fmt: skip
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                generation_config=generation_config(loaded, settings),
+            )
             written = out.sequences[0, len(prompt) :]
             model.base_model(input_ids=written[-1:][None], cache=out.cache, use_cache=True)
     new = [int(i) for i in written]
@@ -254,7 +256,8 @@ def target_ids(loaded: LoadedModel, prompt: str, target: str) -> list[int]:
 def generation_config(loaded: LoadedModel, settings: Settings) -> Any:
     """The settings as transformers' GenerationConfig, and nothing else: greedy, or drawn
     from the whole distribution at `temperature` (no top-k, top-p or repetition penalty that
-    a model's own generation_config.json may name), stopping at the end-of-text token."""
+    a model's own generation_config.json may name), stopping at the end-of-text token; the
+    output with each step's logits."""
     from transformers import GenerationConfig
 
     from attnviz.core.model_info import language_config
@@ -268,6 +271,8 @@ def generation_config(loaded: LoadedModel, settings: Settings) -> Any:
         num_beams=1,
         eos_token_id=eos or None,
         pad_token_id=pad if pad is not None else (eos[0] if eos else None),
+        return_dict_in_generate=True,
+        output_logits=True,
         **(sampled if settings.sample else dict(do_sample=False)),
     )
 

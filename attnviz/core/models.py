@@ -6,6 +6,8 @@ import functools
 import os
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -252,17 +254,37 @@ def _weights_bytes(source: str, config: dict[str, Any], n_layers: int) -> int:
     return 4 * (vocabulary * width + n_layers * (4 * width * width + 3 * width * inner))
 
 
-def _source(name: str | None, dtype: str = "auto") -> tuple[str, str]:
-    """(source, label) to load from: `_locate`'s, a GGUF file converted first (dequantised to
-    `dtype`; auto: float32, the dequantised file's own); transformers
-    and accelerate quietened (the header line says where accelerate put the layers)."""
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """transformers and accelerate quietened while a model loads (errors only, no progress
+    bars: the header line says where accelerate put the layers), and as they were after: a
+    notebook's logging is its own."""
     import logging
 
+    import huggingface_hub.utils as hub
     from transformers.utils import logging as hf_logging
 
+    verbosity, accelerate = hf_logging.get_verbosity(), logging.getLogger("accelerate")
+    level, bars = accelerate.level, hf_logging.is_progress_bar_enabled()
+    hub_bars = not hub.are_progress_bars_disabled()
     hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    logging.getLogger("accelerate").setLevel(logging.ERROR)
+    accelerate.setLevel(logging.ERROR)
+    if bars:  # (where HF_HUB_DISABLE_PROGRESS_BARS is set they are off, and stay so)
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        accelerate.setLevel(level)
+        if bars:
+            hf_logging.enable_progress_bar()  # the hub's too
+        if not hub_bars:
+            hub.disable_progress_bars()
+
+
+def _source(name: str | None, dtype: str = "auto") -> tuple[str, str]:
+    """(source, label) to load from: `_locate`'s, a GGUF file converted first (dequantised to
+    `dtype`; auto: float32, the dequantised file's own)."""
     source, label = _locate(name)
     if gguf_cache.is_gguf(name):
         source = str(gguf_cache.converted(name, "float32" if dtype == "auto" else dtype))
@@ -309,6 +331,7 @@ def _tokenizer(source: str, label: str, config: Any, reader: Any = None) -> Any:
         raise checkpoint.no_tokenizer(folder, label, exc) from exc
 
 
+@_quiet()
 def load_tokenizer(name: str | None = None, dtype: str = "auto") -> Any:
     """A model's tokenizer alone, as `load_model` loads it: transformers, none of the weights
     (`dtype`: which converted folder of a GGUF file it is read from)."""
@@ -316,6 +339,7 @@ def load_tokenizer(name: str | None = None, dtype: str = "auto") -> Any:
     return _tokenizer(source, label, _config(source, label))
 
 
+@_quiet()
 def load_model(
     name: str | None = None,
     device: str = "auto",
