@@ -1,5 +1,6 @@
 """attnviz leaves the process as it found it (issue 59 item 7): loading a model quietens
-transformers and accelerate for the load alone."""
+transformers and accelerate for the load alone; file writes read the umask once, not once a
+file."""
 
 from __future__ import annotations
 
@@ -49,3 +50,25 @@ def test_loading_leaves_the_processs_logging_as_it_was(llama, monkeypatch):
         accelerate.setLevel(level)
     assert heard == [logging.ERROR, logging.ERROR]
     assert after == (logging.INFO, logging.DEBUG, True)
+
+
+def test_file_writes_read_the_umask_once(tmp_path, monkeypatch):
+    """Reading the umask means setting it and back, which another thread making a file at
+    that moment would feel: once a process, not twice a file."""
+    import os
+
+    from attnviz.outputs import files
+
+    calls, umask = [], os.umask
+    mask = umask(0o022)
+    umask(mask)
+
+    def counted(mask):
+        calls.append(mask)
+        return umask(mask)
+
+    monkeypatch.setattr(os, "umask", counted)
+    for n in range(5):
+        written = files.write_text_atomic(tmp_path / f"file-{n}.txt", "x")
+        assert written.stat().st_mode & 0o777 == 0o666 & ~mask
+    assert len(calls) <= 2  # set, and straight back, if no file was written before
