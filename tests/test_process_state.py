@@ -1,15 +1,19 @@
 """attnviz leaves the process as it found it (issue 59 item 7): loading a model quietens
 transformers and accelerate for the load alone; file writes read the umask once, not once a
-file."""
+file; a Ctrl-C stops the run it came in, not the next one."""
 
 from __future__ import annotations
 
 import logging
 
 import pytest
+from typer.testing import CliRunner
 
+from attnviz.cli import app
 from tests import any_models
 from tests.conftest import _sentencepiece_tokenizer
+
+runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +76,17 @@ def test_file_writes_read_the_umask_once(tmp_path, monkeypatch):
         written = files.write_text_atomic(tmp_path / f"file-{n}.txt", "x")
         assert written.stat().st_mode & 0o777 == 0o666 & ~mask
     assert len(calls) <= 2  # set, and straight back, if no file was written before
+
+
+def test_a_ctrl_c_of_an_earlier_run_does_not_stop_the_next(llama, tmp_path, monkeypatch):
+    """A Ctrl-C stopped an export (the flag `interrupts.asked` was set): the next export in the
+    same process (a notebook's) runs whole, it no longer stops before its first text."""
+    from attnviz.core import interrupts
+
+    monkeypatch.setattr(interrupts, "_asked", True)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["export", "The cat sat.", "A dog barked.", "-m", llama,
+                                 "-o", str(out), "--figures", "overview"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert len(list(out.glob("*/overview.png"))) == 2
+    assert not interrupts.asked()
