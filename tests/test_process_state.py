@@ -1,10 +1,13 @@
 """attnviz leaves the process as it found it (issue 59 item 7): loading a model quietens
 transformers and accelerate for the load alone; file writes read the umask once, not once a
-file; a Ctrl-C stops the run it came in, not the next one."""
+file; a Ctrl-C stops the run it came in, not the next one; the model types transformers knows
+are its own table, read without importing it."""
 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -90,3 +93,26 @@ def test_a_ctrl_c_of_an_earlier_run_does_not_stop_the_next(llama, tmp_path, monk
     assert result.exit_code == 0, result.output
     assert len(list(out.glob("*/overview.png"))) == 2
     assert not interrupts.asked()
+
+
+def test_the_known_model_types_are_transformers_own_table():
+    """Every type of transformers' CONFIG_MAPPING_NAMES passes the refusal from the files,
+    'kosmos-2.5' too (a regex over transformers' source missed its dot), and a type it does
+    not hold is refused; the table is read without importing transformers or torch."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from attnviz.core.models import _refuse_unknown_type
+    from attnviz.errors import ModelLoadError
+
+    for kind in CONFIG_MAPPING_NAMES:
+        if kind != "EvollaModel":  # an alias Evolla's config does not name ('evolla')
+            _refuse_unknown_type("m", kind)
+    with pytest.raises(ModelLoadError, match="a 'nosuchthing' model, a type transformers"):
+        _refuse_unknown_type("m", "nosuchthing")
+    code = (
+        "import sys; from attnviz.core.models import _known_types\n"
+        "assert 'kosmos-2.5' in _known_types()\n"
+        "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "[]", done.stderr

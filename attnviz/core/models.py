@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -102,12 +101,15 @@ def _locate(name: str | None) -> tuple[str, str]:
 def _refuse_unknown_type(label: str, kind: str | None) -> None:
     """Refuse, from config.json alone, a model whose type this transformers cannot build."""
     known = _known_types()
-    if not known:  # transformers' table not found as a file: loading will tell
+    if not known:  # transformers' table not found, or not read alone: loading will tell
         return
     if kind is None:
         raise ModelLoadError(f"{label}'s config.json names no model_type: transformers cannot "
                              "tell which architecture to build")  # fmt: skip
-    if kind not in known:
+    # A type configuration_auto.py adds by hand is named for its folder ('mlcd'), or for the
+    # folder of the model it extends ('parakeet_tdt', 'mimi_decoder'): not refused here.
+    module = str(kind).replace("-", "_")
+    if kind not in known and module not in known and module.rpartition("_")[0] not in known:
         raise ModelLoadError(
             f"{label} is a '{kind}' model, a type transformers {_installed_transformers()} does "
             "not know: upgrade transformers, or check config.json's model_type"
@@ -123,24 +125,30 @@ def _installed_transformers() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _known_types() -> frozenset[str]:
-    """The model types transformers' AutoConfig knows (`CONFIG_MAPPING_NAMES`), read from
-    its two source files without importing them: transformers' import takes a second, its
-    auto classes import torch, and a refusal from the files should take neither."""
+    """The model types transformers' AutoConfig knows: its `CONFIG_MAPPING_NAMES` as
+    transformers generates it (models/auto/auto_mappings.py, run on its own: importing
+    transformers takes a second, its auto classes import torch, and a refusal from the files
+    should take neither), and the names of its model folders (`_refuse_unknown_type` reads
+    the few types configuration_auto.py adds by hand from them). Empty where the table is not
+    found or does not run alone (another transformers): loading will tell."""
     import importlib.util
 
     spec = importlib.util.find_spec("transformers")
     if spec is None or not spec.submodule_search_locations:
         return frozenset()
-    auto = Path(spec.submodule_search_locations[0], "models", "auto")
-    found: set[str] = set()
-    for name in ("auto_mappings.py", "configuration_auto.py"):
-        try:
-            source = (auto / name).read_text(encoding="utf-8")
-        except OSError:
-            continue
-        found.update(re.findall(r'\("([\w\-]+)",\s*"\w+Config"\)', source))  # ("bert", …)
-        found.update(re.findall(r'"([\w\-]+)":\s*"\w+Config"', source))  # "mlcd": …
-    return frozenset(found)
+    folder = Path(spec.submodule_search_locations[0], "models")
+    table = importlib.util.spec_from_file_location(
+        "attnviz_auto_mappings", folder / "auto" / "auto_mappings.py"
+    )
+    if table is None or table.loader is None or not Path(table.origin or "").is_file():
+        return frozenset()
+    mappings = importlib.util.module_from_spec(table)
+    try:
+        table.loader.exec_module(mappings)
+        generated = mappings.CONFIG_MAPPING_NAMES
+    except (ImportError, AttributeError):  # the table imports more, or is named otherwise
+        return frozenset()
+    return frozenset(generated) | {path.name for path in folder.iterdir() if path.is_dir()}
 
 
 def _not_found(label: str) -> ModelLoadError:
