@@ -229,10 +229,11 @@ def describe(name: str | None = None) -> ModelSpec | None:
 
 def _vision_language_from_files(config: dict[str, Any]) -> bool:
     """Whether config.json is a vision-language model's, read through its language model:
-    it holds a text or a vision model's config and is not read as pictures (CLIP's and
-    SigLIP's are: `images.reads_pictures`)."""
+    it holds a text or a vision model's config, is not an encoder-decoder (Pix2Struct's
+    stacks are its own) and is not read as pictures (CLIP's and SigLIP's are:
+    `images.reads_pictures`)."""
     held = any(isinstance(config.get(key), dict) for key in ("text_config", "vision_config"))
-    return held and not images.reads_pictures(config)
+    return held and not config.get("is_encoder_decoder") and not images.reads_pictures(config)
 
 
 def _language_part(config: dict[str, Any]) -> dict[str, Any]:
