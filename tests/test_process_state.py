@@ -52,6 +52,12 @@ def test_loading_leaves_the_processs_logging_as_it_was(llama, monkeypatch):
         models.load_tokenizer(llama)
         models.load_model(llama, "cpu")
         after = (hf_logging.get_verbosity(), accelerate.level, hf_logging.is_progress_bar_enabled())
+        with models._quiet():  # two threads' loads overlapping: put back after the last
+            second = models._quiet()
+            second.__enter__()
+        assert hf_logging.get_verbosity() == logging.ERROR
+        second.__exit__(None, None, None)
+        assert hf_logging.get_verbosity() == logging.INFO
     finally:
         hf_logging.set_verbosity(verbosity)
         accelerate.setLevel(level)

@@ -263,32 +263,62 @@ def _weights_bytes(source: str, config: dict[str, Any], n_layers: int) -> int:
     return 4 * (vocabulary * width + n_layers * (4 * width * width + 3 * width * inner))
 
 
+_QUIET_LOCK = threading.Lock()
+_quiet_loads = 0  # loads under way, in any thread: the last to finish puts the logging back
+_loud: tuple = ()  # how transformers and accelerate logged before the first of them
+
+
 @contextmanager
 def _quiet() -> Iterator[None]:
     """transformers and accelerate quietened while a model loads (errors only, no progress
     bars: the header line says where accelerate put the layers), and as they were after: a
-    notebook's logging is its own."""
+    notebook's logging is its own. Loads in several threads at once put it back once, after
+    the last."""
+    global _quiet_loads, _loud
+    with _QUIET_LOCK:
+        if _quiet_loads == 0:
+            _loud = _silence()
+        _quiet_loads += 1
+    try:
+        yield
+    finally:
+        with _QUIET_LOCK:
+            _quiet_loads -= 1
+            if _quiet_loads == 0:
+                _restore(*_loud)
+
+
+def _silence() -> tuple[int, int, bool, bool]:
+    """transformers' and accelerate's logging at errors only, transformers' and the hub's
+    progress bars off; what they were."""
     import logging
 
     import huggingface_hub.utils as hub
     from transformers.utils import logging as hf_logging
 
-    verbosity, accelerate = hf_logging.get_verbosity(), logging.getLogger("accelerate")
-    level, bars = accelerate.level, hf_logging.is_progress_bar_enabled()
-    hub_bars = not hub.are_progress_bars_disabled()
+    accelerate = logging.getLogger("accelerate")
+    was = (hf_logging.get_verbosity(), accelerate.level, hf_logging.is_progress_bar_enabled(),
+           not hub.are_progress_bars_disabled())  # fmt: skip
     hf_logging.set_verbosity_error()
     accelerate.setLevel(logging.ERROR)
-    if bars:  # (where HF_HUB_DISABLE_PROGRESS_BARS is set they are off, and stay so)
+    if was[2]:  # (where HF_HUB_DISABLE_PROGRESS_BARS is set they are off, and stay so)
         hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        accelerate.setLevel(level)
-        if bars:
-            hf_logging.enable_progress_bar()  # the hub's too
-        if not hub_bars:
-            hub.disable_progress_bars()
+    return was
+
+
+def _restore(verbosity: int, level: int, bars: bool, hub_bars: bool) -> None:
+    """transformers' and accelerate's logging as `_silence` found it."""
+    import logging
+
+    import huggingface_hub.utils as hub
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity(verbosity)
+    logging.getLogger("accelerate").setLevel(level)
+    if bars:
+        hf_logging.enable_progress_bar()  # the hub's too
+    if not hub_bars:
+        hub.disable_progress_bars()
 
 
 def _source(name: str | None, dtype: str = "auto") -> tuple[str, str]:
