@@ -82,8 +82,7 @@ def no_tokenizer(folder: Path, label: str, error: Exception) -> ModelLoadError:
         return ModelLoadError(
             f"{label} has no tokenizer: none of {', '.join(TOKENIZER_FILES)} is in {folder}"
         )
-    said = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return ModelLoadError(f"could not load the tokenizer in {folder}: {said}")
+    return ModelLoadError(f"could not load the tokenizer in {folder}: {_first_line(error)}")
 
 
 def damaged_weights(files: list[Path], error: Exception) -> ModelLoadError:
