@@ -232,6 +232,48 @@ def test_how_a_block_joins_the_stream_is_read_from_the_model(kind, form):
         assert (found is not None and found.covers_residual) == (form == "post"), (kind, layer)
 
 
+@pytest.mark.parametrize(
+    "failure",
+    [lambda: __import__("torch").OutOfMemoryError("CUDA out of memory"),
+     lambda: RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB"),
+     KeyboardInterrupt],
+    ids=["gpu-out-of-memory", "cpu-out-of-memory", "ctrl-c"],
+)  # fmt: skip
+def test_a_failed_read_of_the_stream_is_not_remembered_as_a_refusal(failure, monkeypatch):
+    """Issue 59 item 5: the pass over four tokens `residual.around` reads the model from
+    runs out of memory, or is stopped by a Ctrl-C: that failure rises, and the next ask reads
+    the model (it was stored as the model's refusal, and ALTI and the norms were off for the
+    rest of the process). A model's own answer (its forward refuses the four tokens) is
+    remembered: asked again, it is not run again."""
+    from attnviz.core import capture, recording, residual
+    from attnviz.errors import UnsupportedModelError
+
+    recording.register()
+    model = any_models.build("gpt_neox")
+    model.set_attn_implementation(recording.NAME)
+    trace, passes = capture.trace, []
+
+    def failing(*args, **kwargs):
+        raise failure()
+
+    monkeypatch.setattr(capture, "trace", failing)
+    with pytest.raises((RuntimeError, KeyboardInterrupt)):
+        residual.around(model, 0)
+    monkeypatch.setattr(capture, "trace", trace)
+    assert residual.around(model, 0) is None  # GPT-NeoX is pre-LN: no norm after the block
+
+    def refusing(*args, **kwargs):
+        passes.append(1)
+        raise TypeError("forward() missing 1 required positional argument: 'pixel_values'")
+
+    del model._attnviz_around
+    monkeypatch.setattr(capture, "trace", refusing)
+    for _ in range(2):
+        with pytest.raises(UnsupportedModelError, match="a pass over four tokens failed"):
+            residual.around(model, 1)
+    assert passes == [1]
+
+
 @pytest.mark.parametrize("kind", ["gpt_neox", "modernbert"])
 def test_alti_and_mixing_run_on_any_model(kind, folders, tmp_path):
     """`show --measure alti` and `report`'s mixing ratios on types with no adapter: rows of

@@ -211,10 +211,10 @@ class ModelSpec(_HeadRanges, _Stacks):
 def _counting_tokenizer(path: str, modified: int) -> Any:
     """tokenizer.json at `path` as it was at `modified` (ns), loaded once a process (the
     refusals before loading count a text's tokens more than once): no truncation, no
-    padding."""
-    from tokenizers import Tokenizer
+    padding; one line naming the file where it is not one tokenizers reads."""
+    from attnviz.core.checkpoint import tokenizer_file
 
-    tokenizer = Tokenizer.from_file(path)
+    tokenizer = tokenizer_file(Path(path))
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
@@ -236,6 +236,13 @@ class LoadedModel:
     tokenizer: Any
     info: ModelInfo
     device: str
+
+
+def language_config(config: Any) -> Any:
+    """Where a loaded model's numbers are (layers, heads, widths, special tokens): a
+    vision-language model's text config (transformers' `get_text_config()`), else the config
+    itself (an encoder-decoder model's own names its stacks)."""
+    return config if config.is_encoder_decoder else config.get_text_config()
 
 
 def first_int(config: dict[str, Any], *keys: str) -> Any:

@@ -15,6 +15,7 @@ import inspect
 from typing import Any
 
 from attnviz.core.adapters.base import STACKS, LayerModules
+from attnviz.core.model_info import language_config
 
 # What a modelling code that calls the interface names: its attention modules look their
 # function up in transformers' registry of attention functions.
@@ -53,11 +54,19 @@ def callers(model: Any, stack: str | None = None) -> list[Any]:
     found = getattr(model, "_attnviz_callers", None)
     if found is None:
         found = {}
-        for name, module in model.base_model.named_modules():
+        for name, module in reading(model).named_modules():
             if calls_interface(module):
                 found.setdefault(_stack(model, name, module), []).append(module)
         model._attnviz_callers = found  # a plain attribute: a dict is no submodule
     return found.get(stack, [])
+
+
+def reading(model: Any) -> Any:
+    """The modules that read a text: a vision-language model's language model (its
+    `get_decoder()`; its vision tower's attention is not the text's), else the base model."""
+    if language_config(model.config) is model.config:
+        return model.base_model
+    return model.get_decoder()
 
 
 def stacks(model: Any) -> tuple[str | None, ...]:
