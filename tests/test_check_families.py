@@ -1,9 +1,10 @@
 """`check` on the families docs/models.md names first beside BERT and Llama: GPT-NeoX (Pythia:
-a fused QKV interleaved head by head, partial RoPE), OPT (pre-LN, and OPT-350m's post-LN) and
-ModernBERT (global layers and local ones: a band of ±3 keys and a RoPE base of their own).
-Tiny random checkpoints of two layers, saved as a user's are: every head and the block's
-output within 1e-5, one head made wrong fails alone, each step a family adds is needed to
-pass, and the measures read through the new adapters equal those read without one.
+a fused QKV interleaved head by head, partial RoPE), OPT (pre-LN, and OPT-350m's post-LN),
+ModernBERT (global layers and local ones: a band of ±3 keys and a RoPE base of their own),
+and the vision transformers ViT, DeiT and DINOv2 (without and with registers), which read a
+picture. Tiny random checkpoints of two layers, saved as a user's are: every head and the
+block's output within 1e-5, one head made wrong fails alone, each step a family adds is
+needed to pass, and the measures read through the new adapters equal those read without one.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import attnviz
 from attnviz.cli import app
 from attnviz.core import adapters, memory
 from attnviz.pipelines.check import check_layers, in_blocks
@@ -31,6 +33,7 @@ TEXT_MODELS = {
     "opt-post-ln": ("opt", {"do_layer_norm_before": False}),  # OPT-350m's order
     "modernbert": ("modernbert", {}),  # layer 0 global, layer 1 local: ±3 keys
 }
+PICTURE_MODELS = ("vit", "deit", "dinov2", "dinov2_with_registers")  # tests/vision_models.py
 EXACT = 1e-5
 
 
@@ -58,6 +61,13 @@ def loaded(folders):
     from attnviz.core.models import load_model
 
     return {name: load_model(folder, "cpu") for name, folder in folders.items()}
+
+
+@pytest.fixture(scope="module")
+def photo(tmp_path_factory):
+    from vision_models import picture
+
+    return picture(tmp_path_factory.mktemp("photo") / "photo.png")
 
 
 def _wrong_head(monkeypatch, layer: int, head: int, change=None) -> None:
@@ -173,11 +183,45 @@ def test_past_the_bound_a_check_in_blocks_passes(loaded, name, monkeypatch):
         assert max(lc.head_errors) <= EXACT and lc.output_error <= EXACT, (name, lc)
 
 
-@pytest.mark.parametrize("name", TEXT_MODELS)
-def test_the_cli_check_passes(folders, name):
-    result = runner.invoke(app, ["check", TEXT, "-m", folders[name]])
+@pytest.mark.parametrize("kind", PICTURE_MODELS)
+def test_a_picture_is_checked(vision_dirs, photo, kind):
+    from vision_models import PREFIX
+
+    found = attnviz.check(str(photo), model=str(vision_dirs[kind]), device="cpu")
+    assert found.passed and found.max_error <= EXACT and len(found.layers) == 2
+    assert list(found.tokens) == [*PREFIX[kind], *(f"({r}, {c})" for r in range(4)
+                                                   for c in range(4))]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["vit", "dinov2"])
+def test_a_wrong_head_fails_on_a_picture_whole_and_in_blocks(vision_dirs, photo, kind,
+                                                             monkeypatch):  # fmt: skip
+    _wrong_head(monkeypatch, 1, 2)
+    found = attnviz.check(str(photo), model=str(vision_dirs[kind]), device="cpu")
+    assert not found.passed and not found.in_blocks
+    assert found.layers[0].passed(EXACT) and found.layers[1].failing_heads(EXACT) == [2]
+    monkeypatch.setattr(memory, "CHECK_WHOLE_LAYER", 0)
+    found = attnviz.check(str(photo), model=str(vision_dirs[kind]), device="cpu")
+    assert found.in_blocks and found.layers[1].failing_heads(EXACT) == [2]
+
+
+@pytest.mark.parametrize("name", [*TEXT_MODELS, *PICTURE_MODELS])
+def test_the_cli_check_passes(folders, vision_dirs, photo, name):
+    if name in TEXT_MODELS:
+        args = ["check", TEXT, "-m", folders[name]]
+    else:
+        args = ["check", str(photo), "-m", str(vision_dirs[name])]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "PASS: 2 layer(s), every head and output within 1e-05" in result.output
+
+
+def test_a_picture_and_a_text_go_to_their_own_models(folders, vision_dirs, photo):
+    """check refuses a text to a vision model, and a picture to a text model, in one line."""
+    said = runner.invoke(app, ["check", TEXT, "-m", str(vision_dirs["vit"])])
+    assert said.exit_code == 2 and "it reads pictures, not text" in said.output
+    said = runner.invoke(app, ["check", str(photo), "-m", folders["opt"]])
+    assert said.exit_code == 2 and "reads text, not pictures" in said.output
 
 
 @pytest.mark.parametrize("measure", ["norm", "alti"])
