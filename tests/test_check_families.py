@@ -275,3 +275,14 @@ def test_the_page_s_inside_view_of_a_local_layer_shows_its_band(browser, folders
         assert opened.errors == []
     finally:
         opened.close()
+
+
+def test_models_doc_names_every_family_check_covers():
+    """docs/models.md lists the adapters' model types: every type of the registry, no other."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "models.md").read_text(encoding="utf-8")
+    start = doc.index("The adapters know, one module a family:")
+    listed = re.findall(r"`([a-z][a-z0-9_-]*)`", doc[start : doc.index("`tests/test_check.py`")])
+    assert sorted(listed) == sorted(adapters.SUPPORTED)
