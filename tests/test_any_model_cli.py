@@ -1,6 +1,9 @@
 """Every command on model types attnviz has no adapter for: a decoder (GPT-NeoX), one with
 attention sinks (gpt-oss), an encoder with local and global layers (ModernBERT), saved to
 folders as a user's checkpoints are, read through attnviz's attention function alone.
+GPT-NeoX and ModernBERT have adapters now (`check` reads their weights:
+tests/test_check_families.py); here they are read without them (`without_adapters`), as a
+type with none is.
 
 What needs a family's weight names (check's from-scratch attention) is refused in one line,
 exit 2; everything else works: the measures of norms read v inside the attention call, W_O
@@ -26,6 +29,18 @@ runner = CliRunner()
 TEXT = "The cat sat on the mat because it was tired."
 KINDS = {"gpt_neox": "decoder", "gpt_oss": "decoder", "modernbert": "encoder",
          "m2m_100": "seq2seq"}  # fmt: skip
+
+
+@pytest.fixture(scope="module", autouse=True)
+def without_adapters():
+    """The adapters of this file's model types taken away while its tests run."""
+    from attnviz.core import adapters
+
+    with pytest.MonkeyPatch.context() as patched:
+        for kind in KINDS:
+            if kind in adapters.BY_TYPE:
+                patched.delitem(adapters.BY_TYPE, kind)
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +123,8 @@ def test_check_without_an_adapter_is_one_line_before_loading(folders, monkeypatc
 
     monkeypatch.setattr(models, "load_model", not_loaded)
     said = "attnviz check recomputes attention from scratch with each family"
-    result = runner.invoke(app, ["check", TEXT, "-m", folders["gpt_neox"]])
-    assert "'gpt_neox' has none" in result.output
+    result = runner.invoke(app, ["check", TEXT, "-m", folders["gpt_oss"]])
+    assert "'gpt_oss' has none" in result.output
     assert result.exit_code == 2, result.output
     assert said in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
