@@ -280,7 +280,7 @@ def _weights_file(to: str | Path | None, request: Any) -> Path | None:
 
 
 def check(
-    text: str,
+    text: str | Any,
     model: str | None = None,
     layers: list[int] | None = None,
     tolerance: float | None = None,
@@ -295,12 +295,18 @@ def check(
     An encoder-decoder model reads `text` as its source and `target` (or its own greedy
     output, `generate` tokens at most) as the decoder's input; each of `stacks` (default all:
     "encoder", "decoder", "cross") is checked, one `CheckResult` per stack in `stacks`.
+    A vision model (ViT, DeiT, DINOv2) reads a picture: `text` is then an image file's path
+    or a PIL image, as `attention` reads it.
     `tolerance` None is the model's dtype's (`analysis.check.TOLERANCES`)."""
+    from attnviz.core.images import looks_like_picture
     from attnviz.pipelines.check import check as run_check
     from attnviz.pipelines.request import CheckRequest
 
+    picture = text if looks_like_picture(text) else None
+    if picture is not None:
+        text = getattr(picture, "name", None) or "image"
     found = run_check(
-        CheckRequest(_load(model, device, **load), text=text, target=target,
+        CheckRequest(_load(model, device, **load), text=text, picture=picture, target=target,
                 generate=generate, layers=tuple(layers) if layers else None,
                 stacks=tuple(stacks or ()),
                 truncate=truncate, tolerance=tolerance)

@@ -1,161 +1,130 @@
-"""Vision-language models (issue 54): a picture and a prompt read in one pass by attnviz's
-attention function, held to each family's eager attention; each image token on the cell
-of the picture its processor cut it from; bad input refused in one line."""
+"""A vision-language checkpoint given text alone is read through its language model (issue 59
+item 2): LLaVA, Gemma 3, Qwen2-VL, Mistral 3 and Idefics 3, each a tiny random model of two
+layers and four heads (a tiny vision tower of two layers beside it) saved as a user's
+checkpoint is. Its text config's numbers are read before loading; `show` draws the language
+model's views, and the numbers are the language model's own eager attention.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
-from vlm_models import FAMILIES, eager, picture, save
 
+import attnviz
 from attnviz.cli import app
+from tests.conftest import _sentencepiece_tokenizer
 
-PROMPT = "What is on the table?"
+runner = CliRunner()
+TEXT = "The cat sat on the mat because it was tired."
+
+# fmt: off
+_TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=8, max_position_embeddings=64, pad_token_id=0,
+             bos_token_id=1, eos_token_id=2)
+_VISION = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+               image_size=32, patch_size=8)
+# model type: (its language model's type and fields, its vision tower's, its own)
+KINDS = {
+    "llava": ({"model_type": "llama"}, {"model_type": "clip_vision_model", **_VISION}, {}),
+    "gemma3": ({"model_type": "gemma3_text", "sliding_window": 4, "query_pre_attn_scalar": 8,
+                "layer_types": ["sliding_attention", "full_attention"]},
+               {"model_type": "siglip_vision_model", **_VISION}, {"mm_tokens_per_image": 4}),
+    # M-RoPE: the rotary halves of a head split between time, height and width (1 + 1 + 2)
+    "qwen2_vl": ({"model_type": "qwen2_vl_text", "rope_parameters": {
+                     "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]}},
+                 {"depth": 2, "embed_dim": 32, "num_heads": 4, "hidden_size": 32,
+                  "mlp_ratio": 2, "patch_size": 8}, {}),
+    "mistral3": ({"model_type": "mistral"},
+                 {"model_type": "pixtral", **_VISION, "head_dim": 8}, {}),
+    "idefics3": ({"model_type": "llama"}, _VISION, {"scale_factor": 2}),
+}
+# fmt: on
 
 
 @pytest.fixture(scope="module")
-def vlm_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("vlm-models")
-    return {kind: save(kind, root / kind) for kind in FAMILIES}
-
-
-@pytest.fixture(scope="module")
-def photo(tmp_path_factory):
-    return picture(tmp_path_factory.mktemp("pictures") / "photo.png", (128, 64))
-
-
-def _read(folder, path, settings=None):
-    """The prompt (with its continuation, `settings`) as attnviz reads it: its tokens and
-    every layer's weights, and the processor's inputs beside the ids."""
-    from attnviz.core import generation, vlm
-    from attnviz.core.extract import attend
-    from attnviz.core.models import model
-
-    loaded = model(str(folder)).load()
-    prompt = vlm.encode(loaded, path, PROMPT)
-    whole, reading = prompt, None
-    if settings is not None:
-        whole, reading = generation.write(loaded, prompt, settings, range(loaded.info.n_layers))
-    return whole, prompt.inputs, attend(loaded, [whole], reading=reading)[0]
-
-
-@pytest.mark.parametrize("kind", FAMILIES)
-@pytest.mark.parametrize("how", ["prompt", "generate", "target"])
-def test_every_layer_equals_the_models_eager_attention(vlm_dirs, photo, kind, how):
-    from attnviz.core.generation import Settings
-
-    settings = {"prompt": None, "generate": Settings(tokens=3),
-                "target": Settings(target="A cat")}[how]  # fmt: skip
-    whole, inputs, found = _read(vlm_dirs[kind], photo, settings)
-    expected = eager(vlm_dirs[kind], list(whole.ids), inputs)
-    assert found.weights.shape == expected.shape  # the language model's layers alone
-    assert np.abs(found.weights - expected).max() < 1e-5
-    assert found.layout is not None and len(found.layout.cells()) > 1
-
-
-def test_the_api_reads_a_picture_and_a_prompt(vlm_dirs, photo):
-    import attnviz
-
-    found = attnviz.attention(PROMPT, picture=photo, model=str(vlm_dirs["llava"]), generate=2)
-    layout = found.layout
-    cells = layout.cells()
-    assert found.tokens[cells[0]] == "(0, 0)" and found.tokens[cells[-1]] == "(5, 5)"
-    assert found.continuation.start == len(found.tokens) - 2
-    assert layout.pixels.shape == (64, 128, 3)
-    np.testing.assert_allclose(found.weights.sum(-1)[:, :, 1:], 1.0, atol=1e-5)
-
-
-@pytest.mark.parametrize("kind", FAMILIES)
-def test_a_bright_patch_moves_the_token_cut_from_it(tmp_path, kind):
-    """With each image token's features made of its own patches alone (`local`), a bright
-    square on one cell of a grey picture changes the language model's input at that cell's
-    token more than at any other."""
+def folders(tmp_path_factory):
+    """{model type: a folder with the tiny vision-language model and a tokenizer}."""
     import torch
-    from PIL import Image
+    from transformers import AutoConfig, AutoModelForImageTextToText
 
-    from attnviz.core import vlm
-    from attnviz.core.models import model
+    root = tmp_path_factory.mktemp("vision-language")
+    tokenizer = _sentencepiece_tokenizer()
+    vocab = len(tokenizer)
+    found = {}
+    for kind, (text, vision, own) in KINDS.items():
+        config = AutoConfig.for_model(
+            kind, text_config={**_TEXT, **text, "vocab_size": vocab}, vision_config=vision,
+            image_token_id=vocab - 1, **own,
+        )  # fmt: skip
+        torch.manual_seed(0)
+        model = AutoModelForImageTextToText.from_config(config)
+        with torch.no_grad():  # scores far from uniform
+            for parameter in model.parameters():
+                if parameter.dim() >= 2:
+                    parameter.normal_(0.0, 0.3)
+        model.save_pretrained(root / kind)
+        tokenizer.save_pretrained(root / kind)
+        found[kind] = root / kind
+    return found
 
-    folder = save(kind, tmp_path / kind, local=True)
-    loaded = model(str(folder)).load()
-    size = (128, 64)
-    grey = np.full((size[1], size[0], 3), 90, np.uint8)
-    layout = vlm.encode(loaded, Image.fromarray(grey), PROMPT).layout
-    part = layout.parts[0]
-    rows, cols = part.grid
-    for row, col in ((0, 0), (rows - 1, cols - 1), (rows // 2, cols // 3)):
-        top, left, bottom, right = part.box
-        y0, y1 = (top + (bottom - top) * np.array([row + 0.3, row + 0.7]) / rows) * size[1]
-        x0, x1 = (left + (right - left) * np.array([col + 0.3, col + 0.7]) / cols) * size[0]
-        bright = grey.copy()
-        bright[round(y0) : round(y1), round(x0) : round(x1)] = 255
-        moved = _inputs(loaded, Image.fromarray(bright)) - _inputs(loaded, Image.fromarray(grey))
-        change = torch.linalg.vector_norm(moved, dim=-1)
-        assert int(change.argmax()) == part.tokens[row * cols + col], (row, col)
 
-
-def _inputs(loaded, image):
-    """The language model's input embeddings for the prompt about `image`, (T, d)."""
+def _language_models_eager(folder, ids):
+    """The language model alone (`get_decoder()`) running eager attention over `ids`: its
+    own `output_attentions`, (L, H, T, T)."""
     import torch
+    from transformers import AutoModelForImageTextToText
 
-    from attnviz.core import vlm
-    from attnviz.core.tokens import pad
-
-    caught = {}
-
-    def catch(module, args, kwargs):
-        caught["embeds"] = kwargs["inputs_embeds"][0]
-
-    hook = loaded.model.get_decoder().register_forward_pre_hook(catch, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            loaded.model.base_model(**pad(loaded, [vlm.encode(loaded, image, PROMPT)]))
-    finally:
-        hook.remove()
-    return caught["embeds"]
+    whole = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager")
+    with torch.no_grad():
+        out = whole.eval().get_decoder()(input_ids=torch.tensor([ids]), output_attentions=True)
+    return np.stack([layer[0].numpy() for layer in out.attentions])
 
 
-def test_show_generates_over_a_picture(vlm_dirs, photo, tmp_path):
-    result = CliRunner().invoke(app, ["show", str(photo), PROMPT, "-m", str(vlm_dirs["qwen2_vl"]),
-                                      "--generate", "3", "--no-images"])  # fmt: skip
+@pytest.mark.parametrize("kind", KINDS)
+def test_text_alone_is_the_language_models_eager_attention(kind, folders):
+    found = attnviz.attention(TEXT, model=str(folders[kind]), device="cpu")
+    assert found.info.model_type == kind and found.info.causal
+    assert (found.info.n_layers, found.info.n_heads) == (2, 4)  # not the vision tower's too
+    ids = _sentencepiece_tokenizer()(TEXT)["input_ids"]
+    assert np.abs(found.weights - _language_models_eager(folders[kind], ids)).max() <= 1e-5
+    assert not np.triu(found.weights, k=1).any()  # a decoder's: causal
+
+
+@pytest.mark.parametrize("kind", ["llava", "gemma3", "qwen2_vl"])
+def test_show_draws_the_language_models_views(kind, folders, tmp_path):
+    result = runner.invoke(app, ["show", TEXT, "-m", str(folders[kind]), "-o", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "3 tokens generated" in result.output
-    assert "image tokens over the picture" in result.output
-    assert "The picture's share of attention" in result.output
+    assert "2×4 heads" in result.output
+    (folder,) = tmp_path.iterdir()
+    pngs = sorted(path.name for path in folder.glob("*.png"))
+    assert len(pngs) == 1 + 2 + 2 * 4 and "layer-01-head-03.png" in pngs
 
 
-def test_the_pictures_share_is_the_eager_rows_on_the_image_tokens(vlm_dirs, photo):
-    from attnviz.analysis.picture_share import picture_shares
-    from attnviz.core.generation import Settings
+def test_the_text_configs_numbers_are_read_before_loading(folders, monkeypatch):
+    from attnviz.core import models
 
-    whole, inputs, found = _read(vlm_dirs["qwen2_vl"], photo, Settings(tokens=3))
-    expected = eager(vlm_dirs["qwen2_vl"], list(whole.ids), inputs)
-    start, image = found.continuation.start, found.layout.image_tokens()
-    by_row = expected[:, :, start - 1 : len(whole.ids) - 1][..., image].sum(-1)  # (L, H, 3)
-    shares = picture_shares(found)
-    assert shares.rows == tuple(range(start - 1, len(whole.ids) - 1))
-    np.testing.assert_allclose(shares.share, by_row.mean(-1), atol=1e-5)
-    head, share = shares.top_heads(1)[0]
-    assert share == pytest.approx(by_row[1].mean(-1).max(), abs=1e-5)
+    spec = models.describe(str(folders["gemma3"]))
+    assert (spec.n_layers, spec.n_heads, spec.causal, spec.max_tokens) == (2, 4, True, 64)
 
+    def not_loaded(*args, **kwargs):
+        raise AssertionError("the model was loaded")
 
-def _refused(args, tmp_path):
-    out = tmp_path / "out"
-    result = CliRunner().invoke(app, [*map(str, args), "-o", str(out)])
+    monkeypatch.setattr(models, "load_model", not_loaded)
+    result = runner.invoke(app, ["show", TEXT, "-m", str(folders["llava"]), "--layer", "2"])
     assert result.exit_code == 2, result.output
-    assert not out.exists()  # nothing written
-    return result.output.strip()
+    assert "layer 2 out of range: this model has layers 0–1" in result.output
 
 
-def test_bad_input_is_one_line_and_exit_2(vlm_dirs, photo, tmp_path, tiny_model_dirs):
-    said = _refused(["show", photo, PROMPT, "-m", tiny_model_dirs["gpt2"]], tmp_path)
-    assert "is a text model: it reads no picture" in said and "\n" not in said
-    two = "<|user|><image><image>What is this?"
-    said = _refused(["show", photo, two, "-m", vlm_dirs["llava"], "--raw"], tmp_path)
-    assert "holds 2 image tokens" in said and "\n" not in said
-    thin = picture(tmp_path / "thin.png", (402, 2))  # Qwen2-VL's: an aspect ratio below 200
-    said = _refused(["show", thin, PROMPT, "-m", vlm_dirs["qwen2_vl"]], tmp_path)
-    assert "does not take this picture" in said and "aspect ratio" in said
-    said = _refused(["show", photo, "-m", vlm_dirs["llava"]], tmp_path)
-    assert "give the prompt after the picture" in said
+def test_a_model_of_parts_transformers_reads_no_text_through_is_one_line(tmp_path):
+    """ALIGN holds a text encoder and a vision tower, and is no image-text-to-text model:
+    refused by its config, before any weights load (the folder holds none)."""
+    from transformers import AutoConfig
+
+    text = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    AutoConfig.for_model("align", text_config=text).save_pretrained(tmp_path)
+    _sentencepiece_tokenizer().save_pretrained(tmp_path)
+    result = runner.invoke(app, ["show", TEXT, "-m", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert "('align') holds a text model and others" in result.output

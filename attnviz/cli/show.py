@@ -35,6 +35,7 @@ from attnviz.cli.options import (
     WindowOpt,
     WordsOpt,
     grouped,
+    text_or_picture,
 )
 from attnviz.core.settings import Load
 from attnviz.errors import AttnvizError, Interrupted
@@ -89,7 +90,7 @@ def show(
         from attnviz.pipelines.request import ShowRequest
         from attnviz.pipelines.show import show as run_show
 
-        text, picture = _text_or_picture(text, prompt)
+        text, picture = text_or_picture(text, "show", prompt)
         request = ShowRequest(load, text=text, picture=picture, pair=pair, raw=raw,
             prompt=text if prompt is not None else None,
             target=target, **writing, **select,
@@ -119,27 +120,3 @@ def show(
     else:
         terminal.print_written(out_console, result.images, result.folder, result.page,
                                result.drawn, result.window)  # fmt: skip
-
-
-def _text_or_picture(argument: str, prompt: str | None = None) -> tuple[str, Path | None]:
-    """The text `show` reads (- : stdin), or the picture an image file's name gives (its
-    name as the text; the prompt about it, for a vision-language model)."""
-    from attnviz.core.images import picture_argument, pictures_in
-    from attnviz.core.inputs import read_text
-    from attnviz.errors import InputError
-
-    try:
-        folder = "\n" not in argument and Path(argument).is_dir()
-    except OSError:  # a long text is no file's name
-        folder = False
-    if folder and pictures_in([argument]) is not None:
-        raise InputError(f"'{argument}' is a folder: show reads one picture (or a text); "
-                         f"`attnviz export {argument} -m MODEL` and `attnviz report` read a "
-                         "folder of pictures")  # fmt: skip
-    picture = picture_argument(argument)
-    if picture is None and prompt is not None:
-        raise InputError("give one text, or a picture and a prompt about it (show photo.png "
-                         '"What is on the table?")')  # fmt: skip
-    if picture is not None and prompt is not None:
-        return read_text(prompt), picture
-    return (picture.name, picture) if picture is not None else (read_text(argument), None)

@@ -188,10 +188,12 @@ def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers:
         if settings.seed is not None:
             torch.manual_seed(settings.seed)
         with torch.inference_mode():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids),
-                                 generation_config=generation_config(loaded, settings),
-                                 return_dict_in_generate=True, output_logits=True,
-                                 **picture_inputs(loaded, prompt))  # fmt: skip
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                generation_config=generation_config(loaded, settings),
+                **picture_inputs(loaded, prompt),
+            )
             written = out.sequences[0, len(prompt) :]
             model.base_model(input_ids=written[-1:][None], cache=out.cache, use_cache=True)
     new = [int(i) for i in written]
@@ -263,11 +265,14 @@ def generation_config(loaded: LoadedModel, settings: Settings) -> Any:
     """The settings as transformers' GenerationConfig, and nothing else: greedy, or drawn
     from the whole distribution at `temperature` (no top-k, top-p or repetition penalty that
     a model's own generation_config.json may name), stopping at the end-of-text token; a
-    vision-language model's image placeholders never written (`_placeholders`)."""
+    vision-language model's image placeholders never written (`_placeholders`); the output
+    with each step's logits."""
     from transformers import GenerationConfig
 
+    from attnviz.core.model_info import language_config
+
     eos = sorted(_eos_ids(loaded))
-    pad = getattr(loaded.model.config.get_text_config(), "pad_token_id", None)
+    pad = getattr(language_config(loaded.model.config), "pad_token_id", None)
     sampled = dict(do_sample=True, temperature=settings.temperature, top_k=0, top_p=1.0)
     placeholders = _placeholders(loaded.model.config)
     return GenerationConfig(
@@ -277,6 +282,8 @@ def generation_config(loaded: LoadedModel, settings: Settings) -> Any:
         num_beams=1,
         eos_token_id=eos or None,
         pad_token_id=pad if pad is not None else (eos[0] if eos else None),
+        return_dict_in_generate=True,
+        output_logits=True,
         **(sampled if settings.sample else dict(do_sample=False)),
     )
 
@@ -293,11 +300,13 @@ def _placeholders(config: Any) -> list[int]:
 
 
 def _eos_ids(loaded: LoadedModel) -> set[int]:
-    """The model's end-of-text tokens: its generation config's, its config's, its
+    """The model's end-of-text tokens: its generation config's, its (text) config's, its
     tokenizer's."""
+    from attnviz.core.model_info import language_config
+
     found: set[int] = set()
-    config = loaded.model.config
-    for holder in (getattr(loaded.model, "generation_config", None), config.get_text_config()):
+    config = language_config(loaded.model.config)
+    for holder in (getattr(loaded.model, "generation_config", None), config):
         eos = getattr(holder, "eos_token_id", None)
         if eos is not None:
             found.update(eos if isinstance(eos, list) else [eos])

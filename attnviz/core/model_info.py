@@ -183,7 +183,7 @@ class ModelSpec(_HeadRanges, _Stacks):
     bos_id: int | None = None  # a decoder's BOS: attnviz puts it first if the tokenizer does not
     model_type: str | None = None
     pictures: bool = False  # a vision model (`core.images.reads_pictures`)
-    prompted: bool = False  # a vision-language model (`core.vlm.reads_picture_and_prompt`)
+    prompted: bool = False  # a vision-language model (`core.models._vision_language_from_files`)
 
     def count_tokens(self, text: str) -> int | None:
         """Tokens of `text` with the special tokens the model adds, or None without a
@@ -215,10 +215,10 @@ class ModelSpec(_HeadRanges, _Stacks):
 def _counting_tokenizer(path: str, modified: int) -> Any:
     """tokenizer.json at `path` as it was at `modified` (ns), loaded once a process (the
     refusals before loading count a text's tokens more than once): no truncation, no
-    padding."""
-    from tokenizers import Tokenizer
+    padding; one line naming the file where it is not one tokenizers reads."""
+    from attnviz.core.checkpoint import tokenizer_file
 
-    tokenizer = Tokenizer.from_file(path)
+    tokenizer = tokenizer_file(Path(path))
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
@@ -241,6 +241,13 @@ class LoadedModel:
     info: ModelInfo
     device: str
     processor: Any = None  # a vision-language model's processor (`core.vlm`)
+
+
+def language_config(config: Any) -> Any:
+    """Where a loaded model's numbers are (layers, heads, widths, special tokens): a
+    vision-language model's text config (transformers' `get_text_config()`), else the config
+    itself (an encoder-decoder model's own names its stacks)."""
+    return config if config.is_encoder_decoder else config.get_text_config()
 
 
 def first_int(config: dict[str, Any], *keys: str) -> Any:

@@ -3,9 +3,10 @@ its processor (`processor`), the prompt through its chat template as the model c
 (or as it is, `raw`), and the tokens the model reads (`encode`): the prompt's, with each
 image token labelled by where its family's layout puts it on the picture (`core.layouts`).
 
-Which checkpoints these are is said from config.json alone (`reads_picture_and_prompt`): a
-text and a vision config, of a type that is not a two-tower CLIP or SigLIP (read through
-its vision tower, `core.images`).
+Which checkpoints these are is said from config.json alone (`core.models`: a text and a
+vision config, of a type transformers loads as image-text-to-text); the processor is loaded
+with the model where the checkpoint holds one (PROCESSOR_FILES); without one, its text alone
+is read, through its language model.
 """
 
 from __future__ import annotations
@@ -20,15 +21,9 @@ if TYPE_CHECKING:
     from attnviz.core.model_info import LoadedModel
 
 
-def reads_picture_and_prompt(config: dict[str, Any]) -> bool:
-    """Whether a checkpoint of this config.json is a vision-language model."""
-    from attnviz.core.images import VISION_TOWERS
-
-    return (
-        isinstance(config.get("vision_config"), dict)
-        and isinstance(config.get("text_config"), dict)
-        and config.get("model_type") not in VISION_TOWERS
-    )
+# The files a processor is read from, beside the tokenizer's: the processor's own, the image
+# processor's.
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 
 
 def processor(source: str, load: Any) -> Any:
@@ -55,7 +50,7 @@ def _processor_class(source: str) -> Any:
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
     named = None
-    for file in ("processor_config.json", "preprocessor_config.json"):
+    for file in PROCESSOR_FILES:
         path = Path(source) / file
         if path.is_file():
             named = json.loads(path.read_text(encoding="utf-8")).get("processor_class") or named
@@ -116,6 +111,10 @@ def encode(loaded: LoadedModel, given: Any, prompt: str, raw: bool = False) -> E
     from attnviz.core.images import read_picture
     from attnviz.core.seq2seq import from_ids
 
+    if loaded.processor is None:
+        raise InputError(f"{loaded.info.name} has no processor here ({' or '.join(PROCESSOR_FILES)}"
+                         "): attnviz reads a picture and a prompt through it; text alone is read "
+                         "through its language model")  # fmt: skip
     image = read_picture(given)
     name = Path(given).name if isinstance(given, (str, Path)) else "image"
     text = prompt_text(loaded.processor, prompt, raw)

@@ -157,16 +157,18 @@ def pictures(request: Request, facts: Any) -> None:
 # What each command reads: text, and pictures where it reads them.
 _TEXT = {
     "show": "a sentence, or give the picture",
+    "check": "a sentence, or give the picture",
     "report": "sentences (or --file, --treebank), or give the pictures",
     "export": "sentences (or --file), or give the pictures",
     "compare": "two texts, or give the pictures",
 }
 _PICTURES = {"show": "an image file (.jpg, .png …)",
+             "check": "an image file (.jpg, .png …)",
              "report": "picture files or folders of them (.jpg, .png …)",
              "export": "picture files or folders of them (.jpg, .png …)",
              "compare": "two picture files (.jpg, .png …)"}  # fmt: skip
-_ELSEWHERE = ("a picture to `attnviz show`, pictures to `attnviz export`, `compare` or "
-              "`report`, or a picture to the API (`serve` reads text)")  # fmt: skip
+_ELSEWHERE = ("a picture to `attnviz show` or `check`, pictures to `attnviz export`, `compare` "
+              "or `report`, or a picture to the API (`serve` reads text)")  # fmt: skip
 
 
 def before_compare(request: Request, model: Model, other: Model) -> None:

@@ -15,6 +15,7 @@ import inspect
 from typing import Any
 
 from attnviz.core.adapters.base import STACKS, LayerModules
+from attnviz.core.model_info import language_config
 
 # What a modelling code that calls the interface names: its attention modules look their
 # function up in transformers' registry of attention functions.
@@ -65,21 +66,17 @@ def stacks(model: Any) -> tuple[str | None, ...]:
     vision-language model (its language model, and its vision tower); else (None,)."""
     if model.config.is_encoder_decoder:
         return STACKS
-    return (None, VISION) if _language_model(model) is not None else (None,)
+    return (None, VISION) if reading(model) is not model.base_model else (None,)
 
 
 VISION = "vision"  # a vision-language model's vision tower, beside its language model (None)
 
 
-def _language_model(model: Any) -> Any:
-    """A vision-language model's language model (transformers' `get_decoder()`), or None
-    for a model that is not one (no vision and text config)."""
-    config = model.config
-    if (
-        getattr(config, "vision_config", None) is None
-        or getattr(config, "text_config", None) is None
-    ):
-        return None
+def reading(model: Any) -> Any:
+    """The modules that read a text: a vision-language model's language model (its
+    `get_decoder()`; its vision tower's attention is not the text's), else the base model."""
+    if language_config(model.config) is model.config:
+        return model.base_model
     return model.get_decoder()
 
 
@@ -91,8 +88,8 @@ def _stack(model: Any, name: str, module: Any) -> str | None:
     in the decoder, whether it reads the encoder's states (cross-attention); in a
     vision-language model, the language model's (None) or the vision tower's."""
     if not model.config.is_encoder_decoder:
-        language = _language_model(model)
-        if language is None:
+        language = reading(model)
+        if language is model.base_model:
             return None
         inside = getattr(model, "_attnviz_language", None)
         if inside is None:  # the language model's modules, found once a model
