@@ -363,7 +363,13 @@ def _tokenizer(source: str, label: str, config: Any, reader: Any = None) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        return _from_pretrained(reader or AutoTokenizer, source, config=config)
+        tokenizer = _from_pretrained(reader or AutoTokenizer, source, config=config)
+        # a text over the model's limit is attnviz's to say (skipped, refused or cut, in one
+        # line): transformers' own warning about it is marked as said
+        said = getattr(tokenizer, "deprecation_warnings", None)
+        if isinstance(said, dict):
+            said["sequence-length-is-longer-than-the-specified-maximum"] = True
+        return tokenizer
     except Exception as exc:
         if not isinstance(exc, (OSError, ValueError)) and not checkpoint.from_tokenizers(exc):
             raise
