@@ -179,6 +179,8 @@ def attention(
     fusion: str = "mean",
     discard: float = 0.0,
     to: str | Path | None = None,
+    picture: str | Path | Any = None,
+    raw: bool = False,
     **load: Any,
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
@@ -215,6 +217,10 @@ def attention(
     an image file's path or a PIL image, prepared by the model's own image processor; its
     tokens are `CLS`, `dist`, `reg0`… and the patches `(row, col)`, and `picture` holds the
     picture as the model saw it and its patch grid (`core.images.Picture`).
+    A vision-language model (LLaVA, Qwen2-VL, PaliGemma, …) reads `text` as a prompt about
+    `picture` (a path or a PIL image), through its processor's chat template (as it is with
+    `raw`); each image token is labelled by its cell of the picture and `layout` says where
+    each sits (`core.layouts.Layout`); with `generate` or `target`, as a decoder's.
     `implementation` is the model's attention: "sdpa" (the probabilities recorded inside the
     model's attention call, from its own q and k, in blocks of rows; the other layers run
     SDPA), "flash_attention_2" (the same) or "eager" (the model's own); `load` the other load
@@ -224,11 +230,16 @@ def attention(
     from attnviz.pipelines import checks, readers
     from attnviz.pipelines.request import ShowRequest
 
-    picture = text if looks_like_picture(text) else None
+    prompt = text if picture is not None else None
+    picture = picture if picture is not None else text if looks_like_picture(text) else None
     request = ShowRequest(
         _load(model, device, implementation, **load),
-        text=text if picture is None else getattr(picture, "name", None) or "image",
+        text=text
+        if picture is None or prompt is not None
+        else getattr(picture, "name", None) or "image",
         picture=picture,
+        prompt=prompt,
+        raw=raw,
         pair=pair,
         target=target,
         generate=generate,
@@ -270,7 +281,7 @@ def _weights_file(to: str | Path | None, request: Any) -> Path | None:
 
 
 def check(
-    text: str,
+    text: str | Any,
     model: str | None = None,
     layers: list[int] | None = None,
     tolerance: float | None = None,
@@ -285,12 +296,18 @@ def check(
     An encoder-decoder model reads `text` as its source and `target` (or its own greedy
     output, `generate` tokens at most) as the decoder's input; each of `stacks` (default all:
     "encoder", "decoder", "cross") is checked, one `CheckResult` per stack in `stacks`.
+    A vision model (ViT, DeiT, DINOv2) reads a picture: `text` is then an image file's path
+    or a PIL image, as `attention` reads it.
     `tolerance` None is the model's dtype's (`analysis.check.TOLERANCES`)."""
+    from attnviz.core.images import looks_like_picture
     from attnviz.pipelines.check import check as run_check
     from attnviz.pipelines.request import CheckRequest
 
+    picture = text if looks_like_picture(text) else None
+    if picture is not None:
+        text = getattr(picture, "name", None) or "image"
     found = run_check(
-        CheckRequest(_load(model, device, **load), text=text, target=target,
+        CheckRequest(_load(model, device, **load), text=text, picture=picture, target=target,
                 generate=generate, layers=tuple(layers) if layers else None,
                 stacks=tuple(stacks or ()),
                 truncate=truncate, tolerance=tolerance)

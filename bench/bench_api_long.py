@@ -94,29 +94,27 @@ def main() -> None:
     header("The API's weights of every head at long lengths against eager output_attentions",
            args)  # fmt: skip
     _call("api", _text_file(64))  # converts SmolLM2 into its cache once, untimed
-    rows = []
-    for n in lengths:
+    print("| tokens | maps (GiB) | side | seconds (median) | peak GiB (median) | ÷ eager time "
+          "(min / median / max) |")  # fmt: skip
+    print("|---|---|---|---|---|---|", flush=True)
+    for n in lengths:  # each length's rows as soon as they are measured
         text_file = _text_file(n)
         got: dict[str, list] = {side: [] for side in SIDES}
         for order in rounds(runs, SIDES):
             for side in order:
                 got[side].append(_call(side, text_file))
-        rows.append((n, got))
-    print("| tokens | maps (GiB) | side | seconds (median) | peak GiB (median) | ÷ eager time "
-          "(min / median / max) |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
-    for n, got in rows:
         eager = [s for s, _ in got["eager"]]
         for side in SIDES:
             secs = [s for s, _ in got[side]]
-            peaks = [p for _, p in got[side]]
+            peaks = statistics.median(p for _, p in got[side])
             if any(s is None for s in secs):
-                print(f"| {n:,} | {floor(n):.2f} | {side} | refused | "
-                      f"{statistics.median(peaks):.2f} | |")  # fmt: skip
+                print(f"| {n:,} | {floor(n):.2f} | {side} | refused | {peaks:.2f} | |", flush=True)
                 continue
-            ratio = "1" if side == "eager" else spread(ratios(secs, eager), bold=True)
+            ratio = "1"
+            if side != "eager":
+                ratio = "–" if None in eager else spread(ratios(secs, eager), bold=True)
             print(f"| {n:,} | {floor(n):.2f} | {side} | {statistics.median(secs):.1f} | "
-                  f"{statistics.median(peaks):.2f} | {ratio} |")  # fmt: skip
+                  f"{peaks:.2f} | {ratio} |", flush=True)  # fmt: skip
     footer()
 
 

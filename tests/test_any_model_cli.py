@@ -1,6 +1,9 @@
 """Every command on model types attnviz has no adapter for: a decoder (GPT-NeoX), one with
 attention sinks (gpt-oss), an encoder with local and global layers (ModernBERT), saved to
 folders as a user's checkpoints are, read through attnviz's attention function alone.
+GPT-NeoX and ModernBERT have adapters now (`check` reads their weights:
+tests/test_check_families.py); here they are read without them (`without_adapters`), as a
+type with none is.
 
 What needs a family's weight names (check's from-scratch attention) is refused in one line,
 exit 2; everything else works: the measures of norms read v inside the attention call, W_O
@@ -26,6 +29,18 @@ runner = CliRunner()
 TEXT = "The cat sat on the mat because it was tired."
 KINDS = {"gpt_neox": "decoder", "gpt_oss": "decoder", "modernbert": "encoder",
          "m2m_100": "seq2seq"}  # fmt: skip
+
+
+@pytest.fixture(scope="module", autouse=True)
+def without_adapters():
+    """The adapters of this file's model types taken away while its tests run."""
+    from attnviz.core import adapters
+
+    with pytest.MonkeyPatch.context() as patched:
+        for kind in KINDS:
+            if kind in adapters.BY_TYPE:
+                patched.delitem(adapters.BY_TYPE, kind)
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +123,8 @@ def test_check_without_an_adapter_is_one_line_before_loading(folders, monkeypatc
 
     monkeypatch.setattr(models, "load_model", not_loaded)
     said = "attnviz check recomputes attention from scratch with each family"
-    result = runner.invoke(app, ["check", TEXT, "-m", folders["gpt_neox"]])
-    assert "'gpt_neox' has none" in result.output
+    result = runner.invoke(app, ["check", TEXT, "-m", folders["gpt_oss"]])
+    assert "'gpt_oss' has none" in result.output
     assert result.exit_code == 2, result.output
     assert said in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
@@ -230,6 +245,48 @@ def test_how_a_block_joins_the_stream_is_read_from_the_model(kind, form):
         found = residual.around(model, layer)  # the norm after the block, or None
         assert (found is None) == (form == "pre"), (kind, layer)
         assert (found is not None and found.covers_residual) == (form == "post"), (kind, layer)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [lambda: __import__("torch").OutOfMemoryError("CUDA out of memory"),
+     lambda: RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB"),
+     KeyboardInterrupt],
+    ids=["gpu-out-of-memory", "cpu-out-of-memory", "ctrl-c"],
+)  # fmt: skip
+def test_a_failed_read_of_the_stream_is_not_remembered_as_a_refusal(failure, monkeypatch):
+    """Issue 59 item 5: the pass over four tokens `residual.around` reads the model from
+    runs out of memory, or is stopped by a Ctrl-C: that failure rises, and the next ask reads
+    the model (it was stored as the model's refusal, and ALTI and the norms were off for the
+    rest of the process). A model's own answer (its forward refuses the four tokens) is
+    remembered: asked again, it is not run again."""
+    from attnviz.core import capture, recording, residual
+    from attnviz.errors import UnsupportedModelError
+
+    recording.register()
+    model = any_models.build("gpt_neox")
+    model.set_attn_implementation(recording.NAME)
+    trace, passes = capture.trace, []
+
+    def failing(*args, **kwargs):
+        raise failure()
+
+    monkeypatch.setattr(capture, "trace", failing)
+    with pytest.raises((RuntimeError, KeyboardInterrupt)):
+        residual.around(model, 0)
+    monkeypatch.setattr(capture, "trace", trace)
+    assert residual.around(model, 0) is None  # GPT-NeoX is pre-LN: no norm after the block
+
+    def refusing(*args, **kwargs):
+        passes.append(1)
+        raise TypeError("forward() missing 1 required positional argument: 'pixel_values'")
+
+    del model._attnviz_around
+    monkeypatch.setattr(capture, "trace", refusing)
+    for _ in range(2):
+        with pytest.raises(UnsupportedModelError, match="a pass over four tokens failed"):
+            residual.around(model, 1)
+    assert passes == [1]
 
 
 @pytest.mark.parametrize("kind", ["gpt_neox", "modernbert"])

@@ -227,6 +227,10 @@ def test_visible_keys_by_hand():
     assert visible_keys(1, 4, causal=True, window=2)[0].equal(grid("1000", "1100", "0110", "0011"))
     padded = visible_keys(2, 3, key_mask=torch.tensor([[1, 1, 0], [1, 1, 1]]))
     assert padded[0].equal(grid("110", "110", "110")) and padded[1].all()
+    # a band of 1 (an encoder's local layer): the key before the query, itself and the one after
+    banded = grid("11000", "11100", "01110", "00111", "00011")
+    assert visible_keys(1, 5, band=1)[0].equal(banded)
+    assert visible_keys(1, 2, band=1, n_keys=5, start=3)[0].equal(banded[3:])  # a block of rows
 
 
 def test_rms_norm_by_hand():

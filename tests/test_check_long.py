@@ -71,3 +71,26 @@ def test_a_check_in_blocks_still_finds_a_wrong_head(loaded_tiny, tiny_model_dirs
     found, _ = check_layers(changed, batch, [0, 1])
     assert max(found[0].head_errors) <= 1e-5
     assert found[1].failing_heads(1e-5) == [2]
+
+
+def test_a_check_over_the_memory_is_one_line_before_the_model_loads(monkeypatch):
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+    from attnviz.core.models import Model
+
+    monkeypatch.setattr(Model, "load", lambda self: pytest.fail("the model loaded"))
+    monkeypatch.setenv(memory.ENV, "200MiB")
+    done = CliRunner().invoke(app, ["check", "The cat sat on the mat."])
+    assert done.exit_code == 2
+    (line,) = done.output.strip().splitlines()
+    assert "check of this text (9 tokens) needs about" in line and "200 MiB" in line
+
+
+def test_the_estimate_of_a_long_check_is_bounded_by_its_blocks():
+    """8,085 tokens of SmolLM2 (9 heads): in blocks, about a GiB beside the model;
+    whole, one layer's maps alone would take 2.4 GB and ours in float64 more."""
+    blocks = memory.check_estimate(9, 0, 8085, in_blocks=True).total
+    whole = memory.check_estimate(9, 0, 8085, in_blocks=False).total
+    assert memory.check_in_blocks(9, 8085) and not memory.check_in_blocks(9, 1720)
+    assert blocks < 2 * memory.GiB < 10 * memory.GiB < whole

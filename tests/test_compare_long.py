@@ -91,3 +91,27 @@ def test_pooled_unit_grids_are_the_means_of_the_exact_ones(tiny_model_dirs, monk
     counts = counts.reshape((u + 1) // 2, 2, (u + 1) // 2, 2).sum(axis=(1, 3))
     np.testing.assert_allclose(pair.grids_a, cells.sum(axis=(3, 5)) / counts, atol=1e-6)
     assert pair.grid_labels() == held.labels[::2]
+
+
+def test_a_comparison_over_the_memory_is_one_line_before_the_models_load(monkeypatch):
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+    from attnviz.core.models import Model
+
+    monkeypatch.setattr(Model, "load", lambda self: pytest.fail("the model loaded"))
+    monkeypatch.setenv(memory.ENV, "200MiB")
+    done = CliRunner().invoke(app, ["compare", *PAIRS[0], "--no-images"])
+    assert done.exit_code == 2
+    (line,) = done.output.strip().splitlines()
+    assert "compare of 1 pair(s)" in line and "200 MiB" in line
+
+
+def test_in_blocks_a_long_comparison_needs_no_more_than_its_pooled_maps_and_blocks():
+    """SmolLM2 (30 × 9 heads, 540 MB of weights): 8,085 tokens a side within 4 GiB in blocks;
+    held whole, 1,720 tokens a side would take tens of GiB (float64 grids)."""
+    weights = 540 * 10**6
+    blocks = memory.compare_estimate(30, 9, weights, [(8085, 8085)], in_blocks=True).total
+    held = memory.compare_estimate(30, 9, weights, [(1720, 1720)], in_blocks=False).total
+    assert memory.compare_in_blocks(30, 9, [(1720, 1720)])
+    assert blocks < 4 * memory.GiB < 10 * memory.GiB < held

@@ -129,14 +129,23 @@ def test_export_stops_at_the_next_text_after_a_ctrl_c_python_swallowed(
     tiny_model_dirs, tmp_path, monkeypatch
 ):
     """A KeyboardInterrupt raised inside a finaliser is printed and dropped by Python; the
-    handler's word (`interrupts.ask`) still stops export at its next text."""
+    handler's word (`interrupts.ask`) still stops export at its next text. Here the Ctrl-C
+    came while the model loaded."""
     from attnviz.core import interrupts
     from attnviz.core.inputs import read_sentences
+    from attnviz.core.models import Model
     from attnviz.core.settings import Load
     from attnviz.pipelines.export import export
     from attnviz.pipelines.request import ExportRequest
 
-    monkeypatch.setattr(interrupts, "_asked", True)
+    load = Model.load
+
+    def interrupted(model):
+        interrupts.ask()
+        return load(model)
+
+    monkeypatch.setattr(interrupts, "_asked", False)  # restored after the test
+    monkeypatch.setattr(Model, "load", interrupted)
     texts = [f"Sentence {i} is here." for i in range(4)]
     request = ExportRequest(Load(str(tiny_model_dirs["bert"])), out=tmp_path / "out",
                       sentences=read_sentences(None, texts), figures=("overview",))  # fmt: skip

@@ -2,7 +2,7 @@
 used, `--target` reads a given continuation by teacher forcing; both equal the model's own
 eager attention over prompt + continuation, on tiny random decoders saved as a user's
 checkpoints: Llama with grouped-query heads, GPT-2, Gemma 2 with its sliding window (shorter
-than the text: its cache holds the window alone) and soft cap, GPT-NeoX (no adapter)."""
+than the text: its cache holds the window alone) and soft cap, Phi (partial RoPE, no adapter)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.conftest import _byte_level_tokenizer
 
 runner = CliRunner()
 PROMPT = "The cat sat on the mat"
-KINDS = ("llama", "gpt2", "gemma2", "gpt_neox")
+KINDS = ("llama", "gpt2", "gemma2", "phi")
 N = 9  # tokens written: the text passes Gemma 2's window of 4 by far
 
 
@@ -186,7 +186,7 @@ def test_show_lists_each_written_token_and_streams_a_long_prompt_alike(decoders,
 
 
 def test_the_cli_marks_the_continuation_and_writes_its_figures(decoders, tmp_path):
-    model = decoders["gpt_neox"]
+    model = decoders["phi"]
     result = runner.invoke(app, ["show", PROMPT, "-m", model, "--generate", "5", "--json",
                                  "--no-images", "--device", "cpu"])  # fmt: skip
     assert result.exit_code == 0, result.output

@@ -227,10 +227,11 @@ def test_the_options_a_picture_cannot_take_are_refused_in_one_line(vision_dirs, 
     assert "is for text" in result.output and not (tmp_path / "out").exists()
 
 
-def test_a_picture_given_to_a_text_command_says_which_commands_read_pictures(tmp_path):
+def test_a_picture_given_to_a_text_model_says_which_models_read_pictures(tmp_path):
     path = picture(tmp_path / "photo.png")
-    result = runner.invoke(app, ["check", str(path)])
-    assert result.exit_code == 2 and "is a picture: `attnviz show" in result.output
+    result = runner.invoke(app, ["check", str(path)])  # the bundled model: an encoder of text
+    assert result.exit_code == 2 and "reads text, not pictures" in result.output
+    assert "give the picture to a vision model (-m DIR of a ViT" in result.output
 
 
 def test_the_api_says_a_missing_picture_is_missing(vision_dirs, tmp_path):

@@ -1,6 +1,7 @@
 """Tiny random vision transformers saved with an image processor, for tests: ViT, DeiT (a
-distillation token), DINOv2 with 4 registers, BEiT, CLIP's vision tower alone and CLIP and
-SigLIP checkpoints of both towers (read through their vision towers; SigLIP has no CLS).
+distillation token), DINOv2 without and with 4 registers, BEiT, CLIP's vision tower alone and
+CLIP and SigLIP checkpoints of both towers (read through their vision towers; SigLIP has no
+CLS).
 No pretrained vision weights are reachable here; these are random, their weights drawn with
 std SPREAD so that rows are far from uniform.
 
@@ -25,6 +26,7 @@ _CROP = {"size": {"shortest_edge": 36}, "crop_size": {"height": 32, "width": 32}
 TYPES = {
     "vit": (_VIT, "ViTImageProcessor", _SQUARE),
     "deit": (_VIT, "ViTImageProcessor", _SQUARE),
+    "dinov2": (_VIT, "BitImageProcessor", _CROP),
     "dinov2_with_registers": ({**_VIT, "num_register_tokens": 4}, "BitImageProcessor", _CROP),
     "clip_vision_model": (_VIT, "CLIPImageProcessor", _CROP),
     "clip": (_TWO_TOWERS, "CLIPImageProcessor", _CROP),
@@ -34,6 +36,7 @@ TYPES = {
 PREFIX = {
     "vit": ["CLS"],
     "deit": ["CLS", "dist"],
+    "dinov2": ["CLS"],
     "dinov2_with_registers": ["CLS", "reg0", "reg1", "reg2", "reg3"],
     "clip_vision_model": ["CLS"],
     "clip": ["CLS"],

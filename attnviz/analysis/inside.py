@@ -37,7 +37,7 @@ class Inside:
     k: np.ndarray  # (L, H, S, d_k) float32; S = T except in cross-attention
     v: np.ndarray  # (L, H, S, d_k) float32
     errors: np.ndarray  # (L, H, T) max over keys of |ours − model's| for each query
-    scores: tuple[dict[str, float | None], ...] = ()  # per layer: scale, softcap, window
+    scores: tuple[dict[str, float | None], ...] = ()  # per layer: scale, softcap, window, band
     stack: str | None = None  # encoder-decoder models: "encoder", "decoder" or "cross"
     key_tokens: tuple[str, ...] | None = None  # cross-attention: the source's tokens
     bias: np.ndarray | None = None  # (H, T, S) T5's relative position bias B_h, every layer's
@@ -141,10 +141,12 @@ class InsideSteps:
             source = tensors.get("kv_input")  # cross-attention: the encoder's last states
             source = source[row : row + 1, :m].double() if source is not None else None
             model_probs = tensors["probs"][row : row + 1, :, :n, :m]  # (1, H, T, S)
-            allowed = visible_keys(1, n, causal=self.causal, window=w.window, n_keys=m)
+            allowed = visible_keys(1, n, causal=self.causal, window=w.window, n_keys=m,
+                                   band=w.band)  # fmt: skip
             angles = rope_angles(w.rope, n) if w.rope is not None else None
             bias = relative_bias(w.relative, n, m) if w.relative is not None else None  # (H, T, S)
-            steps["scores"].append({"scale": scale, "softcap": w.softcap, "window": w.window})
+            steps["scores"].append({"scale": scale, "softcap": w.softcap, "window": w.window,
+                                    "band": w.band})  # fmt: skip
             if bias is not None:
                 steps["bias"] = bias.numpy().astype(np.float32)
             heads = [

@@ -27,6 +27,7 @@ from attnviz.cli.options import (
     briefly,
     flag,
     load,
+    text_or_picture,
 )
 from attnviz.core import adapters
 from attnviz.errors import AttnvizError
@@ -37,7 +38,12 @@ Stack = Enum("Stack", {name: name for name in (*adapters.STACKS, "all")}, type=s
 SentenceArg = Annotated[
     str,
     typer.Argument(
-        help="The sentence to run through the model; - reads it from stdin.", show_default=False
+        help=briefly(
+            "The sentence to run through the model (- reads stdin), or a picture.",
+            "A picture file, with a vision model (ViT, DeiT, DINOv2: docs/vision.md), read as "
+            "`show` reads it.",
+        ),
+        show_default=False,
     ),
 ]
 AllLayersOpt = Annotated[bool, flag("--all-layers", "Check every layer (the default).")]
@@ -93,9 +99,9 @@ def check(
     residual and LayerNorm) with the model's own. An encoder-decoder model (T5, BART,
     Marian) reads the text as its source, and every stack is checked: encoder, decoder
     (causal) and cross-attention (keys and values from the encoder's last hidden states); T5
-    adds its relative position bias to unscaled scores.
+    adds its relative position bias to unscaled scores. A vision model (ViT, DeiT, DINOv2)
+    reads a picture file given instead of the text, as `show` reads it.
     """
-    from attnviz.core.inputs import read_text
     from attnviz.outputs import terminal
     from attnviz.pipelines.check import check as run_check
     from attnviz.pipelines.request import CheckRequest
@@ -103,10 +109,12 @@ def check(
     try:
         how = load(model, device, dtype=dtype, device_map=device_map, max_memory=max_memory,
                    offload_folder=offload_folder, quantize=quantize)  # fmt: skip
+        text, picture = text_or_picture(text, "check")
         result = run_check(
             CheckRequest(
                 how,
-                text=read_text(text),
+                text=text,
+                picture=picture,
                 target=target,
                 generate=generate,
                 layers=tuple(layer) if layer else None,

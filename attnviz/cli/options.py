@@ -364,6 +364,58 @@ TextArg = Annotated[
         show_default=False,
     ),
 ]
+PromptArg = Annotated[
+    str | None,
+    typer.Argument(
+        help=briefly(
+            "The question about the picture (vision-language models).",
+            "After a picture, with a vision-language model (LLaVA, Qwen2-VL, PaliGemma, …): "
+            "the prompt goes through the processor's chat template as the model card would "
+            "(--raw sends it as it is; docs/vision-language.md).",
+        ),
+        show_default=False,
+    ),
+]
+RawOpt = Annotated[
+    bool,
+    flag(
+        "--raw",
+        briefly(
+            "Send a picture's prompt as it is, not through the chat template.",
+            "The prompt is then the model's whole input text: write its image token where the "
+            "picture goes (or none, where the processor places it).",
+        ),
+        Panel.READING,
+    ),
+]
+
+
+def text_or_picture(
+    argument: str, command: str, prompt: str | None = None
+) -> tuple[str, Path | None]:
+    """The text `command` (show, check) reads (- : stdin), or the picture an image file's
+    name gives (its name as the text; the prompt about it, for a vision-language model)."""
+    from attnviz.core.images import picture_argument, pictures_in
+    from attnviz.core.inputs import read_text
+    from attnviz.errors import InputError
+
+    try:
+        folder = "\n" not in argument and Path(argument).is_dir()
+    except OSError:  # a long text is no file's name
+        folder = False
+    if folder and pictures_in([argument]) is not None:
+        raise InputError(f"'{argument}' is a folder: {command} reads one picture (or a text); "
+                         f"`attnviz export {argument} -m MODEL` and `attnviz report` read a "
+                         "folder of pictures")  # fmt: skip
+    picture = picture_argument(argument)
+    if picture is None and prompt is not None:
+        raise InputError(f"give one text, or a picture and a prompt about it ({command} "
+                         'photo.png "What is on the table?")')  # fmt: skip
+    if picture is not None and prompt is not None:
+        return read_text(prompt), picture
+    return (picture.name, picture) if picture is not None else (read_text(argument), None)
+
+
 PairOpt = valued(
     str,
     "--pair",

@@ -24,7 +24,9 @@ from attnviz.cli.options import (
     PairOpt,
     PoolName,
     PoolOpt,
+    PromptArg,
     QueryOpt,
+    RawOpt,
     StackOpt,
     TargetOpt,
     TextArg,
@@ -33,6 +35,7 @@ from attnviz.cli.options import (
     WindowOpt,
     WordsOpt,
     grouped,
+    text_or_picture,
 )
 from attnviz.core.settings import Load
 from attnviz.errors import AttnvizError, Interrupted
@@ -43,6 +46,7 @@ from attnviz.outputs.figures import Style
 @grouped
 def show(
     text: TextArg,
+    prompt: PromptArg = None,
     load: Load = LOAD,
     select: dict = SELECT,
     query: QueryOpt = None,
@@ -64,6 +68,7 @@ def show(
     window: WindowOpt = None,
     pool: PoolOpt = PoolName.max,
     as_json: JsonOpt = False,
+    raw: RawOpt = False,
 ) -> None:
     """Show what every attention head looks at in one sentence, and write heatmaps.
 
@@ -85,8 +90,9 @@ def show(
         from attnviz.pipelines.request import ShowRequest
         from attnviz.pipelines.show import show as run_show
 
-        text, picture = _text_or_picture(text)
-        request = ShowRequest(load, text=text, picture=picture, pair=pair,
+        text, picture = text_or_picture(text, "show", prompt)
+        request = ShowRequest(load, text=text, picture=picture, pair=pair, raw=raw,
+            prompt=text if prompt is not None else None,
             target=target, **writing, **select,
             stack=stack.value if stack is not None else None,
             truncate=truncate, words=words, hide_special=hide_special, **measuring,
@@ -114,22 +120,3 @@ def show(
     else:
         terminal.print_written(out_console, result.images, result.folder, result.page,
                                result.drawn, result.window)  # fmt: skip
-
-
-def _text_or_picture(argument: str) -> tuple[str, Path | None]:
-    """The text `show` reads (- : stdin), or the picture an image file's name gives (its
-    name as the text)."""
-    from attnviz.core.images import picture_argument, pictures_in
-    from attnviz.core.inputs import read_text
-    from attnviz.errors import InputError
-
-    try:
-        folder = "\n" not in argument and Path(argument).is_dir()
-    except OSError:  # a long text is no file's name
-        folder = False
-    if folder and pictures_in([argument]) is not None:
-        raise InputError(f"'{argument}' is a folder: show reads one picture (or a text); "
-                         f"`attnviz export {argument} -m MODEL` and `attnviz report` read a "
-                         "folder of pictures")  # fmt: skip
-    picture = picture_argument(argument)
-    return (picture.name, picture) if picture is not None else (read_text(argument), None)

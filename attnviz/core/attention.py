@@ -19,6 +19,7 @@ from attnviz.errors import InputError
 if TYPE_CHECKING:
     import numpy as np
 
+    from attnviz.core.layouts import Layout
     from attnviz.core.model_info import ModelInfo
 
 
@@ -96,6 +97,10 @@ class Encoded:
     continuation: Continuation | None = None  # a decoder's generated or given continuation
     pixels: Any = None  # a picture's pixel values, (1, 3, H, W), for a vision model
     picture: Picture | None = None  # a picture: as the model saw it, and its patch grid
+    # a picture and a prompt (`core.vlm`): the processor's outputs beside the ids (pixel
+    # values, image_grid_thw, …), and where each image token sits on the picture
+    inputs: dict[str, Any] | None = None
+    layout: Layout | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -174,6 +179,7 @@ class Attention:
     # starts and each of its tokens' probabilities (`--generate`, `--target`)
     continuation: Continuation | None = None
     picture: Picture | None = None  # a vision model's picture: its pixels and patch grid
+    layout: Layout | None = None  # a vision-language model's picture: its image tokens' cells
 
     @property
     def pool_size(self) -> int:

@@ -66,6 +66,7 @@ from typing import Any, Protocol
 from attnviz.core import adapters
 from attnviz.core.adapters import generic
 from attnviz.core.adapters.base import LayerModules
+from attnviz.core.model_info import language_config
 from attnviz.errors import InputError, UnsupportedModelError
 
 KINDS = ("input", "probs", "output", "residual", "heads", "kv_input", "scores", "values")
@@ -217,7 +218,7 @@ def trace(model: Any, roots: Sequence[Any]) -> dict[int, list[list]]:
             handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
             handles.append(module.register_forward_hook(after, with_kwargs=True))
     try:
-        vocab = getattr(model.config, "vocab_size", None) or 4
+        vocab = getattr(language_config(model.config), "vocab_size", None) or 4
         ids = (torch.arange(4) % vocab)[None].to(model.device)
         with torch.inference_mode():
             model.base_model(input_ids=ids)

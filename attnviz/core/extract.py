@@ -169,6 +169,7 @@ def text_attention(
         per_layer=per_layer,
         continuation=encoded.continuation,
         picture=encoded.picture,
+        layout=encoded.layout,
     )
 
 

@@ -110,8 +110,12 @@ class _Holding:
         self._call: dict[Any, tuple[int, int]] = {}  # the call running: (queries, keys)
 
     def site(self, module: Any) -> Any:
-        found = self._sites.site(module)
-        return found if found is not None and found[1] in self.wanted else None
+        found = self._sites.site(module)  # (None, layer): a vision tower's is not read here
+        return (
+            found
+            if found is not None and found == (None, found[1]) and found[1] in self.wanted
+            else None
+        )
 
     def wants(self, site: Any, shape: tuple[int, int, int, int]) -> bool:
         batch, _, queries, keys = shape
@@ -185,6 +189,7 @@ def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers:
     import torch
 
     from attnviz.core import recording
+    from attnviz.core.tokens import picture_inputs
 
     model, n = loaded.model, settings.tokens
     check_room(len(prompt), n, loaded.info.max_tokens)
@@ -197,9 +202,12 @@ def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers:
         if settings.seed is not None:
             torch.manual_seed(settings.seed)
         with torch.inference_mode():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids),
-                                 generation_config=generation_config(loaded, settings),
-                                 return_dict_in_generate=True, output_logits=True)  # fmt: skip
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                generation_config=generation_config(loaded, settings),
+                **picture_inputs(loaded, prompt),
+            )
             written = out.sequences[0, len(prompt) :]
             if listens:
                 model.base_model(input_ids=written[-1:][None], cache=out.cache, use_cache=True)
@@ -227,6 +235,7 @@ def _teacher_forced(
     import torch
 
     from attnviz.core import recording
+    from attnviz.core.tokens import picture_inputs
 
     target = target_ids(loaded, prompt.text, settings.target)
     ids = [*prompt.ids, *target]
@@ -242,7 +251,8 @@ def _teacher_forced(
     listener = recording.listening(_Holding(loaded, layers, reading)) if listens else nullcontext()
     with listener, torch.inference_mode():
         # the logits of the rows that read the target alone: (N + 1, V), not (T + N, V)
-        logits = loaded.model(input_ids=inputs, logits_to_keep=len(target) + 1).logits[0]
+        logits = loaded.model(input_ids=inputs, logits_to_keep=len(target) + 1,
+                              **picture_inputs(loaded, prompt, len(ids))).logits[0]  # fmt: skip
     start = len(prompt)
     chances = torch.softmax(logits[:-1].float(), dim=-1)  # (N, V): rows start − 1 … T + N − 2
     probs = tuple(float(chances[i, token]) for i, token in enumerate(target))
@@ -275,27 +285,49 @@ def target_ids(loaded: LoadedModel, prompt: str, target: str) -> list[int]:
 def generation_config(loaded: LoadedModel, settings: Settings) -> Any:
     """The settings as transformers' GenerationConfig, and nothing else: greedy, or drawn
     from the whole distribution at `temperature` (no top-k, top-p or repetition penalty that
-    a model's own generation_config.json may name), stopping at the end-of-text token."""
+    a model's own generation_config.json may name), stopping at the end-of-text token; a
+    vision-language model's image placeholders never written (`_placeholders`); the output
+    with each step's logits."""
     from transformers import GenerationConfig
 
+    from attnviz.core.model_info import language_config
+
     eos = sorted(_eos_ids(loaded))
-    pad = loaded.model.config.pad_token_id
+    pad = getattr(language_config(loaded.model.config), "pad_token_id", None)
     sampled = dict(do_sample=True, temperature=settings.temperature, top_k=0, top_p=1.0)
+    placeholders = _placeholders(loaded.model.config)
     return GenerationConfig(
+        suppress_tokens=placeholders or None,
         max_new_tokens=settings.tokens,
         min_new_tokens=0,
         num_beams=1,
         eos_token_id=eos or None,
         pad_token_id=pad if pad is not None else (eos[0] if eos else None),
+        return_dict_in_generate=True,
+        output_logits=True,
         **(sampled if settings.sample else dict(do_sample=False)),
     )
 
 
+def _placeholders(config: Any) -> list[int]:
+    """A vision-language model's image and video placeholder tokens: never written (each
+    stands for features of a picture the prompt does not have)."""
+    if getattr(config, "vision_config", None) is None:
+        return []
+    names = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
+    return sorted(
+        {found for name in names if isinstance(found := getattr(config, name, None), int)}
+    )
+
+
 def _eos_ids(loaded: LoadedModel) -> set[int]:
-    """The model's end-of-text tokens: its generation config's, its config's, its
+    """The model's end-of-text tokens: its generation config's, its (text) config's, its
     tokenizer's."""
+    from attnviz.core.model_info import language_config
+
     found: set[int] = set()
-    for holder in (getattr(loaded.model, "generation_config", None), loaded.model.config):
+    config = language_config(loaded.model.config)
+    for holder in (getattr(loaded.model, "generation_config", None), config):
         eos = getattr(holder, "eos_token_id", None)
         if eos is not None:
             found.update(eos if isinstance(eos, list) else [eos])

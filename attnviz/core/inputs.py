@@ -38,8 +38,8 @@ class Sentences:
 
 
 def _names_a_file(argument: str) -> bool:
-    """Whether `argument` names a file (one line: a picture's, which `show`, `export`,
-    `compare` and `report` read, their `*_input` before this)."""
+    """Whether `argument` names a file (one line: a picture's, which `show`, `check`,
+    `export`, `compare` and `report` read, their `*_input` before this)."""
     if "\n" in argument or len(argument) > 4096:
         return False
     try:
@@ -50,9 +50,9 @@ def _names_a_file(argument: str) -> bool:
 
     if found and Path(argument).suffix.lower() in SUFFIXES:
         raise InputError(
-            f"'{argument}' is a picture: `attnviz show {argument} -m MODEL` reads one with a "
-            "vision model, `export`, `compare` and `report` many (docs/vision.md); this command "
-            "reads text"
+            f"'{argument}' is a picture: `attnviz show {argument} -m MODEL` (or `check`) reads "
+            "one with a vision model, `export`, `compare` and `report` many (docs/vision.md); "
+            "this command reads text"
         )
     return found
 

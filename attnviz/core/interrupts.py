@@ -10,8 +10,10 @@ code writing it can finish or remove it and say what was written.
 Code that writes calls `hold()` (for the rest of the process) or `holding()` (for a block);
 the command line's handler asks `at_once()`, and says `asked()` from then on: a
 KeyboardInterrupt raised where Python swallows it (a finaliser, a callback) is not lost, since
-a loop over many texts also stops at the next text where `asked()`. The API installs no
-handler: for it this module only keeps a count.
+a loop over many texts also stops at the next text where `asked()`. A run that reads it
+starts with `new_run()`: a Ctrl-C stops the run it came in, not every run of the process
+after it (a notebook runs again). The API installs no handler: for it this module only keeps
+a count.
 """
 
 from __future__ import annotations
@@ -48,8 +50,14 @@ def ask() -> None:
 
 
 def asked() -> bool:
-    """Whether a Ctrl-C came in this process."""
+    """Whether a Ctrl-C came in this run (since `new_run`)."""
     return _asked
+
+
+def new_run() -> None:
+    """A run starts: no Ctrl-C has come in it yet."""
+    global _asked
+    _asked = False
 
 
 def at_once() -> bool:

@@ -334,6 +334,71 @@ def check(
     )
 
 
+# What a comparison in blocks pools for its figures: A's and B's maps and both sides' unit
+# grids, within one text's budget of pooled cells (`pipelines.views.IMAGE_CELLS`, 64 Mi cells
+# of float32), held and copied once as each result is made.
+COMPARE_POOLED = 2 * 64 * 2**20 * FLOAT
+
+
+def compare_in_blocks(n_layers: int, n_heads: int, pairs: Sequence[tuple[int, int]]) -> bool:
+    """Whether a comparison that can be made in blocks (one model, the weights of tokens as
+    read) is: a pair's maps, A's and B's of `n_layers` kept, would take over STREAM_ABOVE."""
+    widest = max(a * a + b * b for a, b in pairs)
+    return n_layers * n_heads * widest * FLOAT > STREAM_ABOVE
+
+
+def check_in_blocks(n_heads: int, n_tokens: int, n_batch: int = 1) -> bool:
+    """Whether `check` reads a layer in blocks of rows (where attnviz's function runs it):
+    one layer's maps would take over CHECK_WHOLE_LAYER."""
+    return n_batch * n_heads * n_tokens * n_tokens * FLOAT > CHECK_WHOLE_LAYER
+
+
+def compare_estimate(n_layers: int, n_heads: int, weights: int,
+                     pairs: Sequence[tuple[int, int]], in_blocks: bool) -> Estimate:  # fmt: skip
+    """The peak of `compare` over `pairs` of (A's, B's) tokens on `n_layers` kept × `n_heads`
+    with `weights` bytes of models. In blocks (`analysis.compare_blocks`): the pooled maps,
+    the pass's blocks of both texts and each side's float64 projections of them (about
+    twelve blocks), each side's sums. Held whole: every pair's maps (float32) and unit grids
+    (float64, both sides), and while one pair is compared its projection (L, H, T, U) and the
+    divergence's temporaries (three grids more)."""
+    lh = n_layers * n_heads
+    if in_blocks:
+        widest = max(max(a, b) for a, b in pairs)
+        sums = 2 * lh * widest * 8 * 3  # each side's HeadStats and the divergence, float64
+        attention = COMPARE_POOLED + sums
+        return Estimate(RUNTIME + weights + BLOCKS + attention + 12 * STREAM_BLOCK, attention)
+    held = sum(lh * FLOAT * (a * a + b * b) + 2 * lh * 8 * min(a, b) ** 2 for a, b in pairs)
+    widest = max(pairs, key=lambda pair: pair[0] ** 2 + pair[1] ** 2)
+    units = min(widest)
+    transient = lh * 8 * (max(widest) * units + 3 * units * units)
+    return Estimate(RUNTIME + weights + BLOCKS + held + transient, held)
+
+
+def check_estimate(n_heads: int, weights: int, n_tokens: int, in_blocks: bool) -> Estimate:
+    """The peak of `check` over `n_tokens` on a model of `n_heads` with `weights` bytes. In
+    blocks (`pipelines.check`): a block of rows on each side and our K, V and heads' outputs
+    (float64). Whole: one layer's maps as eager attention makes them (scores and
+    probabilities, float32), ours (float64) with its scores and softmax for one head, and
+    their difference (float64)."""
+    grid = n_tokens * n_tokens
+    if in_blocks:
+        blocks = 6 * 256 * n_heads * n_tokens * 8  # ours and the model's rows, float64
+        return Estimate(RUNTIME + weights + BLOCKS + blocks, 0)
+    layer = n_heads * grid * (2 * FLOAT + 8 + 2 * 8) + 3 * grid * 8
+    return Estimate(RUNTIME + weights + BLOCKS + layer, layer)
+
+
+def refuse_estimate(found: Estimate, what: str, fix: str) -> None:
+    """Raise MemoryLimitError, one line, where `found` exceeds `budget`: what needs how much,
+    what is available, and `fix`."""
+    allowed = budget()
+    if _fits(found.total, allowed):
+        return
+    where = f"{ENV} is {shown(allowed)}" if os.environ.get(ENV, "").strip() else (
+        f"{shown(allowed)} is available")  # fmt: skip
+    raise MemoryLimitError(f"{what} needs about {shown(found.total)} of memory and {where}; {fix}")
+
+
 def check_held(kept: int, n_layers: int, n_heads: int, n_tokens: int, to_file: bool,
                eager: bool = False) -> None:  # fmt: skip
     """Refuse, one line, the API's maps of `kept` layers × `n_heads` over `n_tokens` held

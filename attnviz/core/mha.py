@@ -10,6 +10,9 @@ position; grouped-query attention (GQA) lets several query heads share one key/v
 d_k (`head_dim`) need not be d_model / H; and some add an RMSNorm on Q_h and K_h (Qwen3), a
 sliding window (Mistral, Gemma2), a soft cap on the scores and their own score scale (Gemma2).
 
+Encoders have their own: ModernBERT turns Q_h and K_h by RoPE too, and its local layers let a
+query see only the keys within a band of positions on both sides of it (`band`).
+
 Encoder-decoder models (T5, BART, Marian) have three stacks: encoder self-attention, decoder
 self-attention (causal) and cross-attention, whose keys and values are made of the
 encoder's last hidden states (`source`) while its queries come from the decoder's X. T5
@@ -90,6 +93,9 @@ class LayerWeights:
     scale: float | None = None  # the scores' factor; None: 1 / √d_k
     softcap: float | None = None  # scores → softcap · tanh(scores / softcap) (Gemma2)
     window: int | None = None  # a query sees only the last `window` keys (sliding window)
+    # a query sees only the keys at most `band` positions before or after it (ModernBERT's
+    # local layers: an encoder's sliding window, ±local_attention / 2)
+    band: int | None = None
     relative: RelativeBias | None = None  # T5: a bias on the scores by relative position
 
     @property
@@ -301,11 +307,13 @@ def visible_keys(
     window: int | None = None,
     n_keys: int | None = None,
     start: int = 0,
+    band: int | None = None,
 ) -> torch.Tensor:
     """Which keys each query may see, (B, T_query, T_key): not padding, not later keys when
-    causal, and only the last `window` keys (the query's own included) with a sliding window.
-    `n_keys` is T_key where the keys are not the queries (cross-attention's source); the
-    queries are positions start … start + length − 1 (a block of rows)."""
+    causal, only the last `window` keys (the query's own included) with a sliding window, and
+    only the keys at most `band` positions away on either side with a band (an encoder's
+    local layer). `n_keys` is T_key where the keys are not the queries (cross-attention's
+    source); the queries are positions start … start + length − 1 (a block of rows)."""
     import torch
 
     allowed = torch.ones(batch, length, n_keys or length, dtype=torch.bool)
@@ -317,6 +325,8 @@ def visible_keys(
         allowed &= key <= query
     if window is not None:
         allowed &= key > query - window
+    if band is not None:  # |j − i| ≤ band: keys before and after the query alike
+        allowed &= (key - query).abs() <= band
     return allowed
 
 
@@ -340,7 +350,7 @@ def multi_head_attention(
     w = weights.double()
     batch, length, _ = x.shape
     n_keys = length if source is None else source.shape[1]
-    allowed = visible_keys(batch, length, key_mask, causal, w.window, n_keys)
+    allowed = visible_keys(batch, length, key_mask, causal, w.window, n_keys, band=w.band)
     angles = rope_angles(w.rope, length) if w.rope is not None else None
     bias = relative_bias(w.relative, length, n_keys) if w.relative is not None else None
 
@@ -371,7 +381,9 @@ def _shapes(x, source, w, first, bias, concat, output) -> tuple:
         groups = w.n_heads // w.kv_heads
         steps.append(("K_h, V_h", f"one per {groups} query heads (GQA)", tuple(first.k.shape)))
     if w.rope is not None:
-        steps.append(("RoPE", "Q_h, K_h turned by position", tuple(first.q.shape)))
+        turned = 2 * w.rope.inv_freq.shape[0]  # partial RoPE: the other dims pass unturned
+        some = f" (their first {turned} of {w.d_k} dims)" if turned < w.d_k else ""
+        steps.append(("RoPE", f"Q_h, K_h turned by position{some}", tuple(first.q.shape)))
     scores = "Q_h K_hᵀ" if w.scale == 1 else "Q_h K_hᵀ / √d_k"  # T5 leaves them unscaled
     if bias is not None:
         steps.append(
@@ -411,7 +423,7 @@ class RowBlocks:
 
         w, batch, length = self.w, self.x.shape[0], self.x.shape[1]
         allowed = visible_keys(batch, stop - start, self.key_mask, self.causal, w.window,
-                               length, start)  # fmt: skip
+                               length, start, w.band)  # fmt: skip
         angles = None
         if self.angles is not None:
             angles = (self.angles[0][start:stop], self.angles[1][start:stop])

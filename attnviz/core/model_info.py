@@ -112,12 +112,15 @@ class ModelInfo(_HeadRanges, _Stacks):
     # The class the checkpoint declares (config.json's `architectures`) where `architecture`,
     # the one read, is another: ViTForImageClassification read as ViTModel. None: the same.
     declared: str | None = None
+    prompted: bool = False  # a vision-language model: a picture and a prompt (`core.vlm`)
 
     def as_dict(self) -> dict[str, Any]:
         """The model's facts (what ran is `ran()`'s)."""
         facts = dict(self.__dict__)
         for key in RAN:
             facts.pop(key)
+        if not self.prompted:  # said of vision-language models alone
+            facts.pop("prompted")
         if not self.pictures:  # said of vision models alone
             facts.pop("pictures")
         if self.declared is None:  # said where the checkpoint declares another class
@@ -180,6 +183,7 @@ class ModelSpec(_HeadRanges, _Stacks):
     bos_id: int | None = None  # a decoder's BOS: attnviz puts it first if the tokenizer does not
     model_type: str | None = None
     pictures: bool = False  # a vision model (`core.images.reads_pictures`)
+    prompted: bool = False  # a vision-language model (`core.models._vision_language_from_files`)
     # its attention bypasses transformers' interface: it runs eager, whatever --attention says
     eager_only: bool = False
 
@@ -213,10 +217,10 @@ class ModelSpec(_HeadRanges, _Stacks):
 def _counting_tokenizer(path: str, modified: int) -> Any:
     """tokenizer.json at `path` as it was at `modified` (ns), loaded once a process (the
     refusals before loading count a text's tokens more than once): no truncation, no
-    padding."""
-    from tokenizers import Tokenizer
+    padding; one line naming the file where it is not one tokenizers reads."""
+    from attnviz.core.checkpoint import tokenizer_file
 
-    tokenizer = Tokenizer.from_file(path)
+    tokenizer = tokenizer_file(Path(path))
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
@@ -238,6 +242,14 @@ class LoadedModel:
     tokenizer: Any
     info: ModelInfo
     device: str
+    processor: Any = None  # a vision-language model's processor (`core.vlm`)
+
+
+def language_config(config: Any) -> Any:
+    """Where a loaded model's numbers are (layers, heads, widths, special tokens): a
+    vision-language model's text config (transformers' `get_text_config()`), else the config
+    itself (an encoder-decoder model's own names its stacks)."""
+    return config if config.is_encoder_decoder else config.get_text_config()
 
 
 def first_int(config: dict[str, Any], *keys: str) -> Any:

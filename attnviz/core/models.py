@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from attnviz.core import adapters, capture, gguf_cache, images, recording
+from attnviz.core import adapters, capture, checkpoint, gguf_cache, images, recording, vlm
 from attnviz.core.adapters import generic
 from attnviz.core.model_info import (
     DEFAULT_STACK,
@@ -19,6 +20,7 @@ from attnviz.core.model_info import (
     ModelInfo,
     ModelSpec,
     first_int,
+    language_config,
     stack_counts,
 )
 from attnviz.core.settings import (
@@ -26,7 +28,7 @@ from attnviz.core.settings import (
     Load,
     resolve_device,
 )
-from attnviz.errors import ModelLoadError, UnsupportedModelError
+from attnviz.errors import InputError, ModelLoadError, UnsupportedModelError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (bundled)"
 
@@ -102,12 +104,15 @@ def _locate(name: str | None) -> tuple[str, str]:
 def _refuse_unknown_type(label: str, kind: str | None) -> None:
     """Refuse, from config.json alone, a model whose type this transformers cannot build."""
     known = _known_types()
-    if not known:  # transformers' table not found as a file: loading will tell
+    if not known:  # transformers' table not found, or not read alone: loading will tell
         return
     if kind is None:
         raise ModelLoadError(f"{label}'s config.json names no model_type: transformers cannot "
                              "tell which architecture to build")  # fmt: skip
-    if kind not in known:
+    # A type configuration_auto.py adds by hand is named for its folder ('mlcd'), or for the
+    # folder of the model it extends ('parakeet_tdt', 'mimi_decoder'): not refused here.
+    module = str(kind).replace("-", "_")
+    if kind not in known and module not in known and module.rpartition("_")[0] not in known:
         raise ModelLoadError(
             f"{label} is a '{kind}' model, a type transformers {_installed_transformers()} does "
             "not know: upgrade transformers, or check config.json's model_type"
@@ -123,24 +128,30 @@ def _installed_transformers() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _known_types() -> frozenset[str]:
-    """The model types transformers' AutoConfig knows (`CONFIG_MAPPING_NAMES`), read from
-    its two source files without importing them: transformers' import takes a second, its
-    auto classes import torch, and a refusal from the files should take neither."""
+    """The model types transformers' AutoConfig knows: its `CONFIG_MAPPING_NAMES` as
+    transformers generates it (models/auto/auto_mappings.py, run on its own: importing
+    transformers takes a second, its auto classes import torch, and a refusal from the files
+    should take neither), and the names of its model folders (`_refuse_unknown_type` reads
+    the few types configuration_auto.py adds by hand from them). Empty where the table is not
+    found or does not run alone (another transformers): loading will tell."""
     import importlib.util
 
     spec = importlib.util.find_spec("transformers")
     if spec is None or not spec.submodule_search_locations:
         return frozenset()
-    auto = Path(spec.submodule_search_locations[0], "models", "auto")
-    found: set[str] = set()
-    for name in ("auto_mappings.py", "configuration_auto.py"):
-        try:
-            source = (auto / name).read_text(encoding="utf-8")
-        except OSError:
-            continue
-        found.update(re.findall(r'\("([\w\-]+)",\s*"\w+Config"\)', source))  # ("bert", …)
-        found.update(re.findall(r'"([\w\-]+)":\s*"\w+Config"', source))  # "mlcd": …
-    return frozenset(found)
+    folder = Path(spec.submodule_search_locations[0], "models")
+    table = importlib.util.spec_from_file_location(
+        "attnviz_auto_mappings", folder / "auto" / "auto_mappings.py"
+    )
+    if table is None or table.loader is None or not Path(table.origin or "").is_file():
+        return frozenset()
+    mappings = importlib.util.module_from_spec(table)
+    try:
+        table.loader.exec_module(mappings)
+        generated = mappings.CONFIG_MAPPING_NAMES
+    except (ImportError, AttributeError):  # the table imports more, or is named otherwise
+        return frozenset()
+    return frozenset(generated) | {path.name for path in folder.iterdir() if path.is_dir()}
 
 
 def _not_found(label: str) -> ModelLoadError:
@@ -171,8 +182,6 @@ def describe(name: str | None = None) -> ModelSpec | None:
     None when the files are not on this machine yet (a hub id to download) or the config
     does not say how many layers and heads there are; loading will tell.
     """
-    import json
-
     source, label = _locate(name)
     config_file = _local_file(source, "config.json")
     if config_file is None and gguf_cache.is_gguf(name):
@@ -187,11 +196,12 @@ def describe(name: str | None = None) -> ModelSpec | None:
             raise _not_found(label)
         return None
     else:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
+        config = checkpoint.read_json(config_file)
         if "auto_map" not in config:  # a model with its own code names its own type
             _refuse_unknown_type(label, config.get("model_type"))
     pictures = images.reads_pictures(config)
-    config = images.vision_part(config) if pictures else config
+    kind, language = config.get("model_type"), _vision_language_from_files(config)
+    config = images.vision_part(config) if pictures else _language_part(config)
     stacks = stack_counts(config)
     n_layers = first_int(config, "num_hidden_layers", "n_layer", "n_layers", "encoder_layers")
     n_heads = first_int(config, "num_attention_heads", "n_head", "n_heads")
@@ -203,30 +213,45 @@ def describe(name: str | None = None) -> ModelSpec | None:
     tokenizer_config = _local_file(source, "tokenizer_config.json")
     limit = None
     if tokenizer_config is not None:
-        limit = json.loads(tokenizer_config.read_text(encoding="utf-8")).get("model_max_length")
+        limit = checkpoint.read_json(tokenizer_config).get("model_max_length")
     return ModelSpec(
         name=label,
         n_layers=n_layers,
         n_heads=n_heads,
         max_tokens=_limit(config.get("model_type"), positions, config.get("pad_token_id"), limit),
         tokenizer_file=_local_file(source, "tokenizer.json"),
-        causal=_decoder_from_files(config),
+        causal=language or _decoder_from_files(config),
         stacks=stacks,
         weights_bytes=_weights_bytes(source, config, n_layers),
         weights_dtype=config.get("torch_dtype") or config.get("dtype"),
         bos_id=config.get("bos_token_id") if isinstance(config.get("bos_token_id"), int) else None,
-        model_type=config.get("model_type"),
+        model_type=kind if language else config.get("model_type"),
         pictures=pictures,
+        prompted=language,
         eager_only=_eager_only(config.get("model_type")),
     )
+
+
+def _vision_language_from_files(config: dict[str, Any]) -> bool:
+    """Whether config.json is a vision-language model's, read through its language model:
+    it holds a text or a vision model's config, is not an encoder-decoder (Pix2Struct's
+    stacks are its own) and is not read as pictures (CLIP's and SigLIP's are:
+    `images.reads_pictures`)."""
+    held = any(isinstance(config.get(key), dict) for key in ("text_config", "vision_config"))
+    return held and not config.get("is_encoder_decoder") and not images.reads_pictures(config)
+
+
+def _language_part(config: dict[str, Any]) -> dict[str, Any]:
+    """config.json's fields where the layers and heads are counted: a vision-language model's
+    text_config (some, as Qwen2-VL's, keep them at the top), else the config itself."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
 
 
 def _weights_bytes(source: str, config: dict[str, Any], n_layers: int) -> int:
     """The model's weights in memory: the size of its weight file (or of a sharded one, from
     its index), else float32 weights guessed from its config (embeddings, then per layer
     attention and a gated feed-forward block)."""
-    import json
-
     for name in ("model.safetensors", "pytorch_model.bin"):
         path = _local_file(source, name)
         if path is not None:
@@ -234,7 +259,7 @@ def _weights_bytes(source: str, config: dict[str, Any], n_layers: int) -> int:
     for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         path = _local_file(source, name)
         if path is not None:
-            total = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
+            total = checkpoint.read_json(path).get("metadata", {})
             if isinstance(total.get("total_size"), int):
                 return total["total_size"]
     width = first_int(config, "hidden_size", "d_model", "n_embd") or 0
@@ -243,17 +268,67 @@ def _weights_bytes(source: str, config: dict[str, Any], n_layers: int) -> int:
     return 4 * (vocabulary * width + n_layers * (4 * width * width + 3 * width * inner))
 
 
-def _source(name: str | None, dtype: str = "auto") -> tuple[str, str]:
-    """(source, label) to load from: `_locate`'s, a GGUF file converted first (dequantised to
-    `dtype`; auto: float32, the dequantised file's own); transformers
-    and accelerate quietened (the header line says where accelerate put the layers)."""
+_QUIET_LOCK = threading.Lock()
+_quiet_loads = 0  # loads under way, in any thread: the last to finish puts the logging back
+_loud: tuple = ()  # how transformers and accelerate logged before the first of them
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """transformers and accelerate quietened while a model loads (errors only, no progress
+    bars: the header line says where accelerate put the layers), and as they were after: a
+    notebook's logging is its own. Loads in several threads at once put it back once, after
+    the last."""
+    global _quiet_loads, _loud
+    with _QUIET_LOCK:
+        if _quiet_loads == 0:
+            _loud = _silence()
+        _quiet_loads += 1
+    try:
+        yield
+    finally:
+        with _QUIET_LOCK:
+            _quiet_loads -= 1
+            if _quiet_loads == 0:
+                _restore(*_loud)
+
+
+def _silence() -> tuple[int, int, bool, bool]:
+    """transformers' and accelerate's logging at errors only, transformers' and the hub's
+    progress bars off; what they were."""
     import logging
 
+    import huggingface_hub.utils as hub
     from transformers.utils import logging as hf_logging
 
+    accelerate = logging.getLogger("accelerate")
+    was = (hf_logging.get_verbosity(), accelerate.level, hf_logging.is_progress_bar_enabled(),
+           not hub.are_progress_bars_disabled())  # fmt: skip
     hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    logging.getLogger("accelerate").setLevel(logging.ERROR)
+    accelerate.setLevel(logging.ERROR)
+    if was[2]:  # (where HF_HUB_DISABLE_PROGRESS_BARS is set they are off, and stay so)
+        hf_logging.disable_progress_bar()
+    return was
+
+
+def _restore(verbosity: int, level: int, bars: bool, hub_bars: bool) -> None:
+    """transformers' and accelerate's logging as `_silence` found it."""
+    import logging
+
+    import huggingface_hub.utils as hub
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity(verbosity)
+    logging.getLogger("accelerate").setLevel(level)
+    if bars:
+        hf_logging.enable_progress_bar()  # the hub's too
+    if not hub_bars:
+        hub.disable_progress_bars()
+
+
+def _source(name: str | None, dtype: str = "auto") -> tuple[str, str]:
+    """(source, label) to load from: `_locate`'s, a GGUF file converted first (dequantised to
+    `dtype`; auto: float32, the dequantised file's own)."""
     source, label = _locate(name)
     if gguf_cache.is_gguf(name):
         source = str(gguf_cache.converted(name, "float32" if dtype == "auto" else dtype))
@@ -264,18 +339,57 @@ def _cannot_load(label: str, exc: Exception) -> ModelLoadError:
     return ModelLoadError(f"could not load model '{label}': {str(exc).splitlines()[0]}")
 
 
-def load_tokenizer(name: str | None = None, dtype: str = "auto") -> Any:
-    """A model's tokenizer alone, as `load_model` loads it: transformers, none of the weights
-    (`dtype`: which converted folder of a GGUF file it is read from)."""
-    from transformers import AutoTokenizer
+def _config(source: str, label: str) -> Any:
+    """The model's config as transformers reads it, or one line that names config.json and
+    what is wrong in it (not JSON, a field of the wrong type, numbers that do not agree);
+    a hub id that is not on this machine, with the hub out of reach, is `_not_found`."""
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig
 
-    source, label = _source(name, dtype)
+    config_file = _local_file(source, "config.json")
+    if config_file is not None:
+        checkpoint.read_json(config_file)  # transformers says only "not a valid JSON file"
     try:
-        return _from_pretrained(AutoTokenizer, source)
-    except (OSError, ValueError) as exc:
+        return _from_pretrained(AutoConfig, source)
+    except (StrictDataclassError, ValueError, TypeError, KeyError) as exc:  # rope's: KeyError
+        raise checkpoint.refused_config(config_file or f"{label}'s config.json", exc) from exc
+    except OSError as exc:
+        if config_file is None:
+            raise _not_found(label) from exc
         raise _cannot_load(label, exc) from exc
 
 
+def _tokenizer(source: str, label: str, config: Any, reader: Any = None) -> Any:
+    """The model's tokenizer (or `reader`: its image processor), read with `config`; one
+    line that names the file where it cannot be (`checkpoint.no_tokenizer`)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = _from_pretrained(reader or AutoTokenizer, source, config=config)
+        # a text over the model's limit is attnviz's to say (skipped, refused or cut, in one
+        # line): transformers' own warning about it is marked as said
+        said = getattr(tokenizer, "deprecation_warnings", None)
+        if isinstance(said, dict):
+            said["sequence-length-is-longer-than-the-specified-maximum"] = True
+        return tokenizer
+    except Exception as exc:
+        if not isinstance(exc, (OSError, ValueError)) and not checkpoint.from_tokenizers(exc):
+            raise
+        folder = Path(source)
+        if not folder.is_dir():
+            raise _cannot_load(label, exc) from exc
+        raise checkpoint.no_tokenizer(folder, label, exc) from exc
+
+
+@_quiet()
+def load_tokenizer(name: str | None = None, dtype: str = "auto") -> Any:
+    """A model's tokenizer alone, as `load_model` loads it: transformers, none of the weights
+    (`dtype`: which converted folder of a GGUF file it is read from)."""
+    source, label = _source(name, dtype)
+    return _tokenizer(source, label, _config(source, label))
+
+
+@_quiet()
 def load_model(
     name: str | None = None,
     device: str = "auto",
@@ -295,46 +409,33 @@ def load_model(
     (dtype, device_map, max_memory, offload_folder, quantize), refused first where they
     cannot work.
     A model placed by accelerate (device_map, quantize) is never moved; the inputs go to
-    its first device. `tokenizer`: the one `load_tokenizer` loaded already.
+    its first device. `tokenizer`: the one `load_tokenizer` loaded already. A
+    vision-language model loads whole, with its processor where it has one (`_processor`):
+    text alone is read through its language model, a picture and a prompt through both
+    (`core.vlm`).
     """
-    from transformers import AutoConfig, AutoTokenizer
-
     load = Load(name, device, implementation, **settings)
     load.refuse()
     source, label = _source(name, load.dtype)
-    try:
-        config = _from_pretrained(AutoConfig, source)
-    except (OSError, ValueError) as exc:
-        raise _not_found(label) from exc
+    config = _config(source, label)
 
     pictures = images.reads_pictures(config.to_dict())
     if pictures:
         images.refuse_unread(config.model_type, label)
-    decoder = not pictures and _decoder(config)
-    own = eager_only(config)
+    language = not pictures and _vision_language(config, label)
+    decoder = language or (not pictures and _decoder(config))
+    own = eager_only(language_config(config) if language else config)
     if own:  # the header line and --json say what runs
         implementation = "eager"
         load = replace(load, implementation=implementation)
 
     torch_device = resolve_device(device)
     placement = _placement(load, torch_device)
-    try:
-        if tokenizer is None:
-            tokenizer = _from_pretrained(_reader(pictures, AutoTokenizer), source)
-        loader = _loader(config, decoder, pictures)
-        # attnviz's attention function records inside the model's attention call; the layers
-        # nobody wants run `implementation` (sdpa, flash_attention_2) from there
-        runs = implementation if implementation == "eager" else recording.NAME
-        recording.register()
-        with _straight_onto(torch_device, placement):
-            model = _from_pretrained(loader, source, attn_implementation=runs, **placement)
-    except (OSError, ValueError) as exc:
-        if "offload_folder" in str(exc):  # the disk's layers must be saved again (not safetensors)
-            raise ModelLoadError(
-                f"could not load model '{label}': some layers go to the disk and its weights "
-                "are not safetensors files: give --offload-folder DIR to keep them there"
-            ) from exc
-        raise _cannot_load(label, exc) from exc
+    if tokenizer is None:
+        tokenizer = _tokenizer(source, label, config, _reader(pictures))
+    processor = _processor(source, label) if language else None
+    loader = _loader(config, decoder, pictures, language)
+    model = _weights(source, label, loader, implementation, placement, torch_device)
     # Marian's tokenizer is SentencePiece only (no offsets): `tokens` reads it without them.
     if not (pictures or getattr(tokenizer, "is_fast", False) or config.is_encoder_decoder):
         raise UnsupportedModelError(f"model '{label}' has no fast tokenizer (tokenizer.json)")
@@ -350,7 +451,8 @@ def load_model(
     declared = _declared(config, model)  # the checkpoint's class, where it is not the one read
     info = _info(model.config, model, tokenizer, label, decoder, pictures, load, placed, declared)
     device = torch_device if placed is None else _first_device(placed)
-    return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info, device=device,
+                       processor=processor)  # fmt: skip
 
 
 def _declared(config: Any, model: Any) -> str | None:
@@ -375,23 +477,120 @@ def _straight_onto(device: str, placement: dict[str, Any]) -> Any:
     return torch.device(device)
 
 
-def _reader(pictures: bool, tokenizer_class: Any) -> Any:
-    """What reads the model's input: its image processor for pictures, else its tokenizer."""
+def _weights(source: str, label: str, loader: Any, implementation: str,
+             placement: dict[str, Any], device: str) -> Any:  # fmt: skip
+    """The model, its weights loaded by `loader` with `placement`, running attnviz's attention
+    function (or eager); one line that names the file where the weights are cut off or do
+    not fit the config."""
+    from safetensors import SafetensorError
+
+    # attnviz's attention function records inside the model's attention call; the layers
+    # nobody wants run `implementation` (sdpa, flash_attention_2) from there
+    runs = implementation if implementation == "eager" else recording.NAME
+    recording.register()
+    try:
+        with _straight_onto(device, placement):
+            model, loading = _from_pretrained(loader, source, attn_implementation=runs,
+                                              ignore_mismatched_sizes=True,  # said below
+                                              output_loading_info=True, **placement)  # fmt: skip
+    except SafetensorError as exc:
+        raise checkpoint.damaged_weights(_weight_files(source), exc) from exc
+    except (OSError, ValueError) as exc:
+        if "offload_folder" in str(exc):  # the disk's layers must be saved again (not safetensors)
+            raise ModelLoadError(
+                f"could not load model '{label}': some layers go to the disk and its weights "
+                "are not safetensors files: give --offload-folder DIR to keep them there"
+            ) from exc
+        raise _cannot_load(label, exc) from exc
+    config_file = _local_file(source, "config.json") or f"{label}'s config.json"
+    files = _weight_files(source)
+    weights = files[0] if len(files) == 1 else f"the weights of {label}"
+    misfit = checkpoint.misfit(config_file, weights, loading, lambda key: _in_layer(model, key))
+    if misfit is not None:
+        raise misfit
+    return model
+
+
+def _weight_files(source: str) -> list[Path]:
+    """The model's .safetensors files on this machine: a folder's, or a hub id's cached ones
+    (the one file, or those its index names)."""
+    if Path(source).is_dir():
+        return sorted(Path(source).glob("*.safetensors"))
+    single = _local_file(source, "model.safetensors")
+    if single is not None:
+        return [single]
+    index = _local_file(source, "model.safetensors.index.json")
+    if index is None:
+        return []
+    shards = sorted(set(checkpoint.read_json(index).get("weight_map", {}).values()))
+    return [path for path in (_local_file(source, shard) for shard in shards) if path is not None]
+
+
+def _in_layer(model: Any, key: str) -> bool:
+    """Whether parameter `key` of `model` belongs to one of its layers (an item of a list of
+    layers), not to its embeddings, pooler or output head."""
+    try:
+        module = model.get_submodule(key.rpartition(".")[0])
+    except AttributeError:
+        return False
+    return adapters.generic.layer_of(model, module) is not None
+
+
+def _reader(pictures: bool) -> Any:
+    """What reads the model's input: its image processor for pictures, else its tokenizer
+    (None: `_tokenizer`'s AutoTokenizer)."""
     if pictures:
         from transformers import AutoImageProcessor
 
         return AutoImageProcessor
-    return tokenizer_class
+    return None
 
 
-def _loader(config: Any, decoder: bool, pictures: bool = False) -> Any:
+def _processor(source: str, label: str) -> Any:
+    """A vision-language model's processor (`vlm.processor`: what reads a picture and a
+    prompt), or None where the checkpoint holds none: a folder without the processor's files
+    (a model saved with its tokenizer alone, read on text alone), a hub id whose processor
+    cannot be had. One line where a folder's processor files do not load."""
+    folder = Path(source).is_dir()
+    if folder and not any((Path(source) / name).is_file() for name in vlm.PROCESSOR_FILES):
+        return None
+    try:
+        return vlm.processor(source, _from_pretrained)
+    except (OSError, ValueError, InputError) as exc:
+        if not folder:
+            return None
+        raise _cannot_load(label, exc) from exc
+
+
+def _vision_language(config: Any, label: str) -> bool:
+    """Whether text is read through the language model of a vision-language model: a config
+    that holds a text model's (`get_text_config()`) of a type transformers loads as
+    image-text-to-text (LLaVA, Gemma 3, Qwen2-VL, Mistral 3, Idefics, …). Another model of
+    several parts (ALIGN, BLIP's retrieval, CLAP) is refused in one line."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    if language_config(config) is config:
+        return False
+    if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        raise UnsupportedModelError(
+            f"{label} ('{config.model_type}') holds a text model and others, and transformers "
+            "does not load it as image-text-to-text: attnviz reads text through the language "
+            "model of such a model (LLaVA, Gemma 3, Qwen2-VL, …), and vision models (ViT, "
+            "CLIP, SigLIP …) on pictures"
+        )
+    return True
+
+
+def _loader(config: Any, decoder: bool, pictures: bool = False, language: bool = False) -> Any:
     """The Auto class that loads the model with the head attnviz uses: decoders with their LM
-    head (report's induction probe measures the model's loss); encoders saved with their
+    head (report's induction probe measures the model's loss), a vision-language model whole
+    (its language model reads the text, its head writes); encoders saved with their
     masked-LM head keep it (head importance measures its loss); encoder-decoder models with
     theirs (--generate writes a target with it)."""
     from transformers import (
         AutoModel,
         AutoModelForCausalLM,
+        AutoModelForImageTextToText,
         AutoModelForMaskedLM,
         AutoModelForSeq2SeqLM,
     )
@@ -401,6 +600,8 @@ def _loader(config: Any, decoder: bool, pictures: bool = False) -> Any:
 
         tower = images.VISION_TOWERS.get(config.model_type)
         return getattr(transformers, tower) if tower else AutoModel
+    if language:
+        return AutoModelForImageTextToText
     if config.is_encoder_decoder:
         return AutoModelForSeq2SeqLM
     if decoder:
@@ -420,8 +621,11 @@ def _info(
     declared: str | None = None,
 ) -> ModelInfo:
     """The loaded model's facts, from its config (a vision tower's own, for a checkpoint of
-    two towers), its tokenizer and where it was placed; `declared`, the checkpoint's class
-    where another was read (`_declared`)."""
+    two towers; a vision-language model's text config, `language_config`), its tokenizer and
+    where it was placed; `declared`, the checkpoint's class where another was read
+    (`_declared`)."""
+    kind, whole = config.model_type, config
+    config = language_config(config)
     n_heads = config.num_attention_heads
     d_model = config.hidden_size
     n_kv_heads = getattr(config, "num_key_value_heads", None) or n_heads
@@ -430,7 +634,7 @@ def _info(
         name=label,
         architecture=type(model).__name__,
         declared=declared,
-        model_type=config.model_type,
+        model_type=kind,
         n_heads=n_heads,
         d_model=d_model,
         n_layers=stacks[0][1] if stacks else adapters.n_layers(model),
@@ -447,6 +651,7 @@ def _info(
         implementation=load.implementation,
         device_map=tuple((part, str(where)) for part, where in (placed or {}).items()),
         quantize=load.quantize,
+        prompted=config is not whole,  # a vision-language model: a picture and a prompt too
     )
 
 

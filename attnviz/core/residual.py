@@ -53,7 +53,9 @@ def around(model: Any, layer: int) -> Norm | None:
     BERT; `Norm.covers_residual`). Each form is checked as it is read: the
     layer's output less the stream and the block's (normalised) output is what one of its
     later modules wrote (the feed-forward's), and the normalisation's numbers remake its
-    output. A one-line UnsupportedModelError where the layer fits none of the forms."""
+    output. A one-line UnsupportedModelError where the layer fits none of the forms. Only the
+    model's answer is remembered: a pass that runs out of memory, or a Ctrl-C, rises and is
+    asked again next time."""
     found = getattr(model, "_attnviz_around", None)
     if found is None:
         found = model._attnviz_around = _probe(model)
@@ -76,7 +78,9 @@ def _probe(model: Any) -> dict[int, Norm | None | str]:
     holders = [generic.layer_of(model, caller) for caller in found_callers]
     try:
         seen = capture.trace(model, [holder for holder in holders if holder is not None])
-    except Exception as error:  # noqa: BLE001 (any failure is why the measures are refused)
+    except (TypeError, ValueError, IndexError, RuntimeError) as error:
+        if not _refused_by_model(error):
+            raise  # this moment's failure, not the model's answer: nothing is remembered
         said = str(error).splitlines()[0] if str(error) else ""
         reason = (f"attnviz could not read how '{kind}' adds attention to the residual stream "
                   f"(a pass over four tokens failed: {type(error).__name__}: {said})")  # fmt: skip
@@ -87,6 +91,18 @@ def _probe(model: Any) -> dict[int, Norm | None | str]:
         calls = seen.get(id(holder), []) if holder is not None else []
         found[layer] = _form(kind, layer, calls, holder, caller, projection)
     return found
+
+
+def _refused_by_model(error: Exception) -> bool:
+    """Whether the pass over four tokens failed for the model's own reason (it needs other
+    inputs, its shapes do not take these: a TypeError, ValueError, IndexError or
+    RuntimeError), which `around` remembers; not where memory ran out, on a GPU or in the
+    CPU's allocator (a RuntimeError too), which may pass on another try."""
+    import torch
+
+    if isinstance(error, torch.OutOfMemoryError):
+        return False
+    return not (isinstance(error, RuntimeError) and "can't allocate memory" in str(error))
 
 
 def _close(a: Any, b: Any) -> bool:

@@ -324,4 +324,27 @@ def pad(loaded: LoadedModel, batch: Sequence[Encoded]) -> dict:
     inputs = {"input_ids": input_ids, "attention_mask": mask}
     if any(encoded.segments is not None for encoded in batch):
         inputs["token_type_ids"] = types  # the second sentence of a pair is type 1
-    return {name: tensor.to(loaded.device) for name, tensor in inputs.items()}
+    inputs = {name: tensor.to(loaded.device) for name, tensor in inputs.items()}
+    if batch[0].inputs is not None:  # a picture and a prompt (`core.vlm`): read one at a time
+        if len(batch) > 1:
+            raise ValueError("a picture and a prompt are read one at a time")
+        inputs.update(picture_inputs(loaded, batch[0]))
+    return inputs
+
+
+def picture_inputs(loaded: LoadedModel, encoded: Encoded, length: int | None = None) -> dict:
+    """The processor's outputs beside a prompt's ids (`core.vlm`) on the model's device, the
+    pixel values in its dtype; with `length` (the prompt and a target read with it), its
+    per-token ones go on over the target as transformers' `generate` extends them over what
+    it writes: PaliGemma's `token_type_ids` with 1 (a suffix, read causally), the image
+    tokens' types (`mm_token_type_ids`) with 0 (text)."""
+    import torch
+
+    found = {}
+    for name, value in (encoded.inputs or {}).items():
+        if length is not None and name.endswith("token_type_ids") and value.shape[-1] < length:
+            more = torch.full((1, length - value.shape[-1]), int(name == "token_type_ids"))
+            value = torch.cat([value, more.to(value.dtype)], dim=-1)
+        dtype = loaded.model.dtype if value.is_floating_point() else None
+        found[name] = value.to(loaded.device, dtype)
+    return found

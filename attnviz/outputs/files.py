@@ -6,6 +6,7 @@ lists them, and the next run into the same folder removes them first.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -55,8 +56,10 @@ def prepare_dir(path: Path) -> Path:
     return path
 
 
+@functools.cache
 def _umask() -> int:
-    """The process's umask (reading it means setting it, so it is set straight back)."""
+    """The process's umask, read once a process: reading it means setting it and straight
+    back, which a thread making a file at that moment would feel."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

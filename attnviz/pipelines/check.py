@@ -25,15 +25,22 @@ def check_layers(
 
     Each layer is checked as soon as the forward pass has produced its input, probabilities
     and output, and those are dropped: a long text's layers are never all held at once.
+    A batch of pictures (`core.images.encode_picture`: one size, no padding) has every token
+    real.
     """
+    import torch
+
     from attnviz.core import capture
     from attnviz.core.tokens import pad
 
     inputs = pad(loaded, batch)
-    mask = inputs["attention_mask"].cpu()
+    if "attention_mask" in inputs:
+        mask = inputs["attention_mask"].cpu()
+    else:  # pictures: every token is one of the picture's
+        mask = torch.ones(len(batch), len(batch[0]), dtype=torch.long)
     checks: dict[tuple, LayerCheck] = {}
     shapes: dict[str | None, Shapes] = {}
-    width = inputs["attention_mask"].shape[1]
+    width = mask.shape[1]
     if in_blocks(loaded, len(batch), width):
         capture.run(loaded, inputs, _InBlocks(loaded, layers, mask, checks, shapes).recorders())
     else:
@@ -50,8 +57,9 @@ def in_blocks(loaded: LoadedModel, n_batch: int, width: int) -> bool:
     `memory.CHECK_WHOLE_LAYER` (eager holds them, its scores and our float64 copy at once)."""
     from attnviz.core import capture, memory
 
-    whole = n_batch * loaded.info.n_heads * width * width * memory.FLOAT
-    return whole > memory.CHECK_WHOLE_LAYER and capture.records(loaded.model)
+    return memory.check_in_blocks(loaded.info.n_heads, width, n_batch) and capture.records(
+        loaded.model
+    )
 
 
 class _InBlocks:
@@ -178,7 +186,8 @@ def _checker(
 
 
 def check(request: CheckRequest) -> CheckResult:
-    """Recompute the chosen layers (default: all) of the model on `request.text` and compare.
+    """Recompute the chosen layers (default: all) of the model on `request.text` (or on
+    `request.picture`, a vision model's) and compare.
 
     An encoder-decoder model reads the text as its source and `request.target` as the
     decoder's input (teacher forcing), or writes its own target greedily (`generate` tokens
@@ -188,13 +197,16 @@ def check(request: CheckRequest) -> CheckResult:
     from attnviz.core.attention import require_text
     from attnviz.core.models import describe
 
-    require_text(request.text)
+    if request.picture is None:
+        require_text(request.text)
     model = request.model()
     spec = describe(model.name)
     checks.against(request, spec)
     if spec is not None:
         _plan(spec, request)
-        spec.check_length(request.text, request.truncate)
+        if request.picture is None:  # a picture's tokens are its processor's grid
+            spec.check_length(request.text, request.truncate)
+            _fits(spec, request)
     loaded = model.load()
     checks.against(request, loaded.info)
     plan = _plan(loaded.info, request)
@@ -202,9 +214,13 @@ def check(request: CheckRequest) -> CheckResult:
     if tolerance is None:  # the dtype's: a half-precision model's own numbers are rounded
         tolerance = tolerance_for(loaded.info.dtype)
     if not loaded.info.seq2seq:
+        from attnviz.core.images import encode_picture
         from attnviz.core.tokens import encode
 
-        encoded = encode(loaded, text, truncate)
+        if request.picture is not None:
+            encoded = encode_picture(loaded, request.picture)
+        else:
+            encoded = encode(loaded, text, truncate)
         layer_checks, shapes = check_layers(loaded, [encoded], plan[None])
         return CheckResult(loaded.info, encoded.tokens, tolerance, tuple(layer_checks), shapes,
                            in_blocks=in_blocks(loaded, 1, len(encoded)))  # fmt: skip
@@ -230,6 +246,25 @@ def check(request: CheckRequest) -> CheckResult:
     return CheckResult(
         loaded.info, source, tolerance, every, (), stacks=parts, target_tokens=decoded
     )
+
+
+def _fits(spec: ModelSpec, request: CheckRequest) -> None:
+    """Refuse, one line, a check that would not fit in memory, from the model's files before
+    it loads (`memory.check_estimate`: a long text's layers in blocks, a short one's whole)."""
+    from attnviz.core import memory
+
+    if spec.seq2seq or spec.tokenizer_file is None:
+        return  # an encoder-decoder model's target is known once it is written
+    (n_tokens,) = spec.count_lengths([request.text])
+    if spec.max_tokens is not None:
+        n_tokens = min(n_tokens, spec.max_tokens)
+    blocks = memory.check_in_blocks(spec.n_heads, n_tokens) and (
+        request.load.implementation != "eager"
+    )
+    weights = request.load.weights_held(spec)
+    found = memory.check_estimate(spec.n_heads, weights, n_tokens, blocks)
+    memory.refuse_estimate(found, f"check of this text ({n_tokens:,} tokens)",
+                           "read a shorter text")  # fmt: skip
 
 
 def _plan(facts: ModelSpec | ModelInfo, request: CheckRequest) -> dict[str | None, list[int]]:

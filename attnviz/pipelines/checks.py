@@ -127,9 +127,23 @@ def _text_options(request: Request) -> None:
 def pictures(request: Request, facts: Any) -> None:
     """Refuse a picture to a model that reads text, and text to one that reads pictures
     (`facts`: the model's files' or the loaded model's; None: not known yet)."""
-    if reads_pictures(request):
+    if reads_pictures(request) and request.prompt is None:
         _text_options(request)
     if facts is None:
+        return
+    prompted = getattr(facts, "prompted", False)  # a vision-language model: `core.vlm`
+    if prompted and reads_pictures(request) and request.prompt is None:
+        raise InputError(f"{facts.name} answers a prompt about a picture: give the prompt after "
+                         'the picture (show photo.png "What is on the table?")')  # fmt: skip
+    if request.prompt is not None and not prompted:
+        kind = (
+            "a vision model: it reads a picture alone"
+            if getattr(facts, "pictures", False)
+            else "a text model: it reads no picture"
+        )
+        raise InputError(f"{facts.name} is {kind}; a picture and a prompt are for a "
+                         "vision-language model (LLaVA, Qwen2-VL, PaliGemma, …)")  # fmt: skip
+    if prompted:
         return
     if reads_pictures(request) and not getattr(facts, "pictures", False):
         raise InputError(
@@ -146,16 +160,18 @@ def pictures(request: Request, facts: Any) -> None:
 # What each command reads: text, and pictures where it reads them.
 _TEXT = {
     "show": "a sentence, or give the picture",
+    "check": "a sentence, or give the picture",
     "report": "sentences (or --file, --treebank), or give the pictures",
     "export": "sentences (or --file), or give the pictures",
     "compare": "two texts, or give the pictures",
 }
 _PICTURES = {"show": "an image file (.jpg, .png …)",
+             "check": "an image file (.jpg, .png …)",
              "report": "picture files or folders of them (.jpg, .png …)",
              "export": "picture files or folders of them (.jpg, .png …)",
              "compare": "two picture files (.jpg, .png …)"}  # fmt: skip
-_ELSEWHERE = ("a picture to `attnviz show`, pictures to `attnviz export`, `compare` or "
-              "`report`, or a picture to the API (`serve` reads text)")  # fmt: skip
+_ELSEWHERE = ("a picture to `attnviz show` or `check`, pictures to `attnviz export`, `compare` "
+              "or `report`, or a picture to the API (`serve` reads text)")  # fmt: skip
 
 
 def before_compare(request: Request, model: Model, other: Model) -> None:

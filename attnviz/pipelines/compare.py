@@ -81,6 +81,7 @@ def compare(request: CompareRequest) -> CompareResult:
     r = request
     model, other = r.model(), models.get(r.against or r.load)
     checks.before_compare(r, model, other)
+    _fits(r, model, other)
     loaded, loaded_b = model.load(), other.load()
     for facts in (loaded.info, loaded_b.info):
         checks.against(r, facts)
@@ -124,16 +125,54 @@ def in_blocks(request: CompareRequest, loaded: Any, loaded_b: Any, encoded: list
     maps would take more than `memory.STREAM_ABOVE`."""
     from attnviz.core import memory
 
+    if loaded_b is not loaded or not _can_go_in_blocks(request):
+        return False
+    info, n = loaded.info, len(encoded) // 2
+    kept = len(info.pick_layers(list(request.layers) if request.layers else None))
+    lengths = [(len(a), len(b)) for a, b in zip(encoded[:n], encoded[n:])]
+    return memory.compare_in_blocks(kept, info.n_heads, lengths)
+
+
+def _can_go_in_blocks(request: CompareRequest) -> bool:
+    """Whether what is asked can be compared in blocks: the weights of tokens as read (no
+    --words, --measure, --html, picture or continuation)."""
     r = request
-    if loaded_b is not loaded or r.measure != "weights" or r.words or r.continues:
-        return False
-    if r.pictures is not None or (r.html and r.out is not None):
-        return False
-    info = loaded.info
-    kept = len(info.pick_layers(list(r.layers) if r.layers else None))
-    n = len(encoded) // 2
-    widest = max(len(a) ** 2 + len(b) ** 2 for a, b in zip(encoded[:n], encoded[n:]))
-    return kept * info.n_heads * widest * memory.FLOAT > memory.STREAM_ABOVE
+    html = r.html and r.out is not None
+    return not (r.measure != "weights" or r.words or r.continues or r.pictures is not None
+                or html)  # fmt: skip
+
+
+def _fits(request: CompareRequest, model: Any, other: Any) -> None:
+    """Refuse, one line, a comparison that would not fit in memory, from the models' files
+    before they load (`memory.compare_estimate`: in blocks, or held whole)."""
+    from attnviz.core import memory
+    from attnviz.core.models import describe
+
+    specs = [describe(m.name) for m in (model, other)]
+    if request.pictures is not None or any(
+        s is None or s.seq2seq or s.tokenizer_file is None for s in specs
+    ):
+        return
+    spec, spec_b = specs
+    count_a = spec.count_lengths([a for a, _ in request.pairs])
+    count_b = spec_b.count_lengths([b for _, b in request.pairs])
+    if spec.max_tokens is not None and request.truncate:
+        count_a = [min(n, spec.max_tokens) for n in count_a]
+        count_b = [min(n, spec_b.max_tokens or n) for n in count_b]
+    lengths = list(zip(count_a, count_b))
+    kept = len(spec.pick_layers(list(request.layers) if request.layers else None))
+    blocks = other is model and _can_go_in_blocks(request)
+    blocks = blocks and memory.compare_in_blocks(kept, spec.n_heads, lengths)
+    weights = request.load.weights_held(spec)
+    if other is not model:
+        weights += (request.against or request.load).weights_held(spec_b)
+    found = memory.compare_estimate(kept, spec.n_heads, weights, lengths, blocks)
+    longest = max(max(pair) for pair in lengths)
+    how = "" if blocks else (
+        "; one model and the weights of tokens as read (no --words, --measure, --html) "
+        "compare long texts in blocks of rows")  # fmt: skip
+    memory.refuse_estimate(found, f"compare of {len(lengths)} pair(s) (up to {longest:,} "
+                           "tokens)", f"compare shorter texts{how}")  # fmt: skip
 
 
 def _compared_in_blocks(loaded: Any, request: CompareRequest, encoded_a: list[Any],

@@ -353,6 +353,7 @@ def export(
     `request.overwrite`, which removes them once the model has loaded. The model is loaded
     only when some sentence is still to do.
     """
+    interrupts.new_run()  # a Ctrl-C of an earlier run (a notebook's) does not stop this one
     made = not request.out.exists()  # an interrupted or failed run leaves no empty folder
     try:
         run = _Export(request, on_progress, on_warning or (lambda message: None))

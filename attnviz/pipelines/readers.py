@@ -64,7 +64,11 @@ class OneStack:
         from attnviz.core.tokens import encode
 
         r, loaded = self.request, self.loaded
-        if r.picture is not None:
+        if r.prompt is not None:  # a picture and a prompt (refused unless the model reads both)
+            from attnviz.core.vlm import encode as encode_prompted
+
+            encoded = encode_prompted(loaded, r.picture, r.prompt, r.raw)
+        elif r.picture is not None:
             from attnviz.core.images import encode_picture
 
             encoded = encode_picture(loaded, r.picture)

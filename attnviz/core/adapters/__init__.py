@@ -13,13 +13,29 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from attnviz.core.adapters import albert, bart, bert, distilbert, generic, gpt2, llama, phi3, t5
+from attnviz.core.adapters import (
+    albert,
+    bart,
+    bert,
+    dinov2,
+    distilbert,
+    generic,
+    gpt2,
+    gpt_neox,
+    llama,
+    modernbert,
+    opt,
+    phi3,
+    t5,
+    vit,
+)
 from attnviz.core.adapters.base import STACKS as STACKS
 from attnviz.core.adapters.base import LayerModules, Norm, norm_of, onloaded
 from attnviz.core.mha import LayerWeights
 from attnviz.errors import UnsupportedModelError
 
-FAMILIES = (bert, albert, distilbert, gpt2, llama, phi3, t5, bart)
+FAMILIES = (bert, albert, distilbert, modernbert, gpt2, gpt_neox, opt, llama, phi3, t5, bart, vit,
+            dinov2)  # fmt: skip
 BY_TYPE = {kind: family for family in FAMILIES for kind in family.TYPES}
 SUPPORTED = tuple(BY_TYPE)
 DECODER_TYPES = tuple(kind for kind, family in BY_TYPE.items() if family.CAUSAL)

@@ -22,7 +22,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from attnviz.core.mha import LayerWeights, on_cpu
+from attnviz.core.mha import LayerWeights, Rope, on_cpu
+from attnviz.errors import UnsupportedModelError
 
 STACKS = ("encoder", "decoder", "cross")  # an encoder-decoder model's three attention stacks
 
@@ -141,3 +142,31 @@ def separate(n_heads: int, q: Any, k: Any, v: Any, o: Any) -> LayerWeights:
     block, no extras)."""
     (w_q, b_q), (w_k, b_k), (w_v, b_v), (w_o, b_o) = (linear(m) for m in (q, k, v, o))
     return LayerWeights(w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, n_heads)
+
+
+def rope(config: Any, head_dim: int, layer_type: str | None = None) -> Rope:
+    """RoPE's frequencies: computed here from rope_theta for the default RoPE (partial for
+    Phi-3's partial_rotary_factor and GPT-NeoX's rotary_pct); other static kinds (linear,
+    llama3, yarn) from transformers' own table; RoPE that changes with the length is refused.
+    `layer_type` names the parameters of a model whose kinds of layer have their own
+    (ModernBERT: `full_attention` and `sliding_attention`, each with its own base)."""
+    import torch
+
+    params = getattr(config, "rope_parameters", None) or {}
+    if layer_type is not None:
+        params = params[layer_type]
+    kind = params.get("rope_type", "default")
+    if kind == "default":
+        rotary = int(head_dim * params.get("partial_rotary_factor", 1.0))
+        exponents = torch.arange(0, rotary, 2, dtype=torch.int64).float() / rotary
+        return Rope(inv_freq=1.0 / params["rope_theta"] ** exponents)
+    if kind in ("linear", "llama3", "yarn"):
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        of_layer = {} if layer_type is None else {"layer_type": layer_type}
+        inv_freq, scaling = ROPE_INIT_FUNCTIONS[kind](config, "cpu", **of_layer)
+        return Rope(inv_freq=inv_freq, scaling=float(scaling))
+    raise UnsupportedModelError(
+        f"RoPE of type '{kind}' changes with the text's length; check supports default, linear, "
+        "llama3 and yarn RoPE"
+    )

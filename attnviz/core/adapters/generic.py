@@ -20,6 +20,7 @@ import inspect
 from typing import Any
 
 from attnviz.core.adapters.base import STACKS, LayerModules
+from attnviz.core.model_info import language_config
 
 # What a modelling code that calls the interface names: its attention modules look their
 # function up in transformers' registry of attention functions.
@@ -111,8 +112,22 @@ def callers(model: Any, stack: str | None = None) -> list[Any]:
 
 
 def stacks(model: Any) -> tuple[str | None, ...]:
-    """("encoder", "decoder", "cross") for an encoder-decoder model, else (None,)."""
-    return STACKS if model.config.is_encoder_decoder else (None,)
+    """("encoder", "decoder", "cross") for an encoder-decoder model; (None, "vision") for a
+    vision-language model (its language model, and its vision tower); else (None,)."""
+    if model.config.is_encoder_decoder:
+        return STACKS
+    return (None, VISION) if reading(model) is not model.base_model else (None,)
+
+
+VISION = "vision"  # a vision-language model's vision tower, beside its language model (None)
+
+
+def reading(model: Any) -> Any:
+    """The modules that read a text: a vision-language model's language model (its
+    `get_decoder()`; its vision tower's attention is not the text's), else the base model."""
+    if language_config(model.config) is model.config:
+        return model.base_model
+    return model.get_decoder()
 
 
 _CROSS = ("cross", "encoder_attn", "encdec")  # BART, NLLB-MoE, T5 call theirs so
@@ -120,9 +135,16 @@ _CROSS = ("cross", "encoder_attn", "encdec")  # BART, NLLB-MoE, T5 call theirs s
 
 def _stack(model: Any, name: str, module: Any) -> str | None:
     """Which stack the module at `name` is in: by its place (under the encoder or not) and,
-    in the decoder, whether it reads the encoder's states (cross-attention)."""
+    in the decoder, whether it reads the encoder's states (cross-attention); in a
+    vision-language model, the language model's (None) or the vision tower's."""
     if not model.config.is_encoder_decoder:
-        return None
+        language = reading(model)
+        if language is model.base_model:
+            return None
+        inside = getattr(model, "_attnviz_language", None)
+        if inside is None:  # the language model's modules, found once a model
+            inside = model._attnviz_language = {id(m) for m in language.modules()}
+        return None if id(module) in inside else VISION
     parts = name.lower().split(".")
     if "encoder" in parts:
         return "encoder"

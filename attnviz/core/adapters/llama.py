@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnviz.core.adapters.base import LayerModules, linear
-from attnviz.core.mha import LayerWeights, Rope
+from attnviz.core.adapters.base import LayerModules, linear, rope
+from attnviz.core.mha import LayerWeights
 from attnviz.errors import UnsupportedModelError
 
 TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
@@ -73,26 +73,3 @@ def window(config: Any, attn: Any) -> int | None:
     if config.model_type in ("mistral", "phi3"):
         return getattr(config, "sliding_window", None)
     return getattr(attn, "sliding_window", None)
-
-
-def rope(config: Any, head_dim: int) -> Rope:
-    """RoPE's frequencies: computed here from rope_theta for the default RoPE (partial for
-    Phi-3's partial_rotary_factor); other static kinds (linear, llama3, yarn) from
-    transformers' own table; RoPE that changes with the length is refused."""
-    import torch
-
-    params = getattr(config, "rope_parameters", None) or {}
-    kind = params.get("rope_type", "default")
-    if kind == "default":
-        rotary = int(head_dim * params.get("partial_rotary_factor", 1.0))
-        exponents = torch.arange(0, rotary, 2, dtype=torch.int64).float() / rotary
-        return Rope(inv_freq=1.0 / params["rope_theta"] ** exponents)
-    if kind in ("linear", "llama3", "yarn"):
-        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-        inv_freq, scaling = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
-        return Rope(inv_freq=inv_freq, scaling=float(scaling))
-    raise UnsupportedModelError(
-        f"RoPE of type '{kind}' changes with the text's length; check supports default, linear, "
-        "llama3 and yarn RoPE"
-    )

@@ -1242,9 +1242,10 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
     const bias = I.bias ? await unpack(I.bias[h]) : null; // T5: B_h (T × S), every layer's
     const errors = new Float64Array((await inflate(I.errors)).buffer);
     const q = Q.subarray(i * dk, (i + 1) * dk);
-    const { scale, softcap, window: span } = I.scores[l];
+    const { scale, softcap, window: span, band } = I.scores[l];
     const visible = [...Array(nk).keys()].filter(
-      (j) => (!ST.causal || j <= i) && (span === null || j > i - span));
+      (j) => (!ST.causal || j <= i) && (span === null || j > i - span) &&
+        (band === null || Math.abs(j - i) <= band)); // a local layer: ±band about the query
     const dots = visible.map((j) => {
       let s = 0;
       for (let c = 0; c < dk; c++) s += q[c] * K[j * dk + c];
@@ -1306,6 +1307,7 @@ function draw(D, initial = {}, onRender = null, tiles = null) {
         `${layerTitle(l)}, head ${h}, query “${I.tokens[i]}” (position ${i}); d_k = ${dk}, ` +
         `scale = ${scale.toPrecision(6)}${Math.abs(scale - 1 / Math.sqrt(dk)) < 1e-12 ? " = 1/√d_k" : ""}` +
         `${softcap === null ? "" : `, soft cap ${softcap}`}${span === null ? "" : `, window ${span}`}` +
+        `${band === null ? "" : `, keys within ±${band} (a local layer)`}` +
         `${bias ? ", plus T5's relative position bias B_h (one learned number per head and distance j − i)" : ""}. ` +
         insideSource() +
         "the scores, softmax and weighted sum below are those formulas applied to them." }),

@@ -269,7 +269,7 @@ def _inside_entry(inside: Inside) -> dict[str, Any]:
             for name in ("q", "k", "v")
         },
         "errors": _packed(inside.errors.astype("<f8")),
-        "scores": list(inside.scores),  # per layer: scale, softcap, window
+        "scores": list(inside.scores),  # per layer: scale, softcap, window, band
     }
     if inside.stack is not None:
         entry["heads"] = int(inside.q.shape[1])

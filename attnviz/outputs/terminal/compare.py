@@ -27,6 +27,9 @@ def print_comparison_header(console: Console, comparison: Comparison, models: st
             said = f" ({c.describe(att.unit)})" if c is not None else ""
             if c is not None:
                 tokens.insert(c.start, "▸")
+            if len(tokens) > _SHOWN_TOKENS:  # a long text: its first and last tokens
+                more = f"… {len(tokens) - _SHOWN_TOKENS:,} more (--json lists all) …"
+                tokens = [*tokens[: _SHOWN_TOKENS - 20], more, *tokens[-20:]]
             console.print(f"  {side}: {' '.join(tokens)}{said}", highlight=False, soft_wrap=True)
     else:
         console.print(f"  {len(pairs)} pairs; the figures are means over them", highlight=False)
@@ -35,6 +38,9 @@ def print_comparison_header(console: Console, comparison: Comparison, models: st
         if note:
             where = f"pair {number}: " if len(pairs) > 1 else ""
             console.print(f"  [yellow]{where}{note}[/]", highlight=False, soft_wrap=True)
+
+
+_SHOWN_TOKENS = 80  # tokens of A and of B printed at most (as show): a long text's first and last
 
 
 def print_moved(console: Console, moved: Sequence[Moved], several: bool = False) -> None:

@@ -573,6 +573,28 @@ def _outside_cell(shares: Sequence[tuple[str, float]]) -> str:
     return f"{total:.0%}" if len(shares) == 1 else f"{total:.0%}, {label} {largest:.0%}"
 
 
+def print_picture_shares(console: Console, att: Any) -> None:
+    """A vision-language model's answer: per layer, the share of its attention on the
+    picture (the mean over heads) and the heads that give the picture most."""
+    from rich.table import Table
+
+    from attnviz.analysis.picture_share import picture_shares
+
+    found = picture_shares(att)
+    what = "the answer's tokens" if att.continuation is not None else "the prompt's last token"
+    table = Table(title=f"The picture's share of attention, for {what}", title_justify="left")
+    for column in ("layer", "picture", "heads that look at it most"):
+        table.add_column(
+            column, justify="right" if column != "heads that look at it most" else "left"
+        )
+    for slot, layer in enumerate(found.layers):
+        top = " · ".join(f"H{head} {share:.2f}" for head, share in found.top_heads(slot))
+        table.add_row(f"L{layer}", f"{found.share[slot].mean():.2f}", top)
+    console.print(table)
+    console.print("picture: the mean over heads and over the rows that wrote each token of what "
+                  "they give the image tokens", highlight=False)  # fmt: skip
+
+
 def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
     """What `attnviz show` prints of its result (`pipelines.show.ShowResult`): the header,
     then the query's heads, the per-layer measure's details, the layers × heads map or the
@@ -581,6 +603,8 @@ def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
     print_header(console, att)
     if result.continuation is not None:
         print_continuation(console, result.continuation)
+    if att.layout is not None and any(att.weights.strides):  # held (not a long text's stand-in)
+        print_picture_shares(console, att)
     if result.query is not None:
         print_query(console, att, result.query, layers, heads)
     elif result.vision:

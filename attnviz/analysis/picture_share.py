@@ -1,0 +1,42 @@
+"""How much of a vision-language model's attention goes to the picture, as it answered: per
+layer and head, the share of the answer's rows (the rows that wrote each generated or given
+token, or the prompt's last row where there is no answer) that its image tokens hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnviz.core.attention import Attention
+
+
+@dataclass(frozen=True, eq=False)
+class PictureShares:
+    """`share[slot, head]`: the mean, over `rows`, of what each row gives the image tokens."""
+
+    layers: tuple[int, ...]
+    rows: tuple[int, ...]  # the answer's rows: row t − 1 wrote token t
+    share: Any  # (L, H) float
+
+    def top_heads(self, slot: int, k: int = 3) -> list[tuple[int, float]]:
+        """The `k` heads of layer slot `slot` that give the picture most: (head, share)."""
+        order = self.share[slot].argsort()[::-1][:k]
+        return [(int(head), float(self.share[slot, head])) for head in order]
+
+
+def answer_rows(att: Attention) -> tuple[int, ...]:
+    """The rows that wrote the continuation's tokens, or the prompt's last row."""
+    n = len(att.tokens)
+    if att.continuation is None:
+        return (n - 1,)
+    return tuple(range(att.continuation.start - 1, n - 1))
+
+
+def picture_shares(att: Attention) -> PictureShares:
+    """Each layer's and head's share of the answer's attention on the picture's tokens."""
+    rows = answer_rows(att)
+    image = att.layout.image_tokens()
+    held = att.weights[:, :, list(rows)]  # (L, H, R, T)
+    share = held[..., image].sum(axis=-1).mean(axis=-1)  # (L, H)
+    return PictureShares(tuple(att.held_layers()), rows, share)

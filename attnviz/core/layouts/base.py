@@ -1,0 +1,126 @@
+"""Where each image token of a prompt came from in its picture: a `Layout` of `Part`s, each
+one grid of image tokens over a box of the picture, as a model family's processor cut it.
+
+A family's reader (one module of this package) reads the grid from the processor's outputs
+(the token ids it wrote, `image_grid_thw`, the pixel values' shape) and the model's config,
+never from constants: LLaVA's 24 × 24 is 336 / 14 of its processor's crop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """One grid of image tokens over one box of the picture: LLaVA's one grid over the crop
+    it read, or one of Idefics3's sub-images."""
+
+    name: str  # "" where the picture is one grid; "global", "tile 0,1", …
+    tokens: tuple[int, ...]  # each cell's token index, row by row from the top left
+    grid: tuple[int, int]  # cells down, across
+    box: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)  # top, left, bottom, right
+
+    def label(self, row: int, col: int) -> str:
+        """A cell's token label: `(3, 4)`, or `global (3, 4)` in a layout of several parts."""
+        return f"{self.name} ({row}, {col})".strip()
+
+
+@dataclass(frozen=True, eq=False)
+class Layout:
+    """A prompt's picture and where its image tokens sit on it (`parts`); `marks` are the
+    image tokens that stand for no patch (newlines, row and column tokens, a start and end of
+    image), shares of the picture too."""
+
+    family: str
+    pixels: Any  # (H, W, 3) uint8: the picture as given
+    parts: tuple[Part, ...]
+    marks: tuple[int, ...] = ()
+    name: str = "image"  # the picture's file name
+
+    def cells(self) -> list[int]:
+        """Every token index that is a cell of a part, in the parts' order."""
+        return [index for part in self.parts for index in part.tokens]
+
+    def image_tokens(self) -> list[int]:
+        """Every token index that stands for the picture: the cells and the marks."""
+        return sorted({*self.cells(), *self.marks})
+
+    def labels(self) -> dict[int, str]:
+        """Each cell's token label, by its token index."""
+        found = {}
+        for part in self.parts:
+            cols = part.grid[1]
+            for i, index in enumerate(part.tokens):
+                found[index] = part.label(i // cols, i % cols)
+        return found
+
+    def share(self, row: Any) -> float:
+        """What one row of attention (over every token) gives the picture's tokens."""
+        return float(row[self.image_tokens()].sum())
+
+    def grids(self, row: Any) -> list[Any]:
+        """One row of attention as each part's grid of cells, (rows, cols) each."""
+        import numpy as np
+
+        return [np.asarray(row)[list(part.tokens)].reshape(part.grid) for part in self.parts]
+
+    def painted(self, row: Any, size: tuple[int, int] | None = None) -> Any:
+        """One row of attention painted on the picture, (H, W) float32 at `size` (H, W; the
+        picture's own by default): each cell's value over the pixels of its box, parts that
+        overlap (a global view and its tiles) added."""
+        import numpy as np
+
+        height, width = size if size is not None else self.pixels.shape[:2]
+        canvas = np.zeros((height, width), np.float32)
+        for part, grid in zip(self.parts, self.grids(row)):
+            top, left, bottom, right = part.box
+            ys = np.round(np.linspace(top * height, bottom * height, part.grid[0] + 1)).astype(int)
+            xs = np.round(np.linspace(left * width, right * width, part.grid[1] + 1)).astype(int)
+            rows = np.repeat(np.arange(part.grid[0]), np.diff(ys))  # each pixel row's cell
+            cols = np.repeat(np.arange(part.grid[1]), np.diff(xs))
+            canvas[ys[0] : ys[-1], xs[0] : xs[-1]] += grid[rows][:, cols]
+        return canvas
+
+
+def positions(ids: Sequence[int], token: int) -> list[int]:
+    """The indices of `token` among `ids`."""
+    return [i for i, found in enumerate(ids) if found == token]
+
+
+def image_token(config: Any, processor: Any) -> int:
+    """The id of the token that stands for an image patch: the config's, else the
+    processor's."""
+    for name in ("image_token_id", "image_token_index"):
+        found = getattr(config, name, None)
+        if isinstance(found, int):
+            return found
+    return int(processor.tokenizer.convert_tokens_to_ids(processor.image_token))
+
+
+def seen_box(image_processor: Any, size: tuple[int, int]) -> tuple[float, float, float, float]:
+    """The box of a picture of `size` (W, H) its image processor keeps: the centre crop of
+    a processor that resizes the shortest edge and crops (CLIP's), else the whole picture
+    (a processor that resizes it whole)."""
+    width, height = size
+    crop = getattr(image_processor, "crop_size", None)
+    shortest = (getattr(image_processor, "size", None) or {}).get("shortest_edge")
+    if not getattr(image_processor, "do_center_crop", False) or not crop or not shortest:
+        return (0.0, 0.0, 1.0, 1.0)
+    scale = shortest / min(width, height)
+    seen_w, seen_h = width * scale, height * scale
+    top, left = (seen_h - crop["height"]) / 2 / seen_h, (seen_w - crop["width"]) / 2 / seen_w
+    return (max(top, 0.0), max(left, 0.0), min(1 - top, 1.0), min(1 - left, 1.0))
+
+
+def square(count: int, what: str) -> tuple[int, int]:
+    """The side of a square grid of `count` cells; ValueError where `count` is no square."""
+    side = round(count**0.5)
+    if side * side != count:
+        raise ValueError(f"{count} {what} make no square grid")
+    return side, side
+
+
+Inputs = Mapping[str, Any]  # the processor's outputs: input_ids, pixel_values, …

@@ -1,0 +1,24 @@
+"""PaliGemma and Gemma 3: the picture resized whole to a square, its patches (PaliGemma's)
+or their average over a square of them (Gemma 3's 64 × 64 pooled to 16 × 16) one token each,
+row by row; Gemma 3's start and end of image around them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnviz.core.layouts.base import Inputs, Part, image_token, positions, square
+
+TYPES = ("paligemma", "gemma3")
+
+
+def read(ids: list[int], inputs: Inputs, config: Any, processor: Any,
+         size: tuple[int, int]) -> tuple[tuple[Part, ...], tuple[int, ...]]:  # fmt: skip
+    """The one square grid of image tokens, and Gemma 3's start and end of image."""
+    found = positions(ids, image_token(config, processor))
+    grid = square(len(found), "image tokens")
+    marks = []
+    for name in ("boi_token_index", "eoi_token_index", "boi_token_id", "eoi_token_id"):
+        token = getattr(config, name, None)
+        if isinstance(token, int):
+            marks += positions(ids, token)
+    return (Part("", tuple(found), grid),), tuple(sorted(set(marks)))

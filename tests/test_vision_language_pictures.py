@@ -1,0 +1,181 @@
+"""Vision-language models (issue 54): a picture and a prompt read in one pass by attnviz's
+attention function, held to each family's eager attention; each image token on the cell
+of the picture its processor cut it from; bad input refused in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+from vlm_models import FAMILIES, eager, picture, save
+
+from attnviz.cli import app
+
+PROMPT = "What is on the table?"
+
+
+@pytest.fixture(scope="module")
+def vlm_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vlm-models")
+    return {kind: save(kind, root / kind) for kind in FAMILIES}
+
+
+@pytest.fixture(scope="module")
+def photo(tmp_path_factory):
+    return picture(tmp_path_factory.mktemp("pictures") / "photo.png", (128, 64))
+
+
+def _read(folder, path, settings=None):
+    """The prompt (with its continuation, `settings`) as attnviz reads it: its tokens and
+    every layer's weights, and the processor's inputs beside the ids."""
+    from attnviz.core import generation, vlm
+    from attnviz.core.extract import attend
+    from attnviz.core.models import model
+
+    loaded = model(str(folder)).load()
+    prompt = vlm.encode(loaded, path, PROMPT)
+    whole, reading = prompt, None
+    if settings is not None:
+        whole, reading = generation.write(loaded, prompt, settings, range(loaded.info.n_layers))
+    return whole, prompt.inputs, attend(loaded, [whole], reading=reading)[0]
+
+
+@pytest.mark.parametrize("kind", FAMILIES)
+@pytest.mark.parametrize("how", ["prompt", "generate", "target"])
+def test_every_layer_equals_the_models_eager_attention(vlm_dirs, photo, kind, how):
+    from attnviz.core.generation import Settings
+
+    settings = {"prompt": None, "generate": Settings(tokens=3),
+                "target": Settings(target="A cat")}[how]  # fmt: skip
+    whole, inputs, found = _read(vlm_dirs[kind], photo, settings)
+    expected = eager(vlm_dirs[kind], list(whole.ids), inputs)
+    assert found.weights.shape == expected.shape  # the language model's layers alone
+    assert np.abs(found.weights - expected).max() < 1e-5
+    assert found.layout is not None and len(found.layout.cells()) > 1
+
+
+def test_the_api_reads_a_picture_and_a_prompt(vlm_dirs, photo):
+    import attnviz
+
+    found = attnviz.attention(PROMPT, picture=photo, model=str(vlm_dirs["llava"]), generate=2)
+    layout = found.layout
+    cells = layout.cells()
+    assert found.tokens[cells[0]] == "(0, 0)" and found.tokens[cells[-1]] == "(5, 5)"
+    assert found.continuation.start == len(found.tokens) - 2
+    assert layout.pixels.shape == (64, 128, 3)
+    np.testing.assert_allclose(found.weights.sum(-1)[:, :, 1:], 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_a_bright_patch_moves_the_token_cut_from_it(tmp_path, kind):
+    """With each image token's features made of its own patches alone (`local`), a bright
+    square on one cell of a grey picture changes the language model's input at that cell's
+    token more than at any other."""
+    import torch
+    from PIL import Image
+
+    from attnviz.core import vlm
+    from attnviz.core.models import model
+
+    folder = save(kind, tmp_path / kind, local=True)
+    loaded = model(str(folder)).load()
+    size = (128, 64)
+    grey = np.full((size[1], size[0], 3), 90, np.uint8)
+    layout = vlm.encode(loaded, Image.fromarray(grey), PROMPT).layout
+    part = layout.parts[0]
+    rows, cols = part.grid
+    for row, col in ((0, 0), (rows - 1, cols - 1), (rows // 2, cols // 3)):
+        top, left, bottom, right = part.box
+        y0, y1 = (top + (bottom - top) * np.array([row + 0.3, row + 0.7]) / rows) * size[1]
+        x0, x1 = (left + (right - left) * np.array([col + 0.3, col + 0.7]) / cols) * size[0]
+        bright = grey.copy()
+        bright[round(y0) : round(y1), round(x0) : round(x1)] = 255
+        moved = _inputs(loaded, Image.fromarray(bright)) - _inputs(loaded, Image.fromarray(grey))
+        change = torch.linalg.vector_norm(moved, dim=-1)
+        assert int(change.argmax()) == part.tokens[row * cols + col], (row, col)
+
+
+def _inputs(loaded, image):
+    """The language model's input embeddings for the prompt about `image`, (T, d)."""
+    import torch
+
+    from attnviz.core import vlm
+    from attnviz.core.tokens import pad
+
+    caught = {}
+
+    def catch(module, args, kwargs):
+        caught["embeds"] = kwargs["inputs_embeds"][0]
+
+    hook = loaded.model.get_decoder().register_forward_pre_hook(catch, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            loaded.model.base_model(**pad(loaded, [vlm.encode(loaded, image, PROMPT)]))
+    finally:
+        hook.remove()
+    return caught["embeds"]
+
+
+def test_show_generates_over_a_picture(vlm_dirs, photo, tmp_path):
+    result = CliRunner().invoke(app, ["show", str(photo), PROMPT, "-m", str(vlm_dirs["qwen2_vl"]),
+                                      "--generate", "3", "--no-images"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "3 tokens generated" in result.output
+    assert "image tokens over the picture" in result.output
+    assert "The picture's share of attention" in result.output
+
+
+def test_the_pictures_share_is_the_eager_rows_on_the_image_tokens(vlm_dirs, photo):
+    from attnviz.analysis.picture_share import picture_shares
+    from attnviz.core.generation import Settings
+
+    whole, inputs, found = _read(vlm_dirs["qwen2_vl"], photo, Settings(tokens=3))
+    expected = eager(vlm_dirs["qwen2_vl"], list(whole.ids), inputs)
+    start, image = found.continuation.start, found.layout.image_tokens()
+    by_row = expected[:, :, start - 1 : len(whole.ids) - 1][..., image].sum(-1)  # (L, H, 3)
+    shares = picture_shares(found)
+    assert shares.rows == tuple(range(start - 1, len(whole.ids) - 1))
+    np.testing.assert_allclose(shares.share, by_row.mean(-1), atol=1e-5)
+    head, share = shares.top_heads(1)[0]
+    assert share == pytest.approx(by_row[1].mean(-1).max(), abs=1e-5)
+
+
+def _refused(args, tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [*map(str, args), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    assert not out.exists()  # nothing written
+    return result.output.strip()
+
+
+def test_bad_input_is_one_line_and_exit_2(vlm_dirs, photo, tmp_path, tiny_model_dirs):
+    said = _refused(["show", photo, PROMPT, "-m", tiny_model_dirs["gpt2"]], tmp_path)
+    assert "is a text model: it reads no picture" in said and "\n" not in said
+    two = "<|user|><image><image>What is this?"
+    said = _refused(["show", photo, two, "-m", vlm_dirs["llava"], "--raw"], tmp_path)
+    assert "holds 2 image tokens" in said and "\n" not in said
+    thin = picture(tmp_path / "thin.png", (402, 2))  # Qwen2-VL's: an aspect ratio below 200
+    said = _refused(["show", thin, PROMPT, "-m", vlm_dirs["qwen2_vl"]], tmp_path)
+    assert "does not take this picture" in said and "aspect ratio" in said
+    said = _refused(["show", photo, "-m", vlm_dirs["llava"]], tmp_path)
+    assert "give the prompt after the picture" in said
+
+
+def test_text_alone_is_read_with_or_without_the_processor(vlm_dirs, photo, tmp_path):
+    """A vision-language model reads text alone through its language model, its processor
+    loaded or not; saved without the processor's files (a tokenizer alone), a picture and a
+    prompt are refused in one line."""
+    import shutil
+
+    import attnviz
+    from attnviz.core.vlm import PROCESSOR_FILES
+
+    bare = shutil.copytree(vlm_dirs["llava"], tmp_path / "bare")
+    for name in PROCESSOR_FILES:
+        (bare / name).unlink(missing_ok=True)
+    alone = attnviz.attention(PROMPT, model=str(bare), device="cpu")
+    whole = attnviz.attention(PROMPT, model=str(vlm_dirs["llava"]), device="cpu")
+    assert alone.tokens == whole.tokens and alone.layout is None
+    assert np.abs(alone.weights - whole.weights).max() < 1e-6
+    said = _refused(["show", photo, PROMPT, "-m", bare], tmp_path)
+    assert "has no processor here" in said and "\n" not in said

@@ -1,0 +1,181 @@
+"""Tiny random vision-language models (two layers) saved with a processor built here, for
+tests: no pretrained weights or processors are reachable, and torchvision is not installable
+(so the families whose processor holds a video processor, Qwen2-VL's, are saved with their
+image processor (its PIL backend) and tokenizer alone, as attnviz reads them).
+
+- FAMILIES: the model types built (`save(model_type, folder)`).
+- save(model_type, folder, local=False): the model and its processor in `folder`; `local`
+  makes each image token's features depend on its own patches alone (the vision tower's
+  attention outputs set to 0: `MIXING`), so that a bright patch moves only the tokens cut
+  from it.
+- eager(folder, picture, prompt_ids, inputs): the language model's own probabilities over
+  the whole sequence (eager `output_attentions`), (L, H, T, T) float32.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+TEXT = dict(vocab_size=None, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, intermediate_size=37, max_position_embeddings=2048,
+            head_dim=8)  # fmt: skip
+CORPUS = ["What is on the table? A cat sat on the mat.", "The quick brown fox jumps."] * 10
+TEMPLATE = (
+    "{% for m in messages %}<|user|>{% for c in m['content'] %}{% if c['type'] == 'image' %}"
+    "IMAGE{% else %}{{ c['text'] }}{% endif %}{% endfor %}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def tokenizer(image: str, *more: str) -> Any:
+    """A byte-level BPE tokenizer trained in memory, with `image` (the image token) and
+    `more` as special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    special = ["<|endoftext|>", "<|user|>", "<|assistant|>", image, *more]
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=special,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    tk.train_from_iterator(CORPUS, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>",
+                                   eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                   extra_special_tokens={"image_token": image})  # fmt: skip
+
+
+def _text(tok: Any, **more: Any) -> dict:
+    return {**TEXT, "vocab_size": len(tok), **more}
+
+
+def _llava(local: bool):
+    import transformers as tf
+
+    tok = tokenizer("<image>")
+    vision = dict(model_type="clip_vision_model", hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=37, image_size=84,
+                  patch_size=14)  # fmt: skip
+    config = tf.LlavaConfig(text_config=dict(model_type="llama", **_text(tok)),
+                            vision_config=vision,
+                            image_token_id=tok.convert_tokens_to_ids("<image>"))  # fmt: skip
+    images = tf.CLIPImageProcessorPil(size={"shortest_edge": 84},
+                                      crop_size={"height": 84, "width": 84})  # fmt: skip
+    processor = tf.LlavaProcessor(image_processor=images, tokenizer=tok, patch_size=14,
+                                  vision_feature_select_strategy="default",
+                                  num_additional_image_tokens=1,
+                                  chat_template=TEMPLATE.replace("IMAGE", "<image>"))  # fmt: skip
+    return tf.LlavaForConditionalGeneration(config), processor
+
+
+def _qwen(kind: str):
+    def build(local: bool):
+        import transformers as tf
+
+        from attnviz.core.vlm import _without_video
+
+        tok = tokenizer("<|image_pad|>", "<|vision_start|>", "<|vision_end|>")
+        ids = {name: tok.convert_tokens_to_ids(f"<|{name}|>")
+               for name in ("image_pad", "vision_start", "vision_end")}  # fmt: skip
+        text = _text(tok, rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]})
+        vision = dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4,
+                      patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+                      in_chans=3, mlp_ratio=2)  # fmt: skip
+        if kind == "qwen2_5_vl":
+            vision = dict(depth=2, hidden_size=32, out_hidden_size=32,
+                          num_heads=4, intermediate_size=37, patch_size=14, window_size=56,
+                          fullatt_block_indexes=[1], spatial_merge_size=2,
+                          temporal_patch_size=2)  # fmt: skip
+        config = tf.AutoConfig.for_model(kind, text_config=dict(model_type=f"{kind}_text", **text),
+                                         vision_config=vision, image_token_id=ids["image_pad"],
+                                         vision_start_token_id=ids["vision_start"],
+                                         vision_end_token_id=ids["vision_end"])  # fmt: skip
+        images = tf.Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=28 * 28 * 16)
+        cls = _without_video(getattr(tf, "Qwen2_5_VLProcessor" if kind == "qwen2_5_vl"
+                                     else "Qwen2VLProcessor"))  # fmt: skip
+        template = TEMPLATE.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>")
+        processor = cls(image_processor=images, tokenizer=tok, chat_template=template)
+        return tf.AutoModelForImageTextToText.from_config(config), processor
+
+    return build
+
+
+def _paligemma(local: bool):
+    """PaliGemma: no chat template (its processor puts the image tokens and BOS first)."""
+    import transformers as tf
+
+    tok = tokenizer("<image>")
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=37, image_size=56,
+                  patch_size=14)  # fmt: skip
+    text = dict(model_type="gemma", **{k: v for k, v in _text(tok).items()})
+    config = tf.PaliGemmaConfig(text_config=text, vision_config=vision, projection_dim=32,
+                                image_token_index=tok.convert_tokens_to_ids("<image>"))  # fmt: skip
+    images = tf.SiglipImageProcessorPil(size={"height": 56, "width": 56})
+    images.image_seq_length = 16
+    processor = tf.PaliGemmaProcessor(image_processor=images, tokenizer=tok)
+    return tf.PaliGemmaForConditionalGeneration(config), processor
+
+
+BUILDERS = {
+    "paligemma": _paligemma,
+    "llava": _llava,
+    "qwen2_vl": _qwen("qwen2_vl"),
+    "qwen2_5_vl": _qwen("qwen2_5_vl"),
+}
+FAMILIES = tuple(BUILDERS)
+
+
+# A vision tower's attention output projections (CLIP's, SigLIP's, Qwen2-VL's): what mixes
+# one patch's features with the others'.
+MIXING = (".self_attn.out_proj.", ".attn.proj.")
+
+
+def save(model_type: str, folder: Path, local: bool = False) -> Path:
+    """A tiny random `model_type` and its processor, saved in `folder`."""
+    import torch
+
+    torch.manual_seed(0)
+    model, processor = BUILDERS[model_type](local)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() >= 2:
+                parameter.normal_(0.0, 0.3)
+        for name, parameter in model.named_parameters():
+            if local and any(part in name for part in MIXING):
+                parameter.zero_()
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+def picture(path: Path, size: tuple[int, int] = (64, 48), seed: int = 0) -> Path:
+    """A random RGB picture of `size` (width, height), saved as PNG at `path`."""
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), np.uint8)
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+def eager(folder: Path, ids: list[int], inputs: dict) -> Any:
+    """The language model's own probabilities (eager `output_attentions`) over `ids` with
+    the processor's other `inputs`, (L, H, T, T) float32: what attnviz's numbers are held to.
+    Per-token inputs shorter than `ids` (a prompt's, before its continuation) are extended."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
+    extended = {}
+    for name, value in inputs.items():
+        if value.dim() == 2 and name.endswith("token_type_ids") and value.shape[1] < len(ids):
+            # as `generate` extends them: PaliGemma's suffix 1, the image tokens' types 0
+            more = torch.full((1, len(ids) - value.shape[1]), int(name == "token_type_ids"))
+            value = torch.cat([value, more.to(value.dtype)], dim=1)
+        extended[name] = value
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), output_attentions=True, **extended)
+    return np.stack([layer[0].float().numpy() for layer in out.attentions])
