@@ -229,3 +229,84 @@ def test_a_streamed_or_held_eager_run_counts_a_whole_layer(monkeypatch):
     memory.check_held(2, layers, heads, n, to_file=False)
     with pytest.raises(MemoryLimitError, match="take .* held whole"):
         memory.check_held(2, layers, heads, n, to_file=False, eager=True)
+
+
+PAIRS = (
+    ("the keys to the cabinet are on the table and the cat sat on the mat",
+     "the key to the cabinets is on the table and the cat sat on the mat"),
+    ("the cat sat on the mat", "a big black cat sat quietly on the mat near the door"),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["bloom", "deberta-v2"])
+def test_compare_in_blocks_cuts_eager_s_whole_maps_into_rows(kind, folders, monkeypatch,
+                                                             tmp_path):  # fmt: skip
+    """`compare` of long texts (past `memory.STREAM_ABOVE`, set to 0 here) reads A and B in one
+    padded pass a block of rows at a time; a type that runs eager hands capture each layer's
+    whole maps, which it cuts into those blocks: the comparison is the one held whole."""
+    from dataclasses import replace
+
+    from attnviz.core import memory
+    from attnviz.core.settings import Load
+    from attnviz.pipelines.compare import compare
+    from attnviz.pipelines.request import CompareRequest
+
+    request = CompareRequest(Load(folders[kind], "cpu"), pairs=PAIRS, out=tmp_path / "held",
+                             top=3, query="sat")  # fmt: skip
+    held = compare(request)
+    monkeypatch.setattr(memory, "STREAM_ABOVE", 0)
+    blocks = compare(replace(request, out=tmp_path / "blocks"))
+    assert all(p.texts is not None for p in blocks.comparison.pairs)  # it did go in blocks
+    assert all(p.texts is None for p in held.comparison.pairs)
+    one, other = held.comparison, blocks.comparison
+    np.testing.assert_allclose(other.divergence, one.divergence, atol=1e-6)
+    for p, q in zip(one.pairs, other.pairs, strict=True):
+        np.testing.assert_allclose(q.a.weights, p.a.weights, atol=1e-6)
+        np.testing.assert_allclose(q.b.weights, p.b.weights, atol=1e-6)
+        np.testing.assert_allclose(q.rows, p.rows, atol=1e-6)
+        assert q.tokens == p.tokens
+    np.testing.assert_allclose(blocks.query.divergence, held.query.divergence, atol=1e-6)
+
+
+def test_compare_s_and_check_s_estimates_count_eager_s_whole_layer(folders, monkeypatch):
+    """Before loading, `compare` in blocks counts the layer a type that runs eager makes whole
+    for A and B at once (a limit the interface's estimate fits is refused, in one line), and
+    `check` estimates such a type read whole, never in blocks."""
+    from dataclasses import replace
+
+    from attnviz.core import memory, models
+    from attnviz.core.settings import Load
+    from attnviz.pipelines import check
+    from attnviz.pipelines.request import CheckRequest
+
+    spec = models.describe(folders["bloom"])
+    lengths = [tuple(spec.count_lengths(list(PAIRS[0])))]
+    weights = Load().weights_held(spec)
+    plain = memory.compare_estimate(spec.n_layers, spec.n_heads, weights, lengths, True)
+    eager = memory.compare_estimate(spec.n_layers, spec.n_heads, weights, lengths, True, True)
+    longest = max(lengths[0])
+    layer = spec.n_heads * longest * longest * memory.FLOAT
+    assert eager.total - plain.total == 2 * memory.EAGER_LAYER * layer
+
+    monkeypatch.setattr(models.Model, "load", lambda self: pytest.fail("the model loaded"))
+    monkeypatch.setattr(memory, "STREAM_ABOVE", 0)
+    monkeypatch.setenv(memory.ENV, str(eager.total - 1))
+    memory.refuse_estimate(plain, "compare", "")  # the interface's estimate fits
+    done = runner.invoke(app, ["compare", *PAIRS[0], "-m", folders["bloom"], "--device", "cpu",
+                               "--no-images"])  # fmt: skip
+    assert done.exit_code == 2, done.output
+    (line,) = done.output.strip().splitlines()
+    assert "compare of 1 pair(s)" in line and "needs about" in line
+
+    asked: list[bool] = []
+
+    def estimate(n_heads, weights, n_tokens, in_blocks):
+        asked.append(in_blocks)
+        return memory.Estimate(0, 0)
+
+    monkeypatch.setattr(memory, "check_in_blocks", lambda *args: True)
+    monkeypatch.setattr(memory, "check_estimate", estimate)
+    request = CheckRequest(Load(folders["bloom"], "cpu"), text=TEXT)
+    check._fits(spec, request)  # eager: whole
+    check._fits(replace(spec, eager_only=False), request)  # the interface: in blocks
+    assert asked == [False, True]

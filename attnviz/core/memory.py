@@ -354,23 +354,29 @@ def check_in_blocks(n_heads: int, n_tokens: int, n_batch: int = 1) -> bool:
 
 
 def compare_estimate(n_layers: int, n_heads: int, weights: int,
-                     pairs: Sequence[tuple[int, int]], in_blocks: bool) -> Estimate:  # fmt: skip
+                     pairs: Sequence[tuple[int, int]], in_blocks: bool,
+                     eager: bool = False) -> Estimate:  # fmt: skip
     """The peak of `compare` over `pairs` of (A's, B's) tokens on `n_layers` kept × `n_heads`
     with `weights` bytes of models. In blocks (`analysis.compare_blocks`): the pooled maps,
     the pass's blocks of both texts and each side's float64 projections of them (about
     twelve blocks), each side's sums. Held whole: every pair's maps (float32) and unit grids
     (float64, both sides), and while one pair is compared its projection (L, H, T, U) and the
-    divergence's temporaries (three grids more)."""
+    divergence's temporaries (three grids more). A model running eager attention (`eager`)
+    makes each layer's maps whole while it runs (EAGER_LAYER maps a head): in blocks, of both
+    texts of a pair padded to the longer, beside the pooled maps; held whole, of the longest
+    text, where it outgrows the comparison's temporaries."""
     lh = n_layers * n_heads
+    longest = max(max(a, b) for a, b in pairs)
+    layer = EAGER_LAYER * n_heads * longest * longest * FLOAT if eager else 0
     if in_blocks:
-        widest = max(max(a, b) for a, b in pairs)
-        sums = 2 * lh * widest * 8 * 3  # each side's HeadStats and the divergence, float64
+        sums = 2 * lh * longest * 8 * 3  # each side's HeadStats and the divergence, float64
         attention = COMPARE_POOLED + sums
-        return Estimate(RUNTIME + weights + BLOCKS + attention + 12 * STREAM_BLOCK, attention)
+        blocks = 12 * STREAM_BLOCK + 2 * layer  # A and B in one pass
+        return Estimate(RUNTIME + weights + BLOCKS + attention + blocks, attention)
     held = sum(lh * FLOAT * (a * a + b * b) + 2 * lh * 8 * min(a, b) ** 2 for a, b in pairs)
     widest = max(pairs, key=lambda pair: pair[0] ** 2 + pair[1] ** 2)
     units = min(widest)
-    transient = lh * 8 * (max(widest) * units + 3 * units * units)
+    transient = max(lh * 8 * (max(widest) * units + 3 * units * units), layer)
     return Estimate(RUNTIME + weights + BLOCKS + held + transient, held)
 
 

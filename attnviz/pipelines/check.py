@@ -258,8 +258,9 @@ def _fits(spec: ModelSpec, request: CheckRequest) -> None:
     (n_tokens,) = spec.count_lengths([request.text])
     if spec.max_tokens is not None:
         n_tokens = min(n_tokens, spec.max_tokens)
-    blocks = memory.check_in_blocks(spec.n_heads, n_tokens) and (
-        request.load.implementation != "eager"
+    # a model running eager (asked for, or its type's: `ModelSpec.eager_only`) is read whole
+    blocks = memory.check_in_blocks(spec.n_heads, n_tokens) and not (
+        request.load.implementation == "eager" or spec.eager_only
     )
     weights = request.load.weights_held(spec)
     found = memory.check_estimate(spec.n_heads, weights, n_tokens, blocks)

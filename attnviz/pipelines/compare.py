@@ -166,7 +166,12 @@ def _fits(request: CompareRequest, model: Any, other: Any) -> None:
     weights = request.load.weights_held(spec)
     if other is not model:
         weights += (request.against or request.load).weights_held(spec_b)
-    found = memory.compare_estimate(kept, spec.n_heads, weights, lengths, blocks)
+    # eager attention, asked for or the type's (`ModelSpec.eager_only`), makes layers whole
+    eager = any(
+        load.implementation == "eager" or s.eager_only
+        for load, s in ((request.load, spec), (request.against or request.load, spec_b))
+    )
+    found = memory.compare_estimate(kept, spec.n_heads, weights, lengths, blocks, eager)
     longest = max(max(pair) for pair in lengths)
     how = "" if blocks else (
         "; one model and the weights of tokens as read (no --words, --measure, --html) "
