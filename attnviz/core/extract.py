@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnviz.core.attention import Attention, Encoded, Keys, SourceTarget
-from attnviz.core.held import NpyFile
+from attnviz.core.held import NpyFile, zeroed
 from attnviz.core.memory import held_bytes, held_what, require
 from attnviz.core.tokens import encode, pad
 
@@ -38,7 +38,6 @@ class _Weights:
         stack: str | None = None,
         to: Path | None = None,
     ) -> None:
-        import numpy as np
 
         from attnviz.core.capture import ROWS
 
@@ -50,8 +49,8 @@ class _Weights:
         self.file = NpyFile(to, shape) if to is not None else None
         if self.file is None:
             require(held_bytes(shape), held_what(shape))
-        # zeros, not empty: the pages a causal block never reaches are 0 without being written
-        self.held = np.zeros(shape, np.float32) if self.file is None else None
+        # zeros, not empty: the keys a causal block never reaches are 0 without being written
+        self.held = zeroed(shape) if self.file is None else None
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         pass  # the rows alone, in `receive_rows`

