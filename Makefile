@@ -62,6 +62,8 @@ bench: $(STAMP)
 	$(call run_bench,bench_big)
 	$(call run_bench,bench_distributed)
 	$(call run_bench,bench_vision)
+	$(call run_bench,bench_api_long)
+	$(call run_bench,bench_lengths)
 
 perf-doc: $(STAMP)
 	$(PY) bench/to_docs.py
