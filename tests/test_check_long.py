@@ -88,9 +88,9 @@ def test_a_check_over_the_memory_is_one_line_before_the_model_loads(monkeypatch)
 
 
 def test_the_estimate_of_a_long_check_is_bounded_by_its_blocks():
-    """8,085 tokens of SmolLM2 (9 heads): in blocks, about a GiB beside the model;
+    """8,085 tokens of SmolLM2 (9 heads): in blocks, about 2 GiB beside the model;
     whole, one layer's maps alone would take 2.4 GB and ours in float64 more."""
     blocks = memory.check_estimate(9, 0, 8085, in_blocks=True).total
     whole = memory.check_estimate(9, 0, 8085, in_blocks=False).total
     assert memory.check_in_blocks(9, 8085) and not memory.check_in_blocks(9, 1720)
-    assert blocks < 2 * memory.GiB < 10 * memory.GiB < whole
+    assert blocks < 3 * memory.GiB < 10 * memory.GiB < whole

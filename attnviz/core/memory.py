@@ -358,8 +358,8 @@ def compare_estimate(n_layers: int, n_heads: int, weights: int,
                      eager: bool = False) -> Estimate:  # fmt: skip
     """The peak of `compare` over `pairs` of (A's, B's) tokens on `n_layers` kept × `n_heads`
     with `weights` bytes of models. In blocks (`analysis.compare_blocks`): the pooled maps,
-    the pass's blocks of both texts and each side's float64 projections of them (about
-    twelve blocks), each side's sums. Held whole: every pair's maps (float32) and unit grids
+    the pass's blocks of both texts and each side's float64 projections of them (32 blocks,
+    as measured), each side's sums. Held whole: every pair's maps (float32) and unit grids
     (float64, both sides), and while one pair is compared its projection (L, H, T, U) and the
     divergence's temporaries (three grids more). A model running eager attention (`eager`)
     makes each layer's maps whole while it runs (EAGER_LAYER maps a head): in blocks, of both
@@ -371,7 +371,9 @@ def compare_estimate(n_layers: int, n_heads: int, weights: int,
     if in_blocks:
         sums = 2 * lh * longest * 8 * 3  # each side's HeadStats and the divergence, float64
         attention = COMPARE_POOLED + sums
-        blocks = 12 * STREAM_BLOCK + 2 * layer  # A and B in one pass
+        # A and B in one pass; the blocks' share measured: 8,085 tokens of SmolLM2 peaked at
+        # 2.91 GiB (bench_lengths, 2026-12-02), about 32 blocks beside the pooled maps
+        blocks = 32 * STREAM_BLOCK + 2 * layer
         return Estimate(RUNTIME + weights + BLOCKS + attention + blocks, attention)
     held = sum(lh * FLOAT * (a * a + b * b) + 2 * lh * 8 * min(a, b) ** 2 for a, b in pairs)
     widest = max(pairs, key=lambda pair: pair[0] ** 2 + pair[1] ** 2)
@@ -388,7 +390,9 @@ def check_estimate(n_heads: int, weights: int, n_tokens: int, in_blocks: bool) -
     their difference (float64)."""
     grid = n_tokens * n_tokens
     if in_blocks:
-        blocks = 6 * 256 * n_heads * n_tokens * 8  # ours and the model's rows, float64
+        # ours and the model's rows, float64, and their temporaries: ten blocks (8,085 tokens
+        # of SmolLM2 peaked at 2.11 GiB, bench_lengths 2026-12-02)
+        blocks = 10 * 256 * n_heads * n_tokens * 8
         return Estimate(RUNTIME + weights + BLOCKS + blocks, 0)
     layer = n_heads * grid * (2 * FLOAT + 8 + 2 * 8) + 3 * grid * 8
     return Estimate(RUNTIME + weights + BLOCKS + layer, layer)
