@@ -324,10 +324,7 @@ def check(
         if ways
         else f"nothing fits: the model alone needs about {shown(least)}"
     )
-    where = (
-        f"{ENV} is {shown(allowed)}" if os.environ.get(ENV, "").strip() else
-        f"{shown(allowed)} is available"
-    )  # fmt: skip
+    where = _said(allowed)
     raise MemoryLimitError(
         f"{what} ({n_tokens:,} tokens, {kept} layer{'s' * (kept != 1)} × {n_heads} heads) needs "
         f"about {shown(found.total)} of memory and {where}; {fix}"
@@ -388,11 +385,13 @@ def check_estimate(n_heads: int, weights: int, n_tokens: int, in_blocks: bool) -
     (float64). Whole: one layer's maps as eager attention makes them (scores and
     probabilities, float32), ours (float64) with its scores and softmax for one head, and
     their difference (float64)."""
+    from attnviz.core.recording import BLOCK_ROWS
+
     grid = n_tokens * n_tokens
     if in_blocks:
         # ours and the model's rows, float64, and their temporaries: ten blocks (8,085 tokens
         # of SmolLM2 peaked at 2.11 GiB, bench_lengths 2026-12-02)
-        blocks = 10 * 256 * n_heads * n_tokens * 8
+        blocks = 10 * BLOCK_ROWS * n_heads * n_tokens * 8
         return Estimate(RUNTIME + weights + BLOCKS + blocks, 0)
     layer = n_heads * grid * (2 * FLOAT + 8 + 2 * 8) + 3 * grid * 8
     return Estimate(RUNTIME + weights + BLOCKS + layer, layer)
@@ -404,9 +403,9 @@ def refuse_estimate(found: Estimate, what: str, fix: str) -> None:
     allowed = budget()
     if _fits(found.total, allowed):
         return
-    where = f"{ENV} is {shown(allowed)}" if os.environ.get(ENV, "").strip() else (
-        f"{shown(allowed)} is available")  # fmt: skip
-    raise MemoryLimitError(f"{what} needs about {shown(found.total)} of memory and {where}; {fix}")
+    raise MemoryLimitError(
+        f"{what} needs about {shown(found.total)} of memory and {_said(allowed)}; {fix}"
+    )
 
 
 def check_held(kept: int, n_layers: int, n_heads: int, n_tokens: int, to_file: bool,
@@ -442,7 +441,7 @@ def check_held(kept: int, n_layers: int, n_heads: int, n_tokens: int, to_file: b
     if to_file:
         raise MemoryLimitError(
             f"{what}, written to a file, still needs blocks of rows beside the model: "
-            f"{shown(needs(kept, n_tokens, False))} of memory and {_said(allowed)}; "
+            f"{shown(needs(kept, n_tokens, False))} of memory and {_said(allowed, True)}; "
             "read a shorter text"
         )
     ways = []
@@ -454,8 +453,8 @@ def check_held(kept: int, n_layers: int, n_heads: int, n_tokens: int, to_file: b
     if fitting:
         ways.append(f"a text of at most {fitting:,} tokens")
     raise MemoryLimitError(
-        f"{what} take {shown(held)} held whole, and {_said(allowed)} beside what this process "
-        f"holds ({shown(rss)}); ask for less: {'; or '.join(ways)} (attnviz show streams a "
+        f"{what} take {shown(held)} held whole, and {_said(allowed, True)} beside what this "
+        f"process holds ({shown(rss)}); ask for less: {'; or '.join(ways)} (attnviz show streams a "
         "long text's summary and figures)"
     )
 
@@ -469,10 +468,12 @@ def _held_budget() -> int | None:
     return allowed - min(HELD_MARGIN, allowed // 10)
 
 
-def _said(allowed: int) -> str:
+def _said(allowed: int, margin: bool = False) -> str:
+    """How much memory a refusal says there is: the limit set, or what is available (less
+    the API's margin, with `margin`)."""
     if os.environ.get(ENV, "").strip():
         return f"{ENV} is {shown(allowed)}"
-    return f"{shown(allowed)} is available (less a margin)"
+    return f"{shown(allowed)} is available" + (" (less a margin)" if margin else "")
 
 
 def held_bytes(shape: Sequence[int]) -> int:

@@ -76,7 +76,7 @@ class OneStack:
             encoded = encode(loaded, r.text, r.truncate, r.pair)
         layers = loaded.info.pick_layers(self.layers)
         reading = None
-        if self.whole:  # before a continuation is written: its length at most
+        if self.whole and r.continues:  # before it is written: its length at most
             self._fits(layers, len(encoded) + (r.generate or 0))
         if r.continues:
             encoded, reading = continued(loaded, r, encoded, layers)
