@@ -142,9 +142,10 @@ def _long_text(n=120, causal=True, seed=0):
 @pytest.mark.parametrize("causal", [True, False])
 def test_summary_from_blocks_of_1_7_and_t_rows_agree(causal):
     """Every number of the summary is summed over blocks of query rows: blocks of 1, 7 and T
-    rows give the same summaries (the same keys, links and patterns; scores within float64
-    rounding: each row's figure is the same bits in any block; the keys' weights within
-    float32 rounding: a column is summed over a block's rows in float32)."""
+    rows give the same summaries (the same keys, links and patterns; scores within float32
+    rounding: a row's sums over keys come from one matrix product with the whole block
+    (`core.reductions`), whose rounding may differ with the block's shape; the keys' weights
+    too: a column is summed over a block's rows in float32)."""
     att = _long_text(causal=causal)
     n = att.weights.shape[2]
     layers, heads = [0, 1], [0, 1, 2]
@@ -155,9 +156,9 @@ def test_summary_from_blocks_of_1_7_and_t_rows_agree(causal):
             assert (a.pattern.role, a.pattern.key) == (b.pattern.role, b.pattern.key)
             assert [t.index for t in a.top] == [t.index for t in b.top]
             assert a.link == b.link  # the same query, key and weight: ties keep the first
-            assert b.special_share == pytest.approx(a.special_share, rel=1e-12, abs=1e-15)
+            assert b.special_share == pytest.approx(a.special_share, rel=1e-6, abs=1e-12)
             for name, score in a.scores.items():
-                assert b.scores[name] == (score and pytest.approx(score, rel=1e-12, abs=1e-15))
+                assert b.scores[name] == (score and pytest.approx(score, rel=1e-6, abs=1e-12))
             assert [t.weight for t in b.top] == pytest.approx([t.weight for t in a.top], 1e-6)
         by_blocks, counted = repeat_scores(att, size)
         assert (by_blocks, counted)[1] == repeat_scores(att, n)[1]
@@ -166,7 +167,7 @@ def test_summary_from_blocks_of_1_7_and_t_rows_agree(causal):
             expected = role_scores(att, n)[name]
             assert (values is None) == (expected is None)
             if values is not None:
-                np.testing.assert_allclose(values, expected, rtol=1e-12, atol=1e-15)
+                np.testing.assert_allclose(values, expected, rtol=1e-6, atol=1e-12)
 
 
 def test_summary_holds_less_than_the_attention_itself(monkeypatch):

@@ -35,7 +35,7 @@ adding one is one entry there. Causal models also get two probes on repeated ran
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
@@ -82,22 +82,68 @@ def as_tensor(rows: Any) -> torch.Tensor:
         return torch.as_tensor(rows)
 
 
+class BlockReads:
+    """What `Rows` reads of every row of a text's blocks, registered with the one pass over
+    each block (`core.reductions`): each row's sums over sets of keys (`by_key`'s table) and
+    its largest weight on a non-special key (`content_max`). Made once a text."""
+
+    def __init__(self, att: Attention) -> None:
+        import numpy as np
+
+        from attnviz.core.reductions import KeyMax, KeySums
+
+        self.special = np.asarray(att.special)
+        key_special = np.asarray(att.key_special)
+        separators = key_special.copy()  # special tokens after the first
+        separators[0] = False
+        keys = np.arange(len(key_special))
+        punctuation = _punctuation(tuple(att.key_tokens)) & ~key_special
+        # the table's columns that do not depend on the block (see `Rows.by_key`)
+        self.fixed = np.stack([keys == 0, separators, punctuation, key_special]).astype(np.float32)
+        self.key_sums = KeySums(self.table)
+        self.content = KeyMax(~key_special)
+        self.asked = (self.key_sums, self.content)
+
+    def table(self, start: int, stop: int, width: int) -> np.ndarray:
+        """`Rows.by_key`'s key weights for query rows start … stop−1, (8, W): lo … hi are the
+        block's first and last non-special queries."""
+        import numpy as np
+
+        block = np.arange(start, stop)
+        queries = block[~self.special[start:stop]]
+        lo, hi = (int(queries[0]), int(queries[-1])) if len(queries) else (0, -1)
+        keys = np.arange(width)
+        around = np.stack([keys < lo, np.maximum(lo - keys, 0), keys > hi,
+                           np.maximum(keys - hi, 0)]).astype(np.float32)  # fmt: skip
+        return np.concatenate([self.fixed[:, :width], around])
+
+
 class Rows:
     """One text's non-special query rows (all of them, or one block), and what several
     metrics share.
 
     `rows` (L, H, b, S) are query rows start … start+b−1 of `att`'s text, where they come a
     block at a time (`core.recording`); by default, all of `att.weights`. Every metric is a
-    sum over queries, so a text's sums are the sums of its blocks'. Each row's figure is
-    taken in the rows' own precision by torch (every core; no float64 copy of the block),
-    and the rows' figures are summed in float64.
+    sum over queries, so a text's sums are the sums of its blocks'. What every metric reads
+    of the whole block (`BlockReads`) is read once, with the other recorders' reads of it
+    (`core.reductions`): `found`, its results where the pass has them, else read here. Each
+    row's figure is taken in the rows' own precision by torch (every core; no float64 copy of
+    the block), and the rows' figures are summed in float64.
     """
 
     def __init__(
-        self, att: Attention, rows: Any = None, start: int = 0, entropy: Any = None
+        self,
+        att: Attention,
+        rows: Any = None,
+        start: int = 0,
+        entropy: Any = None,
+        reads: BlockReads | None = None,
+        found: Sequence[Any] | None = None,
     ) -> None:
         import numpy as np
         import torch
+
+        from attnviz.core.reductions import read
 
         if rows is None:
             rows, start = att.weights, 0  # (L, H, T, S): S = T but in cross-attention
@@ -109,19 +155,21 @@ class Rows:
         # (L, H, Q, W): W ≤ S keys (a decoder's block of rows stops at its last query's key:
         # the later keys hold 0); a view where every row of the block is a query
         rows = rows[..., : self.n]
+        if found is None:
+            reads = reads or BlockReads(att)
+            found = read(rows, start, reads.asked)
+        key_sums, content = found  # (L, H, b, 8), (L, H, b): every row of the block
         if len(self.queries) < rows.shape[2]:
             picked = torch.from_numpy(self.queries - start)
             rows = rows.index_select(2, picked)
             entropy = None if entropy is None else entropy.index_select(-1, picked)
+            key_sums, content = key_sums.index_select(2, picked), content.index_select(2, picked)
         self.rows = rows
         self._entropy = entropy  # (L, H, Q) float32, where the rows came with it
+        self._key_sums, self.content_max = key_sums, content
         self.width = rows.shape[-1]
         self.count = len(self.queries)
-        keys, self.key_special = att.key_tokens, np.asarray(att.key_special)
-        self.punctuation = (_punctuation(tuple(keys)) & ~self.key_special)[: self.width]
-        self.separators = self.key_special.copy()  # special tokens after the first
-        self.separators[0] = False
-        self.separators = self.separators[: self.width]
+        self.key_special = np.asarray(att.key_special)
         self.special = self.key_special[: self.width]
         # keys a query can see: all of them, or (causal) those up to itself
         self.visible = self.queries + 1 if att.info.causal else np.full(self.count, self.n)
@@ -134,8 +182,8 @@ class Rows:
 
     @cached_property
     def by_key(self) -> dict[str, torch.Tensor]:
-        """Each row's sums over sets of keys, (L, H, Q) each, from one product of the rows with
-        a (W, 8) table of key weights, so the block is read once for all of them:
+        """Each row's sums over sets of keys, (L, H, Q) each, from one product of the block
+        with a (8, W) table of key weights (`BlockReads.table`):
 
             first        a[0]
             separators   Σ a[j] over special tokens after the first
@@ -146,18 +194,7 @@ class Rows:
 
         where lo … hi are the block's first and last queries (what `_distance` adds the
         block's own span to)."""
-        import numpy as np
-        import torch
-
-        keys = np.arange(self.width)
-        lo, hi = (int(self.queries[0]), int(self.queries[-1])) if self.count else (0, -1)
-        table = np.stack(
-            [keys == 0, self.separators, self.punctuation, self.special,
-             keys < lo, np.maximum(lo - keys, 0), keys > hi, np.maximum(keys - hi, 0)],
-            axis=-1,
-        ).astype(np.float32)  # fmt: skip
-        found = self.rows @ torch.from_numpy(table).to(self.rows.dtype)  # (L, H, Q, 8)
-        return dict(zip(BY_KEY, found.unbind(-1)))
+        return dict(zip(BY_KEY, self._key_sums.unbind(-1)))
 
     @cached_property
     def band(self) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
@@ -181,21 +218,6 @@ class Rows:
         there."""
         picked, keep, _ = self.band
         return self.summed(picked[..., k + LOCAL_WINDOW]), int(keep[:, k + LOCAL_WINDOW].sum())
-
-    @cached_property
-    def content_max(self) -> torch.Tensor:
-        """Each row's largest weight on a non-special key, (L, H, Q); −1 where it has none:
-        the runs of non-special keys between the special ones, each a view, never a masked
-        copy of the rows."""
-        import numpy as np
-        import torch
-
-        best = torch.full(self.rows.shape[:-1], -1.0, dtype=self.rows.dtype)
-        marks = np.concatenate([[1], self.special.astype(np.int8), [1]])
-        edges = np.flatnonzero(np.diff(marks))  # where runs of non-special keys begin and end
-        for first, stop in zip(edges[::2], edges[1::2]):
-            torch.maximum(best, self.rows[..., first:stop].amax(dim=-1), out=best)
-        return best
 
     def largest(self) -> torch.Tensor:
         """Each row's largest weight, (L, H, Q): `content_max`'s, and the special keys'."""

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from attnviz.core.reductions import RowBins
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -83,36 +85,36 @@ class Pooled:
         self.held = {layer: np.full(shape, start, np.float32) for layer in layers}
         self.counts = _visible_counts(n_queries, n_keys, size, causal) if how == "mean" else None
         self.wants = {layer: ("rows",) for layer in layers}
+        self.bins = RowBins(size, "sum" if how == "mean" else "max")
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         return None
 
-    def receive_rows(self, layer: int, start: int, rows: Any) -> None:
-        self.add(layer, start, rows[0])  # (H, b, W) of batch row 0
+    def reductions(self, layer: int) -> tuple:
+        """What it reads of every block (`core.reductions`): its bins of rows, pooled."""
+        return (self.bins,)
 
-    def add(self, layer: int, start: int, rows: np.ndarray) -> None:
+    def receive_rows(self, layer: int, start: int, rows: Any, found: Any = None) -> None:
+        bins = None if found is None else found[0][0]
+        self.add(layer, start, rows[0], bins)  # (H, b, W) of batch row 0
+
+    def add(self, layer: int, start: int, rows: np.ndarray, bins: Any = None) -> None:
         """Take query rows start … start+b−1 of `layer`, (H, b, W): W ≤ S keys (a decoder's
-        block stops at its last query's key)."""
+        block stops at its last query's key); `bins`, their row bins pooled where the pass
+        read them (`core.reductions.RowBins`)."""
         import torch
 
-        block = torch.as_tensor(rows)  # no copy: numpy's, or the pass's own tensor
-        n_heads, b, n_keys = block.shape
-        s, mean = self.size, self.how == "mean"
+        from attnviz.core.reductions import read
+
+        if bins is None:
+            block = torch.as_tensor(rows)  # no copy: numpy's, or the pass's own tensor
+            (bins,) = read(block, start, (self.bins,))
         held = torch.from_numpy(self.held[layer])  # (H, R, C), a view
         # Rows first: each row bin's rows summed (or maxed) along the block's long, contiguous
-        # key axis, then the column bins of what is s times smaller. A max needs no mask: a
-        # masked cell's weight is 0, and weights are ≥ 0.
-        head = min(b, -start % s)  # rows that end a row bin begun in an earlier block
-        whole = (b - head) // s * s  # then whole row bins
-        parts = [(start, 0, head), (start + head, head, head + whole), (start + head + whole,
-                 head + whole, b)]  # fmt: skip
-        for first, lo, hi in parts:
-            if hi <= lo:
-                continue
-            bins = -(-(hi - lo) // s)  # one, or `whole` / s
-            part = block[:, lo:hi].reshape(n_heads, bins, -1, n_keys)  # (H, bins, rows, W)
-            by_row = part.sum(dim=2) if mean else part.amax(dim=2)  # (H, bins, W)
-            self._add_columns(held[:, first // s : first // s + bins], by_row, mean)
+        # key axis (`bins`, (H, bins, W)), then the column bins of what is s times smaller. A
+        # max needs no mask: a masked cell's weight is 0, and weights are ≥ 0.
+        first = start // self.size
+        self._add_columns(held[:, first : first + bins.shape[1]], bins, self.how == "mean")
 
     def _add_columns(self, held: Any, by_row: Any, mean: bool) -> None:
         """Add row bins' sums (or maxima) over keys, (…, W), to their pooled cells `held` (…,

@@ -29,19 +29,23 @@ a copy of the whole attention.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnviz.analysis.metrics import (
     METRICS,
     PROBES,
+    BlockReads,
     Rows,
+    as_tensor,
     metric_sums,
     repeat_means,
     repeat_sums,
     row_blocks,
 )
 from attnviz.analysis.roles import MIXED, ROLES, Thresholds
+from attnviz.core.reductions import QuerySums
 
 if TYPE_CHECKING:
     import numpy as np
@@ -209,6 +213,11 @@ class HeadStats:
         self.link_at = np.zeros((n_layers, n_heads, 2), dtype=int)  # (query, key)
         self.special = np.zeros((n_layers, n_heads))
         self.special_count = np.zeros(n_layers, dtype=int)
+        # what every row of a block gives (`core.reductions`): the metrics' reads, and each
+        # key's weight summed over the non-special queries
+        self.reads = BlockReads(att)
+        self.key_weights = QuerySums(self.queries[None].astype(np.float32))
+        self.asked = (*self.reads.asked, self.key_weights)
 
     @classmethod
     def of(cls, att: Attention, block_rows: int | None = None) -> HeadStats:
@@ -219,16 +228,25 @@ class HeadStats:
             stats.add(start, rows)
         return stats
 
-    def add(self, start: int, rows: Any, slot: int | None = None, entropy: Any = None) -> None:
+    def add(self, start: int, rows: Any, slot: int | None = None, entropy: Any = None,
+            found: Sequence[Any] | None = None) -> None:  # fmt: skip
         """Add query rows start … start+b−1: (L, H, b, S) of every layer, or (H, b, S) of the
         layer at `slot`; numpy's or torch's, with each row's `entropy` ((L, H, b) or (H, b),
-        torch) where they came with it (`core.capture.ENTROPY`)."""
+        torch) where they came with it (`core.capture.ENTROPY`), and `found`, the results of
+        `asked` where the pass read them (`core.reductions`; else they are read here)."""
+        from attnviz.core.reductions import read
 
         if slot is not None:
             rows = rows[None]
             entropy = None if entropy is None else entropy[None]
+            found = None if found is None else [part[None] for part in found]
         at = slice(None) if slot is None else slice(slot, slot + 1)
-        found = Rows(self.att, rows, start, entropy)  # the block's non-special query rows
+        rows = as_tensor(rows)
+        if found is None:
+            found = read(rows[..., : len(self.att.key_tokens)], start, self.asked)
+        *by_rows, by_keys = found
+        self._add_keys(by_keys, at)
+        found = Rows(self.att, rows, start, entropy, found=by_rows)  # its non-special rows
         sums, counts = metric_sums(found)  # (M, l, H), (M,)
         self.metric_sums[:, at] += sums
         self.metric_counts[:, at] += counts[:, None]
@@ -242,18 +260,18 @@ class HeadStats:
         self.special[at] += found.summed(found.by_key["special"])
         self.special_count[at] += found.count
 
-    def _keys(self, found: Rows, at: slice) -> None:
+    def _add_keys(self, by_keys: Any, at: slice) -> None:
         """Each key's weight from the block's non-special queries that see it (a decoder's
-        rows hold 0 past their query), and the strongest link."""
+        rows hold 0 past their query): `key_weights`' sums, (l, H, 1, W), summed within the
+        block in float32, over blocks in float64."""
+        self.summed[at, :, : by_keys.shape[-1]] += by_keys[..., 0, :].double().numpy()
+
+    def _keys(self, found: Rows, at: slice) -> None:
+        """The strongest link from the block's non-special queries."""
         import numpy as np
         import torch
 
         queries, rows = found.queries, found.rows  # (Q,), (l, H, Q, W)
-        n_keys = rows.shape[-1]
-        # a column's weights, summed within the block in float32 (a product with ones, the
-        # fastest read of the block), over blocks in float64
-        ones = torch.ones(1, rows.shape[2], dtype=rows.dtype)
-        self.summed[at, :, :n_keys] += (ones @ rows)[..., 0, :].double().numpy()  # (l, H, W)
         linked = np.flatnonzero(self.link_rows[queries])  # a decoder's first query links none
         if not len(linked):
             return

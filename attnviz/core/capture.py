@@ -33,6 +33,12 @@ are in (every other model has one stack, None).
             `receive_rows(layer, start, rows, entropy)`; attnviz's function takes it from its
             softmax's own sums (`recording.Scores.rows`), no logarithm per cell
 
+A `rows` recorder may register what it reads of every row of a block (`core.reductions`: a
+row's sums over weighted keys, a key's over weighted queries, bins of rows pooled, a row's
+largest weight) with `reductions(layer)`: every recorder's are read in one place from each
+block while it is in cache, and handed beside the block as `receive_rows(…, found=[its
+results])`.
+
 The model runs attnviz's attention function (`core.recording`): `probs`, `rows`, `entropy`,
 `heads` and `scores` come from inside the model's own attention call, the probabilities made
 from its q and k a block of `block_rows` query rows at a time; the other kinds from hooks on
@@ -383,9 +389,13 @@ class _Pass:
         rows = rows.detach().cpu()
         entropy = entropy.detach().cpu() if entropy is not None else None
         got = self._seen.setdefault(site, {})
-        for recorder in self._takers(site):
-            if self._ready(site, recorder):
-                self._give_rows(recorder, site[1], start, rows, entropy)
+        takers = self._takers(site)
+        ready = {id(recorder) for recorder in takers if self._ready(site, recorder)}
+        # a recorder still waiting for its other kinds reads its block itself when served
+        found = _read([r for r in takers if id(r) in ready], site[1], start, rows)
+        for recorder in takers:
+            if id(recorder) in ready:
+                self._give_rows(recorder, site[1], start, rows, entropy, found.get(id(recorder)))
             else:
                 self._waiting.setdefault(site, []).append((recorder, start, rows, entropy))
         if self.inside and "probs" in got:  # a decoder's block stops at its last query's key
@@ -421,11 +431,13 @@ class _Pass:
             recorder.receive(layer, {k: got[k] for k in others})
         return True
 
-    def _give_rows(self, recorder: Recorder, layer: int, start: int, rows: Any, entropy: Any):
-        if ENTROPY in recorder.wants[layer]:
-            recorder.receive_rows(layer, start, rows, entropy)
+    def _give_rows(self, recorder: Recorder, layer: int, start: int, rows: Any, entropy: Any,
+                   found: Any = None):  # fmt: skip
+        given = (rows, entropy) if ENTROPY in recorder.wants[layer] else (rows,)  # (B, H, b, W)
+        if found is None:
+            recorder.receive_rows(layer, start, *given)
         else:
-            recorder.receive_rows(layer, start, rows)  # (B, H, b, W)
+            recorder.receive_rows(layer, start, *given, found=found)
 
     def _complete(self, site: Site) -> bool:
         needs = self.hooked(site) | ({"called"} if self.inside else set())
@@ -440,8 +452,8 @@ class _Pass:
             self._cut_rows(site, got["probs"])
         for recorder in self._takers(site):
             self._ready(site, recorder)
-        for recorder, start, rows, entropy in self._waiting.pop(site, []):
-            self._give_rows(recorder, layer, start, rows, entropy)
+        for recorder, start, *given in self._waiting.pop(site, []):
+            self._give_rows(recorder, layer, start, *given)
         for recorder in self._mine(site):
             if ROWS not in recorder.wants[layer]:
                 recorder.receive(layer, {kind: got[kind] for kind in recorder.wants[layer]})
@@ -493,6 +505,19 @@ class Callers:
         n = self._calls.get(id(module), 0)
         self._calls[id(module)] = n + 1
         return users[n % len(users)]
+
+
+def _read(takers: Sequence[Recorder], layer: int, start: int, rows: Any) -> dict[int, list]:
+    """What the recorders of a block register of it (`core.reductions`: a recorder's
+    `reductions(layer)`), read in one place while the block is in cache: {id(recorder): its
+    results, in the order it asked}."""
+    from attnviz.core import reductions
+
+    asked = {id(r): r.reductions(layer) for r in takers if hasattr(r, "reductions")}
+    if not asked:
+        return {}
+    found = iter(reductions.read(rows, start, [r for mine in asked.values() for r in mine]))
+    return {key: [next(found) for _ in mine] for key, mine in asked.items()}
 
 
 def _stack(recorder: Recorder) -> str | None:

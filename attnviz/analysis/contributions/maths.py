@@ -237,33 +237,53 @@ def mixing_rows(rows: torch.Tensor, start: int, found: Mixed) -> tuple[torch.Ten
     )
 
 
-def special_rows(rows: Any, start: int, lengths: Any, special: list[Any]) -> Any:
+def special_reads(lengths: Any, special: list[Any]) -> Any:
+    """What `special_rows` reads of every row of a block (`core.reductions.KeySums`): each
+    row's weight on its special keys, its Σ_j ‖α f(x_j)‖ and that over its special keys, from
+    one table (B, H, 3, T) of each key's weights: 1 on a special key, ‖f^h(x_j)‖ (B, H, T), and
+    ‖f^h(x_j)‖ on a special key; 0 past each batch row's tokens."""
+    import torch
+
+    from attnviz.core.reductions import KeySums
+
+    lengths = torch.as_tensor(lengths).float()  # (B, H, T)
+    marks = torch.zeros(lengths.shape[0], lengths.shape[2])  # (B, T): 1 on a special key
+    real = torch.zeros_like(marks)  # 1 on each batch row's own tokens
+    for row, marked in enumerate(special):
+        marks[row, : len(marked)] = torch.from_numpy(marked.astype("f4"))
+        real[row, : len(marked)] = 1.0
+    length = lengths * real[:, None]
+    table = torch.stack([marks[:, None].expand_as(length), length, length * marks[:, None]], 2)
+    return KeySums(lambda start, stop, width: table[..., :width])
+
+
+def special_rows(rows: Any, start: int, lengths: Any, special: list[Any],
+                 sums: Any = None) -> Any:  # fmt: skip
     """What query rows start … start+b−1 (B, H, b, W) add to `special_share`
     (`analysis.summary.special_shares`) of each batch row's heads, by weight and by norm
     ‖α f(x)‖ (each row as shares, as `shares` makes them): the sums over the block's
     non-special queries, (2, B, H), from each key's ‖f^h(x_j)‖ (B, H, T, numpy) and each row's
     special tokens ((T_row,) bool). Divided by the number of non-special queries once every
-    block is in, they are the shares (`special_means`)."""
+    block is in, they are the shares (`special_means`). Each row's sums over keys are
+    `special_reads`' (B, H, b, 3): `sums` where the pass read them, else read here."""
     import numpy as np
     import torch
 
+    from attnviz.core.reductions import read
+
+    if sums is None:
+        (sums,) = read(rows, start, (special_reads(lengths, special),))
     found = np.zeros((2, len(special), rows.shape[1]))
     for row, marked in enumerate(special):
-        n = len(marked)
         queries = np.flatnonzero(~marked[start : start + rows.shape[2]])  # in the block
         if not len(queries):
             continue
-        grid = rows[row, :, :, :n]  # (H, q, W): every row of the block, or its queries
-        if len(queries) < grid.shape[1]:
-            grid = grid.index_select(1, torch.from_numpy(queries))
-        width = grid.shape[-1]  # a decoder's W ≤ T keys
-        keys = torch.from_numpy(np.flatnonzero(marked[:width]))
-        length = torch.as_tensor(lengths[row, :, :width]).to(grid.dtype)  # (H, W): ‖f(x_j)‖
-        on_special = grid.index_select(-1, keys)  # (H, q, specials)
-        found[0, row] = on_special.sum(dim=-1, dtype=torch.float64).sum(dim=-1).numpy()
-        totals = (grid @ length[..., None])[..., 0].double()  # (H, q): Σ_j ‖α f(x_j)‖
-        normed = (on_special * length[:, None, keys]).sum(dim=-1, dtype=torch.float64)
-        found[1, row] = (normed / totals.clamp(min=1e-30)).sum(dim=-1).numpy()
+        mine = sums[row]  # (H, b, 3): every row of the block, or its queries
+        if len(queries) < mine.shape[1]:
+            mine = mine.index_select(1, torch.from_numpy(queries))
+        found[0, row] = mine[..., 0].sum(dim=-1, dtype=torch.float64).numpy()
+        totals = mine[..., 1].double()  # (H, q): Σ_j ‖α f(x_j)‖
+        found[1, row] = (mine[..., 2].double() / totals.clamp(min=1e-30)).sum(dim=-1).numpy()
     return found
 
 

@@ -17,6 +17,7 @@ from attnviz.analysis.contributions.maths import (
     mixing_rows,
     rollout_layer,
     special_means,
+    special_reads,
     special_rows,
     value_heads,
     value_lengths,
@@ -222,6 +223,7 @@ class SpecialShares:
         shape = (2, len(special), len(layers), loaded.info.n_heads)
         self._sums = np.zeros(shape)  # by weight, by norm: summed over non-special queries
         self._lengths: Any = None  # the layer's ‖f^h(x_j)‖, (B, H, T)
+        self._reads: Any = None  # what it reads of the layer's blocks (`special_reads`)
 
     @classmethod
     def of(cls, loaded: LoadedModel, layers: list[int], special: list[Any]) -> SpecialShares | None:
@@ -236,11 +238,18 @@ class SpecialShares:
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         self._lengths = self._reader.of(layer, tensors).numpy()
+        self._reads = special_reads(self._lengths, self._special)
 
-    def receive_rows(self, layer: int, start: int, rows: Any) -> None:
-        """Query rows start … start+b−1 of `layer`, (B, H, b, S)."""
+    def reductions(self, layer: int) -> tuple:
+        """What it reads of every block (`core.reductions`), once its layer's X has come."""
+        return (self._reads,)
+
+    def receive_rows(self, layer: int, start: int, rows: Any, found: Any = None) -> None:
+        """Query rows start … start+b−1 of `layer`, (B, H, b, S), and `found`, what it
+        reads of them where the pass read it."""
+        sums = None if found is None else found[0]
         self._sums[:, :, self.slot[layer]] += special_rows(
-            rows, start, self._lengths, self._special
+            rows, start, self._lengths, self._special, sums
         )
 
     @property

@@ -37,5 +37,10 @@ class _Blocks:
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         return None
 
-    def receive_rows(self, layer: int, start: int, rows: Any, entropy: Any) -> None:
-        self.stats.add(start, rows[0], self.slot[layer], entropy[0])  # (H, b, S), (H, b)
+    def reductions(self, layer: int) -> tuple:
+        return self.stats.asked  # read with the other recorders' (`core.reductions`)
+
+    def receive_rows(self, layer: int, start: int, rows: Any, entropy: Any,
+                     found: Any = None) -> None:  # fmt: skip
+        mine = None if found is None else [part[0] for part in found]
+        self.stats.add(start, rows[0], self.slot[layer], entropy[0], mine)  # (H, b, S), (H, b)

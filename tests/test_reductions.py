@@ -1,0 +1,224 @@
+"""A block of attention rows read once for all its recorders (`core.reductions`): each
+reduction equals its definition; the pass reads each block in one place, once, whatever
+the number of recorders; the statistics a streamed run sums from blocks of 1, 7 and T rows
+(the summary's, the pooled maps') equal those of the whole matrix on every one-stack model
+type of the any-model matrix; and the block rows of a run on the CPU come from its cache."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from attnviz.core import capture, memory, recording, reductions
+from tests import any_models
+from tests.conftest import synthetic_attention
+
+ONE_STACK = sorted(set(any_models.TYPES) - set(any_models.STACKS))
+POOL = 3  # pooled cells of 3 × 3: LENGTH (10) is no multiple of it
+
+
+def _block(lead=(2, 3), b=5, width=11, seed=0):
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.rand(*lead, b, width, generator=generator)
+    return rows / rows.sum(dim=-1, keepdim=True)
+
+
+def test_each_reduction_is_its_definition():
+    """KeySums (shared and per-head tables, several at once), QuerySums, RowBins (max and
+    sum, bins begun in an earlier block) and KeyMax against their formulas, in float64."""
+    import torch
+
+    rows, start = _block(), 4  # rows 4 … 8 of a text: bins of 3 are {3,4,5}, {6,7,8}
+    r64 = rows.double()
+    shared = np.random.default_rng(1).random((2, 11)).astype("f4")
+    own = torch.rand(2, 3, 3, 11)
+    weights = np.random.default_rng(2).random((2, 12)).astype("f4")
+    keys = np.array([0, 1, 1, 0, 1, 1, 1, 0, 0, 0, 1], dtype=bool)
+    asked = [reductions.KeySums(lambda a, b, w: shared[:, :w]),
+             reductions.KeySums(lambda a, b, w: own[..., :w]), reductions.QuerySums(weights),
+             reductions.RowBins(3, "max"), reductions.RowBins(3, "sum"),
+             reductions.KeyMax(keys)]  # fmt: skip
+    by_shared, by_own, by_query, top, summed, key_max = reductions.read(rows, start, asked)
+    expect = r64 @ torch.from_numpy(shared).double().T
+    assert torch.allclose(by_shared.double(), expect, rtol=1e-6, atol=1e-7)
+    expect = torch.einsum("lhbw,lhkw->lhbk", r64, own.double())
+    assert torch.allclose(by_own.double(), expect, rtol=1e-6, atol=1e-7)
+    expect = torch.from_numpy(weights[:, start : start + 5]).double() @ r64
+    assert torch.allclose(by_query.double(), expect, rtol=1e-6, atol=1e-7)
+    bins = [(0, 2), (2, 5)]  # the block's rows of bin 1 (rows 4, 5) and bin 2 (6, 7, 8)
+    assert torch.equal(top, torch.stack([rows[..., a:b, :].amax(-2) for a, b in bins], -2))
+    expect = torch.stack([r64[..., a:b, :].sum(-2) for a, b in bins], -2)
+    assert torch.allclose(summed.double(), expect, rtol=1e-6)
+    assert torch.equal(key_max, rows[..., torch.from_numpy(keys)].amax(-1))
+    nothing = reductions.read(rows, start, [reductions.KeyMax(np.zeros(11, bool))])[0]
+    assert bool((nothing == -1).all())
+
+
+def test_equal_reductions_are_read_once(monkeypatch):
+    """Two recorders' equal RowBins and one KeyMax's keys asked twice: each read once."""
+    rows = _block()
+    calls = []
+    real = reductions._row_bins
+
+    def counted(*args):
+        calls.append(args[2])
+        return real(*args)
+
+    monkeypatch.setattr(reductions, "_row_bins", counted)
+    first, second = reductions.read(rows, 0, [reductions.RowBins(3), reductions.RowBins(3)])
+    assert calls == [3] and first is second
+
+
+def _loaded(model):
+    from types import SimpleNamespace
+
+    info = SimpleNamespace(implementation="sdpa", name=model.config.model_type)
+    return SimpleNamespace(model=model, info=info)
+
+
+def _first_row(given):
+    """The first text of the matrix's batch of two: a streamed run reads one text."""
+    return {name: value[:1] for name, value in given.items()}
+
+
+class _Whole:
+    """Each layer's whole probabilities (B, H, T, S), from the same pass."""
+
+    def __init__(self, layers):
+        self.wants = {layer: ("probs",) for layer in layers}
+        self.probs = {}
+
+    def receive(self, layer, tensors):
+        self.probs[layer] = tensors["probs"][0].numpy()
+
+
+def _streamed(model, given, n_layers, block_rows, att):
+    """One pass: the whole maps, and the summary's and the pooled maps' recorders fed its
+    blocks, as a streamed `show` feeds them."""
+    from attnviz.analysis.pooling import Pooled
+    from attnviz.analysis.summary import HeadStats
+    from attnviz.pipelines.consumers.summary import _Blocks
+
+    layers = list(range(n_layers))
+    n_heads, n = att.weights.shape[1], att.weights.shape[2]
+    stats = HeadStats(att, n_layers, n_heads)
+    pooled = {how: Pooled(layers, n_heads, n, n, POOL, how, att.info.causal)
+              for how in ("max", "mean")}  # fmt: skip
+    whole = _Whole(layers)
+    recorders = [whole, _Blocks(stats, layers), *pooled.values()]
+    capture.run(_loaded(model), given, recorders, block_rows=block_rows)
+    return whole, stats, pooled
+
+
+def _facts(probs, ids):
+    """The text's Attention over `probs` (L, H, T, T): its tokens (the ids, some repeated),
+    its first token special, causal where the rows are."""
+    tokens = [f"t{int(i) % 4}" if k % 3 else "," for k, i in enumerate(ids)]
+    special = [True] + [False] * (len(tokens) - 1)
+    att = synthetic_attention(probs, tokens, special)
+    causal = bool(np.all(np.triu(probs, 1) == 0))
+    return replace(att, info=replace(att.info, causal=causal))
+
+
+def _text(model_type):
+    """A matrix model and its first text: (model, inputs, layers, the text's Attention, its
+    maps (L, H, T, T) held whole: no weights)."""
+    from attnviz.core import adapters
+
+    model = any_models.build(model_type)
+    given = _first_row(any_models.inputs(model_type, model))
+    recording.register()
+    model.set_attn_implementation(recording.implementation(model))
+    layers, n = adapters.n_layers(model, None), given["input_ids"].shape[1]
+    whole = _Whole(range(layers))
+    capture.run(_loaded(model), given, [whole], block_rows=n)
+    probs = np.stack([whole.probs[layer] for layer in range(layers)])
+    return model, given, layers, _facts(probs, given["input_ids"][0])
+
+
+@pytest.mark.parametrize("model_type", ONE_STACK)
+def test_statistics_from_blocks_equal_the_whole_matrix(model_type):
+    """On every one-stack type of the any-model matrix, a pass in blocks of 1, 7 and T rows
+    (each block's reads in one place, `core.reductions`) sums the same summary (role scores,
+    each key's mean, special shares, strongest links) and the same pooled maps (max, mean)
+    as the pass's whole matrix does, within 1e-6 (the entropies come from the function's
+    softmax, the whole matrix's from each weight: 1e-7 apart)."""
+    from attnviz.analysis.pooling import pool
+    from attnviz.analysis.summary import HeadStats
+
+    model, given, layers, att = _text(model_type)
+    for size in (1, 7, len(att.tokens)):
+        whole, stats, by_blocks = _streamed(model, given, layers, size, att)
+        # the pass's own maps (the same within float32 rounding in any blocks): the reference
+        probs = np.stack([whole.probs[layer] for layer in range(layers)])
+        expected = HeadStats.of(replace(att, weights=probs))
+        for name, values in stats.role_scores().items():
+            want = expected.role_scores()[name]
+            assert (values is None) == (want is None), name
+            if values is not None:
+                np.testing.assert_allclose(values, want, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(stats.key_means(), expected.key_means(), atol=1e-6)
+        np.testing.assert_allclose(stats.special_shares(), expected.special_shares(), atol=1e-6)
+        np.testing.assert_allclose(stats.link_weight, expected.link_weight, atol=1e-6)
+        assert np.array_equal(stats.link_at, expected.link_at)
+        for how, recorder in by_blocks.items():
+            got = np.stack([recorder.result(layer).values for layer in range(layers)])
+            want = pool(probs, POOL, how, att.info.causal).values
+            np.testing.assert_allclose(got, want, atol=1e-6, err_msg=how)
+
+
+def test_blocks_misread_fail_the_comparison(monkeypatch):
+    """The comparison above can fail: bins of rows pooled one row off move the pooled maps."""
+    from attnviz.analysis.pooling import pool
+
+    model, given, layers, att = _text("llama")
+    real = reductions._row_bins
+    monkeypatch.setattr(reductions, "_row_bins", lambda rows, start, *rest: real(rows, start + 1,
+                        *rest))  # fmt: skip
+    whole, _, by_blocks = _streamed(model, given, layers, 4, att)
+    probs = np.stack([whole.probs[layer] for layer in range(layers)])
+    got = np.stack([by_blocks["max"].result(layer).values for layer in range(layers)])
+    assert np.abs(got - pool(probs, POOL, "max", True).values).max() > 1e-3
+
+
+def test_a_block_is_read_once_for_all_its_recorders(monkeypatch):
+    """A streamed `show --html`'s recorders of a block (the summary's, two pooled maps', the
+    special shares') have it read in one place: one `reductions.read` a block."""
+    from attnviz.analysis.pooling import Pooled
+    from attnviz.analysis.summary import HeadStats
+    from attnviz.pipelines.consumers.summary import _Blocks
+
+    model = any_models.build("llama")
+    given = _first_row(any_models.inputs("llama", model))
+    recording.register()
+    model.set_attn_implementation(recording.implementation(model))
+    n = given["input_ids"].shape[1]
+    att = _facts(np.tril(np.ones((2, 4, n, n), "f4")), given["input_ids"][0])
+    reads = []
+    real = reductions.read
+    monkeypatch.setattr(reductions, "read", lambda rows, start, asked: reads.append(
+        (start, len(asked))) or real(rows, start, asked))  # fmt: skip
+    recorders = [_Blocks(HeadStats(att, 2, 4), [0, 1]),
+                 *(Pooled([0, 1], 4, n, n, size, "max", True) for size in (2, 3))]  # fmt: skip
+    capture.run(_loaded(model), given, recorders, block_rows=4)
+    blocks = 2 * -(-n // 4)  # two layers
+    assert len(reads) == blocks
+    assert all(count == 3 + 2 for _, count in reads)  # the summary's three, a pool's one each
+
+
+def test_block_rows_on_the_cpu_fit_its_cache(monkeypatch):
+    """A streamed run's blocks on the CPU fit half its last-level cache (at least CACHE_ROWS
+    rows); elsewhere they are sized to memory alone, as before."""
+    memory.cache_bytes.cache_clear()
+    assert memory.cache_bytes() > 0
+    monkeypatch.setattr(memory, "cache_bytes", lambda: 32 * memory.MiB)
+    per_row = memory.FLOAT * 9 * 8192
+    assert memory.stream_rows(9, 8192, "cpu") == 16 * memory.MiB // per_row == 56
+    assert memory.stream_rows(9, 8192, "cuda") == memory.stream_rows(9, 8192) == 170
+    assert memory.stream_rows(9, 100, "cpu") == 256  # a short text: the usual cap
+    monkeypatch.setattr(memory, "cache_bytes", lambda: 1 * memory.MiB)
+    assert memory.stream_rows(9, 8192, "cpu") == memory.CACHE_ROWS
