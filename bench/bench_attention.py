@@ -6,8 +6,10 @@ each round.
 Sides:
 - sdpa: `torch.nn.functional.scaled_dot_product_attention`, causal, grouped-query heads (what
   a layer nobody records runs);
-- blocks: `recording.in_blocks`, 256 query rows a block, each block handed to a running
-  statistic (its column sums: the cheapest recorder) and multiplied by V for the output;
+- blocks: `recording.in_blocks` in a streamed run's blocks of query rows (the device's:
+  `memory.stream_rows`, sized to the CPU's cache where the checkout does so; `--block-rows`
+  to set them), each block handed to a running statistic (its column sums: the cheapest
+  recorder) and multiplied by V for the output;
 - blocks+entropy: the same with each row's entropy (what the summary's recorder asks).
 
 Every later change to the function is measured against this.
@@ -25,7 +27,17 @@ from _common import footer, header, parser, ratios, rounds, spread
 HEADS, KV_HEADS, D_HEAD = 9, 3, 64  # SmolLM2-135M
 
 
-def sides_at(n: int) -> dict:
+def rows_at(n: int) -> int:
+    """A streamed run's block rows at `n` tokens on the CPU, as the checkout sizes them."""
+    from attnviz.core import memory
+
+    try:  # sized to the CPU's cache (issue 55)
+        return memory.stream_rows(HEADS, n, "cpu")
+    except TypeError:  # before: to memory alone
+        return memory.stream_rows(HEADS, n)
+
+
+def sides_at(n: int, block_rows: int | None = None) -> dict:
     """The three sides on random q, k and v of `n` tokens."""
     import torch
 
@@ -35,6 +47,7 @@ def sides_at(n: int) -> dict:
     k, v = torch.randn(1, KV_HEADS, n, D_HEAD), torch.randn(1, KV_HEADS, n, D_HEAD)
     scores = recording.Scores(q, k, None, D_HEAD**-0.5, causal=True)
     sums = torch.zeros(1, HEADS, n)
+    rows = block_rows or rows_at(n)
 
     def take(start, rows, entropies):  # the cheapest recorder: each key's column sum
         sums[..., : rows.shape[-1]] += rows.sum(dim=2)
@@ -43,8 +56,8 @@ def sides_at(n: int) -> dict:
         "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=True, enable_gqa=True
         ),
-        "blocks": lambda: recording.in_blocks(scores, v, take=take),
-        "blocks+entropy": lambda: recording.in_blocks(scores, v, take=take, entropy=True),
+        "blocks": lambda: recording.in_blocks(scores, v, rows, take=take),
+        "blocks+entropy": lambda: recording.in_blocks(scores, v, rows, take=take, entropy=True),
     }
 
 
@@ -53,15 +66,19 @@ def main() -> None:
 
     options = parser(__doc__, runs=5)
     options.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 8192])
+    options.add_argument("--block-rows", type=int, default=None, help="default: the device's")
     args = options.parse_args()
     lengths = [256, 512] if args.quick else args.lengths
     header("attnviz's attention function against SDPA, one layer", args)
     torch.manual_seed(0)
-    print("| tokens | blocks ÷ sdpa | blocks+entropy ÷ sdpa | sdpa s | blocks s | "
+    from attnviz.core import memory
+
+    memory.reuse_freed_blocks()  # freed blocks kept for the next, as a streamed run keeps them
+    print("| tokens | rows a block | blocks ÷ sdpa | blocks+entropy ÷ sdpa | sdpa s | blocks s | "
           "blocks+entropy s |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for n in lengths:
-        sides = sides_at(n)
+        sides = sides_at(n, args.block_rows)
         times: dict[str, list[float]] = {side: [] for side in sides}
         with torch.inference_mode():
             for side in sides.values():  # warm: first calls allocate
@@ -74,7 +91,8 @@ def main() -> None:
         plain = ratios(times["blocks"], times["sdpa"])
         entropy = ratios(times["blocks+entropy"], times["sdpa"])
         medians = [statistics.median(times[side]) for side in sides]
-        print(f"| {n:,} | {spread(plain, bold=True)} | {spread(entropy, bold=True)} | "
+        rows = args.block_rows or rows_at(n)
+        print(f"| {n:,} | {rows} | {spread(plain, bold=True)} | {spread(entropy, bold=True)} | "
               + " | ".join(f"{m:.3f}" for m in medians) + " |")  # fmt: skip
     footer()
 

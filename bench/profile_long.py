@@ -2,7 +2,8 @@
 (no images, no page) over the first LAYERS layers' statistics, the model loaded beforehand.
 The forward pass runs all 30 layers; only the chosen layers are recomputed and summed.
 
-Run: .venv/bin/python bench/profile_long.py TOKENS LAYERS   (e.g. 4096 3)
+Run: .venv/bin/python bench/profile_long.py TOKENS LAYERS [html]   (e.g. 4096 3 html: with the
+page's pooled maps, as `show --html` has them)
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_cache.converted("smollm2")))
     text = text_of(n_tokens, tokenizer)
     layers = tuple(range(n_layers))
-    request = ShowRequest(Load("smollm2", "cpu"), text=text, out=None, layers=layers)
+    html = "html" in sys.argv[3:]
+    request = ShowRequest(Load("smollm2", "cpu"), text=text, out=None, layers=layers, html=html)
     request.model().load()
     memory.STREAM_ABOVE = 0  # streamed, as a long text is
     profile = cProfile.Profile()
