@@ -19,7 +19,6 @@ the estimate against the peak of real runs.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from collections.abc import Sequence
@@ -64,11 +63,6 @@ CHECK_WHOLE_LAYER = 256 * MiB
 # One block of a streamed run's probabilities, in float32 (`stream_rows`); with its scores
 # and the statistics' temporaries, about five at once.
 STREAM_BLOCK = 48 * MiB
-# On the CPU a block of rows also fits in 1/CACHE_SHARE of the last-level cache (`stream_rows`):
-# the block and the scores it is made from. Not under CACHE_ROWS rows: each block reads every
-# key and value (a layer's K and V are 12 MB at 8,192 tokens), which fewer rows repeat more
-# often than the cache saves (bench/bench_recorders.py). CACHE_GUESS where the cache is unknown.
-CACHE_SHARE, CACHE_ROWS, CACHE_GUESS = 2, 32, 8 * MiB
 # A layer's whole (B, H, T, T) maps a model running eager attention holds at once while the
 # layer runs: its scores, its scores with the mask added, its probabilities, and the copy
 # attnviz keeps of them (bench/bench_eager.py).
@@ -191,45 +185,11 @@ def streams(n_layers: int, n_heads: int, n_tokens: int, asked: Asked) -> bool:
     return _kept(n_layers, asked) * n_heads * n_tokens * n_tokens * FLOAT > STREAM_ABOVE
 
 
-def stream_rows(n_heads: int, n_tokens: int, device: str | None = None) -> int:
+def stream_rows(n_heads: int, n_tokens: int) -> int:
     """Query rows a block of a streamed run holds, so that one block of one layer's
     probabilities (float32) stays within STREAM_BLOCK bytes: the fewer blocks, the less
-    time spent between them (at 8,192 tokens and 9 heads, 170 rows). On the CPU (`device`
-    "cpu") within a share of its last-level cache too (`cache_bytes`), at least CACHE_ROWS:
-    the block's softmax and every recorder's read of it (`core.reductions`) then hit the
-    cache rather than memory (at 8,192 tokens, 9 heads and 32 MiB of L3, 56 rows)."""
-    per_row = FLOAT * n_heads * max(n_tokens, 1)
-    rows = max(1, min(256, STREAM_BLOCK // per_row))
-    if device == "cpu":
-        rows = min(rows, max(CACHE_ROWS, cache_bytes() // CACHE_SHARE // per_row))
-    return rows
-
-
-@functools.lru_cache(maxsize=1)
-def cache_bytes() -> int:
-    """The CPU's last-level cache in bytes (Linux's sysfs or glibc's sysconf; CACHE_GUESS
-    where neither says)."""
-    from pathlib import Path
-
-    sizes = []
-    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            size = (entry / "size").read_text().strip()
-            kind = (entry / "type").read_text().strip()
-        except OSError:
-            continue
-        if kind != "Instruction" and size.endswith("K") and size[:-1].isdigit():
-            sizes.append(int(size[:-1]) * 1024)
-    if sizes:
-        return max(sizes)
-    for name in ("SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
-        try:
-            found = os.sysconf(name)
-        except (ValueError, OSError):
-            continue
-        if found > 0:
-            return found
-    return CACHE_GUESS
+    time spent between them (at 8,192 tokens and 9 heads, 170 rows)."""
+    return max(1, min(256, STREAM_BLOCK // (FLOAT * n_heads * max(n_tokens, 1))))
 
 
 def _kept(n_layers: int, asked: Asked) -> int:

@@ -218,7 +218,7 @@ class _Streamed:
         self.firsts = [WindowCells(layers, info.n_heads, 0, min(self.EXAMPLE, len(item)))
                        if self.keeps_example else None for item in batch]  # fmt: skip
         width = max(len(item) for item in batch)
-        block = memory.stream_rows(info.n_heads * len(batch), width, loaded.model.device.type)
+        block = memory.stream_rows(info.n_heads * len(batch), width)
         capture.run(loaded, pad(loaded, batch), [*recorders, self], block_rows=block)
         return texts
 

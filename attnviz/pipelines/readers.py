@@ -124,7 +124,7 @@ class OneStack:
         run.views = Views(run, n, n)
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
         recorders += run.views.recorders(n)
-        block = memory.stream_rows(loaded.info.n_heads, n, loaded.model.device.type)
+        block = memory.stream_rows(loaded.info.n_heads, n)
         capture.run(loaded, pad(loaded, [run.encoded]), recorders, block_rows=block,
                     reading=reading)  # fmt: skip
         return run
