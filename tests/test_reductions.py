@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from attnviz.core import capture, memory, recording, reductions
+from attnviz.core import capture, recording, reductions
 from tests import any_models
 from tests.conftest import synthetic_attention
 
@@ -208,17 +208,3 @@ def test_a_block_is_read_once_for_all_its_recorders(monkeypatch):
     blocks = 2 * -(-n // 4)  # two layers
     assert len(reads) == blocks
     assert all(count == 3 + 2 for _, count in reads)  # the summary's three, a pool's one each
-
-
-def test_block_rows_on_the_cpu_fit_its_cache(monkeypatch):
-    """A streamed run's blocks on the CPU fit half its last-level cache (at least CACHE_ROWS
-    rows); elsewhere they are sized to memory alone, as before."""
-    memory.cache_bytes.cache_clear()
-    assert memory.cache_bytes() > 0
-    monkeypatch.setattr(memory, "cache_bytes", lambda: 32 * memory.MiB)
-    per_row = memory.FLOAT * 9 * 8192
-    assert memory.stream_rows(9, 8192, "cpu") == 16 * memory.MiB // per_row == 56
-    assert memory.stream_rows(9, 8192, "cuda") == memory.stream_rows(9, 8192) == 170
-    assert memory.stream_rows(9, 100, "cpu") == 256  # a short text: the usual cap
-    monkeypatch.setattr(memory, "cache_bytes", lambda: 1 * memory.MiB)
-    assert memory.stream_rows(9, 8192, "cpu") == memory.CACHE_ROWS
