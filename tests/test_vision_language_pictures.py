@@ -70,7 +70,7 @@ def test_the_api_reads_a_picture_and_a_prompt(vlm_dirs, photo):
 def test_a_bright_patch_moves_the_token_cut_from_it(tmp_path, kind):
     """With each image token's features made of its own patches alone (`local`), a bright
     square on one cell of a grey picture changes the language model's input at that cell's
-    token more than at any other."""
+    token more than at any other token of its part (of a global view and its tiles, each)."""
     import torch
     from PIL import Image
 
@@ -82,17 +82,24 @@ def test_a_bright_patch_moves_the_token_cut_from_it(tmp_path, kind):
     size = (128, 64)
     grey = np.full((size[1], size[0], 3), 90, np.uint8)
     layout = vlm.encode(loaded, Image.fromarray(grey), PROMPT).layout
-    part = layout.parts[0]
-    rows, cols = part.grid
-    for row, col in ((0, 0), (rows - 1, cols - 1), (rows // 2, cols // 3)):
+    before = _inputs(loaded, Image.fromarray(grey))
+    for part in layout.parts:
+        rows, cols = part.grid
         top, left, bottom, right = part.box
-        y0, y1 = (top + (bottom - top) * np.array([row + 0.3, row + 0.7]) / rows) * size[1]
-        x0, x1 = (left + (right - left) * np.array([col + 0.3, col + 0.7]) / cols) * size[0]
-        bright = grey.copy()
-        bright[round(y0) : round(y1), round(x0) : round(x1)] = 255
-        moved = _inputs(loaded, Image.fromarray(bright)) - _inputs(loaded, Image.fromarray(grey))
-        change = torch.linalg.vector_norm(moved, dim=-1)
-        assert int(change.argmax()) == part.tokens[row * cols + col], (row, col)
+        ys = (top + (bottom - top) * (np.arange(rows)[:, None] + [0.3, 0.7]) / rows) * size[1]
+        xs = (left + (right - left) * (np.arange(cols)[:, None] + [0.3, 0.7]) / cols) * size[0]
+        # the cells whose middle is on the picture (LLaVA-NeXT's outer cells reach past it)
+        on_y = [r for r in range(rows) if ys[r, 0] >= 0 and ys[r, 1] <= size[1]]
+        on_x = [c for c in range(cols) if xs[c, 0] >= 0 and xs[c, 1] <= size[0]]
+        inside = [(r, c) for r in on_y for c in on_x]
+        assert len(inside) >= rows * cols // 2, part.name
+        for row, col in (inside[0], inside[-1], inside[len(inside) // 2]):
+            bright = grey.copy()
+            (y0, y1), (x0, x1) = np.round(ys[row]).astype(int), np.round(xs[col]).astype(int)
+            bright[y0:y1, x0:x1] = 255
+            moved = _inputs(loaded, Image.fromarray(bright)) - before
+            change = torch.linalg.vector_norm(moved, dim=-1)[list(part.tokens)]
+            assert int(change.argmax()) == row * cols + col, (part.name, row, col)
 
 
 def _inputs(loaded, image):
@@ -179,3 +186,14 @@ def test_text_alone_is_read_with_or_without_the_processor(vlm_dirs, photo, tmp_p
     assert np.abs(alone.weights - whole.weights).max() < 1e-6
     said = _refused(["show", photo, PROMPT, "-m", bare], tmp_path)
     assert "has no processor here" in said and "\n" not in said
+
+
+def test_a_box_past_the_picture_is_painted_where_it_is_on_it():
+    """LLaVA-NeXT's kept cells may reach into the padding around the picture: a grid of two
+    cells over rows -2 … 6 of a picture 4 rows high paints each cell's rows on it."""
+    from attnviz.core.layouts import Layout, Part
+
+    part = Part("tiles", (0, 1), (2, 1), (-0.5, 0.0, 1.5, 1.0))
+    layout = Layout("llava_next", np.zeros((4, 3, 3), np.uint8), (part,))
+    painted = layout.painted(np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(painted, [[1] * 3, [1] * 3, [2] * 3, [2] * 3])

@@ -69,6 +69,28 @@ def _llava(local: bool):
     return tf.LlavaForConditionalGeneration(config), processor
 
 
+def _llava_next(local: bool):
+    """LLaVA-NeXT: 3 × 3 cells a tile; the pinpoints make the tests' wide pictures padded
+    (1 × 3 tiles over 128 × 64: a column of cells dropped each side)."""
+    import transformers as tf
+
+    tok = tokenizer("<image>")
+    vision = dict(model_type="clip_vision_model", hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=37, image_size=42,
+                  patch_size=14)  # fmt: skip
+    pins = [[42, 126], [84, 84], [126, 42]]
+    template = TEMPLATE.replace("IMAGE", "<image>")
+    config = tf.LlavaNextConfig(text_config=dict(model_type="llama", **_text(tok)),
+                                vision_config=vision, image_grid_pinpoints=pins,
+                                image_token_index=tok.convert_tokens_to_ids("<image>"))  # fmt: skip
+    images = tf.LlavaNextImageProcessorPil(size={"shortest_edge": 42}, image_grid_pinpoints=pins,
+                                           crop_size={"height": 42, "width": 42})  # fmt: skip
+    processor = tf.LlavaNextProcessor(images, tok, patch_size=14, chat_template=template,
+                                      vision_feature_select_strategy="default",
+                                      num_additional_image_tokens=1)  # fmt: skip
+    return tf.LlavaNextForConditionalGeneration(config), processor
+
+
 def _qwen(kind: str):
     def build(local: bool):
         import transformers as tf
@@ -121,6 +143,7 @@ def _paligemma(local: bool):
 BUILDERS = {
     "paligemma": _paligemma,
     "llava": _llava,
+    "llava_next": _llava_next,
     "qwen2_vl": _qwen("qwen2_vl"),
     "qwen2_5_vl": _qwen("qwen2_5_vl"),
 }
