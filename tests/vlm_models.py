@@ -91,6 +91,33 @@ def _llava_next(local: bool):
     return tf.LlavaNextForConditionalGeneration(config), processor
 
 
+def _idefics3(kind: str):
+    """Idefics3 and SmolVLM: sub-images of 84 pixels, 6 × 6 patches shuffled 2 × 2 into
+    3 × 3 tokens; the tests' 128 × 64 picture is cut into 1 × 2 of them and a global image.
+    SmolVLM's own processor needs num2words (not installable here) and a video processor
+    (torchvision): its model is saved with Idefics3's processor, which writes its image
+    tokens the same way."""
+
+    def build(local: bool):
+        import transformers as tf
+
+        tags = [f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)]
+        tok = tokenizer("<image>", "<fake_token_around_image>", "<global-img>",
+                        "<end_of_utterance>", *tags)  # fmt: skip
+        vision = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=37, image_size=84, patch_size=14)  # fmt: skip
+        text, image = dict(model_type="llama", **_text(tok)), tok.convert_tokens_to_ids("<image>")
+        config = tf.AutoConfig.for_model(kind, text_config=text, vision_config=vision,
+                                         scale_factor=2, image_token_id=image)  # fmt: skip
+        images = tf.Idefics3ImageProcessorPil(size={"longest_edge": 168},
+                                              max_image_size={"longest_edge": 84})  # fmt: skip
+        template = TEMPLATE.replace("IMAGE", "<image>")
+        processor = tf.Idefics3Processor(images, tok, image_seq_len=9, chat_template=template)
+        return tf.AutoModelForImageTextToText.from_config(config), processor
+
+    return build
+
+
 def _qwen(kind: str):
     def build(local: bool):
         import transformers as tf
@@ -146,6 +173,8 @@ BUILDERS = {
     "llava_next": _llava_next,
     "qwen2_vl": _qwen("qwen2_vl"),
     "qwen2_5_vl": _qwen("qwen2_5_vl"),
+    "idefics3": _idefics3("idefics3"),
+    "smolvlm": _idefics3("smolvlm"),
 }
 FAMILIES = tuple(BUILDERS)
 
