@@ -197,3 +197,23 @@ def test_a_box_past_the_picture_is_painted_where_it_is_on_it():
     layout = Layout("llava_next", np.zeros((4, 3, 3), np.uint8), (part,))
     painted = layout.painted(np.array([1.0, 2.0]))
     np.testing.assert_array_equal(painted, [[1] * 3, [1] * 3, [2] * 3, [2] * 3])
+
+
+def test_a_layout_its_reader_does_not_know_is_said_and_the_text_read(vlm_dirs, photo,
+                                                                      monkeypatch):  # fmt: skip
+    """A family's reader that meets a layout it does not know (image tokens that make no
+    grid it reads: a processor set otherwise than the reader's family does) leaves the
+    picture's view out with one note saying why; the text is read as any text."""
+    from types import SimpleNamespace
+
+    from attnviz.core import layouts
+
+    def unknown(*args):
+        raise ValueError("37 image tokens make no square grid")
+
+    monkeypatch.setitem(layouts.BY_TYPE, "llava", SimpleNamespace(read=unknown))
+    whole, inputs, found = _read(vlm_dirs["llava"], photo)
+    assert found.layout is None
+    said = "the picture's view is not drawn for llava: 37 image tokens make no square grid"
+    assert said in whole.notes[-1]
+    assert np.abs(found.weights - eager(vlm_dirs["llava"], list(whole.ids), inputs)).max() < 1e-5

@@ -28,22 +28,22 @@ TEMPLATE = (
 )
 
 
-def tokenizer(image: str, *more: str) -> Any:
-    """A byte-level BPE tokenizer trained in memory, with `image` (the image token) and
-    `more` as special tokens."""
+def tokenizer(image: str, *more: str, **named: str) -> Any:
+    """A byte-level BPE tokenizer trained in memory, with `image` (the image token), `more`
+    and `named` (Gemma 3's `boi_token`, …: the tokenizer's attributes) as special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tk = Tokenizer(models.BPE())
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
-    special = ["<|endoftext|>", "<|user|>", "<|assistant|>", image, *more]
+    special = ["<|endoftext|>", "<|user|>", "<|assistant|>", image, *more, *named.values()]
     trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=special,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
     tk.train_from_iterator(CORPUS, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>",
-                                   eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   extra_special_tokens={"image_token": image})  # fmt: skip
+    end, named = "<|endoftext|>", {"image_token": image, **named}
+    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token=end, eos_token=end,
+                                   pad_token=end, extra_special_tokens=named)  # fmt: skip
 
 
 def _text(tok: Any, **more: Any) -> dict:
@@ -167,8 +167,32 @@ def _paligemma(local: bool):
     return tf.PaliGemmaForConditionalGeneration(config), processor
 
 
+def _gemma3(local: bool):
+    """Gemma 3: 8 × 8 patches of 7 pixels pooled 2 × 2 into 4 × 4 image tokens, between its
+    start and end of image."""
+    import transformers as tf
+
+    tok = tokenizer("<image_soft_token>", boi_token="<start_of_image>",
+                    eoi_token="<end_of_image>")  # fmt: skip
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=37, image_size=56,
+                  patch_size=7)  # fmt: skip
+    ids = {name: tok.convert_tokens_to_ids(getattr(tok, name)) for name in
+           ("image_token", "boi_token", "eoi_token")}  # fmt: skip
+    config = tf.Gemma3Config(text_config=dict(model_type="gemma3_text", **_text(tok)),
+                             vision_config=vision, mm_tokens_per_image=16,
+                             image_token_index=ids["image_token"],
+                             boi_token_index=ids["boi_token"],
+                             eoi_token_index=ids["eoi_token"])  # fmt: skip
+    images = tf.Gemma3ImageProcessorPil(size={"height": 56, "width": 56})
+    template = TEMPLATE.replace("IMAGE", "<start_of_image>")
+    processor = tf.Gemma3Processor(images, tok, chat_template=template, image_seq_length=16)
+    return tf.Gemma3ForConditionalGeneration(config), processor
+
+
 BUILDERS = {
     "paligemma": _paligemma,
+    "gemma3": _gemma3,
     "llava": _llava,
     "llava_next": _llava_next,
     "qwen2_vl": _qwen("qwen2_vl"),
@@ -222,10 +246,12 @@ def eager(folder: Path, ids: list[int], inputs: dict) -> Any:
 
     model = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
     extended = {}
+    suffix = int(model.config.model_type == "paligemma")
     for name, value in inputs.items():
         if value.dim() == 2 and name.endswith("token_type_ids") and value.shape[1] < len(ids):
-            # as `generate` extends them: PaliGemma's suffix 1, the image tokens' types 0
-            more = torch.full((1, len(ids) - value.shape[1]), int(name == "token_type_ids"))
+            # what `generate` writes is read causally: PaliGemma's suffix (type 1), the others'
+            # text (type 0, where 1 marks an image, read both ways: Gemma 3's)
+            more = torch.full((1, len(ids) - value.shape[1]), suffix * (name == "token_type_ids"))
             value = torch.cat([value, more.to(value.dtype)], dim=1)
         extended[name] = value
     with torch.no_grad():

@@ -128,14 +128,19 @@ def encode(loaded: LoadedModel, given: Any, prompt: str, raw: bool = False) -> E
     ids = [int(i) for i in made["input_ids"][0]]
     inputs = {key: value for key, value in made.items() if key not in _NOT_INPUTS}
     config = loaded.model.config
-    layout = layouts.layout(config.model_type, ids, inputs, config, loaded.processor, image, name)
+    try:
+        layout = layouts.layout(config.model_type, ids, inputs, config, loaded.processor, image,
+                                name)  # fmt: skip
+        unread = "attnviz has no reader of its image tokens' layout"
+    except ValueError as exc:  # a layout its family's reader does not know
+        layout, unread = None, str(exc)
     found = from_ids(loaded, ids, text)
     tokens, special = list(found.tokens), list(found.special)
     word_labels = list(found.word_labels)
     notes = [f"{image.width} × {image.height} picture, {name}"]
     if layout is None:
-        notes.append(f"the picture's view is not drawn for {config.model_type}: attnviz has no "
-                     "reader of its image tokens' layout (the text views are)")  # fmt: skip
+        notes.append(f"the picture's view is not drawn for {config.model_type}: {unread} (the "
+                     "text views are)")  # fmt: skip
     else:
         for index, label in layout.labels().items():
             tokens[index], special[index] = label, False
