@@ -136,13 +136,25 @@ def _qwen(kind: str):
                           num_heads=4, intermediate_size=37, patch_size=14, window_size=56,
                           fullatt_block_indexes=[1], spatial_merge_size=2,
                           temporal_patch_size=2)  # fmt: skip
+        patch = 14
+        if kind == "qwen3_vl":  # 16-pixel patches, a learnt position grid, deepstack
+            patch, text = 16, _text(tok, rope_parameters={"rope_type": "default",
+                                                          "mrope_section": [1, 1, 2],
+                                                          "mrope_interleaved": True})  # fmt: skip
+            vision = dict(depth=2, hidden_size=32, out_hidden_size=32, num_heads=4,
+                          intermediate_size=37, patch_size=16, spatial_merge_size=2,
+                          temporal_patch_size=2, num_position_embeddings=16,
+                          deepstack_visual_indexes=[0])  # fmt: skip
         config = tf.AutoConfig.for_model(kind, text_config=dict(model_type=f"{kind}_text", **text),
                                          vision_config=vision, image_token_id=ids["image_pad"],
                                          vision_start_token_id=ids["vision_start"],
                                          vision_end_token_id=ids["vision_end"])  # fmt: skip
-        images = tf.Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=28 * 28 * 16)
-        cls = _without_video(getattr(tf, "Qwen2_5_VLProcessor" if kind == "qwen2_5_vl"
-                                     else "Qwen2VLProcessor"))  # fmt: skip
+        merged = 2 * patch  # a token's side in pixels
+        images = tf.Qwen2VLImageProcessorPil(patch_size=patch, min_pixels=4 * merged * merged,
+                                             max_pixels=merged * merged * 16)  # fmt: skip
+        names = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor",
+                 "qwen3_vl": "Qwen3VLProcessor"}  # fmt: skip
+        cls = _without_video(getattr(tf, names[kind]))
         template = TEMPLATE.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>")
         processor = cls(image_processor=images, tokenizer=tok, chat_template=template)
         return tf.AutoModelForImageTextToText.from_config(config), processor
@@ -197,6 +209,7 @@ BUILDERS = {
     "llava_next": _llava_next,
     "qwen2_vl": _qwen("qwen2_vl"),
     "qwen2_5_vl": _qwen("qwen2_5_vl"),
+    "qwen3_vl": _qwen("qwen3_vl"),
     "idefics3": _idefics3("idefics3"),
     "smolvlm": _idefics3("smolvlm"),
 }
