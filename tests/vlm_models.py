@@ -202,9 +202,29 @@ def _gemma3(local: bool):
     return tf.Gemma3ForConditionalGeneration(config), processor
 
 
+def _mllama(local: bool):
+    """Mllama: the picture cut into up to 2 tiles of 4 × 4 patches, read by the language
+    model's cross-attention layer 1 (of 3), not as tokens of the prompt."""
+    import transformers as tf
+
+    tok = tokenizer("<|image|>", "<|python_tag|>")
+    vision = dict(hidden_size=32, num_hidden_layers=2, num_global_layers=1,
+                  num_attention_heads=4, intermediate_size=37, image_size=28, patch_size=7,
+                  max_num_tiles=2, supported_aspect_ratios=[[1, 1], [1, 2], [2, 1]],
+                  intermediate_layers_indices=[0], vision_output_dim=64)  # fmt: skip
+    text = _text(tok, cross_attention_layers=[1], num_hidden_layers=3, pad_token_id=0)
+    config = tf.MllamaConfig(vision_config=vision, text_config=text,
+                             image_token_index=tok.convert_tokens_to_ids("<|image|>"))  # fmt: skip
+    images = tf.MllamaImageProcessorPil(size={"height": 28, "width": 28}, max_image_tiles=2)
+    template = TEMPLATE.replace("IMAGE", "<|image|>")
+    processor = tf.MllamaProcessor(images, tok, chat_template=template)
+    return tf.MllamaForConditionalGeneration(config), processor
+
+
 BUILDERS = {
     "paligemma": _paligemma,
     "gemma3": _gemma3,
+    "mllama": _mllama,
     "llava": _llava,
     "llava_next": _llava_next,
     "qwen2_vl": _qwen("qwen2_vl"),
@@ -214,6 +234,8 @@ BUILDERS = {
     "smolvlm": _idefics3("smolvlm"),
 }
 FAMILIES = tuple(BUILDERS)
+CROSS = ("mllama",)  # the families whose picture is read by cross-attention, not as tokens
+LAID = tuple(kind for kind in FAMILIES if kind not in CROSS)  # the others: a layout each
 
 
 # A vision tower's attention output projections (CLIP's, SigLIP's, Qwen2-VL's): what mixes
@@ -251,8 +273,10 @@ def picture(path: Path, size: tuple[int, int] = (64, 48), seed: int = 0) -> Path
 
 def eager(folder: Path, ids: list[int], inputs: dict) -> Any:
     """The language model's own probabilities (eager `output_attentions`) over `ids` with
-    the processor's other `inputs`, (L, H, T, T) float32: what attnviz's numbers are held to.
-    Per-token inputs shorter than `ids` (a prompt's, before its continuation) are extended."""
+    the processor's other `inputs`, (L, H, T, T) float32: what attnviz's numbers are held to;
+    Mllama's self-attention layers alone (its cross-attention layers' keys are the picture's
+    states). Per-token inputs shorter than `ids` (a prompt's, before its continuation) are
+    extended."""
     import numpy as np
     import torch
     from transformers import AutoModelForImageTextToText
@@ -261,12 +285,17 @@ def eager(folder: Path, ids: list[int], inputs: dict) -> Any:
     extended = {}
     suffix = int(model.config.model_type == "paligemma")
     for name, value in inputs.items():
-        if value.dim() == 2 and name.endswith("token_type_ids") and value.shape[1] < len(ids):
+        more = len(ids) - value.shape[1] if value.dim() >= 2 else 0
+        if more > 0 and name.endswith("token_type_ids"):
             # what `generate` writes is read causally: PaliGemma's suffix (type 1), the others'
             # text (type 0, where 1 marks an image, read both ways: Gemma 3's)
-            more = torch.full((1, len(ids) - value.shape[1]), suffix * (name == "token_type_ids"))
-            value = torch.cat([value, more.to(value.dtype)], dim=1)
+            types = torch.full((1, more), suffix * (name == "token_type_ids"))
+            value = torch.cat([value, types.to(value.dtype)], dim=1)
+        elif more > 0 and name == "cross_attention_mask":  # Mllama's: the last token's
+            value = torch.cat([value] + [value[:, -1:]] * more, dim=1)
         extended[name] = value
     with torch.no_grad():
         out = model(input_ids=torch.tensor([ids]), output_attentions=True, **extended)
-    return np.stack([layer[0].float().numpy() for layer in out.attentions])
+    cross = getattr(model.config.get_text_config(), "cross_attention_layers", None) or ()
+    return np.stack([layer[0].float().numpy() for i, layer in enumerate(out.attentions)
+                     if i not in cross])  # fmt: skip

@@ -75,6 +75,18 @@ def _without_video(cls: Any) -> Any:
     return WithoutVideo
 
 
+def _unread(model: Any) -> str:
+    """Why a family without a layout reader has no view of the picture."""
+    from attnviz.core.adapters import generic
+
+    cross = len(generic.callers(model, "cross"))
+    if cross:  # Mllama's
+        return (f"it reads the picture through {cross} cross-attention layer(s), not as tokens "
+                "of the prompt, and attnviz reads its self-attention layers alone, numbered "
+                "among themselves")  # fmt: skip
+    return "attnviz has no reader of its image tokens' layout"
+
+
 def prompt_text(processor: Any, prompt: str, raw: bool) -> str:
     """The prompt as the model reads it: one user turn of the picture then the prompt,
     through the processor's chat template, ready for the answer; as it is with `raw`, or
@@ -131,7 +143,7 @@ def encode(loaded: LoadedModel, given: Any, prompt: str, raw: bool = False) -> E
     try:
         layout = layouts.layout(config.model_type, ids, inputs, config, loaded.processor, image,
                                 name)  # fmt: skip
-        unread = "attnviz has no reader of its image tokens' layout"
+        unread = _unread(loaded.model)
     except ValueError as exc:  # a layout its family's reader does not know
         layout, unread = None, str(exc)
     found = from_ids(loaded, ids, text)
