@@ -171,6 +171,19 @@ def test_bad_input_is_one_line_and_exit_2(vlm_dirs, photo, tmp_path, tiny_model_
     assert "give the prompt after the picture" in said
 
 
+def test_several_pictures_are_refused_in_one_line(vlm_dirs, photo, tmp_path):
+    """Several pictures for one prompt: the API says in one line that one is read; the CLI
+    takes one picture and one prompt (exit 2, nothing written)."""
+    import attnviz
+    from attnviz.errors import InputError
+
+    other = picture(tmp_path / "other.png", seed=1)
+    with pytest.raises(InputError, match="^2 pictures given: attnviz reads one picture a prompt"):
+        attnviz.attention(PROMPT, picture=[photo, other], model=str(vlm_dirs["llava_next"]))
+    said = _refused(["show", photo, other, PROMPT, "-m", vlm_dirs["llava_next"]], tmp_path)
+    assert "unexpected extra argument" in said and "\n" not in said
+
+
 def test_text_alone_is_read_with_or_without_the_processor(vlm_dirs, photo, tmp_path):
     """A vision-language model reads text alone through its language model, its processor
     loaded or not; saved without the processor's files (a tokenizer alone), a picture and a

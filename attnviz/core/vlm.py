@@ -127,6 +127,9 @@ def encode(loaded: LoadedModel, given: Any, prompt: str, raw: bool = False) -> E
         raise InputError(f"{loaded.info.name} has no processor here ({' or '.join(PROCESSOR_FILES)}"
                          "): attnviz reads a picture and a prompt through it; text alone is read "
                          "through its language model")  # fmt: skip
+    if isinstance(given, (list, tuple)):
+        raise InputError(f"{len(given)} pictures given: attnviz reads one picture a prompt "
+                         "(several in one prompt are not read yet); give one")  # fmt: skip
     image = read_picture(given)
     name = Path(given).name if isinstance(given, (str, Path)) else "image"
     text = prompt_text(loaded.processor, prompt, raw)
