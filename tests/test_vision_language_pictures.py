@@ -69,7 +69,9 @@ def test_the_api_reads_a_picture_and_a_prompt(vlm_dirs, photo):
     np.testing.assert_allclose(found.weights.sum(-1)[:, :, 1:], 1.0, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", LAID)
+# SmolVLM's connector (pixel shuffle) and processor are Idefics3's: its bright patch adds
+# 8-12 s and nothing Idefics3's does not show
+@pytest.mark.parametrize("kind", [kind for kind in LAID if kind != "smolvlm"])
 def test_a_bright_patch_moves_the_token_cut_from_it(tmp_path, kind):
     """With each image token's features made of its own patches alone (`local`), a bright
     square on one cell of a grey picture changes the language model's input at that cell's
