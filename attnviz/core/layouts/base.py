@@ -70,7 +70,8 @@ class Layout:
     def painted(self, row: Any, size: tuple[int, int] | None = None) -> Any:
         """One row of attention painted on the picture, (H, W) float32 at `size` (H, W; the
         picture's own by default): each cell's value over the pixels of its box, parts that
-        overlap (a global view and its tiles) added."""
+        overlap (a global view and its tiles) added; a box that reaches past the picture
+        (LLaVA-NeXT's whole cells over its padding) painted where it is on it."""
         import numpy as np
 
         height, width = size if size is not None else self.pixels.shape[:2]
@@ -81,7 +82,10 @@ class Layout:
             xs = np.round(np.linspace(left * width, right * width, part.grid[1] + 1)).astype(int)
             rows = np.repeat(np.arange(part.grid[0]), np.diff(ys))  # each pixel row's cell
             cols = np.repeat(np.arange(part.grid[1]), np.diff(xs))
-            canvas[ys[0] : ys[-1], xs[0] : xs[-1]] += grid[rows][:, cols]
+            painted = grid[rows][:, cols]  # (ys[-1] - ys[0], xs[-1] - xs[0])
+            y0, y1 = max(ys[0], 0), min(ys[-1], height)
+            x0, x1 = max(xs[0], 0), min(xs[-1], width)
+            canvas[y0:y1, x0:x1] += painted[y0 - ys[0] : y1 - ys[0], x0 - xs[0] : x1 - xs[0]]
         return canvas
 
 
