@@ -5,6 +5,7 @@ model's eager attention; the picture's share by layer as a plot; the files `show
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -57,7 +58,7 @@ def test_the_overlay_is_the_eager_rows_on_their_cells(answered, kind):
 
     from attnviz.analysis.picture_share import answer_rows, looked
     from attnviz.outputs.figures import Style
-    from attnviz.outputs.figures.pictures import _resized, _shown_size, blend_values, layout_figure
+    from attnviz.outputs.figures.pictures import _shown_size, blend_values, layout_figure, resized
     from attnviz.outputs.figures.raster import figure_png
 
     att, expected = answered[kind]
@@ -83,7 +84,7 @@ def test_the_overlay_is_the_eager_rows_on_their_cells(answered, kind):
     titles = [t.get_text() for t in fig.texts if t.get_text().startswith("head ")]
     assert len(panels) == len(titles) == 4
     scale = max(float(p.max()) for p in painted)
-    pixels = _resized(layout.pixels, size)
+    pixels = resized(layout.pixels, size)
     unseen = layout.painted(np.ones(len(att.tokens), np.float32), size) == 0
     with Image.open(io.BytesIO(figure_png(fig))) as opened:
         rendered = np.asarray(opened.convert("RGB"))
@@ -134,3 +135,121 @@ def test_show_writes_the_views_over_the_picture(vlm_dirs, photo, tmp_path):
                      "picture-token-3-layer-1.png"]  # fmt: skip
     for name in drawn:
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------- the page (answer.js) ----------
+
+
+def _page_expected(att, entry, view: int, layer: int) -> np.ndarray:
+    """What answer.js paints for each head (H, h, w, 3) int: the mean of the view's rows
+    (float64 sums in order) on each cell's pixels, coloured floor(v / top · 256) of the
+    layer's largest cell value, at 60 % over the picture, the pixels no cell covers under
+    white."""
+    from test_html import _unpack, _viridis
+
+    width, height = entry["size"]
+    under = _unpack(entry["pixels"], "u1").reshape(height, width, 3).astype(int)
+    rows = entry["views"][view]["rows"]
+
+    def painted(row):
+        out = np.zeros((height, width))
+        for part in entry["parts"]:
+            ys, xs, cols = part["ys"], part["xs"], part["grid"][1]
+            for n, token in enumerate(part["tokens"]):
+                r, c = divmod(n, cols)
+                out[ys[r] : ys[r + 1], xs[c] : xs[c + 1]] += row[token]
+        return out
+
+    seen = painted(np.ones(len(att.tokens))) > 0
+    values = []
+    for head in range(att.weights.shape[1]):
+        total = np.zeros(len(att.tokens))
+        for q in rows:
+            total += att.weights[layer, head, q].astype(np.float64)
+        values.append(painted(total / len(rows)))
+    top = max(float(v[seen].max()) for v in values)
+    found = []
+    for v in values:
+        index = np.minimum(255, np.floor(v / top * 256)).astype(int)
+        over = np.where(seen[..., None], _viridis()[index], 255)
+        found.append(np.floor((2 * under + 3 * over) / 5 + 0.5).astype(int))  # k/5: no tie
+    return np.stack(found)
+
+
+@pytest.fixture(scope="module")
+def answer_page(answered, tmp_path_factory):
+    """LLaVA's answer's page, from the recorded attention (held to eager above)."""
+    from attnviz.outputs.html import write_page
+
+    att = answered["llava"][0]
+    return att, write_page(att, tmp_path_factory.mktemp("answer-page") / "attention.html")
+
+
+def test_the_page_carries_the_answer_and_its_shares(answer_page, answered):
+    """The page's data: the picture at the page's size, each part's cells' edges as the
+    PNGs paint them, the whole answer's rows then each word's (the row before it), and
+    the picture's share of each, the eager rows summed over the image tokens."""
+    from test_html import _data
+
+    from attnviz.analysis.picture_share import answer_rows
+
+    att, page = answer_page
+    expected = answered["llava"][1]
+    html = page.read_text(encoding="utf-8")
+    assert html.count("<script>") == 3 and "function drawAnswer" in html
+    assert "drawPicture" not in html  # a vision transformer's view is not this page's
+    entry = _data(html)["layout"]
+    width, height = entry["size"]
+    assert (width, height) == (128, 64) and entry["given"] == [128, 64]
+    (ys, xs), part = att.layout.edges((height, width))[0], entry["parts"][0]
+    assert part["ys"] == ys.tolist() and part["xs"] == xs.tolist() and part["grid"] == [6, 6]
+    start = att.continuation.start
+    views = entry["views"]
+    words = [[t - 1] for t in range(start, start + 3)]  # the row before each word
+    assert [v["rows"] for v in views] == [list(answer_rows(att)), *words]
+    image = att.layout.image_tokens()
+    for v in views:
+        want = expected[:, :, v["rows"]][..., image].sum(-1).mean(-1)  # (L, H)
+        np.testing.assert_allclose(np.array(v["share"]), want, atol=1e-5)
+
+
+def test_the_page_draws_each_head_over_the_picture(browser, answer_page):
+    """In chromium: the page opens on the whole answer in layer 0, every head's canvas the
+    picture under that row's colours on the layer's one scale (the crop's margins faded);
+    clicking a word draws the row that wrote it, choosing a layer draws that layer's; the
+    share plot's mean line is the page's shares' mean over the heads."""
+    from test_html import ARTIFACTS, Opened, _data
+    from test_picture_page import _painted
+
+    att, page = answer_page
+    entry = _data(page.read_text(encoding="utf-8"))["layout"]
+    shown = Opened(browser, page, every_head=False)
+    try:
+        shown.page.wait_for_selector("body[data-answer='ready']")
+        ARTIFACTS.mkdir(exist_ok=True)
+        shown.page.screenshot(path=str(ARTIFACTS / "answer-page.png"))
+
+        def check(view: int, layer: int) -> None:
+            want = _page_expected(att, entry, view, layer)
+            for head in range(4):
+                drawn = _painted(shown, f"#answer-heads canvas[data-head='{head}']")
+                assert np.array_equal(drawn, want[head]), (view, layer, head)
+            mean = shown.page.get_attribute("#answer-share", "data-mean")
+            share = np.array(entry["views"][view]["share"]).mean(axis=1)
+            np.testing.assert_allclose(np.array(json.loads(mean)), share, atol=1e-12)
+
+        def rerendered(action) -> None:
+            n = int(shown.page.get_attribute("#answer-view", "data-renders"))
+            action()
+            shown.page.wait_for_selector(f"#answer-view[data-renders='{n + 1}']")
+
+        check(0, 0)
+        rerendered(lambda: shown.page.click(".answer-word[data-view='2']"))
+        assert "row before it" in shown.page.inner_text("#answer-title")
+        check(2, 0)
+        rerendered(lambda: shown.page.select_option("#answer-layer", "1"))
+        check(2, 1)
+    finally:
+        shown.close()
+    assert shown.errors == []
+    assert shown.requests == [shown.url], "the page made a request besides its own file"

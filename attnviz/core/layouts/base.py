@@ -67,20 +67,31 @@ class Layout:
 
         return [np.asarray(row)[list(part.tokens)].reshape(part.grid) for part in self.parts]
 
-    def painted(self, row: Any, size: tuple[int, int] | None = None) -> Any:
-        """One row of attention painted on the picture, (H, W) float32 at `size` (H, W; the
-        picture's own by default): each cell's value over the pixels of its box, parts that
-        overlap (a global view and its tiles) added."""
+    def edges(self, size: tuple[int, int]) -> list[tuple[Any, Any]]:
+        """Each part's cells' edges on a picture of `size` (H, W): (ys, xs), its rows' and
+        columns' first pixels and one past the last, whole pixels of its box."""
         import numpy as np
 
-        height, width = size if size is not None else self.pixels.shape[:2]
-        canvas = np.zeros((height, width), np.float32)
-        for part, grid in zip(self.parts, self.grids(row)):
+        height, width = size
+        found = []
+        for part in self.parts:
             top, left, bottom, right = part.box
             ys = np.round(np.linspace(top * height, bottom * height, part.grid[0] + 1)).astype(int)
             xs = np.round(np.linspace(left * width, right * width, part.grid[1] + 1)).astype(int)
-            rows = np.repeat(np.arange(part.grid[0]), np.diff(ys))  # each pixel row's cell
-            cols = np.repeat(np.arange(part.grid[1]), np.diff(xs))
+            found.append((ys, xs))
+        return found
+
+    def painted(self, row: Any, size: tuple[int, int] | None = None) -> Any:
+        """One row of attention painted on the picture, (H, W) float32 at `size` (H, W; the
+        picture's own by default): each cell's value over the pixels of its box (`edges`),
+        parts that overlap (a global view and its tiles) added."""
+        import numpy as np
+
+        size = size if size is not None else self.pixels.shape[:2]
+        canvas = np.zeros(size, np.float32)
+        for grid, (ys, xs) in zip(self.grids(row), self.edges(size)):
+            rows = np.repeat(np.arange(len(ys) - 1), np.diff(ys))  # each pixel row's cell
+            cols = np.repeat(np.arange(len(xs) - 1), np.diff(xs))
             canvas[ys[0] : ys[-1], xs[0] : xs[-1]] += grid[rows][:, cols]
         return canvas
 

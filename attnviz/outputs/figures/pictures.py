@@ -184,7 +184,7 @@ def panels_figure(att: Attention, panels: list[Panel], style: Style, title: str,
         left = round((margin + c * slot_w + (slot_w - panel_w) / 2) * dpi)  # whole pixels
         bottom = round((fig_h - HEADER_IN - (r + 1) * (panel_h + TITLE_IN) + 0.05) * dpi)
         blended = blend_values(panel.pixels, panel.values, cmap, top, panel.unseen)
-        placed = _resized(blended, panel_px)
+        placed = resized(blended, panel_px)
         if style.fmt == "png":  # straight into the canvas
             fig.add_artist(whole_pixels(placed, left, bottom))
         else:
@@ -208,7 +208,7 @@ def _scale(longest: int, dpi: int) -> float:
     return 1.0 if PANEL_IN * dpi * 0.75 <= longest <= 3 * dpi else PANEL_IN * dpi / longest
 
 
-def _resized(pixels: Any, size: tuple[int, int]) -> Any:
+def resized(pixels: Any, size: tuple[int, int]) -> Any:
     """`pixels` (h, w, 3) at `size` (rows, cols), nearest; as they are where they fit."""
     import numpy as np
 
@@ -328,7 +328,7 @@ def layout_figure(att: Attention, layer: int, heads: list[int], rows_of: Any, wh
 
     layout = att.layout
     size = _shown_size(layout.pixels.shape[:2], style.dpi)
-    pixels = _resized(layout.pixels, size)
+    pixels = resized(layout.pixels, size)
     unseen = layout.painted(np.ones(len(att.tokens), np.float32), size) == 0
     unseen = unseen if unseen.any() else None
     panels = [Panel(f"head {head} · picture {layout.share(rows_of[head]):.0%}", pixels,
@@ -366,7 +366,7 @@ def layout_tasks(att: Attention, folder: Path, layers: list[int], heads: list[in
 
     layout = att.layout
     given = layout.pixels.shape[1::-1]  # (W, H)
-    small = replace(layout, pixels=_resized(layout.pixels, _shown_size(layout.pixels.shape[:2],
+    small = replace(layout, pixels=resized(layout.pixels, _shown_size(layout.pixels.shape[:2],
                                                                        style.dpi)))  # fmt: skip
     labels = replace(att, weights=att.weights[:0], layout=small)
     views = [("answer", answer_rows(att), whose_rows(att))]
