@@ -21,6 +21,7 @@ from attnviz.cli.options import (
     STYLE,
     BatchOpt,
     FileOpt,
+    GenerateOpt,
     JsonOpt,
     TruncateOpt,
     WordsOpt,
@@ -134,6 +135,7 @@ def report(
     importance: ImportanceOpt = None,
     ablation: AblationOpt = "zero",
     batch_size: BatchOpt = 16,
+    generate: GenerateOpt = None,
     truncate: TruncateOpt = False,
     style: Style = STYLE,
     as_json: JsonOpt = False,
@@ -166,10 +168,18 @@ def report(
     them: per head, the mean attention distance in pixels, CLS's entropy and shares, the
     patches' sink and local shares, averaged over the pictures, and a role; heads.csv,
     heads.json and mean-distance.png (docs/vision.md).
+
+    A vision-language model (LLaVA, Qwen2-VL, PaliGemma) reads a JSONL file of pictures and
+    questions, one {"picture": PATH, "prompt": TEXT} a line ("target" optional; --generate N
+    answers the others): per head, the picture's share of the answer's attention, its entropy
+    over the patches and the top-k patches' share, and the image tokens that draw attention
+    whatever the question (visual sinks); heads.csv, sinks.csv, report.md and
+    picture-share.png (docs/vision-language.md).
     """
     from attnviz.analysis.importance import methods_of
     from attnviz.analysis.roles import Thresholds
     from attnviz.core.inputs import report_input
+    from attnviz.core.questions import questions_in
     from attnviz.pipelines.report import report as run_report
     from attnviz.pipelines.request import ReportRequest
 
@@ -178,8 +188,10 @@ def report(
             methods_of(importance)  # a bad choice stops here, before anything loads
         if ablation not in ABLATIONS:
             raise InputError(f"unknown --ablation '{ablation}'; known: {', '.join(ABLATIONS)}")
-        corpus, pictures = report_input(sentences, file, treebank)
-        request = ReportRequest(load, sentences=corpus, pictures=pictures,
+        questions = questions_in(sentences, file)
+        corpus, pictures = (None, None) if questions else report_input(sentences, file, treebank)
+        request = ReportRequest(load, sentences=corpus, pictures=pictures, questions=questions,
+            generate=generate,
             treebank=treebank is not None, **select,
             words=words,
             thresholds=Thresholds.parse(threshold), min_count=min_count, margin=margin,
@@ -215,7 +227,10 @@ def _progress(request: Any) -> Iterator[dict[str, Any]]:
         bar.update(tasks["importance"], completed=done)
 
     with bar:
-        read = request.pictures.paths if request.pictures else request.sentences.items
+        if request.questions is not None:
+            read = request.questions.items
+        else:
+            read = request.pictures.paths if request.pictures else request.sentences.items
         total = len(read) if request.shard is None else None
         task = bar.add_task("report", total=total) if parts.rank() is None else None
         yield dict(on_progress=lambda n: bar.advance(task, n), on_importance=on_importance,
@@ -225,11 +240,15 @@ def _progress(request: Any) -> Iterator[dict[str, Any]]:
 def print_report(result: Any, written: list[Path], out: Path) -> None:
     """A report in the terminal (a one-stack model's, or an encoder-decoder model's per stack),
     and the files written (`report`, `merge`)."""
+    from attnviz.analysis.picture_heads import QuestionReport
     from attnviz.analysis.report import Seq2SeqReport
     from attnviz.analysis.vision_report import PictureReport
     from attnviz.outputs import terminal
 
-    if isinstance(result, PictureReport):
+    if isinstance(result, QuestionReport):
+        terminal.print_question_report(out_console, result)
+        what = "report.md, heads.csv, heads.json, sinks.csv, picture-share.png"
+    elif isinstance(result, PictureReport):
         terminal.print_picture_report(out_console, result)
         what = "heads.csv, heads.json, mean-distance.png"
     elif isinstance(result, Seq2SeqReport):

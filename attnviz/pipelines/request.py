@@ -128,6 +128,7 @@ class ReportRequest(Request):
     command: ClassVar[str] = "report"
     sentences: Any = None  # core.inputs.Sentences, or a core.treebank.Treebank
     treebank: bool = False  # `sentences` is a CoNLL-U treebank
+    questions: Any = None  # core.questions.Questions: pictures and prompts (a JSONL file)
     thresholds: Any = None  # analysis.roles.Thresholds
     min_count: int = 100  # --treebank
     margin: float = 0.1  # --treebank
