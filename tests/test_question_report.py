@@ -214,7 +214,11 @@ def test_report_over_questions_writes_its_files(vlm_dirs, questions, tmp_path):
         (['{"picture": "a.png", "prompt": "Why?", "answer": "x"}'], [], "unknown key 'answer'"),
         (['{"picture": "a.png", "prompt": " "}'], [], "line 1: the prompt is empty"),
         (['{"picture": "notes.png", "prompt": "Why?"}'], [], "line 1: "),  # said by PIL
-        (['{"picture": "a.png", "prompt": "Why?"}'], ["--words"], "--words is not available"),
+        (
+            ['{"picture": "a.png", "prompt": "Why?"}'],
+            ["--words"],
+            "--words is not available in attnviz report over pictures",
+        ),
         (['{"picture": "a.png", "prompt": "Why?"}'], ["--generate", "0"], "1 or more, not 0"),
         (
             ['{"picture": "a.png", "prompt": "Why?"}'],

@@ -26,6 +26,9 @@ class Sentence:
     line: int
     text: str  # an encoder-decoder model's source
     target: str | None = None  # an encoder-decoder model's target (a `source<TAB>target` line)
+    # a question about a picture (`core.questions`): the picture, resolved and as given
+    picture: Path | None = None
+    given: str | None = None
 
 
 @dataclass(frozen=True)

@@ -174,9 +174,12 @@ _ELSEWHERE = ("a picture to `attnviz show` or `check`, pictures to `attnviz expo
               "or `report`, or a picture to the API (`serve` reads text)")  # fmt: skip
 
 
-# The options a report over pictures and questions cannot take: it sums the numbers of
-# `analysis.picture_heads`, question by question, in one process.
+# The options a report or export over pictures and questions cannot take: each question is
+# read alone, with its weights (a report sums the numbers of `analysis.picture_heads`).
 _NOT_FOR_QUESTIONS = (
+    ("--html", lambda r: r.html),
+    ("--measure", lambda r: r.measure != "weights"),
+    ("--query", lambda r: r.query is not None),
     ("--treebank", lambda r: r.treebank),
     ("--importance", lambda r: r.importance is not None),
     ("--threshold", lambda r: r.thresholds is not None and r.thresholds.values != DEFAULTS),
@@ -194,8 +197,8 @@ def questions(request: Request, facts: Any) -> None:
     model's; None: not known yet) a model that reads no picture and prompt."""
     for option, given in _NOT_FOR_QUESTIONS:
         if features.asks(given, request):
-            raise InputError(f"{option} is not available in a report over pictures and "
-                             "questions")  # fmt: skip
+            raise InputError(f"{option} is not available in attnviz {request.command} over "
+                             "pictures and questions")  # fmt: skip
     if request.generate is not None and request.generate < 1:
         raise InputError(
             f"--generate takes a number of tokens of 1 or more, not {request.generate}"

@@ -116,6 +116,7 @@ class ExportRequest(Request):
 
     command: ClassVar[str] = "export"
     sentences: Any = None  # core.inputs.Sentences
+    questions: Any = None  # core.questions.Questions: pictures and prompts (a JSONL file)
     figures: tuple[str, ...] | None = None  # the figure kinds (None: all)
     save_raw: bool = False  # attention.npz
     overwrite: bool = False  # replace another export's folders in --out
