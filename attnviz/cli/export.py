@@ -146,16 +146,15 @@ def export(
     others): each question's folder also holds layout.json, each image token's cell
     (docs/vision-language.md).
     """
-    from attnviz.core.inputs import export_input
-    from attnviz.core.questions import questions_in
+    from attnviz.core.inputs import export_input, export_questions
     from attnviz.outputs import terminal
     from attnviz.pipelines.export import export as run_export
     from attnviz.pipelines.request import ExportRequest
 
     try:
-        questions = questions_in(sentences, file)
-        if questions is not None:
-            texts, pictures = questions.as_sentences(), None
+        questions, asked = None, export_questions(file, sentences)
+        if asked is not None:
+            (texts, questions), pictures = asked, None
         else:
             texts, pictures = export_input(file, sentences)
         request = ExportRequest(load, sentences=texts, pictures=pictures, questions=questions,

@@ -169,17 +169,12 @@ def report(
     patches' sink and local shares, averaged over the pictures, and a role; heads.csv,
     heads.json and mean-distance.png (docs/vision.md).
 
-    A vision-language model (LLaVA, Qwen2-VL, PaliGemma) reads a JSONL file of pictures and
-    questions, one {"picture": PATH, "prompt": TEXT} a line ("target" optional; --generate N
-    answers the others): per head, the picture's share of the answer's attention, its entropy
-    over the patches and the top-k patches' share, and the image tokens that draw attention
-    whatever the question (visual sinks); heads.csv, sinks.csv, report.md and
-    picture-share.png (docs/vision-language.md).
+    A vision-language model reads a JSONL file of pictures and prompts (--generate N answers
+    them): each head's share of attention on the picture, and visual sinks (vision-language.md).
     """
     from attnviz.analysis.importance import methods_of
     from attnviz.analysis.roles import Thresholds
     from attnviz.core.inputs import report_input
-    from attnviz.core.questions import questions_in
     from attnviz.pipelines.report import report as run_report
     from attnviz.pipelines.request import ReportRequest
 
@@ -188,16 +183,12 @@ def report(
             methods_of(importance)  # a bad choice stops here, before anything loads
         if ablation not in ABLATIONS:
             raise InputError(f"unknown --ablation '{ablation}'; known: {', '.join(ABLATIONS)}")
-        questions = questions_in(sentences, file)
-        corpus, pictures = (None, None) if questions else report_input(sentences, file, treebank)
+        corpus, pictures, questions = report_input(sentences, file, treebank)
         request = ReportRequest(load, sentences=corpus, pictures=pictures, questions=questions,
-            generate=generate,
-            treebank=treebank is not None, **select,
-            words=words,
+            generate=generate, treebank=treebank is not None, **select, words=words,
             thresholds=Thresholds.parse(threshold), min_count=min_count, margin=margin,
             importance=importance, ablation=ablation, truncate=truncate, out=out, style=style,
-            batch_size=batch_size, shard=shard, partial=partial, resume=resume,
-        )  # fmt: skip
+            batch_size=batch_size, shard=shard, partial=partial, resume=resume)  # fmt: skip
         with _progress(request) as callbacks:
             result, written = run_report(request, on_warning=warn, **callbacks)
     except AttnvizError as error:

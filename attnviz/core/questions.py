@@ -13,13 +13,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from attnviz.core.attention import require_text
 from attnviz.errors import InputError
-
-if TYPE_CHECKING:
-    from attnviz.core.inputs import Sentences
 
 SUFFIX = ".jsonl"
 KEYS = ("picture", "prompt", "target")  # "target" may be left out
@@ -43,15 +39,6 @@ class Questions:
 
     items: tuple[Question, ...]
     origin: str  # the file's path as given
-
-    def as_sentences(self) -> Sentences:
-        """The questions as `export` reads sentences: each prompt its text, its picture and
-        target beside it (so that its folder, manifest row and resumption are a sentence's)."""
-        from attnviz.core.inputs import Sentence, Sentences
-
-        items = tuple(Sentence(q.index, q.line, q.prompt, q.target, q.picture, q.given)
-                      for q in self.items)  # fmt: skip
-        return Sentences(items, 0, self.origin)
 
     def by_picture(self) -> list[list[Question]]:
         """The questions grouped by their picture (its resolved path), in the order each
