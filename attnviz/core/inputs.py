@@ -26,6 +26,9 @@ class Sentence:
     line: int
     text: str  # an encoder-decoder model's source
     target: str | None = None  # an encoder-decoder model's target (a `source<TAB>target` line)
+    # a question about a picture (`core.questions`): the picture, resolved and as given
+    picture: Path | None = None
+    given: str | None = None
 
 
 @dataclass(frozen=True)
@@ -229,19 +232,39 @@ def export_input(file: str | None, texts: list[str] | None) -> tuple[Sentences, 
     return Sentences(items, 0, "pictures"), pictures
 
 
-def report_input(sentences: list[str] | None, file: str | None, treebank: str | None) -> Any:
-    """What `report` reads, from its arguments: (corpus, None), the texts of `report_corpus`,
-    or (None, pictures) where the arguments name picture files and folders
-    (`core.images.Pictures`; --treebank with them is refused by name with the other options a
-    picture cannot take)."""
-    from attnviz.core.images import pictures_in
+def export_questions(file: str | None, texts: list[str] | None) -> tuple[Sentences, Any] | None:
+    """Where `export`'s arguments name a JSONL file of pictures and questions
+    (`core.questions`): the questions as sentences, each prompt its text, its picture and
+    target beside it (so that its folder, manifest row and resumption are a sentence's), and
+    the `Questions`; None where they give something else."""
+    from attnviz.core.questions import questions_in
 
+    questions = questions_in(texts, file)
+    if questions is None:
+        return None
+    items = tuple(Sentence(q.index, q.line, q.prompt, q.target, q.picture, q.given)
+                  for q in questions.items)  # fmt: skip
+    return Sentences(items, 0, questions.origin), questions
+
+
+def report_input(sentences: list[str] | None, file: str | None, treebank: str | None) -> Any:
+    """What `report` reads, from its arguments: (corpus, None, None), the texts of
+    `report_corpus`; (None, pictures, None) where the arguments name picture files and folders
+    (`core.images.Pictures`; --treebank with them is refused by name with the other options a
+    picture cannot take); or (None, None, questions) where they name a JSONL file of pictures
+    and questions (`core.questions`)."""
+    from attnviz.core.images import pictures_in
+    from attnviz.core.questions import questions_in
+
+    questions = questions_in(sentences, file)
+    if questions is not None:
+        return None, None, questions
     pictures = pictures_in(sentences or [])
     if pictures is None:
-        return report_corpus(sentences, file, treebank), None
+        return report_corpus(sentences, file, treebank), None, None
     if file is not None:
         raise InputError("give pictures (files, folders) or --file, not both")
-    return None, pictures
+    return None, pictures, None
 
 
 def report_corpus(sentences: list[str] | None, file: str | None, treebank: str | None) -> Any:

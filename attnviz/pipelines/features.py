@@ -95,7 +95,7 @@ FEATURES = {f.name: f for f in (
             excludes=(("generate", ""),), consumer=_CONTINUED),
     Feature("generate", "--generate", lambda r: r.generate is not None,
             dict(show=WRITERS, check=SEQ2SEQS, export=DECODERS, compare=DECODERS,
-                 serve=DECODERS), consumer=_CONTINUED),
+                 serve=DECODERS, report=DECODERS), consumer=_CONTINUED),
     Feature("sample", "--sample", lambda r: r.sample,
             dict(show=DECODERS, export=DECODERS, compare=DECODERS, serve=DECODERS),
             needs=("generate",), why="it draws the tokens --generate writes"),

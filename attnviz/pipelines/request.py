@@ -116,6 +116,7 @@ class ExportRequest(Request):
 
     command: ClassVar[str] = "export"
     sentences: Any = None  # core.inputs.Sentences
+    questions: Any = None  # core.questions.Questions: pictures and prompts (a JSONL file)
     figures: tuple[str, ...] | None = None  # the figure kinds (None: all)
     save_raw: bool = False  # attention.npz
     overwrite: bool = False  # replace another export's folders in --out
@@ -128,6 +129,7 @@ class ReportRequest(Request):
     command: ClassVar[str] = "report"
     sentences: Any = None  # core.inputs.Sentences, or a core.treebank.Treebank
     treebank: bool = False  # `sentences` is a CoNLL-U treebank
+    questions: Any = None  # core.questions.Questions: pictures and prompts (a JSONL file)
     thresholds: Any = None  # analysis.roles.Thresholds
     min_count: int = 100  # --treebank
     margin: float = 0.1  # --treebank

@@ -4,7 +4,7 @@ show.py     the header, what each head does (the map, the details), one token's 
             (--query), a heatmap in characters, the ablation's effect
 check.py    the model against the from-scratch attention
 report.py   the heads' roles, induction, syntax and coreference, importance, alignment,
-            a report over pictures
+            a report over pictures, a report over pictures and questions
 compare.py  what was compared and how far each head moved
 export.py   what export wrote
 common.py   the colour ramp and shades, token labels, weights as text, the moved map, where
@@ -31,6 +31,7 @@ from attnviz.outputs.terminal.report import (
     print_importance,
     print_linguistics,
     print_picture_report,
+    print_question_report,
     print_repeats,
     print_report,
     print_seq2seq_report,
@@ -66,6 +67,7 @@ __all__ = [
     "print_alignment",
     "print_linguistics",
     "print_picture_report",
+    "print_question_report",
     "print_importance",
     "print_seq2seq_report",
     "print_comparison_header",
