@@ -78,7 +78,7 @@ def _figures(result: NeedleResult, out: Path, style: Style) -> list[Path]:
     from attnviz.outputs.figures.report import importance_figure
 
     ext = style.fmt
-    title = f"{result.model}: needle in a haystack, recall of the needle"
+    title = f"{result.model}: recall of the needle in each answer"
     written = [save_figure(grid_figure(recall_grid(result), result.lengths, result.depths, title,
                                        style), out / f"grid.{ext}", style)]  # fmt: skip
     found = result.retrieval

@@ -15,17 +15,18 @@ if TYPE_CHECKING:
 
 def grid_figure(recalls: np.ndarray, lengths: Sequence[int], depths: Sequence[float],
                 title: str, style: Style) -> Any:  # fmt: skip
-    """Each run's recall of the needle, (depths, lengths): red (nothing of it) to green (all
-    of it), the value written in each cell."""
+    """Each run's recall of the needle (the share of its words in the answer), (depths,
+    lengths): red (nothing of it) to green (all of it), the value written in each cell."""
     import numpy as np
     from matplotlib.figure import Figure
 
     configure_matplotlib()
     n_depths, n_lengths = recalls.shape
     cell_w, cell_h = max(0.7, min(1.2, 7.0 / n_lengths)), max(0.3, min(0.5, 6.0 / n_depths))
-    left, right, top, bottom = 1.0, 1.2, 0.6, 0.8
+    left, right, top, bottom = 1.0, 1.0, 0.6, 0.8
+    spare = max(0.0, 5.5 - (left + n_lengths * cell_w + right)) / 2  # room for the title
+    left, right = left + spare, right + spare
     width, height = left + n_lengths * cell_w + right, bottom + n_depths * cell_h + top
-    width = max(width, 5.0)
     fig = Figure(figsize=(width, height), dpi=style.dpi)
     inner_w = n_lengths * cell_w
     ax = fig.add_axes((left / width, bottom / height, inner_w / width,
@@ -42,7 +43,7 @@ def grid_figure(recalls: np.ndarray, lengths: Sequence[int], depths: Sequence[fl
                         n_depths * cell_h / height))  # fmt: skip
     colorbar = fig.colorbar(image, cax=bar)
     colorbar.ax.tick_params(labelsize=7)
-    colorbar.set_label("share of the needle's words in the answer", fontsize=8)
+    colorbar.set_label("recall", fontsize=8)
     fig.text(0.5, 1 - 0.3 / height, title, ha="center", va="center", fontsize=10)
     return fig
 
