@@ -6,6 +6,7 @@ pipelines underneath.
     a.tokens, a.weights.shape        # tuple of str; numpy (layer, head, query, key)
     a.heatmap(5, 3); a.query("it")   # matplotlib figures
     attnviz.importance(["It rained.", "The dog slept."]).scores  # numpy (layer, head)
+    attnviz.needle(model="smollm2", lengths="1k,2k", depths=5).retrieval.top(5)
 
 Models are loaded once per model and load settings in a process. Every function takes the
 settings of `attnviz.core.settings.Load` as keywords besides `model` and `device`:
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.compare import Comparison
     from attnviz.analysis.importance import Importance
     from attnviz.analysis.report import Report
+    from attnviz.analysis.retrieval import NeedleResult
     from attnviz.outputs.figures import Style
 
 
@@ -453,6 +455,43 @@ def compare(
     asked = CompareRequest(how, pairs=tuple(pairs), against=against, words=words,
                     measure=measure, truncate=truncate, top=1, pictures=pictures)  # fmt: skip
     return _printable(run_compare(asked).comparison, _comparison_lines)
+
+
+def needle(
+    model: str | None = None,
+    haystack: str | Path | None = None,
+    needle_text: str | None = None,
+    question: str | None = None,
+    lengths: str | Iterable[int] = "1k,2k,4k,8k",
+    depths: int = 11,
+    answer_tokens: int = 48,
+    ablate_top: Iterable[int] = (),
+    seeds: int = 3,
+    out: str | Path | None = None,
+    device: str = "auto",
+    **load: Any,
+) -> NeedleResult:
+    """A decoder's retrieval heads (Wu et al. 2024), as `attnviz needle` finds them: the
+    needle hidden in `haystack` (a text file or folder; None: the bundled text) at each of
+    `lengths` (tokens: "1k,2k" or [1000, 2000]) and `depths` (that many, 0 % to 100 %), the
+    model's greedy answers, and each head's retrieval score: `retrieval.scores[layer, head]`
+    (None where no answer held the needle), `runs` (each answer, its recall, its per-head
+    scores), `ablations` (with `ablate_top`: recall with the k best heads removed, and with
+    k random heads, `seeds` draws). With `out`, the runs are kept there as they finish (a
+    call again resumes) with the command's files."""
+    from attnviz.core.haystack import depths as every_depth
+    from attnviz.core.haystack import parse_lengths
+    from attnviz.pipelines.needle import needle as run
+    from attnviz.pipelines.request import NeedleRequest
+
+    asked = parse_lengths(lengths) if isinstance(lengths, str) else tuple(sorted(set(lengths)))
+    request = NeedleRequest(
+        _load(model, device, **load), haystack=None if haystack is None else str(haystack),
+        needle=needle_text, question=question, lengths=asked, depths=every_depth(depths),
+        answer_tokens=answer_tokens, ablate_top=tuple(sorted(set(ablate_top))), seeds=seeds,
+        out=None if out is None else Path(out),
+    )  # fmt: skip
+    return _printable(run(request)[0], "print_needle")
 
 
 def unload(*models_named: str | None) -> int:

@@ -126,7 +126,7 @@ def _pieces(
     the model's limit, refused, or with `truncate` `tokenise(limit)` and a note of what was
     kept (`kept(encoding)`) added to `notes`; a decoder's BOS put first where its tokenizer
     does not put it there itself."""
-    bos = _bos_to_add(tokenizer, facts.causal)
+    bos = bos_to_add(tokenizer, facts.causal)
     limit = facts.max_tokens - (bos is not None)
     enc = tokenise(None)
     n_tokens = len(enc["input_ids"])
@@ -174,7 +174,7 @@ def _segment_of(sequence_ids: list[int | None]) -> list[int]:
     return segments
 
 
-def _bos_to_add(tokenizer: Any, causal: bool) -> int | None:
+def bos_to_add(tokenizer: Any, causal: bool) -> int | None:
     """A decoder's BOS id when its tokenizer does not put one first itself; else None."""
     bos = tokenizer.bos_token_id
     if not causal or bos is None:

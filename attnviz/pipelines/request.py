@@ -172,3 +172,28 @@ REQUESTS: dict[str, type[Request]] = {
 COMMANDS = tuple(REQUESTS)
 # Every field of every command's request: an option one command may have and another not.
 OPTIONS = frozenset(f.name for kind in REQUESTS.values() for f in fields(kind))
+
+
+@dataclass(frozen=True)
+class NeedleRequest:
+    """`attnviz needle`: which heads fetch a fact from a long context (retrieval heads). Not a
+    `Request`: it reads none of the texts, parts or views the other commands share (their
+    features' table has nothing to offer it), only a model, a haystack and a needle."""
+
+    command: ClassVar[str] = "needle"
+    load: Load = field(default_factory=Load)
+    haystack: str | None = None  # a text file or a folder of them; None: the bundled text
+    needle: str | None = None  # None: core.haystack.NEEDLE
+    question: str | None = None  # None: core.haystack.QUESTION
+    lengths: tuple[int, ...] = (1000, 2000, 4000, 8000)  # prompt tokens, at most
+    depths: tuple[float, ...] = ()  # % of the haystack before the needle; (): 11, 0 … 100
+    answer_tokens: int = 48  # the most each answer writes
+    ablate_top: tuple[int, ...] = ()  # k: the k best heads removed, against k random heads
+    seeds: int = 3  # draws of k random heads
+    out: Path | None = None  # the runs (resumable) and the files; None: nothing written
+    style: Style | None = None
+
+    def model(self) -> Model:
+        from attnviz.core import models
+
+        return models.get(self.load)

@@ -7,6 +7,7 @@ report.py   the heads' roles, induction, syntax and coreference, importance, ali
             a report over pictures, a report over pictures and questions
 compare.py  what was compared and how far each head moved
 export.py   what export wrote
+needle.py   the needle-in-a-haystack runs, the retrieval heads, their ablation
 common.py   the colour ramp and shades, token labels, weights as text, the moved map, where
             a command wrote its images and page
 """
@@ -26,6 +27,7 @@ from attnviz.outputs.terminal.compare import (
     print_moved_importance,
 )
 from attnviz.outputs.terminal.export import print_export
+from attnviz.outputs.terminal.needle import print_needle
 from attnviz.outputs.terminal.report import (
     print_alignment,
     print_importance,
@@ -49,6 +51,7 @@ from attnviz.outputs.terminal.show import (
 )
 
 __all__ = [
+    "print_needle",
     "colour",
     "text_colour",
     "print_divergence_map",
