@@ -188,7 +188,7 @@ function drawAnswer(D) {
         fill: l === state.layer ? "#d62728" : "#1f77b4" }),
       svg("text", { x: x(l), y: ph - 10, "text-anchor": "middle", "font-size": 10 }, `${D.layer_ids[l]}`),
       svg("rect", { x: x(l) - 8, y: 0, width: 16, height: ph, fill: "transparent", class: "layer-pick",
-        "data-layer": l, style: "cursor: pointer" }));
+        "data-layer": l }));
     }
     chart.addEventListener("click", (e) => {
       const pick = e.target.closest(".layer-pick");
