@@ -67,6 +67,12 @@ STREAM_BLOCK = 48 * MiB
 # layer runs: its scores, its scores with the mask added, its probabilities, and the copy
 # attnviz keeps of them (bench/bench_eager.py).
 EAGER_LAYER = 4
+# What `report` holds beyond `show`'s streamed run when it streams a long text, in (T, T)
+# float32 maps: the heap grows block by block while the mixing ratios are summed (their
+# float64 products over blocks of rows of growing width). Measured: 8,085 tokens of SmolLM2
+# 4.93 GiB against show's 2.24 (10.3 maps), 6,000 tokens of a 2-layer, 8-head Llama 1.61 GiB
+# against 0.62 (7.3 maps); counted with a margin.
+REPORT_STREAMED = 16
 
 
 @dataclass(frozen=True)
@@ -89,17 +95,18 @@ class Asked:
     def of(cls, request: Any) -> Asked:
         """What a `pipelines.request.Request` of show or export asks for (read by its field
         names: core imports nothing above it)."""
-        r, export = request, request.command == "export"
+        r, export, report = request, request.command == "export", request.command == "report"
         figures = getattr(r, "figures", None)  # export's kinds of figure (() : none)
         return cls(
-            layers=r.layers,
+            layers=None if report else r.layers,  # a report reads every layer
             measure=r.measure,
             html=r.html,
-            images=r.images and r.out is not None and figures != (),
+            images=r.images and r.out is not None and figures != () and not report,
             jobs=r.jobs,
-            transformed=r.words or r.hide_special,
+            # a treebank's report reads each text's word view: a second copy, held
+            transformed=r.words or r.hide_special or getattr(r, "treebank", False),
             ablate=bool(getattr(r, "ablate", ())),  # show's alone
-            batch=r.batch_size if export else 1,
+            batch=r.batch_size if export or report else 1,
             in_flight=2 * r.jobs if export and r.jobs > 1 else 0,
             command=r.command,
         )
@@ -134,7 +141,7 @@ def estimate(
     layers = _kept(n_layers, asked)
     grid = n_tokens * n_tokens * FLOAT  # one (T, T) map
     if streams(n_layers, n_heads, n_tokens, asked):
-        return _streamed(layers, h, weights, n_tokens, asked)
+        return _streamed(layers, h, weights, n_tokens, replace(asked, batch=1))
     per_layer = asked.measure in ("alti", "rollout")
     held = b * layers * (1 if per_layer else h) * grid
     # each text of a batch is cropped to its own tokens: a second copy
@@ -170,19 +177,25 @@ def _streamed(layers: int, h: int, weights: int, n_tokens: int, asked: Asked) ->
         blocks += EAGER_LAYER * h * n_tokens * n_tokens * FLOAT
     window = layers * h * 256 * 256 * FLOAT
     drawing = (asked.jobs if asked.jobs > 1 else 1) * (WORKER + 2 * h * side * side * FLOAT)
+    if asked.command == "report":  # no map drawn; the mixing ratios' growth instead
+        pooled, blocks = 0, blocks + REPORT_STREAMED * n_tokens * n_tokens * FLOAT
     attention = pooled + sums + window
     total = RUNTIME + weights + BLOCKS + attention + blocks + (drawing if asked.images else 0)
     return Estimate(total, attention)
 
 
 def streams(n_layers: int, n_heads: int, n_tokens: int, asked: Asked) -> bool:
-    """Whether `show` reads this text without holding any map whole (`pipelines.readers`):
-    its chosen layers' maps would take more than STREAM_ABOVE, and nothing asked needs them
-    whole (--words, --hide-special, --ablate, a measure other than the weights). Its summary
-    is then summed from blocks of rows, and its images and page are pooled."""
-    if asked.command != "show" or asked.transformed or asked.ablate or asked.measure != "weights":
+    """Whether `show` reads this text (or `report` this batch, then a text at a time) without
+    holding any map whole (`pipelines.readers`, `pipelines.corpus`): the maps would take more
+    than STREAM_ABOVE, and nothing asked needs them whole (--words, --hide-special, a
+    treebank's word views, --ablate, a measure other than the weights). Its summary is then
+    summed from blocks of rows, and show's images and page are pooled."""
+    if asked.command not in ("show", "report") or asked.transformed or asked.ablate:
         return False
-    return _kept(n_layers, asked) * n_heads * n_tokens * n_tokens * FLOAT > STREAM_ABOVE
+    if asked.measure != "weights":
+        return False
+    maps = asked.batch * _kept(n_layers, asked) * n_heads * n_tokens * n_tokens * FLOAT
+    return maps > STREAM_ABOVE
 
 
 def stream_rows(n_heads: int, n_tokens: int) -> int:
@@ -285,7 +298,7 @@ def check(
     smaller = [  # what each option leaves out, where the run has it
         (name, change)
         for name, change, given in (
-            ("--layer N", {"layers": (0,)}, kept > 1),
+            ("--layer N", {"layers": (0,)}, kept > 1 and asked.command != "report"),
             ("no --html", {"html": False}, asked.html),
             ("--no-images", {"images": False}, asked.images and asked.command == "show"),
             ("--jobs 1", {"jobs": 1}, asked.images and asked.jobs > 1),
@@ -527,6 +540,8 @@ def refuse(
         lengths = [min(n, limit) for n in lengths if truncate or n <= limit]
     if not lengths:
         return
+    if asked.command == "report":  # it reads its texts in batches of like lengths
+        lengths.sort(reverse=True)
     # a batch is as wide as its longest text; the one that needs the most decides
     batches = [lengths[i : i + asked.batch] for i in range(0, len(lengths), asked.batch)]
     asks = [(max(batch), replace(asked, batch=len(batch))) for batch in batches]
