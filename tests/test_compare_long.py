@@ -116,6 +116,9 @@ def test_in_blocks_a_long_comparison_needs_no_more_than_its_pooled_maps_and_bloc
     held = memory.compare_estimate(30, 9, weights, [(1720, 1720)], in_blocks=False).total
     assert memory.compare_in_blocks(30, 9, [(1720, 1720)])
     assert blocks < 4 * memory.GiB < 10 * memory.GiB < held
+    # two models' passes at once, as measured at 8,085 tokens (2026-12-02): 3.88 GiB
+    two = memory.compare_estimate(30, 9, 2 * weights, [(8085, 8085)], True, two_passes=True)
+    assert 3.88 * memory.GiB < two.total < 4.5 * memory.GiB
 
 
 @pytest.fixture(scope="module")

@@ -365,7 +365,7 @@ def check_in_blocks(n_heads: int, n_tokens: int, n_batch: int = 1) -> bool:
 
 def compare_estimate(n_layers: int, n_heads: int, weights: int,
                      pairs: Sequence[tuple[int, int]], in_blocks: bool,
-                     eager: bool = False) -> Estimate:  # fmt: skip
+                     eager: bool = False, two_passes: bool = False) -> Estimate:  # fmt: skip
     """The peak of `compare` over `pairs` of (A's, B's) tokens on `n_layers` kept × `n_heads`
     with `weights` bytes of models. In blocks (`analysis.compare_blocks`): the pooled maps,
     the pass's blocks of both texts and each side's float64 projections of them (32 blocks,
@@ -374,7 +374,9 @@ def compare_estimate(n_layers: int, n_heads: int, weights: int,
     divergence's temporaries (three grids more). A model running eager attention (`eager`)
     makes each layer's maps whole while it runs (EAGER_LAYER maps a head): in blocks, of both
     texts of a pair padded to the longer, beside the pooled maps; held whole, of the longest
-    text, where it outgrows the comparison's temporaries."""
+    text, where it outgrows the comparison's temporaries. Two models in blocks (`two_passes`)
+    run their passes at once, each in a thread of its own: each thread's heap keeps its own
+    freed blocks."""
     lh = n_layers * n_heads
     longest = max(max(a, b) for a, b in pairs)
     layer = EAGER_LAYER * n_heads * longest * longest * FLOAT if eager else 0
@@ -382,8 +384,9 @@ def compare_estimate(n_layers: int, n_heads: int, weights: int,
         sums = 2 * lh * longest * 8 * 3  # each side's HeadStats and the divergence, float64
         attention = COMPARE_POOLED + sums
         # A and B in one pass; the blocks' share measured: 8,085 tokens of SmolLM2 peaked at
-        # 2.91 GiB (bench_lengths, 2026-12-02), about 32 blocks beside the pooled maps
-        blocks = 32 * STREAM_BLOCK + 2 * layer
+        # 2.91 GiB (bench_lengths, 2026-12-02), about 32 blocks beside the pooled maps; two
+        # models' passes at once 3.88 GiB (weights 0.5 GiB more): about 16 blocks more
+        blocks = (48 if two_passes else 32) * STREAM_BLOCK + 2 * layer
         return Estimate(RUNTIME + weights + BLOCKS + attention + blocks, attention)
     held = sum(lh * FLOAT * (a * a + b * b) + 2 * lh * 8 * min(a, b) ** 2 for a, b in pairs)
     widest = max(pairs, key=lambda pair: pair[0] ** 2 + pair[1] ** 2)

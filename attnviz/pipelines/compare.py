@@ -169,7 +169,8 @@ def _fits(request: CompareRequest, model: Any, other: Any) -> None:
         load.implementation == "eager" or s.eager_only
         for load, s in ((request.load, spec), (request.against or request.load, spec_b))
     )
-    found = memory.compare_estimate(kept, spec.n_heads, weights, lengths, blocks, eager)
+    found = memory.compare_estimate(kept, spec.n_heads, weights, lengths, blocks, eager,
+                                    two_passes=other is not model)  # fmt: skip
     longest = max(max(pair) for pair in lengths)
     how = "" if blocks else (
         "; the weights of tokens as read (no --words, --measure, --html) compare long "
