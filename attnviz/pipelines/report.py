@@ -67,6 +67,7 @@ def report(request: ReportRequest, **callbacks: Any) -> tuple[Any, list[Path]]:
         sentences = _pairs(sentences)
     else:
         checks.ranges(model, options["layers"], options["heads"])
+        checks.fits(request, model, [item.text for item in sentences.items])
     if request.shard is not None or request.launched:  # refused after loading, where needed
         return report_split(model, sentences, request.out, request.style, request.shard,
                             request.partial, request.resume, on_ranks, request=request,
