@@ -1,7 +1,7 @@
 """Each command's memory estimate is its peak (issue 61): the estimate a command refuses with
 (read from its own one-line refusal under a 1-byte ATTNVIZ_MEMORY_LIMIT, before any model
 loads) against the peak resident memory of the same command run for real in a fresh process
-(`wait4`'s ru_maxrss). The peak stays within the estimate + 10 %.
+(its VmHWM, written as it exits). The peak stays within the estimate + 10 %.
 
 The model: a tiny Llama with 8 heads and a window of 4,096, so that at ~1,500 tokens each
 run's maps (144 MiB over its 2 layers) weigh beside the interpreter with torch loaded, which
@@ -59,16 +59,30 @@ def _estimate(args: list[str], monkeypatch) -> int:
         found.group(2)])  # fmt: skip
 
 
+# The command run in a fresh interpreter that writes its own high-water mark (VmHWM) as it
+# exits: wait4's ru_maxrss would not do, as Linux carries the parent's peak (this test
+# process's, gigabytes in a whole suite) across the child's exec.
+RUN = """
+import atexit, sys
+def said():
+    with open("/proc/self/status") as status:
+        found = [line.split()[1] for line in status if line.startswith("VmHWM:")]
+    sys.stderr.write(f"\\nVmHWM {found[0]}\\n")
+atexit.register(said)
+from attnviz.cli import main
+sys.argv = ["attnviz", *sys.argv[1:]]
+main()
+"""
+
+
 def _peak(args: list[str], cwd) -> int:
     """The peak resident bytes of `attnviz ARGS` run to its end in a fresh process."""
-    exe = shutil.which("attnviz", path=os.path.dirname(sys.executable))
-    process = subprocess.Popen([exe, *args], cwd=cwd, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)  # fmt: skip
-    _, status, usage = os.wait4(process.pid, 0)
-    err = process.stderr.read().decode()
-    process.stderr.close()
-    assert os.waitstatus_to_exitcode(status) == 0, err
-    return usage.ru_maxrss * 1024
+    done = subprocess.run([sys.executable, "-c", RUN, *args], cwd=cwd, capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    kib = re.findall(r"^VmHWM (\d+)$", done.stderr, flags=re.MULTILINE)
+    assert kib, done.stderr
+    return int(kib[-1]) * 1024
 
 
 @pytest.mark.parametrize(

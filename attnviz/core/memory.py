@@ -414,7 +414,10 @@ def check_estimate(n_heads: int, weights: int, n_tokens: int, in_blocks: bool) -
         blocks = 10 * BLOCK_ROWS * n_heads * n_tokens * 8
         return Estimate(RUNTIME + weights + BLOCKS + blocks, 0)
     layer = n_heads * grid * (2 * FLOAT + 8 + 2 * 8) + 3 * grid * 8
-    return Estimate(RUNTIME + weights + BLOCKS + layer, layer)
+    # and about 256 MiB more, measured and not yet placed: 1,500 tokens of a 2-layer, 8-head
+    # Llama peaked at 1.14 GiB against 0.89 counted without it (tests/test_memory_peaks.py),
+    # 1,720 tokens of SmolLM2 at 2.1 GB against 1.85
+    return Estimate(RUNTIME + weights + BLOCKS + layer + 256 * MiB, layer)
 
 
 def generate_estimate(n_layers: int, n_heads: int, n_kv_heads: int, d_head: int, d_model: int,
