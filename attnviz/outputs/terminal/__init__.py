@@ -5,7 +5,8 @@ show.py     the header, what each head does (the map, the details), one token's 
 check.py    the model against the from-scratch attention
 report.py   the heads' roles, induction, syntax and coreference, importance, alignment,
             a report over pictures, a report over pictures and questions
-compare.py  what was compared and how far each head moved
+compare.py  what was compared and how far each head moved (texts, pictures, pictures and
+            questions)
 export.py   what export wrote
 common.py   the colour ramp and shades, token labels, weights as text, the moved map, where
             a command wrote its images and page
@@ -24,6 +25,7 @@ from attnviz.outputs.terminal.compare import (
     print_comparison_header,
     print_moved,
     print_moved_importance,
+    print_picture_compare,
 )
 from attnviz.outputs.terminal.export import print_export
 from attnviz.outputs.terminal.report import (
@@ -52,6 +54,7 @@ __all__ = [
     "colour",
     "text_colour",
     "print_divergence_map",
+    "print_picture_compare",
     "print_header",
     "print_continuation",
     "print_special_share",
