@@ -80,12 +80,14 @@ def _check(found, side_a, side_b):
     assert np.abs(np.array(found["share_a"]) - share_a).max() < 1e-5
     assert np.abs(np.array(found["share_b"]) - share_b).max() < 1e-5
     assert np.abs(np.array(found["share_change"]) - (share_b - share_a)).max() < 1e-5
-    divergence = np.array([[_js(cells_a[l, h], cells_b[l, h]) for h in range(cells_a.shape[1])]
-                           for l in range(cells_a.shape[0])])  # fmt: skip
+    layers, heads = cells_a.shape[:2]
+    divergence = np.array([[_js(cells_a[i, h], cells_b[i, h]) for h in range(heads)]
+                           for i in range(layers)])  # fmt: skip
     assert np.abs(np.array(found["divergence"]) - divergence).max() < 1e-5
     assert divergence.min() > 1e-4  # the two sides differ: a wrong row or cell would show
     moved = found["moved"][0]
-    assert (moved["layer"], moved["head"]) == np.unravel_index(divergence.argmax(), divergence.shape)
+    most = np.unravel_index(divergence.argmax(), divergence.shape)
+    assert (moved["layer"], moved["head"]) == most
 
 
 @pytest.mark.parametrize(("kind", "answer"), [("llava", ["--generate", "2"]),
