@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnviz.core.attention import require_unicode
+from attnviz.core.attention import require_text, require_unicode
 from attnviz.errors import InputError
 
 STDIN = "-"
@@ -196,6 +196,69 @@ def compare_input(
     if found is None:
         return compare_pairs_of(text_a, text_b, file, against_model), None
     return found
+
+
+PAIR_USAGE = ('compare a.png b.png "What is on the table?" (two pictures, one question) or '
+              'compare a.png "What is on it?" "What colour is it?" (one picture, two '
+              "questions)")  # fmt: skip
+
+
+def question_pair(first: str | None, second: str | None, third: str | None,
+                  file: str | None = None) -> Any:  # fmt: skip
+    """The pictures and questions (`core.questions.QuestionPair`) `compare`'s three arguments
+    give: two picture files then a question, or one picture file then two questions (a
+    question - : stdin); None where there is no third argument (two texts or two pictures,
+    `compare_input`, or `file`, a file of pairs)."""
+    from attnviz.core.images import picture_argument
+    from attnviz.core.questions import QuestionPair
+
+    if third is None:
+        return None
+    if file is not None:
+        raise InputError(f"give a file of pairs (--file) or three arguments, not both: "
+                         f"{PAIR_USAGE}")  # fmt: skip
+    given = [first, second, third]
+    if any(argument is None for argument in given):
+        raise InputError(f"give three arguments: {PAIR_USAGE}")
+    pictures = [picture_argument(argument) for argument in given]  # type: ignore[arg-type]
+    if pictures[0] is None or pictures[2] is not None:
+        raise InputError(f"a picture comes first and a question last: {PAIR_USAGE}")
+    if pictures[1] is not None:  # two pictures, one question
+        prompt = read_text(third)
+        require_text(prompt, "the question")
+        return QuestionPair((pictures[0], pictures[1]), (prompt, prompt))
+    prompts = (read_text(second), read_text(third))  # type: ignore[arg-type]
+    for side, prompt in zip("AB", prompts):
+        require_text(prompt, f"question {side}")
+    return QuestionPair((pictures[0], pictures[0]), prompts)
+
+
+def questions_about(a: Any, b: str | None, picture: Any) -> Any:
+    """The API's pictures and questions (`core.questions.QuestionPair`): `picture` one path
+    and `a`, `b` two questions about it, or `picture` two paths and `a` the question about
+    each."""
+    from attnviz.core.questions import QuestionPair
+
+    several = isinstance(picture, (list, tuple))
+    paths = [Path(p) for p in (picture if several else [picture])]
+    if len(paths) not in (1, 2) or not isinstance(a, str):
+        raise InputError("give picture=PATH and two questions, or picture=(A, B) and one "
+                         "question: compare(a, b, picture=...)")  # fmt: skip
+    for path in paths:
+        if not path.is_file():
+            raise InputError(f"no picture at {path}: no such file")
+    if len(paths) == 2:
+        if b is not None:
+            raise InputError("two pictures take one question: compare(question, "
+                             "picture=(a, b)), not two")  # fmt: skip
+        require_text(a, "the question")
+        return QuestionPair((paths[0], paths[1]), (a, a))
+    if b is None:
+        raise InputError("one picture takes two questions: compare(question_a, question_b, "
+                         "picture=path), or give picture=(a, b)")  # fmt: skip
+    require_text(a, "question A")
+    require_text(b, "question B")
+    return QuestionPair((paths[0], paths[0]), (a, b))
 
 
 def picture_pair(

@@ -121,3 +121,21 @@ def _question(text: str, where: str, index: int, line: int, folder: Path) -> Que
         raise InputError(f"{where}: no picture {found['picture']} (paths are read from the "
                          f"file's folder, {folder})")  # fmt: skip
     return Question(index, line, picture, found["picture"], found["prompt"], found.get("target"))
+
+
+@dataclass(frozen=True)
+class QuestionPair:
+    """What `compare` reads through a vision-language model: two pictures with one question,
+    or one picture with two questions; A's and B's picture and prompt."""
+
+    pictures: tuple[Path, Path]  # the same path twice for one picture
+    prompts: tuple[str, str]  # the same prompt twice for one question
+
+    @property
+    def two_pictures(self) -> bool:
+        """Two pictures, one question (else one picture, two questions)."""
+        return self.pictures[0] != self.pictures[1]
+
+    def sides(self) -> tuple[tuple[Path, str], tuple[Path, str]]:
+        """A's and B's (picture, prompt)."""
+        return (self.pictures[0], self.prompts[0]), (self.pictures[1], self.prompts[1])

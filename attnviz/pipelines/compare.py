@@ -16,6 +16,7 @@ from attnviz.pipelines.readers import read_texts
 if TYPE_CHECKING:
     from attnviz.analysis.compare import Comparison, Moved, QueryMoves
     from attnviz.analysis.importance import Importance
+    from attnviz.pipelines.compare_questions import QuestionCompareResult
     from attnviz.pipelines.request import CompareRequest
 
 OVERVIEW = "divergence"  # the overview figure's file name, without its extension
@@ -63,7 +64,7 @@ class CompareResult:
         }
 
 
-def compare(request: CompareRequest) -> CompareResult:
+def compare(request: CompareRequest) -> CompareResult | QuestionCompareResult:
     """Read each pair's text A with the request's model and text B with its `against` model
     (default: the same), compare them head by head (`analysis.compare`) and draw the
     divergence per head and the `top` heads that moved most (A, B and B − A) into its `out`.
@@ -73,7 +74,12 @@ def compare(request: CompareRequest) -> CompareResult:
     several pairs, in every pair whose A has it: the mean). `importance` also measures each
     head's importance (zero ablation) to each model's objective on its texts: a head that
     moved can then be told from a head that matters. `html` also writes the interactive page
-    of each pair (A, B and B − A in every view, `outputs.html.compare`)."""
+    of each pair (A, B and B − A in every view, `outputs.html.compare`). Two pictures and a
+    question, or a picture and two (`questions`), are `compare_questions`'."""
+    if request.questions is not None:  # a vision-language model's pictures and questions
+        from attnviz.pipelines.compare_questions import compare_questions
+
+        return compare_questions(request)
     from attnviz.analysis.compare import compare_pairs, follow_query, moved_heads
     from attnviz.analysis.transforms import transform
     from attnviz.core import models

@@ -91,7 +91,7 @@ FEATURES = {f.name: f for f in (
     Feature("pair", "--pair", lambda r: r.pair is not None,
             dict(show=ENCODERS, serve=ENCODERS), why=_PAIR),
     Feature("target", "--target", lambda r: r.target is not None,
-            dict(show=WRITERS, check=SEQ2SEQS, serve=DECODERS),
+            dict(show=WRITERS, check=SEQ2SEQS, serve=DECODERS, compare=DECODERS),
             excludes=(("generate", ""),), consumer=_CONTINUED),
     Feature("generate", "--generate", lambda r: r.generate is not None,
             dict(show=WRITERS, check=SEQ2SEQS, export=DECODERS, compare=DECODERS,

@@ -143,11 +143,14 @@ class ReportRequest(Request):
 
 @dataclass(frozen=True)
 class CompareRequest(Request):
-    """`attnviz compare`: pairs of texts (or two pictures) head by head, or one text in two
-    models."""
+    """`attnviz compare`: pairs of texts (or two pictures, or pictures and questions) head by
+    head, or one text in two models."""
 
     command: ClassVar[str] = "compare"
     pairs: tuple[tuple[str, str], ...] = ()  # (text A, text B)
+    # a vision-language model's two pictures and one question, or one picture and two
+    # (`core.questions.QuestionPair`)
+    questions: Any = None
     against: Load | None = None  # the model that reads text B
     importance: str | None = None  # "ablation" (zero ablation alone): each head's in A and in B
     top: int = 6  # heads listed and drawn

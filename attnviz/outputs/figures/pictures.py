@@ -107,13 +107,16 @@ class Panel:
     """One panel over a picture: its title, the picture under it ((h, w, 3) uint8), each of
     its pixels' value ((h, w)), the pixels no token stands for (`unseen`, (h, w) bool, None
     where every pixel is a token's: a crop's margins, drawn faded) and a red outline
-    (`outline`: left, top, side in picture pixels; a patch as the query)."""
+    (`outline`: left, top, side in picture pixels; a patch as the query). `fixed`: the panel
+    already blended ((h, w, 3) uint8), on a scale of its own (a difference), its values left
+    out of the figure's scale."""
 
     title: str
     pixels: Any
     values: Any
     unseen: Any = None
     outline: tuple[float, float, float] | None = None
+    fixed: Any = None
 
 
 def _panels_figure(att: Attention, panels: list[tuple[str, Any]], query: int, style: Style,
@@ -166,7 +169,8 @@ def panels_figure(att: Attention, panels: list[Panel], style: Style, title: str,
     configure_matplotlib()
     dpi = style.dpi
     height, width = panels[0].values.shape
-    top = max(float(panel.values.max()) for panel in panels) or 1.0
+    top = max((float(panel.values.max()) for panel in panels if panel.fixed is None),
+              default=0.0) or 1.0  # fmt: skip
     cols = min(len(panels), 4)
     rows = math.ceil(len(panels) / cols)
     scale = _scale(max(height, width), dpi)  # figure pixels a picture pixel
@@ -183,7 +187,9 @@ def panels_figure(att: Attention, panels: list[Panel], style: Style, title: str,
         r, c = divmod(slot, cols)
         left = round((margin + c * slot_w + (slot_w - panel_w) / 2) * dpi)  # whole pixels
         bottom = round((fig_h - HEADER_IN - (r + 1) * (panel_h + TITLE_IN) + 0.05) * dpi)
-        blended = blend_values(panel.pixels, panel.values, cmap, top, panel.unseen)
+        blended = panel.fixed
+        if blended is None:
+            blended = blend_values(panel.pixels, panel.values, cmap, top, panel.unseen)
         placed = resized(blended, panel_px)
         if style.fmt == "png":  # straight into the canvas
             fig.add_artist(whole_pixels(placed, left, bottom))
@@ -416,3 +422,46 @@ def share_figure(att: Attention, share: Any, layers: list[int], heads: list[int]
     fig.colorbar(shown, cax=bar).ax.tick_params(labelsize=7)
     figure_header(fig, att, "", whose).set_text("the picture's share of attention, by layer")
     return fig
+
+
+def compare_figure(a: Attention, b: Attention, cells: tuple[Any, Any], shares: tuple[float, float],
+                   names: tuple[str, str], title: str, style: Style):  # fmt: skip
+    """One head's mean row over the picture in A and in B, renormalised over the cells (each
+    cell's share of what the head gives the picture's patches: `cells`, A's and B's, in their
+    layouts' order), on one colour scale, and B − A by cell on a diverging map centred on 0
+    (red: more in B), over the picture for one picture, over white for two (their cells pair
+    by place); `shares`: the picture's share of each side's row and `names` what each side
+    is (its picture, or its question), in the panels' titles. B is drawn at A's size. The
+    figure, drawn."""
+    import numpy as np
+    from matplotlib import colormaps
+
+    layout = a.layout
+    size = _shown_size(layout.pixels.shape[:2], style.dpi)
+
+    def spread(att: Attention, values: Any) -> Any:  # a value per cell -> a row over tokens
+        row = np.zeros(len(att.tokens))
+        row[att.layout.cells()] = values
+        return row
+
+    def unseen(att: Attention) -> Any:
+        found = att.layout.painted(np.ones(len(att.tokens), np.float32), size) == 0
+        return found if found.any() else None
+
+    panels = []
+    for side, att, values, share, name in zip("AB", (a, b), cells, shares, names):
+        painted = att.layout.painted(spread(att, values), size)
+        panels.append(Panel(f"{side}: {name} · picture {share:.0%}",
+                            resized(att.layout.pixels, size), painted, unseen(att)))  # fmt: skip
+    same = b.layout.name == layout.name and np.array_equal(b.layout.pixels, layout.pixels)
+    under = panels[0].pixels if same else np.full_like(panels[0].pixels, 255)
+    difference = layout.painted(spread(a, cells[1] - cells[0]), size)
+    limit = float(np.abs(difference).max()) or 1.0
+    centred = (difference / limit + 1.0) / 2.0  # −limit … limit to 0 … 1, 0 at the middle
+    fixed = blend_values(under, centred, colormaps["RdBu_r"], 1.0, panels[0].unseen)
+    panels.append(Panel(f"B − A by cell · ±{limit:.2g} at full colour\nred: more in B, blue: "
+                        "more in A", under, difference, fixed=fixed))  # fmt: skip
+    grids = " + ".join(f"{part.grid[0]} × {part.grid[1]}" for part in layout.parts)
+    seen = f"{len(layout.cells())} image tokens ({grids}), cells paired by place"
+    bar = "share of the picture's cells"
+    return panels_figure(a, panels, style, title, bar, seen)

@@ -5,7 +5,8 @@ show.py     the header, what each head does (the map, the details), one token's 
 check.py    the model against the from-scratch attention
 report.py   the heads' roles, induction, syntax and coreference, importance, alignment,
             a report over pictures, a report over pictures and questions
-compare.py  what was compared and how far each head moved
+compare.py  what was compared and how far each head moved (texts, pictures, pictures and
+            questions)
 export.py   what export wrote
 needle.py   the needle-in-a-haystack runs, the retrieval heads, their ablation
 common.py   the colour ramp and shades, token labels, weights as text, the moved map, where
@@ -25,6 +26,7 @@ from attnviz.outputs.terminal.compare import (
     print_comparison_header,
     print_moved,
     print_moved_importance,
+    print_picture_compare,
 )
 from attnviz.outputs.terminal.export import print_export
 from attnviz.outputs.terminal.needle import print_needle
@@ -55,6 +57,7 @@ __all__ = [
     "colour",
     "text_colour",
     "print_divergence_map",
+    "print_picture_compare",
     "print_header",
     "print_continuation",
     "print_special_share",
