@@ -9,7 +9,6 @@ a model of the suite's usual size does not."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
