@@ -88,10 +88,12 @@ same-outputs: $(STAMP)
 # Every sample output shown in README.md and docs/ comes from a real run: this rewrites them,
 # and writes docs/reference.md from the CLI's help. tests/test_docs.py fails when a shown
 # output no longer matches what the command prints, or the reference what --help says.
-# docs/vision_pictures.py draws docs/vision.md's pictures from a random vision model.
+# docs/vision_pictures.py draws docs/vision.md's pictures from a random vision model,
+# docs/vision_language_pictures.py docs/vision-language.md's from a random LLaVA.
 docs: $(STAMP)
 	$(PY) docs/generate.py
 	$(PY) docs/vision_pictures.py
+	$(PY) docs/vision_language_pictures.py
 
 # Mutation testing of the numeric core (slow: not part of CI); see docs/development.md.
 mutate: $(STAMP)

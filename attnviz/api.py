@@ -6,6 +6,7 @@ pipelines underneath.
     a.tokens, a.weights.shape        # tuple of str; numpy (layer, head, query, key)
     a.heatmap(5, 3); a.query("it")   # matplotlib figures
     attnviz.importance(["It rained.", "The dog slept."]).scores  # numpy (layer, head)
+    attnviz.needle(model="smollm2", lengths="1k,2k", depths=5).retrieval.top(5)
 
 Models are loaded once per model and load settings in a process. Every function takes the
 settings of `attnviz.core.settings.Load` as keywords besides `model` and `device`:
@@ -24,7 +25,7 @@ settings of `attnviz.core.settings.Load` as keywords besides `model` and `device
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,9 @@ if TYPE_CHECKING:
     from attnviz.analysis.check import CheckResult
     from attnviz.analysis.compare import Comparison
     from attnviz.analysis.importance import Importance
+    from attnviz.analysis.picture_compare import PictureComparison
     from attnviz.analysis.report import Report
+    from attnviz.analysis.retrieval import NeedleResult
     from attnviz.outputs.figures import Style
 
 
@@ -412,10 +415,21 @@ def compare(
     measure: str = "weights",
     truncate: bool = False,
     device: str = "auto",
+    picture: str | Path | Sequence[str | Path] | None = None,
+    generate: int | None = None,
+    target: str | None = None,
     **load: Any,
-) -> Comparison:
+) -> Comparison | PictureComparison:
     """How far each head's pattern moves from text `a` to text `b` (one model), or from
     `model` to `against_model` on the same text (`b` left out) or on `b`.
+
+    With a vision-language model, `picture`: one picture and `a`, `b` two questions about
+    it, or two pictures (`picture=(A, B)`) and `a` the question about each; `generate` N
+    tokens or a `target` answers each. It returns a `PictureComparison`
+    (`analysis.picture_compare`): per layer and head, the picture's share of the answer's
+    attention in A and in B (`share_a`, `share_b`, `change`) and the Jensen–Shannon
+    divergence (nats) between A's and B's mean answer rows over the picture's cells,
+    renormalised (`divergence`; `moved(n)`), as `attnviz compare a.png b.png "Q" --json`.
 
     `a` may also be pairs: a list of (text A, text B), or a Path to a file of
     `text A<TAB>text B` lines; the per-head figures are then means over the pairs. With a
@@ -429,10 +443,20 @@ def compare(
     norm). `as_dict()` is what `attnviz compare --json` prints of it. `load`: the other load
     settings of both models (dtype, device_map, …: see the module's docstring).
     """
-    from attnviz.core.inputs import picture_pair, read_sentences, split_compare_pairs
+    from attnviz.core.inputs import (
+        picture_pair,
+        questions_about,
+        read_sentences,
+        split_compare_pairs,
+    )
     from attnviz.pipelines.compare import compare as run_compare
     from attnviz.pipelines.request import CompareRequest
 
+    if picture is not None:
+        questions = questions_about(a, b, picture)
+        asked = CompareRequest(_load(model, device, **load), questions=questions,
+                               generate=generate, target=target, images=False, top=1)  # fmt: skip
+        return _printable(run_compare(asked).comparison, _picture_comparison_lines)
     pictures = None
     if isinstance(a, (str, Path)):  # one or two picture files, read by a vision model
         found = picture_pair(str(a), b, against_model is not None)
@@ -451,8 +475,46 @@ def compare(
     how = _load(model, device, **load)
     against = replace(how, model=against_model) if against_model is not None else None
     asked = CompareRequest(how, pairs=tuple(pairs), against=against, words=words,
-                    measure=measure, truncate=truncate, top=1, pictures=pictures)  # fmt: skip
+                    measure=measure, truncate=truncate, top=1, pictures=pictures,
+                    generate=generate, target=target)  # fmt: skip
     return _printable(run_compare(asked).comparison, _comparison_lines)
+
+
+def needle(
+    model: str | None = None,
+    haystack: str | Path | None = None,
+    needle_text: str | None = None,
+    question: str | None = None,
+    lengths: str | Iterable[int] = "1k,2k,4k,8k",
+    depths: int = 11,
+    answer_tokens: int = 48,
+    ablate_top: Iterable[int] = (),
+    seeds: int = 3,
+    out: str | Path | None = None,
+    device: str = "auto",
+    **load: Any,
+) -> NeedleResult:
+    """A decoder's retrieval heads (Wu et al. 2024), as `attnviz needle` finds them: the
+    needle hidden in `haystack` (a text file or folder; None: the bundled text) at each of
+    `lengths` (tokens: "1k,2k" or [1000, 2000]) and `depths` (that many, 0 % to 100 %), the
+    model's greedy answers, and each head's retrieval score: `retrieval.scores[layer, head]`
+    (None where no answer held the needle), `runs` (each answer, its recall, its per-head
+    scores), `ablations` (with `ablate_top`: recall with the k best heads removed, and with
+    k random heads, `seeds` draws). With `out`, the runs are kept there as they finish (a
+    call again resumes) with the command's files."""
+    from attnviz.core.haystack import depths as every_depth
+    from attnviz.core.haystack import parse_lengths
+    from attnviz.pipelines.needle import needle as run
+    from attnviz.pipelines.request import NeedleRequest
+
+    asked = parse_lengths(lengths) if isinstance(lengths, str) else tuple(sorted(set(lengths)))
+    request = NeedleRequest(
+        _load(model, device, **load), haystack=None if haystack is None else str(haystack),
+        needle=needle_text, question=question, lengths=asked, depths=every_depth(depths),
+        answer_tokens=answer_tokens, ablate_top=tuple(sorted(set(ablate_top))), seeds=seeds,
+        out=None if out is None else Path(out),
+    )  # fmt: skip
+    return _printable(run(request)[0], "print_needle")
 
 
 def unload(*models_named: str | None) -> int:
@@ -514,6 +576,20 @@ def _comparison_lines(console: Any, found: Any) -> None:
     console.print(
         f"Comparison of {len(found.pairs)} pair(s): JS divergence {np.nanmean(moved):.4f} nats "
         f"on average over the heads; moved most: L{layer} H{head} ({moved[layer, head]:.4f})",
+        highlight=False,
+    )
+
+
+def _picture_comparison_lines(console: Any, found: Any) -> None:
+    import numpy as np
+
+    moved = found.divergence
+    slot, head = np.unravel_index(np.argmax(moved), moved.shape)
+    console.print(
+        f"Comparison of {'two pictures' if found.two_pictures else 'two questions'}: the "
+        f"picture's share {found.share_a.mean():.1%} in A, {found.share_b.mean():.1%} in B "
+        f"(the mean of the heads); JS divergence over the cells {moved.mean():.4f} nats on "
+        f"average; moved most: L{found.layers[slot]} H{head} ({moved[slot, head]:.4f})",
         highlight=False,
     )
 

@@ -1,5 +1,6 @@
 """`compare` of long texts (issue 61): past `memory.STREAM_ABOVE` each pair is compared a
-block of rows at a time (`analysis.compare_blocks`), A and B in one pass, with the numbers of
+block of rows at a time (`analysis.compare_blocks`), A and B in one pass (one model) or two in
+step (two models), with the numbers of
 the comparison held whole; the bound is set to 0 so that tiny models cross it."""
 
 from __future__ import annotations
@@ -115,3 +116,77 @@ def test_in_blocks_a_long_comparison_needs_no_more_than_its_pooled_maps_and_bloc
     held = memory.compare_estimate(30, 9, weights, [(1720, 1720)], in_blocks=False).total
     assert memory.compare_in_blocks(30, 9, [(1720, 1720)])
     assert blocks < 4 * memory.GiB < 10 * memory.GiB < held
+    # two models' passes at once, as measured at 8,085 tokens (2026-12-02): 3.88 GiB
+    two = memory.compare_estimate(30, 9, 2 * weights, [(8085, 8085)], True, two_passes=True)
+    assert 3.88 * memory.GiB < two.total < 4.5 * memory.GiB
+
+
+@pytest.fixture(scope="module")
+def changed_llama(tiny_model_dirs, tmp_path_factory):
+    """The tiny llama with one head's W_Q changed: a second model of the same shape."""
+    from conftest import perturbed_copy
+
+    folder = tmp_path_factory.mktemp("changed") / "llama"
+    return perturbed_copy(tiny_model_dirs["llama"], folder, 1, 2)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 256])
+def test_two_models_compared_in_step_equal_the_comparison_held_whole(
+    tiny_model_dirs, changed_llama, monkeypatch, tmp_path, rows
+):
+    """Two models, each reading its text in its own pass, the passes kept in step a block of
+    `rows` query rows at a time: the same numbers as both held whole (texts of unequal
+    lengths: one side's blocks end before the other's)."""
+    from attnviz.analysis import compare_blocks
+
+    request = CompareRequest(Load(str(tiny_model_dirs["llama"]), "cpu"), pairs=tuple(PAIRS),
+                             against=Load(str(changed_llama), "cpu"), out=None,
+                             query="sat")  # fmt: skip
+    held = compare(request)
+    monkeypatch.setattr(memory, "STREAM_ABOVE", 0)
+    monkeypatch.setattr(memory, "stream_rows", lambda *args: rows)
+    most = []  # the units waiting for their partner, at most, over the run
+    real = compare_blocks.Lockstep.hand_in
+
+    def hand_in(self, side, layer, start, block, entropy):
+        real(self, side, layer, start, block, entropy)
+        most.append(sum(len(u) for s in self.pair.sides for u in s.waiting.values()))
+
+    monkeypatch.setattr(compare_blocks.Lockstep, "hand_in", hand_in)
+    blocks = compare(request)
+    one, other = held.comparison, blocks.comparison
+    assert all(p.texts is not None for p in other.pairs)  # it did go in blocks
+    np.testing.assert_allclose(other.divergence, one.divergence, atol=1e-6)
+    np.testing.assert_allclose(other.special_change, one.special_change, atol=1e-6)
+    for p, q in zip(one.pairs, other.pairs, strict=True):
+        np.testing.assert_allclose(q.rows, p.rows, atol=1e-6)
+        np.testing.assert_allclose(q.grids_a, p.grids_a, atol=1e-6)
+        np.testing.assert_allclose(q.grids_b, p.grids_b, atol=1e-6)
+    np.testing.assert_allclose(blocks.query.divergence, held.query.divergence, atol=1e-6)
+    assert one.divergence[0].max() > 0 and one.divergence[1, 2] == one.divergence.max()
+    # in step: a few blocks of rows wait for their partner, never a layer's
+    longest = max(len(p.a.tokens) + len(p.b.tokens) for p in one.pairs)
+    assert most and max(most) <= min(longest, 4 * rows + 8)
+
+
+def test_a_failure_in_one_side_s_pass_is_raised_and_stops_the_other(
+    tiny_model_dirs, changed_llama, monkeypatch
+):
+    from attnviz.analysis import compare_blocks
+
+    monkeypatch.setattr(memory, "STREAM_ABOVE", 0)
+    monkeypatch.setattr(memory, "stream_rows", lambda *args: 1)
+    real = compare_blocks.PairBlocks.add
+    seen = []
+
+    def add(self, side, layer, start, rows, entropy):
+        seen.append(side)
+        if side == 1 and start == 3:
+            raise MemoryError("B's pass ran out")
+        return real(self, side, layer, start, rows, entropy)
+
+    monkeypatch.setattr(compare_blocks.PairBlocks, "add", add)
+    with pytest.raises(MemoryError, match="B's pass ran out"):
+        attnviz.compare(*PAIRS[0], model=str(tiny_model_dirs["llama"]),
+                        against_model=str(changed_llama), device="cpu")  # fmt: skip
+    assert seen.count(0) <= 6  # A stopped within a few blocks of B's failure

@@ -203,8 +203,9 @@ def test_eight_bit_weights_are_shown_with_their_bound(browser, made, tmp_path, m
 
 
 def test_the_page_carries_the_picture_and_a_texts_page_is_as_before(made):
-    """The picture travels as the pixels its patches cover; picture.js and picture.css come
-    on a picture's page alone (a text's page is the file it was)."""
+    """The picture travels as the pixels its patches cover; picture.js, blobs.js (its
+    decoding) and picture.css come on a picture's page alone (a text's page is the file it
+    was), answer.js on a vision-language model's alone."""
     from attnviz.outputs.html.page import _document, page_data
 
     att, page = made
@@ -212,7 +213,8 @@ def test_the_page_carries_the_picture_and_a_texts_page_is_as_before(made):
     data = _data(html)
     pixels = _unpack(data["picture"]["pixels"], "u1").reshape(32, 32, 3)
     assert np.array_equal(pixels, att.picture.pixels) and data["picture"]["first"] == FIRST
-    assert html.count("<script>") == 2 and "function drawPicture" in html
+    assert html.count("<script>") == 3 and "function drawPicture" in html
+    assert "const attnvizBlobs" in html and "drawAnswer" not in html
     text = _document({"tokens": ["a"]}, "a text")
     assert text.count("<script>") == 1 and "drawPicture" not in text and "picture-frame" not in text
     pooled = page_data(replace(att, pooled=(2, "max")))

@@ -28,22 +28,22 @@ TEMPLATE = (
 )
 
 
-def tokenizer(image: str, *more: str) -> Any:
-    """A byte-level BPE tokenizer trained in memory, with `image` (the image token) and
-    `more` as special tokens."""
+def tokenizer(image: str, *more: str, **named: str) -> Any:
+    """A byte-level BPE tokenizer trained in memory, with `image` (the image token), `more`
+    and `named` (Gemma 3's `boi_token`, …: the tokenizer's attributes) as special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tk = Tokenizer(models.BPE())
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
-    special = ["<|endoftext|>", "<|user|>", "<|assistant|>", image, *more]
+    special = ["<|endoftext|>", "<|user|>", "<|assistant|>", image, *more, *named.values()]
     trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=special,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
     tk.train_from_iterator(CORPUS, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>",
-                                   eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   extra_special_tokens={"image_token": image})  # fmt: skip
+    end, named = "<|endoftext|>", {"image_token": image, **named}
+    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token=end, eos_token=end,
+                                   pad_token=end, extra_special_tokens=named)  # fmt: skip
 
 
 def _text(tok: Any, **more: Any) -> dict:
@@ -69,6 +69,55 @@ def _llava(local: bool):
     return tf.LlavaForConditionalGeneration(config), processor
 
 
+def _llava_next(local: bool):
+    """LLaVA-NeXT: 3 × 3 cells a tile; the pinpoints make the tests' wide pictures padded
+    (1 × 3 tiles over 128 × 64: a column of cells dropped each side)."""
+    import transformers as tf
+
+    tok = tokenizer("<image>")
+    vision = dict(model_type="clip_vision_model", hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=37, image_size=42,
+                  patch_size=14)  # fmt: skip
+    pins = [[42, 126], [84, 84], [126, 42]]
+    template = TEMPLATE.replace("IMAGE", "<image>")
+    config = tf.LlavaNextConfig(text_config=dict(model_type="llama", **_text(tok)),
+                                vision_config=vision, image_grid_pinpoints=pins,
+                                image_token_index=tok.convert_tokens_to_ids("<image>"))  # fmt: skip
+    images = tf.LlavaNextImageProcessorPil(size={"shortest_edge": 42}, image_grid_pinpoints=pins,
+                                           crop_size={"height": 42, "width": 42})  # fmt: skip
+    processor = tf.LlavaNextProcessor(images, tok, patch_size=14, chat_template=template,
+                                      vision_feature_select_strategy="default",
+                                      num_additional_image_tokens=1)  # fmt: skip
+    return tf.LlavaNextForConditionalGeneration(config), processor
+
+
+def _idefics3(kind: str):
+    """Idefics3 and SmolVLM: sub-images of 84 pixels, 6 × 6 patches shuffled 2 × 2 into
+    3 × 3 tokens; the tests' 128 × 64 picture is cut into 1 × 2 of them and a global image.
+    SmolVLM's own processor needs num2words (not installable here) and a video processor
+    (torchvision): its model is saved with Idefics3's processor, which writes its image
+    tokens the same way."""
+
+    def build(local: bool):
+        import transformers as tf
+
+        tags = [f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)]
+        tok = tokenizer("<image>", "<fake_token_around_image>", "<global-img>",
+                        "<end_of_utterance>", *tags)  # fmt: skip
+        vision = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=37, image_size=84, patch_size=14)  # fmt: skip
+        text, image = dict(model_type="llama", **_text(tok)), tok.convert_tokens_to_ids("<image>")
+        config = tf.AutoConfig.for_model(kind, text_config=text, vision_config=vision,
+                                         scale_factor=2, image_token_id=image)  # fmt: skip
+        images = tf.Idefics3ImageProcessorPil(size={"longest_edge": 168},
+                                              max_image_size={"longest_edge": 84})  # fmt: skip
+        template = TEMPLATE.replace("IMAGE", "<image>")
+        processor = tf.Idefics3Processor(images, tok, image_seq_len=9, chat_template=template)
+        return tf.AutoModelForImageTextToText.from_config(config), processor
+
+    return build
+
+
 def _qwen(kind: str):
     def build(local: bool):
         import transformers as tf
@@ -87,13 +136,25 @@ def _qwen(kind: str):
                           num_heads=4, intermediate_size=37, patch_size=14, window_size=56,
                           fullatt_block_indexes=[1], spatial_merge_size=2,
                           temporal_patch_size=2)  # fmt: skip
+        patch = 14
+        if kind == "qwen3_vl":  # 16-pixel patches, a learnt position grid, deepstack
+            patch, text = 16, _text(tok, rope_parameters={"rope_type": "default",
+                                                          "mrope_section": [1, 1, 2],
+                                                          "mrope_interleaved": True})  # fmt: skip
+            vision = dict(depth=2, hidden_size=32, out_hidden_size=32, num_heads=4,
+                          intermediate_size=37, patch_size=16, spatial_merge_size=2,
+                          temporal_patch_size=2, num_position_embeddings=16,
+                          deepstack_visual_indexes=[0])  # fmt: skip
         config = tf.AutoConfig.for_model(kind, text_config=dict(model_type=f"{kind}_text", **text),
                                          vision_config=vision, image_token_id=ids["image_pad"],
                                          vision_start_token_id=ids["vision_start"],
                                          vision_end_token_id=ids["vision_end"])  # fmt: skip
-        images = tf.Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=28 * 28 * 16)
-        cls = _without_video(getattr(tf, "Qwen2_5_VLProcessor" if kind == "qwen2_5_vl"
-                                     else "Qwen2VLProcessor"))  # fmt: skip
+        merged = 2 * patch  # a token's side in pixels
+        images = tf.Qwen2VLImageProcessorPil(patch_size=patch, min_pixels=4 * merged * merged,
+                                             max_pixels=merged * merged * 16)  # fmt: skip
+        names = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor",
+                 "qwen3_vl": "Qwen3VLProcessor"}  # fmt: skip
+        cls = _without_video(getattr(tf, names[kind]))
         template = TEMPLATE.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>")
         processor = cls(image_processor=images, tokenizer=tok, chat_template=template)
         return tf.AutoModelForImageTextToText.from_config(config), processor
@@ -118,13 +179,63 @@ def _paligemma(local: bool):
     return tf.PaliGemmaForConditionalGeneration(config), processor
 
 
+def _gemma3(local: bool):
+    """Gemma 3: 8 × 8 patches of 7 pixels pooled 2 × 2 into 4 × 4 image tokens, between its
+    start and end of image."""
+    import transformers as tf
+
+    tok = tokenizer("<image_soft_token>", boi_token="<start_of_image>",
+                    eoi_token="<end_of_image>")  # fmt: skip
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=37, image_size=56,
+                  patch_size=7)  # fmt: skip
+    ids = {name: tok.convert_tokens_to_ids(getattr(tok, name)) for name in
+           ("image_token", "boi_token", "eoi_token")}  # fmt: skip
+    config = tf.Gemma3Config(text_config=dict(model_type="gemma3_text", **_text(tok)),
+                             vision_config=vision, mm_tokens_per_image=16,
+                             image_token_index=ids["image_token"],
+                             boi_token_index=ids["boi_token"],
+                             eoi_token_index=ids["eoi_token"])  # fmt: skip
+    images = tf.Gemma3ImageProcessorPil(size={"height": 56, "width": 56})
+    template = TEMPLATE.replace("IMAGE", "<start_of_image>")
+    processor = tf.Gemma3Processor(images, tok, chat_template=template, image_seq_length=16)
+    return tf.Gemma3ForConditionalGeneration(config), processor
+
+
+def _mllama(local: bool):
+    """Mllama: the picture cut into up to 2 tiles of 4 × 4 patches, read by the language
+    model's cross-attention layer 1 (of 3), not as tokens of the prompt."""
+    import transformers as tf
+
+    tok = tokenizer("<|image|>", "<|python_tag|>")
+    vision = dict(hidden_size=32, num_hidden_layers=2, num_global_layers=1,
+                  num_attention_heads=4, intermediate_size=37, image_size=28, patch_size=7,
+                  max_num_tiles=2, supported_aspect_ratios=[[1, 1], [1, 2], [2, 1]],
+                  intermediate_layers_indices=[0], vision_output_dim=64)  # fmt: skip
+    text = _text(tok, cross_attention_layers=[1], num_hidden_layers=3, pad_token_id=0)
+    config = tf.MllamaConfig(vision_config=vision, text_config=text,
+                             image_token_index=tok.convert_tokens_to_ids("<|image|>"))  # fmt: skip
+    images = tf.MllamaImageProcessorPil(size={"height": 28, "width": 28}, max_image_tiles=2)
+    template = TEMPLATE.replace("IMAGE", "<|image|>")
+    processor = tf.MllamaProcessor(images, tok, chat_template=template)
+    return tf.MllamaForConditionalGeneration(config), processor
+
+
 BUILDERS = {
     "paligemma": _paligemma,
+    "gemma3": _gemma3,
+    "mllama": _mllama,
     "llava": _llava,
+    "llava_next": _llava_next,
     "qwen2_vl": _qwen("qwen2_vl"),
     "qwen2_5_vl": _qwen("qwen2_5_vl"),
+    "qwen3_vl": _qwen("qwen3_vl"),
+    "idefics3": _idefics3("idefics3"),
+    "smolvlm": _idefics3("smolvlm"),
 }
 FAMILIES = tuple(BUILDERS)
+CROSS = ("mllama",)  # the families whose picture is read by cross-attention, not as tokens
+LAID = tuple(kind for kind in FAMILIES if kind not in CROSS)  # the others: a layout each
 
 
 # A vision tower's attention output projections (CLIP's, SigLIP's, Qwen2-VL's): what mixes
@@ -162,20 +273,29 @@ def picture(path: Path, size: tuple[int, int] = (64, 48), seed: int = 0) -> Path
 
 def eager(folder: Path, ids: list[int], inputs: dict) -> Any:
     """The language model's own probabilities (eager `output_attentions`) over `ids` with
-    the processor's other `inputs`, (L, H, T, T) float32: what attnviz's numbers are held to.
-    Per-token inputs shorter than `ids` (a prompt's, before its continuation) are extended."""
+    the processor's other `inputs`, (L, H, T, T) float32: what attnviz's numbers are held to;
+    Mllama's self-attention layers alone (its cross-attention layers' keys are the picture's
+    states). Per-token inputs shorter than `ids` (a prompt's, before its continuation) are
+    extended."""
     import numpy as np
     import torch
     from transformers import AutoModelForImageTextToText
 
     model = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
     extended = {}
+    suffix = int(model.config.model_type == "paligemma")
     for name, value in inputs.items():
-        if value.dim() == 2 and name.endswith("token_type_ids") and value.shape[1] < len(ids):
-            # as `generate` extends them: PaliGemma's suffix 1, the image tokens' types 0
-            more = torch.full((1, len(ids) - value.shape[1]), int(name == "token_type_ids"))
-            value = torch.cat([value, more.to(value.dtype)], dim=1)
+        more = len(ids) - value.shape[1] if value.dim() >= 2 else 0
+        if more > 0 and name.endswith("token_type_ids"):
+            # what `generate` writes is read causally: PaliGemma's suffix (type 1), the others'
+            # text (type 0, where 1 marks an image, read both ways: Gemma 3's)
+            types = torch.full((1, more), suffix * (name == "token_type_ids"))
+            value = torch.cat([value, types.to(value.dtype)], dim=1)
+        elif more > 0 and name == "cross_attention_mask":  # Mllama's: the last token's
+            value = torch.cat([value] + [value[:, -1:]] * more, dim=1)
         extended[name] = value
     with torch.no_grad():
         out = model(input_ids=torch.tensor([ids]), output_attentions=True, **extended)
-    return np.stack([layer[0].float().numpy() for layer in out.attentions])
+    cross = getattr(model.config.get_text_config(), "cross_attention_layers", None) or ()
+    return np.stack([layer[0].float().numpy() for i, layer in enumerate(out.attentions)
+                     if i not in cross])  # fmt: skip

@@ -44,15 +44,19 @@ class _Side:
         self.last = np.array([max(tokens) for tokens in units])  # (U,) the unit's last token
         self.stats = HeadStats(att, len(layers), n_heads)
         self.pooled = Pooled(layers, n_heads, self.n, self.n, size, how, att.info.causal)
-        self.waiting: dict[int, Any] = {}  # unit -> its row (H, U) float64, summed so far
+        # slot -> unit -> its row (H, U) float64, summed so far; and each slot's tokens read.
+        # By layer: where two models read A and B, one may be a layer ahead of the other.
+        self.waiting: dict[int, dict[int, Any]] = {}
+        self.read: dict[int, int] = {}
 
     def add(self, layer: int, slot: int, start: int, rows: Any, entropy: Any) -> int:
         """Rows start … start+b−1 of this side, (H, b, W) of the padded batch: into the
         statistics and the pooled maps, and into the rows of the units their tokens are in.
-        The tokens read so far (start + the block's rows of this text)."""
+        The tokens of this layer read so far (start + the block's rows of this text)."""
         import torch
 
         b = max(0, min(rows.shape[1], self.n - start))
+        self.read[slot] = start + b if b else self.n
         if b == 0:
             return self.n
         block = rows[:, :b, : self.n]  # this text's queries and keys
@@ -62,17 +66,19 @@ class _Side:
         columns = torch.zeros(block.shape[0], b, len(self.count), dtype=torch.float64)
         columns.index_add_(2, self.units[seen], block[:, :, self.tokens[seen]].double())
         here = (self.tokens >= start) & (self.tokens < start + b)  # (token, unit) in the block
+        waiting = self.waiting.setdefault(slot, {})
         for token, unit in zip(self.tokens[here].tolist(), self.units[here].tolist()):
             share = columns[:, token - start] / self.count[unit]  # (H, U) its mean's part
-            if unit in self.waiting:
-                self.waiting[unit] += share
+            if unit in waiting:
+                waiting[unit] += share
             else:
-                self.waiting[unit] = share.clone()
+                waiting[unit] = share.clone()
         return start + b
 
-    def complete(self, read: int) -> set[int]:
-        """The units waiting whose every token's row has been read."""
-        return {unit for unit in self.waiting if self.last[unit] < read}
+    def complete(self, slot: int) -> set[int]:
+        """The units waiting in layer `slot` whose every token's row has been read."""
+        read = self.read.get(slot, 0)
+        return {unit for unit in self.waiting.get(slot, {}) if self.last[unit] < read}
 
 
 class PairBlocks:
@@ -108,14 +114,19 @@ class PairBlocks:
         return None
 
     def receive_rows(self, layer: int, start: int, rows: Any, entropy: Any) -> None:
+        """A block of both texts' rows, (B, H, b, W), of the one padded pass reading both."""
+        for side, row in enumerate(self.rows_of):
+            self.add(side, layer, start, rows[row], entropy[row])
+
+    def add(self, side: int, layer: int, start: int, rows: Any, entropy: Any) -> int:
+        """A block of one side's rows, (H, b, W), from `start`: summed, and the units it
+        completes on both sides compared. The side's tokens of this layer read so far."""
         slot = self.layers.index(layer)
-        read = [
-            side.add(layer, slot, start, rows[row], entropy[row])
-            for side, row in zip(self.sides, self.rows_of)
-        ]
-        ready = self.sides[0].complete(read[0]) & self.sides[1].complete(read[1])
+        read = self.sides[side].add(layer, slot, start, rows, entropy)
+        ready = self.sides[0].complete(slot) & self.sides[1].complete(slot)
         if ready:
             self._match(layer, slot, sorted(ready))
+        return read
 
     def _match(self, layer: int, slot: int, units: list[int]) -> None:
         """Units complete on both sides: their rows renormalised over the aligned keys, their
@@ -127,7 +138,8 @@ class PairBlocks:
 
         grids = []
         for side in self.sides:
-            rows = torch.stack([side.waiting.pop(unit) for unit in units], dim=1)  # (H, n, U)
+            waiting = side.waiting[slot]
+            rows = torch.stack([waiting.pop(unit) for unit in units], dim=1)  # (H, n, U)
             mass = rows.sum(dim=-1, keepdim=True)
             grids.append((rows / torch.where(mass > 0, mass, 1.0)).numpy())
         p, q = grids
@@ -149,7 +161,7 @@ class PairBlocks:
         from attnviz.analysis.compare import Compared, changes
         from attnviz.analysis.pooling import pooled_attention
 
-        left = [unit for side in self.sides for unit in side.waiting]
+        left = [unit for side in self.sides for units in side.waiting.values() for unit in units]
         if left:  # every row of both texts was read: a unit left waiting is a bug
             raise RuntimeError(f"units {sorted(set(left))[:5]} were never matched")
         defined = ~np.isnan(self.js)
@@ -170,6 +182,64 @@ class PairBlocks:
             unit_size=grid_a.size, texts=(a.att, b.att), stats=(a.stats, b.stats),
             kept={unit: rows for unit, rows in self.keep.items()},
         )  # fmt: skip
+
+
+class Lockstep:
+    """Two passes, one a side of `pair` (two models, one reading A and one B, each in a thread
+    of its own), kept within a block of each other: a side that has handed in its rows up to
+    a point (layer, rows read) waits until the other has reached it. So the rows waiting for
+    their partner stay about a block of each side, never a layer's (L, H, T, U) whole.
+
+    The side behind never waits, so neither waits for good; a side whose pass ends (or
+    fails: `end(side, failed=True)`) no longer holds the other, and a failure stops the other
+    at its next block (`Stopped`)."""
+
+    def __init__(self, pair: PairBlocks) -> None:
+        import threading
+
+        self.pair, self.turn = pair, threading.Condition()
+        self.at = [(-1, 0), (-1, 0)]  # each side's (layer slot, tokens read)
+        self.ended = [False, False]
+        self.failed = False
+        self.sides = (_OneSide(self, 0, pair.wants), _OneSide(self, 1, pair.wants))
+
+    def hand_in(self, side: int, layer: int, start: int, rows: Any, entropy: Any) -> None:
+        """One side's block of rows (H, b, W) from `start`: summed, then wait for the other."""
+        other = 1 - side
+        with self.turn:
+            if self.failed:
+                raise Stopped("the other side's pass failed")
+            read = self.pair.add(side, layer, start, rows, entropy)
+            self.at[side] = (self.pair.layers.index(layer), read)
+            self.turn.notify_all()
+            while not (self.ended[other] or self.at[other] >= self.at[side]):
+                if self.failed:
+                    raise Stopped("the other side's pass failed")
+                self.turn.wait(0.1)
+
+    def end(self, side: int, failed: bool = False) -> None:
+        """Side `side`'s pass is over (or failed): the other no longer waits for it."""
+        with self.turn:
+            self.ended[side] = True
+            self.failed = self.failed or failed
+            self.turn.notify_all()
+
+
+class Stopped(Exception):
+    """A side's pass stopped because the other side's failed (its error is the one raised)."""
+
+
+class _OneSide:
+    """The recorder of one side's pass in a `Lockstep`: a batch of one text, (1, H, b, W)."""
+
+    def __init__(self, step: Lockstep, side: int, wants: dict[int, tuple[str, ...]]) -> None:
+        self.step, self.side, self.wants = step, side, wants
+
+    def receive(self, layer: int, tensors: dict[str, Any]) -> None:
+        return None
+
+    def receive_rows(self, layer: int, start: int, rows: Any, entropy: Any) -> None:
+        self.step.hand_in(self.side, layer, start, rows[0], entropy[0])
 
 
 def _query_unit(a: Attention, alignment: Any, query: str | None) -> list[int]:

@@ -40,3 +40,18 @@ def picture_shares(att: Attention) -> PictureShares:
     held = att.weights[:, :, list(rows)]  # (L, H, R, T)
     share = held[..., image].sum(axis=-1).mean(axis=-1)  # (L, H)
     return PictureShares(tuple(att.held_layers()), rows, share)
+
+
+def whose_rows(att: Attention) -> str:
+    """Whose rows `answer_rows` are, as a figure's title says it."""
+    if att.continuation is None:
+        return "where the prompt's last token looks (the row that writes the answer)"
+    n = len(att.tokens) - att.continuation.start
+    if n == 1:
+        return "where the answer looked, the row that wrote its token"
+    return f"where the answer looked, the mean of the {n} rows that wrote its tokens"
+
+
+def looked(att: Attention, layer: int, rows: tuple[int, ...]) -> Any:
+    """(H, T): the mean of query rows `rows` in each head of layer `layer`."""
+    return att.weights[att.slot(layer)][:, list(rows)].mean(axis=1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-COMMANDS = ("show", "compare", "check", "export", "report", "merge", "serve")
+COMMANDS = ("show", "compare", "check", "export", "report", "needle", "merge", "serve")
 STOPPED_EARLY = "interrupted: nothing was written"
 
 

@@ -20,6 +20,8 @@ from attnviz.cli.options import (
     MeasureOpt,
     NoImagesOpt,
     QueryOpt,
+    RawOpt,
+    TargetOpt,
     TruncateOpt,
     WordsOpt,
     briefly,
@@ -37,6 +39,18 @@ TextAArg = Annotated[
 TextBArg = Annotated[
     str | None,
     typer.Argument(help="Text B (default with --against-model: text A again).", show_default=False),
+]
+QuestionArg = Annotated[
+    str | None,
+    typer.Argument(
+        help=briefly(
+            "With a vision-language model: the question.",
+            'After two pictures, the question about each (compare a.png b.png "What is on '
+            'the table?"); after a picture and a question, question B (compare a.png "What '
+            'is on it?" "What colour is it?"). docs/vision-language.md.',
+        ),
+        show_default=False,
+    ),
 ]
 AgainstOpt = valued(
     str,
@@ -97,6 +111,7 @@ PageOpt = Annotated[
 def compare(
     text_a: TextAArg = None,
     text_b: TextBArg = None,
+    question: QuestionArg = None,
     load: Load = LOAD,
     against_model: AgainstOpt = None,
     file: PairsOpt = None,
@@ -112,6 +127,8 @@ def compare(
     html: PageOpt = False,
     style: Style = STYLE,
     writing: dict = WRITING,
+    target: TargetOpt = None,
+    raw: RawOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Compare attention head by head: two texts through one model (a minimal pair), or a
@@ -120,26 +137,32 @@ def compare(
     Prints how far each head's pattern moved (the Jensen–Shannon divergence between A's and
     B's rows, in nats), and the heads that moved most with their top keys in A and in B.
     Images go to `OUT/<slug>-<hash>/`: the divergence per head, and A, B and B − A for each
-    head that moved most.
+    head that moved most. With a vision-language model: two pictures and a question, or a
+    picture and two questions.
     \f
     The divergence is between A's and B's row of each aligned query, averaged over the
     aligned queries. Tokens are aligned where both texts have them; words put for one
     another are aligned whole; what has no partner is listed. With a decoder, --generate N
     continues each text (or the text, in each model) and compares the attention over what
     each wrote. With a vision model, two picture files: their patches are aligned by grid
-    position.
+    position. With a vision-language model, two pictures and a question, or a picture and two
+    questions: the picture's share of the answer's attention in A and in B, and how far each
+    head's look over the picture's cells moved (docs/vision-language.md).
     """
     try:
-        from attnviz.core.inputs import compare_input
+        from attnviz.core.inputs import compare_input, question_pair
         from attnviz.outputs import terminal
         from attnviz.pipelines.compare import compare as run_compare
         from attnviz.pipelines.request import CompareRequest
 
         against = replace(load, model=against_model) if against_model else None
-        pairs, pictures = compare_input(text_a, text_b, file, bool(against))
+        questions = question_pair(text_a, text_b, question, file)
+        pairs, pictures = ([], None) if questions else compare_input(text_a, text_b, file,
+                                                                     bool(against))  # fmt: skip
         found = run_compare(
-            CompareRequest(load, pairs=tuple(pairs), pictures=pictures, against=against,
-                truncate=truncate, words=words, measure=measure.value,
+            CompareRequest(load, pairs=tuple(pairs), pictures=pictures, questions=questions,
+                against=against, target=target, raw=raw, truncate=truncate, words=words,
+                measure=measure.value,
                 query=query, html=html, images=not no_images,
                 importance="ablation" if importance else None, top=top, top_k=top_k,
                 out=None if no_images and not html else out, style=style, **writing,
@@ -151,5 +174,7 @@ def compare(
         raise fail(Interrupted("nothing was written")) from None
     if as_json:
         typer.echo(json.dumps(found.as_dict(), ensure_ascii=False, indent=2))
+    elif questions is not None:
+        terminal.print_picture_compare(out_console, found)
     else:
         terminal.print_compare(out_console, found, top)

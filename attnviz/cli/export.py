@@ -141,15 +141,24 @@ def export(
     attention.npz then also holds source_tokens, target_tokens and key_tokens.
     A vision model (ViT, DeiT, DINOv2, BEiT, CLIP, SigLIP) reads picture files and folders of
     them: each picture's folder also holds its views over the picture (docs/vision.md).
+    A vision-language model reads a JSONL file of pictures and questions, one
+    {"picture": PATH, "prompt": TEXT} a line ("target" optional; --generate N answers the
+    others): each question's folder also holds layout.json, each image token's cell
+    (docs/vision-language.md).
     """
-    from attnviz.core.inputs import export_input
+    from attnviz.core.inputs import export_input, export_questions
     from attnviz.outputs import terminal
     from attnviz.pipelines.export import export as run_export
     from attnviz.pipelines.request import ExportRequest
 
     try:
-        texts, pictures = export_input(file, sentences)
-        request = ExportRequest(load, sentences=texts, pictures=pictures, **select,
+        questions, asked = None, export_questions(file, sentences)
+        if asked is not None:
+            (texts, questions), pictures = asked, None
+        else:
+            texts, pictures = export_input(file, sentences)
+        request = ExportRequest(load, sentences=texts, pictures=pictures, questions=questions,
+            **select,
             stack=stack.value if stack else None,
             truncate=truncate, words=words, hide_special=hide_special, **measuring,
             query=query, html=html, figures=tuple(k.value for k in figures) if figures else None,

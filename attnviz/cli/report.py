@@ -21,6 +21,7 @@ from attnviz.cli.options import (
     STYLE,
     BatchOpt,
     FileOpt,
+    GenerateOpt,
     JsonOpt,
     TruncateOpt,
     WordsOpt,
@@ -134,6 +135,7 @@ def report(
     importance: ImportanceOpt = None,
     ablation: AblationOpt = "zero",
     batch_size: BatchOpt = 16,
+    generate: GenerateOpt = None,
     truncate: TruncateOpt = False,
     style: Style = STYLE,
     as_json: JsonOpt = False,
@@ -166,6 +168,9 @@ def report(
     them: per head, the mean attention distance in pixels, CLS's entropy and shares, the
     patches' sink and local shares, averaged over the pictures, and a role; heads.csv,
     heads.json and mean-distance.png (docs/vision.md).
+
+    A vision-language model reads a JSONL file of pictures and prompts (--generate N answers
+    them): each head's share of attention on the picture, and visual sinks (vision-language.md).
     """
     from attnviz.analysis.importance import methods_of
     from attnviz.analysis.roles import Thresholds
@@ -178,14 +183,12 @@ def report(
             methods_of(importance)  # a bad choice stops here, before anything loads
         if ablation not in ABLATIONS:
             raise InputError(f"unknown --ablation '{ablation}'; known: {', '.join(ABLATIONS)}")
-        corpus, pictures = report_input(sentences, file, treebank)
-        request = ReportRequest(load, sentences=corpus, pictures=pictures,
-            treebank=treebank is not None, **select,
-            words=words,
+        corpus, pictures, questions = report_input(sentences, file, treebank)
+        request = ReportRequest(load, sentences=corpus, pictures=pictures, questions=questions,
+            generate=generate, treebank=treebank is not None, **select, words=words,
             thresholds=Thresholds.parse(threshold), min_count=min_count, margin=margin,
             importance=importance, ablation=ablation, truncate=truncate, out=out, style=style,
-            batch_size=batch_size, shard=shard, partial=partial, resume=resume,
-        )  # fmt: skip
+            batch_size=batch_size, shard=shard, partial=partial, resume=resume)  # fmt: skip
         with _progress(request) as callbacks:
             result, written = run_report(request, on_warning=warn, **callbacks)
     except AttnvizError as error:
@@ -215,7 +218,10 @@ def _progress(request: Any) -> Iterator[dict[str, Any]]:
         bar.update(tasks["importance"], completed=done)
 
     with bar:
-        read = request.pictures.paths if request.pictures else request.sentences.items
+        if request.questions is not None:
+            read = request.questions.items
+        else:
+            read = request.pictures.paths if request.pictures else request.sentences.items
         total = len(read) if request.shard is None else None
         task = bar.add_task("report", total=total) if parts.rank() is None else None
         yield dict(on_progress=lambda n: bar.advance(task, n), on_importance=on_importance,
@@ -225,11 +231,15 @@ def _progress(request: Any) -> Iterator[dict[str, Any]]:
 def print_report(result: Any, written: list[Path], out: Path) -> None:
     """A report in the terminal (a one-stack model's, or an encoder-decoder model's per stack),
     and the files written (`report`, `merge`)."""
+    from attnviz.analysis.picture_heads import QuestionReport
     from attnviz.analysis.report import Seq2SeqReport
     from attnviz.analysis.vision_report import PictureReport
     from attnviz.outputs import terminal
 
-    if isinstance(result, PictureReport):
+    if isinstance(result, QuestionReport):
+        terminal.print_question_report(out_console, result)
+        what = "report.md, heads.csv, heads.json, sinks.csv, picture-share.png"
+    elif isinstance(result, PictureReport):
         terminal.print_picture_report(out_console, result)
         what = "heads.csv, heads.json, mean-distance.png"
     elif isinstance(result, Seq2SeqReport):

@@ -129,24 +129,99 @@ class _Holding:
             self.reading.prompt[site[1]] = scores.cpu()
 
     def block(self, site: Any, start: int, rows: Any, entropy: Any) -> None:
-        """A step's rows (1, H, b, S): key j of the call is position end − S + j where the
-        cache holds the last S positions (a sliding window's), position j where it holds
-        more (a static cache's unfilled slots, hidden, left out)."""
-        import torch
-
+        """A step's rows (1, H, b, S), each kept over positions 0 … its own (`by_position`)."""
         queries, keys = self._call[site]
-        end = self._read[site] + queries  # one past the call's last position
-        first = max(end - keys, 0)
-        kept = min(keys, end)
         for i in range(rows.shape[2]):
             position = self._read[site] + start + i
-            row = torch.zeros(rows.shape[1], position + 1)  # (H, position + 1)
-            row[:, first : first + kept] = rows[0, :, i, :kept][:, : position + 1 - first]
+            row = by_position(rows[0, :, i], self._read[site] + queries, keys, position)
             self.reading.steps.setdefault(site[1], []).append(row)
 
     def done(self, site: Any, heads: Any) -> Any:
         self._read[site] = self._read.get(site, 0) + self._call[site][0]
         return heads
+
+
+def by_position(row: Any, end: int, keys: int, position: int) -> Any:
+    """A step's row over its call's `keys` keys, (H, S), as a row over positions 0 …
+    `position`, (H, position + 1): key j of a call whose last query is position end − 1 is
+    position end − S + j where the cache holds the last S positions (a sliding window's),
+    position j where it holds more (a static cache's unfilled slots, hidden, left out)."""
+    import torch
+
+    first = max(end - keys, 0)
+    kept = min(keys, end)
+    found = torch.zeros(row.shape[0], position + 1)  # (H, position + 1)
+    found[:, first : first + kept] = row[:, :kept][:, : position + 1 - first]
+    return found
+
+
+class _Steps:
+    """The listener of `greedy` (`recording.Listener`): hands `take(layer, position, row)`
+    each chosen layer's row of the prompt's last position (made from the prompt's q and k,
+    whose pass runs SDPA) and of every step's one query, (H, position + 1); `edit` replaces
+    every layer's heads' outputs (head ablation). A layer nobody takes runs SDPA."""
+
+    def __init__(self, loaded: LoadedModel, layers: Sequence[int], take: Any, edit: Any) -> None:
+        from attnviz.core.capture import Callers, fast_attention
+        from attnviz.core.recording import BLOCK_ROWS
+
+        self.fast = fast_attention(loaded)
+        self.block_rows, self.entropy = BLOCK_ROWS, False
+        self.take, self.edit, self.wanted = take, edit, set(layers) if take else set()
+        self._sites = Callers(loaded.model)
+        self._read: dict[Any, int] = {}  # positions each site has read so far
+        self._call: dict[Any, tuple[int, int]] = {}  # the call running: (queries, keys)
+
+    def site(self, module: Any) -> Any:
+        found = self._sites.site(module)
+        return found if found is not None and found[0] is None else None
+
+    def wants(self, site: Any, shape: tuple[int, int, int, int]) -> bool:
+        self._call[site] = (shape[2], shape[3])
+        return site in self._read and site[1] in self.wanted  # a step, of a chosen layer
+
+    def scores(self, site: Any, scores: Scores, value: Any) -> None:
+        if site not in self._read and site[1] in self.wanted:  # the prompt: its last row
+            n = scores.shape[2]
+            rows, _ = scores.rows(n - 1, n)  # (1, H, 1, W)
+            self.take(site[1], n - 1, by_position(rows[0, :, 0].cpu(), n, rows.shape[-1], n - 1))
+
+    def block(self, site: Any, start: int, rows: Any, entropy: Any) -> None:
+        queries, keys = self._call[site]
+        position = self._read[site] + start  # a step: one query
+        self.take(site[1], position, by_position(rows[0, :, 0].cpu(), position + 1, keys, position))
+
+    def done(self, site: Any, heads: Any) -> Any:
+        self._read[site] = self._read.get(site, 0) + self._call[site][0]
+        return self.edit(site[1], heads) if self.edit is not None else heads
+
+
+def greedy(loaded: LoadedModel, ids: Sequence[int], n: int, layers: Sequence[int] = (),
+           take: Any = None, edit: Any = None) -> list[int]:  # fmt: skip
+    """At most `n` tokens the model writes after `ids`, greedy (transformers' `generate`,
+    stopping at its end-of-text token), as attnviz's function runs it: `take(layer,
+    position, row)` gets, for each of `layers`, the row (H, position + 1) that wrote each
+    token, as the model computed it in the pass (the first token's: the prompt's last row;
+    each later one's: its step's); `edit` (head ablation) acts on every layer's heads. The
+    written ids; a model that does not run attnviz's function is refused in one line."""
+    import torch
+
+    from attnviz.core import recording
+    from attnviz.core.capture import records
+    from attnviz.errors import UnsupportedModelError
+
+    if not records(loaded.model):
+        raise UnsupportedModelError(
+            f"{loaded.info.name} runs eager attention (--attention eager, or a type whose "
+            "attention bypasses transformers' interface): its rows are not heard as it writes"
+        )
+    check_room(len(ids), n, loaded.info.max_tokens)
+    inputs = torch.tensor([list(ids)], device=loaded.device)
+    config = generation_config(loaded, Settings(tokens=n))
+    with recording.listening(_Steps(loaded, layers, take, edit)), torch.inference_mode():
+        out = loaded.model.generate(inputs, attention_mask=torch.ones_like(inputs),
+                                    generation_config=config)  # fmt: skip
+    return [int(i) for i in out.sequences[0, len(ids) :]]
 
 
 def check_room(n_prompt: int, n_new: int, limit: int) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnviz.core.attention import require_unicode
+from attnviz.core.attention import require_text, require_unicode
 from attnviz.errors import InputError
 
 STDIN = "-"
@@ -26,6 +26,9 @@ class Sentence:
     line: int
     text: str  # an encoder-decoder model's source
     target: str | None = None  # an encoder-decoder model's target (a `source<TAB>target` line)
+    # a question about a picture (`core.questions`): the picture, resolved and as given
+    picture: Path | None = None
+    given: str | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,69 @@ def compare_input(
     return found
 
 
+PAIR_USAGE = ('compare a.png b.png "What is on the table?" (two pictures, one question) or '
+              'compare a.png "What is on it?" "What colour is it?" (one picture, two '
+              "questions)")  # fmt: skip
+
+
+def question_pair(first: str | None, second: str | None, third: str | None,
+                  file: str | None = None) -> Any:  # fmt: skip
+    """The pictures and questions (`core.questions.QuestionPair`) `compare`'s three arguments
+    give: two picture files then a question, or one picture file then two questions (a
+    question - : stdin); None where there is no third argument (two texts or two pictures,
+    `compare_input`, or `file`, a file of pairs)."""
+    from attnviz.core.images import picture_argument
+    from attnviz.core.questions import QuestionPair
+
+    if third is None:
+        return None
+    if file is not None:
+        raise InputError(f"give a file of pairs (--file) or three arguments, not both: "
+                         f"{PAIR_USAGE}")  # fmt: skip
+    given = [first, second, third]
+    if any(argument is None for argument in given):
+        raise InputError(f"give three arguments: {PAIR_USAGE}")
+    pictures = [picture_argument(argument) for argument in given]  # type: ignore[arg-type]
+    if pictures[0] is None or pictures[2] is not None:
+        raise InputError(f"a picture comes first and a question last: {PAIR_USAGE}")
+    if pictures[1] is not None:  # two pictures, one question
+        prompt = read_text(third)
+        require_text(prompt, "the question")
+        return QuestionPair((pictures[0], pictures[1]), (prompt, prompt))
+    prompts = (read_text(second), read_text(third))  # type: ignore[arg-type]
+    for side, prompt in zip("AB", prompts):
+        require_text(prompt, f"question {side}")
+    return QuestionPair((pictures[0], pictures[0]), prompts)
+
+
+def questions_about(a: Any, b: str | None, picture: Any) -> Any:
+    """The API's pictures and questions (`core.questions.QuestionPair`): `picture` one path
+    and `a`, `b` two questions about it, or `picture` two paths and `a` the question about
+    each."""
+    from attnviz.core.questions import QuestionPair
+
+    several = isinstance(picture, (list, tuple))
+    paths = [Path(p) for p in (picture if several else [picture])]
+    if len(paths) not in (1, 2) or not isinstance(a, str):
+        raise InputError("give picture=PATH and two questions, or picture=(A, B) and one "
+                         "question: compare(a, b, picture=...)")  # fmt: skip
+    for path in paths:
+        if not path.is_file():
+            raise InputError(f"no picture at {path}: no such file")
+    if len(paths) == 2:
+        if b is not None:
+            raise InputError("two pictures take one question: compare(question, "
+                             "picture=(a, b)), not two")  # fmt: skip
+        require_text(a, "the question")
+        return QuestionPair((paths[0], paths[1]), (a, a))
+    if b is None:
+        raise InputError("one picture takes two questions: compare(question_a, question_b, "
+                         "picture=path), or give picture=(a, b)")  # fmt: skip
+    require_text(a, "question A")
+    require_text(b, "question B")
+    return QuestionPair((paths[0], paths[0]), (a, b))
+
+
 def picture_pair(
     text_a: str | None, text_b: str | None, against_model: bool
 ) -> tuple[list[tuple[str, str]], Any] | None:
@@ -229,19 +295,39 @@ def export_input(file: str | None, texts: list[str] | None) -> tuple[Sentences, 
     return Sentences(items, 0, "pictures"), pictures
 
 
-def report_input(sentences: list[str] | None, file: str | None, treebank: str | None) -> Any:
-    """What `report` reads, from its arguments: (corpus, None), the texts of `report_corpus`,
-    or (None, pictures) where the arguments name picture files and folders
-    (`core.images.Pictures`; --treebank with them is refused by name with the other options a
-    picture cannot take)."""
-    from attnviz.core.images import pictures_in
+def export_questions(file: str | None, texts: list[str] | None) -> tuple[Sentences, Any] | None:
+    """Where `export`'s arguments name a JSONL file of pictures and questions
+    (`core.questions`): the questions as sentences, each prompt its text, its picture and
+    target beside it (so that its folder, manifest row and resumption are a sentence's), and
+    the `Questions`; None where they give something else."""
+    from attnviz.core.questions import questions_in
 
+    questions = questions_in(texts, file)
+    if questions is None:
+        return None
+    items = tuple(Sentence(q.index, q.line, q.prompt, q.target, q.picture, q.given)
+                  for q in questions.items)  # fmt: skip
+    return Sentences(items, 0, questions.origin), questions
+
+
+def report_input(sentences: list[str] | None, file: str | None, treebank: str | None) -> Any:
+    """What `report` reads, from its arguments: (corpus, None, None), the texts of
+    `report_corpus`; (None, pictures, None) where the arguments name picture files and folders
+    (`core.images.Pictures`; --treebank with them is refused by name with the other options a
+    picture cannot take); or (None, None, questions) where they name a JSONL file of pictures
+    and questions (`core.questions`)."""
+    from attnviz.core.images import pictures_in
+    from attnviz.core.questions import questions_in
+
+    questions = questions_in(sentences, file)
+    if questions is not None:
+        return None, None, questions
     pictures = pictures_in(sentences or [])
     if pictures is None:
-        return report_corpus(sentences, file, treebank), None
+        return report_corpus(sentences, file, treebank), None, None
     if file is not None:
         raise InputError("give pictures (files, folders) or --file, not both")
-    return None, pictures
+    return None, pictures, None
 
 
 def report_corpus(sentences: list[str] | None, file: str | None, treebank: str | None) -> Any:

@@ -67,6 +67,16 @@ STREAM_BLOCK = 48 * MiB
 # layer runs: its scores, its scores with the mask added, its probabilities, and the copy
 # attnviz keeps of them (bench/bench_eager.py).
 EAGER_LAYER = 4
+# (T, d_model) float32 arrays a decoder's prompt pass holds at once beside its KV cache
+# (`generate_estimate`): a needle run over 7,990 tokens of SmolLM2 peaked at 2.04 GiB, this
+# estimate 2.07 GiB.
+GENERATE_ACTIVATIONS = 48
+# What `report` holds beyond `show`'s streamed run when it streams a long text, in (T, T)
+# float32 maps: the heap grows block by block while the mixing ratios are summed (their
+# float64 products over blocks of rows of growing width). Measured: 8,085 tokens of SmolLM2
+# 4.93 GiB against show's 2.24 (10.3 maps), 6,000 tokens of a 2-layer, 8-head Llama 1.61 GiB
+# against 0.62 (7.3 maps); counted with a margin.
+REPORT_STREAMED = 16
 
 
 @dataclass(frozen=True)
@@ -89,17 +99,18 @@ class Asked:
     def of(cls, request: Any) -> Asked:
         """What a `pipelines.request.Request` of show or export asks for (read by its field
         names: core imports nothing above it)."""
-        r, export = request, request.command == "export"
+        r, export, report = request, request.command == "export", request.command == "report"
         figures = getattr(r, "figures", None)  # export's kinds of figure (() : none)
         return cls(
-            layers=r.layers,
+            layers=None if report else r.layers,  # a report reads every layer
             measure=r.measure,
             html=r.html,
-            images=r.images and r.out is not None and figures != (),
+            images=r.images and r.out is not None and figures != () and not report,
             jobs=r.jobs,
-            transformed=r.words or r.hide_special,
+            # a treebank's report reads each text's word view: a second copy, held
+            transformed=r.words or r.hide_special or getattr(r, "treebank", False),
             ablate=bool(getattr(r, "ablate", ())),  # show's alone
-            batch=r.batch_size if export else 1,
+            batch=r.batch_size if export or report else 1,
             in_flight=2 * r.jobs if export and r.jobs > 1 else 0,
             command=r.command,
         )
@@ -134,7 +145,7 @@ def estimate(
     layers = _kept(n_layers, asked)
     grid = n_tokens * n_tokens * FLOAT  # one (T, T) map
     if streams(n_layers, n_heads, n_tokens, asked):
-        return _streamed(layers, h, weights, n_tokens, asked)
+        return _streamed(layers, h, weights, n_tokens, replace(asked, batch=1))
     per_layer = asked.measure in ("alti", "rollout")
     held = b * layers * (1 if per_layer else h) * grid
     # each text of a batch is cropped to its own tokens: a second copy
@@ -170,19 +181,25 @@ def _streamed(layers: int, h: int, weights: int, n_tokens: int, asked: Asked) ->
         blocks += EAGER_LAYER * h * n_tokens * n_tokens * FLOAT
     window = layers * h * 256 * 256 * FLOAT
     drawing = (asked.jobs if asked.jobs > 1 else 1) * (WORKER + 2 * h * side * side * FLOAT)
+    if asked.command == "report":  # no map drawn; the mixing ratios' growth instead
+        pooled, blocks = 0, blocks + REPORT_STREAMED * n_tokens * n_tokens * FLOAT
     attention = pooled + sums + window
     total = RUNTIME + weights + BLOCKS + attention + blocks + (drawing if asked.images else 0)
     return Estimate(total, attention)
 
 
 def streams(n_layers: int, n_heads: int, n_tokens: int, asked: Asked) -> bool:
-    """Whether `show` reads this text without holding any map whole (`pipelines.readers`):
-    its chosen layers' maps would take more than STREAM_ABOVE, and nothing asked needs them
-    whole (--words, --hide-special, --ablate, a measure other than the weights). Its summary
-    is then summed from blocks of rows, and its images and page are pooled."""
-    if asked.command != "show" or asked.transformed or asked.ablate or asked.measure != "weights":
+    """Whether `show` reads this text (or `report` this batch, then a text at a time) without
+    holding any map whole (`pipelines.readers`, `pipelines.corpus`): the maps would take more
+    than STREAM_ABOVE, and nothing asked needs them whole (--words, --hide-special, a
+    treebank's word views, --ablate, a measure other than the weights). Its summary is then
+    summed from blocks of rows, and show's images and page are pooled."""
+    if asked.command not in ("show", "report") or asked.transformed or asked.ablate:
         return False
-    return _kept(n_layers, asked) * n_heads * n_tokens * n_tokens * FLOAT > STREAM_ABOVE
+    if asked.measure != "weights":
+        return False
+    maps = asked.batch * _kept(n_layers, asked) * n_heads * n_tokens * n_tokens * FLOAT
+    return maps > STREAM_ABOVE
 
 
 def stream_rows(n_heads: int, n_tokens: int) -> int:
@@ -285,7 +302,7 @@ def check(
     smaller = [  # what each option leaves out, where the run has it
         (name, change)
         for name, change, given in (
-            ("--layer N", {"layers": (0,)}, kept > 1),
+            ("--layer N", {"layers": (0,)}, kept > 1 and asked.command != "report"),
             ("no --html", {"html": False}, asked.html),
             ("--no-images", {"images": False}, asked.images and asked.command == "show"),
             ("--jobs 1", {"jobs": 1}, asked.images and asked.jobs > 1),
@@ -352,7 +369,7 @@ def check_in_blocks(n_heads: int, n_tokens: int, n_batch: int = 1) -> bool:
 
 def compare_estimate(n_layers: int, n_heads: int, weights: int,
                      pairs: Sequence[tuple[int, int]], in_blocks: bool,
-                     eager: bool = False) -> Estimate:  # fmt: skip
+                     eager: bool = False, two_passes: bool = False) -> Estimate:  # fmt: skip
     """The peak of `compare` over `pairs` of (A's, B's) tokens on `n_layers` kept × `n_heads`
     with `weights` bytes of models. In blocks (`analysis.compare_blocks`): the pooled maps,
     the pass's blocks of both texts and each side's float64 projections of them (32 blocks,
@@ -361,7 +378,9 @@ def compare_estimate(n_layers: int, n_heads: int, weights: int,
     divergence's temporaries (three grids more). A model running eager attention (`eager`)
     makes each layer's maps whole while it runs (EAGER_LAYER maps a head): in blocks, of both
     texts of a pair padded to the longer, beside the pooled maps; held whole, of the longest
-    text, where it outgrows the comparison's temporaries."""
+    text, where it outgrows the comparison's temporaries. Two models in blocks (`two_passes`)
+    run their passes at once, each in a thread of its own: each thread's heap keeps its own
+    freed blocks."""
     lh = n_layers * n_heads
     longest = max(max(a, b) for a, b in pairs)
     layer = EAGER_LAYER * n_heads * longest * longest * FLOAT if eager else 0
@@ -369,8 +388,9 @@ def compare_estimate(n_layers: int, n_heads: int, weights: int,
         sums = 2 * lh * longest * 8 * 3  # each side's HeadStats and the divergence, float64
         attention = COMPARE_POOLED + sums
         # A and B in one pass; the blocks' share measured: 8,085 tokens of SmolLM2 peaked at
-        # 2.91 GiB (bench_lengths, 2026-12-02), about 32 blocks beside the pooled maps
-        blocks = 32 * STREAM_BLOCK + 2 * layer
+        # 2.91 GiB (bench_lengths, 2026-12-02), about 32 blocks beside the pooled maps; two
+        # models' passes at once 3.88 GiB (weights 0.5 GiB more): about 16 blocks more
+        blocks = (48 if two_passes else 32) * STREAM_BLOCK + 2 * layer
         return Estimate(RUNTIME + weights + BLOCKS + attention + blocks, attention)
     held = sum(lh * FLOAT * (a * a + b * b) + 2 * lh * 8 * min(a, b) ** 2 for a, b in pairs)
     widest = max(pairs, key=lambda pair: pair[0] ** 2 + pair[1] ** 2)
@@ -394,7 +414,22 @@ def check_estimate(n_heads: int, weights: int, n_tokens: int, in_blocks: bool) -
         blocks = 10 * BLOCK_ROWS * n_heads * n_tokens * 8
         return Estimate(RUNTIME + weights + BLOCKS + blocks, 0)
     layer = n_heads * grid * (2 * FLOAT + 8 + 2 * 8) + 3 * grid * 8
-    return Estimate(RUNTIME + weights + BLOCKS + layer, layer)
+    # and about 256 MiB more, measured and not yet placed: 1,500 tokens of a 2-layer, 8-head
+    # Llama peaked at 1.14 GiB against 0.89 counted without it (tests/test_memory_peaks.py),
+    # 1,720 tokens of SmolLM2 at 2.1 GB against 1.85
+    return Estimate(RUNTIME + weights + BLOCKS + layer + 256 * MiB, layer)
+
+
+def generate_estimate(n_layers: int, n_heads: int, n_kv_heads: int, d_head: int, d_model: int,
+                      weights: int, n_tokens: int) -> Estimate:  # fmt: skip
+    """The peak of a decoder writing after a prompt, `n_tokens` in all, as `needle` runs it
+    (`core.generation.greedy`): its KV cache (float32), the prompt's pass (SDPA, a few
+    activations of (T, d_model) at once, GENERATE_ACTIVATIONS of them), and one row
+    of every head a step; no map is held."""
+    cache = n_layers * 2 * n_kv_heads * d_head * n_tokens * FLOAT
+    activations = GENERATE_ACTIVATIONS * n_tokens * d_model * FLOAT
+    rows = 2 * n_heads * n_tokens * FLOAT
+    return Estimate(RUNTIME + weights + BLOCKS + cache + activations + rows, 0)
 
 
 def refuse_estimate(found: Estimate, what: str, fix: str) -> None:
@@ -527,6 +562,8 @@ def refuse(
         lengths = [min(n, limit) for n in lengths if truncate or n <= limit]
     if not lengths:
         return
+    if asked.command == "report":  # it reads its texts in batches of like lengths
+        lengths.sort(reverse=True)
     # a batch is as wide as its longest text; the one that needs the most decides
     batches = [lengths[i : i + asked.batch] for i in range(0, len(lengths), asked.batch)]
     asks = [(max(batch), replace(asked, batch=len(batch))) for batch in batches]

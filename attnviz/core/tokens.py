@@ -126,7 +126,7 @@ def _pieces(
     the model's limit, refused, or with `truncate` `tokenise(limit)` and a note of what was
     kept (`kept(encoding)`) added to `notes`; a decoder's BOS put first where its tokenizer
     does not put it there itself."""
-    bos = _bos_to_add(tokenizer, facts.causal)
+    bos = bos_to_add(tokenizer, facts.causal)
     limit = facts.max_tokens - (bos is not None)
     enc = tokenise(None)
     n_tokens = len(enc["input_ids"])
@@ -174,7 +174,7 @@ def _segment_of(sequence_ids: list[int | None]) -> list[int]:
     return segments
 
 
-def _bos_to_add(tokenizer: Any, causal: bool) -> int | None:
+def bos_to_add(tokenizer: Any, causal: bool) -> int | None:
     """A decoder's BOS id when its tokenizer does not put one first itself; else None."""
     bos = tokenizer.bos_token_id
     if not causal or bos is None:
@@ -337,14 +337,21 @@ def picture_inputs(loaded: LoadedModel, encoded: Encoded, length: int | None = N
     pixel values in its dtype; with `length` (the prompt and a target read with it), its
     per-token ones go on over the target as transformers' `generate` extends them over what
     it writes: PaliGemma's `token_type_ids` with 1 (a suffix, read causally), the image
-    tokens' types (`mm_token_type_ids`) with 0 (text)."""
+    tokens' types (Gemma 3's `token_type_ids`, others' `mm_token_type_ids`) with 0 (text:
+    a 1 would make the target's tokens one more image, read both ways), the others (Mllama's
+    `cross_attention_mask`) with the prompt's last token's."""
     import torch
 
-    found = {}
+    # PaliGemma's types mark its prompt (0, read both ways) from what follows it (1)
+    suffix = int(loaded.model.config.model_type == "paligemma")
+    found, prompt = {}, len(encoded.ids)
     for name, value in (encoded.inputs or {}).items():
-        if length is not None and name.endswith("token_type_ids") and value.shape[-1] < length:
-            more = torch.full((1, length - value.shape[-1]), int(name == "token_type_ids"))
-            value = torch.cat([value, more.to(value.dtype)], dim=-1)
+        if length is not None and value.dim() >= 2 and value.shape[1] == prompt < length:
+            if name.endswith("token_type_ids"):
+                more = torch.full((1, length - prompt), suffix * (name == "token_type_ids"))
+            else:
+                more = value[:, -1:].expand(-1, length - prompt, *value.shape[2:])
+            value = torch.cat([value, more.to(value.dtype)], dim=1)
         dtype = loaded.model.dtype if value.is_floating_point() else None
         found[name] = value.to(loaded.device, dtype)
     return found

@@ -75,6 +75,18 @@ def _without_video(cls: Any) -> Any:
     return WithoutVideo
 
 
+def _unread(model: Any) -> str:
+    """Why a family without a layout reader has no view of the picture."""
+    from attnviz.core.adapters import generic
+
+    cross = len(generic.callers(model, "cross"))
+    if cross:  # Mllama's
+        return (f"it reads the picture through {cross} cross-attention layer(s), not as tokens "
+                "of the prompt, and attnviz reads its self-attention layers alone, numbered "
+                "among themselves")  # fmt: skip
+    return "attnviz has no reader of its image tokens' layout"
+
+
 def prompt_text(processor: Any, prompt: str, raw: bool) -> str:
     """The prompt as the model reads it: one user turn of the picture then the prompt,
     through the processor's chat template, ready for the answer; as it is with `raw`, or
@@ -115,6 +127,9 @@ def encode(loaded: LoadedModel, given: Any, prompt: str, raw: bool = False) -> E
         raise InputError(f"{loaded.info.name} has no processor here ({' or '.join(PROCESSOR_FILES)}"
                          "): attnviz reads a picture and a prompt through it; text alone is read "
                          "through its language model")  # fmt: skip
+    if isinstance(given, (list, tuple)):
+        raise InputError(f"{len(given)} pictures given: attnviz reads one picture a prompt "
+                         "(several in one prompt are not read yet); give one")  # fmt: skip
     image = read_picture(given)
     name = Path(given).name if isinstance(given, (str, Path)) else "image"
     text = prompt_text(loaded.processor, prompt, raw)
@@ -128,14 +143,19 @@ def encode(loaded: LoadedModel, given: Any, prompt: str, raw: bool = False) -> E
     ids = [int(i) for i in made["input_ids"][0]]
     inputs = {key: value for key, value in made.items() if key not in _NOT_INPUTS}
     config = loaded.model.config
-    layout = layouts.layout(config.model_type, ids, inputs, config, loaded.processor, image, name)
+    try:
+        layout = layouts.layout(config.model_type, ids, inputs, config, loaded.processor, image,
+                                name)  # fmt: skip
+        unread = _unread(loaded.model)
+    except ValueError as exc:  # a layout its family's reader does not know
+        layout, unread = None, str(exc)
     found = from_ids(loaded, ids, text)
     tokens, special = list(found.tokens), list(found.special)
     word_labels = list(found.word_labels)
     notes = [f"{image.width} × {image.height} picture, {name}"]
     if layout is None:
-        notes.append(f"the picture's view is not drawn for {config.model_type}: attnviz has no "
-                     "reader of its image tokens' layout (the text views are)")  # fmt: skip
+        notes.append(f"the picture's view is not drawn for {config.model_type}: {unread} (the "
+                     "text views are)")  # fmt: skip
     else:
         for index, label in layout.labels().items():
             tokens[index], special[index] = label, False

@@ -121,7 +121,7 @@ def read_done(folder: Path) -> dict[str, Any] | None:
 TEXT_FILES = re.compile(
     r"(overview|layer-\d+|layer-\d+-head-\d+|query-.*-\d+|divergence|layer-\d+-head-\d+-(compare|pictures)"
     r"|importance-[ab]|moved-or-matters|picture-(\d+-\d+-|dist-|reg\d+-)?(layer-\d+|rollout))"
-    r"\.(png|svg|pdf)|attention\.(html|npz)|compare(-\d+)?\.html"
+    r"\.(png|svg|pdf)|attention\.(html|npz)|compare(-\d+)?\.html|layout\.json"
 )
 
 

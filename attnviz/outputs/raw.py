@@ -59,3 +59,20 @@ def save_raw(
             **more,
         ),
     )
+
+
+def layout_json(layout: Any) -> str:
+    """layout.json: where each image token of a picture and a prompt sits on the picture
+    (`core.layouts.Layout`): the picture's name and size (width, height), each part's grid
+    (rows, cols), box (top, left, bottom, right, shares of the picture) and token indices
+    row by row, the marks (image tokens that stand for no patch), and each cell's token by
+    its label."""
+    import json
+
+    height, width = layout.pixels.shape[:2]
+    parts = [{"name": part.name, "grid": list(part.grid), "box": list(part.box),
+              "tokens": list(part.tokens)} for part in layout.parts]  # fmt: skip
+    found = {"family": layout.family, "picture": layout.name, "size": [width, height],
+             "parts": parts, "marks": list(layout.marks),
+             "cells": {label: index for index, label in layout.labels().items()}}  # fmt: skip
+    return json.dumps(found, ensure_ascii=False, indent=1)

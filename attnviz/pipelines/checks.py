@@ -174,6 +174,48 @@ _ELSEWHERE = ("a picture to `attnviz show` or `check`, pictures to `attnviz expo
               "or `report`, or a picture to the API (`serve` reads text)")  # fmt: skip
 
 
+# The options a report, export or compare over pictures and questions cannot take: each is
+# read alone, with its weights (a report sums the numbers of `analysis.picture_heads`).
+_NOT_FOR_QUESTIONS = (
+    ("--html", lambda r: r.html),
+    ("--measure", lambda r: r.measure != "weights"),
+    ("--query", lambda r: r.query is not None),
+    ("--treebank", lambda r: r.treebank),
+    ("--importance", lambda r: r.importance is not None),
+    ("--threshold", lambda r: r.thresholds is not None and r.thresholds.values != DEFAULTS),
+    ("--words", lambda r: r.words),
+    ("--truncate", lambda r: r.truncate),
+    ("--shard", lambda r: r.shard is not None),
+    ("--partial/--resume", lambda r: r.partial is not None or r.resume),
+    ("a launched run (torchrun, accelerate launch)", lambda r: r.launched),
+    ("--against-model", lambda r: r.against is not None),
+)
+# What each command reads of pictures and questions, as its refusal of a model says it.
+_ASKED = {"compare": "two pictures and a question, or a picture and two questions, are"}
+
+
+def questions(request: Request, facts: Any) -> None:
+    """Refuse a report, export or compare over pictures and questions (a JSONL file; compare's
+    two pictures and a question, or a picture and two) that cannot run: an option it cannot
+    take, --generate below 1, or (`facts`: the model's files' or the loaded
+    model's; None: not known yet) a model that reads no picture and prompt."""
+    for option, given in _NOT_FOR_QUESTIONS:
+        if features.asks(given, request):
+            raise InputError(f"{option} is not available in attnviz {request.command} over "
+                             "pictures and questions")  # fmt: skip
+    if request.generate is not None and request.generate < 1:
+        raise InputError(
+            f"--generate takes a number of tokens of 1 or more, not {request.generate}"
+        )
+    features.refuse(request, facts)
+    if facts is not None and not getattr(facts, "prompted", False):
+        kind = ("a vision model: it reads a picture alone" if getattr(facts, "pictures", False)
+                else "a text model: it reads no picture")  # fmt: skip
+        asked = _ASKED.get(request.command, "a file of pictures and questions is")
+        raise InputError(f"{facts.name} is {kind}; {asked} for a vision-language model (LLaVA, "
+                         "Qwen2-VL, PaliGemma, …)")  # fmt: skip
+
+
 def before_compare(request: Request, model: Model, other: Model) -> None:
     """Refuse before anything loads: no pairs, an empty text, an unknown measure, what does
     not combine (the feature table), a text too long for its model, an unwritable --out."""
@@ -188,6 +230,10 @@ def before_compare(request: Request, model: Model, other: Model) -> None:
         require_text(a, f"text A{where}")
         require_text(b, f"text B{where}")
     get(request.measure)
+    for option, given in (("--target", request.target is not None), ("--raw", request.raw)):
+        if given:
+            raise InputError(f"{option} in attnviz compare is for pictures and questions: "
+                             'compare a.png b.png "What is on it?"')  # fmt: skip
     against(request)
     read = ((model, [a for a, _ in pairs]), (other, [b for _, b in pairs]))
     for reader, texts in read if request.pictures is None else ():  # a picture: its grid

@@ -16,6 +16,7 @@ from attnviz.pipelines.readers import read_texts
 if TYPE_CHECKING:
     from attnviz.analysis.compare import Comparison, Moved, QueryMoves
     from attnviz.analysis.importance import Importance
+    from attnviz.pipelines.compare_questions import QuestionCompareResult
     from attnviz.pipelines.request import CompareRequest
 
 OVERVIEW = "divergence"  # the overview figure's file name, without its extension
@@ -63,7 +64,7 @@ class CompareResult:
         }
 
 
-def compare(request: CompareRequest) -> CompareResult:
+def compare(request: CompareRequest) -> CompareResult | QuestionCompareResult:
     """Read each pair's text A with the request's model and text B with its `against` model
     (default: the same), compare them head by head (`analysis.compare`) and draw the
     divergence per head and the `top` heads that moved most (A, B and B − A) into its `out`.
@@ -73,7 +74,12 @@ def compare(request: CompareRequest) -> CompareResult:
     several pairs, in every pair whose A has it: the mean). `importance` also measures each
     head's importance (zero ablation) to each model's objective on its texts: a head that
     moved can then be told from a head that matters. `html` also writes the interactive page
-    of each pair (A, B and B − A in every view, `outputs.html.compare`)."""
+    of each pair (A, B and B − A in every view, `outputs.html.compare`). Two pictures and a
+    question, or a picture and two (`questions`), are `compare_questions`'."""
+    if request.questions is not None:  # a vision-language model's pictures and questions
+        from attnviz.pipelines.compare_questions import compare_questions
+
+        return compare_questions(request)
     from attnviz.analysis.compare import compare_pairs, follow_query, moved_heads
     from attnviz.analysis.transforms import transform
     from attnviz.core import models
@@ -90,8 +96,8 @@ def compare(request: CompareRequest) -> CompareResult:
     encoded_b = [_encode(loaded_b, r, b) for _, b in r.pairs]
     html = r.html and r.out is not None
     insides = None
-    if in_blocks(r, loaded, loaded_b, encoded_a + encoded_b):
-        comparison = _compared_in_blocks(loaded, r, encoded_a, encoded_b)
+    if in_blocks(r, loaded, encoded_a + encoded_b):
+        comparison = _compared_in_blocks(loaded, loaded_b, r, encoded_a, encoded_b)
     else:
         if loaded_b is loaded:  # one model: A and B share the passes (and the inside view)
             found, insides = read_texts(loaded, r, encoded_a + encoded_b, html)
@@ -118,14 +124,13 @@ def compare(request: CompareRequest) -> CompareResult:
                          tuple(pages))  # fmt: skip
 
 
-def in_blocks(request: CompareRequest, loaded: Any, loaded_b: Any, encoded: list[Any]) -> bool:
-    """Whether the pairs are compared a block of rows at a time, A and B of each pair in one
-    padded pass (`analysis.compare_blocks`), no map held whole: one model reads both, the
-    weights of tokens as read (no --words, --html, picture or continuation), and a pair's
-    maps would take more than `memory.STREAM_ABOVE`."""
+def in_blocks(request: CompareRequest, loaded: Any, encoded: list[Any]) -> bool:
+    """Whether the pairs are compared a block of rows at a time (`analysis.compare_blocks`),
+    no map held whole: the weights of tokens as read (no --words, --html, picture or
+    continuation), and a pair's maps would take more than `memory.STREAM_ABOVE`."""
     from attnviz.core import memory
 
-    if loaded_b is not loaded or not _can_go_in_blocks(request):
+    if not _can_go_in_blocks(request):
         return False
     info, n = loaded.info, len(encoded) // 2
     kept = len(info.pick_layers(list(request.layers) if request.layers else None))
@@ -161,8 +166,7 @@ def _fits(request: CompareRequest, model: Any, other: Any) -> None:
         count_b = [min(n, spec_b.max_tokens or n) for n in count_b]
     lengths = list(zip(count_a, count_b))
     kept = len(spec.pick_layers(list(request.layers) if request.layers else None))
-    blocks = other is model and _can_go_in_blocks(request)
-    blocks = blocks and memory.compare_in_blocks(kept, spec.n_heads, lengths)
+    blocks = _can_go_in_blocks(request) and memory.compare_in_blocks(kept, spec.n_heads, lengths)
     weights = request.load.weights_held(spec)
     if other is not model:
         weights += (request.against or request.load).weights_held(spec_b)
@@ -171,19 +175,21 @@ def _fits(request: CompareRequest, model: Any, other: Any) -> None:
         load.implementation == "eager" or s.eager_only
         for load, s in ((request.load, spec), (request.against or request.load, spec_b))
     )
-    found = memory.compare_estimate(kept, spec.n_heads, weights, lengths, blocks, eager)
+    found = memory.compare_estimate(kept, spec.n_heads, weights, lengths, blocks, eager,
+                                    two_passes=other is not model)  # fmt: skip
     longest = max(max(pair) for pair in lengths)
     how = "" if blocks else (
-        "; one model and the weights of tokens as read (no --words, --measure, --html) "
-        "compare long texts in blocks of rows")  # fmt: skip
+        "; the weights of tokens as read (no --words, --measure, --html) compare long "
+        "texts in blocks of rows")  # fmt: skip
     memory.refuse_estimate(found, f"compare of {len(lengths)} pair(s) (up to {longest:,} "
                            "tokens)", f"compare shorter texts{how}")  # fmt: skip
 
 
-def _compared_in_blocks(loaded: Any, request: CompareRequest, encoded_a: list[Any],
-                        encoded_b: list[Any]) -> Comparison:  # fmt: skip
-    """Each pair read in one padded pass and compared a block of rows at a time, its maps
-    pooled where they would be drawn larger than a figure can show (`pipelines.views`)."""
+def _compared_in_blocks(loaded: Any, loaded_b: Any, request: CompareRequest,
+                        encoded_a: list[Any], encoded_b: list[Any]) -> Comparison:  # fmt: skip
+    """Each pair compared a block of rows at a time, its maps pooled where they would be drawn
+    larger than a figure can show (`pipelines.views`): A and B in one padded pass where one
+    model reads both, else each read by its model at once, the two passes in step."""
     import numpy as np
 
     from attnviz.analysis.compare import combine
@@ -198,7 +204,8 @@ def _compared_in_blocks(loaded: Any, request: CompareRequest, encoded_a: list[An
     no_map = np.zeros((len(layers), info.n_heads, 0, 0), np.float32)  # tokens and facts alone
     found = []
     for a, b in zip(encoded_a, encoded_b):
-        text_a, text_b = (text_attention(e, info, layers, no_map) for e in (a, b))
+        text_a = text_attention(a, info, layers, no_map)
+        text_b = text_attention(b, loaded_b.info, layers, no_map)
         # four kinds of pooled map (A's, B's, and both sides' unit grids) share what the
         # figures of one text may hold
         maps = 4 * len(layers)
@@ -206,11 +213,50 @@ def _compared_in_blocks(loaded: Any, request: CompareRequest, encoded_a: list[An
         units = min(len(a), len(b))  # at most: the alignment's units
         sizes.append(image_pool_size(maps, info.n_heads, units, units))
         pair = PairBlocks(text_a, text_b, layers, (0, 1), tuple(sizes), request.query)
-        width = max(len(a), len(b))
-        capture.run(loaded, pad(loaded, [a, b]), [pair],
-                    block_rows=memory.stream_rows(2 * info.n_heads, width))  # fmt: skip
+        # a block of both texts' rows within memory.STREAM_BLOCK, in one pass or in two
+        rows = memory.stream_rows(2 * info.n_heads, max(len(a), len(b)))
+        if loaded_b is loaded:
+            capture.run(loaded, pad(loaded, [a, b]), [pair], block_rows=rows)
+        else:
+            _in_step(pair, ((loaded, a), (loaded_b, b)), rows)
         found.append(pair.result())
     return combine(found)
+
+
+def _in_step(pair: Any, sides: tuple[tuple[Any, Any], ...], rows: int) -> None:
+    """A read by its model here and B by its own in a thread, at once, the two passes kept
+    within a block of each other (`compare_blocks.Lockstep`); a failure of either is raised
+    here, and stops the other at its next block."""
+    import threading
+
+    from attnviz.analysis.compare_blocks import Lockstep, Stopped
+    from attnviz.core import capture
+    from attnviz.core.tokens import pad
+
+    step = Lockstep(pair)
+    errors: list[BaseException | None] = [None, None]
+
+    def read(side: int) -> None:
+        loaded, encoded = sides[side]
+        try:
+            capture.run(loaded, pad(loaded, [encoded]), [step.sides[side]], block_rows=rows)
+        except BaseException as error:  # raised in the caller's thread below
+            errors[side] = error
+            step.end(side, failed=True)
+        else:
+            step.end(side)
+
+    other = threading.Thread(target=read, args=(1,), name="attnviz-compare-b", daemon=True)
+    other.start()
+    try:
+        read(0)
+        other.join()
+    except BaseException:  # Ctrl-C while waiting for B's pass: stop it
+        step.end(0, failed=True)
+        raise
+    raised = [error for error in errors if error is not None and not isinstance(error, Stopped)]
+    if raised:
+        raise raised[0]
 
 
 def _encode(loaded: Any, request: CompareRequest, text: str) -> Any:

@@ -76,6 +76,7 @@ class ExportOptions:
     fusion: str = "mean"  # rollout's head fusion
     discard: float = 0.0  # rollout's discard ratio
     pictures: bool = False  # a vision model's pictures: each "text" is a picture's path
+    questions: bool = False  # a vision-language model's pictures and prompts (a JSONL file)
     stack: str | None = None  # encoder-decoder models: encoder, decoder or cross
     dtype: str = "auto"  # the model's weights (--dtype): half precision moves the numbers
     # a decoder's continuation of each text (--generate N, --sample, --temperature, --seed;
@@ -97,7 +98,8 @@ class ExportOptions:
         found = {f.name: getattr(style if f.name in drawn else request, f.name)
                  for f in fields(cls) if f.name != "dtype"}  # fmt: skip
         return cls(**{**found, "figures": request.figures or KINDS, "dtype": request.load.dtype,
-                      "pictures": request.pictures is not None})  # fmt: skip
+                      "pictures": request.pictures is not None,
+                      "questions": request.questions is not None})  # fmt: skip
 
 
 @dataclass
@@ -117,6 +119,7 @@ class Record:
     # a decoder's --generate / --target: where the continuation starts, how it came, each
     # of its tokens' probabilities (`core.attention.Continuation`)
     continuation: dict[str, Any] | None = None
+    picture: str | None = None  # a question's picture, as its line gives it
 
 
 @dataclass
@@ -168,7 +171,8 @@ Progress = Callable[[Record, int], None]  # (record, figures written for it)
 
 
 def _folder_name(sentence: Sentence, width: int) -> str:
-    return f"{sentence.index:0{width}d}-{text_folder_name(sentence.text, 32, sentence.target)}"
+    name = text_folder_name(sentence.text, 32, sentence.target, sentence.given)
+    return f"{sentence.index:0{width}d}-{name}"
 
 
 # A name `_folder_name` makes: the sentence's number, a slug, 8 hex digits of a hash.
@@ -245,11 +249,20 @@ def _settings(model_name: str, sentence: Sentence, options: ExportOptions) -> di
     for name in ("generate", "target", "sample", "temperature", "seed"):
         if settings[name] in (None, False):  # folders written before --generate stay complete
             del settings[name]
-    for name, default in (("fusion", "mean"), ("discard", 0.0), ("pictures", False)):
+    for name, default in (
+        ("fusion", "mean"),
+        ("discard", 0.0),
+        ("pictures", False),
+        ("questions", False),
+    ):
         if settings[name] == default:  # folders written before these options stay complete
             del settings[name]
     if options.pictures:  # the picture's bytes, not only its name, decide what is complete
         settings["picture_sha1"] = _sha1(Path(sentence.text))
+    if sentence.picture is not None:  # a question's picture: its path and bytes
+        settings["picture"] = sentence.given
+        settings["picture_sha1"] = _sha1(sentence.picture)
+        settings["target"] = sentence.target
     if options.stack is None:  # a one-stack model's folders stay complete as they were
         del settings["stack"]
     else:
@@ -321,6 +334,10 @@ def render_sentence(
 
         how = rollout_how(options.fusion, options.discard)
         written += draw_pictures(att, folder, layers, heads, style, query, how)
+    if att.layout is not None:  # a picture and a prompt: where each image token sits
+        from attnviz.outputs.raw import layout_json
+
+        written.append(write_text_atomic(folder / "layout.json", layout_json(att.layout)))
     if page is not None:
         written.append(write_text_atomic(folder / "attention.html", page))
     if options.save_raw:
@@ -400,7 +417,10 @@ class _Export:
         if spec is not None:
             spec.of_stack(self.options.stack).pick_layers(asked[0])
             spec.of_stack(self.options.stack).pick_heads(asked[1])
-        if r.pictures is None:  # a picture's tokens are its processor's grid
+        if r.questions is not None:
+            checks.questions(r, spec)
+            checks.questions(r, facts)
+        elif r.pictures is None:  # a picture's tokens are its processor's grid
             checks.fits(r, model, [s.text for s in self.sentences.items])
         out = prepare_dir(r.out)
         self.width = max(4, len(str(len(self.sentences.items))))
@@ -409,7 +429,8 @@ class _Export:
         if self.others and not r.overwrite:
             raise _refuse_other_export(out, self.others)
         self.model_name = spec.name if spec is not None else model.name  # as loading names it
-        unit = "sentences" if r.pictures is None else "pictures"
+        unit = "pictures" if r.pictures is not None else "sentences"
+        unit = "questions" if r.questions is not None else unit
         self.summary = ExportSummary(out, len(self.sentences.items),
                                      blank=self.sentences.blank, unit=unit)  # fmt: skip
         if r.pictures is not None and r.pictures.note():
@@ -422,7 +443,8 @@ class _Export:
             else:
                 self.todo.append((sentence, folder, settings))
         # (a pair's target may be too long when its source is not: the loaded model decides)
-        spec_length = None if facts.seq2seq or r.pictures is not None else spec
+        pictured = r.pictures is not None or r.questions is not None
+        spec_length = None if facts.seq2seq or pictured else spec
         errors = _all_too_long(spec_length, [s for s, _, _ in self.todo], r.truncate)
         if errors is not None:
             for (sentence, folder, _), error in zip(self.todo, errors, strict=True):
@@ -503,12 +525,14 @@ class _Export:
         loaded, stack, truncate = self.loaded, self.options.stack, self.request.truncate
         for sentence, folder, settings in self.todo:
             record = Record(sentence.index, sentence.line, sentence.text, folder.name, "written",
-                            target=sentence.target)  # fmt: skip
+                            target=sentence.target, picture=sentence.given)  # fmt: skip
             try:
                 if self.options.pictures:
                     encoded = self.picture(sentence, folder)
                     if encoded is None:
                         continue
+                elif sentence.picture is not None:
+                    encoded = self.question(sentence)
                 elif stack is None:
                     encoded = encode(loaded, sentence.text, truncate)
                 else:
@@ -518,7 +542,8 @@ class _Export:
                 self.too_long(sentence, folder, error)
                 continue
             notes = encoded.notes if stack is None else encoded.source.notes
-            if notes and not self.options.pictures:  # a picture's says how it was sized
+            pictured = self.options.pictures or self.options.questions  # notes: its size
+            if notes and not pictured:
                 self.summary.truncated += 1
                 self.warn(f"{self.sentences.origin}, line {sentence.line}: {notes[0]}")
             yield encoded, record, settings
@@ -537,6 +562,16 @@ class _Export:
                                "not a picture (skipped)"))  # fmt: skip
             return None
 
+    def question(self, sentence: Sentence) -> Encoded:
+        """A picture and its prompt as the model reads them; a picture the processor
+        refuses, said with its line."""
+        from attnviz.core import vlm
+
+        try:
+            return vlm.encode(self.loaded, sentence.picture, sentence.text)
+        except InputError as error:
+            raise InputError(f"{self.sentences.origin}, line {sentence.line}: {error}") from None
+
     def texts(self) -> Iterator[tuple[Any, ...]]:
         """Each sentence left, read in batched passes: (attention, inside view, page measures,
         record, settings, sides), in order."""
@@ -550,10 +585,12 @@ class _Export:
                     sides = {"source_tokens": encoded.source.tokens,
                              "target_tokens": encoded.target.tokens}  # fmt: skip
                 queue.append((record, settings, sides))
-                yield encoded
+                yield encoded if r.questions is None else (encoded, record.target)
 
         r, loaded = self.request, self.loaded
-        if stack is None:
+        if r.questions is not None:
+            read = _question_attention(loaded, r, encoded_only(), self.layers)
+        elif stack is None:
             read = _attention(loaded, r, encoded_only(), self.layers, options.html)
         else:
             read = _stack_attention(loaded, r, encoded_only(), stack)
@@ -644,6 +681,28 @@ def _attention(
             yield att, parts.inside.result(row), pages
 
 
+def _question_attention(
+    loaded: LoadedModel,
+    request: ExportRequest,
+    questions: Iterator[tuple[Encoded, str | None]],
+    layers: list[int],
+) -> Iterator[tuple[Attention, None, None]]:
+    """Each picture and prompt's attention, one a pass: answered first by its line's target
+    (teacher forcing) or `request.generate` tokens, where given."""
+    from dataclasses import replace as changed
+
+    from attnviz.pipelines.readers import OneStack, continued
+
+    reader = OneStack(loaded, request)
+    for prompt, target in questions:
+        if target is None and request.generate is None:
+            yield reader.batch([prompt])[0][0], None, None
+            continue
+        asked = changed(request, target=target, generate=None if target else request.generate)
+        whole, reading = continued(loaded, asked, prompt, layers)
+        yield reader.batch([whole], reading=reading)[0][0], None, None
+
+
 def _stack_attention(
     loaded: LoadedModel, request: ExportRequest, pairs: Iterator[SourceTarget], stack: str
 ) -> Iterator[tuple[Attention, None, None]]:
@@ -661,7 +720,7 @@ def _stack_attention(
 
 
 def _figures(record: Record) -> int:
-    return sum(1 for name in record.files if not name.endswith((".npz", ".html")))
+    return sum(1 for name in record.files if not name.endswith((".npz", ".html", ".json")))
 
 
 class _Renderer:
@@ -731,7 +790,7 @@ def write_manifest(
                 yield record
             else:
                 yield Record(sentence.index, sentence.line, sentence.text, folder.name,
-                             "pending", target=sentence.target)  # fmt: skip
+                             "pending", target=sentence.target, picture=sentence.given)  # fmt: skip
 
     def write_json(handle) -> None:
         opening = json.dumps(head, ensure_ascii=False)[:-1] + ', "sentences": [\n'

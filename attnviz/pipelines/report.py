@@ -46,6 +46,14 @@ def report(request: ReportRequest, **callbacks: Any) -> tuple[Any, list[Path]]:
     from attnviz.pipelines.distributed import launched, report_split
 
     request = replace(request, launched=launched() is not None)
+    if request.questions is not None:  # a vision-language model's pictures and questions
+        from attnviz.pipelines.question_report import question_report
+
+        return question_report(request, **callbacks)
+    if request.generate is not None:
+        raise InputError("--generate in attnviz report answers the questions of a file of "
+                         "pictures and prompts (QUESTIONS.jsonl, "
+                         "docs/vision-language.md)")  # fmt: skip
     if request.pictures is not None:  # a vision model's report over pictures
         from attnviz.pipelines.picture_report import picture_report
 
@@ -59,6 +67,7 @@ def report(request: ReportRequest, **callbacks: Any) -> tuple[Any, list[Path]]:
         sentences = _pairs(sentences)
     else:
         checks.ranges(model, options["layers"], options["heads"])
+        checks.fits(request, model, [item.text for item in sentences.items])
     if request.shard is not None or request.launched:  # refused after loading, where needed
         return report_split(model, sentences, request.out, request.style, request.shard,
                             request.partial, request.resume, on_ranks, request=request,

@@ -116,6 +116,7 @@ class ExportRequest(Request):
 
     command: ClassVar[str] = "export"
     sentences: Any = None  # core.inputs.Sentences
+    questions: Any = None  # core.questions.Questions: pictures and prompts (a JSONL file)
     figures: tuple[str, ...] | None = None  # the figure kinds (None: all)
     save_raw: bool = False  # attention.npz
     overwrite: bool = False  # replace another export's folders in --out
@@ -128,6 +129,7 @@ class ReportRequest(Request):
     command: ClassVar[str] = "report"
     sentences: Any = None  # core.inputs.Sentences, or a core.treebank.Treebank
     treebank: bool = False  # `sentences` is a CoNLL-U treebank
+    questions: Any = None  # core.questions.Questions: pictures and prompts (a JSONL file)
     thresholds: Any = None  # analysis.roles.Thresholds
     min_count: int = 100  # --treebank
     margin: float = 0.1  # --treebank
@@ -141,11 +143,14 @@ class ReportRequest(Request):
 
 @dataclass(frozen=True)
 class CompareRequest(Request):
-    """`attnviz compare`: pairs of texts (or two pictures) head by head, or one text in two
-    models."""
+    """`attnviz compare`: pairs of texts (or two pictures, or pictures and questions) head by
+    head, or one text in two models."""
 
     command: ClassVar[str] = "compare"
     pairs: tuple[tuple[str, str], ...] = ()  # (text A, text B)
+    # a vision-language model's two pictures and one question, or one picture and two
+    # (`core.questions.QuestionPair`)
+    questions: Any = None
     against: Load | None = None  # the model that reads text B
     importance: str | None = None  # "ablation" (zero ablation alone): each head's in A and in B
     top: int = 6  # heads listed and drawn
@@ -170,3 +175,28 @@ REQUESTS: dict[str, type[Request]] = {
 COMMANDS = tuple(REQUESTS)
 # Every field of every command's request: an option one command may have and another not.
 OPTIONS = frozenset(f.name for kind in REQUESTS.values() for f in fields(kind))
+
+
+@dataclass(frozen=True)
+class NeedleRequest:
+    """`attnviz needle`: which heads fetch a fact from a long context (retrieval heads). Not a
+    `Request`: it reads none of the texts, parts or views the other commands share (their
+    features' table has nothing to offer it), only a model, a haystack and a needle."""
+
+    command: ClassVar[str] = "needle"
+    load: Load = field(default_factory=Load)
+    haystack: str | None = None  # a text file or a folder of them; None: the bundled text
+    needle: str | None = None  # None: core.haystack.NEEDLE
+    question: str | None = None  # None: core.haystack.QUESTION
+    lengths: tuple[int, ...] = (1000, 2000, 4000, 8000)  # prompt tokens, at most
+    depths: tuple[float, ...] = ()  # % of the haystack before the needle; (): 11, 0 … 100
+    answer_tokens: int = 48  # the most each answer writes
+    ablate_top: tuple[int, ...] = ()  # k: the k best heads removed, against k random heads
+    seeds: int = 3  # draws of k random heads
+    out: Path | None = None  # the runs (resumable) and the files; None: nothing written
+    style: Style | None = None
+
+    def model(self) -> Model:
+        from attnviz.core import models
+
+        return models.get(self.load)

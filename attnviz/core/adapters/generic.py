@@ -136,7 +136,13 @@ _CROSS = ("cross", "encoder_attn", "encdec")  # BART, NLLB-MoE, T5 call theirs s
 def _stack(model: Any, name: str, module: Any) -> str | None:
     """Which stack the module at `name` is in: by its place (under the encoder or not) and,
     in the decoder, whether it reads the encoder's states (cross-attention); in a
-    vision-language model, the language model's (None) or the vision tower's."""
+    vision-language model, the language model's (None), its cross-attention to the
+    picture's states (Mllama's: keys that are no tokens of the text), or the vision
+    tower's."""
+    parts = name.lower().split(".")
+    cross = getattr(module, "is_cross_attention", False) or any(
+        word in part for part in parts for word in _CROSS
+    )
     if not model.config.is_encoder_decoder:
         language = reading(model)
         if language is model.base_model:
@@ -144,13 +150,11 @@ def _stack(model: Any, name: str, module: Any) -> str | None:
         inside = getattr(model, "_attnviz_language", None)
         if inside is None:  # the language model's modules, found once a model
             inside = model._attnviz_language = {id(m) for m in language.modules()}
-        return None if id(module) in inside else VISION
-    parts = name.lower().split(".")
+        if id(module) not in inside:
+            return VISION
+        return "cross" if cross else None
     if "encoder" in parts:
         return "encoder"
-    cross = getattr(module, "is_cross_attention", False) or any(
-        word in part for part in parts for word in _CROSS
-    )
     return "cross" if cross else "decoder"
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from attnviz.core.layouts import llava, pooled, qwen2_vl
+from attnviz.core.layouts import idefics3, llava, llava_next, pooled, qwen2_vl
 from attnviz.core.layouts.base import Inputs, Layout, Part
 
-FAMILIES = (llava, qwen2_vl, pooled)
+FAMILIES = (llava, llava_next, qwen2_vl, idefics3, pooled)
 BY_TYPE = {kind: family for family in FAMILIES for kind in family.TYPES}
 
 __all__ = ["BY_TYPE", "Layout", "Part", "layout"]

@@ -67,21 +67,37 @@ class Layout:
 
         return [np.asarray(row)[list(part.tokens)].reshape(part.grid) for part in self.parts]
 
+    def edges(self, size: tuple[int, int]) -> list[tuple[Any, Any]]:
+        """Each part's cells' edges on a picture of `size` (H, W): (ys, xs), its rows' and
+        columns' first pixels and one past the last, whole pixels of its box (which may reach
+        past the picture: LLaVA-NeXT's whole cells over its padding)."""
+        import numpy as np
+
+        height, width = size
+        found = []
+        for part in self.parts:
+            top, left, bottom, right = part.box
+            ys = np.round(np.linspace(top * height, bottom * height, part.grid[0] + 1)).astype(int)
+            xs = np.round(np.linspace(left * width, right * width, part.grid[1] + 1)).astype(int)
+            found.append((ys, xs))
+        return found
+
     def painted(self, row: Any, size: tuple[int, int] | None = None) -> Any:
         """One row of attention painted on the picture, (H, W) float32 at `size` (H, W; the
-        picture's own by default): each cell's value over the pixels of its box, parts that
-        overlap (a global view and its tiles) added."""
+        picture's own by default): each cell's value over the pixels of its box (`edges`),
+        parts that overlap (a global view and its tiles) added; a box that reaches past the
+        picture painted where it is on it."""
         import numpy as np
 
         height, width = size if size is not None else self.pixels.shape[:2]
         canvas = np.zeros((height, width), np.float32)
-        for part, grid in zip(self.parts, self.grids(row)):
-            top, left, bottom, right = part.box
-            ys = np.round(np.linspace(top * height, bottom * height, part.grid[0] + 1)).astype(int)
-            xs = np.round(np.linspace(left * width, right * width, part.grid[1] + 1)).astype(int)
-            rows = np.repeat(np.arange(part.grid[0]), np.diff(ys))  # each pixel row's cell
-            cols = np.repeat(np.arange(part.grid[1]), np.diff(xs))
-            canvas[ys[0] : ys[-1], xs[0] : xs[-1]] += grid[rows][:, cols]
+        for grid, (ys, xs) in zip(self.grids(row), self.edges((height, width))):
+            rows = np.repeat(np.arange(len(ys) - 1), np.diff(ys))  # each pixel row's cell
+            cols = np.repeat(np.arange(len(xs) - 1), np.diff(xs))
+            painted = grid[rows][:, cols]  # (ys[-1] - ys[0], xs[-1] - xs[0])
+            y0, y1 = max(ys[0], 0), min(ys[-1], height)
+            x0, x1 = max(xs[0], 0), min(xs[-1], width)
+            canvas[y0:y1, x0:x1] += painted[y0 - ys[0] : y1 - ys[0], x0 - xs[0] : x1 - xs[0]]
         return canvas
 
 

@@ -5,6 +5,7 @@ style.py     what every figure shares: `Style` (format, dpi, colour map, scale),
 heatmaps.py  attention heatmaps: one head, a layer's grid of heads, the overview, a query
 report.py    the report's and compare's grids, role maps, relations and differences, and a
              picture report's mean attention distance against depth
+questions.py a report over pictures and questions: the picture's share against layer
 raster.py    how figures become files fast: a figure drawn once and redrawn per frame
              (blitting, cells painted as whole pixels), PNG encoding, atomic saving
 """
@@ -20,6 +21,7 @@ from attnviz.outputs.figures.heatmaps import (
     query_figure,
     query_rows,
 )
+from attnviz.outputs.figures.questions import share_figure
 from attnviz.outputs.figures.raster import figure_png, fixed_axes, save_figure
 from attnviz.outputs.figures.report import (
     DIFFERENCE_LABEL,
@@ -50,6 +52,7 @@ from attnviz.outputs.figures.style import (
 )
 
 __all__ = [
+    "share_figure",
     "FORMATS",
     "LABEL_STEPS",
     "Layout",

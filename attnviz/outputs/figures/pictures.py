@@ -10,6 +10,7 @@ model made it, not renormalised over the patches); what the tokens outside the g
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,9 +44,20 @@ def blend(pixels: Any, grid: Any, patch: int, cmap: Any, top: float) -> Any:
     over its `patch` × `patch` pixels (ALPHA of it), (rows·patch, cols·patch, 3) uint8."""
     import numpy as np
 
-    colours = cmap(np.clip(grid / top, 0.0, 1.0))[..., :3] * 255.0  # a colour a patch
-    colours = np.repeat(np.repeat(colours, patch, axis=0), patch, axis=1)
-    under = pixels[: colours.shape[0], : colours.shape[1]].astype(np.float32)
+    values = np.repeat(np.repeat(grid, patch, axis=0), patch, axis=1)
+    return blend_values(pixels[: values.shape[0], : values.shape[1]], values, cmap, top)
+
+
+def blend_values(pixels: Any, values: Any, cmap: Any, top: float, unseen: Any = None) -> Any:
+    """The picture (h, w, 3) under each pixel's value's colour (h, w), on `cmap` from 0 to
+    `top` (ALPHA of it), (h, w, 3) uint8; the `unseen` pixels ((h, w) bool: no token stands
+    for them) under white instead, faded."""
+    import numpy as np
+
+    colours = cmap(np.clip(values / top, 0.0, 1.0))[..., :3] * 255.0  # a colour a pixel
+    if unseen is not None:
+        colours[unseen] = 255.0
+    under = pixels.astype(np.float32)
     return np.round((1 - ALPHA) * under + ALPHA * colours).astype(np.uint8)
 
 
@@ -90,33 +102,78 @@ def pair_figure(a: Attention, b: Attention, layer: int, head: int, style: Style)
     return _panels_figure(a, panels, 0, style, title, "attention", owners=[a, b])
 
 
+@dataclass(frozen=True, eq=False)
+class Panel:
+    """One panel over a picture: its title, the picture under it ((h, w, 3) uint8), each of
+    its pixels' value ((h, w)), the pixels no token stands for (`unseen`, (h, w) bool, None
+    where every pixel is a token's: a crop's margins, drawn faded) and a red outline
+    (`outline`: left, top, side in picture pixels; a patch as the query). `fixed`: the panel
+    already blended ((h, w, 3) uint8), on a scale of its own (a difference), its values left
+    out of the figure's scale."""
+
+    title: str
+    pixels: Any
+    values: Any
+    unseen: Any = None
+    outline: tuple[float, float, float] | None = None
+    fixed: Any = None
+
+
 def _panels_figure(att: Attention, panels: list[tuple[str, Any]], query: int, style: Style,
                    title: str, what: str, owners: list[Attention] | None = None):  # fmt: skip
     """One panel per (name, row) of `panels` (a row: a value per token), the row over the
     patches blended over the picture, titled with its name, the patches' share and what the
     tokens outside the grid take; one colour bar for all, the share of `what`. `owners`:
     the attention each row is of, where the panels are of several pictures (each drawn at
-    the size `att`'s picture is).
+    the size `att`'s picture is)."""
+    import numpy as np
+
+    picture = att.picture
+    height, width = (n * picture.patch for n in picture.grid)
+    owners = owners or [att] * len(panels)
+    shown = []
+    for (name, row), owner in zip(panels, owners):
+        own = owner.picture
+        grid = own.patches(row)
+        values = np.repeat(np.repeat(grid, own.patch, axis=0), own.patch, axis=1)
+        outside = outside_shares(owner, row)
+        shown.append(Panel(f"{name} · patches {float(grid.sum()):.0%}"
+                           + (f"\n{outside}" if outside else ""),
+                           own.pixels[:height, :width], values,
+                           outline=_query_box(own, query)))  # fmt: skip
+    seen = f"{width} × {height} px, {picture.grid[0]} × {picture.grid[1]} patches"
+    return panels_figure(att, shown, style, title, f"share of {att.tokens[query]}'s {what}",
+                         f"the picture as the model saw it: {seen}")  # fmt: skip
+
+
+def _query_box(picture: Any, query: int) -> tuple[float, float, float] | None:
+    """A patch as the query: its box (left, top, side) in the picture's pixels."""
+    if query < picture.first:
+        return None
+    row, col = divmod(query - picture.first, picture.grid[1])
+    return (col * picture.patch, row * picture.patch, picture.patch)
+
+
+def panels_figure(att: Attention, panels: list[Panel], style: Style, title: str, bar: str,
+                  seen: str):  # fmt: skip
+    """Each of `panels` blended over its picture, up to four a row, on one colour scale
+    (0 to the largest value of any panel), the colour bar labelled `bar`; under the title
+    the context line and `seen` (how the picture was read). The figure, drawn (not written).
 
     Each panel is the blended picture placed as whole pixels (`raster.whole_pixels`; one
     picture pixel to one figure pixel where that is near the panel's size, else resized to
-    it, nearest),
-    with its title and frame as figure artists: no axes a panel, which cost most of a
-    figure's time."""
-    import numpy as np
+    it, nearest), with its title and frame as figure artists: no axes a panel, which cost
+    most of a figure's time."""
     from matplotlib.figure import Figure
 
     configure_matplotlib()
-    picture, dpi = att.picture, style.dpi
-    height, width = (n * picture.patch for n in picture.grid)
-    owners = owners or [att] * len(panels)
-    grids = [owner.picture.patches(row) for owner, (_, row) in zip(owners, panels)]
-    top = max(float(np.max(grid)) for grid in grids) or 1.0
+    dpi = style.dpi
+    height, width = panels[0].values.shape
+    top = max((float(panel.values.max()) for panel in panels if panel.fixed is None),
+              default=0.0) or 1.0  # fmt: skip
     cols = min(len(panels), 4)
     rows = math.ceil(len(panels) / cols)
-    longest = max(height, width)
-    fits = PANEL_IN * dpi * 0.75 <= longest <= 3 * dpi
-    scale = 1.0 if fits else PANEL_IN * dpi / longest  # figure pixels a picture pixel
+    scale = _scale(max(height, width), dpi)  # figure pixels a picture pixel
     panel_px = (max(1, round(height * scale)), max(1, round(width * scale)))
     panel_h, panel_w = panel_px[0] / dpi, panel_px[1] / dpi
     slot_w = max(panel_w, PANEL_IN) + 0.25  # a narrow picture keeps room for its titles
@@ -126,31 +183,38 @@ def _panels_figure(att: Attention, panels: list[tuple[str, Any]], query: int, st
     margin = (fig_w - 1.2 - grid_w) / 2
     fig = Figure(figsize=(fig_w, fig_h), dpi=dpi)
     cmap = style.colour_map()
-    for slot, ((name, row), owner) in enumerate(zip(panels, owners)):
+    for slot, panel in enumerate(panels):
         r, c = divmod(slot, cols)
         left = round((margin + c * slot_w + (slot_w - panel_w) / 2) * dpi)  # whole pixels
         bottom = round((fig_h - HEADER_IN - (r + 1) * (panel_h + TITLE_IN) + 0.05) * dpi)
-        own = owner.picture
-        placed = _resized(blend(own.pixels, grids[slot], own.patch, cmap, top), panel_px)
+        blended = panel.fixed
+        if blended is None:
+            blended = blend_values(panel.pixels, panel.values, cmap, top, panel.unseen)
+        placed = resized(blended, panel_px)
         if style.fmt == "png":  # straight into the canvas
             fig.add_artist(whole_pixels(placed, left, bottom))
         else:
             fig.figimage(placed, xo=left, yo=bottom, origin="upper")
         box = (left, bottom, panel_px[1], panel_px[0])
         _frame(fig, box, "black", 0.8)
-        _outline_query(fig, own, query, box, scale)
-        outside = outside_shares(owner, row)
+        if panel.outline is not None:
+            x, y, side = (n * scale for n in panel.outline)
+            _frame(fig, (left + x, bottom + box[3] - y - side, side, side), "#ff2020", 1.5)
         fig.text((left + panel_px[1] / 2) / fig.bbox.width, (bottom + panel_px[0] + 3) /
-                 fig.bbox.height, f"{name} · patches {float(grids[slot].sum()):.0%}"
-                 + (f"\n{outside}" if outside else ""), fontsize=7, ha="center",
+                 fig.bbox.height, panel.title, fontsize=7, ha="center",
                  va="bottom")  # fmt: skip
-    _colour_bar(fig, att, query, what, top, cmap, rows * (panel_h + TITLE_IN))
-    seen = f"{width} × {height} px, {picture.grid[0]} × {picture.grid[1]} patches"
-    figure_header(fig, att, "", f"the picture as the model saw it: {seen}").set_text(title)
+    _colour_bar(fig, bar, top, cmap, rows * (panel_h + TITLE_IN))
+    figure_header(fig, att, "", seen).set_text(title)
     return fig
 
 
-def _resized(pixels: Any, size: tuple[int, int]) -> Any:
+def _scale(longest: int, dpi: int) -> float:
+    """Figure pixels a picture pixel, for a picture whose longer side is `longest` pixels:
+    one where that is near a panel's size, else the panel's size over it."""
+    return 1.0 if PANEL_IN * dpi * 0.75 <= longest <= 3 * dpi else PANEL_IN * dpi / longest
+
+
+def resized(pixels: Any, size: tuple[int, int]) -> Any:
     """`pixels` (h, w, 3) at `size` (rows, cols), nearest; as they are where they fit."""
     import numpy as np
 
@@ -171,18 +235,8 @@ def _frame(fig: Any, box: tuple[float, float, float, float], colour: str, width:
     fig.add_artist(edge)
 
 
-def _outline_query(fig: Any, picture: Any, query: int, box: tuple, scale: float) -> None:
-    """A patch as the query: outlined in red on its panel (`box`, in figure pixels)."""
-    if query >= picture.first:
-        q_row, q_col = divmod(query - picture.first, picture.grid[1])
-        side = picture.patch * scale
-        left, top = box[0] + q_col * side, box[1] + box[3] - (q_row + 1) * side
-        _frame(fig, (left, top, side, side), "#ff2020", 1.5)
-
-
-def _colour_bar(fig: Any, att: Attention, query: int, what: str, top: float, cmap: Any,
-                grid_h: float) -> None:  # fmt: skip
-    """The colour bar right of the panels: the share of `query`'s `what`, 0 to `top`."""
+def _colour_bar(fig: Any, label: str, top: float, cmap: Any, grid_h: float) -> None:
+    """The colour bar right of the panels, 0 to `top`, labelled `label`."""
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
@@ -190,7 +244,7 @@ def _colour_bar(fig: Any, att: Attention, query: int, what: str, top: float, cma
     low = (fig_h - HEADER_IN - grid_h + 0.1) / fig_h
     bar = fig.add_axes(((fig_w - 0.9) / fig_w, low, 0.15 / fig_w, 0.8 * grid_h / fig_h))
     shown = ScalarMappable(Normalize(0.0, top), cmap)
-    fig.colorbar(shown, cax=bar).set_label(f"share of {att.tokens[query]}'s {what}", fontsize=8)
+    fig.colorbar(shown, cax=bar).set_label(label, fontsize=8)
     bar.tick_params(labelsize=7)
 
 
@@ -266,3 +320,148 @@ def draw_pictures(att: Attention, folder: Path, layers: list[int], heads: list[i
     here, one after the other (`export`'s drawing of one picture)."""
     tasks = picture_tasks(att, folder, layers, heads, style, views_of(att, query), how)
     return [task[0](*task[1:]) for task in tasks]
+
+
+# A vision-language model's prompt: its image tokens over the picture (`core.layouts`) ------
+def layout_figure(att: Attention, layer: int, heads: list[int], rows_of: Any, whose: str,
+                  style: Style, given: tuple[int, int] | None = None):  # fmt: skip
+    """Per head of `heads`, its row `rows_of[head]` (a value per token) over the picture of a
+    vision-language model's prompt, each image token's value over the pixels of its cell
+    (`Layout.painted`; pixels no cell covers, a crop's margins, faded), one colour scale
+    for the figure; `whose` says whose row it is, in the title; `given`: the picture's size
+    (W, H) as given, where `att.layout` carries it smaller. The figure, drawn."""
+    import numpy as np
+
+    layout = att.layout
+    size = _shown_size(layout.pixels.shape[:2], style.dpi)
+    pixels = resized(layout.pixels, size)
+    unseen = layout.painted(np.ones(len(att.tokens), np.float32), size) == 0
+    unseen = unseen if unseen.any() else None
+    panels = [Panel(f"head {head} · picture {layout.share(rows_of[head]):.0%}", pixels,
+                    layout.painted(rows_of[head], size), unseen) for head in heads]  # fmt: skip
+    grids = " + ".join(f"{part.grid[0]} × {part.grid[1]}" for part in layout.parts)
+    width, height = given or layout.pixels.shape[1::-1]
+    seen = f"{layout.name}, {width} × {height} px: {len(layout.cells())} image tokens ({grids})"
+    bar = "attention on an image token"
+    return panels_figure(att, panels, style, f"layer {layer} · {whose}", bar, seen)
+
+
+def _shown_size(shape: tuple[int, int], dpi: int) -> tuple[int, int]:
+    """A picture of `shape` (H, W) at the size its panels show it."""
+    scale = _scale(max(shape), dpi)
+    return max(1, round(shape[0] * scale)), max(1, round(shape[1] * scale))
+
+
+def save_layout_figure(att: Attention, layer: int, heads: list[int], rows_of: Any, whose: str,
+                       style: Style, given: tuple[int, int], path: Path) -> Path:  # fmt: skip
+    """Draw `layout_figure` and write it atomically to `path` (in a drawing process too)."""
+    figure = layout_figure(att, layer, heads, rows_of, whose, style, given)
+    return save_figure(figure, path, style)
+
+
+def layout_tasks(att: Attention, folder: Path, layers: list[int], heads: list[int],
+                 style: Style, query: int | None) -> list[tuple]:  # fmt: skip
+    """What draws a vision-language model's views over its picture, one figure a layer of
+    the heads side by side: the mean of the answer's rows (`picture-answer-layer-L`: the
+    rows that wrote each answer token, or the prompt's last row where there is no answer),
+    and with `query` (an index) that token's own row (`picture-token-I-layer-L`). The
+    arguments carry `att` without its weights and its picture at the panels' size."""
+    from dataclasses import replace
+
+    from attnviz.analysis.picture_share import answer_rows, looked, whose_rows
+
+    layout = att.layout
+    given = layout.pixels.shape[1::-1]  # (W, H)
+    small = replace(layout, pixels=resized(layout.pixels, _shown_size(layout.pixels.shape[:2],
+                                                                       style.dpi)))  # fmt: skip
+    labels = replace(att, weights=att.weights[:0], layout=small)
+    views = [("answer", answer_rows(att), whose_rows(att))]
+    if query is not None:
+        views.append((f"token-{query}", (query,), f"where {att.tokens[query]}@{query} looks"))
+    return [(save_layout_figure, labels, layer, heads, looked(att, layer, rows), whose, style,
+             given, folder / f"picture-{name}-layer-{layer}.{style.fmt}")
+            for name, rows, whose in views for layer in layers]  # fmt: skip
+
+
+def share_figure(att: Attention, share: Any, layers: list[int], heads: list[int], whose: str,
+                 style: Style):  # fmt: skip
+    """The picture's share of attention by layer: `share` (L, H), for `layers` and `heads`,
+    as lines against the layer (each head thin, their mean thick) and as a layer × head
+    map with the numbers written in where they fit. The figure, drawn."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    configure_matplotlib()
+    cell = 0.4 if len(heads) <= 16 else 0.2
+    map_w, map_h = max(len(heads) * cell, 1.6), max(len(layers) * cell, 2.2)
+    fig_w, fig_h = 0.8 + 3.6 + 1.0 + map_w + 1.1, 1.0 + map_h + 0.7
+    fig = Figure(figsize=(fig_w, fig_h), dpi=style.dpi)
+    lines = fig.add_axes((0.8 / fig_w, 0.7 / fig_h, 3.6 / fig_w, map_h / fig_h))
+    for h in range(len(heads)):
+        lines.plot(layers, share[:, h], color="0.7", linewidth=0.8,
+                   label="a head" if h == 0 else None)  # fmt: skip
+    lines.plot(layers, share.mean(axis=1), color="C0", linewidth=2.2, marker="o",
+               label="mean of the heads")  # fmt: skip
+    lines.set_ylim(0.0, 1.0)
+    lines.set_xlabel("layer")
+    lines.set_ylabel("share of the row on the picture's tokens")
+    lines.set_xticks(layers if len(layers) <= 16 else layers[:: math.ceil(len(layers) / 16)])
+    lines.legend(fontsize=7, frameon=False, loc="upper right")
+    grid = fig.add_axes((5.4 / fig_w, 0.7 / fig_h, map_w / fig_w, map_h / fig_h))
+    shown = grid.imshow(share, cmap=style.colour_map(), vmin=0.0, vmax=1.0, aspect="auto")
+    step = 1 if len(heads) <= 16 else math.ceil(len(heads) / 16)
+    grid.set_xticks(range(0, len(heads), step), [f"H{h}" for h in heads[::step]], fontsize=7)
+    step = 1 if len(layers) <= 24 else math.ceil(len(layers) / 24)
+    grid.set_yticks(range(0, len(layers), step), [f"L{n}" for n in layers[::step]], fontsize=7)
+    grid.set_xlabel("head")
+    if len(heads) <= 16 and len(layers) <= 24:
+        for (r, c), value in np.ndenumerate(share):
+            grid.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=6,
+                      color="white" if value < 0.55 else "black")  # fmt: skip
+    bar = fig.add_axes(((fig_w - 0.8) / fig_w, 0.7 / fig_h, 0.12 / fig_w, map_h / fig_h))
+    fig.colorbar(shown, cax=bar).ax.tick_params(labelsize=7)
+    figure_header(fig, att, "", whose).set_text("the picture's share of attention, by layer")
+    return fig
+
+
+def compare_figure(a: Attention, b: Attention, cells: tuple[Any, Any], shares: tuple[float, float],
+                   names: tuple[str, str], title: str, style: Style):  # fmt: skip
+    """One head's mean row over the picture in A and in B, renormalised over the cells (each
+    cell's share of what the head gives the picture's patches: `cells`, A's and B's, in their
+    layouts' order), on one colour scale, and B − A by cell on a diverging map centred on 0
+    (red: more in B), over the picture for one picture, over white for two (their cells pair
+    by place); `shares`: the picture's share of each side's row and `names` what each side
+    is (its picture, or its question), in the panels' titles. B is drawn at A's size. The
+    figure, drawn."""
+    import numpy as np
+    from matplotlib import colormaps
+
+    layout = a.layout
+    size = _shown_size(layout.pixels.shape[:2], style.dpi)
+
+    def spread(att: Attention, values: Any) -> Any:  # a value per cell -> a row over tokens
+        row = np.zeros(len(att.tokens))
+        row[att.layout.cells()] = values
+        return row
+
+    def unseen(att: Attention) -> Any:
+        found = att.layout.painted(np.ones(len(att.tokens), np.float32), size) == 0
+        return found if found.any() else None
+
+    panels = []
+    for side, att, values, share, name in zip("AB", (a, b), cells, shares, names):
+        painted = att.layout.painted(spread(att, values), size)
+        panels.append(Panel(f"{side}: {name} · picture {share:.0%}",
+                            resized(att.layout.pixels, size), painted, unseen(att)))  # fmt: skip
+    same = b.layout.name == layout.name and np.array_equal(b.layout.pixels, layout.pixels)
+    under = panels[0].pixels if same else np.full_like(panels[0].pixels, 255)
+    difference = layout.painted(spread(a, cells[1] - cells[0]), size)
+    limit = float(np.abs(difference).max()) or 1.0
+    centred = (difference / limit + 1.0) / 2.0  # −limit … limit to 0 … 1, 0 at the middle
+    fixed = blend_values(under, centred, colormaps["RdBu_r"], 1.0, panels[0].unseen)
+    panels.append(Panel(f"B − A by cell · ±{limit:.2g} at full colour\nred: more in B, blue: "
+                        "more in A", under, difference, fixed=fixed))  # fmt: skip
+    grids = " + ".join(f"{part.grid[0]} × {part.grid[1]}" for part in layout.parts)
+    seen = f"{len(layout.cells())} image tokens ({grids}), cells paired by place"
+    bar = "share of the picture's cells"
+    return panels_figure(a, panels, style, title, bar, seen)

@@ -186,9 +186,11 @@ def importance_figure(
     bar_label: str,
     style: Style,
     numbered: int = 10,
+    ranked: str = "most important",
 ) -> Any:
-    """Each chosen head's importance as a layers × heads map of square cells, the `numbered`
-    most important heads marked with their rank. `scores` and `ranks` are over the chosen
+    """Each chosen head's importance (or another score: retrieval) as a layers × heads map of
+    square cells, the `numbered` best heads (`ranked`, as the label says them) marked with
+    their rank. `scores` and `ranks` are over the chosen
     layers × heads.
 
     The longer of the two axes runs across, so a deep model (SmolLM2: 30 layers × 9 heads)
@@ -235,7 +237,7 @@ def importance_figure(
     ax.set_xticks(range(n_cols), col_labels, fontsize=labels)
     ax.set_yticks(range(n_rows), row_labels, fontsize=labels)
     ax.tick_params(length=2)
-    what = f"numbered: the {numbered} most important, by rank"
+    what = f"numbered: the {numbered} {ranked}, by rank"
     ax.set_xlabel(f"layer  ({what})" if across else f"head  ({what})", fontsize=9)
     ax.set_ylabel("head" if across else "layer", fontsize=9)
     bar = fig.add_axes(((left + inner_w + 0.2) / width, bottom / height, 0.15 / width,

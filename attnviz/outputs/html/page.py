@@ -187,6 +187,12 @@ def page_data(
             data["notes"].append(entry)
         else:
             data["picture"] = entry
+    if att.layout is not None:  # a vision-language model's answer over its picture
+        entry = layout_entry(att)
+        if isinstance(entry, str):
+            data["notes"].append(entry)
+        else:
+            data["layout"] = entry
     if isinstance(inside, Inside):
         data["inside"] = _inside_entry(inside)
     else:
@@ -207,15 +213,20 @@ def continuation_entry(att: Attention) -> dict[str, Any] | None:
             "line": c.describe(att.unit), "steps": exact}  # fmt: skip
 
 
+def _cut_down(att: Attention, whose: str) -> str:
+    """Why a page whose maps are pooled or a window has no view over the picture."""
+    how = att.pooling() or f"tokens {att.span[0]}–{att.span[1] - 1} of {att.token_counts()[0]}"
+    return (f"No view over the picture on this page: its maps are cut down ({how}), so a "
+            f"row is not one {whose}'s; the PNGs over the picture are exact.")  # fmt: skip
+
+
 def picture_entry(att: Attention) -> dict[str, Any] | str:
     """A vision model's picture for the view over it (picture.js): the pixels its patches
     cover as the model saw them (RGB, deflated) and its patch grid; or why the page goes
     without that view (a pooled map's or a window's rows are not the patches' own)."""
     picture = att.picture
     if att.pooled is not None or att.span is not None:
-        how = att.pooling() or f"tokens {att.span[0]}–{att.span[1] - 1} of {att.token_counts()[0]}"
-        return (f"No view over the picture on this page: its maps are cut down ({how}), so a "
-                "row is not one patch's; the PNGs over the picture are exact.")  # fmt: skip
+        return _cut_down(att, "patch")
     rows, cols = picture.grid
     height, width = rows * picture.patch, cols * picture.patch
     pixels = picture.pixels[:height, :width]  # (H, W, 3) uint8; pixels no patch covers are cut
@@ -227,6 +238,60 @@ def picture_entry(att: Attention) -> dict[str, Any] | str:
         "size": [width, height],
         "cut": list(picture.pixels.shape[:2]) != [height, width],
         "pixels": _packed(pixels.astype("u1", copy=False)),
+    }
+
+
+LAYOUT_SIDE = 224  # a vision-language page's picture: its longer side at most, in pixels
+
+
+def layout_entry(att: Attention) -> dict[str, Any] | str:
+    """A vision-language model's picture for the view of its answer over it (answer.js):
+    the picture at the page's size (RGB, deflated), each part's image tokens and the edges
+    of their cells on it (`Layout.edges`), and the rows each view reads: the answer's (the
+    mean of the rows that wrote its tokens; the prompt's last row where there is none), then
+    each answer token's, the row that wrote it; with the picture's share of each, (L, H).
+    Or why the page goes without it (a pooled map's or a window's rows are not tokens')."""
+    import numpy as np
+
+    from attnviz.analysis.picture_share import answer_rows, whose_rows
+    from attnviz.outputs.figures.pictures import resized
+
+    if att.pooled is not None or att.span is not None:
+        return _cut_down(att, "token")
+    layout = att.layout
+    height, width = layout.pixels.shape[:2]
+    scale = min(1.0, LAYOUT_SIDE / max(height, width))
+    size = (max(1, round(height * scale)), max(1, round(width * scale)))
+    image = layout.image_tokens()
+    on_picture = att.weights[..., image].sum(axis=-1)  # (L, H, T): each row's share
+
+    def view(label: str, rows: tuple[int, ...], about: str) -> dict[str, Any]:
+        share = on_picture[:, :, list(rows)].mean(axis=-1)  # (L, H)
+        return {"label": label, "rows": list(rows), "about": about, "share": share.tolist()}
+
+    views = [view("the answer" if att.continuation else "the prompt's end", answer_rows(att),
+                  whose_rows(att))]  # fmt: skip
+    if att.continuation is not None:
+        views += [view(att.tokens[t], (t - 1,), f"as it wrote {att.tokens[t]}@{t}, the row "
+                       f"before it ({t - 1})") for t in range(att.continuation.start,
+                                                              len(att.tokens))]  # fmt: skip
+    return {
+        "name": layout.name,
+        "given": [int(width), int(height)],
+        "size": [size[1], size[0]],  # width, height
+        "pixels": _packed(np.ascontiguousarray(resized(layout.pixels, size), dtype="u1")),
+        "parts": [
+            {
+                "name": part.name,
+                "tokens": list(part.tokens),
+                "grid": list(part.grid),
+                "ys": ys.tolist(),
+                "xs": xs.tolist(),
+            }
+            for part, (ys, xs) in zip(layout.parts, layout.edges(size))
+        ],  # fmt: skip
+        "image_tokens": image,
+        "views": views,
     }
 
 
@@ -416,11 +481,15 @@ def _document(data: dict[str, Any], title: str, live: bool = False) -> str:
     """The HTML around `data`: the package's script(s) and style inline, allowed by their
     hashes alone. Nothing may load from elsewhere; the live page may also fetch from its own
     origin (connect-src 'self')."""
-    # A picture's view (picture.js, picture.css) comes on a picture's page alone: a text's
-    # page is the same file it was before pictures had a view.
-    picture = ["picture"] if data.get("picture") else []
-    scripts = [_asset(f"{name}.js") for name in ["page", *picture, *(["live"] if live else [])]]
-    style = "".join(_asset(f"{name}.css") for name in ["page", *picture])
+    # A picture's view (picture.js, picture.css) comes on a picture's page alone, an answer's
+    # over its picture (answer.js) on a vision-language model's: a text's page is the same
+    # file it was before pictures had a view. Both decode the heads with blobs.js.
+    picture = ["blobs", "picture"] if data.get("picture") else []
+    answer = ["blobs", "answer"] if data.get("layout") else []
+    named = ["page", *picture, *answer, *(["live"] if live else [])]
+    scripts = [_asset(f"{name}.js") for name in named]
+    drawn = ["picture"] if picture or answer else []  # picture.css styles both views
+    style = "".join(_asset(f"{name}.css") for name in ["page", *drawn])
     return TEMPLATE.format(
         csp=_csp(scripts, style, live),
         title=html.escape(title),

@@ -4,8 +4,9 @@
 // outside the grid (CLS, dist, registers) named with their shares; every head of the layer as
 // a small picture. It is drawn in a section of its own above page.js's views, with its own
 // layer, head, query, measure and colour-scale controls.
-// Why its own decoding (a few lines like page.js's): page.js is inlined in every text's page,
-// whose bytes stay as they are; its helpers live inside its draw(). Offline, like page.js.
+// Why its own decoding (blobs.js, shared with answer.js, not page.js's): page.js is inlined
+// in every text's page, whose bytes stay as they are; its helpers live inside its draw().
+// Offline, like page.js.
 "use strict";
 
 function drawPicture(D) {
@@ -26,22 +27,7 @@ function drawPicture(D) {
   const isPatch = (i) => i >= FIRST && i < FIRST + N;
 
   // ---------- the heads, decoded once ----------
-  const bytesOf = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
-  async function inflate(b64) {
-    const stream = new Blob([bytesOf(b64)]).stream().pipeThrough(new DecompressionStream("deflate"));
-    return new Uint8Array(await new Response(stream).arrayBuffer());
-  }
-  const floats = (bytes) => new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
-  // One blob: {values (T × T), step}: float32 as stored (step null), or uint8 steps of the
-  // head's max (page.py's _head_blob), step that max.
-  async function decode(blob, encoding) {
-    const bytes = await inflate(blob);
-    if (encoding === "float32") return { values: floats(bytes.slice()), step: null };
-    const max = floats(bytes.slice(0, 4))[0];
-    const values = new Float32Array(bytes.length - 4);
-    for (let n = 0; n < values.length; n++) values[n] = (bytes[4 + n] * max) / 255;
-    return { values, step: max };
-  }
+  const { inflate, floats, decode } = attnvizBlobs;
   const heads = new Map();
   // A head of the shown measure; norm is the weights times each key's ‖f(x_j)‖ where given.
   function head(l, h, m = state.measure) {

@@ -4,9 +4,11 @@ show.py     the header, what each head does (the map, the details), one token's 
             (--query), a heatmap in characters, the ablation's effect
 check.py    the model against the from-scratch attention
 report.py   the heads' roles, induction, syntax and coreference, importance, alignment,
-            a report over pictures
-compare.py  what was compared and how far each head moved
+            a report over pictures, a report over pictures and questions
+compare.py  what was compared and how far each head moved (texts, pictures, pictures and
+            questions)
 export.py   what export wrote
+needle.py   the needle-in-a-haystack runs, the retrieval heads, their ablation
 common.py   the colour ramp and shades, token labels, weights as text, the moved map, where
             a command wrote its images and page
 """
@@ -24,13 +26,16 @@ from attnviz.outputs.terminal.compare import (
     print_comparison_header,
     print_moved,
     print_moved_importance,
+    print_picture_compare,
 )
 from attnviz.outputs.terminal.export import print_export
+from attnviz.outputs.terminal.needle import print_needle
 from attnviz.outputs.terminal.report import (
     print_alignment,
     print_importance,
     print_linguistics,
     print_picture_report,
+    print_question_report,
     print_repeats,
     print_report,
     print_seq2seq_report,
@@ -48,9 +53,11 @@ from attnviz.outputs.terminal.show import (
 )
 
 __all__ = [
+    "print_needle",
     "colour",
     "text_colour",
     "print_divergence_map",
+    "print_picture_compare",
     "print_header",
     "print_continuation",
     "print_special_share",
@@ -66,6 +73,7 @@ __all__ = [
     "print_alignment",
     "print_linguistics",
     "print_picture_report",
+    "print_question_report",
     "print_importance",
     "print_seq2seq_report",
     "print_comparison_header",

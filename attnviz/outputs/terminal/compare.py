@@ -4,11 +4,13 @@ token's view in both."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from attnviz.analysis.picture_compare import grid_of
 from attnviz.outputs.terminal.common import print_divergence_map, print_written, target_pairs
 
 if TYPE_CHECKING:
@@ -149,3 +151,56 @@ def print_compare(console: Console, found: Any, top: int) -> None:
         named = pages[0] if len(pages) == 1 else f"{found.folder}/compare-N.html"
         console.print(f"wrote the interactive page{'s' if len(pages) > 1 else ''} [bold]{named}[/]",
                       highlight=False, soft_wrap=True)  # fmt: skip
+
+
+def print_picture_compare(console: Console, found: Any, top_k: int = 2) -> None:
+    """What `attnviz compare` prints of two pictures and a question, or a picture and two
+    (`pipelines.compare_questions.QuestionCompareResult`): what was read, the divergence map
+    over the picture's cells, the picture's share by layer in A and in B, the heads that moved
+    most with their top cells, and what was written."""
+    import numpy as np
+
+    c = found.comparison
+    what = "two pictures, one question" if c.two_pictures else "one picture, two questions"
+    console.print(f"[bold]Compare[/] ({found.model}, {what})", highlight=False)
+    for side, s in zip("AB", (c.a, c.b)):
+        answer = s.att.continuation
+        said = f" → “{s.answer()}” ({answer.describe()})" if answer is not None else ""
+        console.print(f"  {side}: {Path(s.picture).name} · “{s.prompt}”{said}", highlight=False,
+                      soft_wrap=True)  # fmt: skip
+    rows = "the answer's rows" if c.a.att.continuation is not None else "the prompt's last row"
+    console.print(f"  {len(c.a.layout.cells())} image tokens ({grid_of(c.a.layout)}), cells "
+                  f"paired by place; each side read over {rows}", highlight=False,
+                  soft_wrap=True)  # fmt: skip
+    console.print("How far each head's look over the picture moved: the Jensen–Shannon "
+                  "divergence A→B (nats) between its mean rows over the cells, each "
+                  "renormalised", highlight=False, soft_wrap=True)  # fmt: skip
+    print_divergence_map(console, c.divergence, list(c.layers), "")
+    console.print("The picture's share of the answer's attention, the mean of each layer's "
+                  "heads", highlight=False, soft_wrap=True)  # fmt: skip
+    shares = Table(box=None, padding=(0, 2, 0, 0))
+    for name in ("layer", "A", "B", "B − A"):
+        shares.add_column(name, justify="left" if name == "layer" else "right")
+    for slot, layer in enumerate(c.layers):
+        a, b = float(c.share_a[slot].mean()), float(c.share_b[slot].mean())
+        shares.add_row(f"L{layer}", f"{a:.1%}", f"{b:.1%}", f"{b - a:+.1%}")
+    console.print(shares)
+    console.print("Heads that moved most (top cells: each cell's share of what the head gives "
+                  "the picture's patches)", highlight=False, soft_wrap=True)  # fmt: skip
+    moved = Table(box=None, padding=(0, 1, 0, 0))
+    for name in ("head", "JS (nats)", "picture A → B", "top in A", "top in B"):
+        moved.add_column(name, justify="right" if name == "JS (nats)" else "left", no_wrap=True)
+    for layer, head, value in c.moved(found.top):
+        slot = c.layers.index(layer)
+        tops = []
+        for s, cells in ((c.a, c.cells_a), (c.b, c.cells_b)):
+            labels = s.layout.labels()
+            names = [labels[index] for index in s.layout.cells()]
+            row = cells[slot, head]
+            order = np.argsort(-row, kind="stable")[:top_k]
+            tops.append("  ".join(f"{names[i]} {row[i]:.2f}".replace("0.", ".", 1)
+                                  for i in order))  # fmt: skip
+        shares = f"{c.share_a[slot, head]:.0%} → {c.share_b[slot, head]:.0%}"
+        moved.add_row(f"L{layer} H{head}", f"{value:.4f}", shares, *tops)
+    console.print(moved)
+    print_written(console, found.images, found.folder)

@@ -1,5 +1,6 @@
 """`attnviz report` in the terminal: the heads' roles, induction on the texts, syntax and
-coreference, importance, an encoder-decoder's alignment, and a report over pictures."""
+coreference, importance, an encoder-decoder's alignment, a report over pictures, and one
+over pictures and questions."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from attnviz.core.adapters import STACK_TITLES
 from attnviz.outputs import numbers
 
 if TYPE_CHECKING:
+    from attnviz.analysis.picture_heads import QuestionReport
     from attnviz.analysis.report import CrossReport, Report
     from attnviz.analysis.vision_report import PictureReport
 
@@ -257,3 +259,43 @@ def print_picture_report(console: Console, report: PictureReport) -> None:
         "each head's numbers per picture, averaged over the pictures (docs/vision.md)[/]",
         highlight=False,
     )
+
+
+def print_question_report(console: Console, report: QuestionReport) -> None:
+    """A report over pictures and questions (`analysis.picture_heads.QuestionReport`): per
+    layer, each head's share of attention on the picture and the layer's mean patch entropy
+    and top-k patch share; then the image tokens that draw attention whatever the question."""
+    questions = f"{report.questions} question{'s' * (report.questions != 1)}"
+    pictures = f"{report.pictures} picture{'s' * (report.pictures != 1)}"
+    console.print(f"[bold]{report.info.name}[/] · {questions} about {pictures} · "
+                  f"{report.answered} answered", highlight=False)  # fmt: skip
+    console.print("The picture's share of the answer's attention per head:")
+    table = Table(box=None, padding=(0, 1, 0, 0))
+    table.add_column("", style="bold")
+    for head in report.heads:
+        table.add_column(f"H{head}", justify="right", no_wrap=True)
+    table.add_column("mean", justify="right", style="bold")
+    table.add_column("entropy", justify="right")
+    table.add_column(f"top-{report.top_k}", justify="right")
+    chosen = list(report.heads)
+    for slot, layer in enumerate(report.layers):
+        cells = [f"{report.share[slot, head]:.1%}" for head in report.heads]
+        cells += [f"{report.share[slot, chosen].mean():.1%}",
+                  f"{report.entropy[slot, chosen].mean():.2f}",
+                  f"{report.top[slot, chosen].mean():.1%}"]  # fmt: skip
+        table.add_row(f"L{layer}", *cells)
+    console.print(table)
+    sinks = [s for s in report.sinks if s.sink]
+    if sinks:
+        found = ", ".join(f"{s.picture} {s.label} ({s.least:.1f}×)" for s in sinks[:5])
+        console.print(f"Visual sink tokens (≥ {report.sink_draw:g}× a uniform share of the "
+                      f"picture's attention in every question): {found}",
+                      highlight=False)  # fmt: skip
+    else:
+        console.print(f"No visual sink token: none drew ≥ {report.sink_draw:g}× a uniform "
+                      "share of its picture's attention in every question (two or more a "
+                      "picture); sinks.csv ranks the most drawn", highlight=False)  # fmt: skip
+    console.print("[dim]entropy: the picture's part of each row over its patches, over "
+                  f"ln(patches) (1: uniform); top-{report.top_k}: its {report.top_k} most "
+                  "attended patches' part (docs/vision-language.md)[/]",
+                  highlight=False)  # fmt: skip

@@ -1,13 +1,20 @@
-"""A picture's views (a vision model's run): what each head does on it (`analysis.vision`),
+"""A picture's views. A vision model's run: what each head does on it (`analysis.vision`),
 and per layer each head's attention of the CLS token over the patches drawn over the picture,
 with `--query ROW,COL` that patch's too; with `--measure rollout`, one figure of the rollout
-composed up to each layer over the picture."""
+composed up to each layer over the picture. A vision-language model's: per layer each head's
+attention of the answer over the picture (the mean of the rows that wrote its tokens), with
+`--query` that token's too, and the picture's share of the answer's attention per layer and
+head (picture-share.png)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from attnviz.pipelines.consumers import Consumer, Run
+
+# Why a streamed run (a long prompt) draws nothing over the picture.
+STREAMED = ("no views over the picture: this run's maps were too large to hold, and were "
+            "summed a block of rows at a time as the pass made them")  # fmt: skip
 
 
 class Pictures(Consumer):
@@ -17,6 +24,8 @@ class Pictures(Consumer):
         from attnviz.analysis.vision import vision_heads
 
         att = run.ranked  # norm: each row's lengths as shares
+        if att.layout is not None and run.streamed and self.request.images:
+            run.shown = replace(run.shown, notes=(*run.shown.notes, STREAMED))
         if att.picture is None or att.per_layer:
             return
         run.made.vision = vision_heads(att, run.layers, run.heads, self.request.top_k)
@@ -29,20 +38,46 @@ class Pictures(Consumer):
         """The views over the picture, drawn in the drawing processes where there are some
         (each layer's a task, beside the heatmaps'), else here."""
         from attnviz.analysis.query import find_query
-        from attnviz.outputs.figures.pictures import picture_tasks, rollout_how, views_of
+        from attnviz.outputs.figures.pictures import (
+            layout_tasks,
+            picture_tasks,
+            rollout_how,
+            views_of,
+        )
 
         att, jobs = run.ranked, self.request.jobs
-        if not self.request.images or att.picture is None:
+        held = att.layout is not None and not run.streamed and not att.per_layer
+        if not self.request.images or (att.picture is None and not held):
             return
         asked = self.request.query
-        queries = views_of(att, find_query(att, asked) if asked is not None else None)
+        query = find_query(att, asked) if asked is not None else None
+        if att.picture is not None:
+            how = rollout_how(self.request.fusion, self.request.discard)
+            tasks = picture_tasks(att, folder, run.layers, run.heads, run.style,
+                                  views_of(att, query), how)  # fmt: skip
+        else:
+            tasks = layout_tasks(att, folder, run.layers, run.heads, run.style, query)
         pool = None
         if jobs > 1:
             from attnviz.outputs.render import start_workers
 
             pool = start_workers(jobs)
-        how = rollout_how(self.request.fusion, self.request.discard)
-        tasks = picture_tasks(att, folder, run.layers, run.heads, run.style, queries, how)
         drawn = [pool.submit(*task) if pool else task[0](*task[1:]) for task in tasks]
         written = [found.result() if pool else found for found in drawn]
+        if att.picture is None:
+            written.append(_share_figure(run, folder))
         run.made.images = [*run.made.images, *written]  # new: a result given out keeps its own
+
+
+def _share_figure(run: Run, folder: Path) -> Path:
+    """picture-share.png: the picture's share of the answer's attention by layer and head."""
+    from attnviz.analysis.picture_share import picture_shares, whose_rows
+    from attnviz.outputs.figures.pictures import share_figure
+    from attnviz.outputs.figures.raster import save_figure
+
+    att = run.ranked
+    found = picture_shares(att)
+    slots = [found.layers.index(layer) for layer in run.layers]
+    values = found.share[slots][:, run.heads]  # (L, H) of the chosen layers and heads
+    figure = share_figure(att, values, run.layers, run.heads, whose_rows(att), run.style)
+    return save_figure(figure, folder / f"picture-share.{run.style.fmt}", run.style)

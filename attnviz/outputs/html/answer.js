@@ -1,0 +1,208 @@
+// attnviz page, a vision-language model's answer over its picture (its page only): the
+// answer's words to click (the whole answer first: the mean of the rows that wrote its
+// tokens); for the chosen word and layer, every head's row drawn over the picture side by
+// side, each image token's value on its cell (page.py's layout_entry: the cells' edges as
+// Layout.edges puts them), on one colour scale for the layer (0 to its largest cell value, as
+// picture-answer-layer-L.png); and the picture's share of the chosen word's attention by
+// layer as a plot (each head a thin line, their mean thick). Drawn in a section of its own
+// above page.js's views; the weights are the page's, decoded by blobs.js.
+"use strict";
+
+function drawAnswer(D) {
+  const A = D.layout;
+  const [W, HT] = A.size;
+  const T = D.tokens.length;
+  const ALPHA = 0.6; // the colours' share over the picture, as in the PNGs
+  const state = { layer: 0, view: 0 };
+  const { inflate, decode } = attnvizBlobs;
+  const heads = new Map();
+  function head(l, h) {
+    const key = `${l}/${h}`;
+    if (!heads.has(key)) heads.set(key, decode(D.weights[l][h], D.encoding));
+    return heads.get(key);
+  }
+  const pixels = inflate(A.pixels); // (HT, W, 3) uint8, row-major
+
+  // A row (a value per token) on the picture's pixels: each cell's value over its edges,
+  // parts that overlap added (Layout.painted).
+  function painted(row) {
+    const out = new Float64Array(W * HT);
+    for (const part of A.parts) {
+      const cols = part.grid[1];
+      for (let r = 0; r < part.grid[0]; r++) {
+        for (let c = 0; c < cols; c++) {
+          const v = row[part.tokens[r * cols + c]];
+          for (let y = part.ys[r]; y < part.ys[r + 1]; y++) {
+            for (let x = part.xs[c]; x < part.xs[c + 1]; x++) out[y * W + x] += v;
+          }
+        }
+      }
+    }
+    return out;
+  }
+  const seen = painted(new Float64Array(T).fill(1)); // 0: a pixel no cell covers (a crop's margin)
+
+  // The mean of the view's rows in a head: float64 sums of its float32 values, in order.
+  function rowOf(grid, rows) {
+    const out = new Float64Array(T);
+    for (const q of rows) for (let k = 0; k < T; k++) out[k] += grid.values[q * T + k];
+    return out.map((v) => v / rows.length);
+  }
+
+  // ---------- colours ----------
+  const LUT = Uint8Array.from({ length: 256 * 3 }, (_, n) => parseInt(D.colours.substr(2 * n, 2), 16));
+  const colourIndex = (v, top) => Math.min(255, Math.max(0, Math.floor((v / top) * 256)));
+  // The picture under each pixel's colour, as outputs/figures/pictures.py's blend_values: a
+  // pixel no cell covers under white.
+  function paint(canvas, picture, values, top) {
+    const img = new ImageData(W, HT);
+    for (let o = 0; o < W * HT; o++) {
+      const c = colourIndex(values[o], top);
+      for (let k = 0; k < 3; k++) {
+        const over = seen[o] > 0 ? LUT[3 * c + k] : 255;
+        img.data[4 * o + k] = Math.round((1 - ALPHA) * picture[3 * o + k] + ALPHA * over);
+      }
+      img.data[4 * o + 3] = 255;
+    }
+    canvas.getContext("2d").putImageData(img, 0, 0);
+  }
+
+  // ---------- the section ----------
+  const el = (tag, props = {}, ...children) => {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(props)) {
+      if (k === "dataset") Object.assign(node.dataset, v);
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else if (k === "className" || k === "textContent" || k === "title") node[k] = v;
+      else node.setAttribute(k, v);
+    }
+    node.append(...children);
+    return node;
+  };
+  const SVG = "http://www.w3.org/2000/svg";
+  const svg = (tag, attrs = {}, ...children) => {
+    const node = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+    node.append(...children);
+    return node;
+  };
+  const section = el("section", { id: "answer-view", className: "picture-view" });
+  const header = document.querySelector("#app > header");
+  if (header) header.after(section, el("h2", { className: "picture-below", textContent:
+    "Below: the page's views of the same attention, the image tokens as a sequence of tokens" }));
+  else document.body.prepend(section);
+
+  let rendering = Promise.resolve();
+  function render() {
+    rendering = rendering.then(async () => {
+      await view();
+      section.dataset.renders = String(+(section.dataset.renders || 0) + 1);
+    }).catch((err) => {
+      section.replaceChildren(el("p", { className: "error", textContent: String(err) }));
+      throw err;
+    });
+    return rendering;
+  }
+
+  // The words of the answer: one button each, the whole answer first.
+  function words() {
+    return el("div", { className: "answer-words", id: "answer-words", role: "group" },
+      ...A.views.map((v, n) => el("button", { type: "button", className: "answer-word", textContent: v.label,
+        title: v.about, "aria-pressed": String(n === state.view), dataset: { view: String(n) },
+        onclick: () => { state.view = n; render(); } })));
+  }
+  function layers() {
+    const s = el("select", { id: "answer-layer", onchange: (e) => { state.layer = +e.target.value; render(); } });
+    for (let l = 0; l < D.layers; l++) s.append(el("option", { value: String(l), textContent: `${D.layer_ids[l]}` }));
+    s.value = String(state.layer);
+    return el("label", { className: "control" }, "Layer ", s);
+  }
+
+  async function view() {
+    const l = state.layer;
+    const chosen = A.views[state.view];
+    const grids = await Promise.all([...Array(D.heads).keys()].map((h) => head(l, h)));
+    const picture = await pixels;
+    const values = grids.map((g) => painted(rowOf(g, chosen.rows)));
+    let top = 0;
+    for (const v of values) for (let o = 0; o < v.length; o++) if (seen[o] > 0 && v[o] > top) top = v[o];
+    top = top || 1;
+    const panels = values.map((v, h) => {
+      const canvas = el("canvas", { className: "head-picture", width: W, height: HT, dataset: { head: String(h) } });
+      canvas.style.width = `${Math.max(96, Math.min(224, W))}px`;
+      paint(canvas, picture, v, top);
+      const share = chosen.share[l][h];
+      return el("figure", { className: "picture-head" }, canvas,
+        el("figcaption", { textContent: `H${h} · picture ${(100 * share).toFixed(1)}%` }));
+    });
+    section.replaceChildren(
+      el("h2", { textContent: "The answer over the picture" }),
+      el("p", { className: "hint", textContent: `Click a word of the answer to see where each head looked as it ` +
+        `was written (the row before it); the first button is the mean of those rows. ${A.name}, ` +
+        `${A.given[0]} × ${A.given[1]} px, drawn at ${W} × ${HT}: each image token's attention over its cell, ` +
+        "colour over the picture at 60%, one scale for the layer's heads" +
+        (seen.some((v) => v === 0) ? "; the parts of the picture no image token stands for are faded." : ".") }),
+      words(),
+      el("div", { className: "controls" }, layers()),
+      el("h3", { id: "answer-title", textContent: `Layer ${D.layer_ids[l]}: ${chosen.about}` }),
+      legend(top),
+      el("div", { className: "picture-heads", id: "answer-heads", dataset: { top: String(top) } }, ...panels),
+      el("h3", { textContent: "The picture's share of this attention, by layer" }),
+      plot(chosen),
+    );
+  }
+
+  function legend(top) {
+    const bar = el("canvas", { className: "legend-bar", width: 256, height: 12 });
+    const ctx = bar.getContext("2d");
+    for (let x = 0; x < 256; x++) {
+      ctx.fillStyle = `rgb(${LUT[3 * x]},${LUT[3 * x + 1]},${LUT[3 * x + 2]})`;
+      ctx.fillRect(x, 0, 1, 12);
+    }
+    return el("div", { className: "legend", id: "answer-legend" },
+      el("span", { textContent: "attention on an image token: 0" }), bar, el("span", { textContent: top.toPrecision(3) }));
+  }
+
+  // Each head's share by layer (thin grey), their mean (thick), the chosen layer marked; a
+  // click on a layer's column shows that layer above.
+  function plot(chosen) {
+    const L = D.layers;
+    const [pw, ph, left, bottom] = [Math.max(240, 40 * L), 180, 44, 30];
+    const x = (l) => left + (L > 1 ? (l * (pw - left - 12)) / (L - 1) : (pw - left) / 2);
+    const y = (v) => 8 + (1 - v) * (ph - bottom - 8);
+    const line = (vs, attrs) => svg("polyline", { points: vs.map((v, l) => `${x(l)},${y(v)}`).join(" "),
+      fill: "none", ...attrs });
+    const mean = chosen.share.map((row) => row.reduce((s, v) => s + v, 0) / row.length);
+    const chart = svg("svg", { id: "answer-share", width: pw, height: ph, role: "img",
+      "aria-label": "the picture's share of attention by layer", "data-mean": JSON.stringify(mean) });
+    for (const v of [0, 0.5, 1]) {
+      chart.append(svg("line", { x1: left, x2: pw - 8, y1: y(v), y2: y(v), stroke: "#ddd" }),
+        svg("text", { x: left - 6, y: y(v) + 4, "text-anchor": "end", "font-size": 10 }, `${v}`));
+    }
+    for (let h = 0; h < D.heads; h++) {
+      chart.append(line(chosen.share.map((row) => row[h]), { stroke: "#bbb", "stroke-width": 1, class: "head-line" }));
+    }
+    chart.append(line(mean, { stroke: "#1f77b4", "stroke-width": 2.5, class: "mean-line" }));
+    for (let l = 0; l < L; l++) {
+      chart.append(svg("circle", { cx: x(l), cy: y(mean[l]), r: l === state.layer ? 5 : 3,
+        fill: l === state.layer ? "#d62728" : "#1f77b4" }),
+      svg("text", { x: x(l), y: ph - 10, "text-anchor": "middle", "font-size": 10 }, `${D.layer_ids[l]}`),
+      svg("rect", { x: x(l) - 8, y: 0, width: 16, height: ph, fill: "transparent", class: "layer-pick",
+        "data-layer": l }));
+    }
+    chart.addEventListener("click", (e) => {
+      const pick = e.target.closest(".layer-pick");
+      if (pick) { state.layer = +pick.dataset.layer; render(); }
+    });
+    return el("figure", { className: "answer-plot" }, chart,
+      el("figcaption", { textContent: "x: layer; y: share of the rows on the picture's tokens. Thick: the mean of " +
+        "the heads; thin: each head; red: the layer shown above (click a layer to show it)." }));
+  }
+
+  return render();
+}
+
+{
+  const data = JSON.parse(document.getElementById("attnviz-data").textContent);
+  if (data.layout) drawAnswer(data).then(() => { document.body.dataset.answer = "ready"; });
+}
