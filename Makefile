@@ -65,6 +65,7 @@ bench: $(STAMP)
 	$(call run_bench,bench_vision)
 	$(call run_bench,bench_api_long)
 	$(call run_bench,bench_lengths)
+	$(call run_bench,bench_needle)
 
 perf-doc: $(STAMP)
 	$(PY) bench/to_docs.py
