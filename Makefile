@@ -41,7 +41,6 @@ bench: .SHELLFLAGS := -o pipefail -c
 bench: $(STAMP)
 	mkdir -p $(BENCH_OUT)
 	$(call run_bench,bench_attention)
-	$(call run_bench,bench_recorders)
 	$(call run_bench,bench_generate)
 	$(call run_bench,bench_show)
 	$(call run_bench,bench_show_vs_bare)
