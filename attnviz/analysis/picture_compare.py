@@ -63,12 +63,12 @@ class AnswerRows:
         """Nothing but rows is asked for."""
 
     def receive_rows(self, layer: int, start: int, rows: Any) -> None:
-        stop = start + rows.shape[2]
-        mine = [row - start for row in self.rows if start <= row < stop]
-        if not mine:
+        from attnviz.analysis.picture_heads import asked_rows
+
+        held = asked_rows(rows, start, self.rows)  # (H, R, W)
+        if held is None:
             return
         width = rows.shape[3]  # W ≤ T: a decoder's block stops at its last query
-        held = rows[0, :, mine].double().numpy()  # (H, R, W)
         self.summed[self.slot[layer], :, :width] += held.sum(axis=1)
 
     def mean(self) -> np.ndarray:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,13 @@ def text_rows(tokens: int, layout: Layout, special: tuple[bool, ...],
     return tuple(row for row in range(after, tokens) if not special[row])
 
 
+def asked_rows(block: Any, start: int, rows: Sequence[int]) -> Any:
+    """The query rows `rows` that fall in a block of batch row 0's rows (1, H, b, W) starting
+    at `start`, as float64 (H, R, W); None where none does."""
+    mine = [row - start for row in rows if start <= row < start + block.shape[2]]
+    return block[0, :, mine].double().numpy() if mine else None
+
+
 class Question:
     """A capture recorder (`capture.ROWS`) of one question's pass: each chosen layer's rows,
     block by block, reduced to the numbers of `Answered` on the rows asked for."""
@@ -98,11 +106,9 @@ class Question:
     def receive_rows(self, layer: int, start: int, rows: Any) -> None:
         import numpy as np
 
-        stop = start + rows.shape[2]
-        mine = [row - start for row in self.rows if start <= row < stop]
-        if not mine:
+        held = asked_rows(rows, start, self.rows)  # (H, R, W)
+        if held is None:
             return
-        held = rows[0, :, mine].double().numpy()  # (H, R, W): the rows asked for
         image = held[..., self.image]  # (H, R, image tokens)
         slot = self.slot[layer]
         self.received[slot] += image.sum(axis=1)

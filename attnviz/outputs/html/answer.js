@@ -14,7 +14,7 @@ function drawAnswer(D) {
   const T = D.tokens.length;
   const ALPHA = 0.6; // the colours' share over the picture, as in the PNGs
   const state = { layer: 0, view: 0 };
-  const { inflate, decode } = attnvizBlobs;
+  const { inflate, decode, el } = attnvizBlobs;
   const heads = new Map();
   function head(l, h) {
     const key = `${l}/${h}`;
@@ -68,17 +68,6 @@ function drawAnswer(D) {
   }
 
   // ---------- the section ----------
-  const el = (tag, props = {}, ...children) => {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(props)) {
-      if (k === "dataset") Object.assign(node.dataset, v);
-      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-      else if (k === "className" || k === "textContent" || k === "title") node[k] = v;
-      else node.setAttribute(k, v);
-    }
-    node.append(...children);
-    return node;
-  };
   const SVG = "http://www.w3.org/2000/svg";
   const svg = (tag, attrs = {}, ...children) => {
     const node = document.createElementNS(SVG, tag);

@@ -1,5 +1,6 @@
 // attnviz page: the heads' blobs (page.py's _head_blob) decoded, for the views over a picture
-// (picture.js, answer.js). Offline: DecompressionStream inflates them in the browser.
+// (picture.js, answer.js), and the one element builder both use. Offline: DecompressionStream
+// inflates them in the browser.
 "use strict";
 
 const attnvizBlobs = (() => {
@@ -19,5 +20,17 @@ const attnvizBlobs = (() => {
     for (let n = 0; n < values.length; n++) values[n] = (bytes[4 + n] * max) / 255;
     return { values, step: max };
   }
-  return { inflate, floats, decode };
+  // An element with its properties, listeners ("onclick"), dataset and attributes, and children.
+  const el = (tag, props = {}, ...children) => {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(props)) {
+      if (k === "dataset") Object.assign(node.dataset, v);
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else if (k === "className" || k === "textContent" || k === "title") node[k] = v;
+      else node.setAttribute(k, v);
+    }
+    node.append(...children);
+    return node;
+  };
+  return { inflate, floats, decode, el };
 })();

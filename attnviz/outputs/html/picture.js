@@ -27,7 +27,7 @@ function drawPicture(D) {
   const isPatch = (i) => i >= FIRST && i < FIRST + N;
 
   // ---------- the heads, decoded once ----------
-  const { inflate, floats, decode } = attnvizBlobs;
+  const { inflate, floats, decode, el } = attnvizBlobs;
   const heads = new Map();
   // A head of the shown measure; norm is the weights times each key's ‖f(x_j)‖ where given.
   function head(l, h, m = state.measure) {
@@ -101,17 +101,6 @@ function drawPicture(D) {
   }
 
   // ---------- the section ----------
-  const el = (tag, props = {}, ...children) => {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(props)) {
-      if (k === "dataset") Object.assign(node.dataset, v);
-      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-      else if (k === "className" || k === "textContent" || k === "title") node[k] = v;
-      else node.setAttribute(k, v);
-    }
-    node.append(...children);
-    return node;
-  };
   const section = el("section", { id: "picture-view", className: "picture-view" });
   const header = document.querySelector("#app > header");
   if (header) header.after(section, el("h2", { className: "picture-below", textContent:
