@@ -94,8 +94,10 @@ def from_ids(loaded: LoadedModel, ids: Sequence[int], text: str) -> Encoded:
     wordpiece = any(token.startswith("##") for token in raw)
     labels, words, word_labels = [], [], []
     after_space = False  # the token before decoded to text ending in whitespace (a newline)
+    # each id decoded once: a picture's hundreds of image tokens are one id
+    decodes = {token_id: tokenizer.decode([token_id]) for token_id in set(ids)}
     for i, (token_id, token, is_special) in enumerate(zip(ids, raw, special)):
-        decoded = tokenizer.decode([token_id])
+        decoded = decodes[token_id]
         label = token if is_special else label_of(decoded)
         if wordpiece and not is_special:
             label = token  # WordPiece keeps its own form: ##ing says the piece continues
