@@ -83,7 +83,7 @@ def test_every_listed_type_reads_through_the_interface_and_bypassers_do_not():
     """The matrix's types call transformers' attention function (`adapters.caller` finds a
     module in each layer); the bypassing types have none, and run eager
     (tests/test_eager_types.py)."""
-    from attnviz.core.adapters import generic
+    from attnviz.core.layer_map import generic
 
     assert len(any_models.TYPES) >= 30
     for model_type in any_models.BYPASS:

@@ -34,12 +34,12 @@ KINDS = {"gpt_neox": "decoder", "gpt_oss": "decoder", "modernbert": "encoder",
 @pytest.fixture(scope="module", autouse=True)
 def without_adapters():
     """The adapters of this file's model types taken away while its tests run."""
-    from attnviz.core import adapters
+    from attnviz.core import layer_map
 
     with pytest.MonkeyPatch.context() as patched:
         for kind in KINDS:
-            if kind in adapters.BY_TYPE:
-                patched.delitem(adapters.BY_TYPE, kind)
+            if kind in layer_map.BY_TYPE:
+                patched.delitem(layer_map.BY_TYPE, kind)
         yield
 
 
@@ -140,8 +140,8 @@ def test_the_norm_measure_reads_v_and_w_o_of_any_model(kind, folders):
 
     from attnviz.analysis.contributions import Values
     from attnviz.core import capture
-    from attnviz.core.adapters import generic
-    from attnviz.core.adapters.base import linear
+    from attnviz.core.families.base import linear
+    from attnviz.core.layer_map import generic
     from attnviz.core.models import load_model
     from attnviz.core.tokens import encode, pad
 
@@ -181,7 +181,7 @@ def test_the_norm_measure_without_an_adapter_equals_the_adapter_s(loaded_tiny, m
     W_V and W_O: Llama (grouped-query heads), GPT-2 (Conv1D), BERT (W_O in the attention
     module's sibling), the same lengths within 1e-5."""
     from attnviz.analysis.contributions import read_measure
-    from attnviz.core import adapters
+    from attnviz.core import families
     from attnviz.core.tokens import encode
 
     for arch in ("llama", "gpt2", "bert"):
@@ -189,7 +189,7 @@ def test_the_norm_measure_without_an_adapter_equals_the_adapter_s(loaded_tiny, m
         encoded = [encode(loaded, TEXT)]
         adapted = read_measure(loaded, encoded, "norm")[0].weights
         with monkeypatch.context() as patched:
-            patched.setattr(adapters, "knows", lambda model: False)
+            patched.setattr(families, "knows", lambda model: False)
             by_name = read_measure(loaded, encoded, "norm")[0].weights
         assert np.abs(adapted - by_name).max() <= 1e-5, arch
 
@@ -200,7 +200,7 @@ def test_alti_and_mixing_without_an_adapter_equal_the_adapter_s(loaded_tiny, mon
     covers block + residual), Gemma 2 (the block normalised alone, then added): ALTI's
     contributions and the four mixing ratios equal within 1e-5."""
     from attnviz.analysis.contributions import read_measure
-    from attnviz.core import adapters
+    from attnviz.core import layer_map
     from attnviz.core.tokens import encode
 
     for arch in ("llama", "bert", "gemma2"):
@@ -209,7 +209,7 @@ def test_alti_and_mixing_without_an_adapter_equal_the_adapter_s(loaded_tiny, mon
         kept: list = []
         adapted = read_measure(loaded, encoded, "alti", keep=kept)[0].weights
         with monkeypatch.context() as patched:
-            patched.delitem(adapters.BY_TYPE, loaded.model.config.model_type)
+            patched.delitem(layer_map.BY_TYPE, loaded.model.config.model_type)
             again: list = []
             read = read_measure(loaded, encoded, "alti", keep=again)[0].weights
         assert np.abs(adapted - read).max() <= 1e-5, arch
@@ -231,7 +231,7 @@ def test_how_a_block_joins_the_stream_is_read_from_the_model(kind, form):
     block + residual), the normalisation's numbers checked against its module as it is read;
     MobileBERT (bottlenecks between the stream and the block) refused in one line."""
     from attnviz.core import recording, residual
-    from attnviz.core.adapters import generic
+    from attnviz.core.layer_map import generic
     from attnviz.errors import UnsupportedModelError
 
     recording.register()

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from attnviz.analysis.check import DEFAULT_TOLERANCE, TOLERANCES
 from attnviz.cli import app
-from attnviz.core import adapters, capture
+from attnviz.core import capture, families, layer_map
 from attnviz.core.models import load_model
 from attnviz.core.seq2seq import encode_source_target, pad_pairs
 from attnviz.core.tokens import encode, pad
@@ -44,9 +44,9 @@ def _sharpened(loaded):
     import torch
 
     modules = {id(m.attention): m.attention
-               for stack in adapters.stacks_of(loaded.model)
-               for layer in range(adapters.n_layers(loaded.model, stack))
-               for m in [adapters.layer_modules(loaded.model, layer, stack)]}  # fmt: skip
+               for stack in layer_map.stacks_of(loaded.model)
+               for layer in range(layer_map.n_layers(loaded.model, stack))
+               for m in [layer_map.layer_modules(loaded.model, layer, stack)]}  # fmt: skip
     with torch.no_grad():
         for module in modules.values():
             for parameter in module.parameters():
@@ -225,7 +225,7 @@ def test_check_still_fails_a_wrong_head_at_a_half_precision_tolerance(
 
     from attnviz import check
 
-    layer_weights = adapters.layer_weights
+    layer_weights = families.layer_weights
 
     def wrong_head(model, layer, stack=None):
         weights = layer_weights(model, layer, stack)
@@ -235,7 +235,7 @@ def test_check_still_fails_a_wrong_head_at_a_half_precision_tolerance(
         w_q[:, 2 * d_k : 3 * d_k] += 4 * torch.randn(w_q.shape[0], d_k, generator=generator)
         return replace(weights, w_q=w_q)
 
-    monkeypatch.setattr(adapters, "layer_weights", wrong_head)
+    monkeypatch.setattr(families, "layer_weights", wrong_head)
     folder = str(tiny_model_dirs[arch])
     result = check(TEXTS[0], model=folder, device="cpu", dtype=dtype, layers=[1])
     assert result.tolerance == TOLERANCES[dtype][0] and not result.passed
@@ -279,7 +279,7 @@ def _on_disk(loaded) -> None:
     assert "cpu" in placed.values() and "disk" in placed.values(), placed
     on_disk = [part for part, device in placed.items() if device == "disk" and ".1" in part]
     assert on_disk, placed  # layer 1
-    first = adapters.layer_modules(loaded.model, 1).q
+    first = layer_map.layer_modules(loaded.model, 1).q
     assert first.weight.device.type == "meta"  # outside its forward, accelerate keeps none
 
 

@@ -40,7 +40,7 @@ def test_rope_angles_are_the_models_own_at_long_positions(rope_parameters):
     import transformers as tf
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    from attnviz.core import adapters
+    from attnviz.core import families
     from attnviz.core.mha import rope_angles
 
     config = tf.LlamaConfig(
@@ -48,7 +48,7 @@ def test_rope_angles_are_the_models_own_at_long_positions(rope_parameters):
         num_key_value_heads=1, intermediate_size=8, max_position_embeddings=4096,
         rope_parameters=rope_parameters,
     )  # fmt: skip
-    rope = adapters.layer_weights(tf.LlamaForCausalLM(config), 0).rope  # as check reads it
+    rope = families.layer_weights(tf.LlamaForCausalLM(config), 0).rope  # as check reads it
     cos, sin = rope_angles(rope, 4096)  # (T, d_k)
     theirs = LlamaRotaryEmbedding(config)
     their_cos, their_sin = theirs(torch.zeros(1), torch.arange(4096)[None])  # (1, T, d_k) f32

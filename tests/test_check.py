@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from attnviz import check
 from attnviz.analysis.check import compare
 from attnviz.cli import app
-from attnviz.core import adapters, capture
+from attnviz.core import capture, families
 from attnviz.core.attention import Encoded
 from attnviz.core.mha import LayerWeights, multi_head_attention
 from attnviz.core.tokens import pad
@@ -62,7 +62,7 @@ def test_causal_mask_and_padding_give_zero_weight(loaded_tiny):
     capture.run(loaded, inputs, [capture.Each([0], ("input",), seen.__setitem__)])
     ours = multi_head_attention(
         seen[0]["input"],
-        adapters.layer_weights(loaded.model, 0),
+        families.layer_weights(loaded.model, 0),
         inputs["attention_mask"],
         causal=True,
     )
@@ -114,7 +114,7 @@ def _layer_run(loaded, layer, weights):
 @pytest.mark.parametrize("arch", ["bert", "gpt2", "llama", "qwen3"])
 def test_perturbing_one_head_is_caught_on_that_head(loaded_tiny, arch):
     loaded = loaded_tiny[arch]
-    weights = adapters.layer_weights(loaded.model, 1)
+    weights = families.layer_weights(loaded.model, 1)
     d_k = loaded.info.d_head
     w_q = weights.w_q.clone()
     torch.manual_seed(0)
@@ -127,7 +127,7 @@ def test_perturbing_one_head_is_caught_on_that_head(loaded_tiny, arch):
 
 def test_swapping_two_heads_is_caught_although_the_output_matches(loaded_tiny):
     loaded = loaded_tiny["bert"]
-    w = adapters.layer_weights(loaded.model, 0)
+    w = families.layer_weights(loaded.model, 0)
     d_k = loaded.info.d_head
     order = torch.arange(loaded.info.d_model)
     order[: 2 * d_k] = torch.cat([order[d_k : 2 * d_k], order[:d_k]])  # head 0 <-> head 1
@@ -149,7 +149,7 @@ def test_cli_passes_with_exit_0_and_json():
 
 
 def test_cli_reports_a_mismatch_with_exit_1(monkeypatch):
-    real = adapters.layer_weights
+    real = families.layer_weights
 
     def broken(model, layer, stack=None):
         w = real(model, layer, stack)
@@ -157,7 +157,7 @@ def test_cli_reports_a_mismatch_with_exit_1(monkeypatch):
         w_v[:, 5 * 32 : 6 * 32] *= 1.5  # head 5's values: probabilities stay, the output moves
         return replace(w, w_v=w_v)
 
-    monkeypatch.setattr(adapters, "layer_weights", broken)
+    monkeypatch.setattr(families, "layer_weights", broken)
     result = runner.invoke(app, ["check", "Time flies like an arrow.", "-l", "2"])
     assert result.exit_code == 1
     assert "MISMATCH in layer 2: heads none, output error" in " ".join(result.output.split())
@@ -210,7 +210,7 @@ def test_each_modern_step_matters(loaded_tiny, arch, change):
     """Leaving out any one step the tiny models use breaks the match: the steps are real."""
     loaded = loaded_tiny[arch]
     layer = 0  # gemma2's layer 0 is a sliding layer
-    weights = adapters.layer_weights(loaded.model, layer)
+    weights = families.layer_weights(loaded.model, layer)
     assert _layer_run(loaded, layer, weights).passed(1e-5)
     assert not _layer_run(loaded, layer, replace(weights, **change)).passed(1e-5)
 
@@ -290,7 +290,7 @@ def test_each_heads_q_k_v_are_the_models_own_projections():
             )
         model(torch.randint(0, 50, (2, 6)))
     x = seen["x"].double()  # (B, T, d_model)
-    w = adapters.layer_weights(model, 0).double()
+    w = families.layer_weights(model, 0).double()
     cos, sin = LlamaRotaryEmbedding(config)(seen["x"], torch.arange(6)[None])  # (1, T, d_k)
     allowed = visible_keys(2, 6, causal=True)
     for h in range(4):
@@ -335,7 +335,7 @@ def test_the_steps_and_shapes_check_prints():
     config = tf.LlamaConfig(vocab_size=50, hidden_size=48, num_hidden_layers=1,
                             num_attention_heads=6, num_key_value_heads=2,
                             intermediate_size=8)  # fmt: skip
-    llama = adapters.layer_weights(tf.LlamaForCausalLM(config), 0)
+    llama = families.layer_weights(tf.LlamaForCausalLM(config), 0)
     x = torch.randn(1, 3, 48, dtype=torch.float64)
     assert multi_head_attention(x, llama, causal=True).shapes == (
         ("X", "layer input", (1, 3, 48)),

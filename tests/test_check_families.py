@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import attnviz
 from attnviz.cli import app
-from attnviz.core import adapters, memory
+from attnviz.core import families, layer_map, memory
 from attnviz.pipelines.check import check_layers, in_blocks
 from tests import any_models
 from tests.conftest import _byte_level_tokenizer, _wordpiece_tokenizer
@@ -73,7 +73,7 @@ def photo(tmp_path_factory):
 def _wrong_head(monkeypatch, layer: int, head: int, change=None) -> None:
     """Our side reads `layer`'s weights with head `head`'s W_Q moved (or, with `change`,
     `change(weights)` in its place); the model runs its own."""
-    real = adapters.layer_weights
+    real = families.layer_weights
 
     def moved(model, at, stack=None):
         weights = real(model, at, stack)
@@ -87,7 +87,7 @@ def _wrong_head(monkeypatch, layer: int, head: int, change=None) -> None:
         w_q[:, head * d_k : (head + 1) * d_k] += 0.5 * noise  # head's queries only
         return replace(weights, w_q=w_q)
 
-    monkeypatch.setattr(adapters, "layer_weights", moved)
+    monkeypatch.setattr(families, "layer_weights", moved)
 
 
 @pytest.mark.parametrize("name", TEXT_MODELS)
@@ -106,9 +106,9 @@ def test_every_head_and_the_output_match_on_a_padded_batch(loaded, name):
 def test_what_the_adapters_read_of_each_family(loaded):
     """GPT-NeoX turns 4 of each head's 8 dims (rotary_pct 0.5); ModernBERT's local layer has a
     band of 3 (local_attention 6) and its own RoPE base, its global layer none of either."""
-    neox = adapters.layer_weights(loaded["gpt_neox"].model, 0)
+    neox = families.layer_weights(loaded["gpt_neox"].model, 0)
     assert 2 * len(neox.rope.inv_freq) == 4 and neox.d_k == 8
-    modern = [adapters.layer_weights(loaded["modernbert"].model, layer) for layer in (0, 1)]
+    modern = [families.layer_weights(loaded["modernbert"].model, layer) for layer in (0, 1)]
     assert (modern[0].band, modern[1].band) == (None, 3)
     assert not torch.equal(modern[0].rope.inv_freq, modern[1].rope.inv_freq)
     assert modern[0].rope.inv_freq[1] == pytest.approx(160_000.0**-0.25)  # global_rope_theta
@@ -126,9 +126,9 @@ def test_one_wrong_head_fails_alone(loaded, name, monkeypatch):
 
 def _gpt2_split(model, weights):
     """GPT-NeoX's fused projection read as GPT-2's [Q | K | V], not head by head."""
-    from attnviz.core.adapters.base import linear
+    from attnviz.core.families.base import linear
 
-    weight, bias = linear(adapters.layer_modules(model, 0).q)
+    weight, bias = linear(layer_map.layer_modules(model, 0).q)
     width = weight.shape[0]
     (w_q, w_k, w_v), (b_q, b_k, b_v) = weight.split(width, dim=1), bias.split(width)
     return replace(weights, w_q=w_q, b_q=b_q, w_k=w_k, b_k=b_k, w_v=w_v, b_v=b_v)
@@ -145,7 +145,7 @@ def _whole_rope(model, weights):
 
 def _global_rope(model, weights):
     """The local layer turned with the global layers' RoPE base."""
-    return replace(weights, rope=adapters.layer_weights(model, 0).rope)
+    return replace(weights, rope=families.layer_weights(model, 0).rope)
 
 
 @pytest.mark.parametrize(
@@ -238,7 +238,7 @@ def test_the_measures_through_the_adapters_equal_those_read_without(loaded, meas
         kept: list = []
         adapted = read_measure(model, encoded, measure, keep=kept)[0].weights
         with monkeypatch.context() as patched:
-            patched.delitem(adapters.BY_TYPE, model.model.config.model_type)
+            patched.delitem(layer_map.BY_TYPE, model.model.config.model_type)
             again: list = []
             read = read_measure(model, encoded, measure, keep=again)[0].weights
         assert np.abs(adapted - read).max() <= EXACT, name
@@ -285,4 +285,12 @@ def test_models_doc_names_every_family_check_covers():
     doc = (Path(__file__).parents[1] / "docs" / "models.md").read_text(encoding="utf-8")
     start = doc.index("The adapters know, one module a family:")
     listed = re.findall(r"`([a-z][a-z0-9_-]*)`", doc[start : doc.index("`tests/test_check.py`")])
-    assert sorted(listed) == sorted(adapters.SUPPORTED)
+    assert sorted(listed) == sorted(families.SUPPORTED)
+
+
+def test_every_family_the_layer_map_names_has_its_weights():
+    """A family is one module in each place (docs/models.md): the layer map's (where its
+    layers are) and the families' (their weights), each registered once."""
+    assert set(families.FAMILIES) == set(layer_map.NAMED)
+    assert len(set(families.FAMILIES.values())) == len(families.FAMILIES)
+    assert families.SUPPORTED == layer_map.SUPPORTED

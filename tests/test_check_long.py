@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnviz.core import adapters, capture, memory
+from attnviz.core import capture, families, memory
 from attnviz.core.mha import RowBlocks, multi_head_attention
 from attnviz.core.tokens import pad
 from attnviz.pipelines.check import check_layers, in_blocks
@@ -26,7 +26,7 @@ def test_blocks_of_rows_are_the_whole_attention(loaded_tiny, arch, size):
     mask, causal = inputs["attention_mask"], loaded.info.causal
     seen = {}
     capture.run(loaded, inputs, [capture.Each([1], ("input",), seen.__setitem__)])
-    weights = adapters.layer_weights(loaded.model, 1)
+    weights = families.layer_weights(loaded.model, 1)
     whole = multi_head_attention(seen[1]["input"], weights, mask, causal)
     blocks = RowBlocks(seen[1]["input"], weights, mask, causal)
     step = size or 11
@@ -65,8 +65,8 @@ def test_a_check_in_blocks_still_finds_a_wrong_head(loaded_tiny, tiny_model_dirs
                          "cpu")  # fmt: skip
     batch = random_batch(loaded, [11], seed=2)
     monkeypatch.setattr(memory, "CHECK_WHOLE_LAYER", 0)
-    monkeypatch.setattr(adapters, "layer_weights",
-                        lambda model, layer, stack=None, _real=adapters.layer_weights:
+    monkeypatch.setattr(families, "layer_weights",
+                        lambda model, layer, stack=None, _real=families.layer_weights:
                         _real(loaded.model, layer, stack))  # fmt: skip
     found, _ = check_layers(changed, batch, [0, 1])
     assert max(found[0].head_errors) <= 1e-5

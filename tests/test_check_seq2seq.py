@@ -17,7 +17,7 @@ from seq2seq_models import SEQ2SEQ
 from typer.testing import CliRunner
 
 from attnviz.cli import app
-from attnviz.core import adapters, mha
+from attnviz.core import families, layer_map, mha
 from attnviz.core.seq2seq import encode_source_target
 from attnviz.outputs import terminal
 from attnviz.pipelines.check import check, check_layers, check_stacks
@@ -40,7 +40,7 @@ def _pairs(loaded):
 
 
 def _every_layer(loaded) -> dict[str, list[int]]:
-    return {stack: list(range(adapters.n_layers(loaded.model, stack))) for stack in STACKS}
+    return {stack: list(range(layer_map.n_layers(loaded.model, stack))) for stack in STACKS}
 
 
 def _errors(found) -> dict[str, float]:
@@ -77,11 +77,11 @@ def test_t5_bias_is_the_models_own_and_its_buckets_follow_the_formula(loaded_seq
 
     model = loaded_seq2seq["t5"].model
     for stack, first in (("encoder", model.encoder), ("decoder", model.decoder)):
-        relative = adapters.layer_weights(model, 2 if stack == "decoder" else 1, stack).relative
+        relative = families.layer_weights(model, 2 if stack == "decoder" else 1, stack).relative
         assert relative.bidirectional == (stack == "encoder")
         own = first.block[0].layer[0].SelfAttention.compute_bias(30, 30)[0]  # (H, T, T)
         torch.testing.assert_close(mha.relative_bias(relative, 30, 30), own, atol=0, rtol=0)
-    assert adapters.layer_weights(model, 0, "cross").relative is None
+    assert families.layer_weights(model, 0, "cross").relative is None
     # against transformers' own bucket function, over T5's real sizes and the tiny one's
     distance = torch.arange(-300, 301)[None, :]
     for bidirectional in (True, False):
@@ -99,12 +99,12 @@ def test_t5_bias_is_the_models_own_and_its_buckets_follow_the_formula(loaded_seq
 
 def _break(monkeypatch, change):
     """Make every layer's weights go through `change(weights, stack)`."""
-    real = adapters.layer_weights
+    real = families.layer_weights
 
     def changed(model, layer, stack=None):
         return change(real(model, layer, stack), stack)
 
-    monkeypatch.setattr(adapters, "layer_weights", changed)
+    monkeypatch.setattr(families, "layer_weights", changed)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """The contribution measures (norm, ALTI, rollout) against a second, plainly written
 implementation: loops over heads and tokens in float64, on tiny models of every family.
 
-The loops take f^h from the weights `check` proves (`adapters.layer_weights`) and the layer's
+The loops take f^h from the weights `check` proves (`families.layer_weights`) and the layer's
 tensors from one hooked pass; whether those tensors are the right ones (the residual stream,
 the normalisation's input) is shown separately, against what the model's next module reads.
 """
@@ -61,7 +61,7 @@ def _norm_numbers(norm):
 def _alti_by_loops(loaded, tensors):
     """ALTI's per-layer contributions, the decomposed vectors' sum plus the biases (what the
     block and its normalisation write for each token), by loops."""
-    from attnviz.core import adapters
+    from attnviz.core import families
 
     per_layer, rebuilt, mixing = [], [], []
     for layer in range(loaded.info.n_layers):
@@ -70,10 +70,10 @@ def _alti_by_loops(loaded, tensors):
         probs = t_["probs"][0].double().numpy()
         r = t_["residual"][0].double().numpy()
         o = t_["output"][0].double().numpy()
-        weights = adapters.layer_weights(loaded.model, layer)
+        weights = families.layer_weights(loaded.model, layer)
         b_o = weights.b_o.double().numpy()
         f = _value_vectors(weights, x)
-        norm = _norm_numbers(adapters.norm_after(loaded.model, layer))
+        norm = _norm_numbers(families.norm_after(loaded.model, layer))
         n, heads = probs.shape[-1], probs.shape[0]
         c = np.zeros((n, n))
         built = np.zeros_like(r)
@@ -140,7 +140,7 @@ def _measure(loaded, text, name, layers=None):
 @pytest.mark.parametrize("arch", FAMILIES)
 def test_norm_is_weight_times_value_length_by_loops(arch, loaded_tiny):
     loaded = loaded_tiny[arch]
-    from attnviz.core import adapters
+    from attnviz.core import families
 
     tensors = _tensors(loaded, TEXT)
     got = _measure(loaded, TEXT, "norm")
@@ -149,7 +149,7 @@ def test_norm_is_weight_times_value_length_by_loops(arch, loaded_tiny):
     assert got.weights.shape == weights.weights.shape and (got.weights >= 0).all()
     for layer in range(loaded.info.n_layers):
         x = tensors[layer]["input"][0].double()
-        f = _value_vectors(adapters.layer_weights(loaded.model, layer), x)
+        f = _value_vectors(families.layer_weights(loaded.model, layer), x)
         for h in range(loaded.info.n_heads):
             lengths = np.linalg.norm(f[h], axis=-1)  # ‖f^h(x_j)‖ per key
             expected = weights.weights[layer, h] * lengths[None, :]
@@ -204,11 +204,11 @@ def test_mixing_ratios_of_the_bundled_model_are_the_authors_by_loops(bundled):
         for k, ratios in enumerate(found.ratios):
             np.testing.assert_allclose(ratios[0].numpy(), expected[layer][k], atol=1e-5)
     # the old definition, Σ_{j≠i} ‖v_ij‖ / Σ_j ‖v_ij‖, is not what is reported
-    from attnviz.core import adapters
+    from attnviz.core import families
 
     first = _tensors(bundled, TEXT)[0]
     probs = first["probs"][0].double().numpy()
-    f = _value_vectors(adapters.layer_weights(bundled.model, 0), first["input"][0].double())
+    f = _value_vectors(families.layer_weights(bundled.model, 0), first["input"][0].double())
     n = probs.shape[-1]
     lengths = np.array([[np.linalg.norm(sum(probs[h, i, j] * f[h][j] for h in f))
                          for j in range(n)] for i in range(n)])  # fmt: skip

@@ -85,12 +85,12 @@ def test_weights_in_the_page_are_the_models_float32(page_file, att):
 
 
 def test_inside_steps_are_mha_and_match_the_model(inside, att, bundled):
-    from attnviz.core import adapters, capture
+    from attnviz.core import capture, families
     from attnviz.core.mha import multi_head_attention
 
     assert inside.errors.max() < 1e-5
     # q_h of head 2 is exactly columns 2·d_k… of X W_Q + b_Q, as multi_head_attention takes it.
-    weights = adapters.layer_weights(bundled.model, 1)
+    weights = families.layer_weights(bundled.model, 1)
     d_k = inside.q.shape[-1]
     from attnviz.core.tokens import encode, pad
 
@@ -705,7 +705,7 @@ def test_decoder_page_draws_later_keys_as_masked(browser, loaded_tiny, tmp_path)
 
 
 def test_page_without_the_inside_view_says_why(att, bundled, monkeypatch):
-    from attnviz.core import adapters
+    from attnviz.core import families
     from attnviz.core.tokens import encode
     from attnviz.errors import UnsupportedModelError
     from attnviz.outputs.html import build_page
@@ -714,7 +714,7 @@ def test_page_without_the_inside_view_says_why(att, bundled, monkeypatch):
     def refuse(model, layer, stack=None):
         raise UnsupportedModelError("check does not know how to read 'x' attention")
 
-    monkeypatch.setattr(adapters, "layer_weights", refuse)
+    monkeypatch.setattr(families, "layer_weights", refuse)
     reason = inside_of(bundled, encode(bundled, SENTENCE))
     assert reason == "left out: check does not know how to read 'x' attention"
     data = _data(build_page(att, inside=reason))

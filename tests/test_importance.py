@@ -25,9 +25,9 @@ def _copy(loaded, model):
 
 
 def _w_o(loaded, layer):
-    from attnviz.core import adapters
+    from attnviz.core import layer_map
 
-    return adapters.layer_modules(loaded.model, layer).o
+    return layer_map.layer_modules(loaded.model, layer).o
 
 
 def _head_columns(loaded, head):

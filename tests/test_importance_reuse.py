@@ -86,10 +86,10 @@ def test_reuse_gives_the_scores_of_full_passes_on_some_heads(deep):
 
 def _attention_calls(loaded, layer, run) -> int:
     """How often `layer`'s attention runs while `run()` does."""
-    from attnviz.core import adapters
+    from attnviz.core import layer_map
 
     calls = []
-    module = adapters.layer_modules(loaded.model, layer).attention
+    module = layer_map.layer_modules(loaded.model, layer).attention
     handle = module.register_forward_hook(lambda *_: calls.append(1))
     try:
         run()

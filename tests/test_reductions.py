@@ -127,13 +127,13 @@ def _facts(probs, ids):
 def _text(model_type):
     """A matrix model and its first text: (model, inputs, layers, the text's Attention, its
     maps (L, H, T, T) held whole: no weights)."""
-    from attnviz.core import adapters
+    from attnviz.core import layer_map
 
     model = any_models.build(model_type)
     given = _first_row(any_models.inputs(model_type, model))
     recording.register()
     model.set_attn_implementation(recording.implementation(model))
-    layers, n = adapters.n_layers(model, None), given["input_ids"].shape[1]
+    layers, n = layer_map.n_layers(model, None), given["input_ids"].shape[1]
     whole = _Whole(range(layers))
     capture.run(_loaded(model), given, [whole], block_rows=n)
     probs = np.stack([whole.probs[layer] for layer in range(layers)])

@@ -300,7 +300,7 @@ def test_norm_of_cross_attention_equals_a_loop_over_heads_and_source_tokens(load
     """‖α_ij f^h(x_j)‖ with x_j the encoder's last hidden state of source token j, and
     f^h(x) = (x W_V^h + b_V^h) W_O^h, from the model's own parameters (Kobayashi et al. 2020)."""
     from attnviz.analysis.contributions import stack_values
-    from attnviz.core import adapters
+    from attnviz.core import layer_map
 
     loaded = loaded_seq2seq[arch]
     items = [encode_source_target(loaded, SOURCE, TARGET),
@@ -314,7 +314,7 @@ def test_norm_of_cross_attention_equals_a_loop_over_heads_and_source_tokens(load
         cross = stacks["cross"]
         assert cross.measure == "norm" and cross.weights.shape[-2:] == (len(item.target), len(x))
         for layer in range(cross.weights.shape[0]):
-            own = adapters.layer_modules(loaded.model, layer, "cross").attention
+            own = layer_map.layer_modules(loaded.model, layer, "cross").attention
             v, o = (own.v, own.o) if "t5" in arch else (own.v_proj, own.out_proj)
             n_heads = cross.weights.shape[1]
             d_k = v.weight.shape[0] // n_heads

@@ -152,9 +152,9 @@ def test_a_pooled_tile_is_the_pooling_of_the_apis_cells(name, how, tiny_model_di
 
 
 def _window(served, layer: int) -> int | None:
-    from attnviz.core import adapters
+    from attnviz.core import families
 
-    return adapters.layer_weights(served.load().model, layer).window
+    return families.layer_weights(served.load().model, layer).window
 
 
 def test_blocks_of_1_7_and_t_rows_give_the_same_tiles(tiny_model_dirs, monkeypatch):

@@ -346,12 +346,12 @@ def _layer_blocks(model: Any, n_layers: int) -> list[Any] | None:
     (hidden states, probabilities), which a block's clean output alone cannot stand for)."""
     from torch import nn
 
-    from attnviz.core import adapters
-    from attnviz.core.adapters import generic
+    from attnviz.core import layer_map
+    from attnviz.core.layer_map import generic
 
     if generic.own(model):
         return None
-    attentions = [adapters.layer_modules(model, layer).attention for layer in range(n_layers)]
+    attentions = [layer_map.layer_modules(model, layer).attention for layer in range(n_layers)]
     if len({id(a) for a in attentions}) < n_layers:
         return None
     for module in model.modules():

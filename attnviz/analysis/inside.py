@@ -89,7 +89,7 @@ class InsideSteps:
         batch: Sequence[Encoded] | Sequence[SourceTarget],
         stack: str | None = None,
     ) -> None:
-        from attnviz.core import adapters
+        from attnviz.core import families
         from attnviz.errors import UnsupportedModelError
 
         info = loaded.info.of_stack(stack)
@@ -97,7 +97,7 @@ class InsideSteps:
         self.sides = [_sides(item, stack) for item in batch]  # (queries, keys) of each text
         at = () if stack is None else (stack,)  # a model with one stack: no stack argument
         try:  # an unsupported architecture refuses here; each layer is read as it runs
-            self.weights = adapters.EachLayer(loaded.model, *at)
+            self.weights = families.EachLayer(loaded.model, *at)
             width = self.weights.first.w_q.shape[1]  # H · d_k
             self.sizes = [
                 inside_size(info.n_layers, width, len(queries), len(keys))
@@ -190,7 +190,7 @@ class StacksInside:
         self.steps: dict[str, InsideSteps] = {}
 
     def __call__(self, batch: Sequence[SourceTarget]) -> list[InsideSteps]:
-        from attnviz.core.adapters import STACKS
+        from attnviz.core.layer_map import STACKS
 
         self.steps = {stack: InsideSteps(self.loaded, batch, stack) for stack in STACKS}
         for row in range(len(batch)):

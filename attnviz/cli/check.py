@@ -29,11 +29,11 @@ from attnviz.cli.options import (
     load,
     text_or_picture,
 )
-from attnviz.core import adapters
+from attnviz.core import layer_map
 from attnviz.errors import AttnvizError
 
-# Choices come from the adapters' registry of stacks, plus "all" (check's default).
-Stack = Enum("Stack", {name: name for name in (*adapters.STACKS, "all")}, type=str)
+# Choices come from the layer map's stacks, plus "all" (check's default).
+Stack = Enum("Stack", {name: name for name in (*layer_map.STACKS, "all")}, type=str)
 
 SentenceArg = Annotated[
     str,

@@ -21,7 +21,7 @@ from attnviz.analysis.contributions import FUSIONS, MEASURES
 from attnviz.analysis.pooling import POOLS
 from attnviz.analysis.transforms import TRANSFORMS
 from attnviz.cli.app import Panel
-from attnviz.core.adapters import STACKS
+from attnviz.core.layer_map import STACKS
 from attnviz.core.settings import DEVICE_MAPS, DTYPES, IMPLEMENTATIONS, QUANTIZATIONS
 from attnviz.outputs.figures import FORMATS, SCALES
 

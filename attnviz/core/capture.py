@@ -21,7 +21,7 @@ What a caller can ask for, per layer (`KINDS`):
             g·G … g·G + G − 1; attnviz's attention function only
 
 An encoder-decoder model (T5, BART) has three stacks of attention layers, "encoder",
-"decoder" and "cross" (`adapters.STACKS`); a recorder's `stack` says which one its layers
+"decoder" and "cross" (`layer_map.STACKS`); a recorder's `stack` says which one its layers
 are in (every other model has one stack, None).
 
     rows    blocks of `probs`' query rows, for callers that keep running sums and never
@@ -42,12 +42,12 @@ results])`.
 The model runs attnviz's attention function (`core.recording`): `probs`, `rows`, `entropy`,
 `heads` and `scores` come from inside the model's own attention call, the probabilities made
 from its q and k a block of `block_rows` query rows at a time; the other kinds from hooks on
-the modules the family's adapter names. With eager attention (`--attention eager`, `check`)
-`probs` is read from the attention module's output instead. A model type whose attention
-bypasses transformers' interface (BLOOM, Falcon, GPT-Neo, …) runs eager with
-`output_attentions`: its attention modules are found once by `own_attention`, and each
-layer's probabilities, read, are dropped from the module's output, as the model drops them
-without `output_attentions`, so that no more than one layer's are held at once.
+the modules the layer map names (`core.layer_map`, asked once a pass). With eager attention
+(`--attention eager`, `check`) `probs` is read from the attention module's output instead. A
+model type whose attention bypasses transformers' interface (BLOOM, Falcon, GPT-Neo, …) runs
+eager with `output_attentions`: its attention modules are found once by `own_attention`, and
+each layer's probabilities, read, are dropped from the module's output, as the model drops
+them without `output_attentions`, so that no more than one layer's are held at once.
 
 A caller is a `Recorder`: the layers and kinds it wants, and a `receive(layer, tensors)`
 called once that layer has produced all of them. Tensors are moved to the CPU as they come
@@ -69,9 +69,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from attnviz.core import adapters
-from attnviz.core.adapters import generic
-from attnviz.core.adapters.base import LayerModules
+from attnviz.core import layer_map
+from attnviz.core.layer_map import LayerMap, LayerModules, Site
 from attnviz.core.model_info import language_config
 from attnviz.errors import InputError, UnsupportedModelError
 
@@ -136,10 +135,10 @@ def run(
         memory.reuse_freed_blocks()
 
     model = loaded.model
-    stacks = adapters.stacks_of(model)
+    where = layer_map.of(model)
     wanted: dict[Site, set[str]] = {}
     for recorder in recorders:
-        if _stack(recorder) not in stacks:  # a one-stack caller on an encoder-decoder model
+        if _stack(recorder) not in where.stacks:  # a one-stack caller on an encoder-decoder model
             raise UnsupportedModelError(
                 f"this reads models with one attention stack; {loaded.info.name} is an "
                 "encoder-decoder model (docs/seq2seq.md says what works on it)"
@@ -155,11 +154,11 @@ def run(
     if rows < 1:
         raise InputError(f"block_rows must be at least 1, not {rows}")
     if reading is not None:
-        return _replayed(loaded, recorders, wanted, rows, reading)
+        return _replayed(loaded, where, recorders, wanted, rows, reading)
     inside = records(model)
-    heard = _Pass(loaded, recorders, wanted, inside, rows, edit if inside else None)
+    heard = _Pass(loaded, where, recorders, wanted, inside, rows, edit if inside else None)
     hooked = {site: heard.hooked(site) for site in wanted}
-    read = sorted(_unhookable(model, hooked))
+    read = sorted(_unhookable(where, hooked))
     if read:
         raise UnsupportedModelError(
             f"this needs each layer's {', '.join(read)}, which attnviz reads through its "
@@ -167,9 +166,8 @@ def run(
         )
     mode = torch.enable_grad() if gradients else torch.inference_mode()
     listen = recording.listening(heard) if inside else _nothing()
-    own = generic.own(model)  # its modules hand their probabilities out when asked to
-    asked = {"output_attentions": True} if own else {}
-    with _hooked(model, hooked, heard.arrive, None if inside else edit, own), listen, mode:
+    asked = {"output_attentions": True} if where.own else {}  # its modules hand them out
+    with _hooked(where, hooked, heard.arrive, None if inside else edit), listen, mode:
         output = (model if lm_head else model.base_model)(**inputs, **asked)
     heard.check_served()
     memory.return_freed_memory()  # the pass's activations, not held while the figures draw
@@ -182,12 +180,12 @@ _AT = {"input": ("q",), "output": ("o",), "heads": ("o",), "residual": ("residua
        "kv_input": ("kv_input", "q")}  # fmt: skip
 
 
-def _unhookable(model: Any, hooked: Mapping[Site, set[str]]) -> set[str]:
-    """The kinds asked of a site whose module this model's adapter (or `adapters.generic`,
-    for a model without one) does not name."""
+def _unhookable(where: LayerMap, hooked: Mapping[Site, set[str]]) -> set[str]:
+    """The kinds asked of a site whose module the layer map (its family's, or `generic`'s for
+    a model without one) does not name."""
     missing = set()
-    for (stack, layer), kinds in hooked.items():
-        mods = adapters.layer_modules(model, layer, stack)
+    for site, kinds in hooked.items():
+        mods = where.modules[site]
         for kind in kinds - {"probs"}:
             if all(getattr(mods, name) is None for name in _AT[kind]):
                 missing.add(kind)
@@ -276,8 +274,8 @@ def own_attention(model: Any, name: str) -> list[tuple[Any, int]]:
     return [(module, at) for module, at, _ in found]
 
 
-def _replayed(loaded: Any, recorders: Sequence[Recorder], wanted: dict, block_rows: int,
-              reading: Any) -> None:  # fmt: skip
+def _replayed(loaded: Any, where: LayerMap, recorders: Sequence[Recorder], wanted: dict,
+              block_rows: int, reading: Any) -> None:  # fmt: skip
     """`run` over a continuation's held rows (`generation.Reading.replay`)."""
     other = sorted({kind for kinds in wanted.values() for kind in kinds} - {"probs", ROWS, ENTROPY})
     if other:
@@ -285,12 +283,11 @@ def _replayed(loaded: Any, recorders: Sequence[Recorder], wanted: dict, block_ro
             f"this needs each layer's {', '.join(other)}; a generated or given continuation "
             "keeps each layer's attention alone"
         )
-    heard = _Pass(loaded, recorders, wanted, True, block_rows, None)
+    heard = _Pass(loaded, where, recorders, wanted, True, block_rows, None)
     reading.replay(heard, block_rows)
     heard.check_served()
 
 
-Site = tuple  # (stack, layer): a layer of one attention stack (stack None: the only one)
 INSIDE = {"probs", ROWS, ENTROPY, "heads", "scores", "values"}  # what attnviz's function hands out
 
 
@@ -338,8 +335,8 @@ class _Pass:
     (X, the residual stream); where one comes only after the attention call (the block's
     output after W_O), its blocks wait until it has come."""
 
-    def __init__(self, loaded: Any, recorders: Sequence[Recorder], wanted: dict, inside: bool,
-                 block_rows: int, edit: Edit | None) -> None:  # fmt: skip
+    def __init__(self, loaded: Any, where: LayerMap, recorders: Sequence[Recorder], wanted: dict,
+                 inside: bool, block_rows: int, edit: Edit | None) -> None:  # fmt: skip
         self.loaded, self.recorders, self.wanted = loaded, recorders, wanted
         self.inside, self.block_rows, self.edit = inside, block_rows, edit
         self.fast = fast_attention(loaded)
@@ -348,7 +345,7 @@ class _Pass:
         self._seen: dict[Site, dict[str, Any]] = {}
         self._waiting: dict[Site, list] = {}  # blocks held for recorders not yet served
         self._served: dict[Site, set[int]] = {}  # id(recorder) served its other kinds
-        self._sites = Callers(loaded.model) if inside else None
+        self._sites = Callers(where) if inside else None
 
     # what the hooks deliver ------------------------------------------------------------
     def hooked(self, site: Site) -> set[str]:
@@ -489,13 +486,8 @@ class Callers:
     by several layers (ALBERT) is called once per layer, in order: its n-th call is the
     n-th layer that uses it."""
 
-    def __init__(self, model: Any) -> None:
-        self._users: dict[int, list[Site]] = {}
-        for stack in adapters.stacks_of(model):
-            for layer in range(adapters.n_layers(model, stack)):
-                module = adapters.caller(adapters.layer_modules(model, layer, stack))
-                if module is not None:
-                    self._users.setdefault(id(module), []).append((stack, layer))
+    def __init__(self, where: LayerMap) -> None:
+        self._users = where.callers
         self._calls: dict[int, int] = {}
 
     def site(self, module: Any) -> Site | None:
@@ -526,25 +518,20 @@ def _stack(recorder: Recorder) -> str | None:
 
 @contextmanager
 def _hooked(
-    model: Any,
+    where: LayerMap,
     wanted: Mapping[Site, set[str]],
     arrive: Callable[[str, Site, Any], None],
     edit: Edit | None = None,
-    own: bool = False,
 ) -> Iterator[None]:
     """Hooks that pass each wanted (kind, site) tensor to `arrive` as the layer runs, and
-    one that lets `edit` replace each layer's W_O input. With `own` (a model run with
-    `output_attentions`, `generic.own`), each attention module's probabilities are dropped
+    one that lets `edit` replace each layer's W_O input. On a model run with
+    `output_attentions` (`where.own`), each attention module's probabilities are dropped
     from its output once read: the model then keeps none of them to hand back at the end.
 
     Modules shared by several layers (ALBERT) are called once per layer, in order, so the
     n-th call of a shared module belongs to the n-th layer that uses it.
     """
-    sites: list[tuple[Site, LayerModules]] = [
-        ((stack, layer), adapters.layer_modules(model, layer, stack))
-        for stack in adapters.stacks_of(model)
-        for layer in range(adapters.n_layers(model, stack))
-    ]
+    sites: list[tuple[Site, LayerModules]] = list(where.modules.items())
     if edit is not None and sites[0][0][0] is not None:
         raise ValueError("edits (head ablation, gates) are for models with one attention stack")
     handles: list[Any] = []
@@ -577,7 +564,7 @@ def _hooked(
             True,
             lambda site, _, args, __: (edit(site[1], args[0]),),
         )
-    if own:  # after "probs": a recorder has had them
+    if where.own:  # after "probs": a recorder has had them
         install([site for site, _ in sites], lambda m: m.attention, False, _dropped)
     try:
         yield

@@ -99,13 +99,14 @@ class _Holding:
     of every later call (a generation step: one query over the cache's keys)."""
 
     def __init__(self, loaded: LoadedModel, layers: Sequence[int], reading: Reading) -> None:
+        from attnviz.core import layer_map
         from attnviz.core.capture import Callers, fast_attention
         from attnviz.core.recording import BLOCK_ROWS
 
         self.fast = fast_attention(loaded)
         self.block_rows, self.entropy = BLOCK_ROWS, False
         self.reading, self.wanted = reading, set(layers)
-        self._sites = Callers(loaded.model)
+        self._sites = Callers(layer_map.of(loaded.model))
         self._read: dict[Any, int] = {}  # positions each site has read so far
         self._call: dict[Any, tuple[int, int]] = {}  # the call running: (queries, keys)
 
@@ -162,13 +163,14 @@ class _Steps:
     every layer's heads' outputs (head ablation). A layer nobody takes runs SDPA."""
 
     def __init__(self, loaded: LoadedModel, layers: Sequence[int], take: Any, edit: Any) -> None:
+        from attnviz.core import layer_map
         from attnviz.core.capture import Callers, fast_attention
         from attnviz.core.recording import BLOCK_ROWS
 
         self.fast = fast_attention(loaded)
         self.block_rows, self.entropy = BLOCK_ROWS, False
         self.take, self.edit, self.wanted = take, edit, set(layers) if take else set()
-        self._sites = Callers(loaded.model)
+        self._sites = Callers(layer_map.of(loaded.model))
         self._read: dict[Any, int] = {}  # positions each site has read so far
         self._call: dict[Any, tuple[int, int]] = {}  # the call running: (queries, keys)
 

@@ -12,8 +12,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from attnviz.core import adapters, capture, checkpoint, gguf_cache, images, recording, vlm
-from attnviz.core.adapters import generic
+from attnviz.core import capture, checkpoint, gguf_cache, images, layer_map, recording, vlm
+from attnviz.core.layer_map import generic
 from attnviz.core.model_info import (
     DEFAULT_STACK,
     LoadedModel,
@@ -32,10 +32,11 @@ from attnviz.errors import InputError, ModelLoadError, UnsupportedModelError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (bundled)"
 
-# The types attnviz has an adapter for (attnviz/core/adapters/__init__.py), and its decoders;
-# any other type is read through transformers' attention interface (adapters/generic.py).
-SUPPORTED_TYPES = adapters.SUPPORTED
-DECODER_TYPES = adapters.DECODER_TYPES
+# The types whose layers attnviz names by family (attnviz/core/layer_map/__init__.py), and its
+# decoders; any other type is read through transformers' attention interface
+# (layer_map/generic.py).
+SUPPORTED_TYPES = layer_map.SUPPORTED
+DECODER_TYPES = layer_map.DECODER_TYPES
 
 
 def bundled_model_path() -> Path:
@@ -533,7 +534,7 @@ def _in_layer(model: Any, key: str) -> bool:
         module = model.get_submodule(key.rpartition(".")[0])
     except AttributeError:
         return False
-    return adapters.generic.layer_of(model, module) is not None
+    return generic.layer_of(model, module) is not None
 
 
 def _reader(pictures: bool) -> Any:
@@ -637,7 +638,7 @@ def _info(
         model_type=kind,
         n_heads=n_heads,
         d_model=d_model,
-        n_layers=stacks[0][1] if stacks else adapters.n_layers(model),
+        n_layers=stacks[0][1] if stacks else layer_map.n_layers(model),
         d_head=getattr(config, "head_dim", None)
         or getattr(config, "d_kv", None)
         or d_model // n_heads,

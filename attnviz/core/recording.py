@@ -132,17 +132,18 @@ def attention(
 ) -> tuple[torch.Tensor, None]:
     """The attention of `module`: (output (B, T, H, d), None), as transformers' attention
     functions return it; a wanted layer's probabilities handed to the listener on the way."""
+    # what the model handed over, made into one Scores before the listener hears of the call
+    scores = Scores(query, key, attention_mask, scaling,
+                    _causal(module, query, attention_mask, is_causal), position_bias, softcap,
+                    s_aux)  # fmt: skip
     listener = _LISTENER.get()
     site = listener.site(module) if listener is not None else None
     shape = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])  # (B, H, T, S)
     wanted = site is not None and listener.wants(site, shape)
-    # SDPA computes neither soft caps nor sinks: such a layer runs here whether wanted or not
-    fast = listener.fast if listener is not None else "sdpa"
-    scores = Scores(query, key, attention_mask, scaling,
-                    _causal(module, query, attention_mask, is_causal), position_bias, softcap,
-                    s_aux)  # fmt: skip
     if site is not None:
         listener.scores(site, scores, value)
+    # SDPA computes neither soft caps nor sinks: such a layer runs here whether wanted or not
+    fast = listener.fast if listener is not None else "sdpa"
     if wanted or fast is None or softcap is not None or s_aux is not None:
         output = in_blocks(
             scores,

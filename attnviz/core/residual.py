@@ -2,10 +2,10 @@
 ratios need (`analysis.contributions`): the stream r_i the block's output is added to, and the
 normalisation after the block, if any.
 
-Where attnviz has an adapter, the adapter names them (`adapters.norm_after`). For any other
-model they are read from the model itself, not from a table of names: one pass over four
-tokens with every module of each layer traced (`capture.trace`), the first time a model is
-asked. The stream is the layer's input, and the block's output (after W_O) is
+Where attnviz knows the model's family, the layer map names them (`families.norm_after`).
+For any other model they are read from the model itself, not from a table of names: one pass
+over four tokens with every module of each layer traced (`capture.trace`), the first time a
+model is asked. The stream is the layer's input, and the block's output (after W_O) is
 
 - added to it as it is: a norm before the block reads the layer's input (pre-LN: Llama,
   GPT-NeoX, OPT, ModernBERT);
@@ -22,18 +22,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnviz.core import adapters
-from attnviz.core.adapters.base import Norm, norm_of
+from attnviz.core import families
+from attnviz.core.families.base import Norm, norm_of
 from attnviz.errors import UnsupportedModelError
 
 
 def norm_after(model: Any, layer: int, stack: str | None = None) -> Norm | None:
     """The normalisation after `layer`'s attention block, as numbers on the CPU (float32 at
-    least), or None where the block's output is added to the stream as it is: the adapter's,
+    least), or None where the block's output is added to the stream as it is: the family's,
     else what `around` reads from the model (a one-line UnsupportedModelError where it cannot
     tell)."""
-    if adapters.knows(model):
-        return adapters.norm_after(model, layer, stack)
+    if families.knows(model):
+        return families.norm_after(model, layer, stack)
     if stack is not None:
         raise UnsupportedModelError("the norms around a block are read for one-stack models")
     return around(model, layer)
@@ -68,7 +68,7 @@ def around(model: Any, layer: int) -> Norm | None:
 def _probe(model: Any) -> dict[int, Norm | None | str]:
     """`around` of every layer of a one-stack model, or why not (a string)."""
     from attnviz.core import capture
-    from attnviz.core.adapters import generic
+    from attnviz.core.layer_map import generic
 
     kind = model.config.model_type
     if model.config.is_encoder_decoder:

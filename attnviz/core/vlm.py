@@ -77,7 +77,7 @@ def _without_video(cls: Any) -> Any:
 
 def _unread(model: Any) -> str:
     """Why a family without a layout reader has no view of the picture."""
-    from attnviz.core.adapters import generic
+    from attnviz.core.layer_map import generic
 
     cross = len(generic.callers(model, "cross"))
     if cross:  # Mllama's

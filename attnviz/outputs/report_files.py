@@ -16,7 +16,7 @@ from attnviz.analysis.metrics import (
 from attnviz.analysis.roles import (
     ROLES,
 )
-from attnviz.core.adapters import STACK_TITLES
+from attnviz.core.layer_map import STACK_TITLES
 from attnviz.outputs.files import clear_previous, prepare_dir, write_done, write_text_atomic
 from attnviz.outputs.numbers import column
 

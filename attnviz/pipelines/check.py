@@ -76,9 +76,9 @@ class _InBlocks:
         checks: dict[tuple, LayerCheck],
         shapes: dict[str | None, Shapes],
     ) -> None:
-        from attnviz.core import adapters, capture
+        from attnviz.core import capture, families
 
-        adapters.layer_weights(loaded.model, 0, None)  # a family check cannot read: refused now
+        families.layer_weights(loaded.model, 0, None)  # a family check cannot read: refused now
         self.loaded, self.layers, self.checks, self.shapes = loaded, layers, checks, shapes
         self.wants = {layer: ("input", capture.ROWS) for layer in layers}
         self.mask, self.real = mask, mask.bool()  # (B, T): padded query rows are no text's
@@ -94,10 +94,10 @@ class _InBlocks:
         """The layer's input: our K_h and V_h, before its first block."""
         import torch
 
-        from attnviz.core import adapters
+        from attnviz.core import families
         from attnviz.core.mha import RowBlocks
 
-        weights = adapters.layer_weights(self.loaded.model, layer, None)
+        weights = families.layer_weights(self.loaded.model, layer, None)
         self.ours = RowBlocks(seen["input"], weights, self.mask, self.loaded.info.causal)
         self.errors = torch.zeros(self.ours.w.n_heads, dtype=torch.float64)
         self.shapes[None] = self.ours.shapes()
@@ -165,16 +165,16 @@ def _checker(
 ) -> Each:
     """A capture recorder that checks each of `layers` of `stack` as the pass produces it,
     into checks[stack, layer]; `masks` are (queries, keys), each (B, T) 1 for real tokens."""
-    from attnviz.core import adapters, capture
+    from attnviz.core import capture, families
     from attnviz.core.mha import multi_head_attention
 
     query_mask, key_mask = masks
     causal = loaded.info.of_stack(stack).causal
     kinds = ("input", "probs", "output", *(("kv_input",) if stack == "cross" else ()))
-    adapters.layer_weights(loaded.model, 0, stack)  # a family check cannot read: refused now
+    families.layer_weights(loaded.model, 0, stack)  # a family check cannot read: refused now
 
     def check_layer(layer: int, seen: dict[str, Any]) -> None:
-        weights = adapters.layer_weights(loaded.model, layer, stack)
+        weights = families.layer_weights(loaded.model, layer, stack)
         source = seen.get("kv_input")  # cross-attention: the encoder's last hidden states
         ours = multi_head_attention(seen["input"], weights, key_mask, causal, source)
         checks[stack, layer] = compare(
@@ -192,7 +192,7 @@ def check(request: CheckRequest) -> CheckResult:
     An encoder-decoder model reads the text as its source and `request.target` as the
     decoder's input (teacher forcing), or writes its own target greedily (`generate` tokens
     at most; the default without a target), and checks each of `request.stacks` (names from
-    `adapters.STACKS`, or "all", the default).
+    `layer_map.STACKS`, or "all", the default).
     """
     from attnviz.core.attention import require_text
     from attnviz.core.models import describe
@@ -272,7 +272,7 @@ def _plan(facts: ModelSpec | ModelInfo, request: CheckRequest) -> dict[str | Non
     """The layers to check in each stack ({None: layers} for a model with one stack), from
     the model's files before it loads and from the loaded model after; a layer a chosen
     stack lacks is refused."""
-    from attnviz.core.adapters import STACKS
+    from attnviz.core.layer_map import STACKS
 
     layers = list(request.layers) if request.layers else None
     if not facts.seq2seq:

@@ -402,10 +402,12 @@ class _Export:
         r, model = self.request, self.model
         get(r.measure)
         spec = describe(model.name)
-        checks.against(r, spec)
-        # a hub id not downloaded yet: only its loaded config tells what kind of model it is
-        facts = spec if spec is not None else model.load().info
-        checks.against(r, facts)
+        refuse = checks.against if r.questions is None else checks.questions
+        refuse(r, spec)
+        facts = spec
+        if facts is None:  # a hub id not downloaded yet: only its loaded config tells its kind
+            facts = model.load().info
+            refuse(r, facts)
         self.sentences, self.options = r.sentences, ExportOptions.of(r)
         if facts.seq2seq:
             from attnviz.core.inputs import split_pairs
@@ -417,10 +419,7 @@ class _Export:
         if spec is not None:
             spec.of_stack(self.options.stack).pick_layers(asked[0])
             spec.of_stack(self.options.stack).pick_heads(asked[1])
-        if r.questions is not None:
-            checks.questions(r, spec)
-            checks.questions(r, facts)
-        elif r.pictures is None:  # a picture's tokens are its processor's grid
+        if r.questions is None and r.pictures is None:  # a picture's: its processor's grid
             checks.fits(r, model, [s.text for s in self.sentences.items])
         out = prepare_dir(r.out)
         self.width = max(4, len(str(len(self.sentences.items))))

@@ -1,13 +1,17 @@
 """The table of what a run can ask for: each feature's option, the commands and model
 kinds it works with, what it excludes, and the consumer that makes it.
 
-`refuse(request, facts)` checks a request against the table (`pipelines.checks.against` calls
-it: once with the model's files, `core.models.describe`, before anything loads, and once with
-the loaded model's facts, for a hub id whose files were not here yet). It says which options
-combine, with three rules beside the table: what a decoder's continuation cannot take
-(`_refuse_on_a_continuation`: another measure, removed heads, a temperature of 0), the
-options a picture cannot take (`checks._TEXT_ONLY`), and rollout's --fusion and --discard
-(`contributions.with_rollout`). Its errors share one wording. A new option is one row here
+`refuse(request, facts)` checks a request against the table (`pipelines.checks.against` asks
+it once a phase with the facts it holds: the model's files', `core.models.describe`, before
+anything loads, and the loaded model's, for a hub id whose files were not here yet), and
+answers with the features the request asks for; it never calls back into the checks. It says
+which options combine, with rules beside the table: what a decoder's continuation cannot
+take (`_refuse_on_a_continuation`: another measure, removed heads, a temperature of 0), the
+options a picture cannot take and the models a picture, text or a prompt cannot be given
+(`_TEXT_ONLY`, `_refuse_on_pictures`), the options a run over pictures and questions cannot
+take and the models it needs (`_NOT_FOR_QUESTIONS`, `_refuse_without_prompts`); rollout's
+--fusion and --discard are refused by the checks (`contributions.with_rollout`). Its errors
+share one wording. A new option is one row here
 and, when it makes something, one consumer module (`attnviz/pipelines/consumers/`), named
 by its "module:Class" path so that `attnviz --help` imports none of them.
 """
@@ -18,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from attnviz.analysis.roles import DEFAULT_THRESHOLDS as DEFAULTS
 from attnviz.errors import InputError
 
 if TYPE_CHECKING:
@@ -184,12 +189,24 @@ def asks(test: Callable[[Any], Any], request: Request) -> bool:
         raise
 
 
-def refuse(request: Request, facts: Any = None) -> None:
+def reads_questions(request: Request) -> bool:
+    """Whether `request` reads pictures and questions (export's and report's JSONL file,
+    compare's two pictures and a question or a picture and two)."""
+    return asks(lambda r: r.questions is not None, request)
+
+
+def refuse(request: Request, facts: Any = None) -> frozenset[str]:
     """Raise one InputError for the first thing in `request` that does not combine: two
     features that exclude each other, a feature its command does not offer, or (with the
-    model's `facts`) one its kind of model cannot take. `facts` None (a hub id not on this
-    machine yet): only what needs no model is checked."""
+    model's `facts`) one its kind of model cannot take; then what a picture cannot take, or a
+    model cannot be given (a picture, text, a prompt: `_refuse_on_pictures`), or, over
+    pictures and questions, the options such a run cannot take (first) and a model that reads
+    no picture and prompt (last). `facts` None (a hub id not on this machine yet): only what
+    needs no model is checked. The names of the features `request` asks for."""
     command, asked = request.command, given(request)
+    questions = reads_questions(request)
+    if questions:
+        _refuse_on_questions(request)
     names = {feature.name for feature in asked}
     for feature in asked:
         for other, why in feature.excludes:
@@ -204,8 +221,18 @@ def refuse(request: Request, facts: Any = None) -> None:
             reason = f": {feature.elsewhere}" if feature.elsewhere else ""
             raise InputError(f"{feature.label(request)} is not available in attnviz {command}"
                              f"{reason}")  # fmt: skip
-    if facts is None:
-        return
+    if facts is not None:
+        _refuse_on_the_model(request, facts, asked)
+    if not questions:
+        _refuse_on_pictures(request, facts)
+    elif facts is not None:
+        _refuse_without_prompts(request, facts)
+    return frozenset(names)
+
+
+def _refuse_on_the_model(request: Request, facts: Any, asked: list[Feature]) -> None:
+    """What the model's kind cannot take (its `facts`)."""
+    command = request.command
     _refuse_without_adapter(request, facts)
     kind = kind_of(facts)
     if kind == DECODER:
@@ -225,15 +252,15 @@ def _refuse_without_adapter(request: Request, facts: Any) -> None:
     attnviz has no adapter for: one line, from its config alone. (The measures of norms read
     v inside the model's attention call, W_O by name and the norms around the block from
     the model itself: refused after loading where one is not found.)"""
-    from attnviz.core.models import SUPPORTED_TYPES
+    from attnviz.core.families import SUPPORTED
 
     kind = getattr(facts, "model_type", None)
-    if kind is None or kind in SUPPORTED_TYPES or request.command != "check":
+    if kind is None or kind in SUPPORTED or request.command != "check":
         return
     raise InputError(
         "attnviz check recomputes attention from scratch with each family's weights, read "
         f"through attnviz's adapters; '{kind}' has none (it knows: "
-        f"{', '.join(SUPPORTED_TYPES)}; docs/models.md)"
+        f"{', '.join(SUPPORTED)}; docs/models.md)"
     )
 
 
@@ -282,6 +309,125 @@ def _wrong_kind(what: str, kinds: frozenset[str], facts: Any, why: str) -> Input
         f"{what} works with {_KINDS[frozenset(kinds)]}; {facts.name} is {_A_KIND[kind_of(facts)]}"
     )
     return InputError(f"{said}: {why}" if why else said)
+
+
+# The options a picture cannot take, and why.
+_TEXT_ONLY = (
+    ("--hide-special", lambda r: r.hide_special, "a picture's views show what CLS, the "
+     "distillation token and the registers take, by name"),
+    ("--words", lambda r: r.words, "a picture's tokens are its patches"),
+    ("--pair", lambda r: r.pair is not None, "a vision model reads one picture"),
+    ("--measure alti", lambda r: r.measure == "alti", "it traces a text's residual stream"),
+    # report's: a report over pictures sums each head's numbers of `analysis.vision`
+    ("--treebank", lambda r: r.treebank, "its sentences carry the syntax it measures"),
+    ("--importance", lambda r: r.importance is not None, "it measures a text objective (the "
+     "next token's or the masked token's loss, a sentence embedding)"),
+    ("--threshold", lambda r: r.thresholds is not None and r.thresholds.values != DEFAULTS,
+     "a picture's heads get the roles of docs/vision.md, by rules of their own"),
+    ("--truncate", lambda r: r.truncate, "the model's image processor sizes each picture"),
+    ("--shard", lambda r: r.shard is not None, "a report over pictures runs in one process"),
+    ("--partial/--resume", lambda r: r.partial is not None or r.resume,
+     "a report over pictures runs in one process"),
+    ("a launched run (torchrun, accelerate launch)", lambda r: r.launched,
+     "a report over pictures runs in one process"),
+)  # fmt: skip
+
+
+def reads_pictures(request: Request) -> bool:
+    """Whether `request` gives pictures: show's one, or the files and folders of export,
+    compare and report."""
+    return request.picture is not None or request.pictures is not None
+
+
+def _refuse_on_pictures(request: Request, facts: Any) -> None:
+    """The options a picture cannot take; a picture to a model that reads text, and text to
+    one that reads pictures (`facts`: the model's files' or the loaded model's; None: not known
+    yet)."""
+    if reads_pictures(request) and request.prompt is None:
+        for option, given, why in _TEXT_ONLY:
+            if asks(given, request):
+                raise InputError(f"{option} is for text: {why}")
+    if facts is None:
+        return
+    prompted = getattr(facts, "prompted", False)  # a vision-language model: `core.vlm`
+    if prompted and reads_pictures(request) and request.prompt is None:
+        raise InputError(f"{facts.name} answers a prompt about a picture: give the prompt after "
+                         'the picture (show photo.png "What is on the table?")')  # fmt: skip
+    if request.prompt is not None and not prompted:
+        kind = (
+            "a vision model: it reads a picture alone"
+            if getattr(facts, "pictures", False)
+            else "a text model: it reads no picture"
+        )
+        raise InputError(f"{facts.name} is {kind}; a picture and a prompt are for a "
+                         "vision-language model (LLaVA, Qwen2-VL, PaliGemma, …)")  # fmt: skip
+    if prompted:
+        return
+    if reads_pictures(request) and not getattr(facts, "pictures", False):
+        raise InputError(
+            f"{facts.name} reads text, not pictures: give it {_TEXT[request.command]} to a "
+            "vision model (-m DIR of a ViT, DeiT, DINOv2, CLIP …)"
+        )
+    if not reads_pictures(request) and getattr(facts, "pictures", False):
+        raise InputError(
+            f"{facts.name} is a vision model: it reads pictures, not text; give it "
+            f"{_PICTURES.get(request.command, _ELSEWHERE)}"
+        )
+
+
+# What each command reads: text, and pictures where it reads them.
+_TEXT = {
+    "show": "a sentence, or give the picture",
+    "check": "a sentence, or give the picture",
+    "report": "sentences (or --file, --treebank), or give the pictures",
+    "export": "sentences (or --file), or give the pictures",
+    "compare": "two texts, or give the pictures",
+}
+_PICTURES = {"show": "an image file (.jpg, .png …)",
+             "check": "an image file (.jpg, .png …)",
+             "report": "picture files or folders of them (.jpg, .png …)",
+             "export": "picture files or folders of them (.jpg, .png …)",
+             "compare": "two picture files (.jpg, .png …)"}  # fmt: skip
+_ELSEWHERE = ("a picture to `attnviz show` or `check`, pictures to `attnviz export`, `compare` "
+              "or `report`, or a picture to the API (`serve` reads text)")  # fmt: skip
+
+
+# The options a report, export or compare over pictures and questions cannot take: each is
+# read alone, with its weights (a report sums the numbers of `analysis.picture_heads`).
+_NOT_FOR_QUESTIONS = (
+    ("--html", lambda r: r.html),
+    ("--measure", lambda r: r.measure != "weights"),
+    ("--query", lambda r: r.query is not None),
+    ("--treebank", lambda r: r.treebank),
+    ("--importance", lambda r: r.importance is not None),
+    ("--threshold", lambda r: r.thresholds is not None and r.thresholds.values != DEFAULTS),
+    ("--words", lambda r: r.words),
+    ("--truncate", lambda r: r.truncate),
+    ("--shard", lambda r: r.shard is not None),
+    ("--partial/--resume", lambda r: r.partial is not None or r.resume),
+    ("a launched run (torchrun, accelerate launch)", lambda r: r.launched),
+    ("--against-model", lambda r: r.against is not None),
+)
+# What each command reads of pictures and questions, as its refusal of a model says it.
+_ASKED = {"compare": "two pictures and a question, or a picture and two questions, are"}
+
+
+def _refuse_on_questions(request: Request) -> None:
+    """The options a run over pictures and questions cannot take."""
+    for option, given in _NOT_FOR_QUESTIONS:
+        if asks(given, request):
+            raise InputError(f"{option} is not available in attnviz {request.command} over "
+                             "pictures and questions")  # fmt: skip
+
+
+def _refuse_without_prompts(request: Request, facts: Any) -> None:
+    """A run over pictures and questions on a model that reads no picture and prompt."""
+    if not getattr(facts, "prompted", False):
+        kind = ("a vision model: it reads a picture alone" if getattr(facts, "pictures", False)
+                else "a text model: it reads no picture")  # fmt: skip
+        asked = _ASKED.get(request.command, "a file of pictures and questions is")
+        raise InputError(f"{facts.name} is {kind}; {asked} for a vision-language model (LLaVA, "
+                         "Qwen2-VL, PaliGemma, …)")  # fmt: skip
 
 
 def consumers(request: Request) -> list[Any]:

@@ -187,8 +187,8 @@ class Stacks:
         stack (its measure's values where it is not the weights), or of every stack and
         layer (`every`, the weights)."""
         from attnviz.analysis.contributions import stack_values
-        from attnviz.core.adapters import STACKS
         from attnviz.core.extract import attend_stacks
+        from attnviz.core.layer_map import STACKS
 
         if every:
             return attend_stacks(self.loaded, list(batch), STACKS, None, list(recorders))

@@ -167,8 +167,8 @@ class _StackSums:
         import numpy as np
 
         from attnviz.analysis.contributions import MeasureRecorder, get, shares
-        from attnviz.core.adapters import STACKS
         from attnviz.core.extract import attend_stacks
+        from attnviz.core.layer_map import STACKS
 
         loaded, cross_layers = self.loaded, list(range(self.loaded.info.of_stack("cross").n_layers))
         # cross-attention's norms ‖α f(x)‖ from the same pass (Kobayashi et al. 2020)

@@ -39,7 +39,7 @@ def value_lengths(values: torch.Tensor, projection: Any) -> torch.Tensor:
     d_model) tensor."""
     import torch
 
-    from attnviz.core.adapters.base import linear
+    from attnviz.core.families.base import linear
 
     w_o, _ = linear(projection)  # (H·d, d_model); the bias is added once, no key's
     batch, kv_heads, length, d = values.shape
@@ -117,7 +117,7 @@ def alti_layer(
 ) -> torch.Tensor:
     """ALTI's contributions of one layer (see the module's docstring), (B, T, T), from probs
     (B, H, T, T), value vectors (B, H, T, d), the residual stream r (B, T, d), the block's
-    output after W_O (B, T, d) and the normalisation after the block (`adapters.Norm`, or
+    output after W_O (B, T, d) and the normalisation after the block (`families.Norm`, or
     None).
 
     The normalisation is linear in t once its divisor s(u_i) is fixed, so it is applied to the

@@ -42,18 +42,18 @@ class Values:
     """Each head's values and W_O^h, layer by layer, from what the pass hands over: X through
     the family's W_V and W_O where attnviz has an adapter (`value_heads`), else the values v
     the model handed its own attention, through W_O found by name
-    (`adapters.generic.OUTPUT_PROJECTIONS`: any model whose attention attnviz records).
+    (`layer_map.generic.OUTPUT_PROJECTIONS`: any model whose attention attnviz records).
     `kind` is the capture kind it reads; `weights` the adapter's, or None."""
 
     def __init__(self, loaded: LoadedModel, stack: str | None = None) -> None:
-        from attnviz.core import adapters, capture
-        from attnviz.core.adapters import generic
+        from attnviz.core import capture, families, layer_map
+        from attnviz.core.layer_map import generic
         from attnviz.errors import UnsupportedModelError
 
         model = loaded.model
         self.weights: Any = None
-        if adapters.knows(model):
-            self.weights = adapters.EachLayer(model, stack)
+        if families.knows(model):
+            self.weights = families.EachLayer(model, stack)
             self.kind = "input" if stack is None else "kv_input"
             return
         names = ", ".join(generic.OUTPUT_PROJECTIONS)
@@ -69,7 +69,7 @@ class Values:
                 f"function; '{model.config.model_type}' runs eager attention here (leave "
                 "--attention eager out)"
             )
-        count = adapters.n_layers(model, stack)
+        count = layer_map.n_layers(model, stack)
         self._projections = [
             generic.output_projection(model, layer, stack) for layer in range(count)
         ]
@@ -83,7 +83,7 @@ class Values:
     def heads(self, layer: int, tensors: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """(v^h_j (B, T, H, d_k), W_O^h (H, d_k, d_model)) of `layer`, float32, from its
         tensors of the pass (query head h reads value head h // G)."""
-        from attnviz.core.adapters.base import linear
+        from attnviz.core.families.base import linear
 
         if self.weights is not None:
             weights = self.weights[layer]

@@ -8,7 +8,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnviz.core.adapters import STACK_TITLES
+from attnviz.core.layer_map import STACK_TITLES
 
 if TYPE_CHECKING:
     import numpy as np

@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.core.adapters import STACKS  # an encoder-decoder page's stacks, in order
+from attnviz.core.layer_map import STACKS  # an encoder-decoder page's stacks, in order
 from attnviz.outputs.figures import (
     LABEL_STEPS,
     MASKED_GREY,

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attnviz.analysis.check import TOLERANCES
-from attnviz.core.adapters import STACK_TITLES
+from attnviz.core.layer_map import STACK_TITLES
 
 if TYPE_CHECKING:
     from attnviz.analysis.check import CheckResult

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attnviz.analysis.roles import EVERY_ROLE, MIXED, attention_kind, roles_for
-from attnviz.core.adapters import STACK_TITLES
+from attnviz.core.layer_map import STACK_TITLES
 from attnviz.outputs import numbers
 
 if TYPE_CHECKING:

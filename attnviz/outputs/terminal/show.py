@@ -12,7 +12,7 @@ from rich.text import Text
 
 from attnviz.analysis.roles import MIXED, ROLES, attention_kind, roles_for
 from attnviz.analysis.summary import AGREE, REMOVED, REMOVED_MARK, TOKEN
-from attnviz.core.adapters import STACK_TITLES
+from attnviz.core.layer_map import STACK_TITLES
 from attnviz.core.tokens import LINE_BREAK, SPACE
 from attnviz.outputs.terminal.common import (
     ABLATION_TITLE,

@@ -1,30 +1,21 @@
 """GPT-NeoX (Pythia): one fused query_key_value whose output holds each head's [q_h | k_h | v_h]
 side by side, head after head (not [Q | K | V] as GPT-2's); partial RoPE (rotary_pct of each
-head's dims turn, the rest pass); read after input_layernorm, causal. Attention and
-feed-forward read the same stream and are added to it together (use_parallel_residual)."""
+head's dims turn, the rest pass); causal."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from attnviz.core.adapters.base import LayerModules, linear, rope
+from attnviz.core.families.base import linear, rope
+from attnviz.core.layer_map.base import LayerModules
 from attnviz.core.mha import LayerWeights
 
-TYPES = ("gpt_neox",)
-CAUSAL = True
 
-
-def modules(model: Any, layer: int) -> LayerModules:
-    block = model.base_model.layers[layer]
-    own = block.attention
-    return LayerModules(own, own.query_key_value, own.dense, residual=block.input_layernorm)
-
-
-def weights(model: Any, layer: int) -> LayerWeights:
+def weights(model: Any, layer: int, mods: LayerModules) -> LayerWeights:
     """W_Q, W_K and W_V taken apart from the fused projection, whose columns are, per head h,
     q_h (d_k columns), then k_h, then v_h."""
     config = model.config
-    own = modules(model, layer).attention
+    own = mods.attention
     n_heads, d_k = config.num_attention_heads, own.head_size
     weight, bias = linear(own.query_key_value)  # (d_model, H·3·d_k): [q_0 k_0 v_0 | q_1 …]
     d_model = weight.shape[0]

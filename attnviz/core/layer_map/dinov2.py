@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnviz.core.adapters.base import LayerModules, separate
-from attnviz.core.mha import LayerWeights
+from attnviz.core.layer_map.base import LayerModules
 
 TYPES = ("dinov2", "dinov2_with_registers")
 CAUSAL = False
@@ -17,8 +16,3 @@ def modules(model: Any, layer: int) -> LayerModules:
     block = model.base_model.encoder.layer[layer]
     own = block.attention
     return LayerModules(own, own.q_proj, own.o_proj, residual=block.norm1)
-
-
-def weights(model: Any, layer: int) -> LayerWeights:
-    own = modules(model, layer).attention
-    return separate(own.num_attention_heads, own.q_proj, own.k_proj, own.v_proj, own.o_proj)

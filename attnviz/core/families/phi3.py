@@ -4,23 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnviz.core.adapters.base import LayerModules, linear
-from attnviz.core.adapters.llama import decoder_weights
+from attnviz.core.families.base import linear
+from attnviz.core.families.llama import decoder_weights
+from attnviz.core.layer_map.base import LayerModules
 from attnviz.core.mha import LayerWeights
 
-TYPES = ("phi3",)
-CAUSAL = True
 
-
-def modules(model: Any, layer: int) -> LayerModules:
-    block = model.base_model.layers[layer]
-    own = block.self_attn
-    return LayerModules(own, own.qkv_proj, own.o_proj, residual=block.input_layernorm)
-
-
-def weights(model: Any, layer: int) -> LayerWeights:
+def weights(model: Any, layer: int, mods: LayerModules) -> LayerWeights:
     config = model.config
-    attn = modules(model, layer).attention
+    attn = mods.attention
     weight, bias = linear(attn.qkv_proj)  # (d_model, (H + 2·H_kv)·d_k): [Q | K | V]
     d_q = config.num_attention_heads * attn.head_dim
     d_kv = config.num_key_value_heads * attn.head_dim

@@ -1,31 +1,22 @@
-"""GPT-2: a fused c_attn (Conv1D, [Q | K | V]) read after ln_1, causal."""
+"""GPT-2: a fused c_attn (Conv1D, [Q | K | V]), causal."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from attnviz.core.adapters.base import LayerModules, linear
+from attnviz.core.families.base import linear
+from attnviz.core.layer_map.base import LayerModules
 from attnviz.core.mha import LayerWeights
 from attnviz.errors import UnsupportedModelError
 
-TYPES = ("gpt2",)
-CAUSAL = True
 
-
-def modules(model: Any, layer: int) -> LayerModules:
-    block = model.base_model.h[layer]
-    own = block.attn
-    return LayerModules(own, own.c_attn, own.c_proj, residual=block.ln_1)
-
-
-def weights(model: Any, layer: int) -> LayerWeights:
+def weights(model: Any, layer: int, mods: LayerModules) -> LayerWeights:
     config = model.config
     if not config.scale_attn_weights or config.scale_attn_by_inverse_layer_idx:
         raise UnsupportedModelError(
             "GPT-2 with non-standard score scaling (scale_attn_weights=False or "
             "scale_attn_by_inverse_layer_idx=True) is not supported by check"
         )
-    mods = modules(model, layer)
     weight, bias = linear(mods.q)  # (d_model, 3·d_model): [Q | K | V]
     d = weight.shape[0]
     (w_q, w_k, w_v), (b_q, b_k, b_v) = weight.split(d, dim=1), bias.split(d)

@@ -1,41 +1,22 @@
 """Llama-family decoders: Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma2.
 
-Input X is read after input_layernorm (they normalise first); RoPE turns Q_h and K_h;
-grouped-query attention shares key/value heads; Qwen3 normalises q and k per head; Mistral,
-Qwen2/3 and Gemma2 may use sliding windows; Gemma2 soft-caps the scores and scales them by
-query_pre_attn_scalar.
+RoPE turns Q_h and K_h; grouped-query attention shares key/value heads; Qwen3 normalises q and
+k per head; Mistral, Qwen2/3 and Gemma2 may use sliding windows; Gemma2 soft-caps the scores
+and scales them by query_pre_attn_scalar.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from attnviz.core.adapters.base import LayerModules, linear, rope
+from attnviz.core.families.base import linear, rope
+from attnviz.core.layer_map.base import LayerModules
 from attnviz.core.mha import LayerWeights
 from attnviz.errors import UnsupportedModelError
 
-TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
-CAUSAL = True
 
-
-def modules(model: Any, layer: int) -> LayerModules:
-    block = model.base_model.layers[layer]
-    own = block.self_attn
-    # Gemma2 normalises the attention's output before adding it to the stream (its
-    # `post_attention_layernorm`; Llama's of that name is the feed-forward's input norm).
-    sandwich = hasattr(block, "pre_feedforward_layernorm")
-    return LayerModules(
-        own,
-        own.q_proj,
-        own.o_proj,
-        residual=block.input_layernorm,
-        norm=block.post_attention_layernorm if sandwich else None,
-        norm_covers_residual=False,
-    )
-
-
-def weights(model: Any, layer: int) -> LayerWeights:
-    attn = modules(model, layer).attention
+def weights(model: Any, layer: int, mods: LayerModules) -> LayerWeights:
+    attn = mods.attention
     projections = [linear(m) for m in (attn.q_proj, attn.k_proj, attn.v_proj)]
     (w_q, b_q), (w_k, b_k), (w_v, b_v) = projections
     return decoder_weights(model, attn, w_q, b_q, w_k, b_k, w_v, b_v)

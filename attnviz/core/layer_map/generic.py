@@ -1,11 +1,11 @@
-"""Any model whose attention goes through transformers' `AttentionInterface`, without an
-adapter: its layers are the modules that call the interface, in the order the model
-registers them (layer 0 first). attnviz records their probabilities inside that call
-(`core.recording`), and the values v it hands over there. Each head's output projection W_O
-is found by name (OUTPUT_PROJECTIONS, TransformerLens-style), which is all the norm measure
-needs beside v. How the block's output joins the residual stream (ALTI and the mixing ratios)
-is read from the model itself (`core.residual`); `check` (X's projections by name) stays
-with the adapters.
+"""The layer map of any model whose attention goes through transformers'
+`AttentionInterface`, without a family of its own: its layers are the modules that call the
+interface, in the order the model registers them (layer 0 first). attnviz records their
+probabilities inside that call (`core.recording`), and the values v it hands over there. Each
+head's output projection W_O is found by name (OUTPUT_PROJECTIONS, TransformerLens-style),
+which is all the norm measure needs beside v. How the block's output joins the residual
+stream (ALTI and the mixing ratios) is read from the model itself (`core.residual`); `check`
+(X's projections by name, the weights: `core.families`) stays with the named families.
 
 A model type whose attention bypasses the interface (BLOOM, Falcon, MPT, GPT-Neo,
 DeBERTa-v2: `bypasses_interface`, from transformers' source files) runs eager attention with
@@ -19,7 +19,7 @@ import functools
 import inspect
 from typing import Any
 
-from attnviz.core.adapters.base import STACKS, LayerModules
+from attnviz.core.layer_map.base import STACKS, LayerModules
 from attnviz.core.model_info import language_config
 
 # What a modelling code that calls the interface names: its attention modules look their
