@@ -126,7 +126,11 @@ def _expected(tower, eager):
     """Plain loops over the eager probabilities: each layer's drawn map (L, H, N) (CLS's
     row, or each token's mean over its sequence's queries) and per head the patches' mean
     share outside the grid, on their 8 neighbours and own patch, and attention distance."""
-    places, starts = tower.places(), tower.starts()
+    places = np.full((sum(tower.lengths), 2), -1)  # each token's cell, read off the parts
+    for part in tower.layout.parts:
+        for cell, token in enumerate(part.tokens):
+            places[token] = divmod(cell, part.grid[1])
+    starts = [sum(tower.lengths[:i]) for i in range(len(tower.lengths))]
     marks = list(tower.layout.marks)
     maps, numbers = [], []
     for probs in eager:  # (B, H, n, n)
