@@ -127,29 +127,35 @@ def _empty(n_heads: int, n_tokens: int) -> dict[str, Any]:
 def _add(sums: dict[str, Any], probs: Any, first_query: int, first_key: int, places: Any,
          tower: Tower) -> None:  # fmt: skip
     """Add one block of one sequence, `probs` (H, b, W) float32: queries first_query …,
-    keys first_key … (tokens of the tower), to a layer's sums."""
+    keys first_key … (tokens of the tower), to a layer's sums. The patches' numbers are
+    products of the block with (b, W) weights that are 0 at the keys outside the grid: no
+    copy of the block is made but the rows of the patches, where a query of the block is
+    none (CLS)."""
     import torch
 
     n_heads, b, width = probs.shape
     keys = slice(first_key, first_key + width)
-    sums["received"][:, keys] += probs.sum(dim=1, dtype=torch.float64)
+    sums["received"][:, keys] += probs.sum(dim=1).double()  # b ≤ a block's rows: float32 sums
     for mark in tower.layout.marks:  # CLS's row, where it is among these queries
         if first_query <= mark < first_query + b:
             sums["cls"][:, keys] = probs[:, mark - first_query].double()
-    at_q = torch.from_numpy(places[first_query : first_query + b])  # (b, 2)
-    at_k = torch.from_numpy(places[keys])  # (W, 2)
-    patch_q, patch_k = at_q[:, 0] >= 0, at_k[:, 0] >= 0
+    at_q = torch.from_numpy(places[first_query : first_query + b]).float()  # (b, 2)
+    at_k = torch.from_numpy(places[keys]).float()  # (W, 2)
+    patch_q, patch_k = at_q[:, 0] >= 0, (at_k[:, 0] >= 0).float()
     if not bool(patch_q.any()):
         return
-    rows = probs[:, patch_q]  # (H, q, W): the patches' rows
-    sums["sink"] += rows[..., ~patch_k].sum(dim=(1, 2), dtype=torch.float64)
-    on = rows[..., patch_k]  # (H, q, K): over the patch keys
-    offset = at_q[patch_q][:, None, :] - at_k[patch_k][None, :, :]  # (q, K, 2)
-    near = (offset.abs().amax(dim=-1) <= 1).float()  # the own patch and its 8 neighbours
-    far = torch.hypot(*offset.float().unbind(-1)) * tower.patch  # (q, K) pixels
-    sums["local"] += torch.einsum("hqk,qk->h", on, near).double()
-    total = on.sum(dim=-1, dtype=torch.float64)  # (H, q): each row's share on the patches
-    reach = torch.einsum("hqk,qk->hq", on, far).double()  # (H, q)
+    rows = probs if bool(patch_q.all()) else probs[:, patch_q]  # (H, q, W): the patches' rows
+    down = at_q[patch_q, 0, None] - at_k[None, :, 0]  # (q, W): rows apart
+    across = at_q[patch_q, 1, None] - at_k[None, :, 1]
+    near = ((down.abs() <= 1) & (across.abs() <= 1)).float() * patch_k  # own and 8 around
+    far = torch.hypot(down, across).mul_(tower.patch * patch_k)  # (q, W) pixels
+    # as matrix-vector products where they can be: a pass over the block each, not a
+    # broadcast product and a sum (several times slower on a CPU)
+    total = rows @ patch_k  # (H, q): each row's share on the patches
+    sums["sink"] += (rows @ torch.ones(width) - total).sum(dim=1).double()
+    sums["local"] += (rows.reshape(n_heads, -1) @ near.reshape(-1)).double()
+    reach = torch.einsum("hqk,qk->hq", rows, far).double()  # (H, q)
+    total = total.double()
     sums["reach"] += torch.where(total > 0, reach / total.clamp_min(1e-300), 0.0).sum(dim=1)
     sums["count"] += int(patch_q.sum())
 
