@@ -18,7 +18,10 @@ Sides:
 - show: `attnviz show picture.png QUESTION -m DIR --generate 20 --no-images` as a pipeline
   (`pipelines.show.show`): the answer written with attnviz's attention function recording
   each layer's q and k of the prompt and each step's rows, then the rows handed to the
-  summary's recorders.
+  summary's recorders; the vision tower's heads recorded in the prompt's pass
+  (`analysis.tower`);
+- show-no-tower: the same, its tower not read (its layers run SDPA): what reading the
+  tower's heads costs is the difference.
 
 Peak RSS of each process (model load included) is given beside its time.
 
@@ -61,6 +64,9 @@ if side == "generate":
     written, length = out.sequences.shape[1] - len(prompt), len(prompt)
 else:
     from attnviz.core.settings import Load
+    from attnviz.pipelines.consumers.pictures import Pictures
+    if side == "show-no-tower":
+        Pictures.wants_tower = lambda self: False
     from attnviz.pipelines.request import ShowRequest
     from attnviz.pipelines.show import show
     request = ShowRequest(Load(folder, "cpu"), text=question, picture=picture, prompt=question,
@@ -153,7 +159,7 @@ def main() -> None:
         args.new, args.runs = 4, min(args.runs, QUICK_RUNS)
     header("A vision-language model's answer read by show, against transformers' generate",
            args)  # fmt: skip
-    sides = ["generate", "show"]
+    sides = ["generate", "show", "show-no-tower"]
     sys.path.insert(0, str(ROOT / "tests"))  # the tiny tokenizer and processors' helpers
     with tempfile.TemporaryDirectory() as tmp:
         for family in FAMILIES:
