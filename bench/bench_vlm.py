@@ -18,7 +18,10 @@ Sides:
 - show: `attnviz show picture.png QUESTION -m DIR --generate 20 --no-images` as a pipeline
   (`pipelines.show.show`): the answer written with attnviz's attention function recording
   each layer's q and k of the prompt and each step's rows, then the rows handed to the
-  summary's recorders.
+  summary's recorders; the vision tower's heads recorded in the prompt's pass
+  (`analysis.tower`);
+- show-no-tower: the same, its tower not read (its layers run SDPA): what reading the
+  tower's heads costs is the difference.
 
 Each side runs twice in its process: the first call, what `attnviz show` pays once (its
 lazy imports, first allocations), and the same call again, what each further answer costs
@@ -54,6 +57,9 @@ from attnviz.core import generation, vlm
 from attnviz.core.settings import Load
 from attnviz.pipelines.request import ShowRequest
 from attnviz.pipelines.show import show
+if side == "show-no-tower":  # the vision tower's heads not read
+    from attnviz.pipelines.consumers.pictures import Pictures
+    Pictures.wants_tower = lambda self: False
 
 def generate():
     loaded.model.set_attn_implementation("sdpa")  # transformers alone
@@ -160,7 +166,7 @@ def main() -> None:
         args.new, args.runs = 4, min(args.runs, QUICK_RUNS)
     header("A vision-language model's answer read by show, against transformers' generate",
            args)  # fmt: skip
-    sides = ["generate", "show"]
+    sides = ["generate", "show", "show-no-tower"]
     sys.path.insert(0, str(ROOT / "tests"))  # the tiny tokenizer and processors' helpers
     with tempfile.TemporaryDirectory() as tmp:
         for family in FAMILIES:

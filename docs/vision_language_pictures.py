@@ -4,7 +4,8 @@ CLIP tower of 84 × 84 pixels in 14-pixel patches: 6 × 6 image tokens), its wei
 random, and one drawn picture (a gradient, a disc and a bar). What the heads do is noise;
 the views are what a trained model's would look like.
 
-Run: .venv/bin/python docs/vision_language_pictures.py  (docs/vlm-answer.png, vlm-share.png)
+Run: .venv/bin/python docs/vision_language_pictures.py  (docs/vlm-answer.png, vlm-share.png,
+vlm-tower.png)
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def main() -> None:
         (folder,) = (work / "show").iterdir()
         shutil.copyfile(folder / "picture-answer-layer-1.png", DOCS / "vlm-answer.png")
         shutil.copyfile(folder / "picture-share.png", DOCS / "vlm-share.png")
-    print("wrote docs/vlm-answer.png and docs/vlm-share.png")
+        shutil.copyfile(folder / "tower-layer-1.png", DOCS / "vlm-tower.png")
+    print("wrote docs/vlm-answer.png, docs/vlm-share.png and docs/vlm-tower.png")
 
 
 if __name__ == "__main__":

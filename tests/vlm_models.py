@@ -299,3 +299,49 @@ def eager(folder: Path, ids: list[int], inputs: dict) -> Any:
     cross = getattr(model.config.get_text_config(), "cross_attention_layers", None) or ()
     return np.stack([layer[0].float().numpy() for i, layer in enumerate(out.attentions)
                      if i not in cross])  # fmt: skip
+
+
+def tower_eager(folder: Path, ids: list[int], inputs: dict) -> list[Any]:
+    """The vision tower's own probabilities, each layer's (B, H, N, N) float32 over each of
+    the tower's sequences (batch rows), from the eager attention function of its attention
+    modules' own modelling file (transformers' `eager_attention_forward`, as the module
+    calls it), in a pass of the whole model over `ids` and the processor's `inputs`. A
+    layer run in several calls (Qwen2.5-VL's windows) is its calls put together along the
+    diagonal, 0 between them (where the model computes nothing)."""
+    import sys
+
+    import numpy as np
+    import torch
+    from transformers import AttentionInterface, AutoModelForImageTextToText
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    calls: list[tuple[Any, Any]] = []  # (module, its probabilities), in the pass's order
+
+    def kept(module, query, key, value, attention_mask, **kwargs):
+        own = sys.modules[type(module).__module__].eager_attention_forward
+        output, probs = own(module, query, key, value, attention_mask, **kwargs)
+        calls.append((module, probs.detach().float()))
+        return output, probs
+
+    AttentionInterface.register("eager_kept", kept)
+    AttentionMaskInterface.register("eager_kept", eager_mask)
+    model = AutoModelForImageTextToText.from_pretrained(
+        folder, attn_implementation={"vision_config": "eager_kept", "text_config": "eager",
+                                     "": "eager"})  # fmt: skip
+    with torch.no_grad():
+        model.eval()(input_ids=torch.tensor([ids]), **inputs)
+    layers: dict[int, list[Any]] = {}  # id(module): its calls, in order
+    for module, probs in calls:
+        layers.setdefault(id(module), []).append(probs)
+    found = []
+    for pieces in layers.values():
+        batch, heads = pieces[0].shape[:2]
+        n = sum(piece.shape[-1] for piece in pieces)
+        whole = np.zeros((batch, heads, n, n), np.float32)
+        at = 0
+        for piece in pieces:
+            w = piece.shape[-1]
+            whole[:, :, at : at + w, at : at + w] = piece.numpy()
+            at += w
+        found.append(whole)
+    return found

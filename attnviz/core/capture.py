@@ -22,7 +22,8 @@ What a caller can ask for, per layer (`KINDS`):
 
 An encoder-decoder model (T5, BART) has three stacks of attention layers, "encoder",
 "decoder" and "cross" (`layer_map.STACKS`); a recorder's `stack` says which one its layers
-are in (every other model has one stack, None).
+are in (every other model has one stack, None, but a vision-language model, whose vision
+tower's layers are the stack "vision" beside its language model's: `layer_map.generic.VISION`).
 
     rows    blocks of `probs`' query rows, for callers that keep running sums and never
             hold a layer's whole matrix: such a recorder's `receive_rows(layer, start, rows)`
@@ -75,6 +76,7 @@ from attnviz.core.model_info import language_config
 from attnviz.errors import InputError, UnsupportedModelError
 
 KINDS = ("input", "probs", "output", "residual", "heads", "kv_input", "scores", "values")
+VISION = layer_map.generic.VISION  # the stack of a vision-language model's vision tower
 ROWS = "rows"  # blocks of probability rows, for a recorder with `receive_rows` (see above)
 ENTROPY = "entropy"  # with ROWS: each row's entropy beside it (see above)
 
@@ -136,20 +138,7 @@ def run(
 
     model = loaded.model
     where = layer_map.of(model)
-    wanted: dict[Site, set[str]] = {}
-    for recorder in recorders:
-        if _stack(recorder) not in where.stacks:  # a one-stack caller on an encoder-decoder model
-            raise UnsupportedModelError(
-                f"this reads models with one attention stack; {loaded.info.name} is an "
-                "encoder-decoder model (docs/seq2seq.md says what works on it)"
-            )
-        for layer, kinds in recorder.wants.items():
-            unknown = set(kinds) - {*KINDS, ROWS, ENTROPY}
-            if unknown:
-                raise ValueError(f"unknown capture kinds {sorted(unknown)}; known: {KINDS}")
-            if {"probs", ROWS} <= set(kinds):
-                raise ValueError("a recorder takes a layer's probabilities whole or in rows")
-            wanted.setdefault((_stack(recorder), layer), set()).update(kinds)
+    wanted = _wanted(loaded, where, recorders)
     rows = recording.BLOCK_ROWS if block_rows is None else block_rows
     if rows < 1:
         raise InputError(f"block_rows must be at least 1, not {rows}")
@@ -172,6 +161,43 @@ def run(
     heard.check_served()
     memory.return_freed_memory()  # the pass's activations, not held while the figures draw
     return output
+
+
+def _wanted(loaded: Any, where: LayerMap, recorders: Sequence[Recorder]) -> dict[Site, set[str]]:
+    """{site: the kinds asked of it} over `recorders`, each checked against the model's
+    stacks (`where`)."""
+    stacks = where.stacks
+    wanted: dict[Site, set[str]] = {}
+    for recorder in recorders:
+        if _stack(recorder) not in stacks:  # a one-stack caller on an encoder-decoder model
+            raise UnsupportedModelError(
+                f"this reads models with one attention stack; {loaded.info.name} is an "
+                "encoder-decoder model (docs/seq2seq.md says what works on it)"
+            )
+        for layer, kinds in recorder.wants.items():
+            unknown = set(kinds) - {*KINDS, ROWS, ENTROPY}
+            if unknown:
+                raise ValueError(f"unknown capture kinds {sorted(unknown)}; known: {KINDS}")
+            if {"probs", ROWS} <= set(kinds):
+                raise ValueError("a recorder takes a layer's probabilities whole or in rows")
+            wanted.setdefault((_stack(recorder), layer), set()).update(kinds)
+    return wanted
+
+
+def listener(loaded: Any, recorders: Sequence[Recorder]) -> Any:
+    """What feeds `recorders` from a pass something else runs and listens to (the prompt pass
+    of `core.generation`, whose listener hands it the vision tower's sites): a
+    `recording.Listener` that serves each recorder its rows as `run` would, for recorders
+    that ask for rows alone; its `check_served()` after the pass says, in one line, if a
+    site it wanted never came."""
+    from attnviz.core import recording
+
+    where = layer_map.of(loaded.model)
+    wanted = _wanted(loaded, where, recorders)
+    other = sorted({kind for kinds in wanted.values() for kind in kinds} - {ROWS, ENTROPY})
+    if other:
+        raise ValueError(f"a listener serves rows alone, not {', '.join(other)}")
+    return _Pass(loaded, where, recorders, wanted, True, recording.BLOCK_ROWS, None)
 
 
 # Which module each hooked kind is read at (see `_hooked`): X's projection, W_O, the module
@@ -333,7 +359,14 @@ class _Pass:
 
     A `rows` recorder gets its layer's other kinds before the blocks where they come first
     (X, the residual stream); where one comes only after the attention call (the block's
-    output after W_O), its blocks wait until it has come."""
+    output after W_O), its blocks wait until it has come.
+
+    A layer whose module calls the attention function several times in one pass (a vision
+    tower's windows or images: Qwen2.5-VL's, one call a window over its own tokens) hands
+    each call's blocks in turn, each over that call's queries and keys alone; a recorder of
+    such a layer says it reads them so (`calls = True`) and gets `receive_rows(…, call=n)`,
+    n the layer's calls before this one in the pass; any other is refused at the second
+    call rather than handed rows it would take for the layer's whole."""
 
     def __init__(self, loaded: Any, where: LayerMap, recorders: Sequence[Recorder], wanted: dict,
                  inside: bool, block_rows: int, edit: Edit | None) -> None:  # fmt: skip
@@ -345,6 +378,7 @@ class _Pass:
         self._seen: dict[Site, dict[str, Any]] = {}
         self._waiting: dict[Site, list] = {}  # blocks held for recorders not yet served
         self._served: dict[Site, set[int]] = {}  # id(recorder) served its other kinds
+        self._calls: dict[Site, int] = {}  # each site's calls finished in this pass
         self._sites = Callers(where) if inside else None
 
     # what the hooks deliver ------------------------------------------------------------
@@ -369,6 +403,13 @@ class _Pass:
     def wants(self, site: Site, shape: tuple[int, int, int, int]) -> bool:
         if not self.wanted.get(site, set()) & {"probs", ROWS}:
             return False
+        if self._calls.get(site) and not all(getattr(r, "calls", False) for r in self._mine(site)):
+            stack, layer = site
+            raise UnsupportedModelError(
+                f"layer {layer}{f' of the {stack} stack' if stack else ''} of "
+                f"'{self.loaded.model.config.model_type}' runs its attention in several calls "
+                "(one a window or an image), which this reads as one"
+            )
         if "probs" in self.wanted[site]:  # (B, H, T, S) float32, filled by the blocks
             import torch
 
@@ -392,7 +433,7 @@ class _Pass:
         found = _read([r for r in takers if id(r) in ready], site[1], start, rows)
         for recorder in takers:
             if id(recorder) in ready:
-                self._give_rows(recorder, site[1], start, rows, entropy, found.get(id(recorder)))
+                self._give_rows(recorder, site, start, rows, entropy, found.get(id(recorder)))
             else:
                 self._waiting.setdefault(site, []).append((recorder, start, rows, entropy))
         if self.inside and "probs" in got:  # a decoder's block stops at its last query's key
@@ -406,6 +447,8 @@ class _Pass:
             got["called"] = True
         edited = self.edit(site[1], heads) if self.edit is not None else heads
         self._serve(site)
+        if site in self.wanted:
+            self._calls[site] = self._calls.get(site, 0) + 1
         return edited
 
     # serving ---------------------------------------------------------------------------
@@ -428,13 +471,14 @@ class _Pass:
             recorder.receive(layer, {k: got[k] for k in others})
         return True
 
-    def _give_rows(self, recorder: Recorder, layer: int, start: int, rows: Any, entropy: Any,
+    def _give_rows(self, recorder: Recorder, site: Site, start: int, rows: Any, entropy: Any,
                    found: Any = None):  # fmt: skip
+        layer = site[1]
         given = (rows, entropy) if ENTROPY in recorder.wants[layer] else (rows,)  # (B, H, b, W)
-        if found is None:
-            recorder.receive_rows(layer, start, *given)
-        else:
-            recorder.receive_rows(layer, start, *given, found=found)
+        named = {} if found is None else {"found": found}
+        if getattr(recorder, "calls", False):  # which of the layer's calls these rows are of
+            named["call"] = self._calls.get(site, 0)
+        recorder.receive_rows(layer, start, *given, **named)
 
     def _complete(self, site: Site) -> bool:
         needs = self.hooked(site) | ({"called"} if self.inside else set())
@@ -450,7 +494,7 @@ class _Pass:
         for recorder in self._takers(site):
             self._ready(site, recorder)
         for recorder, start, *given in self._waiting.pop(site, []):
-            self._give_rows(recorder, layer, start, *given)
+            self._give_rows(recorder, site, start, *given)
         for recorder in self._mine(site):
             if ROWS not in recorder.wants[layer]:
                 recorder.receive(layer, {kind: got[kind] for kind in recorder.wants[layer]})

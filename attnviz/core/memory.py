@@ -77,6 +77,10 @@ GENERATE_ACTIVATIONS = 48
 # 4.93 GiB against show's 2.24 (10.3 maps), 6,000 tokens of a 2-layer, 8-head Llama 1.61 GiB
 # against 0.62 (7.3 maps); counted with a margin.
 REPORT_STREAMED = 16
+# A block of a vision tower's rows, as maps of the block's size (float32) held at once: the
+# attention function's scores and probabilities, and `analysis.tower`'s rows of the patches,
+# their share on the patch keys and its products.
+TOWER_BLOCK = 5
 
 
 @dataclass(frozen=True)
@@ -524,6 +528,17 @@ def held_what(shape: Sequence[int]) -> str:
         f"the attention of {layers} layer{'s' * (layers != 1)} × {heads} "
         f"head{'s' * (heads != 1)} over {width:,} tokens{texts}"
     )
+
+
+def tower_bytes(n_layers: int, n_heads: int, lengths: Sequence[int], block_rows: int) -> int:
+    """What recording a vision-language model's vision tower holds (`analysis.tower`): per
+    layer and head, two float64 sums a token of the tower (what it receives, CLS's row), and
+    while a layer runs, one block of its rows of every sequence at once with the function's
+    scores and the sums' temporaries (TOWER_BLOCK maps of the block, float32)."""
+    longest = max(lengths)
+    sums = n_layers * n_heads * sum(lengths) * 8 * 2
+    block = TOWER_BLOCK * FLOAT * len(lengths) * n_heads * min(block_rows, longest) * longest
+    return sums + block
 
 
 def require(nbytes: int, what: str) -> None:

@@ -109,6 +109,22 @@ def refuse_images(processor: Any, text: str, pictures: int = 1) -> None:
         )
 
 
+def tower(loaded: LoadedModel, encoded: Encoded) -> Any:
+    """Where each token of the model's vision tower sits on `encoded`'s picture
+    (`layouts.Tower`, by its family's map); ValueError, its reason in one line, where the
+    family's tower has no map (or its image tokens no layout)."""
+    from attnviz.core import layouts
+    from attnviz.core.images import prefix_labels
+
+    config = loaded.model.config
+    if encoded.layout is None:
+        raise ValueError(
+            "attnviz has no map of its vision tower's tokens (nor of its image tokens)"
+        )
+    before = len(prefix_labels(config.vision_config))
+    return layouts.tower(config.model_type, encoded.inputs, config, encoded.layout, before)
+
+
 # The processor's outputs that are not the picture's: the ids and mask (attnviz pads them),
 # PaliGemma's training labels.
 _NOT_INPUTS = ("input_ids", "attention_mask", "labels")

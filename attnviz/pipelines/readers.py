@@ -75,12 +75,14 @@ class OneStack:
         else:
             encoded = encode(loaded, r.text, r.truncate, r.pair)
         layers = loaded.info.pick_layers(self.layers)
-        reading = None
+        reading, tower = None, None
+        if r.prompt is not None and any(c.wants_tower() for c in consumers):
+            encoded, tower = tower_recorder(loaded, encoded)
         if self.whole and r.continues:  # before it is written: its length at most
             self._fits(layers, len(encoded) + (r.generate or 0))
-        if r.continues:
-            encoded, reading = continued(loaded, r, encoded, layers)
-        run = Run(r, loaded, encoded, layers)
+        if r.continues:  # the tower runs in the prompt's pass: fed there
+            encoded, reading = continued(loaded, r, encoded, layers, [tower] if tower else [])
+        run = Run(r, loaded, encoded, layers, tower=tower)
         facts, asked = loaded.info, memory.Asked.of(r)
         if self.whole:
             self._fits(layers, len(encoded))
@@ -89,6 +91,7 @@ class OneStack:
         if run.streamed:
             return self._streamed(run, consumers, reading)
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
+        recorders += _tower_in_pass(run, reading)
         edit = _one_edit([c.edit(run) for c in consumers])
         found, run.measure_recorder = self.batch([encoded], recorders, edit, reading)
         run.raw = found[0]
@@ -123,7 +126,7 @@ class OneStack:
         run.raw = text_attention(run.encoded, loaded.info, run.layers, stand_in)
         run.views = Views(run, n, n)
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
-        recorders += run.views.recorders(n)
+        recorders += run.views.recorders(n) + _tower_in_pass(run, reading)
         block = memory.stream_rows(loaded.info.n_heads, n)
         capture.run(loaded, pad(loaded, [run.encoded]), recorders, block_rows=block,
                     reading=reading)  # fmt: skip
@@ -219,15 +222,52 @@ def hold(request: ShowRequest, to: Path | None = None) -> Attention:
     return transform(found.raw, request.words, request.hide_special)
 
 
-def continued(loaded: LoadedModel, request: Request, prompt: Any, layers: Sequence[int]):
+def continued(loaded: LoadedModel, request: Request, prompt: Any, layers: Sequence[int],
+              tower: Sequence[Any] = ()):  # fmt: skip
     """A decoder's prompt with the continuation `request` asks for (`--generate`, written
     by the model, or `--target`) as one Encoded, and the `generation.Reading` of `layers`
-    the model used."""
+    the model used; `tower`'s recorders fed by the prompt's pass, which runs the tower."""
     from attnviz.core import generation
 
     settings = generation.Settings(request.generate, request.target, request.sample,
                                    request.temperature or 1.0, request.seed)  # fmt: skip
-    return generation.write(loaded, prompt, settings, layers)
+    return generation.write(loaded, prompt, settings, layers, tower)
+
+
+def tower_recorder(loaded: LoadedModel, encoded: Any) -> tuple[Any, Any]:
+    """The recorder of a vision-language model's vision tower over `encoded`'s picture
+    (`analysis.tower`), refused in one line where the process could not hold its sums
+    (`memory.tower_bytes`): (`encoded`, it); or (`encoded` with a note that says why the
+    tower's view is not drawn, None)."""
+    from dataclasses import replace
+
+    from attnviz.analysis.tower import TowerRecorder
+    from attnviz.core import capture, layer_map, memory, recording, vlm
+
+    model, why, tower = loaded.model, None, None
+    kind = model.config.model_type
+    if not capture.records(model):
+        why = "the tower is read through attnviz's attention function, not eager attention"
+    else:
+        try:
+            tower = vlm.tower(loaded, encoded)
+        except ValueError as exc:
+            why = str(exc)
+    if tower is None:
+        note = f"the vision tower's view is not drawn for {kind}: {why}"
+        return replace(encoded, notes=(*encoded.notes, note)), None
+    n_layers = layer_map.n_layers(model, capture.VISION)
+    vision = model.config.vision_config
+    n_heads = getattr(vision, "num_attention_heads", None) or vision.num_heads
+    needed = memory.tower_bytes(n_layers, n_heads, tower.lengths, recording.BLOCK_ROWS)
+    memory.require(needed, f"the vision tower's heads ({n_layers} layers × {n_heads} heads over "
+                           f"{sum(tower.lengths):,} tokens)")  # fmt: skip
+    return encoded, TowerRecorder(tower, n_layers, capture.VISION)
+
+
+def _tower_in_pass(run: Run, reading: Any) -> list[Any]:
+    """The tower's recorder, where the pass to come runs the tower (none did before it)."""
+    return [run.tower] if run.tower is not None and reading is None else []
 
 
 def read_texts(

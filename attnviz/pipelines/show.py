@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.continuation import Written
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.summary import HeadSummary
+    from attnviz.analysis.tower import TowerView
     from attnviz.analysis.vision import VisionHead
     from attnviz.core.attention import Attention
     from attnviz.core.models import Model
@@ -51,6 +52,7 @@ class ShowResult:
     # a decoder's --generate / --target: each continuation token and where it looked
     continuation: Written | None = None
     vision: list[VisionHead] | None = None  # a picture: what each head does on it
+    tower: TowerView | None = None  # a picture and a prompt: the vision tower's heads
 
     @classmethod
     def of(cls, run: Run, folder: Path | None) -> ShowResult:
@@ -101,6 +103,7 @@ class ShowResult:
             **({"continuation": self.continuation.as_dict()} if self.continuation else {}),
             **({"query": self.query.as_dict()} if self.query is not None else {}),
             **({"picture": _picture_fields(self)} if att.picture is not None else {}),
+            **({"tower": self.tower.as_dict()} if self.tower is not None else {}),
             "averaged": AVERAGED + _MEASURED.get(measure.name, ""),
             **special,
             **({"mixing": self.mixing} if self.mixing is not None else {}),

@@ -101,6 +101,57 @@ class Layout:
         return canvas
 
 
+@dataclass(frozen=True, eq=False)
+class Tower:
+    """Where each token of a vision-language model's vision tower sits on its picture. The
+    tower reads `lengths` sequences (one a batch row: Idefics3's sub-images, LLaVA-NeXT's base
+    image and tiles; or Qwen2-VL's one), its tokens counted one sequence after the other;
+    `layout`'s parts are the sequences drawn, one part a sequence, each over the box of the
+    picture the language model's image tokens of that image cover, its marks the tokens of
+    those sequences that stand for no patch (CLIP's CLS); `patch`: a patch's side in pixels
+    of the picture as the tower read it."""
+
+    layout: Layout
+    lengths: tuple[int, ...]
+    patch: int
+
+    def starts(self) -> list[int]:
+        """Each sequence's first token."""
+        return [sum(self.lengths[:i]) for i in range(len(self.lengths))]
+
+    def sequences(self) -> list[int]:
+        """The sequence each part is (the one holding its first cell's token)."""
+        starts = self.starts()
+        return [max(i for i, start in enumerate(starts) if start <= part.tokens[0])
+                for part in self.layout.parts]  # fmt: skip
+
+    def places(self) -> Any:
+        """(N, 2) int64 over every token of the tower: its cell (row, col) on its part's
+        grid; (-1, -1) for a mark and for a token of a sequence not drawn."""
+        import numpy as np
+
+        found = np.full((sum(self.lengths), 2), -1, np.int64)
+        for part in self.layout.parts:
+            rows, cols = np.divmod(np.arange(len(part.tokens)), part.grid[1])
+            found[list(part.tokens)] = np.stack([rows, cols], axis=1)
+        return found
+
+
+def one_grid(inputs: Inputs, config: Any, part: Part, before: int, sequences: int = 1) -> tuple:
+    """A tower that reads its picture (or each of `sequences`, one a batch row, the first
+    drawn: the whole picture) as one grid of patches, `pixel_values`' size over the vision
+    config's patch side, after `before` tokens (CLIP's CLS): (parts, marks, lengths), the
+    part over `part`'s box."""
+    from dataclasses import replace
+
+    height, width = inputs["pixel_values"].shape[-2:]
+    patch = config.vision_config.patch_size
+    grid = (height // patch, width // patch)
+    n = grid[0] * grid[1]
+    drawn = replace(part, tokens=tuple(range(before, before + n)), grid=grid)
+    return (drawn,), tuple(range(before)), (before + n,) * sequences
+
+
 def positions(ids: Sequence[int], token: int) -> list[int]:
     """The indices of `token` among `ids`."""
     return [i for i, found in enumerate(ids) if found == token]

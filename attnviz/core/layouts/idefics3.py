@@ -3,14 +3,16 @@ vision tower's side) and cut into them, then the whole picture squeezed into one
 global image); each sub-image's patches pixel-shuffled `scale_factor` × `scale_factor` into
 one token each, row by row. The processor writes each sub-image as a fake token, its tag
 (`<row_1_col_2>`, or `<global-img>` for the global image) and its image tokens; rows and
-columns are read from the tags, as the processor wrote them."""
+columns are read from the tags, as the processor wrote them. The vision tower reads each
+sub-image as a sequence of its own (its own batch row), in the prompt's order: the
+sub-image's grid of patches, no CLS."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from attnviz.core.layouts.base import Inputs, Part, image_token, positions, square
+from attnviz.core.layouts.base import Inputs, Layout, Part, image_token, positions, square
 
 TYPES = ("idefics3", "smolvlm")
 TAG = re.compile(r"<row_(\d+)_col_(\d+)>")
@@ -45,3 +47,17 @@ def read(ids: list[int], inputs: Inputs, config: Any, processor: Any,
         box = (row / rows, col / cols, (row + 1) / rows, (col + 1) / cols)
         parts.append(Part(f"tile {row},{col}", tuple(run), grid, box))
     return tuple(parts), tuple(sorted(marks))
+
+
+def tower(inputs: Inputs, config: Any, layout: Layout, before: int) -> tuple:
+    """One sequence a part of the prompt's layout, in its order: the sub-image's patches,
+    the tower's patch side apart, over that part's box (SigLIP's: `before` is 0)."""
+    from dataclasses import replace
+
+    height, width = inputs["pixel_values"].shape[-2:]
+    patch = config.vision_config.patch_size
+    grid = (height // patch, width // patch)
+    n = grid[0] * grid[1]
+    parts = tuple(replace(part, tokens=tuple(range(i * n, (i + 1) * n)), grid=grid)
+                  for i, part in enumerate(layout.parts))  # fmt: skip
+    return parts, (), (n,) * len(parts)

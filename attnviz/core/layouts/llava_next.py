@@ -4,13 +4,15 @@ their cells put side by side, the rows and columns that are only padding dropped
 (unpadding), and an `image_newline` token after each row of cells.
 
 The tiles and the unpadding are transformers' own functions, run on a grid of cell numbers,
-so the cells kept are the model's; the picture's place on the tiles is its processor's."""
+so the cells kept are the model's; the picture's place on the tiles is its processor's.
+Its CLIP tower reads the base image and each tile as a sequence of its own (CLS, then the
+grid), the base first: the base image's is drawn."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from attnviz.core.layouts.base import Inputs, Part, image_token, positions
+from attnviz.core.layouts.base import Inputs, Layout, Part, image_token, one_grid, positions
 
 TYPES = ("llava_next",)
 
@@ -79,3 +81,14 @@ def _base_box(image_processor: Any) -> tuple[float, float, float, float]:
         return (0.0, 0.0, 1.0, 1.0)
     top, left = (max(side - crop["height"], 0) / 2 / side, max(side - crop["width"], 0) / 2 / side)
     return (top, left, 1 - top, 1 - left)
+
+
+def tower(inputs: Inputs, config: Any, layout: Layout, before: int) -> tuple:
+    """The base image's sequence over the base grid's box; its tiles', one each after it, as
+    many as transformers' `image_size_to_num_patches` cuts for the picture."""
+    from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+
+    size = [int(n) for n in inputs["image_sizes"][0]]
+    count = image_size_to_num_patches(size, config.image_grid_pinpoints,
+                                      config.vision_config.image_size)  # fmt: skip
+    return one_grid(inputs, config, layout.parts[0], before, count)

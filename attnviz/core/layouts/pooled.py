@@ -1,12 +1,13 @@
 """PaliGemma and Gemma 3: the picture resized whole to a square, its patches (PaliGemma's)
 or their average over a square of them (Gemma 3's 64 × 64 pooled to 16 × 16) one token each,
-row by row; Gemma 3's start and end of image around them."""
+row by row; Gemma 3's start and end of image around them. Their SigLIP tower reads the
+resized picture as one sequence of patches, no CLS."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from attnviz.core.layouts.base import Inputs, Part, image_token, positions, square
+from attnviz.core.layouts.base import Inputs, Layout, Part, image_token, one_grid, positions, square
 
 TYPES = ("paligemma", "gemma3")
 
@@ -22,3 +23,9 @@ def read(ids: list[int], inputs: Inputs, config: Any, processor: Any,
         if isinstance(token, int):
             marks += positions(ids, token)
     return (Part("", tuple(found), grid),), tuple(sorted(set(marks)))
+
+
+def tower(inputs: Inputs, config: Any, layout: Layout, before: int) -> tuple:
+    """The picture's sequence of patches over the whole picture; Gemma 3's pan-and-scan
+    crops, each a sequence after it, are not drawn."""
+    return one_grid(inputs, config, layout.parts[0], before, inputs["pixel_values"].shape[0])

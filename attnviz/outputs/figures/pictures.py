@@ -330,20 +330,31 @@ def layout_figure(att: Attention, layer: int, heads: list[int], rows_of: Any, wh
     (`Layout.painted`; pixels no cell covers, a crop's margins, faded), one colour scale
     for the figure; `whose` says whose row it is, in the title; `given`: the picture's size
     (W, H) as given, where `att.layout` carries it smaller. The figure, drawn."""
-    import numpy as np
-
     layout = att.layout
-    size = _shown_size(layout.pixels.shape[:2], style.dpi)
-    pixels = resized(layout.pixels, size)
-    unseen = layout.painted(np.ones(len(att.tokens), np.float32), size) == 0
-    unseen = unseen if unseen.any() else None
-    panels = [Panel(f"head {head} · picture {layout.share(rows_of[head]):.0%}", pixels,
-                    layout.painted(rows_of[head], size), unseen) for head in heads]  # fmt: skip
+    titles = [f"head {head} · picture {layout.share(rows_of[head]):.0%}" for head in heads]
     grids = " + ".join(f"{part.grid[0]} × {part.grid[1]}" for part in layout.parts)
     width, height = given or layout.pixels.shape[1::-1]
     seen = f"{layout.name}, {width} × {height} px: {len(layout.cells())} image tokens ({grids})"
     bar = "attention on an image token"
-    return panels_figure(att, panels, style, f"layer {layer} · {whose}", bar, seen)
+    return over_layout(att, layout, [rows_of[head] for head in heads], titles, style,
+                       f"layer {layer} · {whose}", bar, seen)  # fmt: skip
+
+
+def over_layout(att: Attention, layout: Any, rows: list[Any], titles: list[str], style: Style,
+                title: str, bar: str, seen: str):  # fmt: skip
+    """One panel a row of `rows` (a value per token of `layout`: the prompt's image tokens,
+    or a vision tower's), each token's value over the pixels of its cell (`Layout.painted`;
+    pixels no cell covers, a crop's margins, faded), titled `titles`, on the figure's one
+    colour scale (`panels_figure`, with `title`, `bar` and `seen`). The figure, drawn."""
+    import numpy as np
+
+    size = _shown_size(layout.pixels.shape[:2], style.dpi)
+    pixels = resized(layout.pixels, size)
+    unseen = layout.painted(np.ones(max(layout.cells()) + 1, np.float32), size) == 0
+    unseen = unseen if unseen.any() else None
+    panels = [Panel(name, pixels, layout.painted(row, size), unseen)
+              for name, row in zip(titles, rows)]  # fmt: skip
+    return panels_figure(att, panels, style, title, bar, seen)
 
 
 def _shown_size(shape: tuple[int, int], dpi: int) -> tuple[int, int]:
@@ -381,6 +392,58 @@ def layout_tasks(att: Attention, folder: Path, layers: list[int], heads: list[in
     return [(save_layout_figure, labels, layer, heads, looked(att, layer, rows), whose, style,
              given, folder / f"picture-{name}-layer-{layer}.{style.fmt}")
             for name, rows, whose in views for layer in layers]  # fmt: skip
+
+
+# A vision-language model's vision tower (`analysis.tower`) ---------------------------------
+def tower_figure(att: Attention, tower: Any, layer: int, rows: Any, heads: list[Any], cls: bool,
+                 style: Style, given: tuple[int, int] | None = None):  # fmt: skip
+    """Per head of the vision tower's layer `layer` (`heads`: its `VisionHead`s), its row
+    `rows[head]` over the tower's tokens (CLS's row where `cls`, else each token's mean
+    received attention) drawn over the picture, every patch's value on its cell
+    (`tower.layout`), one colour scale for the figure; each panel titled with the head's
+    role and mean attention distance (and CLS's share on the patches). `given`: the
+    picture's size (W, H) as given, where `tower` carries it smaller. The figure, drawn."""
+    layout = tower.layout
+    cells = layout.cells()
+    titles = []
+    for head in heads:
+        said = f"head {head.head} · {head.role} · {head.distance:.0f} px"
+        if cls:
+            said += f"\nCLS on the patches {float(rows[head.head][cells].sum()):.0%}"
+        titles.append(said)
+    grids = " + ".join(f"{part.grid[0]} × {part.grid[1]}" for part in layout.parts)
+    width, height = given or layout.pixels.shape[1::-1]
+    seen = (f"{layout.name}, {width} × {height} px: the tower's {len(cells)} patches ({grids}), "
+            f"{tower.patch} px a side as it read them")  # fmt: skip
+    what = "where CLS looks" if cls else "what each patch receives, the mean over its queries"
+    bar = "CLS's attention on a patch" if cls else "mean attention a patch receives"
+    return over_layout(att, layout, [rows[head.head] for head in heads], titles, style,
+                       f"vision tower · layer {layer} · {what}", bar, seen)  # fmt: skip
+
+
+def save_tower_figure(att: Attention, tower: Any, layer: int, rows: Any, heads: list[Any],
+                      cls: bool, style: Style, given: tuple[int, int],
+                      path: Path) -> Path:  # fmt: skip
+    """Draw `tower_figure` and write it atomically to `path` (in a drawing process too)."""
+    figure = tower_figure(att, tower, layer, rows, heads, cls, style, given)
+    return save_figure(figure, path, style)
+
+
+def tower_tasks(att: Attention, view: Any, folder: Path, style: Style) -> list[tuple]:
+    """What draws the vision tower's heads over the picture (`analysis.tower.TowerView`), one
+    figure a tower layer (`tower-layer-L`), every head side by side. The arguments carry
+    `att` without its weights and the tower's picture at the panels' size."""
+    from dataclasses import replace
+
+    layout = view.tower.layout
+    given = layout.pixels.shape[1::-1]  # (W, H)
+    small = replace(layout, pixels=resized(layout.pixels, _shown_size(layout.pixels.shape[:2],
+                                                                      style.dpi)))  # fmt: skip
+    tower = replace(view.tower, layout=small)
+    labels = replace(att, weights=att.weights[:0])
+    return [(save_tower_figure, labels, tower, layer, view.maps[layer], view.layer(layer),
+             view.cls, style, given, folder / f"tower-layer-{layer}.{style.fmt}")
+            for layer in range(view.n_layers)]  # fmt: skip
 
 
 def share_figure(att: Attention, share: Any, layers: list[int], heads: list[int], whose: str,

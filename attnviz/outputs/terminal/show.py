@@ -595,6 +595,38 @@ def print_picture_shares(console: Console, att: Any) -> None:
                   "they give the image tokens", highlight=False)  # fmt: skip
 
 
+def print_tower(console: Console, view: Any) -> None:
+    """A vision-language model's vision tower (`analysis.tower.TowerView`), a line a layer:
+    its heads' mean attention distance (their mean, least and most) and how many heads have
+    each role."""
+    from collections import Counter
+
+    from rich.table import Table
+
+    from attnviz.analysis.vision import ROLES
+
+    tower = view.tower
+    grids = " + ".join(f"{part.grid[0]} × {part.grid[1]}" for part in tower.layout.parts)
+    console.print(f"The vision tower's heads over the picture ({grids} patches of {tower.patch} "
+                  f"px; uniform attention would reach {view.uniform:.1f} px)", style="italic",
+                  highlight=False)  # fmt: skip
+    table = Table(box=None, padding=(0, 1, 0, 0))
+    for column in ("layer", "dist px", "least–most", "heads by role"):
+        table.add_column(column, justify="left" if column == "heads by role" else "right")
+    for layer in range(view.n_layers):
+        heads = view.layer(layer)
+        reach = [head.distance for head in heads]
+        count = Counter(head.role for head in heads)
+        roles = " · ".join(f"{role} {count[role]}" for role in ROLES if count[role])
+        table.add_row(f"L{layer}", f"{sum(reach) / len(reach):.1f}",
+                      f"{min(reach):.1f}–{max(reach):.1f}", roles)  # fmt: skip
+    console.print(table)
+    drawn = "where CLS looks" if view.cls else "the attention each patch receives"
+    console.print(f"dist px: the heads' mean attention distance over the patches; roles as a "
+                  f"vision transformer's (docs/vision.md); --json has every head; "
+                  f"tower-layer-L.png draws {drawn}.", highlight=False)  # fmt: skip
+
+
 def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
     """What `attnviz show` prints of its result (`pipelines.show.ShowResult`): the header,
     then the query's heads, the per-layer measure's details, the layers × heads map or the
@@ -605,6 +637,8 @@ def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
         print_continuation(console, result.continuation)
     if att.layout is not None and any(att.weights.strides):  # held (not a long text's stand-in)
         print_picture_shares(console, att)
+    if result.tower is not None:
+        print_tower(console, result.tower)
     if result.query is not None:
         print_query(console, att, result.query, layers, heads)
     elif result.vision:

@@ -6,6 +6,8 @@ A pipeline calls every consumer's hooks in order, without knowing which features
 
     early(model)        before the weights load (the tokenizer may refuse a query here)
     every_stack(run)    whether the pass reads every stack of an encoder-decoder model
+    wants_tower()       whether the pass records a vision-language model's vision tower
+                        (`run.tower`; asked before the text is encoded and answered)
     recorders(run)      capture recorders for the one pass (`core.capture`)
     edit(run)           a change to the pass (head ablation), or None
     read(run)           right after the pass, on `run.raw` (before --words / --hide-special)
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.continuation import Written
     from attnviz.analysis.query import QueryView
     from attnviz.analysis.summary import HeadSummary
+    from attnviz.analysis.tower import TowerRecorder, TowerView
     from attnviz.analysis.vision import VisionHead
     from attnviz.core.attention import Attention
     from attnviz.core.model_info import LoadedModel
@@ -51,6 +54,7 @@ class Made:
     ablation_divergence: Any = None
     continuation: Written | None = None  # Continued: where each written token looked
     vision: list[VisionHead] | None = None  # Pictures: what each head does on a picture
+    tower: TowerView | None = None  # Pictures: a vision-language model's tower's heads
     images: list[Path] = field(default_factory=list)  # Images: the figures written
     page: Path | None = None  # Page: attention.html
 
@@ -70,6 +74,9 @@ class Run:
     layers: list[int]  # the chosen layers (of the chosen stack)
     # the measure's recorder (contributions.MeasureRecorder); None for the weights
     measure_recorder: Any = None
+    # a vision-language model's vision tower, recorded in the pass that ran it (where a
+    # consumer `wants_tower` and its family's tower is mapped); None otherwise
+    tower: TowerRecorder | None = None
     raw: Attention | None = None  # as the pass read it
     stacks: dict[str, Attention] | None = None  # encoder-decoder models: each stack read
     shown: Attention | None = None  # after --words / --hide-special
@@ -100,6 +107,9 @@ class Consumer:
         return None
 
     def every_stack(self, run: Run) -> bool:
+        return False
+
+    def wants_tower(self) -> bool:
         return False
 
     def recorders(self, run: Run) -> list[Any]:

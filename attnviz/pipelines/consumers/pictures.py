@@ -4,7 +4,9 @@ with `--query ROW,COL` that patch's too; with `--measure rollout`, one figure of
 composed up to each layer over the picture. A vision-language model's: per layer each head's
 attention of the answer over the picture (the mean of the rows that wrote its tokens), with
 `--query` that token's too, and the picture's share of the answer's attention per layer and
-head (picture-share.png)."""
+head (picture-share.png); and its vision tower's heads from the same pass (`analysis.tower`:
+per tower layer, each head's CLS row or mean received attention over the picture,
+tower-layer-L.png, and their roles and mean attention distance)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ STREAMED = ("no views over the picture: this run's maps were too large to hold, 
 
 
 class Pictures(Consumer):
+    def wants_tower(self) -> bool:
+        return self.request.prompt is not None
+
     def finish(self, run: Run) -> None:
         from dataclasses import replace
 
@@ -26,6 +31,13 @@ class Pictures(Consumer):
         att = run.ranked  # norm: each row's lengths as shares
         if att.layout is not None and run.streamed and self.request.images:
             run.shown = replace(run.shown, notes=(*run.shown.notes, STREAMED))
+        if run.tower is not None:
+            tower = run.tower
+            if tower.unread is None:
+                run.made.tower = tower.view()
+            else:
+                note = f"the vision tower's view is not drawn: {tower.unread}"
+                run.shown = replace(run.shown, notes=(*run.shown.notes, note))
         if att.picture is None or att.per_layer:
             return
         run.made.vision = vision_heads(att, run.layers, run.heads, self.request.top_k)
@@ -42,21 +54,28 @@ class Pictures(Consumer):
             layout_tasks,
             picture_tasks,
             rollout_how,
+            tower_tasks,
             views_of,
         )
 
         att, jobs = run.ranked, self.request.jobs
         held = att.layout is not None and not run.streamed and not att.per_layer
-        if not self.request.images or (att.picture is None and not held):
+        if not self.request.images:
             return
-        asked = self.request.query
-        query = find_query(att, asked) if asked is not None else None
-        if att.picture is not None:
-            how = rollout_how(self.request.fusion, self.request.discard)
-            tasks = picture_tasks(att, folder, run.layers, run.heads, run.style,
-                                  views_of(att, query), how)  # fmt: skip
-        else:
-            tasks = layout_tasks(att, folder, run.layers, run.heads, run.style, query)
+        tasks = []
+        if att.picture is not None or held:
+            asked = self.request.query
+            query = find_query(att, asked) if asked is not None else None
+            if att.picture is not None:
+                how = rollout_how(self.request.fusion, self.request.discard)
+                tasks = picture_tasks(att, folder, run.layers, run.heads, run.style,
+                                      views_of(att, query), how)  # fmt: skip
+            else:
+                tasks = layout_tasks(att, folder, run.layers, run.heads, run.style, query)
+        if run.made.tower is not None:
+            tasks += tower_tasks(att, run.made.tower, folder, run.style)
+        if not tasks:
+            return
         pool = None
         if jobs > 1:
             from attnviz.outputs.render import start_workers
@@ -64,7 +83,7 @@ class Pictures(Consumer):
             pool = start_workers(jobs)
         drawn = [pool.submit(*task) if pool else task[0](*task[1:]) for task in tasks]
         written = [found.result() if pool else found for found in drawn]
-        if att.picture is None:
+        if att.picture is None and held:
             written.append(_share_figure(run, folder))
         run.made.images = [*run.made.images, *written]  # new: a result given out keeps its own
 
