@@ -5,7 +5,8 @@ the model is loaded.
 
 Models (random weights, built here from configs; float32 on the CPU):
 - llava: LLaVA-shaped, a CLIP tower over 336 × 336 pixels in 14-pixel patches (576 image
-  tokens), a Llama language model of 4 layers × 8 heads (256 wide);
+  tokens), a Llama language model of 4 layers × 8 heads (256 wide; `--width 1024`: 16
+  heads of 64, where the model's own work weighs more against its attention maps);
 - qwen2_vl: Qwen2-VL-shaped, a 672 × 672 picture in 14-pixel patches merged 2 × 2 (576 image
   tokens), a Qwen2 language model of the same size.
 
@@ -43,8 +44,18 @@ from _rss import measure
 
 QUESTION_TOKENS = 30
 FAMILIES = ("llava", "qwen2_vl")
-TEXT = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
-            intermediate_size=688, max_position_embeddings=4096, head_dim=32)  # fmt: skip
+TEXT = dict(num_hidden_layers=4, max_position_embeddings=4096)
+
+
+def text_config(width: int) -> dict:
+    """The language model's shape at `width` (256 by default): heads of 32 a side at 256, of
+    64 wider, half as many key/value heads, an MLP 2.69 times as wide (Llama's ratio)."""
+    d_head = 32 if width <= 256 else 64
+    heads = width // d_head
+    return dict(TEXT, hidden_size=width, num_attention_heads=heads,
+                num_key_value_heads=heads // 2, head_dim=d_head,
+                intermediate_size=int(width * 2.6875))  # fmt: skip
+
 
 SIDE = """
 import sys, time
@@ -87,14 +98,15 @@ open(result, "w").write(f"{seconds[0]} {seconds[1]} {written} {length}")
 """
 
 
-def _llava(tok, template):
+def _llava(tok, template, width):
     import transformers as tf
 
     vision = dict(model_type="clip_vision_model", hidden_size=64, num_hidden_layers=2,
                   num_attention_heads=4, intermediate_size=128, image_size=336,
                   patch_size=14)  # fmt: skip
     image = tok.convert_tokens_to_ids("<image>")
-    config = tf.LlavaConfig(text_config=dict(model_type="llama", vocab_size=len(tok), **TEXT),
+    config = tf.LlavaConfig(text_config=dict(model_type="llama", vocab_size=len(tok),
+                                             **text_config(width)),
                             vision_config=vision, image_token_id=image)  # fmt: skip
     images = tf.CLIPImageProcessorPil(size={"shortest_edge": 336},
                                       crop_size={"height": 336, "width": 336})  # fmt: skip
@@ -105,16 +117,16 @@ def _llava(tok, template):
     return tf.LlavaForConditionalGeneration(config), processor, (336, 336)
 
 
-def _qwen2_vl(tok, template):
+def _qwen2_vl(tok, template, width):
     import transformers as tf
 
     from attnviz.core.vlm import _without_video
 
     ids = {name: tok.convert_tokens_to_ids(f"<|{name}|>")
            for name in ("image_pad", "vision_start", "vision_end")}  # fmt: skip
-    text = dict(model_type="qwen2_vl_text", vocab_size=len(tok), **TEXT,
+    text = dict(model_type="qwen2_vl_text", vocab_size=len(tok), **text_config(width),
                 rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6]})  # fmt: skip
-    vision = dict(depth=2, embed_dim=64, hidden_size=256, num_heads=4, patch_size=14,
+    vision = dict(depth=2, embed_dim=64, hidden_size=width, num_heads=4, patch_size=14,
                   spatial_merge_size=2, temporal_patch_size=2, in_chans=3, mlp_ratio=2)  # fmt: skip
     config = tf.AutoConfig.for_model("qwen2_vl", text_config=text, vision_config=vision,
                                      image_token_id=ids["image_pad"],
@@ -129,7 +141,7 @@ def _qwen2_vl(tok, template):
     return tf.AutoModelForImageTextToText.from_config(config), processor, (side, side)
 
 
-def build(family: str, folder: Path) -> tuple[Path, Path, str]:
+def build(family: str, folder: Path, width: int = 256) -> tuple[Path, Path, str]:
     """A random `family` model saved in `folder`, a random picture of the size its processor
     reads whole, and a question of QUESTION_TOKENS tokens: (model folder, picture, question)."""
     import numpy as np
@@ -140,10 +152,10 @@ def build(family: str, folder: Path) -> tuple[Path, Path, str]:
     torch.manual_seed(0)
     if family == "llava":
         tok = tokenizer("<image>")
-        model, processor, size = _llava(tok, TEMPLATE)
+        model, processor, size = _llava(tok, TEMPLATE, width)
     else:
         tok = tokenizer("<|image_pad|>", "<|vision_start|>", "<|vision_end|>")
-        model, processor, size = _qwen2_vl(tok, TEMPLATE)
+        model, processor, size = _qwen2_vl(tok, TEMPLATE, width)
     with torch.no_grad():
         for parameter in model.parameters():
             if parameter.dim() >= 2:
@@ -161,6 +173,12 @@ def build(family: str, folder: Path) -> tuple[Path, Path, str]:
 def main() -> None:
     options = parser(__doc__, runs=3)
     options.add_argument("--new", type=int, default=20, help="tokens written (default 20)")
+    options.add_argument(
+        "--width",
+        type=int,
+        default=256,
+        help="the language model's width (default 256; 1024: 16 heads of 64)",
+    )
     args = options.parse_args()
     if args.quick:
         args.new, args.runs = 4, min(args.runs, QUICK_RUNS)
@@ -170,7 +188,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "tests"))  # the tiny tokenizer and processors' helpers
     with tempfile.TemporaryDirectory() as tmp:
         for family in FAMILIES:
-            folder, picture, question = build(family, Path(tmp))
+            folder, picture, question = build(family, Path(tmp), args.width)
             times: dict[str, list[float]] = {side: [] for side in sides}
             again: dict[str, list[float]] = {side: [] for side in sides}
             peaks: dict[str, list[float]] = {side: [] for side in sides}
@@ -190,7 +208,8 @@ def main() -> None:
             if others:
                 raise SystemExit(f"{family}: the sides wrote different numbers of tokens: "
                                  f"{sorted(counts)}")  # fmt: skip
-            print(f"### {family}\n\nA {length}-token prompt (576 image tokens, a "
+            print(f"### {family}, a language model {args.width} wide\n\n"
+                  f"A {length}-token prompt (576 image tokens, a "
                   f"{QUESTION_TOKENS}-token question, the chat template's), {written} tokens "
                   "written (greedy); ratios to `generate` in the same round, min / median / max "
                   f"over {args.runs} rounds; seconds exclude the model's load, peak RSS "
