@@ -10,6 +10,14 @@ import shutil
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+# torch's OpenMP threads wait for work asleep, not spinning. Spinning, a thread that waits at
+# the end of a parallel region holds a core while its partner is descheduled: wherever more
+# threads run than there are cores (drawing processes, ranks, a browser, other jobs on the
+# machine), the tiny models' thousands of small operations crawl. On the 2-core machine beside
+# other jobs, tests/test_importance*.py took 59 s and 246 s spinning, 14 s and 16 s asleep;
+# SmolLM2's needle test the same either way. Set before torch is imported (libgomp reads it
+# once), and inherited by the commands the tests start.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from pathlib import Path  # noqa: E402
 

@@ -47,8 +47,8 @@ def _eager_top(folder: str, prompt: list[int], written: list[int]) -> np.ndarray
 
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
     ids = [*prompt, *written]
-    with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids]), output_attentions=True)
+    with torch.no_grad():  # the layers alone: no logits over every position (1 s on SmolLM2)
+        out = model.base_model(input_ids=torch.tensor([ids]), output_attentions=True)
     att = torch.stack([a[0] for a in out.attentions])  # (L, H, T, T)
     rows = range(len(prompt) - 1, len(ids) - 1)
     return np.stack([att[:, :, r, : r + 1].argmax(dim=-1).numpy() for r in rows])
