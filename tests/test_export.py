@@ -45,20 +45,29 @@ def _all_images_whole(root):
     return len(images)
 
 
-@pytest.mark.slow  # seconds of end-to-end model and figure work
-def test_tree_manifest_and_counts(tiny_model_dirs, tmp_path):
-    result = _export(tiny_model_dirs["bert"], tmp_path)
+@pytest.fixture(scope="module")
+def every_figure(tiny_model_dirs, tmp_path_factory):
+    """SENTENCES exported with every figure by the tiny BERT, in one process: the folder and
+    the command's result, read by the tests that need that run (none changes it)."""
+    out = tmp_path_factory.mktemp("every-figure")
+    result = _export(tiny_model_dirs["bert"], out)
     assert result.exit_code == 0, result.output
-    folders = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    return out, result
+
+
+@pytest.mark.slow  # seconds of end-to-end model and figure work
+def test_tree_manifest_and_counts(every_figure):
+    out, result = every_figure
+    folders = sorted(p.name for p in out.iterdir() if p.is_dir())
     assert folders[0].startswith("0001-the-cat-sat-on-the-mat-") and len(folders) == 5
     per_sentence = 1 + 2 + 2 * 4  # overview, 2 layer grids, 8 heads
-    assert _all_images_whole(tmp_path) == 5 * per_sentence
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert _all_images_whole(out) == 5 * per_sentence
+    manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["written"] == 5 and manifest["counts"]["figures"] == 5 * per_sentence
     first = manifest["sentences"][0]
     assert first["tokens"][0] == "[CLS]" and len(first["files"]) == per_sentence
-    assert all((tmp_path / f).is_file() for s in manifest["sentences"] for f in s["files"])
-    csv_lines = (tmp_path / "manifest.csv").read_text(encoding="utf-8").splitlines()
+    assert all((out / f).is_file() for s in manifest["sentences"] for f in s["files"])
+    csv_lines = (out / "manifest.csv").read_text(encoding="utf-8").splitlines()
     assert csv_lines[0].startswith("index,line,status,folder,n_tokens,tokens,files,text")
     assert len(csv_lines) == 6
     assert "5 sentences · 5 written" in " ".join(result.output.split())
@@ -105,15 +114,14 @@ def test_rerun_skips_complete_and_overwrite_redoes(tiny_model_dirs, tmp_path):
 
 
 @pytest.mark.slow  # seconds of end-to-end model and figure work
-def test_jobs_give_the_same_files(tiny_model_dirs, tmp_path):
-    tiny = tiny_model_dirs["bert"]
-    assert _export(tiny, tmp_path / "one").exit_code == 0
-    assert _export(tiny, tmp_path / "two", "--jobs", 2).exit_code == 0
-    one = sorted(p.relative_to(tmp_path / "one") for p in (tmp_path / "one").rglob("*.png"))
+def test_jobs_give_the_same_files(tiny_model_dirs, every_figure, tmp_path):
+    alone = every_figure[0]  # the same command, drawn in this process
+    assert _export(tiny_model_dirs["bert"], tmp_path / "two", "--jobs", 2).exit_code == 0
+    one = sorted(p.relative_to(alone) for p in alone.rglob("*.png"))
     two = sorted(p.relative_to(tmp_path / "two") for p in (tmp_path / "two").rglob("*.png"))
     assert one == two
     name = one[-1]
-    same_pictures(tmp_path / "one" / name, tmp_path / "two" / name)
+    same_pictures(alone / name, tmp_path / "two" / name)
 
 
 def test_too_long_lines_are_skipped_or_truncated_and_counted(tiny_model_dirs, tmp_path):

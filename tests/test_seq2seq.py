@@ -131,13 +131,16 @@ def test_the_files_tell_the_stacks_before_loading(seq2seq_dirs):
         spec.of_stack("cross").pick_layers([3])
 
 
-def _run(*args, cwd=None):
-    import subprocess
-    import sys
+def _run(*args):
+    """`attnviz ARGS` run here, as a process would run it: its exit code, stdout and stderr."""
+    from types import SimpleNamespace
 
-    return subprocess.run(
-        [sys.executable, "-m", "attnviz", *args], capture_output=True, text=True, cwd=cwd
-    )
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    done = CliRunner().invoke(app, list(args))
+    return SimpleNamespace(returncode=done.exit_code, stdout=done.stdout, stderr=done.stderr)
 
 
 def test_api_gives_each_stack(seq2seq_dirs, loaded_seq2seq):
