@@ -182,8 +182,7 @@ def test_the_towers_numbers_are_plain_loops_over_eager(read, kind):
 def test_uniform_distance_is_the_mean_of_every_pair():
     from types import SimpleNamespace
 
-    from attnviz.analysis.tower import uniform_distance
-    from attnviz.analysis.vision import distances
+    from attnviz.analysis.vision import distances, uniform_distance
 
     for grid, patch in (((6, 6), 14), ((4, 10), 14), ((1, 3), 7)):
         picture = SimpleNamespace(grid=grid, patch=patch)

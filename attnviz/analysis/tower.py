@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnviz.analysis.vision import VisionHead, role_of
+from attnviz.analysis.vision import VisionHead, role_of, uniform_distance
 
 if TYPE_CHECKING:
     from attnviz.core.layouts import Tower
@@ -166,19 +166,6 @@ def _uniform(tower: Tower) -> float:
     found = [(uniform_distance(part.grid, tower.patch), len(part.tokens))
              for part in tower.layout.parts]  # fmt: skip
     return sum(d * n for d, n in found) / sum(n for _, n in found)
-
-
-def uniform_distance(grid: tuple[int, int], patch: int) -> float:
-    """The mean distance in pixels between the centres of two patches of a grid (every
-    pair, a patch and itself too), counted by offsets, not pairs: what `vision.distances`'
-    mean is, without its (P, P) matrix."""
-    import numpy as np
-
-    rows, cols = grid
-    down, across = np.arange(-rows + 1, rows), np.arange(-cols + 1, cols)
-    pairs = (rows - np.abs(down))[:, None] * (cols - np.abs(across))[None, :]  # each offset's
-    far = np.hypot(down[:, None], across[None, :]) * patch
-    return float((pairs * far).sum() / (rows * cols) ** 2)
 
 
 def _cls_view(tower: Tower, row: Any, marks: list[int]) -> tuple[float | None, tuple, tuple]:

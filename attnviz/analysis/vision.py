@@ -82,6 +82,19 @@ def _geometry(grid: tuple[int, int], patch: int) -> tuple[Any, Any]:
     return np.hypot(dr, dc) * patch, (np.abs(dr) <= 1) & (np.abs(dc) <= 1)
 
 
+def uniform_distance(grid: tuple[int, int], patch: int) -> float:
+    """The mean distance in pixels between the centres of two patches of a grid (every
+    pair, a patch and itself too), counted by offsets, not pairs: what `distances`'
+    mean is, without its (P, P) matrix."""
+    import numpy as np
+
+    rows, cols = grid
+    down, across = np.arange(-rows + 1, rows), np.arange(-cols + 1, cols)
+    pairs = (rows - np.abs(down))[:, None] * (cols - np.abs(across))[None, :]  # each offset's
+    far = np.hypot(down[:, None], across[None, :]) * patch
+    return float((pairs * far).sum() / (rows * cols) ** 2)
+
+
 # What `patch_sums` sums over the patches as queries, in its order.
 PATCH_SUMS = ("sink", "local", "distance")
 
