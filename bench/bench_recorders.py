@@ -42,7 +42,7 @@ def setup(n: int, block_rows: int | None):
     from attnviz.analysis.contributions import SpecialShares
     from attnviz.analysis.pooling import Pooled
     from attnviz.analysis.summary import HeadStats
-    from attnviz.core import capture, gguf_cache, memory, recording
+    from attnviz.core import capture, gguf_cache, layer_map, memory, recording
     from attnviz.core.extract import text_attention
     from attnviz.core.settings import Load
     from attnviz.core.tokens import encode
@@ -68,6 +68,7 @@ def setup(n: int, block_rows: int | None):
     scores = recording.Scores(q, k, None, D_HEAD**-0.5, causal=True)
     x = torch.randn(1, n, loaded.model.config.hidden_size)  # layer 0's input: ‖f^h(x_j)‖
     site = (None, 0)
+    where = layer_map.of(loaded.model)
 
     def made(name: str):
         if name == "summary":
@@ -81,7 +82,7 @@ def setup(n: int, block_rows: int | None):
         def run():
             recorders = [made(name) for name in names]
             wanted = {site: {kind for r in recorders for kind in r.wants[0]}}
-            heard = capture._Pass(loaded, recorders, wanted, True, rows, None)
+            heard = capture._Pass(loaded, where, recorders, wanted, True, rows, None)
             if any(isinstance(r, SpecialShares) for r in recorders):
                 heard.arrive("input", site, x)
             take = (lambda *block: heard.block(site, *block)) if recorders else None

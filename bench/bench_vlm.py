@@ -124,8 +124,11 @@ def _qwen2_vl(tok, template, width):
 
     ids = {name: tok.convert_tokens_to_ids(f"<|{name}|>")
            for name in ("image_pad", "vision_start", "vision_end")}  # fmt: skip
-    text = dict(model_type="qwen2_vl_text", vocab_size=len(tok), **text_config(width),
-                rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6]})  # fmt: skip
+    shape = text_config(width)
+    unit = shape["head_dim"] // 16  # the rotary half (head_dim / 2) split 2 : 3 : 3
+    text = dict(model_type="qwen2_vl_text", vocab_size=len(tok), **shape,
+                rope_scaling={"type": "mrope", "mrope_section": [2 * unit, 3 * unit,
+                                                                 3 * unit]})  # fmt: skip
     vision = dict(depth=2, embed_dim=64, hidden_size=width, num_heads=4, patch_size=14,
                   spatial_merge_size=2, temporal_patch_size=2, in_chans=3, mlp_ratio=2)  # fmt: skip
     config = tf.AutoConfig.for_model("qwen2_vl", text_config=text, vision_config=vision,
