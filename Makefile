@@ -65,6 +65,8 @@ bench: $(STAMP)
 	$(call run_bench,bench_api_long)
 	$(call run_bench,bench_lengths)
 	$(call run_bench,bench_needle)
+	$(call run_bench,bench_recorders)
+	$(call run_bench,bench_vlm)
 
 perf-doc: $(STAMP)
 	$(PY) bench/to_docs.py
