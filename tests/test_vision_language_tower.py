@@ -375,3 +375,69 @@ def test_a_windowed_layer_is_refused_to_a_recorder_that_reads_it_whole(read, vlm
     with pytest.raises(UnsupportedModelError, match="layer 0 of the vision stack of "
                        "'qwen2_5_vl' runs its attention in several calls"):  # fmt: skip
         capture.run(loaded, pad(loaded, [encoded]), [whole])
+
+
+# ---------- the page ----------
+
+
+@pytest.fixture(scope="module")
+def tower_page(read, tmp_path_factory):
+    """LLaVA's page with its tower (CLS's rows; the crop's sides faded), from the recorded
+    view (held to eager above)."""
+    from attnviz.outputs.html import write_page
+
+    _, _, view, _, att = read["llava"]
+    return write_page(att, tmp_path_factory.mktemp("tower-page") / "attention.html", tower=view)
+
+
+def test_the_page_carries_the_towers_rows(read, tower_page):
+    """The page's tower: the picture's cells' edges as the PNGs paint them, and per tower
+    layer every head's row, the eager one within 1e-5, with its role and distance."""
+    from test_html import _data, _unpack
+
+    tower, _, view, eager, _ = read["llava"]
+    html = tower_page.read_text(encoding="utf-8")
+    assert html.count("<script>") == 4 and "function drawTower" in html
+    entry = _data(html)["tower"]
+    width, height = entry["size"]
+    (ys, xs), part = tower.layout.edges((height, width))[0], entry["parts"][0]
+    assert part["ys"] == ys.tolist() and part["xs"] == xs.tolist() and part["grid"] == [6, 6]
+    assert entry["cls"] and entry["tokens"] == 37 and entry["layers"] == 2
+    maps, _ = _expected(tower, eager)
+    for layer in range(2):
+        rows = _unpack(entry["maps"][layer], "<f4").reshape(4, 37)
+        np.testing.assert_allclose(rows, maps[layer], atol=1e-5)
+        assert [h["role"] for h in entry["heads"][layer]] == [h.role for h in view.layer(layer)]
+
+
+def test_the_page_draws_each_tower_head_over_the_picture(browser, tower_page):
+    """In chromium: the tower's section opens on its last layer, every head's canvas the
+    picture under that head's row on the layer's one scale (the crop's sides faded);
+    choosing a layer draws that layer's."""
+    from test_html import ARTIFACTS, Opened, _data, _unpack
+    from test_picture_page import _painted
+    from test_vision_language_views import over_expected
+
+    entry = _data(tower_page.read_text(encoding="utf-8"))["tower"]
+    shown = Opened(browser, tower_page, every_head=False)
+    try:
+        shown.page.wait_for_selector("body[data-tower='ready']")
+        ARTIFACTS.mkdir(exist_ok=True)
+        shown.page.screenshot(path=str(ARTIFACTS / "tower-page.png"), full_page=True)
+
+        def check(layer: int) -> None:
+            rows = _unpack(entry["maps"][layer], "<f4").reshape(4, entry["tokens"])
+            want = over_expected(entry, list(rows))
+            for head in range(4):
+                drawn = _painted(shown, f"#tower-heads canvas[data-head='{head}']")
+                assert np.array_equal(drawn, want[head]), (layer, head)
+
+        check(1)
+        n = int(shown.page.get_attribute("#tower-view", "data-renders"))
+        shown.page.select_option("#tower-layer", "0")
+        shown.page.wait_for_selector(f"#tower-view[data-renders='{n + 1}']")
+        check(0)
+    finally:
+        shown.close()
+    assert shown.errors == []
+    assert shown.requests == [shown.url], "the page made a request besides its own file"
