@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.picture_compare import PictureComparison
     from attnviz.analysis.report import Report
     from attnviz.analysis.retrieval import NeedleResult
+    from attnviz.analysis.tower import TowerView
     from attnviz.outputs.figures import Style
 
 
@@ -54,6 +55,11 @@ class Attention(core.Attention):
     The figures are returned as matplotlib Figures; nothing is written."""
 
     reader: models.Model | None = None  # the model that read the text
+    # a picture and a prompt: the vision tower's heads over the picture, from the same pass
+    # (`analysis.tower.TowerView`: per tower layer and head its row over the picture, role
+    # and mean attention distance; `as_dict()` is show --json's `tower`); None with
+    # tower=False, or where the family's tower is not mapped (`notes` says why)
+    tower: TowerView | None = None
 
     def heatmap(self, layer: int, head: int, style: Style | None = None) -> Figure:
         """One head's query × key heatmap."""
@@ -148,7 +154,7 @@ class Attention(core.Attention):
             return f'<img alt="{html.escape(self._line)}" src="data:image/png;base64,{png}">'
         from attnviz.pipelines.views import notebook_page
 
-        page = html.escape(notebook_page(self), quote=True)
+        page = html.escape(notebook_page(self, tower=self.tower), quote=True)
         return (
             f'<iframe srcdoc="{page}" sandbox="allow-scripts" '
             'style="width:100%;height:720px;border:1px solid #ddd"></iframe>'
@@ -184,6 +190,7 @@ def attention(
     to: str | Path | None = None,
     picture: str | Path | Any = None,
     raw: bool = False,
+    tower: bool = True,
     **load: Any,
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
@@ -223,7 +230,10 @@ def attention(
     A vision-language model (LLaVA, Qwen2-VL, PaliGemma, …) reads `text` as a prompt about
     `picture` (a path or a PIL image), through its processor's chat template (as it is with
     `raw`); each image token is labelled by its cell of the picture and `layout` says where
-    each sits (`core.layouts.Layout`); with `generate` or `target`, as a decoder's.
+    each sits (`core.layouts.Layout`); with `generate` or `target`, as a decoder's. Its
+    vision tower's heads are read in the same pass into `tower` (`analysis.tower.TowerView`:
+    each tower layer's and head's row over the picture, role and mean attention distance);
+    `tower=False` leaves the tower unread (its layers run the model's own attention).
     `implementation` is the model's attention: "sdpa" (the probabilities recorded inside the
     model's attention call, from its own q and k, in blocks of rows; the other layers run
     SDPA), "flash_attention_2" (the same) or "eager" (the model's own); `load` the other load
@@ -257,11 +267,14 @@ def attention(
         measure=measure,
         fusion=fusion,
         discard=discard,
+        tower=tower,
     )
     reader = request.model()
     checks.before_loading(request, reader)
-    shown = readers.hold(request, _weights_file(to, request))
-    return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, reader=reader)
+    run = readers.hold(request, _weights_file(to, request))
+    shown = run.shown
+    return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, reader=reader,
+                     tower=run.made.tower)  # fmt: skip
 
 
 def _weights_file(to: str | Path | None, request: Any) -> Path | None:

@@ -377,7 +377,55 @@ def test_a_windowed_layer_is_refused_to_a_recorder_that_reads_it_whole(read, vlm
         capture.run(loaded, pad(loaded, [encoded]), [whole])
 
 
-# ---------- the page ----------
+# ---------- --no-tower, the API's result and the page ----------
+
+
+def test_no_tower_leaves_the_tower_unrecorded(vlm_dirs, photo, tmp_path, monkeypatch):
+    """`show PICTURE PROMPT --no-tower` makes no recorder of the tower (its layers run the
+    model's own attention), and writes and prints nothing of it; the answer's views are
+    written as before."""
+    import json
+
+    from attnviz.analysis import tower
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the tower was recorded with --no-tower")
+
+    monkeypatch.setattr(tower.TowerRecorder, "__init__", refused)
+    out = tmp_path / "out"
+    args = ["show", str(photo), PROMPT, "-m", str(vlm_dirs["qwen2_vl"]), "--generate", "2",
+            "-o", str(out), "--json", "--no-tower"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (folder,) = out.iterdir()
+    assert not list(folder.glob("tower-*"))
+    assert sorted(p.name for p in folder.glob("picture-answer-*")) == [
+        "picture-answer-layer-0.png",
+        "picture-answer-layer-1.png",
+    ]
+    found = json.loads(result.stdout)
+    assert "tower" not in found and not any("tower" in note for note in found["notes"])
+
+
+def test_the_api_hands_out_the_towers_view(read, vlm_dirs, photo):
+    """`attnviz.attention(prompt, picture=…, model=VLM).tower` is the tower's view from the
+    same pass: its maps the eager rows over the picture, its heads' roles and distances those
+    `show --json` gives; `tower=False` leaves it out, and the language model's weights are
+    the same within 1e-5."""
+    import attnviz
+
+    tower, _, view, eager, att = read["llava"]
+    found = attnviz.attention(PROMPT, picture=photo, model=str(vlm_dirs["llava"]))
+    maps, _ = _expected(tower, eager)
+    np.testing.assert_allclose(found.tower.maps, maps, atol=1e-5)
+    said, want = found.tower.as_dict(), view.as_dict()
+    assert [h["role"] for h in said["heads"]] == [h["role"] for h in want["heads"]]
+    for mine, theirs in zip(said["heads"], want["heads"]):
+        assert mine["mean_distance_px"] == pytest.approx(theirs["mean_distance_px"], abs=1e-3)
+    np.testing.assert_allclose(found.weights, att.weights, atol=1e-5)
+    alone = attnviz.attention(PROMPT, picture=photo, model=str(vlm_dirs["llava"]), tower=False)
+    assert alone.tower is None
+    np.testing.assert_allclose(alone.weights, found.weights, atol=1e-5)
 
 
 @pytest.fixture(scope="module")
