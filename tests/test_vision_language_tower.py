@@ -410,8 +410,8 @@ def test_no_tower_leaves_the_tower_unrecorded(vlm_dirs, photo, tmp_path, monkeyp
 def test_the_api_hands_out_the_towers_view(read, vlm_dirs, photo):
     """`attnviz.attention(prompt, picture=…, model=VLM).tower` is the tower's view from the
     same pass: its maps the eager rows over the picture, its heads' roles and distances those
-    `show --json` gives; `tower=False` leaves it out, and the language model's weights are
-    the same within 1e-5."""
+    `show --json` gives, and a notebook cell's page draws it; `tower=False` leaves it out,
+    and the language model's weights are the same within 1e-5."""
     import attnviz
 
     tower, _, view, eager, att = read["llava"]
@@ -423,6 +423,7 @@ def test_the_api_hands_out_the_towers_view(read, vlm_dirs, photo):
     for mine, theirs in zip(said["heads"], want["heads"]):
         assert mine["mean_distance_px"] == pytest.approx(theirs["mean_distance_px"], abs=1e-3)
     np.testing.assert_allclose(found.weights, att.weights, atol=1e-5)
+    assert "drawTower" in found._repr_mimebundle_()["text/html"]  # a notebook cell's page
     alone = attnviz.attention(PROMPT, picture=photo, model=str(vlm_dirs["llava"]), tower=False)
     assert alone.tower is None
     np.testing.assert_allclose(alone.weights, found.weights, atol=1e-5)
