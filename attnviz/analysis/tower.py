@@ -218,10 +218,10 @@ class TowerView:
                     "name": part.name,
                     "grid": list(part.grid),
                     "box": list(part.box),
-                    "tokens": list(part.tokens),
-                }  # each cell's tower token, row by row
+                    "tokens": list(part.tokens),  # each cell's tower token, row by row
+                }
                 for part in layout.parts
-            ],  # fmt: skip
+            ],
             "marks": list(layout.marks),  # the tower's tokens outside the grid (CLS)
             "uniform_distance_px": round(self.uniform, 4),
             "heads": [head.as_dict() for head in self.heads],
