@@ -97,12 +97,18 @@ class Attention(core.Attention):
         measure switch; a picture's also its view over the picture) as one self-contained
         HTML string: nothing in it loads from the network. It reads the text again for the
         inside view; a notebook cell showing the Attention shows a page made from its
-        weights alone."""
+        weights alone. A picture and a prompt's page (the answer and the vision tower over
+        the picture) is made from its weights alone too, without the inside view: the
+        prompt is not read again (its processor's picture and the answer written)."""
         from attnviz.outputs.figures import Style
         from attnviz.outputs.html import build_page
         from attnviz.pipelines import readers
         from attnviz.pipelines.consumers.page import Page
         from attnviz.pipelines.request import ShowRequest
+        from attnviz.pipelines.views import PROMPTED_INSIDE, notebook_page
+
+        if self.layout is not None:  # read again as text, it would be another run's page
+            return notebook_page(self, PROMPTED_INSIDE, self.tower, scale, cmap)
 
         # The inside view needs each layer's input and the measure switch every measure,
         # which `attention()` does not keep: this runs the text once more (`attnviz show

@@ -410,7 +410,8 @@ def test_no_tower_leaves_the_tower_unrecorded(vlm_dirs, photo, tmp_path, monkeyp
 def test_the_api_hands_out_the_towers_view(read, vlm_dirs, photo):
     """`attnviz.attention(prompt, picture=…, model=VLM).tower` is the tower's view from the
     same pass: its maps the eager rows over the picture, its heads' roles and distances those
-    `show --json` gives, and a notebook cell's page draws it; `tower=False` leaves it out,
+    `show --json` gives, and a notebook cell's page and `to_html()` draw it (and the
+    answer's view); `tower=False` leaves it out,
     and the language model's weights are the same within 1e-5."""
     import attnviz
 
@@ -424,6 +425,8 @@ def test_the_api_hands_out_the_towers_view(read, vlm_dirs, photo):
         assert mine["mean_distance_px"] == pytest.approx(theirs["mean_distance_px"], abs=1e-3)
     np.testing.assert_allclose(found.weights, att.weights, atol=1e-5)
     assert "drawTower" in found._repr_mimebundle_()["text/html"]  # a notebook cell's page
+    page = found.to_html()  # from its weights: read again as text, it would be another run's
+    assert "function drawTower" in page and "function drawAnswer" in page
     alone = attnviz.attention(PROMPT, picture=photo, model=str(vlm_dirs["llava"]), tower=False)
     assert alone.tower is None
     np.testing.assert_allclose(alone.weights, found.weights, atol=1e-5)
