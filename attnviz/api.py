@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from attnviz.analysis.picture_compare import PictureComparison
     from attnviz.analysis.report import Report
     from attnviz.analysis.retrieval import NeedleResult
+    from attnviz.analysis.tower import TowerView
     from attnviz.outputs.figures import Style
 
 
@@ -54,6 +55,11 @@ class Attention(core.Attention):
     The figures are returned as matplotlib Figures; nothing is written."""
 
     reader: models.Model | None = None  # the model that read the text
+    # a picture and a prompt: the vision tower's heads over the picture, from the same pass
+    # (`analysis.tower.TowerView`: per tower layer and head its row over the picture, role
+    # and mean attention distance; `as_dict()` is show --json's `tower`); None with
+    # tower=False, or where the family's tower is not mapped (`notes` says why)
+    tower: TowerView | None = None
 
     def heatmap(self, layer: int, head: int, style: Style | None = None) -> Figure:
         """One head's query × key heatmap."""
@@ -91,12 +97,18 @@ class Attention(core.Attention):
         measure switch; a picture's also its view over the picture) as one self-contained
         HTML string: nothing in it loads from the network. It reads the text again for the
         inside view; a notebook cell showing the Attention shows a page made from its
-        weights alone."""
+        weights alone. A picture and a prompt's page (the answer and the vision tower over
+        the picture) is made from its weights alone too, without the inside view: the
+        prompt is not read again (its processor's picture and the answer written)."""
         from attnviz.outputs.figures import Style
         from attnviz.outputs.html import build_page
         from attnviz.pipelines import readers
         from attnviz.pipelines.consumers.page import Page
         from attnviz.pipelines.request import ShowRequest
+        from attnviz.pipelines.views import PROMPTED_INSIDE, notebook_page
+
+        if self.layout is not None:  # read again as text, it would be another run's page
+            return notebook_page(self, PROMPTED_INSIDE, self.tower, scale, cmap)
 
         # The inside view needs each layer's input and the measure switch every measure,
         # which `attention()` does not keep: this runs the text once more (`attnviz show
@@ -148,7 +160,7 @@ class Attention(core.Attention):
             return f'<img alt="{html.escape(self._line)}" src="data:image/png;base64,{png}">'
         from attnviz.pipelines.views import notebook_page
 
-        page = html.escape(notebook_page(self), quote=True)
+        page = html.escape(notebook_page(self, tower=self.tower), quote=True)
         return (
             f'<iframe srcdoc="{page}" sandbox="allow-scripts" '
             'style="width:100%;height:720px;border:1px solid #ddd"></iframe>'
@@ -184,6 +196,7 @@ def attention(
     to: str | Path | None = None,
     picture: str | Path | Any = None,
     raw: bool = False,
+    tower: bool = True,
     **load: Any,
 ) -> Attention:
     """Attention of one text: `weights[layer, head, query, key]` over `tokens` (rows sum to 1).
@@ -223,7 +236,10 @@ def attention(
     A vision-language model (LLaVA, Qwen2-VL, PaliGemma, …) reads `text` as a prompt about
     `picture` (a path or a PIL image), through its processor's chat template (as it is with
     `raw`); each image token is labelled by its cell of the picture and `layout` says where
-    each sits (`core.layouts.Layout`); with `generate` or `target`, as a decoder's.
+    each sits (`core.layouts.Layout`); with `generate` or `target`, as a decoder's. Its
+    vision tower's heads are read in the same pass into `tower` (`analysis.tower.TowerView`:
+    each tower layer's and head's row over the picture, role and mean attention distance);
+    `tower=False` leaves the tower unread (its layers run the model's own attention).
     `implementation` is the model's attention: "sdpa" (the probabilities recorded inside the
     model's attention call, from its own q and k, in blocks of rows; the other layers run
     SDPA), "flash_attention_2" (the same) or "eager" (the model's own); `load` the other load
@@ -257,11 +273,14 @@ def attention(
         measure=measure,
         fusion=fusion,
         discard=discard,
+        tower=tower,
     )
     reader = request.model()
     checks.before_loading(request, reader)
-    shown = readers.hold(request, _weights_file(to, request))
-    return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, reader=reader)
+    run = readers.hold(request, _weights_file(to, request))
+    shown = run.shown
+    return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, reader=reader,
+                     tower=run.made.tower)  # fmt: skip
 
 
 def _weights_file(to: str | Path | None, request: Any) -> Path | None:

@@ -21,8 +21,8 @@ Sides:
   each layer's q and k of the prompt and each step's rows, then the rows handed to the
   summary's recorders; the vision tower's heads recorded in the prompt's pass
   (`analysis.tower`);
-- show-no-tower: the same, its tower not read (its layers run SDPA): what reading the
-  tower's heads costs is the difference.
+- show-no-tower: the same with `--no-tower`, its tower not read (its layers run SDPA):
+  what reading the tower's heads costs is the difference.
 
 Each side runs twice in its process: the first call, what `attnviz show` pays once (its
 lazy imports, first allocations), and the same call again, what each further answer costs
@@ -68,9 +68,6 @@ from attnviz.core import generation, vlm
 from attnviz.core.settings import Load
 from attnviz.pipelines.request import ShowRequest
 from attnviz.pipelines.show import show
-if side == "show-no-tower":  # the vision tower's heads not read
-    from attnviz.pipelines.consumers.pictures import Pictures
-    Pictures.wants_tower = lambda self: False
 
 def generate():
     loaded.model.set_attn_implementation("sdpa")  # transformers alone
@@ -84,7 +81,8 @@ def generate():
 
 def shown():
     request = ShowRequest(Load(folder, "cpu"), text=question, picture=picture, prompt=question,
-                          generate=n_new, out=None, images=False)
+                          generate=n_new, out=None, images=False,
+                          tower=side != "show-no-tower")  # --no-tower
     shown = show(request).attention
     c = shown.continuation
     return len(shown.tokens) - c.start, c.start

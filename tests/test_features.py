@@ -45,6 +45,7 @@ ASKING = {
     "ablate": dict(ablate=((0, 1),)),
     "window": dict(window=(2, 9)),
     "pool-mean": dict(pool="mean"),
+    "no-tower": dict(tower=False, picture="photo.png", prompt="What is it?"),  # a prompt's
     "html": dict(html=True),
     "page-measure": dict(html=True, measure="norm"),
     "importance": dict(importance="ablation"),
@@ -55,7 +56,9 @@ ASKING = {
 }
 FACTS = {
     ENCODER: SimpleNamespace(name="enc", seq2seq=False, causal=False),
-    DECODER: SimpleNamespace(name="dec", seq2seq=False, causal=True),
+    # a decoder that also reads a picture and a prompt (a vision-language model's language
+    # model): text reads it alike
+    DECODER: SimpleNamespace(name="dec", seq2seq=False, causal=True, prompted=True),
     SEQ2SEQ: SimpleNamespace(name="s2s", seq2seq=True, causal=False),
 }
 
@@ -209,6 +212,8 @@ def test_ablate_on_an_encoder_decoder_model_is_refused_before_loading(seq2seq_di
          " decoder: the model reads [CLS] text [SEP] pair [SEP]"),
         (["export", "hi", "--stack", "cross"], "--stack cross in attnviz export works with "
          "encoder-decoder models (T5, BART, Marian); {gpt2} is a decoder"),
+        (["show", "hi", "--no-tower"], "--no-tower is for a picture and a prompt: it leaves a "
+         "vision-language model's vision tower unread; this run reads text"),
     ],
 )  # fmt: skip
 def test_refusals_of_the_command_line_are_one_line(tiny_model_dirs, tmp_path, args, said):

@@ -1,7 +1,8 @@
 """`attnviz export QUESTIONS.jsonl` (issue 54, item 1): each picture and prompt's maps (and
 the answer's, written or given) equal the model's eager attention; layout.json puts each
-image token on its cell; a re-run resumes, a changed picture is redone; bad input is one
-line, exit 2, nothing written."""
+image token on its cell; its vision tower's maps equal the tower's eager attention; a re-run
+resumes, a changed picture is redone, and so is every question with --no-tower; bad input is
+one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import json
 import numpy as np
 import pytest
 from typer.testing import CliRunner
-from vlm_models import eager, picture, save
+from vlm_models import eager, picture, save, tower_eager
 
 from attnviz.cli import app
 
@@ -48,7 +49,9 @@ def test_each_questions_maps_equal_eager_attention_and_resume(llava, tmp_path):
         folder = out / record["folder"]
         assert record["picture"] == name
         assert {p.name for p in folder.iterdir()} == {"overview.png", "layout.json",
-                                                       "attention.npz", "done.json"}  # fmt: skip
+                                                       "attention.npz", "done.json",
+                                                       "tower.json", "tower-layer-0.png",
+                                                       "tower-layer-1.png"}  # fmt: skip
         saved = np.load(folder / "attention.npz")
         prompt = vlm.encode(loaded, tmp_path / name, record["text"])
         start = int(saved["continuation_start"])
@@ -61,6 +64,11 @@ def test_each_questions_maps_equal_eager_attention_and_resume(llava, tmp_path):
         assert layout["picture"] == name and layout["parts"][0]["grid"] == [6, 6]
         for label, index in layout["cells"].items():
             assert record["tokens"][index] == label
+        tower = json.loads((folder / "tower.json").read_text())
+        assert tower["drawn"] == "cls" and tower["marks"] == [0] and len(tower["heads"]) == 8
+        for layer, probs in enumerate(tower_eager(llava, list(prompt.ids), prompt.inputs)):
+            cls_row = probs[0, :, 0]  # (H, N): CLS's row, what the figures draw
+            assert np.abs(saved["tower_maps"][layer] - cls_row).max() < 1e-5
     assert manifest["sentences"][1]["continuation"]["how"] == "teacher-forced"
     again = runner.invoke(app, args)
     assert again.exit_code == 0 and "2 questions already complete" in again.output
@@ -69,6 +77,10 @@ def test_each_questions_maps_equal_eager_attention_and_resume(llava, tmp_path):
     assert third.exit_code == 0, third.output
     counts = json.loads(third.output)
     assert (counts["written"], counts["complete"]) == (1, 1)
+    alone = runner.invoke(app, [*args, "--json", "--no-tower"])  # written with the tower: redone
+    assert alone.exit_code == 0, alone.output
+    assert json.loads(alone.output)["written"] == 2
+    assert not list(out.glob("*/tower*"))
 
 
 def _whole_ids(loaded, prompt, record):

@@ -375,3 +375,121 @@ def test_a_windowed_layer_is_refused_to_a_recorder_that_reads_it_whole(read, vlm
     with pytest.raises(UnsupportedModelError, match="layer 0 of the vision stack of "
                        "'qwen2_5_vl' runs its attention in several calls"):  # fmt: skip
         capture.run(loaded, pad(loaded, [encoded]), [whole])
+
+
+# ---------- --no-tower, the API's result and the page ----------
+
+
+def test_no_tower_leaves_the_tower_unrecorded(vlm_dirs, photo, tmp_path, monkeypatch):
+    """`show PICTURE PROMPT --no-tower` makes no recorder of the tower (its layers run the
+    model's own attention), and writes and prints nothing of it; the answer's views are
+    written as before."""
+    import json
+
+    from attnviz.analysis import tower
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the tower was recorded with --no-tower")
+
+    monkeypatch.setattr(tower.TowerRecorder, "__init__", refused)
+    out = tmp_path / "out"
+    args = ["show", str(photo), PROMPT, "-m", str(vlm_dirs["qwen2_vl"]), "--generate", "2",
+            "-o", str(out), "--json", "--no-tower"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (folder,) = out.iterdir()
+    assert not list(folder.glob("tower-*"))
+    assert sorted(p.name for p in folder.glob("picture-answer-*")) == [
+        "picture-answer-layer-0.png",
+        "picture-answer-layer-1.png",
+    ]
+    found = json.loads(result.stdout)
+    assert "tower" not in found and not any("tower" in note for note in found["notes"])
+
+
+def test_the_api_hands_out_the_towers_view(read, vlm_dirs, photo):
+    """`attnviz.attention(prompt, picture=…, model=VLM).tower` is the tower's view from the
+    same pass: its maps the eager rows over the picture, its heads' roles and distances those
+    `show --json` gives, and a notebook cell's page and `to_html()` draw it (and the
+    answer's view); `tower=False` leaves it out,
+    and the language model's weights are the same within 1e-5."""
+    import attnviz
+
+    tower, _, view, eager, att = read["llava"]
+    found = attnviz.attention(PROMPT, picture=photo, model=str(vlm_dirs["llava"]))
+    maps, _ = _expected(tower, eager)
+    np.testing.assert_allclose(found.tower.maps, maps, atol=1e-5)
+    said, want = found.tower.as_dict(), view.as_dict()
+    assert [h["role"] for h in said["heads"]] == [h["role"] for h in want["heads"]]
+    for mine, theirs in zip(said["heads"], want["heads"]):
+        assert mine["mean_distance_px"] == pytest.approx(theirs["mean_distance_px"], abs=1e-3)
+    np.testing.assert_allclose(found.weights, att.weights, atol=1e-5)
+    assert "drawTower" in found._repr_mimebundle_()["text/html"]  # a notebook cell's page
+    page = found.to_html()  # from its weights: read again as text, it would be another run's
+    assert "function drawTower" in page and "function drawAnswer" in page
+    alone = attnviz.attention(PROMPT, picture=photo, model=str(vlm_dirs["llava"]), tower=False)
+    assert alone.tower is None
+    np.testing.assert_allclose(alone.weights, found.weights, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tower_page(read, tmp_path_factory):
+    """LLaVA's page with its tower (CLS's rows; the crop's sides faded), from the recorded
+    view (held to eager above)."""
+    from attnviz.outputs.html import write_page
+
+    _, _, view, _, att = read["llava"]
+    return write_page(att, tmp_path_factory.mktemp("tower-page") / "attention.html", tower=view)
+
+
+def test_the_page_carries_the_towers_rows(read, tower_page):
+    """The page's tower: the picture's cells' edges as the PNGs paint them, and per tower
+    layer every head's row, the eager one within 1e-5, with its role and distance."""
+    from test_html import _data, _unpack
+
+    tower, _, view, eager, _ = read["llava"]
+    html = tower_page.read_text(encoding="utf-8")
+    assert html.count("<script>") == 4 and "function drawTower" in html
+    entry = _data(html)["tower"]
+    width, height = entry["size"]
+    (ys, xs), part = tower.layout.edges((height, width))[0], entry["parts"][0]
+    assert part["ys"] == ys.tolist() and part["xs"] == xs.tolist() and part["grid"] == [6, 6]
+    assert entry["cls"] and entry["tokens"] == 37 and entry["layers"] == 2
+    maps, _ = _expected(tower, eager)
+    for layer in range(2):
+        rows = _unpack(entry["maps"][layer], "<f4").reshape(4, 37)
+        np.testing.assert_allclose(rows, maps[layer], atol=1e-5)
+        assert [h["role"] for h in entry["heads"][layer]] == [h.role for h in view.layer(layer)]
+
+
+def test_the_page_draws_each_tower_head_over_the_picture(browser, tower_page):
+    """In chromium: the tower's section opens on its last layer, every head's canvas the
+    picture under that head's row on the layer's one scale (the crop's sides faded);
+    choosing a layer draws that layer's."""
+    from test_html import ARTIFACTS, Opened, _data, _unpack
+    from test_picture_page import _painted
+    from test_vision_language_views import over_expected
+
+    entry = _data(tower_page.read_text(encoding="utf-8"))["tower"]
+    shown = Opened(browser, tower_page, every_head=False)
+    try:
+        shown.page.wait_for_selector("body[data-tower='ready']")
+        ARTIFACTS.mkdir(exist_ok=True)
+        shown.page.screenshot(path=str(ARTIFACTS / "tower-page.png"), full_page=True)
+
+        def check(layer: int) -> None:
+            rows = _unpack(entry["maps"][layer], "<f4").reshape(4, entry["tokens"])
+            want = over_expected(entry, list(rows))
+            for head in range(4):
+                drawn = _painted(shown, f"#tower-heads canvas[data-head='{head}']")
+                assert np.array_equal(drawn, want[head]), (layer, head)
+
+        check(1)
+        n = int(shown.page.get_attribute("#tower-view", "data-renders"))
+        shown.page.select_option("#tower-layer", "0")
+        shown.page.wait_for_selector(f"#tower-view[data-renders='{n + 1}']")
+        check(0)
+    finally:
+        shown.close()
+    assert shown.errors == []
+    assert shown.requests == [shown.url], "the page made a request besides its own file"

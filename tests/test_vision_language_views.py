@@ -142,14 +142,26 @@ def test_show_writes_the_views_over_the_picture(vlm_dirs, photo, tmp_path):
 
 def _page_expected(att, entry, view: int, layer: int) -> np.ndarray:
     """What answer.js paints for each head (H, h, w, 3) int: the mean of the view's rows
-    (float64 sums in order) on each cell's pixels, coloured floor(v / top · 256) of the
-    layer's largest cell value, at 60 % over the picture, the pixels no cell covers under
-    white."""
+    (float64 sums in order) over the picture (`over_expected`)."""
+    rows = entry["views"][view]["rows"]
+    values = []
+    for head in range(att.weights.shape[1]):
+        total = np.zeros(len(att.tokens))
+        for q in rows:
+            total += att.weights[layer, head, q].astype(np.float64)
+        values.append(total / len(rows))
+    return over_expected(entry, values)
+
+
+def over_expected(entry, rows) -> np.ndarray:
+    """What blobs.js's overlay paints for each row of values (a value a token) over a layout's
+    picture (page.py's over_picture `entry`), (rows, h, w, 3) int: each value on its cell's
+    pixels (parts that overlap added), coloured floor(v / top · 256) of the rows' largest
+    value on a seen pixel, at 60 % over the picture, the pixels no cell covers under white."""
     from test_html import _unpack, _viridis
 
     width, height = entry["size"]
     under = _unpack(entry["pixels"], "u1").reshape(height, width, 3).astype(int)
-    rows = entry["views"][view]["rows"]
 
     def painted(row):
         out = np.zeros((height, width))
@@ -160,13 +172,8 @@ def _page_expected(att, entry, view: int, layer: int) -> np.ndarray:
                 out[ys[r] : ys[r + 1], xs[c] : xs[c + 1]] += row[token]
         return out
 
-    seen = painted(np.ones(len(att.tokens))) > 0
-    values = []
-    for head in range(att.weights.shape[1]):
-        total = np.zeros(len(att.tokens))
-        for q in rows:
-            total += att.weights[layer, head, q].astype(np.float64)
-        values.append(painted(total / len(rows)))
+    seen = painted(np.ones(len(rows[0]))) > 0
+    values = [painted(np.asarray(row, np.float64)) for row in rows]
     top = max(float(v[seen].max()) for v in values)
     found = []
     for v in values:

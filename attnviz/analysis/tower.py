@@ -214,9 +214,15 @@ class TowerView:
             "patch": self.tower.patch,
             "sequences": list(self.tower.lengths),
             "parts": [
-                {"name": part.name, "grid": list(part.grid), "box": list(part.box)}
+                {
+                    "name": part.name,
+                    "grid": list(part.grid),
+                    "box": list(part.box),
+                    "tokens": list(part.tokens),  # each cell's tower token, row by row
+                }
                 for part in layout.parts
-            ],  # fmt: skip
+            ],
+            "marks": list(layout.marks),  # the tower's tokens outside the grid (CLS)
             "uniform_distance_px": round(self.uniform, 4),
             "heads": [head.as_dict() for head in self.heads],
         }

@@ -21,6 +21,7 @@ from attnviz.cli.options import (
     BatchOpt,
     FileOpt,
     HideOpt,
+    NoTowerOpt,
     QueryOpt,
     SentencesArg,
     StackName,
@@ -123,6 +124,7 @@ def export(
     batch_size: BatchOpt = 8,
     overwrite: OverwriteOpt = False,
     as_json: SummaryJsonOpt = False,
+    no_tower: NoTowerOpt = False,
 ) -> None:
     """Write heatmaps for many sentences: one folder each, plus manifest.json and manifest.csv.
 
@@ -143,8 +145,8 @@ def export(
     them: each picture's folder also holds its views over the picture (docs/vision.md).
     A vision-language model reads a JSONL file of pictures and questions, one
     {"picture": PATH, "prompt": TEXT} a line ("target" optional; --generate N answers the
-    others): each question's folder also holds layout.json, each image token's cell
-    (docs/vision-language.md).
+    others): each question's folder also holds layout.json (each image token's cell) and its
+    vision tower's heads, unless --no-tower (docs/vision-language.md).
     """
     from attnviz.core.inputs import export_input, export_questions
     from attnviz.outputs import terminal
@@ -163,7 +165,7 @@ def export(
             truncate=truncate, words=words, hide_special=hide_special, **measuring,
             query=query, html=html, figures=tuple(k.value for k in figures) if figures else None,
             save_raw=save_raw, out=out, style=style, jobs=jobs,
-            batch_size=batch_size, overwrite=overwrite, **writing,
+            batch_size=batch_size, overwrite=overwrite, **writing, tower=not no_tower,
         )  # fmt: skip
         with _progress(len(request.sentences.items)) as advance:
             summary = run_export(request, on_progress=advance, on_warning=warn)

@@ -389,6 +389,20 @@ RawOpt = Annotated[
     ),
 ]
 
+NoTowerOpt = Annotated[
+    bool,
+    flag(
+        "--no-tower",
+        briefly(
+            "Leave the vision tower's heads unread.",
+            "With a picture and a prompt: the vision tower's layers run the model's own "
+            "attention, and none of its heads is recorded, drawn or printed; what reading a "
+            "large tower costs: docs/vision-language.md.",
+        ),
+        Panel.READING,
+    ),
+]
+
 
 def text_or_picture(
     argument: str, command: str, prompt: str | None = None

@@ -20,6 +20,7 @@ from attnviz.cli.options import (
     JobsOpt,
     JsonOpt,
     NoImagesOpt,
+    NoTowerOpt,
     OutOpt,
     PairOpt,
     PoolName,
@@ -69,6 +70,7 @@ def show(
     pool: PoolOpt = PoolName.max,
     as_json: JsonOpt = False,
     raw: RawOpt = False,
+    no_tower: NoTowerOpt = False,
 ) -> None:
     """Show what every attention head looks at in one sentence, and write heatmaps.
 
@@ -99,7 +101,7 @@ def show(
             query=query, ablate=tuple(parse_head(given) for given in ablate or []), html=html,
             images=not no_images, top_k=top_k, out=None if no_images and not html else out,
             style=style, jobs=jobs or default_jobs(), pool=pool.value,
-            window=parse_window(window) if window is not None else None,
+            window=parse_window(window) if window is not None else None, tower=not no_tower,
         )  # fmt: skip
 
         def print_summary(result) -> None:  # printed while the figures are drawn

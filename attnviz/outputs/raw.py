@@ -17,6 +17,7 @@ def save_raw(
     layers: list[int],
     heads: list[int],
     sides: dict[str, tuple[str, ...]] | None = None,
+    tower: Any = None,
 ) -> Path:
     """attention.npz: the weights as `attention` (l, h, T, T), or another measure's values
     under its name (`norm` (l, h, T, T); `alti`, `rollout` (l, T, T): one map per layer).
@@ -27,7 +28,10 @@ def save_raw(
     source's, for cross-attention: `attention` is (l, h, T_target, S_source)) and `sides`,
     its `source_tokens` and `target_tokens`.
     A picture adds `grid` (rows, cols of patches), `first_patch` (the first patch's token) and
-    `patch` (pixels a side)."""
+    `patch` (pixels a side). A picture and a prompt's vision `tower` (`analysis.tower.TowerView`)
+    adds `tower_maps` (tower layer, head, tower token) float32, what tower-layer-L.png draws
+    (CLS's row, or each token's mean received attention: tower.json says which, and where
+    each token sits)."""
     import numpy as np
 
     more: dict[str, Any] = {}
@@ -38,6 +42,8 @@ def save_raw(
     if att.picture is not None:
         more |= {"grid": np.array(att.picture.grid), "first_patch": np.array(att.picture.first),
                  "patch": np.array(att.picture.patch)}  # fmt: skip
+    if tower is not None:
+        more["tower_maps"] = tower.maps
     if att.continuation is not None:
         more |= {"continuation_start": np.array(att.continuation.start),
                  "token_probs": np.array(att.continuation.probs, np.float32)}  # fmt: skip

@@ -48,6 +48,7 @@ from attnviz.pipelines import checks
 if TYPE_CHECKING:
     from attnviz.analysis.contributions import PageMeasures
     from attnviz.analysis.inside import Inside
+    from attnviz.analysis.tower import TowerView
     from attnviz.core.attention import Attention, Encoded, SourceTarget
     from attnviz.core.inputs import Sentence, Sentences
     from attnviz.core.model_info import LoadedModel, ModelSpec
@@ -77,6 +78,7 @@ class ExportOptions:
     discard: float = 0.0  # rollout's discard ratio
     pictures: bool = False  # a vision model's pictures: each "text" is a picture's path
     questions: bool = False  # a vision-language model's pictures and prompts (a JSONL file)
+    tower: bool = True  # questions: each one's vision tower's heads too (--no-tower: not)
     stack: str | None = None  # encoder-decoder models: encoder, decoder or cross
     dtype: str = "auto"  # the model's weights (--dtype): half precision moves the numbers
     # a decoder's continuation of each text (--generate N, --sample, --temperature, --seed;
@@ -257,6 +259,8 @@ def _settings(model_name: str, sentence: Sentence, options: ExportOptions) -> di
     ):
         if settings[name] == default:  # folders written before these options stay complete
             del settings[name]
+    if not (options.questions and options.tower):  # as written before the tower was read
+        del settings["tower"]
     if options.pictures:  # the picture's bytes, not only its name, decide what is complete
         settings["picture_sha1"] = _sha1(Path(sentence.text))
     if sentence.picture is not None:  # a question's picture: its path and bytes
@@ -318,10 +322,12 @@ def render_sentence(
     query: int | None = None,
     page: str | None = None,
     sides: dict[str, tuple[str, ...]] | None = None,
+    tower: TowerView | None = None,
 ) -> Record:
     """Write one sentence's figures (and raw array, and `page` as attention.html), then
     `done.json`; runs in a worker too. `sides`: an encoder-decoder model's source and target
-    tokens, for the raw array."""
+    tokens, for the raw array; `tower`: a picture and a prompt's vision tower's heads
+    (tower-layer-L figures, tower.json, and its maps in the raw array)."""
     from attnviz.outputs.raw import save_raw
     from attnviz.outputs.render import render_text
 
@@ -338,10 +344,16 @@ def render_sentence(
         from attnviz.outputs.raw import layout_json
 
         written.append(write_text_atomic(folder / "layout.json", layout_json(att.layout)))
+    if tower is not None:  # its vision tower's heads over the picture, and their numbers
+        from attnviz.outputs.figures.pictures import tower_tasks
+
+        written += [task[0](*task[1:]) for task in tower_tasks(att, tower, folder, style)]
+        written.append(write_text_atomic(folder / "tower.json", json.dumps(tower.as_dict(),
+                                                                           indent=1)))  # fmt: skip
     if page is not None:
         written.append(write_text_atomic(folder / "attention.html", page))
     if options.save_raw:
-        written.append(save_raw(att, folder / "attention.npz", layers, heads, sides))
+        written.append(save_raw(att, folder / "attention.npz", layers, heads, sides, tower))
     record.files = [str(path.relative_to(folder.parent)) for path in written]
     write_done(folder, settings, asdict(record))
     # Figures live in reference cycles; left to the collector's schedule, megabytes of pixel
@@ -500,10 +512,10 @@ class _Export:
         loaded_at = time.perf_counter()
         renderer = _Renderer(r.jobs)
         try:
-            for raw, inside, measures, record, settings, sides in self.texts():
+            for raw, inside, measures, tower, record, settings, sides in self.texts():
                 if interrupts.asked():  # a Ctrl-C that landed where Python swallowed it
                     raise KeyboardInterrupt
-                job = self.job(raw, inside, measures, record, settings, sides)
+                job = self.job(raw, inside, measures, tower, record, settings, sides)
                 self.finished(renderer.submit(job))
             self.finished(renderer.finish())
         except KeyboardInterrupt:
@@ -573,7 +585,7 @@ class _Export:
 
     def texts(self) -> Iterator[tuple[Any, ...]]:
         """Each sentence left, read in batched passes: (attention, inside view, page measures,
-        record, settings, sides), in order."""
+        vision tower's heads, record, settings, sides), in order."""
         queue: deque = deque()
         options, stack = self.options, self.options.stack
 
@@ -593,10 +605,10 @@ class _Export:
             read = _attention(loaded, r, encoded_only(), self.layers, options.html)
         else:
             read = _stack_attention(loaded, r, encoded_only(), stack)
-        for raw, inside, measures in read:
-            yield (raw, inside, measures, *queue.popleft())
+        for raw, inside, measures, tower in read:
+            yield (raw, inside, measures, tower, *queue.popleft())
 
-    def job(self, raw, inside, measures, record, settings, sides) -> tuple:
+    def job(self, raw, inside, measures, tower, record, settings, sides) -> tuple:
         """What `render_sentence` takes to write one sentence's files."""
         from attnviz.analysis.query import find_query
         from attnviz.analysis.transforms import transform
@@ -633,7 +645,7 @@ class _Export:
             drawn = replace(style, top=float(att.weights.max()) or 1.0)
         folder = self.summary.out / record.folder
         return (att, folder, self.layers, self.heads, drawn, options, record, settings, query,
-                page, sides)  # fmt: skip
+                page, sides, tower)  # fmt: skip
 
     def finished(self, records: list[Record]) -> None:
         for done in records:
@@ -648,10 +660,11 @@ def _attention(
     encoded: Iterator[Encoded],
     layers: list[int],
     inside: bool,
-) -> Iterator[tuple[Attention, Inside | str | None, Callable[..., PageMeasures] | None]]:
+) -> Iterator[tuple[Attention, Inside | str | None, Callable[..., PageMeasures] | None, None]]:
     """Each text's attention (or the request's measure's values); with `inside`, its
     inside-one-head numbers and a function giving its page's every measure
-    (`EveryMeasure.page` of its row), all from the same batched forward pass, in order."""
+    (`EveryMeasure.page` of its row), all from the same batched forward pass, in order (and
+    None: a text has no vision tower)."""
     from functools import partial
 
     from attnviz.analysis.contributions import PageParts
@@ -667,17 +680,17 @@ def _attention(
         for prompt in encoded:
             whole, reading = continued(loaded, request, prompt, layers)
             att = reader.batch([whole], reading=reading)[0][0]
-            yield att, CONTINUED if inside else None, lambda shown, _: PageMeasures(shown, {})
+            yield att, CONTINUED if inside else None, lambda shown, _: PageMeasures(shown, {}), None
         return
     for batch in batched(encoded, request.batch_size, same_size=request.pictures is not None):
         parts = PageParts(loaded, layers, batch, request.measure) if inside else None
         found, kept = reader.batch(batch, parts.recorders() if parts else [])
         for row, att in enumerate(found):
             if parts is None:
-                yield att, None, None
+                yield att, None, None, None
                 continue
             pages = partial(parts.every.page, att, kept=kept, row=row)
-            yield att, parts.inside.result(row), pages
+            yield att, parts.inside.result(row), pages, None
 
 
 def _question_attention(
@@ -685,26 +698,35 @@ def _question_attention(
     request: ExportRequest,
     questions: Iterator[tuple[Encoded, str | None]],
     layers: list[int],
-) -> Iterator[tuple[Attention, None, None]]:
+) -> Iterator[tuple[Attention, None, None, TowerView | None]]:
     """Each picture and prompt's attention, one a pass: answered first by its line's target
-    (teacher forcing) or `request.generate` tokens, where given."""
+    (teacher forcing) or `request.generate` tokens, where given; and its vision tower's heads
+    from the same pass (`consumers.tower`; None with --no-tower, or where the family's tower
+    is not mapped: a note on the attention says why)."""
     from dataclasses import replace as changed
 
-    from attnviz.pipelines.readers import OneStack, continued
+    from attnviz.pipelines.consumers.tower import tower_view
+    from attnviz.pipelines.readers import OneStack, continued, tower_recorder
 
     reader = OneStack(loaded, request)
     for prompt, target in questions:
+        tower = None
+        if request.tower:  # the tower runs in the prompt's pass: its recorder fed there
+            prompt, tower = tower_recorder(loaded, prompt)
+        recorders = [tower] if tower is not None else []
         if target is None and request.generate is None:
-            yield reader.batch([prompt])[0][0], None, None
-            continue
-        asked = changed(request, target=target, generate=None if target else request.generate)
-        whole, reading = continued(loaded, asked, prompt, layers)
-        yield reader.batch([whole], reading=reading)[0][0], None, None
+            att = reader.batch([prompt], recorders)[0][0]
+        else:
+            asked = changed(request, target=target, generate=None if target else request.generate)
+            whole, reading = continued(loaded, asked, prompt, layers, recorders)
+            att = reader.batch([whole], reading=reading)[0][0]
+        att, view = tower_view(tower, att)
+        yield att, None, None, view
 
 
 def _stack_attention(
     loaded: LoadedModel, request: ExportRequest, pairs: Iterator[SourceTarget], stack: str
-) -> Iterator[tuple[Attention, None, None]]:
+) -> Iterator[tuple[Attention, None, None, None]]:
     """Each source-target pair's attention of `stack` (or the request's measure: norm),
     batched, in order (as `_attention` yields them, without the page's numbers)."""
     from dataclasses import replace as changed
@@ -715,7 +737,7 @@ def _stack_attention(
     reader = Stacks(loaded, changed(request, stack=stack))
     for batch in batched(pairs, request.batch_size):
         for found in reader.batch(batch):
-            yield found[stack], None, None
+            yield found[stack], None, None, None
 
 
 def _figures(record: Record) -> int:

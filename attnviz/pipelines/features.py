@@ -8,7 +8,8 @@ answers with the features the request asks for; it never calls back into the che
 which options combine, with rules beside the table: what a decoder's continuation cannot
 take (`_refuse_on_a_continuation`: another measure, removed heads, a temperature of 0), the
 options a picture cannot take and the models a picture, text or a prompt cannot be given
-(`_TEXT_ONLY`, `_refuse_on_pictures`), the options a run over pictures and questions cannot
+(`_TEXT_ONLY`, `_refuse_on_pictures`), the options a picture and a prompt take alone
+(`_PROMPT_ONLY`), the options a run over pictures and questions cannot
 take and the models it needs (`_NOT_FOR_QUESTIONS`, `_refuse_without_prompts`); rollout's
 --fusion and --discard are refused by the checks (`contributions.with_rollout`). Its errors
 share one wording. A new option is one row here
@@ -82,6 +83,7 @@ _COMPOSED = (
     "it gives one map per layer, composed from layer 0 up through one stack's "
     "residual stream; use weights or norm"
 )
+_NO_TOWER = "it leaves a vision-language model's vision tower unread"
 _CONSUMERS = "attnviz.pipelines.consumers"
 _CONTINUED = f"{_CONSUMERS}.continuation:Continued"
 _EACH_RANK = "under a launcher each rank takes its share already: leave --shard out"
@@ -138,6 +140,8 @@ FEATURES = {f.name: f for f in (
     Feature("window", "--window", lambda r: r.window is not None, dict(show=ONE_STACK),
             why="a window's queries and keys are one text's"),
     Feature("pool-mean", "--pool mean", lambda r: r.pool == "mean", dict(show=EVERY)),
+    Feature("no-tower", "--no-tower", lambda r: not r.tower,
+            dict(show=DECODERS, export=DECODERS), why=_NO_TOWER),
     Feature("ablate", "--ablate", lambda r: bool(r.ablate), dict(show=ONE_STACK),
             consumer=f"{_CONSUMERS}.ablation:Ablation"),
     Feature("html", "--html", lambda r: r.html, dict(show=EVERY, export=ONE_STACK,
@@ -197,7 +201,8 @@ def reads_questions(request: Request) -> bool:
 
 def refuse(request: Request, facts: Any = None) -> frozenset[str]:
     """Raise one InputError for the first thing in `request` that does not combine: two
-    features that exclude each other, a feature its command does not offer, or (with the
+    features that exclude each other, a feature its command does not offer, an option of a
+    picture and a prompt without them (`_PROMPT_ONLY`), or (with the
     model's `facts`) one its kind of model cannot take; then what a picture cannot take, or a
     model cannot be given (a picture, text, a prompt: `_refuse_on_pictures`), or, over
     pictures and questions, the options such a run cannot take (first) and a model that reads
@@ -221,6 +226,8 @@ def refuse(request: Request, facts: Any = None) -> frozenset[str]:
             reason = f": {feature.elsewhere}" if feature.elsewhere else ""
             raise InputError(f"{feature.label(request)} is not available in attnviz {command}"
                              f"{reason}")  # fmt: skip
+    if not questions and request.prompt is None:
+        _refuse_without_a_prompt(request)
     if facts is not None:
         _refuse_on_the_model(request, facts, asked)
     if not questions:
@@ -331,6 +338,20 @@ _TEXT_ONLY = (
     ("a launched run (torchrun, accelerate launch)", lambda r: r.launched,
      "a report over pictures runs in one process"),
 )  # fmt: skip
+
+
+# The options a picture and a prompt take alone (a vision-language model's), and why.
+_PROMPT_ONLY = (("--no-tower", lambda r: not r.tower, _NO_TOWER),)
+
+
+def _refuse_without_a_prompt(request: Request) -> None:
+    """An option of a picture and a prompt given without them (text, or a picture alone)."""
+    for option, given, why in _PROMPT_ONLY:
+        if asks(given, request):
+            raise InputError(
+                f"{option} is for a picture and a prompt: {why}; this run reads "
+                f"{'a picture alone' if reads_pictures(request) else 'text'}"
+            )
 
 
 def reads_pictures(request: Request) -> bool:

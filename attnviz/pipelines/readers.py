@@ -20,7 +20,6 @@ from attnviz.errors import InputError
 from attnviz.pipelines.consumers import Consumer, Run
 
 if TYPE_CHECKING:
-    from attnviz.core.attention import Attention
     from attnviz.core.model_info import LoadedModel
     from attnviz.pipelines.request import Request, ShowRequest
 
@@ -200,13 +199,15 @@ class Stacks:
                              list(recorders), values)  # fmt: skip
 
 
-def hold(request: ShowRequest, to: Path | None = None) -> Attention:
-    """The attention `request` asks for with every map held whole, as it is shown (--words,
-    --hide-special): what the API hands out, never a streamed run's stand-in. In memory where
-    the maps fit, in the `.npy` file `to` (its memory map) when given; refused in one line
-    before the model runs where they fit in neither (`core.memory.check_held`)."""
-    from attnviz.analysis.transforms import transform
+def hold(request: ShowRequest, to: Path | None = None) -> Run:
+    """The run of what `request` asks for with every map held whole: what the API hands out,
+    never a streamed run's stand-in. `run.shown` is the attention as it is shown (--words,
+    --hide-special), `run.made.tower` a picture and a prompt's vision tower (`consumers.tower`,
+    unless `request.tower` is False). The maps are held in memory where they fit, in the
+    `.npy` file `to` (its memory map) when given; refused in one line before the model runs
+    where they fit in neither (`core.memory.check_held`)."""
     from attnviz.pipelines import checks
+    from attnviz.pipelines.consumers.tower import Tower
 
     loaded = request.model().load()
     checks.against(request, loaded.info)
@@ -216,10 +217,20 @@ def hold(request: ShowRequest, to: Path | None = None) -> Attention:
                 f"to= writes the weights of a model with one attention stack; {loaded.info.name} "
                 "is an encoder-decoder model: keep fewer layers (layers=[…]) instead"
             )
-        found = Stacks(loaded, request).read(())
-    else:
-        found = OneStack(loaded, request, whole=True, to=to).read(())
-    return transform(found.raw, request.words, request.hide_special)
+        return _shown(Stacks(loaded, request).read(()), ())
+    consumers = [Tower(request)] if request.prompt is not None else []
+    return _shown(OneStack(loaded, request, whole=True, to=to).read(consumers), consumers)
+
+
+def _shown(run: Run, consumers: Sequence[Consumer]) -> Run:
+    """`run` with its attention as shown (`run.shown`: --words, --hide-special) and what its
+    `consumers` made of it."""
+    from attnviz.analysis.transforms import transform
+
+    run.shown = transform(run.raw, run.request.words, run.request.hide_special)
+    for consumer in consumers:
+        consumer.finish(run)
+    return run
 
 
 def continued(loaded: LoadedModel, request: Request, prompt: Any, layers: Sequence[int],

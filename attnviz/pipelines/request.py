@@ -42,6 +42,7 @@ class Request:
     pictures: Any = None  # export, compare, report: a vision model's (`core.images.Pictures`)
     prompt: str | None = None  # a vision-language model's question about the picture (the text)
     raw: bool = False  # the prompt sent as it is, not through the chat template
+    tower: bool = True  # a picture and a prompt: the vision tower's heads read (--no-tower)
     pair: str | None = None  # encoders: [CLS] text [SEP] pair [SEP]
     target: str | None = None  # the decoder's input (encoder-decoder), what follows the prompt
     generate: int | None = None  # the model writes its own target, or continues the prompt

@@ -15,6 +15,7 @@ from attnviz.pipelines.consumers.done import Done
 from attnviz.pipelines.consumers.images import Images
 from attnviz.pipelines.consumers.pictures import Pictures
 from attnviz.pipelines.consumers.summary import Summary
+from attnviz.pipelines.consumers.tower import Tower
 
 if TYPE_CHECKING:
     from attnviz.analysis.ablation import AblationView
@@ -219,9 +220,11 @@ def _picture_key(picture: Any) -> str | None:
 
 def _consumers(request: ShowRequest, folder: Path | None) -> list[Consumer]:
     """The summary and special shares always; then the features asked for; the writers last,
-    a picture's views after the heatmaps (in the same drawing processes), `Done` very last."""
+    a picture's views after the heatmaps (in the same drawing processes), a picture and a
+    prompt's vision tower (read unless --no-tower), `Done` very last."""
     images = [Images(request)] if folder is not None and request.images else []
     pictures = [Pictures(request)] if request.picture is not None else []
+    tower = [Tower(request)] if request.prompt is not None else []
     done = [Done(request)] if folder is not None else []
     return [Summary(request), Contributions(request), *features.consumers(request), *images,
-            *pictures, *done]  # fmt: skip
+            *pictures, *tower, *done]  # fmt: skip

@@ -124,15 +124,22 @@ NOTEBOOK_INSIDE = (
     "left out: attention() keeps no layer's input, which this view is computed from; "
     "a.to_html() reads the text again for the whole page"
 )
+PROMPTED_INSIDE = (
+    "left out: a picture and a prompt's page is made from the result's own weights (its "
+    "layers' inputs are not kept); attnviz show PICTURE PROMPT --html reads them in its pass"
+)
 
 
-def notebook_page(att: Attention, inside: str = NOTEBOOK_INSIDE) -> str:
+def notebook_page(att: Attention, inside: str = NOTEBOOK_INSIDE, tower: Any = None,
+                  scale: str = "absolute", cmap: str = "viridis") -> str:  # fmt: skip
     """The page of an Attention held whole, from its weights alone (no pass: the inside view
     is left out, saying `inside`, and the measure switch has its one measure), pooled as
-    `show --html` pools a long text's page."""
+    `show --html` pools a long text's page, in `scale` and `cmap`; with a vision-language
+    model's `tower` (`analysis.tower.TowerView`), its heads over the picture."""
     from attnviz.outputs.html import build_page
 
     n_layers, n_heads, n, n_keys = att.weights.shape
     size = 1 if att.pooled is not None else page_pool_size(n_layers, n_heads, n, n_keys)
     view = pooled(att, size, "max", att.info.causal)
-    return build_page(view, inside=inside, segments=view.segments)
+    return build_page(view, inside=inside, segments=view.segments, tower=tower, scale=scale,
+                      cmap=cmap)  # fmt: skip

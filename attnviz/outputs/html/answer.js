@@ -12,9 +12,8 @@ function drawAnswer(D) {
   const A = D.layout;
   const [W, HT] = A.size;
   const T = D.tokens.length;
-  const ALPHA = 0.6; // the colours' share over the picture, as in the PNGs
   const state = { layer: 0, view: 0 };
-  const { inflate, decode, el } = attnvizBlobs;
+  const { inflate, decode, el, overlay } = attnvizBlobs;
   const heads = new Map();
   function head(l, h) {
     const key = `${l}/${h}`;
@@ -22,49 +21,13 @@ function drawAnswer(D) {
     return heads.get(key);
   }
   const pixels = inflate(A.pixels); // (HT, W, 3) uint8, row-major
-
-  // A row (a value per token) on the picture's pixels: each cell's value over its edges,
-  // parts that overlap added (Layout.painted).
-  function painted(row) {
-    const out = new Float64Array(W * HT);
-    for (const part of A.parts) {
-      const cols = part.grid[1];
-      for (let r = 0; r < part.grid[0]; r++) {
-        for (let c = 0; c < cols; c++) {
-          const v = row[part.tokens[r * cols + c]];
-          for (let y = part.ys[r]; y < part.ys[r + 1]; y++) {
-            for (let x = part.xs[c]; x < part.xs[c + 1]; x++) out[y * W + x] += v;
-          }
-        }
-      }
-    }
-    return out;
-  }
-  const seen = painted(new Float64Array(T).fill(1)); // 0: a pixel no cell covers (a crop's margin)
+  const over = overlay(A, D.colours, T); // each image token's value on its cell (blobs.js)
 
   // The mean of the view's rows in a head: float64 sums of its float32 values, in order.
   function rowOf(grid, rows) {
     const out = new Float64Array(T);
     for (const q of rows) for (let k = 0; k < T; k++) out[k] += grid.values[q * T + k];
     return out.map((v) => v / rows.length);
-  }
-
-  // ---------- colours ----------
-  const LUT = Uint8Array.from({ length: 256 * 3 }, (_, n) => parseInt(D.colours.substr(2 * n, 2), 16));
-  const colourIndex = (v, top) => Math.min(255, Math.max(0, Math.floor((v / top) * 256)));
-  // The picture under each pixel's colour, as outputs/figures/pictures.py's blend_values: a
-  // pixel no cell covers under white.
-  function paint(canvas, picture, values, top) {
-    const img = new ImageData(W, HT);
-    for (let o = 0; o < W * HT; o++) {
-      const c = colourIndex(values[o], top);
-      for (let k = 0; k < 3; k++) {
-        const over = seen[o] > 0 ? LUT[3 * c + k] : 255;
-        img.data[4 * o + k] = Math.round((1 - ALPHA) * picture[3 * o + k] + ALPHA * over);
-      }
-      img.data[4 * o + 3] = 255;
-    }
-    canvas.getContext("2d").putImageData(img, 0, 0);
   }
 
   // ---------- the section ----------
@@ -112,14 +75,11 @@ function drawAnswer(D) {
     const chosen = A.views[state.view];
     const grids = await Promise.all([...Array(D.heads).keys()].map((h) => head(l, h)));
     const picture = await pixels;
-    const values = grids.map((g) => painted(rowOf(g, chosen.rows)));
-    let top = 0;
-    for (const v of values) for (let o = 0; o < v.length; o++) if (seen[o] > 0 && v[o] > top) top = v[o];
-    top = top || 1;
+    const values = grids.map((g) => over.painted(rowOf(g, chosen.rows)));
+    const top = over.top(values);
     const panels = values.map((v, h) => {
-      const canvas = el("canvas", { className: "head-picture", width: W, height: HT, dataset: { head: String(h) } });
-      canvas.style.width = `${Math.max(96, Math.min(224, W))}px`;
-      paint(canvas, picture, v, top);
+      const canvas = over.canvas({ className: "head-picture", dataset: { head: String(h) } });
+      over.paint(canvas, picture, v, top);
       const share = chosen.share[l][h];
       return el("figure", { className: "picture-head" }, canvas,
         el("figcaption", { textContent: `H${h} · picture ${(100 * share).toFixed(1)}%` }));
@@ -130,26 +90,15 @@ function drawAnswer(D) {
         `was written (the row before it); the first button is the mean of those rows. ${A.name}, ` +
         `${A.given[0]} × ${A.given[1]} px, drawn at ${W} × ${HT}: each image token's attention over its cell, ` +
         "colour over the picture at 60%, one scale for the layer's heads" +
-        (seen.some((v) => v === 0) ? "; the parts of the picture no image token stands for are faded." : ".") }),
+        (over.faded ? "; the parts of the picture no image token stands for are faded." : ".") }),
       words(),
       el("div", { className: "controls" }, layers()),
       el("h3", { id: "answer-title", textContent: `Layer ${D.layer_ids[l]}: ${chosen.about}` }),
-      legend(top),
+      over.legend(top, "attention on an image token", "answer-legend"),
       el("div", { className: "picture-heads", id: "answer-heads", dataset: { top: String(top) } }, ...panels),
       el("h3", { textContent: "The picture's share of this attention, by layer" }),
       plot(chosen),
     );
-  }
-
-  function legend(top) {
-    const bar = el("canvas", { className: "legend-bar", width: 256, height: 12 });
-    const ctx = bar.getContext("2d");
-    for (let x = 0; x < 256; x++) {
-      ctx.fillStyle = `rgb(${LUT[3 * x]},${LUT[3 * x + 1]},${LUT[3 * x + 2]})`;
-      ctx.fillRect(x, 0, 1, 12);
-    }
-    return el("div", { className: "legend", id: "answer-legend" },
-      el("span", { textContent: "attention on an image token: 0" }), bar, el("span", { textContent: top.toPrecision(3) }));
   }
 
   // Each head's share by layer (thin grey), their mean (thick), the chosen layer marked; a

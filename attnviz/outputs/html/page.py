@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from attnviz.analysis.inside import Inside
+    from attnviz.analysis.tower import TowerView
     from attnviz.core.attention import Attention
 
 EXACT_BUDGET = 4 * 2**20  # float32 weights up to 4 MiB (≈120 tokens on 6 × 12 heads)
@@ -142,13 +143,15 @@ def page_data(
     lengths: np.ndarray | None = None,
     initial: str = "weights",
     stacks: dict[str, Attention] | None = None,
+    tower: TowerView | None = None,
 ) -> dict[str, Any]:
     """Everything the page script reads, as JSON-ready values.
 
     `att` holds the weights; `measures` the contribution measures by name (the page's
     measure switch offers those given), `lengths` each key's ‖f^h(x_j)‖ (L, H, T) for norm,
-    and `initial` the measure the page opens with. With `stacks` (an encoder-decoder
-    model's), see `stacks_data`; `inside` is then each stack's, by name.
+    and `initial` the measure the page opens with. `tower`, a vision-language model's vision
+    tower's heads (`tower_entry`). With `stacks` (an encoder-decoder model's), see
+    `stacks_data`; `inside` is then each stack's, by name.
     """
     from attnviz.analysis.inside import Inside
 
@@ -193,6 +196,8 @@ def page_data(
             data["notes"].append(entry)
         else:
             data["layout"] = entry
+    if tower is not None:  # its vision tower's heads over the picture
+        data["tower"] = tower_entry(tower)
     if isinstance(inside, Inside):
         data["inside"] = _inside_entry(inside)
     else:
@@ -251,17 +256,11 @@ def layout_entry(att: Attention) -> dict[str, Any] | str:
     mean of the rows that wrote its tokens; the prompt's last row where there is none), then
     each answer token's, the row that wrote it; with the picture's share of each, (L, H).
     Or why the page goes without it (a pooled map's or a window's rows are not tokens')."""
-    import numpy as np
-
     from attnviz.analysis.picture_share import answer_rows, whose_rows
-    from attnviz.outputs.figures.pictures import resized
 
     if att.pooled is not None or att.span is not None:
         return _cut_down(att, "token")
     layout = att.layout
-    height, width = layout.pixels.shape[:2]
-    scale = min(1.0, LAYOUT_SIDE / max(height, width))
-    size = (max(1, round(height * scale)), max(1, round(width * scale)))
     image = layout.image_tokens()
     on_picture = att.weights[..., image].sum(axis=-1)  # (L, H, T): each row's share
 
@@ -275,6 +274,20 @@ def layout_entry(att: Attention) -> dict[str, Any] | str:
         views += [view(att.tokens[t], (t - 1,), f"as it wrote {att.tokens[t]}@{t}, the row "
                        f"before it ({t - 1})") for t in range(att.continuation.start,
                                                               len(att.tokens))]  # fmt: skip
+    return {**over_picture(layout), "image_tokens": image, "views": views}
+
+
+def over_picture(layout: Any) -> dict[str, Any]:
+    """A layout's picture for a view of rows drawn over it (blobs.js's overlay): the picture
+    at the page's size (its longer side at most LAYOUT_SIDE; RGB, deflated), and each part's
+    tokens and the edges of their cells on it (`Layout.edges`)."""
+    import numpy as np
+
+    from attnviz.outputs.figures.pictures import resized
+
+    height, width = layout.pixels.shape[:2]
+    scale = min(1.0, LAYOUT_SIDE / max(height, width))
+    size = (max(1, round(height * scale)), max(1, round(width * scale)))
     return {
         "name": layout.name,
         "given": [int(width), int(height)],
@@ -290,8 +303,37 @@ def layout_entry(att: Attention) -> dict[str, Any] | str:
             }
             for part, (ys, xs) in zip(layout.parts, layout.edges(size))
         ],  # fmt: skip
-        "image_tokens": image,
-        "views": views,
+    }
+
+
+def tower_entry(view: TowerView) -> dict[str, Any]:
+    """A vision-language model's vision tower for the view of its heads over the picture
+    (tower.js), from `analysis.tower.TowerView`: the picture and its patches' cells
+    (`over_picture`), and per tower layer its heads' drawn rows over the tower's tokens (CLS's
+    row where `cls`, else each token's mean received attention), (H, N) float32 deflated,
+    with each head's role, mean attention distance in pixels and CLS's share on the patches.
+    Its size grows with layers × heads × tower tokens, not with their square."""
+    tower = view.tower
+    cells = tower.layout.cells()
+    return {
+        **over_picture(tower.layout),
+        "tokens": int(view.maps.shape[2]),
+        "layers": view.n_layers,
+        "patch": tower.patch,
+        "cls": view.cls,
+        "uniform": view.uniform,
+        "maps": [_packed(maps.astype("<f4")) for maps in view.maps],  # (H, N) a layer
+        "heads": [
+            [
+                {
+                    "role": head.role,
+                    "distance": head.distance,
+                    "on_patches": float(view.maps[layer, head.head][cells].sum()),
+                }
+                for head in view.layer(layer)
+            ]
+            for layer in range(view.n_layers)
+        ],
     }
 
 
@@ -458,7 +500,8 @@ def build_page(att: Attention, **options: Any) -> str:
     """The whole page for one text: data, script and style inline; nothing loads from outside.
     `options` are `page_data`'s: the inside view (`inside`, or why the page goes without it),
     `scale` and `cmap`, a pair's `segments`, the measure switch's `measures`, `lengths` and
-    `initial`, an encoder-decoder model's `stacks`."""
+    `initial`, an encoder-decoder model's `stacks`, a vision-language model's vision `tower`
+    (`analysis.tower.TowerView`)."""
     return _document(page_data(att, **options), page_title(att))
 
 
@@ -482,13 +525,14 @@ def _document(data: dict[str, Any], title: str, live: bool = False) -> str:
     hashes alone. Nothing may load from elsewhere; the live page may also fetch from its own
     origin (connect-src 'self')."""
     # A picture's view (picture.js, picture.css) comes on a picture's page alone, an answer's
-    # over its picture (answer.js) on a vision-language model's: a text's page is the same
-    # file it was before pictures had a view. Both decode the heads with blobs.js.
-    picture = ["blobs", "picture"] if data.get("picture") else []
-    answer = ["blobs", "answer"] if data.get("layout") else []
-    named = ["page", *picture, *answer, *(["live"] if live else [])]
+    # over its picture (answer.js) and its vision tower's heads (tower.js) on a
+    # vision-language model's: a text's page is the same file it was before pictures had a
+    # view. They decode the heads and draw over the picture with blobs.js.
+    views = [name for key, name in (("picture", "picture"), ("layout", "answer"),
+                                    ("tower", "tower")) if data.get(key)]  # fmt: skip
+    named = ["page", *(["blobs", *views] if views else []), *(["live"] if live else [])]
     scripts = [_asset(f"{name}.js") for name in named]
-    drawn = ["picture"] if picture or answer else []  # picture.css styles both views
+    drawn = ["picture"] if views else []  # picture.css styles every view over a picture
     style = "".join(_asset(f"{name}.css") for name in ["page", *drawn])
     return TEMPLATE.format(
         csp=_csp(scripts, style, live),

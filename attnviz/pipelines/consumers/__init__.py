@@ -54,7 +54,7 @@ class Made:
     ablation_divergence: Any = None
     continuation: Written | None = None  # Continued: where each written token looked
     vision: list[VisionHead] | None = None  # Pictures: what each head does on a picture
-    tower: TowerView | None = None  # Pictures: a vision-language model's tower's heads
+    tower: TowerView | None = None  # Tower: a vision-language model's tower's heads
     images: list[Path] = field(default_factory=list)  # Images: the figures written
     page: Path | None = None  # Page: attention.html
 

@@ -48,14 +48,15 @@ class Page(Consumer):
                            cmap=style.cmap)  # fmt: skip
             return stacks[run.shown.stack], options
         view = run.window if r.window is not None else (run.page_view or run.shown)
+        tower = run.made.tower  # a picture and a prompt's: whole whatever the maps' pooling
         if self.every is None or view is not run.shown:  # pooled, or a window: its weights
             return view, dict(inside=self.inside.result(), scale=style.scale, cmap=style.cmap,
-                              segments=view.segments)  # fmt: skip
+                              segments=view.segments, tower=tower)  # fmt: skip
         found = self.every.page(run.raw, run.shown, lambda att: _view(r, att), run.measure_recorder)
         return found.weights, dict(inside=self.inside.result(), scale=style.scale,
                                    cmap=style.cmap, segments=run.shown.segments,
                                    measures=found.others, lengths=found.lengths,
-                                   initial=r.measure)  # fmt: skip
+                                   initial=r.measure, tower=tower)  # fmt: skip
 
     def write(self, run: Run, folder: Path) -> None:
         from attnviz.outputs.html import write_page

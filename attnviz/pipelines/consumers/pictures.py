@@ -4,9 +4,9 @@ with `--query ROW,COL` that patch's too; with `--measure rollout`, one figure of
 composed up to each layer over the picture. A vision-language model's: per layer each head's
 attention of the answer over the picture (the mean of the rows that wrote its tokens), with
 `--query` that token's too, and the picture's share of the answer's attention per layer and
-head (picture-share.png); and its vision tower's heads from the same pass (`analysis.tower`:
+head (picture-share.png); and its vision tower's heads from the same pass (`consumers.tower`:
 per tower layer, each head's CLS row or mean received attention over the picture,
-tower-layer-L.png, and their roles and mean attention distance)."""
+tower-layer-L.png, titled with their roles and mean attention distance)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,6 @@ STREAMED = ("no views over the picture: this run's maps were too large to hold, 
 
 
 class Pictures(Consumer):
-    def wants_tower(self) -> bool:
-        return self.request.prompt is not None
-
     def finish(self, run: Run) -> None:
         from dataclasses import replace
 
@@ -31,13 +28,6 @@ class Pictures(Consumer):
         att = run.ranked  # norm: each row's lengths as shares
         if att.layout is not None and run.streamed and self.request.images:
             run.shown = replace(run.shown, notes=(*run.shown.notes, STREAMED))
-        if run.tower is not None:
-            tower = run.tower
-            if tower.unread is None:
-                run.made.tower = tower.view()
-            else:
-                note = f"the vision tower's view is not drawn: {tower.unread}"
-                run.shown = replace(run.shown, notes=(*run.shown.notes, note))
         if att.picture is None or att.per_layer:
             return
         run.made.vision = vision_heads(att, run.layers, run.heads, self.request.top_k)
