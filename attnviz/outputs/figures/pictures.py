@@ -414,8 +414,9 @@ def tower_figure(att: Attention, tower: Any, layer: int, rows: Any, heads: list[
     titles = []
     for head in heads:
         said = f"head {head.head} · {head.role} · {head.distance:.0f} px"
-        if cls:
-            said += f"\nCLS on the patches {float(rows[head.head][cells].sum()):.0%}"
+        if cls:  # each sequence's CLS row sums to 1 over it: their mean share on the patches
+            share = float(rows[head.head][cells].sum()) / len(layout.marks)
+            said += f"\nCLS on the patches {share:.0%}"
         titles.append(said)
     grids = " + ".join(f"{part.grid[0]} × {part.grid[1]}" for part in layout.parts)
     width, height = given or layout.pixels.shape[1::-1]
