@@ -50,8 +50,10 @@ def main() -> None:
         shutil.copyfile(folder / "picture-answer-layer-1.png", DOCS / "vlm-answer.png")
         shutil.copyfile(folder / "picture-share.png", DOCS / "vlm-share.png")
         shutil.copyfile(folder / "tower-layer-1.png", DOCS / "vlm-tower.png")
-        for kind, drawn, name in (("mllama", "picture-answer-layer-0.png", "vlm-cross.png"),
-                                  ("llava_next", "tower-layer-1.png", "vlm-tower-tiles.png")):
+        for kind, drawn, name in (
+            ("mllama", "picture-answer-layer-0.png", "vlm-cross.png"),
+            ("llava_next", "tower-layer-1.png", "vlm-tower-tiles.png"),
+        ):
             save(kind, work / kind)
             subprocess.run([*attnviz, "show", str(work / "photo.png"), "What is on the table?",
                             "-m", str(work / kind), "--generate", "3", "-o",
@@ -59,8 +61,10 @@ def main() -> None:
                            stdout=subprocess.DEVNULL)  # fmt: skip
             (folder,) = (work / f"show-{kind}").iterdir()
             shutil.copyfile(folder / drawn, DOCS / name)
-    print("wrote docs/vlm-answer.png, vlm-share.png, vlm-tower.png, vlm-cross.png and "
-          "vlm-tower-tiles.png")
+    print(
+        "wrote docs/vlm-answer.png, vlm-share.png, vlm-tower.png, vlm-cross.png and "
+        "vlm-tower-tiles.png"
+    )
 
 
 if __name__ == "__main__":
