@@ -42,9 +42,10 @@ def _run(folder, path, how):
     from attnviz.pipelines.consumers.pictures import Pictures
     from attnviz.pipelines.request import ShowRequest
 
-    asked = {"prompt": {}, "generate": {"generate": 3}, "target": {"target": "A cat"}}[how]
-    request = ShowRequest(Load(str(folder)), text=PROMPT, picture=path, prompt=PROMPT,
-                          images=False, **asked)  # fmt: skip
+    asked = {"prompt": {}, "generate": {"generate": 3}, "target": {"target": "A cat"},
+             "eager": {"generate": 3}}[how]  # fmt: skip
+    load = Load(str(folder), implementation="eager" if how == "eager" else "sdpa")
+    request = ShowRequest(load, text=PROMPT, picture=path, prompt=PROMPT, images=False, **asked)
     return readers.run(request, [Pictures(request)])
 
 
@@ -57,11 +58,12 @@ def answered(folder, photos):
 
 @pytest.mark.parametrize("name,how", [("wide", "prompt"), ("wide", "generate"),
                                       ("wide", "target"), ("square", "generate"),
-                                      ("padded", "prompt")])  # fmt: skip
+                                      ("square", "eager"), ("padded", "prompt")])  # fmt: skip
 def test_the_cross_layers_equal_the_models_eager_attention(folder, photos, name, how):
     """Every cross-attention row, the prompt's and each written (or given) token's, equals
     the model's eager one within 1e-5 and sums to 1; the empty tile's keys get 0 from every
-    token that sees the picture (its mask hides them, in generation's last step too)."""
+    token that sees the picture (its mask hides them, in generation's last step too, and in
+    the pass over the whole text that eager attention (`eager`) reads its rows from)."""
     from attnviz.core.cross_picture import seen
 
     run = _run(folder, photos[name], how)
