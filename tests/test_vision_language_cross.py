@@ -77,6 +77,7 @@ def test_the_cross_layers_equal_the_models_eager_attention(folder, photos, name,
     parts = cross.layout.parts
     if name == "square":  # one tile of 4 × 4 after its CLS (keys 0-16), an empty one (17-33)
         assert [p.tokens for p in parts] == [tuple(range(1, 17))] and cross.layout.marks == (0,)
+        assert any("(4 × 4), each after its CLS, and 17 of empty tiles" in n for n in whole.notes)
         sees = seen(whole)
         assert sees[-3:].all() and not sees[0]  # the answer sees it; the chat's start does not
         assert (cross.weights[:, :, sees, 17:] == 0).all()

@@ -55,11 +55,13 @@ class CrossPicture:
         grids = " + ".join(f"{p.grid[0]} × {p.grid[1]}" for p in self.layout.parts)
         numbers = ", ".join(map(str, self.layers))
         where = f" (the model's layer{'s' * (len(self.layers) > 1)} {numbers})" if numbers else ""
+        empty = self.keys - len(self.layout.cells()) - len(self.layout.marks)
+        padding = f", and {empty} of empty tiles, which the mask hides" if empty else ""
         return (f"the picture is read by {len(self.layers) or 'its'} cross-attention layer(s)"
                 f"{where}, not as tokens of the prompt: their {self.keys} keys are its "
-                f"{len(self.layout.parts)} tile(s) of patches ({grids}), each after its CLS, "
-                "drawn over the picture; the self-attention layers, numbered among themselves, "
-                "are read as text")  # fmt: skip
+                f"{len(self.layout.parts)} tile(s) of patches ({grids}), each after its CLS"
+                f"{padding}, drawn over the picture; the self-attention layers, numbered among "
+                "themselves, are read as text")  # fmt: skip
 
 
 def of(loaded: LoadedModel, inputs: dict[str, Any], picture: Any, name: str) -> CrossPicture | None:
