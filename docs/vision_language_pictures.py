@@ -4,8 +4,11 @@ CLIP tower of 84 × 84 pixels in 14-pixel patches: 6 × 6 image tokens), its wei
 random, and one drawn picture (a gradient, a disc and a bar). What the heads do is noise;
 the views are what a trained model's would look like.
 
+Mllama's cross-attention over the picture (vlm-cross.png) and LLaVA-NeXT's tower over its
+tiles (vlm-tower-tiles.png) are drawn the same way from their tiny random models.
+
 Run: .venv/bin/python docs/vision_language_pictures.py  (docs/vlm-answer.png, vlm-share.png,
-vlm-tower.png)
+vlm-tower.png, vlm-cross.png, vlm-tower-tiles.png)
 """
 
 from __future__ import annotations
@@ -47,7 +50,21 @@ def main() -> None:
         shutil.copyfile(folder / "picture-answer-layer-1.png", DOCS / "vlm-answer.png")
         shutil.copyfile(folder / "picture-share.png", DOCS / "vlm-share.png")
         shutil.copyfile(folder / "tower-layer-1.png", DOCS / "vlm-tower.png")
-    print("wrote docs/vlm-answer.png, docs/vlm-share.png and docs/vlm-tower.png")
+        for kind, drawn, name in (
+            ("mllama", "picture-answer-layer-0.png", "vlm-cross.png"),
+            ("llava_next", "tower-layer-1.png", "vlm-tower-tiles.png"),
+        ):
+            save(kind, work / kind)
+            subprocess.run([*attnviz, "show", str(work / "photo.png"), "What is on the table?",
+                            "-m", str(work / kind), "--generate", "3", "-o",
+                            str(work / f"show-{kind}")], check=True,
+                           stdout=subprocess.DEVNULL)  # fmt: skip
+            (folder,) = (work / f"show-{kind}").iterdir()
+            shutil.copyfile(folder / drawn, DOCS / name)
+    print(
+        "wrote docs/vlm-answer.png, vlm-share.png, vlm-tower.png, vlm-cross.png and "
+        "vlm-tower-tiles.png"
+    )
 
 
 if __name__ == "__main__":

@@ -235,3 +235,22 @@ def test_a_layout_its_reader_does_not_know_is_said_and_the_text_read(vlm_dirs, p
     said = "the picture's view is not drawn for llava: 37 image tokens make no square grid"
     assert said in whole.notes[-1]
     assert np.abs(found.weights - eager(vlm_dirs["llava"], list(whole.ids), inputs)).max() < 1e-5
+
+
+@pytest.mark.parametrize("kind", ["qwen2_vl", "gemma3"])
+def test_eager_attention_reads_the_answer_with_the_prompts_inputs_extended(vlm_dirs, photo, kind):
+    """With eager attention the rows are read in one more pass over the prompt and its
+    answer, the processor's per-token inputs extended over the answer as `generate` extends
+    them (Qwen2-VL's position ids were built from the prompt's alone: a traceback)."""
+    from attnviz.core.settings import Load
+    from attnviz.pipelines import readers
+    from attnviz.pipelines.request import ShowRequest
+
+    load = Load(str(vlm_dirs[kind]), implementation="eager")
+    request = ShowRequest(load, text=PROMPT, picture=photo, prompt=PROMPT, generate=2,
+                          images=False)  # fmt: skip
+    run = readers.run(request, [])
+    whole = run.encoded
+    assert whole.continuation is not None
+    expected = eager(vlm_dirs[kind], list(whole.ids), whole.inputs)
+    assert np.abs(run.raw.weights - expected).max() < 1e-5

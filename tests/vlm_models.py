@@ -271,12 +271,13 @@ def picture(path: Path, size: tuple[int, int] = (64, 48), seed: int = 0) -> Path
     return path
 
 
-def eager(folder: Path, ids: list[int], inputs: dict) -> Any:
+def eager(folder: Path, ids: list[int], inputs: dict, cross: bool = False) -> Any:
     """The language model's own probabilities (eager `output_attentions`) over `ids` with
     the processor's other `inputs`, (L, H, T, T) float32: what attnviz's numbers are held to;
     Mllama's self-attention layers alone (its cross-attention layers' keys are the picture's
-    states). Per-token inputs shorter than `ids` (a prompt's, before its continuation) are
-    extended."""
+    states), or with `cross` its cross-attention layers alone, (L, H, T, S) over the
+    picture's keys. Per-token inputs shorter than `ids` (a prompt's, before its
+    continuation) are extended."""
     import numpy as np
     import torch
     from transformers import AutoModelForImageTextToText
@@ -296,9 +297,9 @@ def eager(folder: Path, ids: list[int], inputs: dict) -> Any:
         extended[name] = value
     with torch.no_grad():
         out = model(input_ids=torch.tensor([ids]), output_attentions=True, **extended)
-    cross = getattr(model.config.get_text_config(), "cross_attention_layers", None) or ()
+    crossing = getattr(model.config.get_text_config(), "cross_attention_layers", None) or ()
     return np.stack([layer[0].float().numpy() for i, layer in enumerate(out.attentions)
-                     if i not in cross])  # fmt: skip
+                     if (i in crossing) == cross])  # fmt: skip
 
 
 def tower_eager(folder: Path, ids: list[int], inputs: dict) -> list[Any]:

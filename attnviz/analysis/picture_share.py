@@ -1,6 +1,10 @@
 """How much of a vision-language model's attention goes to the picture, as it answered: per
 layer and head, the share of the answer's rows (the rows that wrote each generated or given
-token, or the prompt's last row where there is no answer) that its image tokens hold."""
+token, or the prompt's last row where there is no answer) that its image tokens hold.
+
+In cross-attention over the picture (Mllama's: `core.cross_picture`) every key is the
+picture's, so a row's share of the picture is 1: what is said there is the share of its
+patches, each tile's CLS left out (`shared`)."""
 
 from __future__ import annotations
 
@@ -33,10 +37,22 @@ def answer_rows(att: Attention) -> tuple[int, ...]:
     return tuple(range(att.continuation.start - 1, n - 1))
 
 
+def shared(att: Attention) -> list[int]:
+    """The keys whose sum is the share a row gives the picture: its image tokens (cells and
+    marks); in cross-attention over the picture, its patches (the cells) alone."""
+    return att.layout.cells() if att.stack == "cross" else att.layout.image_tokens()
+
+
+def shared_what(att: Attention) -> str:
+    """What `shared`'s keys are, as a title says it: "picture" or "patches"."""
+    return "patches" if att.stack == "cross" else "picture"
+
+
 def picture_shares(att: Attention) -> PictureShares:
-    """Each layer's and head's share of the answer's attention on the picture's tokens."""
+    """Each layer's and head's share of the answer's attention on the picture's tokens (its
+    patches, in cross-attention: `shared`)."""
     rows = answer_rows(att)
-    image = att.layout.image_tokens()
+    image = shared(att)
     held = att.weights[:, :, list(rows)]  # (L, H, R, T)
     share = held[..., image].sum(axis=-1).mean(axis=-1)  # (L, H)
     return PictureShares(tuple(att.held_layers()), rows, share)

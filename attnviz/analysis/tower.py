@@ -169,18 +169,19 @@ def _uniform(tower: Tower) -> float:
 
 
 def _cls_view(tower: Tower, row: Any, marks: list[int]) -> tuple[float | None, tuple, tuple]:
-    """One head's CLS row (over every token of the tower): its entropy over its sequence,
-    its share on CLS and its TOP_K patches, by label; (None, (), ()) without a CLS."""
+    """One head's CLS row (over every token of the tower) of its first sequence (the whole
+    picture's, where the tower reads tiles after it): its entropy over that sequence, its
+    share on CLS and its TOP_K patches, by label; (None, (), ()) without a CLS."""
     import numpy as np
 
     from attnviz.analysis.vision import cls_numbers
 
     if not marks:
         return None, (), ()
-    part = tower.layout.parts[0]  # the CLS's sequence's (the one drawn)
+    part = tower.layout.parts[0]  # the first sequence's (the whole picture's)
     start = marks[0]
     seen = row[start : part.tokens[0] + len(part.tokens)]  # its sequence: CLS, then patches
-    entropy, outside = cls_numbers(seen[None], len(marks))
+    entropy, outside = cls_numbers(seen[None], part.tokens[0] - start)
     cells = np.asarray(row)[list(part.tokens)]
     order = np.argsort(-cells, kind="stable")[:TOP_K]
     cols = part.grid[1]

@@ -101,6 +101,9 @@ class Encoded:
     # values, image_grid_thw, …), and where each image token sits on the picture
     inputs: dict[str, Any] | None = None
     layout: Layout | None = None
+    # Mllama's picture, read by cross-attention layers: where each of their keys sits on it
+    # (`core.cross_picture.CrossPicture`, which builds an Attention: typed Any, no cycle)
+    cross: Any = None
 
     def __len__(self) -> int:
         return len(self.ids)

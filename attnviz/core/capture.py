@@ -445,7 +445,9 @@ class _Pass:
             if "heads" in self.wanted[site]:
                 got["heads"] = heads.detach().cpu()
             got["called"] = True
-        edited = self.edit(site[1], heads) if self.edit is not None else heads
+        # an edit acts on the language model's heads (its layers'), not another stack's
+        edit = self.edit if site[0] is None else None
+        edited = edit(site[1], heads) if edit is not None else heads
         self._serve(site)
         if site in self.wanted:
             self._calls[site] = self._calls.get(site, 0) + 1
@@ -603,7 +605,7 @@ def _hooked(
     if edit is not None:
         # After "heads": a recorder sees what the heads computed, W_O what the edit made of it.
         install(
-            [site for site, _ in sites],
+            [site for site, _ in sites if site[0] is None],  # the language model's alone
             lambda m: m.o,
             True,
             lambda site, _, args, __: (edit(site[1], args[0]),),

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from attnviz.core.attention import Continuation, Encoded, require_text
-from attnviz.core.capture import VISION
 from attnviz.errors import InputError, TextTooLongError
 
 if TYPE_CHECKING:
@@ -98,33 +97,35 @@ class _Holding:
     """The listener of a continuation's pass (`recording.Listener`): keeps each chosen
     layer's q and k from its first call (the prompt, SDPA computing its output) and the rows
     of every later call (a generation step: one query over the cache's keys). A
-    vision-language model's tower runs in the prompt's pass alone: its sites go to `tower`
-    (`capture.listener`, its recorders fed as the tower runs), where one is given."""
+    vision-language model's other stacks go to `others` (`capture.listener`, its recorders
+    fed as they run), where one is given: its vision tower's (VISION, run in the prompt's
+    pass alone) and Mllama's cross-attention layers (`cross`, run in every pass, a step's
+    call after the prompt's)."""
 
     def __init__(self, loaded: LoadedModel, layers: Sequence[int], reading: Reading,
-                 tower: Any = None) -> None:  # fmt: skip
+                 others: Any = None) -> None:  # fmt: skip
         from attnviz.core import layer_map
         from attnviz.core.capture import Callers, fast_attention
         from attnviz.core.recording import BLOCK_ROWS
 
         self.fast = fast_attention(loaded)
         self.block_rows, self.entropy = BLOCK_ROWS, False
-        self.reading, self.wanted, self.tower = reading, set(layers), tower
+        self.reading, self.wanted, self.others = reading, set(layers), others
         self._sites = Callers(layer_map.of(loaded.model))
         self._read: dict[Any, int] = {}  # positions each site has read so far
         self._call: dict[Any, tuple[int, int]] = {}  # the call running: (queries, keys)
 
     def site(self, module: Any) -> Any:
-        found = self._sites.site(module)  # (None, layer), or the tower's (VISION, layer)
+        found = self._sites.site(module)  # (None, layer), or another stack's (VISION, layer)
         if found is None:
             return None
-        if found[0] == VISION:
-            return found if self.tower is not None else None
-        return found if found == (None, found[1]) and found[1] in self.wanted else None
+        if found[0] is not None:
+            return found if self.others is not None else None
+        return found if found[1] in self.wanted else None
 
     def wants(self, site: Any, shape: tuple[int, int, int, int]) -> bool:
-        if site[0] == VISION:
-            return self.tower.wants(site, shape)
+        if site[0] is not None:
+            return self.others.wants(site, shape)
         batch, _, queries, keys = shape
         if batch != 1:
             raise ValueError("a continuation is read one text at a time")
@@ -132,15 +133,15 @@ class _Holding:
         return site in self._read  # the prompt's call runs fast; its q and k are kept
 
     def scores(self, site: Any, scores: Scores, value: Any) -> None:
-        if site[0] == VISION:
-            self.tower.scores(site, scores, value)
+        if site[0] is not None:
+            self.others.scores(site, scores, value)
         elif site not in self._read:
             self.reading.prompt[site[1]] = scores.cpu()
 
     def block(self, site: Any, start: int, rows: Any, entropy: Any) -> None:
         """A step's rows (1, H, b, S), each kept over positions 0 … its own (`by_position`)."""
-        if site[0] == VISION:
-            self.tower.block(site, start, rows, entropy)
+        if site[0] is not None:
+            self.others.block(site, start, rows, entropy)
             return
         queries, keys = self._call[site]
         for i in range(rows.shape[2]):
@@ -149,15 +150,15 @@ class _Holding:
             self.reading.steps.setdefault(site[1], []).append(row)
 
     def done(self, site: Any, heads: Any) -> Any:
-        if site[0] == VISION:
-            return self.tower.done(site, heads)
+        if site[0] is not None:
+            return self.others.done(site, heads)
         self._read[site] = self._read.get(site, 0) + self._call[site][0]
         return heads
 
     def check_served(self) -> None:
-        """After the pass: the tower's recorders had every layer they asked for."""
-        if self.tower is not None:
-            self.tower.check_served()
+        """After the pass: the other stacks' recorders had every layer they asked for."""
+        if self.others is not None:
+            self.others.check_served()
 
 
 def by_position(row: Any, end: int, keys: int, position: int) -> Any:
@@ -262,26 +263,28 @@ def kept_bytes(info: Any, n_layers: int, n_prompt: int, n_new: int) -> int:
 
 
 def write(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers: Sequence[int],
-          tower: Sequence[Any] = ()):  # fmt: skip
+          others: Sequence[Any] = ()):  # fmt: skip
     """The prompt's continuation (`settings`) and the attention of `layers` it used: prompt +
     continuation as one Encoded (with its `continuation`), and the `Reading` the pass kept
     (refused, one line, where it would not fit in memory); None for a model running eager
-    attention, whose rows the caller reads in a pass over the whole (see above). `tower`:
-    capture recorders of a vision-language model's vision tower (stack VISION, rows alone),
-    fed as the tower runs in the prompt's pass (attnviz's function only)."""
+    attention, whose rows the caller reads in a pass over the whole (see above). `others`:
+    capture recorders of a vision-language model's other stacks (rows alone), fed as they
+    run (attnviz's function only): its vision tower's (VISION) in the prompt's pass, Mllama's
+    cross-attention layers' (`cross`) in every pass, the steps' rows after the prompt's."""
     from attnviz.core.capture import records
 
     listens = records(loaded.model)
-    if tower and not listens:
-        raise ValueError("the vision tower's rows are heard through attnviz's function alone")
+    if others and not listens:
+        raise ValueError("the other stacks' rows are heard through attnviz's function alone")
     if settings.target is not None:
-        return _teacher_forced(loaded, prompt, settings, layers, listens, tower)
-    return _generated(loaded, prompt, settings, layers, listens, tower)
+        return _teacher_forced(loaded, prompt, settings, layers, listens, others)
+    return _generated(loaded, prompt, settings, layers, listens, others)
 
 
 def _listener(loaded: LoadedModel, layers: Sequence[int], reading: Reading, listens: bool,
-              tower: Sequence[Any]) -> tuple[Any, _Holding | None]:  # fmt: skip
-    """The pass's listener where attnviz's function hears it (with the tower's recorders):
+              others: Sequence[Any]) -> tuple[Any, _Holding | None]:  # fmt: skip
+    """The pass's listener where attnviz's function hears it (with the other stacks'
+    recorders):
     (its context, the `_Holding`); else (a context that does nothing, None)."""
     from contextlib import nullcontext
 
@@ -289,12 +292,12 @@ def _listener(loaded: LoadedModel, layers: Sequence[int], reading: Reading, list
 
     if not listens:
         return nullcontext(), None
-    held = _Holding(loaded, layers, reading, capture.listener(loaded, tower) if tower else None)
+    held = _Holding(loaded, layers, reading, capture.listener(loaded, others) if others else None)
     return recording.listening(held), held
 
 
 def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers: Sequence[int],
-               listens: bool = True, tower: Sequence[Any] = ()):  # fmt: skip
+               listens: bool = True, others: Sequence[Any] = ()):  # fmt: skip
     """transformers' `generate` (greedy, or sampled), each step's rows held as it runs
     (`listens`: attnviz's function hears them); then one more step reading the last token
     written, so that every token has its row."""
@@ -308,7 +311,7 @@ def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers:
         _require(loaded, layers, len(prompt), n)
     ids = torch.tensor([prompt.ids], device=loaded.device)
     reading = Reading(list(layers), loaded.info.n_heads, len(prompt) + n)
-    listener, held = _listener(loaded, layers, reading, listens, tower)
+    listener, held = _listener(loaded, layers, reading, listens, others)
     with torch.random.fork_rng(devices=_devices(loaded)), listener:
         if settings.seed is not None:
             torch.manual_seed(settings.seed)
@@ -321,7 +324,8 @@ def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers:
             )
             written = out.sequences[0, len(prompt) :]
             if listens:
-                model.base_model(input_ids=written[-1:][None], cache=out.cache, use_cache=True)
+                model.base_model(input_ids=written[-1:][None], cache=out.cache, use_cache=True,
+                                 **_step_inputs(loaded, prompt))  # fmt: skip
     if held is not None:
         held.check_served()
     new = [int(i) for i in written]
@@ -336,9 +340,17 @@ def _generated(loaded: LoadedModel, prompt: Encoded, settings: Settings, layers:
     return _joined(loaded, prompt, new, continuation), reading if listens else None
 
 
+def _step_inputs(loaded: LoadedModel, prompt: Encoded) -> dict[str, Any]:
+    """What the one more step after `generate` reads beside its token, as `generate`'s own
+    steps do: Mllama's cross-attention mask, the prompt's last token's (the tiles of the
+    picture it sees; without it the step's row would read the empty tiles too)."""
+    mask = (prompt.inputs or {}).get("cross_attention_mask")
+    return {} if mask is None else {"cross_attention_mask": mask[:, -1:].to(loaded.device)}
+
+
 def _teacher_forced(
     loaded: LoadedModel, prompt: Encoded, settings: Settings, layers: Sequence[int],
-    listens: bool = True, tower: Sequence[Any] = (),
+    listens: bool = True, others: Sequence[Any] = (),
 ):  # fmt: skip
     """One pass over prompt + target (the whole model, for each target token's
     probability), each layer's q and k held where attnviz's function hears them
@@ -358,7 +370,7 @@ def _teacher_forced(
         _require(loaded, layers, len(ids), 0)
     reading = Reading(list(layers), loaded.info.n_heads, len(ids))
     inputs = torch.tensor([ids], device=loaded.device)
-    listener, held = _listener(loaded, layers, reading, listens, tower)
+    listener, held = _listener(loaded, layers, reading, listens, others)
     with listener, torch.inference_mode():
         # the logits of the rows that read the target alone: (N + 1, V), not (T + N, V)
         logits = loaded.model(input_ids=inputs, logits_to_keep=len(target) + 1,

@@ -334,9 +334,10 @@ def pad(loaded: LoadedModel, batch: Sequence[Encoded]) -> dict:
 
 def picture_inputs(loaded: LoadedModel, encoded: Encoded, length: int | None = None) -> dict:
     """The processor's outputs beside a prompt's ids (`core.vlm`) on the model's device, the
-    pixel values in its dtype; with `length` (the prompt and a target read with it), its
-    per-token ones go on over the target as transformers' `generate` extends them over what
-    it writes: PaliGemma's `token_type_ids` with 1 (a suffix, read causally), the image
+    pixel values in its dtype; with `length` (the prompt and a target read with it), or for
+    a prompt with its continuation (read again whole: eager attention), its per-token ones
+    go on over what follows the prompt as transformers' `generate` extends them over what it
+    writes: PaliGemma's `token_type_ids` with 1 (a suffix, read causally), the image
     tokens' types (Gemma 3's `token_type_ids`, others' `mm_token_type_ids`) with 0 (text:
     a 1 would make the target's tokens one more image, read both ways), the others (Mllama's
     `cross_attention_mask`) with the prompt's last token's."""
@@ -345,6 +346,8 @@ def picture_inputs(loaded: LoadedModel, encoded: Encoded, length: int | None = N
     # PaliGemma's types mark its prompt (0, read both ways) from what follows it (1)
     suffix = int(loaded.model.config.model_type == "paligemma")
     found, prompt = {}, len(encoded.ids)
+    if encoded.continuation is not None:  # the processor's outputs are its prompt's
+        prompt, length = encoded.continuation.start, length or len(encoded.ids)
     for name, value in (encoded.inputs or {}).items():
         if length is not None and value.dim() >= 2 and value.shape[1] == prompt < length:
             if name.endswith("token_type_ids"):

@@ -82,8 +82,7 @@ def _unread(model: Any) -> str:
     cross = len(generic.callers(model, "cross"))
     if cross:  # Mllama's
         return (f"it reads the picture through {cross} cross-attention layer(s), not as tokens "
-                "of the prompt, and attnviz reads its self-attention layers alone, numbered "
-                "among themselves")  # fmt: skip
+                "of the prompt, and attnviz has no map of their keys over the picture")  # fmt: skip
     return "attnviz has no reader of its image tokens' layout"
 
 
@@ -135,7 +134,7 @@ def encode(loaded: LoadedModel, given: Any, prompt: str, raw: bool = False) -> E
     token labelled by its cell of the picture (`(row, col)`, by its family's layout), the
     processor's other outputs (pixel values, the grid of patches, …) in `inputs`, the
     `layout`, and a note where the family has no layout reader."""
-    from attnviz.core import layouts
+    from attnviz.core import cross_picture, layouts
     from attnviz.core.images import read_picture
     from attnviz.core.seq2seq import from_ids
 
@@ -159,9 +158,11 @@ def encode(loaded: LoadedModel, given: Any, prompt: str, raw: bool = False) -> E
     ids = [int(i) for i in made["input_ids"][0]]
     inputs = {key: value for key, value in made.items() if key not in _NOT_INPUTS}
     config = loaded.model.config
+    cross = None
     try:
         layout = layouts.layout(config.model_type, ids, inputs, config, loaded.processor, image,
                                 name)  # fmt: skip
+        cross = cross_picture.of(loaded, inputs, image, name)
         unread = _unread(loaded.model)
     except ValueError as exc:  # a layout its family's reader does not know
         layout, unread = None, str(exc)
@@ -169,7 +170,9 @@ def encode(loaded: LoadedModel, given: Any, prompt: str, raw: bool = False) -> E
     tokens, special = list(found.tokens), list(found.special)
     word_labels = list(found.word_labels)
     notes = [f"{image.width} × {image.height} picture, {name}"]
-    if layout is None:
+    if cross is not None:
+        notes.append(cross.describe())
+    elif layout is None:
         notes.append(f"the picture's view is not drawn for {config.model_type}: {unread} (the "
                      "text views are)")  # fmt: skip
     else:
@@ -189,4 +192,5 @@ def encode(loaded: LoadedModel, given: Any, prompt: str, raw: bool = False) -> E
         notes=tuple(notes),
         inputs=inputs,
         layout=layout,
+        cross=cross,
     )

@@ -53,6 +53,7 @@ class OneStack:
         self.loaded, self.request = loaded, request
         self.layers = list(request.layers) if request.layers else None
         self.whole, self.to = whole or to is not None, to
+        self.cross: Any = None  # Mllama's cross-attention layers' recorder (`cross_recorder`)
 
     def read(self, consumers: Sequence[Consumer]) -> Run:
         """The request's text, read in one pass with the consumers' recorders and edit; a
@@ -77,10 +78,12 @@ class OneStack:
         reading, tower = None, None
         if r.prompt is not None and any(c.wants_tower() for c in consumers):
             encoded, tower = tower_recorder(loaded, encoded)
+        self.cross = cross_recorder(loaded, r, encoded, consumers)
         if self.whole and r.continues:  # before it is written: its length at most
             self._fits(layers, len(encoded) + (r.generate or 0))
         if r.continues:  # the tower runs in the prompt's pass: fed there
-            encoded, reading = continued(loaded, r, encoded, layers, [tower] if tower else [])
+            heard = [tower] if tower else []
+            encoded, reading = continued(loaded, r, encoded, layers, heard + self._heard())
         run = Run(r, loaded, encoded, layers, tower=tower)
         facts, asked = loaded.info, memory.Asked.of(r)
         if self.whole:
@@ -90,11 +93,29 @@ class OneStack:
         if run.streamed:
             return self._streamed(run, consumers, reading)
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
-        recorders += _tower_in_pass(run, reading)
+        recorders += _tower_in_pass(run, reading) + self._cross_in_pass(reading)
         edit = _one_edit([c.edit(run) for c in consumers])
         found, run.measure_recorder = self.batch([encoded], recorders, edit, reading)
         run.raw = found[0]
+        self._read_cross(run)
         return run
+
+    def _heard(self) -> list[Any]:
+        """The cross-attention recorder, where generation's passes are heard (attnviz's
+        function: they feed it as the model writes)."""
+        from attnviz.core.capture import records
+
+        return [self.cross] if self.cross is not None and records(self.loaded.model) else []
+
+    def _cross_in_pass(self, reading: Any) -> list[Any]:
+        """The cross-attention recorder, where the pass to come reads the text (no
+        generation's pass fed it)."""
+        return [self.cross] if self.cross is not None and reading is None else []
+
+    def _read_cross(self, run: Run) -> None:
+        """`run.cross`: the cross-attention layers' rows, once every pass has run."""
+        if self.cross is not None:
+            run.cross = self.cross.attention(run.encoded, self.loaded, run.encoded.cross)
 
     def _fits(self, layers: Sequence[int], n_tokens: int) -> None:
         """Refuse, one line, maps of `layers` over `n_tokens` that the process cannot hold
@@ -126,9 +147,11 @@ class OneStack:
         run.views = Views(run, n, n)
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
         recorders += run.views.recorders(n) + _tower_in_pass(run, reading)
+        recorders += self._cross_in_pass(reading)
         block = memory.stream_rows(loaded.info.n_heads, n)
         capture.run(loaded, pad(loaded, [run.encoded]), recorders, block_rows=block,
                     reading=reading)  # fmt: skip
+        self._read_cross(run)
         return run
 
     def batch(self, batch: Sequence[Any], recorders: Sequence[Any] = (), edit: Any = None,
@@ -234,15 +257,16 @@ def _shown(run: Run, consumers: Sequence[Consumer]) -> Run:
 
 
 def continued(loaded: LoadedModel, request: Request, prompt: Any, layers: Sequence[int],
-              tower: Sequence[Any] = ()):  # fmt: skip
+              others: Sequence[Any] = ()):  # fmt: skip
     """A decoder's prompt with the continuation `request` asks for (`--generate`, written
     by the model, or `--target`) as one Encoded, and the `generation.Reading` of `layers`
-    the model used; `tower`'s recorders fed by the prompt's pass, which runs the tower."""
+    the model used; `others`' recorders (the vision tower's, Mllama's cross-attention
+    layers') fed by generation's passes as they run them."""
     from attnviz.core import generation
 
     settings = generation.Settings(request.generate, request.target, request.sample,
                                    request.temperature or 1.0, request.seed)  # fmt: skip
-    return generation.write(loaded, prompt, settings, layers, tower)
+    return generation.write(loaded, prompt, settings, layers, others)
 
 
 def tower_recorder(loaded: LoadedModel, encoded: Any) -> tuple[Any, Any]:
@@ -274,6 +298,23 @@ def tower_recorder(loaded: LoadedModel, encoded: Any) -> tuple[Any, Any]:
     memory.require(needed, f"the vision tower's heads ({n_layers} layers × {n_heads} heads over "
                            f"{sum(tower.lengths):,} tokens)")  # fmt: skip
     return encoded, TowerRecorder(tower, n_layers, capture.VISION)
+
+
+def cross_recorder(loaded: LoadedModel, request: Request, encoded: Any,
+                   consumers: Sequence[Consumer]) -> Any:  # fmt: skip
+    """The recorder of Mllama's cross-attention layers over `encoded`'s picture
+    (`core.cross_picture`), where a consumer wants it, for the prompt and at most the answer
+    `request` asks for; refused in one line where the process could not hold their rows.
+    None for any other model."""
+    from attnviz.core import cross_picture
+    from attnviz.core.generation import target_ids
+
+    if encoded.cross is None or not any(c.wants_cross() for c in consumers):
+        return None
+    more = request.generate or 0
+    if request.target is not None:
+        more = len(target_ids(loaded, encoded.text, request.target))
+    return cross_picture.recorder(loaded, encoded.cross, len(encoded) + more)
 
 
 def _tower_in_pass(run: Run, reading: Any) -> list[Any]:

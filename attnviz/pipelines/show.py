@@ -54,12 +54,14 @@ class ShowResult:
     continuation: Written | None = None
     vision: list[VisionHead] | None = None  # a picture: what each head does on it
     tower: TowerView | None = None  # a picture and a prompt: the vision tower's heads
+    # Mllama's picture and prompt: its cross-attention layers over the picture's keys
+    cross: Attention | None = None
 
     @classmethod
     def of(cls, run: Run, folder: Path | None) -> ShowResult:
         """The result of `run` so far (its files once the writers have run)."""
         return cls(run.shown, run.layers, run.heads, folder=folder, drawn=run.drawn,
-                   window=run.window, **run.made.as_fields())  # fmt: skip
+                   window=run.window, cross=run.cross, **run.made.as_fields())  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         from attnviz.analysis.contributions import MEASURES
@@ -105,6 +107,7 @@ class ShowResult:
             **({"query": self.query.as_dict()} if self.query is not None else {}),
             **({"picture": _picture_fields(self)} if att.picture is not None else {}),
             **({"tower": self.tower.as_dict()} if self.tower is not None else {}),
+            **({"cross": _cross_fields(self.cross)} if self.cross is not None else {}),
             "averaged": AVERAGED + _MEASURED.get(measure.name, ""),
             **special,
             **({"mixing": self.mixing} if self.mixing is not None else {}),
@@ -133,6 +136,24 @@ def _stack_fields(att: Attention) -> dict[str, Any]:
         "source": att.text,
         "target": att.target,
         "key_tokens": list(att.key_tokens),
+    }
+
+
+def _cross_fields(cross: Attention) -> dict[str, Any]:
+    """Mllama's cross-attention over the picture: its layers, each key's label, the tiles'
+    grids and boxes, and each layer's and head's share of the answer's rows on the patches."""
+    from attnviz.analysis.picture_share import picture_shares
+
+    found = picture_shares(cross)
+    return {
+        "layers": cross.info.n_layers,
+        "key_tokens": list(cross.key_tokens),
+        "parts": [
+            {"name": part.name, "grid": list(part.grid), "box": list(part.box)}
+            for part in cross.layout.parts
+        ],  # fmt: skip
+        "rows": list(found.rows),
+        "patch_share": found.share.round(6).tolist(),
     }
 
 

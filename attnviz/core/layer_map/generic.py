@@ -113,13 +113,18 @@ def callers(model: Any, stack: str | None = None) -> list[Any]:
 
 def stacks(model: Any) -> tuple[str | None, ...]:
     """("encoder", "decoder", "cross") for an encoder-decoder model; (None, "vision") for a
-    vision-language model (its language model, and its vision tower); else (None,)."""
+    vision-language model (its language model, and its vision tower), and "cross" after them
+    where its language model reads the picture in cross-attention layers (Mllama's); else
+    (None,)."""
     if model.config.is_encoder_decoder:
         return STACKS
-    return (None, VISION) if reading(model) is not model.base_model else (None,)
+    if reading(model) is model.base_model:
+        return (None,)
+    return (None, VISION, CROSS) if callers(model, CROSS) else (None, VISION)
 
 
 VISION = "vision"  # a vision-language model's vision tower, beside its language model (None)
+CROSS = "cross"  # its language model's cross-attention to the picture (Mllama's), or a decoder's
 
 
 def reading(model: Any) -> Any:

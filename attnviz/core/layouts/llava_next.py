@@ -6,7 +6,7 @@ their cells put side by side, the rows and columns that are only padding dropped
 The tiles and the unpadding are transformers' own functions, run on a grid of cell numbers,
 so the cells kept are the model's; the picture's place on the tiles is its processor's.
 Its CLIP tower reads the base image and each tile as a sequence of its own (CLS, then the
-grid), the base first: the base image's is drawn."""
+grid), the base first, each drawn over the box of the picture it covers."""
 
 from __future__ import annotations
 
@@ -84,11 +84,32 @@ def _base_box(image_processor: Any) -> tuple[float, float, float, float]:
 
 
 def tower(inputs: Inputs, config: Any, layout: Layout, before: int) -> tuple:
-    """The base image's sequence over the base grid's box; its tiles', one each after it, as
-    many as transformers' `image_size_to_num_patches` cuts for the picture."""
+    """The base image's sequence over the base grid's box, then each tile's (as many as
+    transformers' `image_size_to_num_patches` cuts), row by row over the picture resized into
+    the best of `image_grid_pinpoints` and padded evenly around: each tile's grid over the box
+    of the picture it was cut from (reaching past it where the tile holds padding), each
+    sequence's first `before` tokens (CLIP's CLS) marks."""
+    from transformers.image_processing_utils import select_best_resolution
     from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
-    size = [int(n) for n in inputs["image_sizes"][0]]
-    count = image_size_to_num_patches(size, config.image_grid_pinpoints,
-                                      config.vision_config.image_size)  # fmt: skip
-    return one_grid(inputs, config, layout.parts[0], before, count)
+    height, width = (int(n) for n in inputs["image_sizes"][0])
+    vision = config.vision_config
+    count = image_size_to_num_patches((height, width), config.image_grid_pinpoints,
+                                      vision.image_size)  # fmt: skip
+    (base,), marks, lengths = one_grid(inputs, config, layout.parts[0], before, count)
+    best = select_best_resolution((height, width), config.image_grid_pinpoints)
+    down, across = best[0] // vision.image_size, best[1] // vision.image_size
+    if count != 1 + down * across:
+        raise ValueError(f"{count} sequences of the tower are not LLaVA-NeXT's base image and "
+                         f"{down} × {across} tiles")  # fmt: skip
+    side, n = base.grid[0], lengths[0]  # a tile's cells a side; a sequence's tokens
+    parts = [base]
+    for tile in range(down * across):
+        row, col = divmod(tile, across)
+        box = _box((row * side, col * side, side, side), (down * side, across * side), best,
+                   (height, width))  # fmt: skip
+        first = (1 + tile) * n + before
+        parts.append(Part(f"tile {row},{col}", tuple(range(first, first + side * side)),
+                          base.grid, box))  # fmt: skip
+    marks = tuple(seq * n + i for seq in range(count) for i in range(before))
+    return tuple(parts), marks, lengths

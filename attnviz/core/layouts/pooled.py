@@ -26,6 +26,7 @@ def read(ids: list[int], inputs: Inputs, config: Any, processor: Any,
 
 
 def tower(inputs: Inputs, config: Any, layout: Layout, before: int) -> tuple:
-    """The picture's sequence of patches over the whole picture; Gemma 3's pan-and-scan
-    crops, each a sequence after it, are not drawn."""
+    """The picture's sequence of patches over the whole picture. (Gemma 3's pan-and-scan
+    crops would be sequences after it; its processor's defaults turn pan and scan off unless
+    a call asks for it, and `vlm.encode` does not: none come.)"""
     return one_grid(inputs, config, layout.parts[0], before, inputs["pixel_values"].shape[0])

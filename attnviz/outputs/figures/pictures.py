@@ -330,14 +330,20 @@ def layout_figure(att: Attention, layer: int, heads: list[int], rows_of: Any, wh
     (`Layout.painted`; pixels no cell covers, a crop's margins, faded), one colour scale
     for the figure; `whose` says whose row it is, in the title; `given`: the picture's size
     (W, H) as given, where `att.layout` carries it smaller. The figure, drawn."""
-    layout = att.layout
-    titles = [f"head {head} · picture {layout.share(rows_of[head]):.0%}" for head in heads]
+    from attnviz.analysis.picture_share import shared, shared_what
+
+    layout, keys = att.layout, shared(att)
+    titles = [f"head {head} · {shared_what(att)} {float(rows_of[head][keys].sum()):.0%}"
+              for head in heads]  # fmt: skip
     grids = " + ".join(f"{part.grid[0]} × {part.grid[1]}" for part in layout.parts)
     width, height = given or layout.pixels.shape[1::-1]
-    seen = f"{layout.name}, {width} × {height} px: {len(layout.cells())} image tokens ({grids})"
-    bar = "attention on an image token"
+    cross = att.stack == "cross"  # the keys are the picture's (Mllama's)
+    tokens = "keys of the cross-attention, patches of its tiles" if cross else "image tokens"
+    seen = f"{layout.name}, {width} × {height} px: {len(layout.cells())} {tokens} ({grids})"
+    bar = "attention on a patch's key" if cross else "attention on an image token"
+    name = f"cross-attention layer {layer}" if cross else f"layer {layer}"
     return over_layout(att, layout, [rows_of[head] for head in heads], titles, style,
-                       f"layer {layer} · {whose}", bar, seen)  # fmt: skip
+                       f"{name} · {whose}", bar, seen)  # fmt: skip
 
 
 def over_layout(att: Attention, layout: Any, rows: list[Any], titles: list[str], style: Style,
@@ -408,8 +414,9 @@ def tower_figure(att: Attention, tower: Any, layer: int, rows: Any, heads: list[
     titles = []
     for head in heads:
         said = f"head {head.head} · {head.role} · {head.distance:.0f} px"
-        if cls:
-            said += f"\nCLS on the patches {float(rows[head.head][cells].sum()):.0%}"
+        if cls:  # each sequence's CLS row sums to 1 over it: their mean share on the patches
+            share = float(rows[head.head][cells].sum()) / len(layout.marks)
+            said += f"\nCLS on the patches {share:.0%}"
         titles.append(said)
     grids = " + ".join(f"{part.grid[0]} × {part.grid[1]}" for part in layout.parts)
     width, height = given or layout.pixels.shape[1::-1]
@@ -465,9 +472,10 @@ def share_figure(att: Attention, share: Any, layers: list[int], heads: list[int]
                    label="a head" if h == 0 else None)  # fmt: skip
     lines.plot(layers, share.mean(axis=1), color="C0", linewidth=2.2, marker="o",
                label="mean of the heads")  # fmt: skip
+    cross = att.stack == "cross"  # every key is the picture's: its patches' share is said
     lines.set_ylim(0.0, 1.0)
-    lines.set_xlabel("layer")
-    lines.set_ylabel("share of the row on the picture's tokens")
+    lines.set_xlabel("cross-attention layer" if cross else "layer")
+    lines.set_ylabel("share of the row on the picture's " + ("patches" if cross else "tokens"))
     lines.set_xticks(layers if len(layers) <= 16 else layers[:: math.ceil(len(layers) / 16)])
     lines.legend(fontsize=7, frameon=False, loc="upper right")
     grid = fig.add_axes((5.4 / fig_w, 0.7 / fig_h, map_w / fig_w, map_h / fig_h))
@@ -483,7 +491,9 @@ def share_figure(att: Attention, share: Any, layers: list[int], heads: list[int]
                       color="white" if value < 0.55 else "black")  # fmt: skip
     bar = fig.add_axes(((fig_w - 0.8) / fig_w, 0.7 / fig_h, 0.12 / fig_w, map_h / fig_h))
     fig.colorbar(shown, cax=bar).ax.tick_params(labelsize=7)
-    figure_header(fig, att, "", whose).set_text("the picture's share of attention, by layer")
+    said = ("the share of cross-attention on the picture's patches (each tile's CLS left out), "
+            "by layer") if cross else "the picture's share of attention, by layer"  # fmt: skip
+    figure_header(fig, att, "", whose).set_text(said)
     return fig
 
 

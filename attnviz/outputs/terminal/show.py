@@ -582,15 +582,24 @@ def print_picture_shares(console: Console, att: Any) -> None:
 
     found = picture_shares(att)
     what = "the answer's tokens" if att.continuation is not None else "the prompt's last token"
-    table = Table(title=f"The picture's share of attention, for {what}", title_justify="left")
-    for column in ("layer", "picture", "heads that look at it most"):
-        table.add_column(
-            column, justify="right" if column != "heads that look at it most" else "left"
-        )
+    cross = att.stack == "cross"  # Mllama's: every key is the picture's; its patches' share
+    title = (f"Cross-attention on the picture's patches, for {what}" if cross
+             else f"The picture's share of attention, for {what}")  # fmt: skip
+    layer_said, share, most = ("cross layer", "patches", "heads that look at them most") if (
+        cross) else ("layer", "picture", "heads that look at it most")  # fmt: skip
+    table = Table(title=title, title_justify="left")
+    for column in (layer_said, share, most):
+        table.add_column(column, justify="right" if column != most else "left")
     for slot, layer in enumerate(found.layers):
         top = " · ".join(f"H{head} {share:.2f}" for head, share in found.top_heads(slot))
         table.add_row(f"L{layer}", f"{found.share[slot].mean():.2f}", top)
     console.print(table)
+    if cross:
+        console.print("patches: the mean over heads and over the rows that wrote each token of "
+                      "what they give the picture's tiles' patches (every key of a cross-attention "
+                      "layer is the picture's; the rest goes to each tile's CLS)",
+                      highlight=False)  # fmt: skip
+        return
     console.print("picture: the mean over heads and over the rows that wrote each token of what "
                   "they give the image tokens", highlight=False)  # fmt: skip
 
@@ -637,6 +646,8 @@ def print_show(console: Console, result: Any, scale: str = "absolute") -> None:
         print_continuation(console, result.continuation)
     if att.layout is not None and any(att.weights.strides):  # held (not a long text's stand-in)
         print_picture_shares(console, att)
+    if result.cross is not None:
+        print_picture_shares(console, result.cross)
     if result.tower is not None:
         print_tower(console, result.tower)
     if result.query is not None:

@@ -8,6 +8,8 @@ A pipeline calls every consumer's hooks in order, without knowing which features
     every_stack(run)    whether the pass reads every stack of an encoder-decoder model
     wants_tower()       whether the pass records a vision-language model's vision tower
                         (`run.tower`; asked before the text is encoded and answered)
+    wants_cross()       whether the pass records Mllama's cross-attention layers over the
+                        picture (`run.cross`; asked likewise)
     recorders(run)      capture recorders for the one pass (`core.capture`)
     edit(run)           a change to the pass (head ablation), or None
     read(run)           right after the pass, on `run.raw` (before --words / --hide-special)
@@ -77,6 +79,9 @@ class Run:
     # a vision-language model's vision tower, recorded in the pass that ran it (where a
     # consumer `wants_tower` and its family's tower is mapped); None otherwise
     tower: TowerRecorder | None = None
+    # Mllama's cross-attention layers over the picture (`core.cross_picture`), as the pass
+    # read them, where a consumer `wants_cross`; None otherwise
+    cross: Attention | None = None
     raw: Attention | None = None  # as the pass read it
     stacks: dict[str, Attention] | None = None  # encoder-decoder models: each stack read
     shown: Attention | None = None  # after --words / --hide-special
@@ -110,6 +115,9 @@ class Consumer:
         return False
 
     def wants_tower(self) -> bool:
+        return False
+
+    def wants_cross(self) -> bool:
         return False
 
     def recorders(self, run: Run) -> list[Any]:
