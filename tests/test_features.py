@@ -222,3 +222,12 @@ def test_refusals_of_the_command_line_are_one_line(tiny_model_dirs, tmp_path, ar
     assert result.exit_code == 2
     assert result.output.strip() == f"error: {said.format(gpt2=gpt2)}"
     assert not (tmp_path / "out").exists()
+
+
+def test_ablate_with_a_picture_and_a_prompt_is_refused_before_loading():
+    """It ended in a traceback (a batch of two, where a prompt is read alone)."""
+    asked = ShowRequest(picture="photo.png", prompt="What is it?", ablate=((0, 1),))
+    for facts in (None, FACTS[DECODER]):
+        with pytest.raises(InputError, match="^--ablate does not read a picture and a prompt"):
+            features.refuse(asked, facts)
+    features.refuse(ShowRequest(picture="photo.png", ablate=((0, 1),)))  # a picture alone

@@ -9,10 +9,10 @@ which options combine, with rules beside the table: what a decoder's continuatio
 take (`_refuse_on_a_continuation`: another measure, removed heads, a temperature of 0), the
 options a picture cannot take and the models a picture, text or a prompt cannot be given
 (`_TEXT_ONLY`, `_refuse_on_pictures`), the options a picture and a prompt take alone
-(`_PROMPT_ONLY`), the options a run over pictures and questions cannot
-take and the models it needs (`_NOT_FOR_QUESTIONS`, `_refuse_without_prompts`); rollout's
---fusion and --discard are refused by the checks (`contributions.with_rollout`). Its errors
-share one wording. A new option is one row here
+(`_PROMPT_ONLY`) and those they cannot take (`_NOT_FOR_A_PROMPT`), the options a run over
+pictures and questions cannot take and the models it needs (`_NOT_FOR_QUESTIONS`,
+`_refuse_without_prompts`); rollout's --fusion and --discard are refused by the checks
+(`contributions.with_rollout`). Its errors share one wording. A new option is one row here
 and, when it makes something, one consumer module (`attnviz/pipelines/consumers/`), named
 by its "module:Class" path so that `attnviz --help` imports none of them.
 """
@@ -342,6 +342,11 @@ _TEXT_ONLY = (
 
 # The options a picture and a prompt take alone (a vision-language model's), and why.
 _PROMPT_ONLY = (("--no-tower", lambda r: not r.tower, _NO_TOWER),)
+# The options a picture and a prompt cannot take, and why.
+_NOT_FOR_A_PROMPT = (
+    ("--ablate", lambda r: bool(r.ablate), "it reads the text with and without the heads in "
+     "one batch, and a picture and a prompt are read one at a time"),
+)  # fmt: skip
 
 
 def _refuse_without_a_prompt(request: Request) -> None:
@@ -368,6 +373,10 @@ def _refuse_on_pictures(request: Request, facts: Any) -> None:
         for option, given, why in _TEXT_ONLY:
             if asks(given, request):
                 raise InputError(f"{option} is for text: {why}")
+    if request.prompt is not None:
+        for option, given, why in _NOT_FOR_A_PROMPT:
+            if asks(given, request):
+                raise InputError(f"{option} does not read a picture and a prompt: {why}")
     if facts is None:
         return
     prompted = getattr(facts, "prompted", False)  # a vision-language model: `core.vlm`
