@@ -43,9 +43,10 @@ def main() -> None:
         work = Path(tmp)
         save("llava", work / "tiny-random-llava")
         _picture(work / "photo.png")
-        subprocess.run([*attnviz, "show", str(work / "photo.png"), "What is on the table?",
-                        "-m", str(work / "tiny-random-llava"), "--generate", "3", "-o",
-                        str(work / "show")], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        # run in the folder, so that the figures' titles name "tiny-random-…", not a temp path
+        subprocess.run([*attnviz, "show", "photo.png", "What is on the table?",
+                        "-m", "tiny-random-llava", "--generate", "3", "-o", "show"],
+                       check=True, stdout=subprocess.DEVNULL, cwd=work)  # fmt: skip
         (folder,) = (work / "show").iterdir()
         shutil.copyfile(folder / "picture-answer-layer-1.png", DOCS / "vlm-answer.png")
         shutil.copyfile(folder / "picture-share.png", DOCS / "vlm-share.png")
@@ -54,11 +55,11 @@ def main() -> None:
             ("mllama", "picture-answer-layer-0.png", "vlm-cross.png"),
             ("llava_next", "tower-layer-1.png", "vlm-tower-tiles.png"),
         ):
-            save(kind, work / kind)
-            subprocess.run([*attnviz, "show", str(work / "photo.png"), "What is on the table?",
-                            "-m", str(work / kind), "--generate", "3", "-o",
-                            str(work / f"show-{kind}")], check=True,
-                           stdout=subprocess.DEVNULL)  # fmt: skip
+            save(kind, work / f"tiny-random-{kind}")
+            subprocess.run([*attnviz, "show", "photo.png", "What is on the table?",
+                            "-m", f"tiny-random-{kind}", "--generate", "3", "-o",
+                            f"show-{kind}"], check=True, stdout=subprocess.DEVNULL,
+                           cwd=work)  # fmt: skip
             (folder,) = (work / f"show-{kind}").iterdir()
             shutil.copyfile(folder / drawn, DOCS / name)
     print(
