@@ -63,34 +63,47 @@ class Attention(core.Attention):
 
     def heatmap(self, layer: int, head: int, style: Style | None = None) -> Figure:
         """One head's query × key heatmap."""
-        from attnviz.outputs.figures import HeadFigure, Style, head_title
+        from attnviz.outputs.figures import HeadFigure, Labels, Style, head_title
 
-        figure = HeadFigure(self, style or Style())
+        labels = Labels.of(self)
+        figure = HeadFigure(labels, style or Style())
         grid = self.pattern(layer, head)  # (T, T)
-        return figure.draw(grid, head_title(self, layer, head, grid))
+        return figure.draw(grid, head_title(labels, layer, head, grid))
 
     def layer(self, layer: int, heads: list[int] | None = None, style: Style | None = None):
         """All heads (or `heads`) of one layer in a grid."""
-        from attnviz.outputs.figures import LayerFigure, Style
+        from attnviz.outputs.figures import Labels, LayerFigure, Style
 
-        figure = LayerFigure(self, self.info.pick_heads(heads), style or Style())
+        figure = LayerFigure(Labels.of(self), self.info.pick_heads(heads), style or Style())
         return figure.draw(self.weights[self.slot(layer)], layer)
 
     def overview(self, style: Style | None = None) -> Figure:
         """Every layer × head as small multiples, each scaled to its own max."""
-        from attnviz.outputs.figures import Style, overview_figure
+        from attnviz.outputs.figures import Style, overview_figure, overview_mosaic
 
-        every_layer, every_head = self.held_layers(), self.info.pick_heads(None)
-        return overview_figure(self, every_layer, every_head, style or Style())
+        style = style or Style()
+        labels, each, every_layer, every_head = self._every_head()
+        mosaic = overview_mosaic(labels, each, every_layer, every_head, style.dpi)
+        return overview_figure(labels, mosaic, every_layer, every_head, style)
 
     def query(self, token: str | int, style: Style | None = None) -> Figure:
         """Where one token (`"it"`, `"it#2"` or a position) looks, in every head."""
         from attnviz.analysis.query import find_query
-        from attnviz.outputs.figures import Style, query_figure
+        from attnviz.outputs.figures import Style, query_figure, query_rows
 
-        index = find_query(self, str(token))
-        every_layer, every_head = self.held_layers(), self.info.pick_heads(None)
-        return query_figure(self, index, every_layer, every_head, style or Style())
+        index, style = find_query(self, str(token)), style or Style()
+        labels, each, every_layer, every_head = self._every_head()
+        rows = query_rows(labels, each, index, every_layer, every_head, style)
+        return query_figure(labels, index, rows, every_layer, every_head, style)
+
+    def _every_head(self) -> tuple[Any, list[Any], list[int], list[int]]:
+        """What the overview and the query figure draw: the labels, each held layer's weights
+        (H, T, S), the layers and the heads."""
+        from attnviz.outputs.figures import Labels
+
+        layers = self.held_layers()
+        each = [self.weights[self.slot(layer)] for layer in layers]
+        return Labels.of(self), each, layers, self.heads_held()
 
     def to_html(self, scale: str = "absolute", cmap: str = "viridis") -> str:
         """The interactive page (head, model, matrix, query and inside-one-head views, the

@@ -96,17 +96,18 @@ def whole_processes(args, tmp: Path) -> None:
 def renderers(args) -> None:
     from attnviz.core.extract import extract
     from attnviz.core.models import load_model
-    from attnviz.outputs.figures import HeadFigure, Style, head_title
+    from attnviz.outputs.figures import HeadFigure, Labels, Style, head_title
 
     att = extract(load_model(None, "cpu"), SENTENCE)
+    labels = Labels.of(att)
     n_layers, n_heads = att.weights.shape[:2]
     heads = [(i // n_heads % n_layers, i % n_heads) for i in range(args.heads)]
 
     def ours(chosen, folder: Path) -> tuple[int, int]:
-        figure = HeadFigure(att, Style())
+        figure = HeadFigure(labels, Style())
         for layer, head in chosen:
             grid = att.weights[layer, head]
-            title = head_title(att, layer, head, grid)
+            title = head_title(labels, layer, head, grid)
             figure.save(grid, title, folder / f"ours-{layer}-{head}.png")
         size = figure.frames.canvas.get_width_height()
         figure.close()

@@ -286,6 +286,29 @@ def synthetic_attention(weights, tokens, special=None, words=None, word_labels=N
     )
 
 
+def each_layer(att, layers):
+    """`att`'s weights of each of `layers`, `[head, query, key]`, as the figures take them."""
+    return [att.weights[att.slot(layer)] for layer in layers]
+
+
+def overview_of(att, layers, heads, style):
+    """`att`'s overview figure of `layers` × `heads`, drawn from its mosaic as render draws it."""
+    from attnviz.outputs.figures import Labels, overview_figure, overview_mosaic
+
+    labels = Labels.of(att)
+    mosaic = overview_mosaic(labels, each_layer(att, layers), layers, heads, style.dpi)
+    return overview_figure(labels, mosaic, layers, heads, style)
+
+
+def query_of(att, index, layers, heads, style):
+    """`att`'s figure of where query `index` looks, from its rows as render draws it."""
+    from attnviz.outputs.figures import Labels, query_figure, query_rows
+
+    labels = Labels.of(att)
+    rows = query_rows(labels, each_layer(att, layers), index, layers, heads, style)
+    return query_figure(labels, index, rows, layers, heads, style)
+
+
 def same_pictures(a: Path, b: Path, share: float = 0.002) -> None:
     """Assert that two PNGs show the same figure: the same size, and at most `share` of their
     pixels apart, the edges of a few glyphs. Matplotlib has twice drawn a label's glyphs a

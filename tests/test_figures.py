@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from attnviz.outputs.figures import HeadFigure, LayerFigure, Layout, Style
+from attnviz.outputs.figures import HeadFigure, Labels, LayerFigure, Layout, Style, context_line
 from attnviz.outputs.render import render_text
-from tests.conftest import synthetic_attention
+from tests.conftest import each_layer, overview_of, query_of, synthetic_attention
 
 
 def _full_redraw_png(fig, dpi) -> np.ndarray:
@@ -32,7 +32,7 @@ def _random_attention(rng, n_layers=2, n_heads=3, n=7):
 def test_blitted_head_figures_equal_full_redraws(tmp_path):
     att = _random_attention(np.random.default_rng(1))
     style = Style()
-    figure = HeadFigure(att, style)
+    figure = HeadFigure(Labels.of(att), style)
     for layer, head in [(0, 0), (1, 2), (0, 1)]:
         path = figure.save(
             att.weights[layer, head], f"layer {layer} · head {head}", tmp_path / "h.png"
@@ -57,7 +57,8 @@ def test_painted_heatmaps_are_the_pixels_matplotlib_draws(tmp_path, n, causal):
     att = replace(att, info=replace(att.info, causal=causal))
     att.weights[0, 1] = np.eye(n)  # exact 0s and 1s: both ends of the colour map
     style = Style(cmap="magma", scale="head")
-    head, layer = HeadFigure(att, style), LayerFigure(att, [0, 1, 2], style)
+    labels = Labels.of(att)
+    head, layer = HeadFigure(labels, style), LayerFigure(labels, [0, 1, 2], style)
     head.save(att.weights[0, 1], "t", tmp_path / "h.png")  # draws the background once
     layer.save(att.weights[0], 0, tmp_path / "l.png")
     for frames, images in ((head.frames, [head.image]), (layer.frames, layer.images)):
@@ -77,7 +78,7 @@ def test_painted_heatmaps_are_the_pixels_matplotlib_draws(tmp_path, n, causal):
 def test_blitted_layer_figures_equal_full_redraws(tmp_path):
     att = _random_attention(np.random.default_rng(2))
     style = Style()
-    figure = LayerFigure(att, [0, 1, 2], style)
+    figure = LayerFigure(Labels.of(att), [0, 1, 2], style)
     for layer in (1, 0):
         blitted = _png(figure.save(att.weights[layer], layer, tmp_path / "l.png"))
         full = _full_redraw_png(figure.frames.fig, style.dpi)
@@ -91,7 +92,7 @@ def test_heatmap_pixels_follow_the_weights(tmp_path, n):
     one_hot = np.zeros((1, 1, n, n))
     one_hot[0, 0, np.arange(n), (np.arange(n) + 1) % n] = 1.0  # each token attends to the next
     att = synthetic_attention(one_hot, [f"t{i}" for i in range(n)])
-    figure = HeadFigure(att, Style(cmap="Greys"))
+    figure = HeadFigure(Labels.of(att), Style(cmap="Greys"))
     image = _png(figure.save(att.weights[0, 0], "one-hot", tmp_path / "h.png"))
     bbox = figure.image.get_window_extent()
     height = image.shape[0]
@@ -140,12 +141,12 @@ def test_512_token_figures_have_fewer_readable_labels(tmp_path):
     steps, at 7 pt or more, none overlapping, each with its position; the head figure too."""
     n = 512
     att = _random_attention(np.random.default_rng(6), n_layers=1, n_heads=2, n=n)
-    grid = LayerFigure(att, [0, 1], Style())
+    grid = LayerFigure(Labels.of(att), [0, 1], Style())
     grid.save(att.weights[0], 0, tmp_path / "l.png")
     ax = grid.images[0].axes
     assert 8 <= _labels_readable(grid.frames.fig, ax.yaxis, n) < 24
     assert 8 <= _labels_readable(grid.frames.fig, ax.xaxis, n) < 24
-    head = HeadFigure(att, Style())
+    head = HeadFigure(Labels.of(att), Style())
     head.save(att.weights[0, 0], "t", tmp_path / "h.png")
     ax = head.image.axes
     assert 8 <= _labels_readable(head.frames.fig, ax.yaxis, n) <= 60
@@ -188,7 +189,7 @@ def test_overview_pixels_are_colours_of_the_map(tmp_path):
     """Long texts are averaged down on the data: no blended colours (a brown 1.0 diagonal)."""
     import matplotlib
 
-    from attnviz.outputs.figures import overview_figure, save_figure
+    from attnviz.outputs.figures import save_figure
 
     n = 300  # more tokens than a panel has pixels
     weights = np.zeros((2, 3, n, n))
@@ -196,7 +197,7 @@ def test_overview_pixels_are_colours_of_the_map(tmp_path):
     att = synthetic_attention(weights, [f"t{i}" for i in range(n)])
     for cmap in ("viridis", "magma"):
         style = Style(cmap=cmap)
-        fig = overview_figure(att, [0, 1], [0, 1, 2], style)
+        fig = overview_of(att, [0, 1], [0, 1, 2], style)
         ax = fig.axes[0]
         pixels = _axes_pixels(fig, ax, save_figure(fig, tmp_path / "o.png", style))
         lut = matplotlib.colormaps[cmap](np.linspace(0, 1, 256), bytes=True)[:, :3]
@@ -218,7 +219,7 @@ def test_overview_panels_are_the_mean_of_their_blocks(n, causal):
 
     att = _random_attention(np.random.default_rng(n), n=n)
     att = replace(att, info=replace(att.info, causal=causal))
-    mosaic = overview_mosaic(att, [1, 0], [2, 0], 100)
+    mosaic = overview_mosaic(Labels.of(att), each_layer(att, [1, 0]), [1, 0], [2, 0], 100)
     block, m, cell = _overview_cells(n, 100)
     seen = ~np.triu(np.ones((n, n), bool), 1) if causal else np.ones((n, n), bool)
     for r, layer in enumerate([1, 0]):
@@ -251,39 +252,38 @@ def test_an_overview_laid_out_ahead_draws_what_a_whole_figure_draws(tmp_path, ca
     att = replace(att, info=replace(att.info, causal=causal), removed=((1, 1),))
     style = Style()
     layers, heads = [0, 1], [0, 1, 2]
-    labels = replace(att, weights=att.weights[:0])
+    labels = Labels.of(replace(att, weights=att.weights[:0]))
     figure = figures.OverviewFigure(labels, layers, heads, style)
     figure.frames.lay_out()
-    mosaic = figures.overview_mosaic(att, layers, heads, style.dpi)
+    mosaic = figures.overview_mosaic(labels, each_layer(att, layers), layers, heads, style.dpi)
     blitted = _png(figure.save(mosaic, tmp_path / "ahead.png"))
-    whole = figures.overview_figure(att, layers, heads, style)
+    whole = overview_of(att, layers, heads, style)
     whole = _png(figures.save_figure(whole, tmp_path / "o.png", style))
     assert np.array_equal(blitted, whole)
 
 
 def test_titles_carry_model_text_and_view(tmp_path):
     from attnviz.analysis.transforms import hide_special
-    from attnviz.outputs.figures import context_line, overview_figure
 
     n = 5
     weights = np.full((2, 3, n, n), 1 / n)
     att = synthetic_attention(weights, ["[CLS]", "a", "b", "c", "[SEP]"], [1, 0, 0, 0, 1])
     hidden = hide_special(att)
-    assert context_line(att, 8) == "synthetic · “synthetic” · token view"
-    assert context_line(hidden, 8).endswith("special tokens hidden, rows renormalised")
+    assert context_line(Labels.of(att), 8) == "synthetic · “synthetic” · token view"
+    assert context_line(Labels.of(hidden), 8).endswith("special tokens hidden, rows renormalised")
     long_text = synthetic_attention(weights, ["a"] * n)
     object.__setattr__(long_text, "text", "word " * 100)
-    assert len(context_line(long_text, 6)) <= 6 * 72 / (8 * 0.6) and "…" in context_line(
-        long_text, 6
-    )
+    long_labels = Labels.of(long_text)
+    assert len(context_line(long_labels, 6)) <= 6 * 72 / (8 * 0.6)
+    assert "…" in context_line(long_labels, 6)
 
     def texts(fig):
         return " ".join(t.get_text() for t in fig.texts)
 
-    assert "all heads" in texts(overview_figure(att, [0, 1], [0, 1, 2], Style()))
-    subset = texts(overview_figure(att, [1], [0, 2], Style()))
+    assert "all heads" in texts(overview_of(att, [0, 1], [0, 1, 2], Style()))
+    subset = texts(overview_of(att, [1], [0, 2], Style()))
     assert "all heads" not in subset and "1 of 2 layers × 2 of 3 heads" in subset
-    layer = LayerFigure(hidden, [0, 2], Style())
+    layer = LayerFigure(Labels.of(hidden), [0, 2], Style())
     layer.save(hidden.weights[1], 1, tmp_path / "l.png")
     assert "head 0 · max" in texts(layer.frames.fig) and "rows renormalised" in texts(
         layer.frames.fig
@@ -293,7 +293,7 @@ def test_titles_carry_model_text_and_view(tmp_path):
 def test_layer_grids_keep_thinned_labels_on_long_texts():
     n = 90
     att = _random_attention(np.random.default_rng(5), n_layers=1, n_heads=2, n=n)
-    figure = LayerFigure(att, [0, 1], Style())
+    figure = LayerFigure(Labels.of(att), [0, 1], Style())
     ax = figure.images[0].axes
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert 10 <= len(labels) <= 30 and labels[0] == "0: tok0" and labels[1] == "4: tok4"
@@ -319,7 +319,7 @@ def test_head_scale_stretches_a_diffuse_head(tmp_path):
 
     top = tuple(matplotlib.colormaps["viridis"](1.0, bytes=True)[:3])
     for scale, reaches_top in (("absolute", False), ("head", True)):
-        figure = HeadFigure(att, Style(scale=scale))
+        figure = HeadFigure(Labels.of(att), Style(scale=scale))
         path = figure.save(att.weights[0, 0], scale, tmp_path / f"{scale}.png")
         pixels = _axes_pixels(figure.frames.fig, figure.image.axes, path)
         assert (top in {tuple(p) for p in pixels.tolist()}) == reaches_top, scale
@@ -383,11 +383,11 @@ def test_decoder_heatmaps_draw_keys_after_the_query_as_masked(loaded_tiny, tmp_p
     n = len(att.tokens)
     assert att.info.causal and n > 8
     style = Style(cmap=cmap)
-    head = HeadFigure(att, style)
+    head = HeadFigure(Labels.of(att), style)
     grid = att.weights[1, 2]  # (T, T)
     blocks = _cell_blocks(_png(head.save(grid, "t", tmp_path / "h.png")), head.image, n)
     _check_masked_cells(blocks, grid, cmap)
-    layer = LayerFigure(att, [0, 1, 2, 3], style)
+    layer = LayerFigure(Labels.of(att), [0, 1, 2, 3], style)
     png = _png(layer.save(att.weights[1], 1, tmp_path / "l.png"))
     for h in (0, 3):
         _check_masked_cells(_cell_blocks(png, layer.images[h], n), att.weights[1, h], cmap)
@@ -397,7 +397,7 @@ def test_decoder_heatmaps_draw_keys_after_the_query_as_masked(loaded_tiny, tmp_p
 
 def test_encoder_heatmaps_have_no_masked_cells(tmp_path):
     att = _random_attention(np.random.default_rng(8), n=9)
-    head = HeadFigure(att, Style())
+    head = HeadFigure(Labels.of(att), Style())
     blocks = _cell_blocks(
         _png(head.save(att.weights[0, 0], "t", tmp_path / "h.png")), head.image, 9
     )
@@ -409,13 +409,13 @@ def test_decoder_query_and_overview_figures_mask_later_keys(loaded_tiny, tmp_pat
     """The query figure greys the keys after its query in every row; each overview panel
     greys its upper right and keeps its lower left in colour."""
     from attnviz.core.extract import extract
-    from attnviz.outputs.figures import overview_figure, query_figure, save_figure
+    from attnviz.outputs.figures import save_figure
     from attnviz.outputs.figures.heatmaps import _overview_cells
 
     att = extract(loaded_tiny["llama"], DECODER_TEXT)
     n, index = len(att.tokens), 5
     style = Style()
-    fig = query_figure(att, index, [0, 1], [0, 1, 2, 3], style)
+    fig = query_of(att, index, [0, 1], [0, 1, 2, 3], style)
     rows = 2 * 4
     height = fig.bbox.height  # saving clears the figure: positions first
     to_pixels = fig.axes[0].transData.transform  # data to display pixels, origin bottom left
@@ -423,7 +423,7 @@ def test_decoder_query_and_overview_figures_mask_later_keys(loaded_tiny, tmp_pat
     png = _png(save_figure(fig, tmp_path / "q.png", style))
     masked = np.array([[_masked(png[int(height - y), int(x)]) for x, y in row] for row in centres])
     assert (masked == (np.arange(n) > index)[None, :]).all()  # (rows, keys)
-    fig = overview_figure(att, [0, 1], [0, 1, 2, 3], style)
+    fig = overview_of(att, [0, 1], [0, 1, 2, 3], style)
     _, m, cell = _overview_cells(n, style.dpi)
     height, to_pixels = fig.bbox.height, fig.axes[0].transData.transform
     corners = {}
@@ -461,15 +461,16 @@ def test_a_removed_head_is_drawn_as_removed_not_as_a_pattern(tmp_path, causal):
     from attnviz.outputs.figures import head_title
 
     att = _removed_attention(causal)
-    head = HeadFigure(att, Style())
+    labels = Labels.of(att)
+    head = HeadFigure(labels, Style())
     for layer, h in [(0, 1), (0, 0), (0, 1), (1, 1)]:  # the removed head first, then again
         grid = att.weights[layer, h]
-        title = head_title(att, layer, h, grid)
+        title = head_title(labels, layer, h, grid)
         path = head.save(grid, title, tmp_path / "h.png", removed=att.is_removed(layer, h))
         inside = _axes_pixels(head.frames.fig, head.image.axes, path)
         assert _neutral(inside).all() == att.is_removed(layer, h), (layer, h)
         assert ("removed" in title) == att.is_removed(layer, h)
-    layer_figure = LayerFigure(att, [0, 1, 2], Style())
+    layer_figure = LayerFigure(Labels.of(att), [0, 1, 2], Style())
     for layer in (0, 1, 0):
         path = layer_figure.save(att.weights[layer], layer, tmp_path / "l.png")
         titles = [t.get_text() for t in layer_figure.panel_titles]
@@ -483,7 +484,7 @@ def test_render_text_covers_a_removed_head_in_every_figure(tmp_path):
     """Through render_text (the way show draws): the removed head's own file has no heatmap
     (its coloured pixels are the colour bar's alone); its overview tile and query row are
     covered; the other heads are drawn."""
-    from attnviz.outputs.figures import overview_figure, query_figure, save_figure
+    from attnviz.outputs.figures import save_figure
     from attnviz.outputs.figures.heatmaps import _overview_cells
 
     att = _removed_attention()
@@ -495,7 +496,7 @@ def test_render_text_covers_a_removed_head_in_every_figure(tmp_path):
     removed, kept = coloured("layer-00-head-01.png"), coloured("layer-00-head-00.png")
     assert removed < 0.2 * kept  # a 9 × 9 heatmap has many times the colour bar's pixels
     style = Style()
-    fig = overview_figure(att, [0, 1], [0, 1, 2], style)
+    fig = overview_of(att, [0, 1], [0, 1, 2], style)
     _, m, cell = _overview_cells(9, style.dpi)
     height, to_pixels = fig.bbox.height, fig.axes[0].transData.transform
     centres = {(r, c): to_pixels((c * cell + m / 2 - 1, r * cell + m / 2 - 1)) for r in (0, 1)
@@ -504,7 +505,7 @@ def test_render_text_covers_a_removed_head_in_every_figure(tmp_path):
     for (r, c), (x, y) in centres.items():
         tile = png[int(height - y) - 20 : int(height - y) + 20, int(x) - 20 : int(x) + 20]
         assert _neutral(tile).all() == (r == 0 and c == 1), (r, c)
-    fig = query_figure(att, 4, [0, 1], [0, 1, 2], style)
+    fig = query_of(att, 4, [0, 1], [0, 1, 2], style)
     height, to_pixels = fig.bbox.height, fig.axes[0].transData.transform
     rows = [[to_pixels((k, r)) for k in range(9)] for r in range(6)]
     png = _png(save_figure(fig, tmp_path / "q.png", style))
@@ -573,3 +574,31 @@ def test_importance_colour_bar_is_centred_on_zero_with_equal_halves():
     image = fig.axes[0].images[0]
     assert (image.norm.vmin, image.norm.vmax) == (0.0, 0.1)
     assert image.get_cmap().name == Style().cmap
+
+
+def test_labels_say_which_text_each_axis_is_from():
+    """Cross-attention's labels, read once from its Attention: keys are the source's tokens,
+    queries the target's; both sides counted, both texts in the context line; a measure
+    other than the weights says its keys contribute and its queries are built."""
+    from dataclasses import replace
+
+    from attnviz.core.attention import Keys
+
+    source = ("a", "b", "c", "d", "e")
+    weights = np.full((1, 2, 3, 5), 0.2)  # (L, H, T, S): 3 target tokens read 5 source tokens
+    att = synthetic_attention(weights, ["x", "y", "z"])
+    keys = Keys("a b c d e", source, np.zeros(5, bool), tuple(range(5)), source)
+    cross = replace(att, stack="cross", keys=keys, target="x y z", text="a b c d e")
+    labels = Labels.of(cross)
+    assert (labels.tokens, labels.key_tokens, labels.cross) == (("x", "y", "z"), source, True)
+    assert labels.key_axis == "key (token attended to, source)"
+    assert labels.query_axis == "query (token attending, target)"
+    assert labels.counted == "3 × 5 tokens" and labels.texts == ("a b c d e", "x y z")
+    said = "synthetic · “a b c d e” → “x y z” · cross-attention, token view"
+    assert context_line(labels, 9) == said
+    norm = Labels.of(replace(cross, measure="norm"))
+    assert norm.key_axis == "key (token contributing, source)"
+    assert norm.query_axis == "query (token built, target)"
+    encoder = Labels.of(replace(att, stack="encoder"))
+    assert encoder.key_axis == "key (token attended to, source)" and not encoder.cross
+    assert Labels.of(att).key_axis == "key (token attended to)"  # a model of one stack

@@ -115,7 +115,8 @@ def test_unknown_query_is_exit_2_listing_tokens(tmp_path):
 
 def test_query_figure_rows_follow_the_query_row(tmp_path):
     """Row (layer, head) of the figure is bright exactly at the key that row attends to."""
-    from attnviz.outputs.figures import Style, query_figure, save_figure
+    from attnviz.outputs.figures import Style, save_figure
+    from tests.conftest import query_of
 
     n, n_heads = 6, 4
     weights = np.zeros((2, n_heads, n, n))
@@ -124,7 +125,7 @@ def test_query_figure_rows_follow_the_query_row(tmp_path):
             weights[layer, head, :, (layer * n_heads + head) % n] = 1.0
     att = synthetic_attention(weights, [f"t{i}" for i in range(n)])
     style = Style(cmap="Greys")
-    fig = query_figure(att, 3, [0, 1], list(range(n_heads)), style)
+    fig = query_of(att, 3, [0, 1], list(range(n_heads)), style)
     ax = fig.axes[0]
     box = ax.get_window_extent()
     image = np.asarray(Image.open(save_figure(fig, tmp_path / "q.png", style)).convert("L"))

@@ -13,7 +13,7 @@ import pytest
 
 from attnviz.errors import OutputError
 from attnviz.outputs import render
-from attnviz.outputs.figures import Style
+from attnviz.outputs.figures import Labels, Style
 from tests.conftest import same_pictures, synthetic_attention
 
 
@@ -74,10 +74,10 @@ def test_tasks_carry_only_the_arrays_they_draw(tmp_path):
     for task in tasks:
         if task.kind in ("heads", "layer"):
             (layer,) = task.layers
-            assert task.att.weights.shape == (1, 4, 11, 11)
-            assert np.array_equal(task.att.pattern(layer, 3), att.pattern(layer, 3))
+            assert task.weights.shape == (1, 4, 11, 11)
+            assert np.array_equal(task.weights[0, 3], att.pattern(layer, 3))
         else:
-            assert task.att.weights.size == 0
+            assert task.weights is None
     overview, query = tasks[-2:]
     assert overview.data.shape[0] < 3 * 11 * 2 and query.data[1].shape == (2 * 2, 11)
     assert query.data[1][3].tolist() == att.pattern(2, 3)[3].tolist()  # layer 2, head 3
@@ -96,16 +96,14 @@ def test_with_shared_weights_the_overview_comes_first_and_maps_each_layer_in_tur
         tasks = list(render.tasks(att, tmp_path, [0, 2], [1, 3], Style(), shared=shared))
         assert [task.kind for task in tasks] == ["overview", "heads", "heads", "layer", "layer"]
         overview = tasks[0]
-        assert overview.data is None and overview.att.weights.size == 0
+        assert overview.data == (0, 2) and overview.weights is None  # the layers' slots
         assert overview.rank == 1  # the files keep their order: the query's, then this one
         assert overview.shared.slot is None  # each layer mapped in turn
-
-        def one_layer(layer):
-            mapped = replace(overview.shared, slot=overview.att.slot(layer)).mapped()
-            return replace(overview.att, weights=mapped, layers=(layer,))
-
-        there = overview_mosaic(overview.att, [0, 2], [1, 3], 100, one_layer)
-        here = overview_mosaic(att, [0, 2], [1, 3], 100)
+        assert all(task.weights is None for task in tasks)  # each layer mapped in the worker
+        each = [replace(overview.shared, slot=slot).mapped()[0] for slot in overview.data]
+        there = overview_mosaic(overview.labels, each, [0, 2], [1, 3], 100)
+        labels = Labels.of(att)
+        here = overview_mosaic(labels, [att.weights[0], att.weights[2]], [0, 2], [1, 3], 100)
         assert np.array_equal(there, here, equal_nan=True)  # NaN: the gaps between panels
     finally:
         shared.remove()
@@ -252,7 +250,7 @@ def test_figures_laid_out_ahead_draw_the_same_pictures(tmp_path, monkeypatch):
     stand_in = np.broadcast_to(np.zeros((), np.float32), att.weights.shape)
     render.prepare(replace(att, weights=stand_in), heads, style, jobs=2)
     key, ahead = render._ahead[2]
-    assert key == render.figure_key(att, heads, style)  # the weights are not in the key
+    assert key == render.figure_key(Labels.of(att), heads, style)  # weights are not in the key
     assert [future.result()[1] for future in ahead] == [{"heads", "layer"}] * 2
     here, there = tmp_path / "here", tmp_path / "there"
     here.mkdir(), there.mkdir()
@@ -276,11 +274,11 @@ def test_show_lays_out_its_figures_while_the_model_loads(tiny_model_dirs, tmp_pa
     real_prepare, real_tasks = render.prepare, render.tasks
 
     def prepare(att, heads, style, jobs, kinds=render.KINDS):
-        made["ahead"].append(render.figure_key(att, heads, style))
+        made["ahead"].append(render.figure_key(Labels.of(att), heads, style))
         return real_prepare(att, heads, style, jobs, kinds)
 
     def tasks(att, folder, layers, heads, style, *rest, **named):
-        made["drawn"].append(render.figure_key(att, heads, style))
+        made["drawn"].append(render.figure_key(Labels.of(att), heads, style))
         return real_tasks(att, folder, layers, heads, style, *rest, **named)
 
     monkeypatch.setattr(render, "prepare", prepare)

@@ -80,9 +80,9 @@ def test_report_numbers_and_figures_match_show(bundled, tmp_path):
 
 def _map_box(att, grid) -> tuple[int, int, int, int]:
     """The map's pixels (top, bottom, left, right) in a head figure of `att`."""
-    from attnviz.outputs.figures import HeadFigure, Style
+    from attnviz.outputs.figures import HeadFigure, Labels, Style
 
-    figure = HeadFigure(att, Style())
+    figure = HeadFigure(Labels.of(att), Style())
     figure.draw(grid, "")
     box = figure.image.axes.get_window_extent()
     height = figure.frames.canvas.get_width_height()[1]

@@ -81,31 +81,34 @@ def _texts(fig) -> list[str]:
 def test_a_windows_query_figure_gives_text_positions(sentence):
     """The query's figure in a window names the query's position in the text, labels its keys
     with text positions and is named by that position, as the head figures are."""
-    from attnviz.outputs.figures import Style, query_figure
+    from attnviz.outputs.figures import Labels, Style
     from attnviz.outputs.render import query_file
+    from tests.conftest import query_of
 
     window = window_of(sentence, 2, 8)  # quick brown fox jumps over the
     assert window.tokens[2] == sentence.tokens[4] == "fox"
-    texts = _texts(query_figure(window, 2, [0], [0, 1], Style()))
+    texts = _texts(query_of(window, 2, [0], [0, 1], Style()))
     assert "where “fox” (position 4) looks, in every head" in texts
     assert "4: fox" in texts and "2: quick" in texts
-    assert query_file(window, 2, "png") == "query-fox-4.png"
-    assert query_file(sentence, 4, "png") == "query-fox-4.png"  # the whole text's, the same
+    assert query_file(Labels.of(window), 2, "png") == "query-fox-4.png"
+    # the whole text's, the same
+    assert query_file(Labels.of(sentence), 4, "png") == "query-fox-4.png"
 
 
 def test_pooled_figures_count_the_texts_tokens(sentence):
     """An overview and a layer grid of pooled maps count the text's tokens, not the cells."""
     from attnviz.analysis.pooling import pool, pooled_attention
-    from attnviz.outputs.figures import LayerFigure, Style, overview_figure
+    from attnviz.outputs.figures import Labels, LayerFigure, Style
+    from tests.conftest import overview_of
 
     maps = {layer: pool(sentence.weights[layer], 3) for layer in range(len(sentence.weights))}
     pooled = pooled_attention(sentence, maps)
     assert len(pooled.tokens) == 6 and len(sentence.tokens) == 16
     assert pooled.token_counts() == (16, 16)
     layers, heads = list(range(len(sentence.weights))), [0, 1, 2]
-    said = " ".join(_texts(overview_figure(pooled, layers, heads, Style())))
+    said = " ".join(_texts(overview_of(pooled, layers, heads, Style())))
     assert "· 16 tokens ·" in said and " 6 tokens" not in said
-    grid = LayerFigure(pooled, heads, Style())
+    grid = LayerFigure(Labels.of(pooled), heads, Style())
     said = " ".join(_texts(grid.draw(pooled.weights[0], 0)))
     assert "16 tokens" in said and " 6 tokens" not in said
     grid.close()

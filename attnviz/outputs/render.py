@@ -1,12 +1,14 @@
 """Writing one text's figures: which files it gets, drawn in this process or on every core.
 
 A text gets an overview, one grid per layer, one figure per head and, with a query, where
-that token looks (`figures` says what each looks like). `render_text` cuts them into tasks:
-the query, the overview, each layer's grid and each layer's heads. A task carries only the
-arrays it draws (the query's rows); the text's weights are written once to a file in shared
-memory (`Shared`), from which a worker maps a layer, or each layer in turn for the overview's
-averaged mosaic (where that file cannot be written, a layer's weights are sent with its task
-and the mosaic is computed here).
+that token looks (`figures` says what each looks like). `render_text` reads the text's
+labels from its Attention once (`figures.Labels`) and cuts the figures into tasks: the query,
+the overview, each layer's grid and each layer's heads. A task carries the labels and only
+the arrays it draws (the query's rows); the text's weights are written once to a file in
+shared memory (`Shared`), from which a worker maps a layer, or each layer in turn for the
+overview's averaged mosaic (where that file cannot be written, a layer's weights are sent
+with its task and the mosaic is computed here). The figures take those arrays and labels:
+they ask the Attention nothing.
 
 Workers are started early on purpose: `show` starts them before it imports torch, so that
 while this process imports torch and transformers and loads the model (one core), they import
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
 
     from attnviz.core.attention import Attention
-    from attnviz.outputs.figures import Style
+    from attnviz.outputs.figures import Labels, Style
 
 # The figure kinds a text gets, with what each shows: `export --figures`'s choices and help.
 FIGURES = {
@@ -73,14 +75,17 @@ class Task:
 
     rank: int  # where its files come in the text's list of files
     kind: str  # "query", "overview", "layer" (the grid of one layer) or "heads" (of one layer)
-    att: Attention  # labels, and the weights of `layers` when kind is "layer" or "heads"
+    labels: Labels
     folder: Path
     layers: list[int]
     heads: list[int]
     style: Style
     text_key: str  # the same for all tasks of one text: a worker keeps its figures meanwhile
-    data: Any = None  # the overview's mosaic, or the query's (position, rows)
+    # the overview's mosaic, the query's (position, rows), or the slots of the overview's
+    # layers in the shared weights
+    data: Any = None
     shared: Shared | None = None  # where a worker maps the weights of `layers` from
+    weights: Any = None  # (1, H, T, S): the weights of a "layer" or "heads" task's layer
 
 
 SHARED_PREFIX = "attnviz-weights-"  # the name of each text's weights file in /dev/shm
@@ -131,10 +136,10 @@ class Shared:
         self.path.unlink(missing_ok=True)
 
 
-def query_file(att: Attention, index: int, ext: str) -> str:
+def query_file(labels: Labels, index: int, ext: str) -> str:
     from attnviz.outputs.files import slug
 
-    return f"query-{slug(att.tokens[index], 20)}-{att.position(index)}.{ext}"
+    return f"query-{slug(labels.tokens[index], 20)}-{labels.first + index}.{ext}"
 
 
 def layer_file(layer: int, ext: str) -> str:
@@ -145,18 +150,16 @@ def head_file(layer: int, head: int, ext: str) -> str:
     return f"layer-{layer:02d}-head-{head:02d}.{ext}"
 
 
-def figure_key(att: Attention, heads: list[int], style: Style) -> str:
+def figure_key(labels: Labels, heads: list[int], style: Style) -> str:
     """What a text's head and layer figures are laid out from, as a key: its labels (tokens,
-    words, view, window, pooling, removed heads…), the model's name and whether it is causal
-    (the figures read no other fact of the model), the heads and the style; not the weights,
-    which each frame sets. A worker keeps the figures of one key across tasks, so figures laid
-    out ahead (`prepare`) serve the text whose weights come later."""
+    view, window, pooling, removed heads, the model's name, whether it is causal…), the heads
+    and the style; not the weights, which each frame sets. A worker keeps the figures of one
+    key across tasks, so figures laid out ahead (`prepare`) serve the text whose weights come
+    later."""
     import hashlib
     import pickle
 
-    labels = replace(att, weights=None, layers=(), info=None)
-    facts = (labels, att.weights.shape[1:], att.info.name, att.info.causal, tuple(heads), style)
-    return hashlib.sha1(pickle.dumps(facts, protocol=5)).hexdigest()
+    return hashlib.sha1(pickle.dumps((labels, tuple(heads), style), protocol=5)).hexdigest()
 
 
 def prepare(att: Attention, heads: list[int], style: Style, jobs: int,
@@ -168,10 +171,12 @@ def prepare(att: Attention, heads: list[int], style: Style, jobs: int,
     `figure_key` finds them laid out (the overview where its layers are the same too); of
     another, lays out its own. Nothing to do with 1 job, where no figure is kept, or where a
     layer's weights are over `MAX_LAYER_BYTES` (drawn in this process)."""
+    from attnviz.outputs.figures import Labels
+
     if _drawn_here(att, jobs) or not kinds:
         return
-    key = figure_key(att, heads, style)
-    labels = replace(att, weights=att.weights[:0])
+    labels = Labels.of(att)
+    key = figure_key(labels, heads, style)
     pool = start_workers(jobs)
     task = Task(-1, "prepare", labels, Path(), att.held_layers(), heads, style, key, kinds)
     # one each, as a rule (a free process takes the next task); `_hand_out` learns from
@@ -206,39 +211,38 @@ def tasks(
     at 512 tokens, first so that it does not end the text alone). Without it, the overview
     comes after the grids, its mosaic computed here (a generator) while workers draw the
     first tasks; the query's rows always are."""
-    from attnviz.outputs.figures import overview_mosaic, query_rows
+    from attnviz.outputs.figures import Labels, overview_mosaic, query_rows
 
-    key = figure_key(att, heads, style)
-    labels = replace(att, weights=att.weights[:0], layers=())  # tokens and names, no weights
+    labels = Labels.of(att)
+    slots = {layer: att.slot(layer) for layer in layers}  # where each layer is in `weights`
+    key = figure_key(labels, heads, style)
     rank = itertools.count()
     query_rank, overview_rank = next(rank), next(rank)
     grid_ranks = {layer: next(rank) for layer in layers}
     head_ranks = {layer: next(rank) for layer in layers}
 
-    def one(layer: int) -> Attention:  # one layer's weights: a view here, a copy in a worker
-        if shared is not None:  # mapped in the worker (`_draw_timed`)
-            return replace(att, weights=att.weights[:0], layers=(layer,))
-        return replace(att, weights=att.weights[att.slot(layer)][None], layers=(layer,))
-
     def task(rank: int, kind: str, layer: int) -> Task:
-        return Task(rank, kind, one(layer), folder, [layer], heads, style, key, None,
-                    shared and replace(shared, slot=att.slot(layer)))  # fmt: skip
+        if shared is not None:  # the worker maps the layer's weights (`_draw_timed`)
+            return Task(rank, kind, labels, folder, [layer], heads, style, key,
+                        shared=replace(shared, slot=slots[layer]))  # fmt: skip
+        weights = att.weights[slots[layer]][None]  # (1, H, T, S): a view here, a copy there
+        return Task(rank, kind, labels, folder, [layer], heads, style, key, weights=weights)
 
     if "overview" in kinds and shared is not None:  # its mosaic computed by the worker
-        every = replace(att, weights=att.weights[:0])  # all layers, mapped in the worker
-        yield Task(overview_rank, "overview", every, folder, layers, heads, style, key,
-                   shared=replace(shared, slot=None))  # fmt: skip
+        yield Task(overview_rank, "overview", labels, folder, layers, heads, style, key,
+                   tuple(slots.values()), replace(shared, slot=None))  # fmt: skip
     if "heads" in kinds:
         for layer in layers:
             yield task(head_ranks[layer], "heads", layer)
-    if "layers" in kinds and not att.per_layer:  # one map a layer: the "heads" figures
+    if "layers" in kinds and not labels.per_layer:  # one map a layer: the "heads" figures
         for layer in layers:
             yield task(grid_ranks[layer], "layer", layer)
+    each = [att.weights[slot] for slot in slots.values()]  # (H, T, S) a layer: views
     if "overview" in kinds and shared is None:
-        mosaic = overview_mosaic(att, layers, heads, style.dpi)
+        mosaic = overview_mosaic(labels, each, layers, heads, style.dpi)
         yield Task(overview_rank, "overview", labels, folder, layers, heads, style, key, mosaic)
     if query is not None:
-        rows = query_rows(att, query, layers, heads, style)
+        rows = query_rows(labels, each, query, layers, heads, style)
         yield Task(query_rank, "query", labels, folder, layers, heads, style, key, (query, rows))
 
 
@@ -407,7 +411,7 @@ def _draw_timed(task: Task | None) -> tuple[int, bool, float, list[Path]]:
         time.sleep(NAP_S)
         return os.getpid(), False, 0.0, []
     if task.shared is not None and task.shared.slot is not None:  # the overview maps its own
-        task = replace(task, att=replace(task.att, weights=task.shared.mapped()), shared=None)
+        task = replace(task, weights=task.shared.mapped(), shared=None)
     figure = FIGURE_OF.get(task.kind)
     laid_out = figure is not None and (_held.get("text") != task.text_key or figure not in _held)
     paths = draw(task)
@@ -428,13 +432,13 @@ def _lay_out(task: Task) -> tuple[int, set[str]]:
         _forget()
         _held["text"] = task.text_key
     if "heads" in task.data and "head" not in _held:
-        _held["head"] = figures.HeadFigure(task.att, task.style)
+        _held["head"] = figures.HeadFigure(task.labels, task.style)
         _held["head"].frames.lay_out()
-    if "layers" in task.data and not task.att.per_layer and "layer" not in _held:
-        _held["layer"] = figures.LayerFigure(task.att, task.heads, task.style)
+    if "layers" in task.data and not task.labels.per_layer and "layer" not in _held:
+        _held["layer"] = figures.LayerFigure(task.labels, task.heads, task.style)
         _held["layer"].frames.lay_out()
     if "overview" in task.data and "overview" not in _held:
-        overview = figures.OverviewFigure(task.att, task.layers, task.heads, task.style)
+        overview = figures.OverviewFigure(task.labels, task.layers, task.heads, task.style)
         overview.frames.lay_out()
         _held["overview"] = (tuple(task.layers), overview)
     return os.getpid(), {kind for kind, figure in FIGURE_OF.items() if figure in _held}
@@ -444,29 +448,24 @@ def draw(task: Task) -> list[Path]:
     """Draw one task's figures and write them; return their paths."""
     from attnviz.outputs import figures
 
-    style, ext, folder = task.style, task.style.fmt, task.folder
+    labels, style, ext, folder = task.labels, task.style, task.style.fmt, task.folder
     if task.kind == "query":
         index, rows = task.data
-        fig = figures.query_figure(task.att, index, task.layers, task.heads, style, rows)
-        return [figures.save_figure(fig, folder / query_file(task.att, index, ext), style)]
+        fig = figures.query_figure(labels, index, rows, task.layers, task.heads, style)
+        return [figures.save_figure(fig, folder / query_file(labels, index, ext), style)]
     if task.kind == "overview":
         path = folder / f"overview.{ext}"
         mosaic, shared = task.data, task.shared
         if shared is not None:  # the mosaic made here, from one layer's mapped weights at a time
-
-            def one_layer(layer: int) -> Attention:
-                mapped = replace(shared, slot=task.att.slot(layer)).mapped()
-                return replace(task.att, weights=mapped, layers=(layer,))
-
-            mosaic = figures.overview_mosaic(task.att, task.layers, task.heads, style.dpi,
-                                             one_layer)  # fmt: skip
+            each = (replace(shared, slot=slot).mapped()[0] for slot in task.data)  # (H, T, S)
+            mosaic = figures.overview_mosaic(labels, each, task.layers, task.heads, style.dpi)
         held = _held.pop("overview", None) if _held.get("text") == task.text_key else None
         if held is not None and held[0] == tuple(task.layers):  # laid out ahead, drawn once
             try:
                 return [held[1].save(mosaic, path)]
             finally:
                 held[1].close()
-        fig = figures.overview_figure(task.att, task.layers, task.heads, style, mosaic)
+        fig = figures.overview_figure(labels, mosaic, task.layers, task.heads, style)
         return [figures.save_figure(fig, path, style)]
     (layer,) = task.layers
     if _held.get("text") != task.text_key:
@@ -474,17 +473,17 @@ def draw(task: Task) -> list[Path]:
         _held["text"] = task.text_key
     if task.kind == "layer":
         if "layer" not in _held:
-            _held["layer"] = figures.LayerFigure(task.att, task.heads, style)
-        return [_held["layer"].save(task.att.weights[0], layer, folder / layer_file(layer, ext))]
+            _held["layer"] = figures.LayerFigure(labels, task.heads, style)
+        return [_held["layer"].save(task.weights[0], layer, folder / layer_file(layer, ext))]
     if "head" not in _held:
-        _held["head"] = figures.HeadFigure(task.att, style)
+        _held["head"] = figures.HeadFigure(labels, style)
     written = []
     for head in task.heads:
-        grid = task.att.pattern(layer, head)  # (T, T)
-        title = figures.head_title(task.att, layer, head, grid)
+        grid = task.weights[0, head]  # (T, S); a per-layer measure's one map is head 0
+        title = figures.head_title(labels, layer, head, grid)
         # A per-layer measure (alti, rollout) has one map a layer: layer-LL, no head.
-        name = layer_file(layer, ext) if task.att.per_layer else head_file(layer, head, ext)
-        removed = task.att.is_removed(layer, head)
+        name = layer_file(layer, ext) if labels.per_layer else head_file(layer, head, ext)
+        removed = (layer, head) in labels.removed
         written.append(_held["head"].save(grid, title, folder / name, removed=removed))
     return written
 

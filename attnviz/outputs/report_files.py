@@ -94,16 +94,17 @@ def _suffix(stack: str) -> str:
 
 def _write_examples(report: Report, out: Path, style: Style, stack: str = "") -> dict[str, Path]:
     """The strongest head of each role, drawn on the report's example text, by role."""
-    from attnviz.outputs.figures import HeadFigure, head_title
+    from attnviz.outputs.figures import HeadFigure, Labels, head_title
 
     examples: dict[str, Path] = {}
-    head_fig = HeadFigure(report.example, style)
+    labels = Labels.of(report.example)
+    head_fig = HeadFigure(labels, style)
     for role, heads in report.strongest(1).items():
         best = heads[0]
         grid = report.example.pattern(best.layer, best.head)  # (T, T)
         slug = role.replace(" ", "-")
         name = f"example-{_prefix(stack)}{slug}-layer-{best.layer:02d}-head-{best.head:02d}"
-        title = head_title(report.example, best.layer, best.head, grid)
+        title = head_title(labels, best.layer, best.head, grid)
         examples[role] = head_fig.save(grid, title, out / f"{name}.{style.fmt}")
     head_fig.close()
     return examples
@@ -448,7 +449,7 @@ def _syntax_examples(
 ) -> list[str]:
     """The best head of the relations it beats the baseline on most, on a short sentence."""
     from attnviz.analysis.linguistics import SHORT_DIRECTIONS, word_positions
-    from attnviz.outputs.figures import HeadFigure
+    from attnviz.outputs.figures import HeadFigure, Labels
     from attnviz.outputs.files import slug
 
     best: dict[str, SyntaxRow] = {}
@@ -482,7 +483,7 @@ def _syntax_examples(
             f"{row.accuracy:.0%} of {row.n} arcs"
         )
         name = f"syntax-{slug(row.relation)}-layer-{row.layer:02d}-head-{row.head:02d}.{style.fmt}"
-        figure = HeadFigure(att, style)
+        figure = HeadFigure(Labels.of(att), style)
         written.append(figure.save(grid, title, out / name, marks))
         figure.close()
         lines += [f"**{row.relation}** ({direction})", "", _figure(row.relation, out / name), ""]

@@ -1,8 +1,12 @@
 """Figures (matplotlib, object API, Agg), built from arrays and labels:
 
+labels.py    what a text's heatmaps say besides the weights (`Labels`), read from its
+             Attention once
 style.py     what every figure shares: `Style` (format, dpi, colour map, scale), the
-             layout of token labels, marks for masked, removed and written cells, titles
-heatmaps.py  attention heatmaps: one head, a layer's grid of heads, the overview, a query
+             layout of token labels and axes, marks for masked, removed and written cells,
+             titles
+heatmaps.py  attention heatmaps: one head, a layer's grid of heads, the overview, a query,
+             from arrays and `Labels`
 report.py    the report's and compare's grids, role maps, relations and differences, and a
              picture report's mean attention distance against depth
 questions.py a report over pictures and questions: the picture's share against layer
@@ -21,8 +25,9 @@ from attnviz.outputs.figures.heatmaps import (
     query_figure,
     query_rows,
 )
+from attnviz.outputs.figures.labels import Labels
 from attnviz.outputs.figures.questions import share_figure
-from attnviz.outputs.figures.raster import figure_png, fixed_axes, save_figure
+from attnviz.outputs.figures.raster import figure_png, save_figure
 from attnviz.outputs.figures.report import (
     DIFFERENCE_LABEL,
     MetricGrid,
@@ -48,11 +53,13 @@ from attnviz.outputs.figures.style import (
     check_cmap,
     configure_matplotlib,
     context_line,
+    fixed_axes,
     ordinal,
 )
 
 __all__ = [
     "share_figure",
+    "Labels",
     "FORMATS",
     "LABEL_STEPS",
     "Layout",

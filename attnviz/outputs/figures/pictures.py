@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnviz.outputs.figures.labels import Labels
 from attnviz.outputs.figures.raster import save_figure, whole_pixels
 from attnviz.outputs.figures.style import Style, configure_matplotlib, figure_header
 
@@ -204,7 +205,7 @@ def panels_figure(att: Attention, panels: list[Panel], style: Style, title: str,
                  fig.bbox.height, panel.title, fontsize=7, ha="center",
                  va="bottom")  # fmt: skip
     _colour_bar(fig, bar, top, cmap, rows * (panel_h + TITLE_IN))
-    figure_header(fig, att, "", seen).set_text(title)
+    figure_header(fig, Labels.of(att), "", seen).set_text(title)
     return fig
 
 
@@ -493,7 +494,7 @@ def share_figure(att: Attention, share: Any, layers: list[int], heads: list[int]
     fig.colorbar(shown, cax=bar).ax.tick_params(labelsize=7)
     said = ("the share of cross-attention on the picture's patches (each tile's CLS left out), "
             "by layer") if cross else "the picture's share of attention, by layer"  # fmt: skip
-    figure_header(fig, att, "", whose).set_text(said)
+    figure_header(fig, Labels.of(att), "", whose).set_text(said)
     return fig
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from attnviz.outputs.figures.raster import fixed_axes
-from attnviz.outputs.figures.style import Style, configure_matplotlib
+from attnviz.outputs.figures.style import Style, configure_matplotlib, fixed_axes
 
 if TYPE_CHECKING:
     import numpy as np

@@ -53,28 +53,6 @@ def png_bytes(rgba: np.ndarray, dpi: int) -> bytes:
     )
 
 
-def _write_canvas_png(canvas: Any, dpi: int, handle: Any) -> None:
-    """Write what an Agg canvas last drew as a PNG."""
-    import numpy as np
-
-    rgba = np.asarray(canvas.buffer_rgba())  # (height, width, 4)
-    handle.write(png_bytes(rgba, dpi))
-
-
-def fixed_axes(
-    inner: tuple[float, float], margins: tuple[float, float, float, float], dpi: int
-) -> tuple[Any, Any]:
-    """A figure with one axes of `inner` (width, height) inches and margins (left, bottom,
-    right, top) in inches: a fixed layout costs one draw, where constrained layout costs three."""
-    from matplotlib.figure import Figure
-
-    left, bottom, right, top = margins
-    width, height = left + inner[0] + right, bottom + inner[1] + top
-    fig = Figure(figsize=(width, height), dpi=dpi)
-    ax = fig.add_axes((left / width, bottom / height, inner[0] / width, inner[1] / height))
-    return fig, ax
-
-
 class Frames:
     """A figure drawn once, then redrawn per frame by drawing only its `dynamic` artists.
 
@@ -100,12 +78,15 @@ class Frames:
             return write_atomic(
                 path, lambda h: self.fig.savefig(h, format=self.style.fmt, dpi=self.style.dpi)
             )
+        import numpy as np
+
         self.lay_out()
         self.canvas.restore_region(self._background)
         for artist in self.dynamic:
             if id(artist) not in self._heatmaps or not _paint_cells(self.canvas, artist):
                 self.fig.draw_artist(artist)
-        return write_atomic(path, self._write_png)
+        png = png_bytes(np.asarray(self.canvas.buffer_rgba()), self.style.dpi)
+        return write_atomic(path, lambda handle: handle.write(png))
 
     def lay_out(self) -> None:
         """Draw what every frame shares (all but the dynamic artists), once: before the first
@@ -119,9 +100,6 @@ class Frames:
         self._background = self.canvas.copy_from_bbox(self.fig.bbox)
         for artist, shown in zip(self.dynamic, visible):
             artist.set_visible(shown)
-
-    def _write_png(self, handle: Any) -> None:
-        _write_canvas_png(self.canvas, self.style.dpi, handle)
 
     def close(self) -> None:
         self.fig.clear()

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.outputs.figures.raster import Frames, fixed_axes
-from attnviz.outputs.figures.style import Layout, Style, configure_matplotlib, set_ticks
+from attnviz.outputs.figures.raster import Frames
+from attnviz.outputs.figures.style import Layout, Style, configure_matplotlib, fixed_axes, set_ticks
 
 if TYPE_CHECKING:
     import numpy as np

@@ -8,12 +8,10 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnviz.core.layer_map import STACK_TITLES
-
 if TYPE_CHECKING:
     import numpy as np
 
-    from attnviz.core.attention import Attention
+    from attnviz.outputs.figures.labels import Labels
 
 FORMATS = ("png", "svg", "pdf")
 # Fonts tried after DejaVu Sans for labels it has no glyph for (CJK, emoji), when installed.
@@ -56,7 +54,8 @@ class Style:
 
     def scaled(self, grid: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """One head's `[query, key]` weights as drawn on this style's colour scale; cells
-        where `mask` (`masked_cells`) is True become NaN, drawn as masked."""
+        where `mask` (a causal model's keys after the query) is True become NaN, drawn as
+        masked."""
         import numpy as np
 
         if self.scale == "head":
@@ -72,18 +71,22 @@ class Style:
 
         return matplotlib.colormaps[self.cmap].with_extremes(bad=MASKED_GREY)
 
-    def bar_label(self, att: Attention) -> str:
+    def bar_label(self, labels: Labels) -> str:
         """The colour bar's label: the measure's unit, and how it was scaled."""
-        from attnviz.analysis.contributions import MEASURES
-
-        unit = MEASURES[att.measure].unit
-        if att.pooled is not None:
-            unit = f"{unit}, {att.pooled[1]} of {att.pool_size}×{att.pool_size}"
+        unit = labels.value_unit
         if self.scale == "head":
-            return f"{unit} ÷ the {'layer' if att.per_layer else 'head'}'s max"
+            return f"{unit} ÷ the {'layer' if labels.per_layer else 'head'}'s max"
         if self.top != 1.0:
             return f"{unit} ÷ {self.top:.3g} (the text's largest)"
         return unit
+
+    def scale_note(self) -> str:
+        """The colour scale in words, under a grid's title."""
+        if self.scale == "head":
+            return "colour: each head scaled to its own max"
+        if self.top != 1.0:
+            return f"colour: 0–{self.top:.3g} (the text's largest) for every head"
+        return "colour: 0–1 for every head"
 
 
 # Thinned labels fall on round steps, so a label's position is easy to count on from.
@@ -153,37 +156,25 @@ class Layout:
         return longest * 0.62 * self.font_pt / 72 + 0.1
 
 
-def masked_cells(att: Attention) -> np.ndarray | None:
-    """`[query, key]` True where a causal model's query cannot see the key: every key after
-    the query (in the word view and without special tokens too, which keep the order); None
-    for an encoder, which sees every key."""
-    if not att.info.causal:
-        return None
-    import numpy as np
-
-    n = len(att.tokens)
-    return np.triu(np.ones((n, n), bool), k=1)
-
-
 WRITTEN_COLOUR = "#00a651"  # a continuation's labels, and the lines before it
 
 
-def continuation_marks(ax: Any, att: Attention, rows: bool = True) -> list[Any]:
+def continuation_marks(ax: Any, labels: Labels, rows: bool = True) -> list[Any]:
     """Where a decoder's continuation starts (`--generate`, `--target`): a line before its
     first key (and query, with `rows`) and its tick labels in green; the lines, which
     the figure redraws over each map."""
-    c = att.continuation
-    if c is None:
+    start = labels.written_from
+    if start is None:
         return []
-    first, every = (att.span[0] if att.span else 0), att.pool_size
+    first, every = labels.first, labels.every
     axes = [(ax.get_xticks(), ax.get_xticklabels())]
     if rows:
         axes.append((ax.get_yticks(), ax.get_yticklabels()))
     for ticks, labels in axes:
         for tick, label in zip(ticks, labels):
-            if first + tick * every >= c.start:
+            if first + tick * every >= start:
                 label.set_color(WRITTEN_COLOUR)
-    at = (c.start - first) / every - 0.5  # the cell edge before the continuation's first
+    at = (start - first) / every - 0.5  # the cell edge before the continuation's first
     if at <= -0.5:
         return []
     lines = [ax.axvline(at, color=WRITTEN_COLOUR, linewidth=1.2)]
@@ -248,7 +239,7 @@ def masked_key(fig: Any, x_in: float, y_in: float, text: str, size: float = 8) -
     fig.text((x_in + 0.26) / width, (y_in + 0.09) / height, text, va="center", fontsize=size)
 
 
-def figure_header(fig: Any, att: Attention, title: str = "", *more: str) -> Any:
+def figure_header(fig: Any, labels: Labels, title: str = "", *more: str) -> Any:
     """The figure's title lines, top centre: `title` (11 pt; returned, to be set per frame),
     the context line (model, text, view) and any `more` lines (8 pt)."""
     height, width = fig.get_figheight(), fig.get_figwidth()
@@ -256,11 +247,11 @@ def figure_header(fig: Any, att: Attention, title: str = "", *more: str) -> Any:
     def line(y_in: float, text: str, size: float) -> Any:
         return fig.text(0.5, 1 - y_in / height, text, ha="center", va="center", fontsize=size)
 
-    context = context_line(att, width)
+    context = context_line(labels, width)
     # a line longer than the figure (a narrow one, a long view) in smaller type, down to 6 pt
     size = max(6.0, min(8.0, (width - 0.3) * 72 / (0.6 * len(context))))
     if size < 8.0:
-        context = context_line(att, width, size)
+        context = context_line(labels, width, size)
     line(0.5, context, size)
     for n, text in enumerate(more, start=1):
         line(0.5 + 0.18 * n, text, 8)
@@ -297,6 +288,20 @@ def configure_matplotlib() -> None:
     matplotlib.rcParams["text.hinting"] = "no_hinting"
     # Scripts that no installed font covers are drawn as boxes: not worth a warning per glyph.
     warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+
+
+def fixed_axes(
+    inner: tuple[float, float], margins: tuple[float, float, float, float], dpi: int
+) -> tuple[Any, Any]:
+    """A figure with one axes of `inner` (width, height) inches and margins (left, bottom,
+    right, top) in inches: a fixed layout costs one draw, where constrained layout costs three."""
+    from matplotlib.figure import Figure
+
+    left, bottom, right, top = margins
+    width, height = left + inner[0] + right, bottom + inner[1] + top
+    fig = Figure(figsize=(width, height), dpi=dpi)
+    ax = fig.add_axes((left / width, bottom / height, inner[0] / width, inner[1] / height))
+    return fig, ax
 
 
 def set_ticks(
@@ -340,36 +345,15 @@ def label_note(layout: Layout, unit: str = "token") -> str:
     return f" (every {ordinal(step)} {unit} labelled)"
 
 
-def view_description(att: Attention) -> str:
-    """How the weights were derived from the model's: the measure, the unit and what was
-    hidden."""
-    from attnviz.analysis.contributions import MEASURES
-
-    parts = ["word view" if att.unit == "word" else "token view"]
-    if att.stack is not None:  # "cross-attention", "encoder self-attention"
-        parts.insert(0, STACK_TITLES[att.stack].split(" (")[0].lower())
-    if att.measure != "weights":
-        measure = MEASURES[att.measure]
-        parts.insert(0, f"{measure.name}: {measure.unit} ({measure.cite})")
-    if att.hidden_special:
-        parts.append("special tokens hidden, rows renormalised")
-    if att.pooled is not None:
-        parts.append(f"pooled: {att.pooling()}")
-    if att.span is not None:
-        first, end = att.span
-        parts.append(f"window {first}:{end}, exact (keys outside it left out)")
-    return ", ".join(parts)
-
-
-def context_line(att: Attention, width_in: float, font_pt: float = 8.0) -> str:
+def context_line(labels: Labels, width_in: float, font_pt: float = 8.0) -> str:
     """Model, the text and the view, shortened to fit `width_in` inches: what a figure shows,
     read from its title."""
     fits = int(width_in * 72 / (font_pt * 0.6))  # DejaVu Sans: ~0.6 em a character
-    rest = f"{att.info.name} · “” · {view_description(att)}"
-    texts = [att.text] if att.target is None else [att.text, att.target]  # source → target
+    rest = f"{labels.model} · “” · {labels.view}"
+    texts = labels.texts  # the source → the target
     room = max((fits - len(rest) - 4 * (len(texts) - 1)) // len(texts), 12)
     shown = []
     for text in texts:
         text = " ".join(text.split())
         shown.append(text[: room - 1].rstrip() + "…" if len(text) > room else text)
-    return f"{att.info.name} · {' → '.join(f'“{t}”' for t in shown)} · {view_description(att)}"
+    return f"{labels.model} · {' → '.join(f'“{t}”' for t in shown)} · {labels.view}"
