@@ -71,10 +71,11 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
     The file gets the mode any program would give it (0666 less the umask): mkstemp's
     private 0600 would otherwise survive the rename.
     """
+    mode = 0o666 & ~_umask()
     interrupts.hold()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             write(handle)
         os.replace(tmp, path)

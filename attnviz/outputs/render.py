@@ -472,17 +472,18 @@ def draw(task: Task) -> list[Path]:
         _forget()
         _held["text"] = task.text_key
     if task.kind == "layer":
+        path = folder / layer_file(layer, ext)
         if "layer" not in _held:
             _held["layer"] = figures.LayerFigure(labels, task.heads, style)
-        return [_held["layer"].save(task.weights[0], layer, folder / layer_file(layer, ext))]
+        return [_held["layer"].save(task.weights[0], layer, path)]
     if "head" not in _held:
         _held["head"] = figures.HeadFigure(labels, style)
     written = []
     for head in task.heads:
-        grid = task.weights[0, head]  # (T, S); a per-layer measure's one map is head 0
-        title = figures.head_title(labels, layer, head, grid)
         # A per-layer measure (alti, rollout) has one map a layer: layer-LL, no head.
         name = layer_file(layer, ext) if labels.per_layer else head_file(layer, head, ext)
+        grid = task.weights[0, head]  # (T, S); a per-layer measure's one map is head 0
+        title = figures.head_title(labels, layer, head, grid)
         removed = (layer, head) in labels.removed
         written.append(_held["head"].save(grid, title, folder / name, removed=removed))
     return written

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.outputs.figures.raster import Frames
+from attnviz.outputs.figures.raster import Framed, Frames
 from attnviz.outputs.figures.style import (
     MASKED_GREY,
     THINNED_FONT_PT,
@@ -54,7 +54,7 @@ def masked_cells(labels: Labels) -> np.ndarray | None:
     return np.triu(np.ones((n, n), bool), k=1)
 
 
-class HeadFigure:
+class HeadFigure(Framed):
     """One reusable per-head figure for one text: query tokens down, key tokens across, colour bar.
 
     The title's first line names the head, the second the model, text and view. `save` can
@@ -133,9 +133,6 @@ class HeadFigure:
         self.draw(grid, title, marks, removed)
         return self.frames.save(path)
 
-    def close(self) -> None:
-        self.frames.close()
-
 
 @dataclass(frozen=True)
 class _HeadPlace:
@@ -182,6 +179,11 @@ class _HeadPlace:
                    bar_box, key_axis, labels.query_axis)  # fmt: skip
 
 
+def head_label(labels: Labels, head: int) -> str:
+    """A head's short label, `H3`; empty for a per-layer measure's one map."""
+    return "" if labels.per_layer else f"H{head}"
+
+
 def head_title(labels: Labels, layer: int, head: int, grid: np.ndarray) -> str:
     """A head figure's first title line (a per-layer measure's map names its layers)."""
     if (layer, head) in labels.removed:
@@ -192,7 +194,7 @@ def head_title(labels: Labels, layer: int, head: int, grid: np.ndarray) -> str:
     return f"layer {layer} · head {head} · {peak}"
 
 
-class LayerFigure:
+class LayerFigure(Framed):
     """One reusable grid of all chosen heads of a layer for one text, one shared colour bar.
 
     Each panel's title gives that head's maximum; labels are thinned on long texts as in the
@@ -270,9 +272,6 @@ class LayerFigure:
         """Draw `weights[head, query, key]` of layer `layer` and write it to `path`."""
         self.draw(weights, layer)
         return self.frames.save(path)
-
-    def close(self) -> None:
-        self.frames.close()
 
 
 def overview_mosaic(
@@ -360,7 +359,7 @@ def overview_figure(
     return OverviewFigure(labels, layers, heads, style).draw(mosaic)
 
 
-class OverviewFigure:
+class OverviewFigure(Framed):
     """The overview of one text, laid out once from its labels (`render.prepare` does it
     while the model loads), then drawn from its mosaic: the panels, their hatching and covers
     redrawn over the rest (`Frames`), 40 ms at 512 tokens where a whole figure takes 100."""
@@ -375,6 +374,7 @@ class OverviewFigure:
         inner = (len(heads) * panel_in, len(layers) * panel_in)
         side = max(0.2, (6.0 - inner[0]) / 2)  # room for the title over narrow grids
         causal = labels.causal
+        names = [head_label(labels, h) for h in heads]
         configure_matplotlib()
         bottom = 0.65 if causal else 0.35  # the masked cells' key below the panels
         fig, ax = fixed_axes(inner, (0.45 + side, bottom, 0.15 + side, 0.65), style.dpi)
@@ -392,7 +392,7 @@ class OverviewFigure:
         block = math.ceil(max(n, n_keys) / m)
         rows_m, cols_m = math.ceil(n / block), math.ceil(n_keys / block)
         ax.set_xticks([i * cell + cols_m / 2 - 0.5 for i in range(len(heads))],
-                      [labels.head_label(h) for h in heads], fontsize=8)  # fmt: skip
+                      names, fontsize=8)  # fmt: skip
         ax.set_yticks([i * cell + rows_m / 2 - 0.5 for i in range(len(layers))],
                       [f"L{layer}" for layer in layers], fontsize=8)  # fmt: skip
         ax.tick_params(length=0)
@@ -432,9 +432,6 @@ class OverviewFigure:
         """Draw `mosaic` and write the figure atomically to `path`."""
         self.draw(mosaic)
         return self.frames.save(path)
-
-    def close(self) -> None:
-        self.frames.close()
 
 
 @dataclass(frozen=True)
@@ -543,7 +540,7 @@ def query_figure(
     from matplotlib.patches import Rectangle
 
     n = len(labels.key_tokens)  # the keys: the source's in cross-attention
-    names = [f"L{layer} {labels.head_label(h)}".rstrip() for layer in layers for h in heads]
+    names = [f"L{layer} {head_label(labels, h)}".rstrip() for layer in layers for h in heads]
     configure_matplotlib()
     layout = replace(Layout.for_tokens(n), every=labels.every, first=labels.first)
     row_in = min(0.22, max(0.1, 12.0 / len(rows)))

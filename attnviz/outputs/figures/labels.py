@@ -89,10 +89,6 @@ class Labels:
             view=view,
         )
 
-    def head_label(self, head: int) -> str:
-        """A head's short label, `H3`; empty for a per-layer measure's one map."""
-        return "" if self.per_layer else f"H{head}"
-
 
 def _view(att: Attention) -> str:
     """How the values were derived from the model's: the measure, the unit and what was

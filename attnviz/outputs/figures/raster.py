@@ -1,5 +1,6 @@
 """How figures become files fast: a figure drawn once and redrawn per frame (`Frames`:
-blitting, and heatmaps painted straight into the canvas as whole pixels), PNG encoding
+blitting, and heatmaps painted straight into the canvas as whole pixels; `Framed`, a figure
+that holds them), PNG encoding
 (`png_bytes`), and saving any figure atomically (`save_figure`)."""
 
 from __future__ import annotations
@@ -103,6 +104,15 @@ class Frames:
 
     def close(self) -> None:
         self.fig.clear()
+
+
+class Framed:
+    """A figure laid out once and redrawn per frame: its `frames`, freed by `close`."""
+
+    frames: Frames
+
+    def close(self) -> None:
+        self.frames.close()
 
 
 def _paint_cells(canvas: Any, image: Any) -> bool:

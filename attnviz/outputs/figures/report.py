@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnviz.outputs.figures.raster import Frames
+from attnviz.outputs.figures.raster import Framed, Frames
 from attnviz.outputs.figures.style import Layout, Style, configure_matplotlib, fixed_axes, set_ticks
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def _grid_axes(
     return fig, ax
 
 
-class MetricGrid:
+class MetricGrid(Framed):
     """One reusable layers × heads heatmap with the numbers written in, redrawn per metric."""
 
     def __init__(self, layers: list[int], heads: list[int], model: str, style: Style) -> None:
@@ -71,9 +71,6 @@ class MetricGrid:
             text.set_color("white" if np.isfinite(value) and value / vmax < 0.55 else "black")
         self.title.set_text(f"{name} — {help_text}\n{self.model}")
         return self.frames.save(path)
-
-    def close(self) -> None:
-        self.frames.close()
 
 
 # What the role map says of a role measured elsewhere than on the corpus's texts: a decoder's
