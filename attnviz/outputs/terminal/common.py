@@ -4,6 +4,7 @@ each head moved (compare, and show --ablate), and where a command wrote its imag
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -45,20 +46,18 @@ def fit_label(label: str, width: int) -> str:
 
 
 def repeated_labels(tokens: Sequence[str]) -> set[str]:
-    """Tokens that occur more than once, by --query's rule (case-insensitive, word pieces
-    without their "##"): labels of these carry their position."""
-    seen: set[str] = set()
-    twice: set[str] = set()
-    for token in tokens:
-        form = normal_form(token)
-        (twice if form in seen else seen).add(form)
-    return twice
+    """The tokens (as written) that occur more than once by --query's rule (case-insensitive,
+    word pieces without their "##"): labels of these carry their position."""
+    forms = [normal_form(token) for token in tokens]
+    counts = Counter(forms)
+    return {token for token, form in zip(tokens, forms) if counts[form] > 1}
 
 
 def token_label(tokens: Sequence[str], index: int, width: int, repeated: set[str]) -> str:
-    """A token as shown in a cell of `width`: `the@7` when "the" occurs more than once."""
+    """A token as shown in a cell of `width`: `the@7` when "the" occurs more than once
+    (`repeated`, `repeated_labels` of `tokens`)."""
     token = tokens[index]
-    if normal_form(token) not in repeated:
+    if token not in repeated:
         return fit_label(token, width)
     where = f"@{index}"
     return fit_label(token, max(width - len(where), 1)) + where

@@ -154,9 +154,11 @@ def _print_tokens(console: Console, tokens: Sequence[str], side: str, unit: str)
     return repeated
 
 
-def _pattern_cell(att: Attention, summary: HeadSummary, width: int, repeated: set[str]) -> Text:
+def _pattern_cell(
+    keys: Sequence[str], summary: HeadSummary, width: int, repeated: set[str]
+) -> Text:
     """A head's cell: what it does (a role, a sink's token, or the token its queries agree
-    on) over its score; a removed head's mark."""
+    on, among the `keys`) over its score; a removed head's mark."""
     pattern = summary.pattern
     if pattern.role == REMOVED:
         return Text(REMOVED_MARK, style=_REMOVED_STYLE)
@@ -164,13 +166,13 @@ def _pattern_cell(att: Attention, summary: HeadSummary, width: int, repeated: se
         return Text(MIXED.shown, style=MIXED.style)
     if pattern.role == TOKEN:
         assert pattern.key is not None and pattern.score is not None
-        label = token_label(att.key_tokens, pattern.key, width, repeated)
+        label = token_label(keys, pattern.key, width, repeated)
         cell = Text(label, style=f"bold {text_colour(pattern.score)}")
     else:
         role = ROLES[pattern.role]
         label = role.short
-        if pattern.key is not None and len(att.key_tokens[pattern.key]) <= width:
-            label = att.key_tokens[pattern.key]  # a sink: [CLS], [SEP], <s>
+        if pattern.key is not None and len(keys[pattern.key]) <= width:
+            label = keys[pattern.key]  # a sink: [CLS], [SEP], <s>
         cell = Text(label, style=role.style)
     if pattern.score is not None:
         cell.append("\n" + weight_text(pattern.score), style="dim")
@@ -186,9 +188,10 @@ def _removed_legend(att: Attention) -> str:
 
 
 def _map_legend(console: Console, att: Attention) -> None:
+    removed = _removed_legend(att)
     kind = attention_kind(att.info.causal, cross=att.keys is not None)
     roles = [f"{role.short}={role.name}" for role in roles_for(kind)]
-    roles.append(f"{MIXED.shown}=mixed (no role)  {_removed_legend(att)}")
+    roles.append(f"{MIXED.shown}=mixed (no role)  {removed}")
     console.print(
         Text(
             "  ".join(roles) + f"a token: the queries give it ≥ {AGREE:.2f} on average. "
@@ -294,12 +297,13 @@ def print_head_map(
     """
     print_special_share(console, att, summaries, by_weight, by_norm)
     cell_width = _cell_width(console, heads)
-    repeated = repeated_labels(att.key_tokens)  # the cells name keys
     table = _layers_by_heads(att, heads, _map_title(att), cell_width)
+    keys = att.key_tokens  # the cells name keys
+    repeated = repeated_labels(keys)
     by_position = {(s.layer, s.head): s for s in summaries}
     for layer in layers:
         cells = [
-            _pattern_cell(att, by_position[(layer, head)], cell_width, repeated) for head in heads
+            _pattern_cell(keys, by_position[(layer, head)], cell_width, repeated) for head in heads
         ]
         table.add_row(f"L{layer}", *cells)
     console.print(table)
@@ -331,7 +335,7 @@ def print_head_details(console: Console, att: Attention, summaries: Sequence[Hea
             top.append(label, style=f"bold {text_colour(target.weight)}")
             top.append(" " + weight_text(target.weight))
         pattern = s.pattern
-        does = _pattern_cell(att, s, wide, key_repeated)
+        does = _pattern_cell(att.key_tokens, s, wide, key_repeated)
         if pattern.role == REMOVED:
             does = Text(f"{REMOVED_MARK} removed (--ablate)", style=_REMOVED_STYLE)
         elif pattern.role not in (MIXED.name, TOKEN):
