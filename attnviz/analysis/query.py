@@ -152,7 +152,7 @@ def query_view(
                 row = held[layer][head]  # (S,)
             else:
                 row = att.pattern(layer, head)[index]  # (T,) over keys; sums to 1
-            top, best = rank_keys(att, row, top_k)
+            top, best = rank_keys(att.key_tokens, att.key_special, row, top_k)
             rows.append(QueryHead(layer, head, top, best))
     return QueryView(index, att.tokens[index], tuple(rows))
 

@@ -163,13 +163,12 @@ class HeadSummary:
 
 
 def rank_keys(
-    att: Attention, weights: np.ndarray, k: int
+    keys: Sequence[str], special: np.ndarray, weights: np.ndarray, k: int
 ) -> tuple[tuple[Target, ...], Target | None]:
-    """The `k` keys with the most weight in `weights` (T,), and the best non-special key
-    (None when every key is special)."""
+    """The `k` keys (of the tokens `keys`, `special` (T,) bool) with the most weight in
+    `weights` (T,), and the best non-special key (None when every key is special)."""
     import numpy as np
 
-    keys, special = att.key_tokens, att.key_special
     order = np.argsort(-weights, kind="stable")[: min(k, len(weights))]
     top = tuple(Target(int(i), keys[i], float(weights[i])) for i in order)
     best = int(np.argmax(np.where(special, -1.0, weights)))
@@ -199,7 +198,7 @@ class HeadStats:
         import numpy as np
 
         self.att = att
-        n_keys = len(att.key_tokens)
+        self.n_keys = n_keys = len(att.key_tokens)
         self.queries, self.key_special = ~np.asarray(att.special), att.key_special
         self.link_rows = self.queries.copy()  # a decoder's first query sees only itself
         if att.info.causal:
@@ -243,7 +242,7 @@ class HeadStats:
         at = slice(None) if slot is None else slice(slot, slot + 1)
         rows = as_tensor(rows)
         if found is None:
-            found = read(rows[..., : len(self.att.key_tokens)], start, self.asked)
+            found = read(rows[..., : self.n_keys], start, self.asked)
         *by_rows, by_keys = found
         self._add_keys(by_keys, at)
         found = Rows(self.att, rows, start, entropy, found=by_rows)  # its non-special rows
@@ -340,14 +339,15 @@ def special_shares(weights: np.ndarray, queries: np.ndarray, key_special: np.nda
 
 
 def pick_pattern(
-    att: Attention,
+    key_special: np.ndarray,
     scores: dict[str, float | None],
     received: np.ndarray,
     thresholds: Thresholds,
     agreed: int | None,
 ) -> Pattern:
     """One head's pattern from its role `scores`, its per-key means `received` (T,) and the
-    best content key `agreed` (visible to at least half the queries), in the module's order."""
+    best content key `agreed` (visible to at least half the queries), in the module's order;
+    `key_special` (T,) says which keys are special tokens (a separator sink's)."""
     import numpy as np
 
     limit = thresholds.values
@@ -369,7 +369,7 @@ def pick_pattern(
         best = max(sinks, key=lambda name: cleared[name] - limit[name])
         key = 0
         if best == "separator sink":
-            later = np.flatnonzero(att.key_special)
+            later = np.flatnonzero(key_special)
             later = later[later > 0]
             key = int(later[np.argmax(received[later])])
         return Pattern(best, cleared[best], key)
@@ -404,16 +404,20 @@ def summarise(
     special_share = stats.special_shares()  # (L, H)
     any_link = bool(stats.link_rows.any() and (~stats.key_special).any())
 
+    # the text's facts, read once: its tokens, where each layer is held, the removed heads
+    tokens, key_tokens, key_special = att.tokens, att.key_tokens, att.key_special
+    removed = {(layer, head) for layer in layers for head in heads if att.is_removed(layer, head)}
+    slots = {layer: att.slot(layer) for layer in layers}
+    att.info.pick_heads(list(heads))
     summaries = []
     for layer in layers:
-        slot = att.slot(layer)
+        slot = slots[layer]
         for head in heads:
-            att.info.pick_heads([head])
-            if att.is_removed(layer, head):
+            if (layer, head) in removed:
                 summaries.append(HeadSummary.of_removed(layer, head))
                 continue
             keys = received[slot, head]  # (T,)
-            top, other = rank_keys(att, keys, top_k)
+            top, other = rank_keys(key_tokens, key_special, keys, top_k)
             scores = {
                 name: None if values is None else float(values[slot, head])
                 for name, values in per_role.items()
@@ -423,12 +427,12 @@ def summarise(
             if any_link:
                 q, key = (int(i) for i in stats.link_at[slot, head])
                 weight = float(stats.link_weight[slot, head])
-                link = Link(q, att.tokens[q], key, att.key_tokens[key], weight)
+                link = Link(q, tokens[q], key, key_tokens[key], weight)
             summaries.append(
                 HeadSummary(
                     layer=layer,
                     head=head,
-                    pattern=pick_pattern(att, scores, keys, thresholds, agreed),
+                    pattern=pick_pattern(key_special, scores, keys, thresholds, agreed),
                     top=top,
                     top_other=other,
                     special_share=float(special_share[slot, head]),
