@@ -24,7 +24,8 @@ three ways; docs/architecture.md gives the figures it prints.
   and comes back (the checks asking the feature table, then the checks again, then the table
   again). The count is printed with each returning transition (the function the route was
   in, and the one entered), and beside it the count with every round of every loop walked
-  again (`every call`).
+  again (`every call`); then by phase of the run (`PHASES`: a phase starts at the first call
+  of its function).
 
     .venv/bin/python docs/walk.py ["The cat sat on the mat."]
 
@@ -50,6 +51,16 @@ STEPS = {
 }
 RECEIVERS = ("receive", "receive_rows")
 CONSUMER_STEPS = ("recorders", "read", "finish", "write")
+# The phases of a show's run, each from the first call of its function (module, name) on.
+PHASES = (
+    ("before loading", None),
+    ("loading", ("core/models.py", "load")),
+    ("the reader", ("core/tokens.py", "encode")),
+    ("the pass", ("core/capture.py", "run")),
+    ("the consumers", ("pipelines/consumers/__init__.py", "read")),
+    ("the terminal", ("cli/show.py", "print_summary")),
+    ("the figures", ("outputs/render.py", "render_text")),
+)
 
 Function = tuple[str, str, int]  # (module path under attnviz/, name, first line)
 Call = tuple["Function | None", Function]  # (the calling function, the function called)
@@ -90,11 +101,28 @@ def returns(calls: Sequence[Call], every: bool = False) -> list[tuple[Function, 
     """The route's returns, from the calls in the order they were made: (the function the
     route was in, the function entered) for each entry of a module already on the route
     (see the module's docstring). With `every`, a call made again counts again too."""
+    return [(last, entered) for _, last, entered in _returning(calls, every)]
+
+
+def by_phase(calls: Sequence[Call], phases: Sequence[tuple] = PHASES) -> dict[str, int]:
+    """The route's returns counted by the phase of the run each is made in: a phase starts at
+    the first call of its function (`PHASES`), in the order listed."""
+    returning = {at for at, _, _ in _returning(calls)}
+    counted = dict.fromkeys((name for name, _ in phases), 0)
+    phase = 0
+    for at, (_, function) in enumerate(calls):
+        if phase + 1 < len(phases) and function[:2] == phases[phase + 1][1]:
+            phase += 1
+        counted[phases[phase][0]] += at in returning
+    return counted
+
+
+def _returning(calls: Sequence[Call], every: bool = False):
+    """`returns`, each with the index of its call in `calls`."""
     made: set[Call] = set()
     seen: set[str] = set()
-    back: list[tuple[Function, Function]] = []
     last: Function | None = None  # the last function entered on the route
-    for call in calls:
+    for at, call in enumerate(calls):
         if not every:
             if call in made:
                 continue
@@ -102,10 +130,9 @@ def returns(calls: Sequence[Call], every: bool = False) -> list[tuple[Function, 
         entered = call[1]
         module = entered[0]
         if last is not None and last[0] != module and module in seen:
-            back.append((last, entered))
+            yield at, last, entered
         seen.add(module)
         last = entered
-    return back
 
 
 def walk(text: str) -> tuple[list[tuple[str, str]], list[str], dict[str, list[Call]]]:
@@ -170,6 +197,9 @@ def main() -> None:
         where = "" if thread == "MainThread" else f"  [{thread}]"
         print(f"{i:3d}  {module} ({name}) -> {to} ({entered}){where}", file=say)
     print(f"{len(back)} returns ({every} with every call made again counted again)", file=say)
+    print("Returns by phase (the main thread's):", file=say)
+    for phase, count in by_phase(calls.get("MainThread", [])).items():
+        print(f"{count:5d}  {phase}", file=say)
 
 
 if __name__ == "__main__":

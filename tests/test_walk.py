@@ -36,3 +36,12 @@ def test_a_loop_walks_its_step_once_unless_every_call_is_counted():
     calls = [(None, CHECKS), *layer * 3]
     assert walk.returns(calls) == [(TABLE, ASK)]
     assert len(walk.returns(calls, every=True)) == 5  # checks, table, checks, table, checks
+
+
+def test_returns_are_counted_in_the_phase_whose_first_call_came_before():
+    calls = [(None, CHECKS), (CHECKS, TABLE), (TABLE, PICTURES), (PICTURES, TABLE)]
+    phases = (("checks", None), ("pictures", ("checks.py", "pictures")))
+    # the table entered again from the pictures' phase: the pictures' phase's return
+    assert walk.by_phase(calls, phases) == {"checks": 0, "pictures": 2}
+    later = (("checks", None), ("never", ("features.py", "asks")))
+    assert walk.by_phase(calls, later) == {"checks": 2, "never": 0}
