@@ -240,23 +240,26 @@ class HeadStats:
             entropy = None if entropy is None else entropy[None]
             found = None if found is None else [part[None] for part in found]
         at = slice(None) if slot is None else slice(slot, slot + 1)
+        # the block's figures (`metrics`), then the text's sums of them
         rows = as_tensor(rows)
         if found is None:
             found = read(rows[..., : self.n_keys], start, self.asked)
         *by_rows, by_keys = found
-        self._add_keys(by_keys, at)
         found = Rows(self.att, rows, start, entropy, found=by_rows)  # its non-special rows
         sums, counts = metric_sums(found)  # (M, l, H), (M,)
+        reads_itself = self.att.info.causal and self.att.keys is None
+        repeats, counted = repeat_sums(self.att, start, rows) if reads_itself else (None, None)
+        special = found.summed(found.by_key["special"]) if found.count else None
+        self._add_keys(by_keys, at)
         self.metric_sums[:, at] += sums
         self.metric_counts[:, at] += counts[:, None]
-        if self.att.info.causal and self.att.keys is None:  # the text reads itself
-            repeats, counted = repeat_sums(self.att, start, rows)
+        if reads_itself:  # a decoder's text, read by itself: its repeats
             self.repeats[:, at] += repeats
             self.repeat_counts[:, at] += counted[:, None]
         if not found.count:
             return
         self._keys(found, at)
-        self.special[at] += found.summed(found.by_key["special"])
+        self.special[at] += special
         self.special_count[at] += found.count
 
     def _add_keys(self, by_keys: Any, at: slice) -> None:

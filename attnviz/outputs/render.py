@@ -476,12 +476,13 @@ def draw(task: Task) -> list[Path]:
         if "layer" not in _held:
             _held["layer"] = figures.LayerFigure(labels, task.heads, style)
         return [_held["layer"].save(task.weights[0], layer, path)]
+    # A per-layer measure (alti, rollout) has one map a layer: layer-LL, no head.
+    names = [layer_file(layer, ext) if labels.per_layer else head_file(layer, head, ext)
+             for head in task.heads]  # fmt: skip
     if "head" not in _held:
         _held["head"] = figures.HeadFigure(labels, style)
     written = []
-    for head in task.heads:
-        # A per-layer measure (alti, rollout) has one map a layer: layer-LL, no head.
-        name = layer_file(layer, ext) if labels.per_layer else head_file(layer, head, ext)
+    for head, name in zip(task.heads, names):
         grid = task.weights[0, head]  # (T, S); a per-layer measure's one map is head 0
         title = figures.head_title(labels, layer, head, grid)
         removed = (layer, head) in labels.removed

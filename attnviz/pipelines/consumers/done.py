@@ -46,11 +46,14 @@ class Done(Consumer):
             "html": r.html,
             **asdict(run.style),
         }
-        sides = {"target": shown.target, "key_tokens": list(shown.key_tokens)}
         written = [*run.made.images, run.made.page]
         record = {
             "text": r.text,
-            **(sides if shown.stack else {}),
+            **(
+                {"target": shown.target, "key_tokens": list(shown.key_tokens)}
+                if shown.stack
+                else {}
+            ),
             "tokens": list(shown.tokens),
             "files": [str(path.relative_to(folder.parent)) for path in written if path],
             "notes": list(shown.notes),
