@@ -498,12 +498,13 @@ def test_special_shares_by_weight_and_by_norm_by_loops(arch, loaded_tiny):
     shares = SpecialShares(loaded, layers, special)
     found = attend(loaded, encoded, also=[shares])
     norm = [_measure(loaded, text, "norm").weights for text in (TEXT, OTHER)]
+    by_weight, by_norm = shares.means()  # (B, L, H) each
     for row, (att, lengths) in enumerate(zip(found, norm)):
         keys, queries = np.flatnonzero(special[row]), np.flatnonzero(~special[row])
         assert len(keys) and len(queries)
         for layer in layers:
             for h in range(loaded.info.n_heads):
-                for into, grid in ((shares.by_weight, att.weights), (shares.by_norm, lengths)):
+                for into, grid in ((by_weight, att.weights), (by_norm, lengths)):
                     expected = np.mean(
                         [grid[layer, h, q, keys].sum() / grid[layer, h, q].sum() for q in queries]
                     )

@@ -85,19 +85,20 @@ def as_tensor(rows: Any) -> torch.Tensor:
 class BlockReads:
     """What `Rows` reads of every row of a text's blocks, registered with the one pass over
     each block (`core.reductions`): each row's sums over sets of keys (`by_key`'s table) and
-    its largest weight on a non-special key (`content_max`). Made once a text."""
+    its largest weight on a non-special key (`content_max`). Made once a text, from which
+    queries are special tokens, which keys are and the keys' tokens."""
 
-    def __init__(self, att: Attention) -> None:
+    def __init__(self, special: Any, key_special: Any, key_tokens: Sequence[str]) -> None:
         import numpy as np
 
         from attnviz.core.reductions import KeyMax, KeySums
 
-        self.special = np.asarray(att.special)
-        key_special = np.asarray(att.key_special)
+        self.special = np.asarray(special)
+        key_special = np.asarray(key_special)
         separators = key_special.copy()  # special tokens after the first
         separators[0] = False
         keys = np.arange(len(key_special))
-        punctuation = _punctuation(tuple(att.key_tokens)) & ~key_special
+        punctuation = _punctuation(tuple(key_tokens)) & ~key_special
         # the table's columns that do not depend on the block (see `Rows.by_key`)
         self.fixed = np.stack([keys == 0, separators, punctuation, key_special]).astype(np.float32)
         self.key_sums = KeySums(self.table)
@@ -156,7 +157,7 @@ class Rows:
         # the later keys hold 0); a view where every row of the block is a query
         rows = rows[..., : self.n]
         if found is None:
-            reads = reads or BlockReads(att)
+            reads = reads or BlockReads(att.special, att.key_special, att.key_tokens)
             found = read(rows, start, reads.asked)
         key_sums, content = found  # (L, H, b, 8), (L, H, b): every row of the block
         if len(self.queries) < rows.shape[2]:

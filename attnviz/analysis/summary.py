@@ -198,8 +198,9 @@ class HeadStats:
         import numpy as np
 
         self.att = att
-        self.n_keys = n_keys = len(att.key_tokens)
-        self.queries, self.key_special = ~np.asarray(att.special), att.key_special
+        keys, self.key_special = att.key_tokens, att.key_special
+        self.n_keys = n_keys = len(keys)
+        self.queries = ~np.asarray(att.special)
         self.link_rows = self.queries.copy()  # a decoder's first query sees only itself
         if att.info.causal:
             self.link_rows[0] = False
@@ -214,7 +215,7 @@ class HeadStats:
         self.special_count = np.zeros(n_layers, dtype=int)
         # what every row of a block gives (`core.reductions`): the metrics' reads, and each
         # key's weight summed over the non-special queries
-        self.reads = BlockReads(att)
+        self.reads = BlockReads(att.special, self.key_special, keys)
         self.key_weights = QuerySums(self.queries[None].astype(np.float32))
         self.asked = (*self.reads.asked, self.key_weights)
 

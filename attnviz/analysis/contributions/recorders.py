@@ -252,13 +252,10 @@ class SpecialShares:
             rows, start, self._lengths, self._special, sums
         )
 
-    @property
-    def by_weight(self) -> Any:
-        return special_means(self._sums[0], self._special).astype("f4")
-
-    @property
-    def by_norm(self) -> Any:
-        return special_means(self._sums[1], self._special).astype("f4")
+    def means(self) -> Any:
+        """The special tokens' share of each head, by weight and by norm: (2, B, L, H)
+        float32, means over each batch row's non-special queries."""
+        return special_means(self._sums, self._special).astype("f4")
 
 
 class ContributionSums:

@@ -29,7 +29,7 @@ class Contributions(Consumer):
         from attnviz.analysis.contributions import mixing_means
 
         found = self.special
-        by_weight, by_norm = (found.by_weight[0], found.by_norm[0]) if found else (None, None)
+        by_weight, by_norm = found.means()[:, 0] if found else (None, None)  # (L, H) each
         run.made.special_by_weight = _without_removed(by_weight, run.shown, run.layers)
         run.made.special_by_norm = _without_removed(by_norm, run.shown, run.layers)
         alti = self.request.measure == "alti" and not run.loaded.info.seq2seq
