@@ -28,8 +28,9 @@ def value_vectors(x: torch.Tensor, weights: Any) -> torch.Tensor:
     d_model) and a layer's `mha.LayerWeights` (query head h reads value head h // group)."""
     import torch
 
+    heads = value_heads(x, weights)  # v^h_j: (B, T, H, d_k)
     w_o = weights.w_o.reshape(weights.n_heads, weights.d_k, -1)  # W_O^h: (H, d_k, d_model)
-    return torch.einsum("bthk,hkd->bhtd", value_heads(x, weights), w_o)
+    return torch.einsum("bthk,hkd->bhtd", heads, w_o)
 
 
 def value_lengths(values: torch.Tensor, projection: Any) -> torch.Tensor:
