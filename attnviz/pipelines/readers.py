@@ -85,16 +85,18 @@ class OneStack:
             heard = [tower] if tower else []
             encoded, reading = continued(loaded, r, encoded, layers, heard + self._heard())
         run = Run(r, loaded, encoded, layers, tower=tower)
-        facts, asked = loaded.info, memory.Asked.of(r)
+        facts = loaded.info
         if self.whole:
             self._fits(layers, len(encoded))
         else:
-            run.streamed = memory.streams(facts.n_layers, facts.n_heads, len(encoded), asked)
+            n = len(encoded)
+            run.streamed = memory.streams(facts.n_layers, facts.n_heads, n, memory.Asked.of(r))
         if run.streamed:
             return self._streamed(run, consumers, reading)
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
+        edits = [c.edit(run) for c in consumers]
         recorders += _tower_in_pass(run, reading) + self._cross_in_pass(reading)
-        edit = _one_edit([c.edit(run) for c in consumers])
+        edit = _one_edit(edits)
         found, run.measure_recorder = self.batch([encoded], recorders, edit, reading)
         run.raw = found[0]
         self._read_cross(run)
