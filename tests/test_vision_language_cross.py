@@ -325,3 +325,29 @@ def test_the_page_draws_each_cross_head_over_the_picture(browser, cross_page):
         shown.close()
     assert shown.errors == []
     assert shown.requests == [shown.url], "the page made a request besides its own file"
+
+
+# ---------- the API ----------
+
+
+def test_the_api_hands_out_the_cross_layers_and_their_map(folder, photos, answered):
+    """`attnviz.attention(prompt, picture=…, model=Mllama)`: `weights` the self-attention
+    layers, `cross` the cross-attention layers from the same pass, equal to the eager rows
+    within 1e-5, with each key's label and the key-to-cell map; its page (to_html(), made
+    from the result's own weights) has the answer's view of them."""
+    from test_html import _data, _unpack
+
+    import attnviz
+
+    cross, expected = answered
+    a = attnviz.attention(PROMPT, picture=str(photos["wide"]), model=str(folder), generate=3)
+    assert a.tokens == cross.tokens and a.weights.shape[:2] == (2, 4)  # self-attention layers
+    assert a.cross is not None and a.cross.stack == "cross"
+    assert np.abs(a.cross.weights - expected).max() < 1e-5
+    assert a.cross.key_tokens[:2] == ("tile 0,0 CLS", "tile 0,0 (0, 0)")
+    assert [p.tokens for p in a.cross.layout.parts] == [tuple(range(1, 17)), tuple(range(18, 34))]
+    assert any("the API's result holds them as `cross`" in note for note in a.notes)
+    entry = _data(a.to_html())["cross"]
+    assert entry["keys"] == 34
+    page_rows = _unpack(entry["weights"][0][0], "<f4").reshape(len(a.tokens), 34)
+    assert np.abs(page_rows - expected[0, 0]).max() < 1e-5

@@ -228,8 +228,10 @@ def hold(request: ShowRequest, to: Path | None = None) -> Run:
     --hide-special), `run.made.tower` a picture and a prompt's vision tower (`consumers.tower`,
     unless `request.tower` is False). The maps are held in memory where they fit, in the
     `.npy` file `to` (its memory map) when given; refused in one line before the model runs
-    where they fit in neither (`core.memory.check_held`)."""
+    where they fit in neither (`core.memory.check_held`). `run.cross`: Mllama's
+    cross-attention layers over the picture (`consumers.cross`), held in memory."""
     from attnviz.pipelines import checks
+    from attnviz.pipelines.consumers.cross import Cross
     from attnviz.pipelines.consumers.tower import Tower
 
     loaded = request.model().load()
@@ -241,7 +243,7 @@ def hold(request: ShowRequest, to: Path | None = None) -> Run:
                 "is an encoder-decoder model: keep fewer layers (layers=[…]) instead"
             )
         return _shown(Stacks(loaded, request).read(()), ())
-    consumers = [Tower(request)] if request.prompt is not None else []
+    consumers = [Tower(request), Cross(request)] if request.prompt is not None else []
     return _shown(OneStack(loaded, request, whole=True, to=to).read(consumers), consumers)
 
 
