@@ -351,3 +351,33 @@ def test_the_api_hands_out_the_cross_layers_and_their_map(folder, photos, answer
     assert entry["keys"] == 34
     page_rows = _unpack(entry["weights"][0][0], "<f4").reshape(len(a.tokens), 34)
     assert np.abs(page_rows - expected[0, 0]).max() < 1e-5
+
+
+# ---------- export over pictures and questions ----------
+
+
+def test_export_writes_each_questions_cross_layers(folder, photos, answered, tmp_path):
+    """`export questions.jsonl --generate 3 --save-raw` on Mllama: each question's folder
+    holds its cross-attention layer over the picture and the share plot (as `show` draws
+    them), cross.json (each key's label and cell, the eager shares on the patches) and
+    `cross_attention` in attention.npz, the eager rows within 1e-5."""
+    cross, expected = answered
+    lines = tmp_path / "questions.jsonl"
+    lines.write_text(json.dumps({"picture": str(photos["wide"]), "prompt": PROMPT}) + "\n")
+    out = tmp_path / "export"
+    args = ["export", str(lines), "-m", str(folder), "--generate", "3", "--save-raw",
+            "-o", str(out)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (done,) = [p for p in out.iterdir() if p.is_dir()]
+    assert {"picture-answer-layer-0.png", "picture-share.png", "cross.json"} <= {
+        p.name for p in done.iterdir()}  # fmt: skip
+    raw = np.load(done / "attention.npz")
+    assert list(raw["tokens"]) == list(cross.tokens)  # the same answer as `answered`'s
+    assert raw["cross_attention"].shape == (1, 4, len(cross.tokens), 34)
+    assert np.abs(raw["cross_attention"] - expected).max() < 1e-5
+    fields = json.loads((done / "cross.json").read_text(encoding="utf-8"))
+    assert fields["parts"][1]["keys"] == list(range(18, 34)) and fields["marks"] == [0, 17]
+    rows, cells = fields["rows"], cross.layout.cells()
+    want = expected[:, :, rows][..., cells].sum(-1).mean(-1)  # (1, H)
+    np.testing.assert_allclose(np.array(fields["patch_share"]), want, atol=1e-5)

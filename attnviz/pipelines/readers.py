@@ -78,7 +78,8 @@ class OneStack:
         reading, tower = None, None
         if r.prompt is not None and any(c.wants_tower() for c in consumers):
             encoded, tower = tower_recorder(loaded, encoded)
-        self.cross = cross_recorder(loaded, r, encoded, consumers)
+        if any(c.wants_cross() for c in consumers):
+            self.cross = cross_recorder(loaded, r, encoded)
         if self.whole and r.continues:  # before it is written: its length at most
             self._fits(layers, len(encoded) + (r.generate or 0))
         if r.continues:  # the tower runs in the prompt's pass: fed there
@@ -302,16 +303,15 @@ def tower_recorder(loaded: LoadedModel, encoded: Any) -> tuple[Any, Any]:
     return encoded, TowerRecorder(tower, n_layers, capture.VISION)
 
 
-def cross_recorder(loaded: LoadedModel, request: Request, encoded: Any,
-                   consumers: Sequence[Consumer]) -> Any:  # fmt: skip
+def cross_recorder(loaded: LoadedModel, request: Request, encoded: Any) -> Any:
     """The recorder of Mllama's cross-attention layers over `encoded`'s picture
-    (`core.cross_picture`), where a consumer wants it, for the prompt and at most the answer
-    `request` asks for; refused in one line where the process could not hold their rows.
-    None for any other model."""
+    (`core.cross_picture`), for the prompt and at most the answer `request` asks for;
+    refused in one line where the process could not hold their rows. None for any other
+    model."""
     from attnviz.core import cross_picture
     from attnviz.core.generation import target_ids
 
-    if encoded.cross is None or not any(c.wants_cross() for c in consumers):
+    if encoded.cross is None:
         return None
     more = request.generate or 0
     if request.target is not None:
