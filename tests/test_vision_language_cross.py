@@ -381,3 +381,19 @@ def test_export_writes_each_questions_cross_layers(folder, photos, answered, tmp
     rows, cells = fields["rows"], cross.layout.cells()
     want = expected[:, :, rows][..., cells].sum(-1).mean(-1)  # (1, H)
     np.testing.assert_allclose(np.array(fields["patch_share"]), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_report_and_compare_refuse_mllama_in_one_line(folder, photos, tmp_path, command):
+    """`report` and `compare` over Mllama's pictures and questions read no cross-attention
+    layers: refused in one line that says so and names what does read them, exit 2, nothing
+    written."""
+    lines = tmp_path / "questions.jsonl"
+    lines.write_text(json.dumps({"picture": str(photos["wide"]), "prompt": PROMPT}) + "\n")
+    given = {"report": [str(lines)], "compare": [str(photos["wide"]), PROMPT, "What is it?"]}
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [command, *given[command], "-m", str(folder), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    said = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(said) == 1 and "reads the picture in cross-attention layers" in said[0]
+    assert "Traceback" not in result.output and not out.exists()
