@@ -351,6 +351,7 @@ def test_the_api_hands_out_the_cross_layers_and_their_map(folder, photos, answer
     assert entry["keys"] == 34
     page_rows = _unpack(entry["weights"][0][0], "<f4").reshape(len(a.tokens), 34)
     assert np.abs(page_rows - expected[0, 0]).max() < 1e-5
+    assert "&quot;cross&quot;: {" in a._repr_mimebundle_()["text/html"]  # a notebook cell's
 
 
 # ---------- export over pictures and questions ----------
