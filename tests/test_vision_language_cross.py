@@ -398,3 +398,26 @@ def test_report_and_compare_refuse_mllama_in_one_line(folder, photos, tmp_path, 
     said = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(said) == 1 and "reads the picture in cross-attention layers" in said[0]
     assert "Traceback" not in result.output and not out.exists()
+
+
+def test_past_the_budget_the_pages_cross_rows_are_8_bit_steps(answered, monkeypatch):
+    """Past the page's float32 budget the cross rows travel as 8-bit steps of each head's
+    largest weight (the page's other blobs' encoding): every row within half a step of the
+    float32 ones, which equal eager's."""
+    from test_html import _unpack
+
+    from attnviz.outputs.html import page
+
+    cross, expected = answered
+    exact = page.cross_entry(cross)
+    monkeypatch.setattr(page, "EXACT_BUDGET", cross.weights.size * 4 - 1)
+    stepped = page.cross_entry(cross)
+    assert (exact["encoding"], stepped["encoding"]) == ("float32", "uint8")
+    n = len(cross.tokens)
+    for head in range(4):
+        rows = _unpack(exact["weights"][0][head], "<f4").reshape(n, 34)
+        blob = _unpack(stepped["weights"][0][head], "u1")
+        top = blob[:4].view("<f4")[0]
+        steps = blob[4:].reshape(n, 34) * (top / 255)
+        assert top == rows.max() and np.abs(steps - rows).max() <= top / 510 + 1e-7
+        assert np.abs(rows - expected[0, head]).max() < 1e-5
