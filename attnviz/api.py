@@ -60,6 +60,13 @@ class Attention(core.Attention):
     # and mean attention distance; `as_dict()` is show --json's `tower`); None with
     # tower=False, or where the family's tower is not mapped (`notes` says why)
     tower: TowerView | None = None
+    # a picture and a prompt to a model that reads the picture in cross-attention layers
+    # (Mllama's): those layers from the same pass, an `attnviz.core.attention.Attention` of
+    # the text's tokens (as read: not merged by words=, nor renormalised by hide_special=)
+    # over the picture's keys, `weights` (cross layer, head, token, key); `key_tokens` each
+    # key's label, `layout` the key-to-cell map (each tile's grid, its key indices and box on
+    # the picture; each tile's CLS a mark). None for any other model
+    cross: core.Attention | None = None
 
     def heatmap(self, layer: int, head: int, style: Style | None = None) -> Figure:
         """One head's query × key heatmap."""
@@ -120,8 +127,9 @@ class Attention(core.Attention):
         from attnviz.pipelines.request import ShowRequest
         from attnviz.pipelines.views import PROMPTED_INSIDE, notebook_page
 
-        if self.layout is not None:  # read again as text, it would be another run's page
-            return notebook_page(self, PROMPTED_INSIDE, self.tower, scale, cmap)
+        if self.layout is not None or self.cross is not None:  # read again as text, it
+            # would be another run's page
+            return notebook_page(self, PROMPTED_INSIDE, self.tower, scale, cmap, self.cross)
 
         # The inside view needs each layer's input and the measure switch every measure,
         # which `attention()` does not keep: this runs the text once more (`attnviz show
@@ -173,7 +181,7 @@ class Attention(core.Attention):
             return f'<img alt="{html.escape(self._line)}" src="data:image/png;base64,{png}">'
         from attnviz.pipelines.views import notebook_page
 
-        page = html.escape(notebook_page(self, tower=self.tower), quote=True)
+        page = html.escape(notebook_page(self, tower=self.tower, cross=self.cross), quote=True)
         return (
             f'<iframe srcdoc="{page}" sandbox="allow-scripts" '
             'style="width:100%;height:720px;border:1px solid #ddd"></iframe>'
@@ -253,6 +261,9 @@ def attention(
     vision tower's heads are read in the same pass into `tower` (`analysis.tower.TowerView`:
     each tower layer's and head's row over the picture, role and mean attention distance);
     `tower=False` leaves the tower unread (its layers run the model's own attention).
+    Mllama reads the picture in cross-attention layers instead: `weights` are its
+    self-attention layers, and `cross` those layers over the picture's keys, each key's cell
+    in `cross.layout` (`core.cross_picture`).
     `implementation` is the model's attention: "sdpa" (the probabilities recorded inside the
     model's attention call, from its own q and k, in blocks of rows; the other layers run
     SDPA), "flash_attention_2" (the same) or "eager" (the model's own); `load` the other load
@@ -293,7 +304,7 @@ def attention(
     run = readers.hold(request, _weights_file(to, request))
     shown = run.shown
     return Attention(**{f.name: getattr(shown, f.name) for f in fields(shown)}, reader=reader,
-                     tower=run.made.tower)  # fmt: skip
+                     tower=run.made.tower, cross=run.cross)  # fmt: skip
 
 
 def _weights_file(to: str | Path | None, request: Any) -> Path | None:

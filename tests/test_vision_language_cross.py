@@ -8,6 +8,7 @@ picture are the eager rows on their cells; `show` writes and prints them."""
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -214,8 +215,6 @@ def test_show_draws_and_prints_the_cross_attention(folder, photos, tmp_path):
     """`show` over Mllama's picture writes the cross-attention layer's figure over the
     picture and its share plot, prints its patches' share and says how the picture is read;
     --json carries the shares."""
-    import json
-
     out = tmp_path / "out"
     args = ["show", str(photos["wide"]), PROMPT, "-m", str(folder), "--generate", "2"]
     result = CliRunner().invoke(app, [*args, "-o", str(out)])
@@ -231,3 +230,194 @@ def test_show_draws_and_prints_the_cross_attention(folder, photos, tmp_path):
     assert found["layers"] == 1 and len(found["key_tokens"]) == 34
     assert found["key_tokens"][:2] == ["tile 0,0 CLS", "tile 0,0 (0, 0)"]
     assert np.array(found["patch_share"]).shape == (1, 4)
+
+
+# ---------- the page (answer.js over the cross-attention layers) ----------
+
+
+@pytest.fixture(scope="module")
+def cross_page(folder, photos, answered, tmp_path_factory):
+    """`show … --generate 3 --html`'s page of the wide picture, and its data; the answer
+    written is `answered`'s (greedy), whose eager cross rows the page is held to."""
+    from test_html import _data
+
+    out = tmp_path_factory.mktemp("cross-page")
+    args = ["show", str(photos["wide"]), PROMPT, "-m", str(folder), "--generate", "3",
+            "--html", "--no-images", "-o", str(out)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (page,) = out.glob("*/attention.html")
+    return page, _data(page.read_text(encoding="utf-8"))
+
+
+def test_the_page_carries_the_eager_cross_rows_and_their_shares(cross_page, answered):
+    """The page's `cross`: every head's rows over the 34 keys, float32, equal to the model's
+    eager cross-attention within 1e-5; each tile's patches on the keys the map names (each
+    CLS left out); the whole answer's rows then each word's, with the eager share on the
+    patches; answer.js comes once, with no view over image tokens (Mllama has none)."""
+    from test_html import _unpack
+
+    from attnviz.analysis.picture_share import answer_rows
+
+    page, data = cross_page
+    cross, expected = answered
+    entry = data["cross"]
+    assert "layout" not in data
+    assert page.read_text(encoding="utf-8").count("function drawAnswer") == 1
+    assert data["tokens"] == list(cross.tokens)  # the same answer as `answered`'s
+    assert (entry["keys"], entry["layers"], entry["heads"]) == (34, 1, 4)
+    assert entry["encoding"] == "float32"
+    n = len(cross.tokens)
+    for head in range(4):
+        rows = _unpack(entry["weights"][0][head], "<f4").reshape(n, 34)
+        assert np.abs(rows - expected[0, head]).max() < 1e-5
+    assert [p["tokens"] for p in entry["parts"]] == [list(range(1, 17)), list(range(18, 34))]
+    start = cross.continuation.start
+    views = entry["views"]
+    assert [v["rows"] for v in views] == [list(answer_rows(cross)),
+                                          *[[t - 1] for t in range(start, n)]]  # fmt: skip
+    cells = cross.layout.cells()
+    for v in views:
+        want = expected[:, :, v["rows"]][..., cells].sum(-1).mean(-1)  # (1, H)
+        np.testing.assert_allclose(np.array(v["share"]), want, atol=1e-5)
+
+
+def test_the_page_draws_each_cross_head_over_the_picture(browser, cross_page):
+    """In chromium: the page opens on the whole answer in the cross-attention layer, every
+    head's canvas the picture under the mean of the page's rows over the keys, each patch's
+    key on its cell, on the layer's one scale; clicking a word draws the row that wrote it;
+    each caption gives the share on the patches, and the plot's mean line their mean."""
+    from test_html import Opened, _unpack
+    from test_picture_page import _painted
+    from test_vision_language_views import over_expected
+
+    page, data = cross_page
+    entry = data["cross"]
+    n = len(data["tokens"])
+    weights = np.stack([_unpack(blob, "<f4").reshape(n, 34) for blob in entry["weights"][0]])
+    shown = Opened(browser, page, every_head=False)
+    try:
+        shown.page.wait_for_selector("body[data-answer='ready']")
+
+        def check(view: int) -> None:
+            rows = entry["views"][view]["rows"]
+            means = [sum(weights[head, q].astype(np.float64) for q in rows) / len(rows)
+                     for head in range(4)]  # fmt: skip
+            want = over_expected(entry, means)
+            for head in range(4):
+                drawn = _painted(shown, f"#answer-heads canvas[data-head='{head}']")
+                assert np.array_equal(drawn, want[head]), (view, head)
+            captions = shown.page.eval_on_selector_all(
+                "#answer-heads figcaption", "cs => cs.map((c) => c.textContent)"
+            )
+            share = entry["views"][view]["share"][0]
+            assert captions == [f"H{h} · patches {100 * share[h]:.1f}%" for h in range(4)]
+            mean = json.loads(shown.page.get_attribute("#answer-share", "data-mean"))
+            np.testing.assert_allclose(mean, [np.mean(share)], atol=1e-12)
+
+        check(0)
+        assert "Cross-attention layer 0" in shown.page.inner_text("#answer-title")
+        n_renders = int(shown.page.get_attribute("#answer-view", "data-renders"))
+        shown.page.click(".answer-word[data-view='2']")
+        shown.page.wait_for_selector(f"#answer-view[data-renders='{n_renders + 1}']")
+        check(2)
+    finally:
+        shown.close()
+    assert shown.errors == []
+    assert shown.requests == [shown.url], "the page made a request besides its own file"
+
+
+# ---------- the API ----------
+
+
+def test_the_api_hands_out_the_cross_layers_and_their_map(folder, photos, answered):
+    """`attnviz.attention(prompt, picture=…, model=Mllama)`: `weights` the self-attention
+    layers, `cross` the cross-attention layers from the same pass, equal to the eager rows
+    within 1e-5, with each key's label and the key-to-cell map; its page (to_html(), made
+    from the result's own weights) has the answer's view of them."""
+    from test_html import _data, _unpack
+
+    import attnviz
+
+    cross, expected = answered
+    a = attnviz.attention(PROMPT, picture=str(photos["wide"]), model=str(folder), generate=3)
+    assert a.tokens == cross.tokens and a.weights.shape[:2] == (2, 4)  # self-attention layers
+    assert a.cross is not None and a.cross.stack == "cross"
+    assert np.abs(a.cross.weights - expected).max() < 1e-5
+    assert a.cross.key_tokens[:2] == ("tile 0,0 CLS", "tile 0,0 (0, 0)")
+    assert [p.tokens for p in a.cross.layout.parts] == [tuple(range(1, 17)), tuple(range(18, 34))]
+    assert any("the API's result holds them as `cross`" in note for note in a.notes)
+    entry = _data(a.to_html())["cross"]
+    assert entry["keys"] == 34
+    page_rows = _unpack(entry["weights"][0][0], "<f4").reshape(len(a.tokens), 34)
+    assert np.abs(page_rows - expected[0, 0]).max() < 1e-5
+    assert "&quot;cross&quot;: {" in a._repr_mimebundle_()["text/html"]  # a notebook cell's
+
+
+# ---------- export over pictures and questions ----------
+
+
+def test_export_writes_each_questions_cross_layers(folder, photos, answered, tmp_path):
+    """`export questions.jsonl --generate 3 --save-raw` on Mllama: each question's folder
+    holds its cross-attention layer over the picture and the share plot (as `show` draws
+    them), cross.json (each key's label and cell, the eager shares on the patches) and
+    `cross_attention` in attention.npz, the eager rows within 1e-5."""
+    cross, expected = answered
+    lines = tmp_path / "questions.jsonl"
+    lines.write_text(json.dumps({"picture": str(photos["wide"]), "prompt": PROMPT}) + "\n")
+    out = tmp_path / "export"
+    args = ["export", str(lines), "-m", str(folder), "--generate", "3", "--save-raw",
+            "-o", str(out)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (done,) = [p for p in out.iterdir() if p.is_dir()]
+    assert {"picture-answer-layer-0.png", "picture-share.png", "cross.json"} <= {
+        p.name for p in done.iterdir()}  # fmt: skip
+    raw = np.load(done / "attention.npz")
+    assert list(raw["tokens"]) == list(cross.tokens)  # the same answer as `answered`'s
+    assert raw["cross_attention"].shape == (1, 4, len(cross.tokens), 34)
+    assert np.abs(raw["cross_attention"] - expected).max() < 1e-5
+    fields = json.loads((done / "cross.json").read_text(encoding="utf-8"))
+    assert fields["parts"][1]["keys"] == list(range(18, 34)) and fields["marks"] == [0, 17]
+    rows, cells = fields["rows"], cross.layout.cells()
+    want = expected[:, :, rows][..., cells].sum(-1).mean(-1)  # (1, H)
+    np.testing.assert_allclose(np.array(fields["patch_share"]), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_report_and_compare_refuse_mllama_in_one_line(folder, photos, tmp_path, command):
+    """`report` and `compare` over Mllama's pictures and questions read no cross-attention
+    layers: refused in one line that says so and names what does read them, exit 2, nothing
+    written."""
+    lines = tmp_path / "questions.jsonl"
+    lines.write_text(json.dumps({"picture": str(photos["wide"]), "prompt": PROMPT}) + "\n")
+    given = {"report": [str(lines)], "compare": [str(photos["wide"]), PROMPT, "What is it?"]}
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [command, *given[command], "-m", str(folder), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    said = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(said) == 1 and "reads the picture in cross-attention layers" in said[0]
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_past_the_budget_the_pages_cross_rows_are_8_bit_steps(answered, monkeypatch):
+    """Past the page's float32 budget the cross rows travel as 8-bit steps of each head's
+    largest weight (the page's other blobs' encoding): every row within half a step of the
+    float32 ones, which equal eager's."""
+    from test_html import _unpack
+
+    from attnviz.outputs.html import page
+
+    cross, expected = answered
+    exact = page.cross_entry(cross)
+    monkeypatch.setattr(page, "EXACT_BUDGET", cross.weights.size * 4 - 1)
+    stepped = page.cross_entry(cross)
+    assert (exact["encoding"], stepped["encoding"]) == ("float32", "uint8")
+    n = len(cross.tokens)
+    for head in range(4):
+        rows = _unpack(exact["weights"][0][head], "<f4").reshape(n, 34)
+        blob = _unpack(stepped["weights"][0][head], "u1")
+        top = blob[:4].view("<f4")[0]
+        steps = blob[4:].reshape(n, 34) * (top / 255)
+        assert top == rows.max() and np.abs(steps - rows).max() <= top / 510 + 1e-7
+        assert np.abs(rows - expected[0, head]).max() < 1e-5

@@ -71,3 +71,27 @@ def whose_rows(att: Attention) -> str:
 def looked(att: Attention, layer: int, rows: tuple[int, ...]) -> Any:
     """(H, T): the mean of query rows `rows` in each head of layer `layer`."""
     return att.weights[att.slot(layer)][:, list(rows)].mean(axis=1)
+
+
+def cross_fields(cross: Attention) -> dict[str, Any]:
+    """Mllama's cross-attention over the picture as JSON-ready values (`show --json`'s
+    `cross`, export's cross.json): its layers, each key's label, each tile's grid, box and
+    keys row by row, the keys on no cell (each tile's CLS), and each layer's and head's share
+    of the answer's rows on the patches."""
+    found = picture_shares(cross)
+    return {
+        "layers": cross.info.n_layers,
+        "key_tokens": list(cross.key_tokens),
+        "parts": [
+            {
+                "name": part.name,
+                "grid": list(part.grid),
+                "box": list(part.box),
+                "keys": list(part.tokens),
+            }
+            for part in cross.layout.parts
+        ],  # fmt: skip
+        "marks": list(cross.layout.marks),
+        "rows": list(found.rows),
+        "patch_share": found.share.round(6).tolist(),
+    }

@@ -60,7 +60,8 @@ class CrossPicture:
         return (f"the picture is read by {len(self.layers) or 'its'} cross-attention layer(s)"
                 f"{where}, not as tokens of the prompt: their {self.keys} keys are its "
                 f"{len(self.layout.parts)} tile(s) of patches ({grids}), each after its CLS"
-                f"{padding} (`show` draws these layers over the picture); the self-attention "
+                f"{padding} (`show`, its page and `export` draw these layers over the "
+                "picture; the API's result holds them as `cross`); the self-attention "
                 "layers, numbered among themselves, are read as text")  # fmt: skip
 
 

@@ -86,6 +86,18 @@ def _unread(model: Any) -> str:
     return "attnviz has no reader of its image tokens' layout"
 
 
+def unplaced(name: str, encoded: Encoded, command: str) -> str:
+    """Why `command` (over pictures and questions) cannot read `encoded`, whose image tokens
+    have no layout: a family that reads its picture in cross-attention layers (Mllama's),
+    which the command does not read, or one attnviz has no layout reader for."""
+    if encoded.cross is not None:
+        return (f"{name} reads the picture in cross-attention layers, not as tokens of the "
+                f"prompt: {command} does not read those layers yet (show, its --html page, "
+                "export and the API do: docs/vision-language.md)")  # fmt: skip
+    return (f"{name}: attnviz has no reader of where its image tokens sit on the picture "
+            f"(docs/vision-language.md): {command} cannot read it")  # fmt: skip
+
+
 def prompt_text(processor: Any, prompt: str, raw: bool) -> str:
     """The prompt as the model reads it: one user turn of the picture then the prompt,
     through the processor's chat template, ready for the answer; as it is with `raw`, or

@@ -18,6 +18,7 @@ def save_raw(
     heads: list[int],
     sides: dict[str, tuple[str, ...]] | None = None,
     tower: Any = None,
+    cross: Attention | None = None,
 ) -> Path:
     """attention.npz: the weights as `attention` (l, h, T, T), or another measure's values
     under its name (`norm` (l, h, T, T); `alti`, `rollout` (l, T, T): one map per layer).
@@ -31,7 +32,9 @@ def save_raw(
     `patch` (pixels a side). A picture and a prompt's vision `tower` (`analysis.tower.TowerView`)
     adds `tower_maps` (tower layer, head, tower token) float32, what tower-layer-L.png draws
     (CLS's row, or each token's mean received attention: tower.json says which, and where
-    each token sits)."""
+    each token sits). Mllama's `cross`-attention layers over the picture add
+    `cross_attention` (cross layer, head, T, keys) float32, every cross layer and the chosen
+    heads (cross.json says which key sits on which cell)."""
     import numpy as np
 
     more: dict[str, Any] = {}
@@ -44,6 +47,8 @@ def save_raw(
                  "patch": np.array(att.picture.patch)}  # fmt: skip
     if tower is not None:
         more["tower_maps"] = tower.maps
+    if cross is not None:
+        more["cross_attention"] = cross.weights[:, heads]  # (cross layers, h, T, keys)
     if att.continuation is not None:
         more |= {"continuation_start": np.array(att.continuation.start),
                  "token_probs": np.array(att.continuation.probs, np.float32)}  # fmt: skip

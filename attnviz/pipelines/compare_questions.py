@@ -86,9 +86,7 @@ def _encode(loaded: LoadedModel, request: CompareRequest, picture: Path, prompt:
 
     encoded = vlm.encode(loaded, picture, prompt, request.raw)
     if encoded.layout is None:
-        raise InputError(f"{loaded.info.name}: attnviz has no reader of where its image tokens "
-                         "sit on the picture (docs/vision-language.md): compare pairs them by "
-                         "place")  # fmt: skip
+        raise InputError(vlm.unplaced(loaded.info.name, encoded, "compare"))
     return encoded
 
 

@@ -323,11 +323,13 @@ def render_sentence(
     page: str | None = None,
     sides: dict[str, tuple[str, ...]] | None = None,
     tower: TowerView | None = None,
+    cross: Attention | None = None,
 ) -> Record:
     """Write one sentence's figures (and raw array, and `page` as attention.html), then
     `done.json`; runs in a worker too. `sides`: an encoder-decoder model's source and target
     tokens, for the raw array; `tower`: a picture and a prompt's vision tower's heads
-    (tower-layer-L figures, tower.json, and its maps in the raw array)."""
+    (tower-layer-L figures, tower.json, and its maps in the raw array); `cross`: Mllama's
+    cross-attention layers over the picture (`cross_files`)."""
     from attnviz.outputs.raw import save_raw
     from attnviz.outputs.render import render_text
 
@@ -350,16 +352,38 @@ def render_sentence(
         written += [task[0](*task[1:]) for task in tower_tasks(att, tower, folder, style)]
         written.append(write_text_atomic(folder / "tower.json", json.dumps(tower.as_dict(),
                                                                            indent=1)))  # fmt: skip
+    if cross is not None:
+        written += cross_files(cross, folder, heads, style)
     if page is not None:
         written.append(write_text_atomic(folder / "attention.html", page))
     if options.save_raw:
-        written.append(save_raw(att, folder / "attention.npz", layers, heads, sides, tower))
+        written.append(save_raw(att, folder / "attention.npz", layers, heads, sides, tower,
+                                cross))  # fmt: skip
     record.files = [str(path.relative_to(folder.parent)) for path in written]
     write_done(folder, settings, asdict(record))
     # Figures live in reference cycles; left to the collector's schedule, megabytes of pixel
     # buffers pile up over a long run. Cheap once the long-lived objects are frozen.
     gc.collect()
     return record
+
+
+def cross_files(cross: Attention, folder: Path, heads: list[int], style: Style) -> list[Path]:
+    """Mllama's cross-attention layers over the picture, as `show` draws them: every cross
+    layer's `heads` over the picture (picture-answer-layer-L, L the cross-attention layer),
+    their share on the patches by layer (picture-share), and cross.json (`show --json`'s
+    `cross`: each key's label, each tile's grid, box and keys, the shares)."""
+    from attnviz.analysis.picture_share import cross_fields, picture_shares, whose_rows
+    from attnviz.outputs.figures.pictures import layout_tasks, share_figure
+    from attnviz.outputs.figures.raster import save_figure
+
+    layers = cross.held_layers()
+    written = [task[0](*task[1:]) for task in layout_tasks(cross, folder, layers, heads, style,
+                                                           None)]  # fmt: skip
+    share = picture_shares(cross).share[:, heads]  # (cross layers, chosen heads)
+    figure = share_figure(cross, share, layers, heads, whose_rows(cross), style)
+    written.append(save_figure(figure, folder / f"picture-share.{style.fmt}", style))
+    fields = json.dumps(cross_fields(cross), ensure_ascii=False, indent=1)
+    return [*written, write_text_atomic(folder / "cross.json", fields)]
 
 
 def _freeze_long_lived() -> None:
@@ -512,10 +536,10 @@ class _Export:
         loaded_at = time.perf_counter()
         renderer = _Renderer(r.jobs)
         try:
-            for raw, inside, measures, tower, record, settings, sides in self.texts():
+            for raw, inside, measures, tower, cross, record, settings, sides in self.texts():
                 if interrupts.asked():  # a Ctrl-C that landed where Python swallowed it
                     raise KeyboardInterrupt
-                job = self.job(raw, inside, measures, tower, record, settings, sides)
+                job = self.job(raw, inside, measures, tower, cross, record, settings, sides)
                 self.finished(renderer.submit(job))
             self.finished(renderer.finish())
         except KeyboardInterrupt:
@@ -585,7 +609,8 @@ class _Export:
 
     def texts(self) -> Iterator[tuple[Any, ...]]:
         """Each sentence left, read in batched passes: (attention, inside view, page measures,
-        vision tower's heads, record, settings, sides), in order."""
+        vision tower's heads, cross-attention over the picture, record, settings, sides), in
+        order."""
         queue: deque = deque()
         options, stack = self.options, self.options.stack
 
@@ -605,10 +630,10 @@ class _Export:
             read = _attention(loaded, r, encoded_only(), self.layers, options.html)
         else:
             read = _stack_attention(loaded, r, encoded_only(), stack)
-        for raw, inside, measures, tower in read:
-            yield (raw, inside, measures, tower, *queue.popleft())
+        for raw, inside, measures, tower, cross in read:
+            yield (raw, inside, measures, tower, cross, *queue.popleft())
 
-    def job(self, raw, inside, measures, tower, record, settings, sides) -> tuple:
+    def job(self, raw, inside, measures, tower, cross, record, settings, sides) -> tuple:
         """What `render_sentence` takes to write one sentence's files."""
         from attnviz.analysis.query import find_query
         from attnviz.analysis.transforms import transform
@@ -645,7 +670,7 @@ class _Export:
             drawn = replace(style, top=float(att.weights.max()) or 1.0)
         folder = self.summary.out / record.folder
         return (att, folder, self.layers, self.heads, drawn, options, record, settings, query,
-                page, sides, tower)  # fmt: skip
+                page, sides, tower, cross)  # fmt: skip
 
     def finished(self, records: list[Record]) -> None:
         for done in records:
@@ -660,11 +685,12 @@ def _attention(
     encoded: Iterator[Encoded],
     layers: list[int],
     inside: bool,
-) -> Iterator[tuple[Attention, Inside | str | None, Callable[..., PageMeasures] | None, None]]:
+) -> Iterator[tuple[Attention, Inside | str | None, Callable[..., PageMeasures] | None, None,
+                    None]]:  # fmt: skip
     """Each text's attention (or the request's measure's values); with `inside`, its
     inside-one-head numbers and a function giving its page's every measure
     (`EveryMeasure.page` of its row), all from the same batched forward pass, in order (and
-    None: a text has no vision tower)."""
+    None twice: a text has no vision tower, nor cross-attention over a picture)."""
     from functools import partial
 
     from attnviz.analysis.contributions import PageParts
@@ -680,17 +706,18 @@ def _attention(
         for prompt in encoded:
             whole, reading = continued(loaded, request, prompt, layers)
             att = reader.batch([whole], reading=reading)[0][0]
-            yield att, CONTINUED if inside else None, lambda shown, _: PageMeasures(shown, {}), None
+            yield (att, CONTINUED if inside else None, lambda shown, _: PageMeasures(shown, {}),
+                   None, None)  # fmt: skip
         return
     for batch in batched(encoded, request.batch_size, same_size=request.pictures is not None):
         parts = PageParts(loaded, layers, batch, request.measure) if inside else None
         found, kept = reader.batch(batch, parts.recorders() if parts else [])
         for row, att in enumerate(found):
             if parts is None:
-                yield att, None, None, None
+                yield att, None, None, None, None
                 continue
             pages = partial(parts.every.page, att, kept=kept, row=row)
-            yield att, parts.inside.result(row), pages, None
+            yield att, parts.inside.result(row), pages, None, None
 
 
 def _question_attention(
@@ -698,15 +725,18 @@ def _question_attention(
     request: ExportRequest,
     questions: Iterator[tuple[Encoded, str | None]],
     layers: list[int],
-) -> Iterator[tuple[Attention, None, None, TowerView | None]]:
+) -> Iterator[tuple[Attention, None, None, TowerView | None, Attention | None]]:
     """Each picture and prompt's attention, one a pass: answered first by its line's target
-    (teacher forcing) or `request.generate` tokens, where given; and its vision tower's heads
+    (teacher forcing) or `request.generate` tokens, where given; its vision tower's heads
     from the same pass (`consumers.tower`; None with --no-tower, or where the family's tower
-    is not mapped: a note on the attention says why)."""
+    is not mapped: a note on the attention says why); and, where the model reads the picture
+    in cross-attention layers (Mllama's), those layers over the picture's keys, from the
+    same passes (`core.cross_picture`; else None)."""
     from dataclasses import replace as changed
 
+    from attnviz.core.capture import records
     from attnviz.pipelines.consumers.tower import tower_view
-    from attnviz.pipelines.readers import OneStack, continued, tower_recorder
+    from attnviz.pipelines.readers import OneStack, continued, cross_recorder, tower_recorder
 
     reader = OneStack(loaded, request)
     for prompt, target in questions:
@@ -714,19 +744,25 @@ def _question_attention(
         if request.tower:  # the tower runs in the prompt's pass: its recorder fed there
             prompt, tower = tower_recorder(loaded, prompt)
         recorders = [tower] if tower is not None else []
+        asked = changed(request, target=target, generate=None if target else request.generate)
+        cross = cross_recorder(loaded, asked, prompt)
         if target is None and request.generate is None:
-            att = reader.batch([prompt], recorders)[0][0]
+            whole = prompt
+            att = reader.batch([prompt], recorders + ([cross] if cross else []))[0][0]
         else:
-            asked = changed(request, target=target, generate=None if target else request.generate)
-            whole, reading = continued(loaded, asked, prompt, layers, recorders)
-            att = reader.batch([whole], reading=reading)[0][0]
+            # generation's passes feed the cross recorder where attnviz's function hears
+            # them, else the pass over the whole text does (as `OneStack.read`)
+            heard = [cross] if cross is not None and records(loaded.model) else []
+            whole, reading = continued(loaded, asked, prompt, layers, recorders + heard)
+            late = [cross] if cross is not None and reading is None else []
+            att = reader.batch([whole], late, reading=reading)[0][0]
         att, view = tower_view(tower, att)
-        yield att, None, None, view
+        yield att, None, None, view, cross.attention(whole, loaded, whole.cross) if cross else None
 
 
 def _stack_attention(
     loaded: LoadedModel, request: ExportRequest, pairs: Iterator[SourceTarget], stack: str
-) -> Iterator[tuple[Attention, None, None, None]]:
+) -> Iterator[tuple[Attention, None, None, None, None]]:
     """Each source-target pair's attention of `stack` (or the request's measure: norm),
     batched, in order (as `_attention` yields them, without the page's numbers)."""
     from dataclasses import replace as changed
@@ -737,7 +773,7 @@ def _stack_attention(
     reader = Stacks(loaded, changed(request, stack=stack))
     for batch in batched(pairs, request.batch_size):
         for found in reader.batch(batch):
-            yield found[stack], None, None, None
+            yield found[stack], None, None, None, None
 
 
 def _figures(record: Record) -> int:

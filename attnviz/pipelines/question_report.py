@@ -99,9 +99,8 @@ def _answered(loaded: LoadedModel, origin: str, question: Question, layers: list
     except InputError as error:
         raise InputError(f"{where}: {error}") from None
     if encoded.layout is None:
-        raise InputError(f"{loaded.info.name}: attnviz has no reader of where its image tokens "
-                         "sit on the picture (docs/vision-language.md): its report over "
-                         "pictures and questions cannot be made")  # fmt: skip
+        raise InputError(vlm.unplaced(loaded.info.name, encoded,
+                                      "the report over pictures and questions"))  # fmt: skip
     reading = None
     if question.target is not None or generate is not None:
         tokens = None if question.target is not None else generate

@@ -78,7 +78,8 @@ class OneStack:
         reading, tower = None, None
         if r.prompt is not None and any(c.wants_tower() for c in consumers):
             encoded, tower = tower_recorder(loaded, encoded)
-        self.cross = cross_recorder(loaded, r, encoded, consumers)
+        if any(c.wants_cross() for c in consumers):
+            self.cross = cross_recorder(loaded, r, encoded)
         if self.whole and r.continues:  # before it is written: its length at most
             self._fits(layers, len(encoded) + (r.generate or 0))
         if r.continues:  # the tower runs in the prompt's pass: fed there
@@ -230,8 +231,10 @@ def hold(request: ShowRequest, to: Path | None = None) -> Run:
     --hide-special), `run.made.tower` a picture and a prompt's vision tower (`consumers.tower`,
     unless `request.tower` is False). The maps are held in memory where they fit, in the
     `.npy` file `to` (its memory map) when given; refused in one line before the model runs
-    where they fit in neither (`core.memory.check_held`)."""
+    where they fit in neither (`core.memory.check_held`). `run.cross`: Mllama's
+    cross-attention layers over the picture (`consumers.cross`), held in memory."""
     from attnviz.pipelines import checks
+    from attnviz.pipelines.consumers.cross import Cross
     from attnviz.pipelines.consumers.tower import Tower
 
     loaded = request.model().load()
@@ -243,7 +246,7 @@ def hold(request: ShowRequest, to: Path | None = None) -> Run:
                 "is an encoder-decoder model: keep fewer layers (layers=[…]) instead"
             )
         return _shown(Stacks(loaded, request).read(()), ())
-    consumers = [Tower(request)] if request.prompt is not None else []
+    consumers = [Tower(request), Cross(request)] if request.prompt is not None else []
     return _shown(OneStack(loaded, request, whole=True, to=to).read(consumers), consumers)
 
 
@@ -302,16 +305,15 @@ def tower_recorder(loaded: LoadedModel, encoded: Any) -> tuple[Any, Any]:
     return encoded, TowerRecorder(tower, n_layers, capture.VISION)
 
 
-def cross_recorder(loaded: LoadedModel, request: Request, encoded: Any,
-                   consumers: Sequence[Consumer]) -> Any:  # fmt: skip
+def cross_recorder(loaded: LoadedModel, request: Request, encoded: Any) -> Any:
     """The recorder of Mllama's cross-attention layers over `encoded`'s picture
-    (`core.cross_picture`), where a consumer wants it, for the prompt and at most the answer
-    `request` asks for; refused in one line where the process could not hold their rows.
-    None for any other model."""
+    (`core.cross_picture`), for the prompt and at most the answer `request` asks for;
+    refused in one line where the process could not hold their rows. None for any other
+    model."""
     from attnviz.core import cross_picture
     from attnviz.core.generation import target_ids
 
-    if encoded.cross is None or not any(c.wants_cross() for c in consumers):
+    if encoded.cross is None:
         return None
     more = request.generate or 0
     if request.target is not None:

@@ -65,6 +65,7 @@ class ShowResult:
 
     def as_dict(self) -> dict[str, Any]:
         from attnviz.analysis.contributions import MEASURES
+        from attnviz.analysis.picture_share import cross_fields
         from attnviz.analysis.summary import AVERAGED
 
         att = self.attention
@@ -107,7 +108,7 @@ class ShowResult:
             **({"query": self.query.as_dict()} if self.query is not None else {}),
             **({"picture": _picture_fields(self)} if att.picture is not None else {}),
             **({"tower": self.tower.as_dict()} if self.tower is not None else {}),
-            **({"cross": _cross_fields(self.cross)} if self.cross is not None else {}),
+            **({"cross": cross_fields(self.cross)} if self.cross is not None else {}),
             "averaged": AVERAGED + _MEASURED.get(measure.name, ""),
             **special,
             **({"mixing": self.mixing} if self.mixing is not None else {}),
@@ -136,24 +137,6 @@ def _stack_fields(att: Attention) -> dict[str, Any]:
         "source": att.text,
         "target": att.target,
         "key_tokens": list(att.key_tokens),
-    }
-
-
-def _cross_fields(cross: Attention) -> dict[str, Any]:
-    """Mllama's cross-attention over the picture: its layers, each key's label, the tiles'
-    grids and boxes, and each layer's and head's share of the answer's rows on the patches."""
-    from attnviz.analysis.picture_share import picture_shares
-
-    found = picture_shares(cross)
-    return {
-        "layers": cross.info.n_layers,
-        "key_tokens": list(cross.key_tokens),
-        "parts": [
-            {"name": part.name, "grid": list(part.grid), "box": list(part.box)}
-            for part in cross.layout.parts
-        ],  # fmt: skip
-        "rows": list(found.rows),
-        "patch_share": found.share.round(6).tolist(),
     }
 
 

@@ -131,15 +131,17 @@ PROMPTED_INSIDE = (
 
 
 def notebook_page(att: Attention, inside: str = NOTEBOOK_INSIDE, tower: Any = None,
-                  scale: str = "absolute", cmap: str = "viridis") -> str:  # fmt: skip
+                  scale: str = "absolute", cmap: str = "viridis",
+                  cross: Attention | None = None) -> str:  # fmt: skip
     """The page of an Attention held whole, from its weights alone (no pass: the inside view
     is left out, saying `inside`, and the measure switch has its one measure), pooled as
     `show --html` pools a long text's page, in `scale` and `cmap`; with a vision-language
-    model's `tower` (`analysis.tower.TowerView`), its heads over the picture."""
+    model's `tower` (`analysis.tower.TowerView`), its heads over the picture, and Mllama's
+    `cross`-attention layers over the picture, the answer's view of them."""
     from attnviz.outputs.html import build_page
 
     n_layers, n_heads, n, n_keys = att.weights.shape
     size = 1 if att.pooled is not None else page_pool_size(n_layers, n_heads, n, n_keys)
     view = pooled(att, size, "max", att.info.causal)
     return build_page(view, inside=inside, segments=view.segments, tower=tower, scale=scale,
-                      cmap=cmap)  # fmt: skip
+                      cmap=cmap, cross=cross)  # fmt: skip

@@ -144,14 +144,16 @@ def page_data(
     initial: str = "weights",
     stacks: dict[str, Attention] | None = None,
     tower: TowerView | None = None,
+    cross: Attention | None = None,
 ) -> dict[str, Any]:
     """Everything the page script reads, as JSON-ready values.
 
     `att` holds the weights; `measures` the contribution measures by name (the page's
     measure switch offers those given), `lengths` each key's ‖f^h(x_j)‖ (L, H, T) for norm,
     and `initial` the measure the page opens with. `tower`, a vision-language model's vision
-    tower's heads (`tower_entry`). With `stacks` (an encoder-decoder model's), see
-    `stacks_data`; `inside` is then each stack's, by name.
+    tower's heads (`tower_entry`); `cross`, the cross-attention layers over the picture of a
+    model that reads it there (Mllama's: `cross_entry`). With `stacks` (an encoder-decoder
+    model's), see `stacks_data`; `inside` is then each stack's, by name.
     """
     from attnviz.analysis.inside import Inside
 
@@ -196,6 +198,8 @@ def page_data(
             data["notes"].append(entry)
         else:
             data["layout"] = entry
+    if cross is not None:  # Mllama's cross-attention layers over the picture
+        data["cross"] = cross_entry(cross)
     if tower is not None:  # its vision tower's heads over the picture
         data["tower"] = tower_entry(tower)
     if isinstance(inside, Inside):
@@ -252,17 +256,45 @@ LAYOUT_SIDE = 224  # a vision-language page's picture: its longer side at most, 
 def layout_entry(att: Attention) -> dict[str, Any] | str:
     """A vision-language model's picture for the view of its answer over it (answer.js):
     the picture at the page's size (RGB, deflated), each part's image tokens and the edges
-    of their cells on it (`Layout.edges`), and the rows each view reads: the answer's (the
-    mean of the rows that wrote its tokens; the prompt's last row where there is none), then
-    each answer token's, the row that wrote it; with the picture's share of each, (L, H).
+    of their cells on it (`Layout.edges`), and the rows each view reads (`answer_views`).
     Or why the page goes without it (a pooled map's or a window's rows are not tokens')."""
-    from attnviz.analysis.picture_share import answer_rows, whose_rows
-
     if att.pooled is not None or att.span is not None:
         return _cut_down(att, "token")
-    layout = att.layout
-    image = layout.image_tokens()
-    on_picture = att.weights[..., image].sum(axis=-1)  # (L, H, T): each row's share
+    image = att.layout.image_tokens()
+    return {**over_picture(att.layout), "image_tokens": image, "views": answer_views(att)}
+
+
+def cross_entry(cross: Attention) -> dict[str, Any]:
+    """The cross-attention layers over the picture (Mllama's: `core.cross_picture`) for the
+    answer's view (answer.js), with their own weights: the picture and each tile's keys on
+    its cells (`over_picture`), the rows each view reads (`answer_views`, the shares on the
+    patches), and every head's rows over the keys, (T, S) a head, float32 where the layers
+    fit EXACT_BUDGET, else uint8 steps. Never pooled: a row is the token's own."""
+    from attnviz.analysis.picture_share import shared
+
+    n_layers, n_heads, _, n_keys = cross.weights.shape  # (cross layers, H, T, S)
+    exact = cross.weights.size * 4 <= EXACT_BUDGET
+    return {
+        **over_picture(cross.layout),
+        "image_tokens": shared(cross),
+        "views": answer_views(cross),
+        "keys": n_keys,
+        "layers": n_layers,
+        "layer_ids": cross.held_layers(),
+        "heads": n_heads,
+        "encoding": "float32" if exact else "uint8",
+        "weights": [[_head_blob(per_head, exact) for per_head in layer] for layer in cross.weights],
+    }
+
+
+def answer_views(att: Attention) -> list[dict[str, Any]]:
+    """The rows each view of the answer reads: the answer's (the mean of the rows that wrote
+    its tokens; the prompt's last row where there is none), then each answer token's, the
+    row that wrote it; with the share of each on the picture (its patches, in
+    cross-attention: `picture_share.shared`), (L, H)."""
+    from attnviz.analysis.picture_share import answer_rows, shared, whose_rows
+
+    on_picture = att.weights[..., shared(att)].sum(axis=-1)  # (L, H, T): each row's share
 
     def view(label: str, rows: tuple[int, ...], about: str) -> dict[str, Any]:
         share = on_picture[:, :, list(rows)].mean(axis=-1)  # (L, H)
@@ -274,7 +306,7 @@ def layout_entry(att: Attention) -> dict[str, Any] | str:
         views += [view(att.tokens[t], (t - 1,), f"as it wrote {att.tokens[t]}@{t}, the row "
                        f"before it ({t - 1})") for t in range(att.continuation.start,
                                                               len(att.tokens))]  # fmt: skip
-    return {**over_picture(layout), "image_tokens": image, "views": views}
+    return views
 
 
 def over_picture(layout: Any) -> dict[str, Any]:
@@ -501,7 +533,7 @@ def build_page(att: Attention, **options: Any) -> str:
     `options` are `page_data`'s: the inside view (`inside`, or why the page goes without it),
     `scale` and `cmap`, a pair's `segments`, the measure switch's `measures`, `lengths` and
     `initial`, an encoder-decoder model's `stacks`, a vision-language model's vision `tower`
-    (`analysis.tower.TowerView`)."""
+    (`analysis.tower.TowerView`) and Mllama's `cross`-attention layers over the picture."""
     return _document(page_data(att, **options), page_title(att))
 
 
@@ -525,11 +557,14 @@ def _document(data: dict[str, Any], title: str, live: bool = False) -> str:
     hashes alone. Nothing may load from elsewhere; the live page may also fetch from its own
     origin (connect-src 'self')."""
     # A picture's view (picture.js, picture.css) comes on a picture's page alone, an answer's
-    # over its picture (answer.js) and its vision tower's heads (tower.js) on a
-    # vision-language model's: a text's page is the same file it was before pictures had a
-    # view. They decode the heads and draw over the picture with blobs.js.
+    # over its picture (answer.js: over its image tokens, or Mllama's cross-attention layers)
+    # and its vision tower's heads (tower.js) on a vision-language model's: a text's page is
+    # the same file it was before pictures had a view. They decode the heads and draw over
+    # the picture with blobs.js.
     views = [name for key, name in (("picture", "picture"), ("layout", "answer"),
-                                    ("tower", "tower")) if data.get(key)]  # fmt: skip
+                                    ("cross", "answer"), ("tower", "tower"))
+             if data.get(key)]  # fmt: skip
+    views = list(dict.fromkeys(views))  # answer.js draws the layout's view or the cross one
     named = ["page", *(["blobs", *views] if views else []), *(["live"] if live else [])]
     scripts = [_asset(f"{name}.js") for name in named]
     drawn = ["picture"] if views else []  # picture.css styles every view over a picture

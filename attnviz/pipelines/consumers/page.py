@@ -48,15 +48,17 @@ class Page(Consumer):
                            cmap=style.cmap)  # fmt: skip
             return stacks[run.shown.stack], options
         view = run.window if r.window is not None else (run.page_view or run.shown)
-        tower = run.made.tower  # a picture and a prompt's: whole whatever the maps' pooling
+        # a picture and a prompt's tower, and Mllama's cross-attention layers over the
+        # picture: whole whatever the maps' pooling
+        tower, cross = run.made.tower, run.cross
         if self.every is None or view is not run.shown:  # pooled, or a window: its weights
             return view, dict(inside=self.inside.result(), scale=style.scale, cmap=style.cmap,
-                              segments=view.segments, tower=tower)  # fmt: skip
+                              segments=view.segments, tower=tower, cross=cross)  # fmt: skip
         found = self.every.page(run.raw, run.shown, lambda att: _view(r, att), run.measure_recorder)
         return found.weights, dict(inside=self.inside.result(), scale=style.scale,
                                    cmap=style.cmap, segments=run.shown.segments,
                                    measures=found.others, lengths=found.lengths,
-                                   initial=r.measure, tower=tower)  # fmt: skip
+                                   initial=r.measure, tower=tower, cross=cross)  # fmt: skip
 
     def write(self, run: Run, folder: Path) -> None:
         from attnviz.outputs.html import write_page
