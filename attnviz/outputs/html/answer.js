@@ -18,7 +18,7 @@ function drawAnswer(D) {
   const [W, HT] = A.size;
   const K = cross ? A.keys : D.tokens.length; // a row's keys
   const state = { layer: 0, view: 0 };
-  const { inflate, decode, el, overlay } = attnvizBlobs;
+  const { inflate, decode, el, overlay, serialRender } = attnvizBlobs;
   const heads = new Map();
   function head(l, h) {
     const key = `${l}/${h}`;
@@ -53,17 +53,7 @@ function drawAnswer(D) {
     : "Below: the page's views of the same attention, the image tokens as a sequence of tokens" }));
   else document.body.prepend(section);
 
-  let rendering = Promise.resolve();
-  function render() {
-    rendering = rendering.then(async () => {
-      await view();
-      section.dataset.renders = String(+(section.dataset.renders || 0) + 1);
-    }).catch((err) => {
-      section.replaceChildren(el("p", { className: "error", textContent: String(err) }));
-      throw err;
-    });
-    return rendering;
-  }
+  const render = serialRender(section, () => view());
 
   // The words of the answer: one button each, the whole answer first.
   function words() {

@@ -1,6 +1,6 @@
 // attnviz page: what the views over a picture share (picture.js, answer.js, tower.js): the
-// heads' blobs (page.py's _head_blob) decoded, the one element builder, and a row of values
-// (one a token) drawn over a layout's picture (answer.js, tower.js). Offline:
+// heads' blobs (page.py's _head_blob) decoded, the one element builder, a row of values
+// (one a token) drawn over a layout's picture (answer.js, tower.js), and a view's render. Offline:
 // DecompressionStream inflates them in the browser.
 "use strict";
 
@@ -97,5 +97,21 @@ const attnvizBlobs = (() => {
     }
     return { painted, seen, faded: seen.some((v) => v === 0), top, paint, canvas, legend };
   }
-  return { inflate, floats, decode, el, overlay };
+  // A view's render function: renders run one at a time, in order (each waits for the last);
+  // the section counts them (the page tests wait on it) and shows an error in the view's place.
+  function serialRender(section, view) {
+    let rendering = Promise.resolve();
+    return function render() {
+      rendering = rendering.then(async () => {
+        await view();
+        section.dataset.renders = String(+(section.dataset.renders || 0) + 1);
+      }).catch((err) => {
+        section.replaceChildren(el("p", { className: "error", textContent: String(err) }));
+        throw err;
+      });
+      return rendering;
+    };
+  }
+
+  return { inflate, floats, decode, el, overlay, serialRender };
 })();

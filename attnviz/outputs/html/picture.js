@@ -27,7 +27,7 @@ function drawPicture(D) {
   const isPatch = (i) => i >= FIRST && i < FIRST + N;
 
   // ---------- the heads, decoded once ----------
-  const { inflate, floats, decode, el } = attnvizBlobs;
+  const { inflate, floats, decode, el, serialRender } = attnvizBlobs;
   const heads = new Map();
   // A head of the shown measure; norm is the weights times each key's ‖f(x_j)‖ where given.
   function head(l, h, m = state.measure) {
@@ -128,17 +128,7 @@ function drawPicture(D) {
   }
   const absolute = () => (state.measure === "weights" ? 1 : MEASURES[state.measure].top);
 
-  let rendering = Promise.resolve();
-  function render() {
-    rendering = rendering.then(async () => {
-      await view();
-      section.dataset.renders = String(+(section.dataset.renders || 0) + 1);
-    }).catch((err) => {
-      section.replaceChildren(el("p", { className: "error", textContent: String(err) }));
-      throw err;
-    });
-    return rendering;
-  }
+  const render = serialRender(section, () => view());
 
   // The view: every head of the layer decoded first, then drawn for the pinned query;
   // hovering a patch draws its row instead (a preview), a click pins it, and a second click

@@ -10,7 +10,7 @@
 function drawTower(D) {
   const V = D.tower;
   const [W, HT] = V.size;
-  const { inflate, floats, el, overlay } = attnvizBlobs;
+  const { inflate, floats, el, overlay, serialRender } = attnvizBlobs;
   const over = overlay(V, D.colours, V.tokens); // each patch's value on its cell (blobs.js)
   const pixels = inflate(V.pixels); // (HT, W, 3) uint8, row-major
   const layers = new Map(); // a layer's rows, (heads, tokens) float32, decoded when first shown
@@ -28,17 +28,7 @@ function drawTower(D) {
     "Below: the page's views of the language model's attention" }));
   else document.body.prepend(section);
 
-  let rendering = Promise.resolve();
-  function render() {
-    rendering = rendering.then(async () => {
-      await view();
-      section.dataset.renders = String(+(section.dataset.renders || 0) + 1);
-    }).catch((err) => {
-      section.replaceChildren(el("p", { className: "error", textContent: String(err) }));
-      throw err;
-    });
-    return rendering;
-  }
+  const render = serialRender(section, () => view());
 
   function choose() {
     const s = el("select", { id: "tower-layer", onchange: (e) => { state.layer = +e.target.value; render(); } });
