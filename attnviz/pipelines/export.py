@@ -734,9 +734,15 @@ def _question_attention(
     same passes (`core.cross_picture`; else None)."""
     from dataclasses import replace as changed
 
-    from attnviz.core.capture import records
     from attnviz.pipelines.consumers.tower import tower_view
-    from attnviz.pipelines.readers import OneStack, continued, cross_recorder, tower_recorder
+    from attnviz.pipelines.readers import (
+        OneStack,
+        continued,
+        cross_in_pass,
+        cross_recorder,
+        cross_while_writing,
+        tower_recorder,
+    )
 
     reader = OneStack(loaded, request)
     for prompt, target in questions:
@@ -748,13 +754,13 @@ def _question_attention(
         cross = cross_recorder(loaded, asked, prompt)
         if target is None and request.generate is None:
             whole = prompt
-            att = reader.batch([prompt], recorders + ([cross] if cross else []))[0][0]
+            att = reader.batch([prompt], recorders + cross_in_pass(cross, None))[0][0]
         else:
             # generation's passes feed the cross recorder where attnviz's function hears
             # them, else the pass over the whole text does (as `OneStack.read`)
-            heard = [cross] if cross is not None and records(loaded.model) else []
-            whole, reading = continued(loaded, asked, prompt, layers, recorders + heard)
-            late = [cross] if cross is not None and reading is None else []
+            heard = recorders + cross_while_writing(loaded, cross)
+            whole, reading = continued(loaded, asked, prompt, layers, heard)
+            late = cross_in_pass(cross, reading)
             att = reader.batch([whole], late, reading=reading)[0][0]
         att, view = tower_view(tower, att)
         yield att, None, None, view, cross.attention(whole, loaded, whole.cross) if cross else None

@@ -83,8 +83,8 @@ class OneStack:
         if self.whole and r.continues:  # before it is written: its length at most
             self._fits(layers, len(encoded) + (r.generate or 0))
         if r.continues:  # the tower runs in the prompt's pass: fed there
-            heard = [tower] if tower else []
-            encoded, reading = continued(loaded, r, encoded, layers, heard + self._heard())
+            heard = ([tower] if tower else []) + cross_while_writing(loaded, self.cross)
+            encoded, reading = continued(loaded, r, encoded, layers, heard)
         run = Run(r, loaded, encoded, layers, tower=tower)
         facts = loaded.info
         if self.whole:
@@ -96,24 +96,12 @@ class OneStack:
             return self._streamed(run, consumers, reading)
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
         edits = [c.edit(run) for c in consumers]
-        recorders += _tower_in_pass(run, reading) + self._cross_in_pass(reading)
+        recorders += _tower_in_pass(run, reading) + cross_in_pass(self.cross, reading)
         edit = _one_edit(edits)
         found, run.measure_recorder = self.batch([encoded], recorders, edit, reading)
         run.raw = found[0]
         self._read_cross(run)
         return run
-
-    def _heard(self) -> list[Any]:
-        """The cross-attention recorder, where generation's passes are heard (attnviz's
-        function: they feed it as the model writes)."""
-        from attnviz.core.capture import records
-
-        return [self.cross] if self.cross is not None and records(self.loaded.model) else []
-
-    def _cross_in_pass(self, reading: Any) -> list[Any]:
-        """The cross-attention recorder, where the pass to come reads the text (no
-        generation's pass fed it)."""
-        return [self.cross] if self.cross is not None and reading is None else []
 
     def _read_cross(self, run: Run) -> None:
         """`run.cross`: the cross-attention layers' rows, once every pass has run."""
@@ -150,7 +138,7 @@ class OneStack:
         run.views = Views(run, n, n)
         recorders = [recorder for c in consumers for recorder in c.recorders(run)]
         recorders += run.views.recorders(n) + _tower_in_pass(run, reading)
-        recorders += self._cross_in_pass(reading)
+        recorders += cross_in_pass(self.cross, reading)
         block = memory.stream_rows(loaded.info.n_heads, n)
         capture.run(loaded, pad(loaded, [run.encoded]), recorders, block_rows=block,
                     reading=reading)  # fmt: skip
@@ -319,6 +307,20 @@ def cross_recorder(loaded: LoadedModel, request: Request, encoded: Any) -> Any:
     if request.target is not None:
         more = len(target_ids(loaded, encoded.text, request.target))
     return cross_picture.recorder(loaded, encoded.cross, len(encoded) + more)
+
+
+def cross_while_writing(loaded: LoadedModel, cross: Any) -> list[Any]:
+    """The cross-attention recorder `cross` (`cross_recorder`), where generation's passes are
+    heard (attnviz's function: they feed it as the model writes); else none."""
+    from attnviz.core.capture import records
+
+    return [cross] if cross is not None and records(loaded.model) else []
+
+
+def cross_in_pass(cross: Any, reading: Any) -> list[Any]:
+    """The cross-attention recorder `cross`, where the pass to come reads the text: no
+    generation's pass fed it (`reading` None); else none."""
+    return [cross] if cross is not None and reading is None else []
 
 
 def _tower_in_pass(run: Run, reading: Any) -> list[Any]:
