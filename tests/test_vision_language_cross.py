@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 from typer.testing import CliRunner
-from vlm_models import eager, picture, save
+from vlm_models import eager, input_of, picture, save
 
 from attnviz.cli import app
 
@@ -92,24 +92,12 @@ def test_the_cross_layers_equal_the_models_eager_attention(folder, photos, name,
 def _cross_inputs(loaded, image):
     """The keys' states the cross-attention layers read for `image` (the vision tower's
     output, projected), one row a key, (S, d)."""
-    import torch
 
-    from attnviz.core import vlm
-    from attnviz.core.tokens import pad
-
-    caught = {}
-
-    def catch(module, args, kwargs):
+    def keys(args, kwargs):
         states = kwargs["cross_attention_states"]
-        caught["keys"] = states.reshape(-1, states.shape[-1])
+        return states.reshape(-1, states.shape[-1])
 
-    hook = loaded.model.get_decoder().register_forward_pre_hook(catch, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            loaded.model.base_model(**pad(loaded, [vlm.encode(loaded, image, PROMPT)]))
-    finally:
-        hook.remove()
-    return caught["keys"]
+    return input_of(loaded, loaded.model.get_decoder(), image, PROMPT, keys)
 
 
 def test_a_bright_patch_moves_the_key_cut_from_it(folder):

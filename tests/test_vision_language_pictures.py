@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from typer.testing import CliRunner
-from vlm_models import CROSS, FAMILIES, LAID, eager, picture, save
+from vlm_models import CROSS, FAMILIES, LAID, eager, input_of, picture, save
 
 from attnviz.cli import app
 
@@ -109,23 +109,8 @@ def test_a_bright_patch_moves_the_token_cut_from_it(tmp_path, kind):
 
 def _inputs(loaded, image):
     """The language model's input embeddings for the prompt about `image`, (T, d)."""
-    import torch
-
-    from attnviz.core import vlm
-    from attnviz.core.tokens import pad
-
-    caught = {}
-
-    def catch(module, args, kwargs):
-        caught["embeds"] = kwargs["inputs_embeds"][0]
-
-    hook = loaded.model.get_decoder().register_forward_pre_hook(catch, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            loaded.model.base_model(**pad(loaded, [vlm.encode(loaded, image, PROMPT)]))
-    finally:
-        hook.remove()
-    return caught["embeds"]
+    return input_of(loaded, loaded.model.get_decoder(), image, PROMPT,
+                    lambda args, kwargs: kwargs["inputs_embeds"][0])  # fmt: skip
 
 
 def test_show_generates_over_a_picture(vlm_dirs, photo, tmp_path):

@@ -13,7 +13,7 @@ import io
 import numpy as np
 import pytest
 from typer.testing import CliRunner
-from vlm_models import picture, save, tower_eager
+from vlm_models import input_of, picture, save, tower_eager
 
 from attnviz.cli import app
 
@@ -221,27 +221,14 @@ def test_a_bright_patch_moves_the_tower_token_cut_from_it(vlm_dirs, kind):
 
 def _tower_input(loaded, image):
     """What the tower's first attention module reads, a row a token of the tower, (N, d)."""
-    import torch
-
-    from attnviz.core import vlm
     from attnviz.core.capture import VISION
     from attnviz.core.layer_map import generic
-    from attnviz.core.tokens import pad
 
-    caught = {}
-
-    def catch(module, args, kwargs):
+    def tokens(args, kwargs):
         states = args[0] if args else kwargs["hidden_states"]
-        caught["x"] = states.reshape(-1, states.shape[-1]).float().numpy()
+        return states.reshape(-1, states.shape[-1]).float().numpy()
 
-    first = generic.callers(loaded.model, VISION)[0]
-    hook = first.register_forward_pre_hook(catch, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            loaded.model.base_model(**pad(loaded, [vlm.encode(loaded, image, PROMPT)]))
-    finally:
-        hook.remove()
-    return caught["x"]
+    return input_of(loaded, generic.callers(loaded.model, VISION)[0], image, PROMPT, tokens)
 
 
 @pytest.mark.parametrize("kind", ["llava", "qwen2_5_vl"])

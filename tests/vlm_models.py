@@ -346,3 +346,25 @@ def tower_eager(folder: Path, ids: list[int], inputs: dict) -> list[Any]:
             at += w
         found.append(whole)
     return found
+
+
+def input_of(loaded: Any, module: Any, image: Any, prompt: str, take: Any) -> Any:
+    """What `module` of `loaded`'s model reads when the model reads `prompt` about `image` in
+    one plain pass: `take(args, kwargs)` of its forward's arguments, at its last call."""
+    import torch
+
+    from attnviz.core import vlm
+    from attnviz.core.tokens import pad
+
+    caught = {}
+
+    def catch(_module: Any, args: Any, kwargs: Any) -> None:
+        caught["input"] = take(args, kwargs)
+
+    hook = module.register_forward_pre_hook(catch, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            loaded.model.base_model(**pad(loaded, [vlm.encode(loaded, image, prompt)]))
+    finally:
+        hook.remove()
+    return caught["input"]
