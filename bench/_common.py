@@ -51,6 +51,14 @@ def parser(doc: str | None, runs: int) -> argparse.ArgumentParser:
         "(also BENCH_QUICK=1); "
         "its figures are not to be reported",
     )
+    options.add_argument(
+        "--torch-ops",
+        action="store_true",
+        help="blocks of rows made by torch's operations, not attnviz's compiled pass "
+        "(ATTNVIZ_KERNEL=0, for this process and those it starts): the before of core/fused.py",
+    )
+    if "--torch-ops" in sys.argv:  # before any pass asks for the compiled one
+        os.environ["ATTNVIZ_KERNEL"] = "0"
     return options
 
 

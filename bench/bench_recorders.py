@@ -86,7 +86,11 @@ def setup(n: int, block_rows: int | None):
             if any(isinstance(r, SpecialShares) for r in recorders):
                 heard.arrive("input", site, x)
             take = (lambda *block: heard.block(site, *block)) if recorders else None
-            recording.in_blocks(scores, v, rows, take, entropy=True)
+            asked = (lambda: heard.reductions(site)) if recorders else None
+            try:  # what the recorders read of each block, made with it where the pass can
+                recording.in_blocks(scores, v, rows, take, entropy=True, asked=asked)
+            except TypeError:  # a checkout before core.fused
+                recording.in_blocks(scores, v, rows, take, entropy=True)
 
         return run
 

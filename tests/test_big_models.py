@@ -62,17 +62,19 @@ def _spied(monkeypatch):
     calls: list = []
     real = recording.in_blocks
 
-    def spy(scores, value, block_rows=recording.BLOCK_ROWS, take=None, entropy=False):
+    def spy(scores, value, block_rows=recording.BLOCK_ROWS, take=None, entropy=False,
+            asked=None):  # fmt: skip
         given: list = []
 
-        def keep(start, rows, entropies):
+        def keep(start, rows, entropies, *found):
             given.append((start, rows))
-            take(start, rows, entropies)
+            take(start, rows, entropies, *found)
 
         if take is not None:
             calls.append((scores.query, scores.key, scores.mask, scores.scaling, scores.causal,
                           scores.position_bias, given))  # fmt: skip
-        return real(scores, value, block_rows, keep if take is not None else None, entropy)
+        return real(scores, value, block_rows, keep if take is not None else None, entropy,
+                    asked)  # fmt: skip
 
     monkeypatch.setattr(recording, "in_blocks", spy)
     return calls

@@ -185,9 +185,9 @@ def test_blocks_misread_fail_the_comparison(monkeypatch):
     assert np.abs(got - pool(probs, POOL, "max", True).values).max() > 1e-3
 
 
-def test_a_block_is_read_once_for_all_its_recorders(monkeypatch):
-    """A streamed `show --html`'s recorders of a block (the summary's, two pooled maps', the
-    special shares') have it read in one place: one `reductions.read` a block."""
+def _a_streamed_show_pass() -> int:
+    """A streamed `show`'s recorders of a llama's two layers in blocks of 4 rows (the
+    summary's, two pooled maps'): one pass; how many blocks it made."""
     from attnviz.analysis.pooling import Pooled
     from attnviz.analysis.summary import HeadStats
     from attnviz.pipelines.consumers.summary import _Blocks
@@ -198,13 +198,23 @@ def test_a_block_is_read_once_for_all_its_recorders(monkeypatch):
     model.set_attn_implementation(recording.implementation(model))
     n = given["input_ids"].shape[1]
     att = _facts(np.tril(np.ones((2, 4, n, n), "f4")), given["input_ids"][0])
+    recorders = [_Blocks(HeadStats(att, 2, 4), [0, 1]),
+                 *(Pooled([0, 1], 4, n, n, size, "max", True) for size in (2, 3))]  # fmt: skip
+    capture.run(_loaded(model), given, recorders, block_rows=4)
+    return 2 * -(-n // 4)  # two layers
+
+
+def test_a_block_is_read_once_for_all_its_recorders(monkeypatch):
+    """Where torch's operations make the rows (no compiled pass, `core.fused`), a streamed
+    `show`'s recorders of a block have it read in one place: one `reductions.read` a block,
+    with every reduction they asked (tests/test_fused.py: the compiled pass's the same)."""
+    from attnviz.core import fused
+
+    monkeypatch.setattr(fused, "kernel", lambda: None)
     reads = []
     real = reductions.read
     monkeypatch.setattr(reductions, "read", lambda rows, start, asked: reads.append(
         (start, len(asked))) or real(rows, start, asked))  # fmt: skip
-    recorders = [_Blocks(HeadStats(att, 2, 4), [0, 1]),
-                 *(Pooled([0, 1], 4, n, n, size, "max", True) for size in (2, 3))]  # fmt: skip
-    capture.run(_loaded(model), given, recorders, block_rows=4)
-    blocks = 2 * -(-n // 4)  # two layers
+    blocks = _a_streamed_show_pass()
     assert len(reads) == blocks
     assert all(count == 3 + 2 for _, count in reads)  # the summary's three, a pool's one each

@@ -321,8 +321,8 @@ def test_a_text_past_the_page_is_answered_tiles_only(bundled, monkeypatch):
     holder = Holder()
     n = len(attnviz.attention(TEXT, layers=[0], device="cpu").tokens)
     monkeypatch.setattr(serve, "TILES_ONLY_CELLS", 6 * 12 * n * n - 1)
-    made, rows = [], recording.Scores.rows
-    monkeypatch.setattr(recording.Scores, "rows", lambda *a: made.append(1) or rows(*a))
+    made, raw = [], recording.Scores._raw  # every block's products, torch's rows or compiled
+    monkeypatch.setattr(recording.Scores, "_raw", lambda *a: made.append(1) or raw(*a))
     answer = serve.page(served, Question(TEXT, measure="norm", words=True), holder=holder)
     assert made == []
     assert answer["weights"] is None and answer["inside"] is None

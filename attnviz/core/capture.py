@@ -379,6 +379,7 @@ class _Pass:
         self._waiting: dict[Site, list] = {}  # blocks held for recorders not yet served
         self._served: dict[Site, set[int]] = {}  # id(recorder) served its other kinds
         self._calls: dict[Site, int] = {}  # each site's calls finished in this pass
+        self._asking: dict[Site, dict] = {}  # the reads `reductions` asked for the next block
         self._sites = Callers(where) if inside else None
 
     # what the hooks deliver ------------------------------------------------------------
@@ -423,17 +424,30 @@ class _Pass:
         if "values" in wanted:
             self._seen.setdefault(site, {})["values"] = value.detach().float().cpu()
 
-    def block(self, site: Site, start: int, rows: Any, entropy: Any) -> None:
+    def reductions(self, site: Site) -> tuple:
+        self._seen.setdefault(site, {})
+        takers = [r for r in self._takers(site) if self._ready(site, r)]
+        self._asking[site] = asked = _asked(takers, site[1])
+        return tuple(reduction for mine in asked.values() for reduction in mine)
+
+    def block(self, site: Site, start: int, rows: Any, entropy: Any, found: Any = None) -> None:
         rows = rows.detach().cpu()
         entropy = entropy.detach().cpu() if entropy is not None else None
         got = self._seen.setdefault(site, {})
         takers = self._takers(site)
         ready = {id(recorder) for recorder in takers if self._ready(site, recorder)}
-        # a recorder still waiting for its other kinds reads its block itself when served
-        found = _read([r for r in takers if id(r) in ready], site[1], start, rows)
+        # what the ready recorders read of the block: made with it by the function (`found`,
+        # as `reductions` asked it), or here; one still waiting for its other kinds reads
+        # its block itself when served
+        asked = self._asking.pop(site, None)
+        if found is not None and asked is not None and asked.keys() <= ready:
+            parts = iter(found)
+            by = {key: [next(parts) for _ in mine] for key, mine in asked.items()}
+        else:
+            by = _read([r for r in takers if id(r) in ready], site[1], start, rows)
         for recorder in takers:
             if id(recorder) in ready:
-                self._give_rows(recorder, site, start, rows, entropy, found.get(id(recorder)))
+                self._give_rows(recorder, site, start, rows, entropy, by.get(id(recorder)))
             else:
                 self._waiting.setdefault(site, []).append((recorder, start, rows, entropy))
         if self.inside and "probs" in got:  # a decoder's block stops at its last query's key
@@ -545,13 +559,18 @@ class Callers:
         return users[n % len(users)]
 
 
+def _asked(takers: Sequence[Recorder], layer: int) -> dict[int, tuple]:
+    """What each of the recorders of a block registers of it (`core.reductions`: a
+    recorder's `reductions(layer)`): {id(recorder): its reductions, in its order}."""
+    return {id(r): tuple(r.reductions(layer)) for r in takers if hasattr(r, "reductions")}
+
+
 def _read(takers: Sequence[Recorder], layer: int, start: int, rows: Any) -> dict[int, list]:
-    """What the recorders of a block register of it (`core.reductions`: a recorder's
-    `reductions(layer)`), read in one place while the block is in cache: {id(recorder): its
-    results, in the order it asked}."""
+    """What the recorders of a block register of it (`_asked`), read in one place while the
+    block is in cache: {id(recorder): its results, in the order it asked}."""
     from attnviz.core import reductions
 
-    asked = {id(r): r.reductions(layer) for r in takers if hasattr(r, "reductions")}
+    asked = _asked(takers, layer)
     if not asked:
         return {}
     found = iter(reductions.read(rows, start, [r for mine in asked.values() for r in mine]))

@@ -80,8 +80,9 @@ class Reading:
             scores, steps = self.prompt[layer], self.steps.get(layer, [])
             read = scores.query.shape[2]  # rows of the one pass (prompt, or prompt + target)
             for start in range(0, read, block_rows):
-                rows, entropy = scores.rows(start, min(start + block_rows, read), listener.entropy)
-                listener.block(site, start, rows, entropy)
+                stop, asked = min(start + block_rows, read), listener.reductions(site)
+                rows, entropy, found = scores.read_rows(start, stop, listener.entropy, asked)
+                listener.block(site, start, rows, entropy, found)
             for first in range(0, len(steps), block_rows):
                 part = steps[first : first + block_rows]
                 width = part[-1].shape[-1]

@@ -69,8 +69,13 @@ class Listener(Protocol):
         asks for them: `serve`'s tiles make any head's rows from them later), and its values
         v (B, H_kv, S, d) (the norm measure's f^h(x_j) = v_j W_O^h)."""
 
-    def block(self, site: Any, start: int, rows: Any, entropy: Any) -> None:
-        """Rows start … start+b−1 of every head, (B, H, b, W), W ≤ S keys."""
+    def reductions(self, site: Any) -> tuple:
+        """What `site`'s recorders read of each block (`core.reductions`): made with the
+        block where the function can (`Scores.read_rows`), handed to `block` as `found`."""
+
+    def block(self, site: Any, start: int, rows: Any, entropy: Any, found: Any = None) -> None:
+        """Rows start … start+b−1 of every head, (B, H, b, W), W ≤ S keys; `found`, what
+        `reductions(site)` asked of them where the function read it, in its order."""
 
     def done(self, site: Any, heads: Any) -> Any:
         """`site` has run: its heads' outputs (B, T, H·d_head); what the output projection
@@ -151,6 +156,9 @@ def attention(
             listener.block_rows if listener is not None else BLOCK_ROWS,
             (lambda *block: listener.block(site, *block)) if wanted else None,
             bool(wanted and listener.entropy),
+            (lambda: listener.reductions(site))
+            if wanted and hasattr(listener, "reductions")
+            else None,
         )
     else:
         from transformers import AttentionInterface
@@ -281,18 +289,19 @@ class Scores:
             return given, None
         return None, given.float()
 
-    def rows(self, start: int, stop: int, entropy: bool = False) -> tuple[torch.Tensor, Any]:
-        """The probabilities of query rows start … stop−1 of every head, (B, H, b, W) float32
-        (half-precision q and k upcast), and with `entropy` each row's −Σ p ln p, (B, H, b).
-        A row that sees no key is all 0. W is S, or for a causal layer with no mask `stop`:
-        the later keys would all be 0, and are not computed."""
-        import torch
+    @property
+    def trimmed(self) -> bool:
+        """Whether each query row sees the keys up to its own alone (a causal layer with no
+        mask): a block's rows then stop at its last query's key."""
+        return self.causal and self.mask is None
 
+    def _raw(self, start: int, stop: int) -> torch.Tensor:
+        """The scaled products q·kᵀ of query rows start … stop−1, (B, H, b, W) float32,
+        contiguous; W is S, or `stop` where the rows are `trimmed`."""
         batch, n_heads, length, n_keys = self.shape
         kv_heads, d_k = self.key.shape[1], self.query.shape[-1]
         groups, rows = n_heads // kv_heads, stop - start
-        trimmed = self.causal and self.mask is None
-        width = min(stop, n_keys) if trimmed else n_keys
+        width = min(stop, n_keys) if self.trimmed else n_keys
         scale = d_k**-0.5 if self.scaling is None else self.scaling
         # a key head's G query heads as one product: (B, H_kv, G·b, d) by its keys
         # q scaled before the product: a pass over d columns, not over W (float32 rounding
@@ -300,7 +309,31 @@ class Scores:
         q = self.query[:, :, start:stop].float() * scale
         q = q.reshape(batch, kv_heads, groups * rows, d_k)
         scores = _products(q, self.key[:, :, :width].float())
-        scores = scores.view(batch, n_heads, rows, width)
+        return scores.view(batch, n_heads, rows, width)
+
+    def read_rows(self, start: int, stop: int, entropy: bool = False,
+                  asked: tuple = ()) -> tuple[torch.Tensor, Any, list[Any] | None]:  # fmt: skip
+        """`rows`, with what the recorders read of them (`asked`, `core.reductions`): made in
+        one compiled pass over the block where `core.fused` can, (probs, entropies, what
+        `asked` reads); else `rows`' two and None (the recorders' reads are then made from
+        the rows by `reductions.read`)."""
+        from attnviz.core import fused
+
+        if fused.applies(self):
+            return fused.block(self._raw(start, stop), start, self.trimmed, entropy, asked)
+        return (*self.rows(start, stop, entropy), None)
+
+    def rows(self, start: int, stop: int, entropy: bool = False) -> tuple[torch.Tensor, Any]:
+        """The probabilities of query rows start … stop−1 of every head, (B, H, b, W) float32
+        (half-precision q and k upcast), and with `entropy` each row's −Σ p ln p, (B, H, b).
+        A row that sees no key is all 0. W is S, or for a causal layer with no mask `stop`:
+        the later keys would all be 0, and are not computed."""
+        import torch
+
+        batch, n_heads = self.shape[:2]
+        rows, trimmed = stop - start, self.trimmed
+        scores = self._raw(start, stop)
+        width = scores.shape[-1]
         if self.softcap is not None:  # Gemma 2: the scores squashed into (−cap, cap)
             scores = torch.tanh(scores.div_(self.softcap)).mul_(self.softcap)
         if self.position_bias is not None:  # T5: a bias by relative position
@@ -308,7 +341,7 @@ class Scores:
         hidden = torch.finfo(torch.float32).min
         sees = None
         if trimmed:  # every row sees the keys before the block: mask the block's own alone
-            later = torch.ones(rows, width - start, dtype=torch.bool, device=q.device).triu_(1)
+            later = torch.ones(rows, width - start, dtype=torch.bool, device=scores.device).triu_(1)
             scores[..., start:width].masked_fill_(later, hidden)
         else:
             sees, additive = self._mask(start, stop, width)
@@ -375,13 +408,15 @@ def in_blocks(
     scores: Scores,
     value: torch.Tensor,
     block_rows: int = BLOCK_ROWS,
-    take: Callable[[int, Any, Any], None] | None = None,
+    take: Callable[..., None] | None = None,
     entropy: bool = False,
+    asked: Callable[[], tuple] | None = None,
 ) -> torch.Tensor:
     """The attention output (B, T, H, d) in the query's dtype, computed a block of
-    `block_rows` query rows at a time in float32: each block's probabilities (`Scores.rows`,
-    with their entropies where `entropy` asks) go to `take(start, rows, entropies)` first,
-    then times V."""
+    `block_rows` query rows at a time in float32: each block's probabilities (with their
+    entropies where `entropy` asks, and what `asked()` names the recorders read of each
+    block, `Scores.read_rows`) go to `take(start, rows, entropies[, found])` first, then
+    times V."""
     import torch
 
     query = scores.query
@@ -392,9 +427,11 @@ def in_blocks(
     out = torch.empty(batch, n_heads, length, value.shape[-1], device=query.device)
     for start in range(0, length, block_rows):
         stop = min(start + block_rows, length)
-        probs, entropies = scores.rows(start, stop, entropy)
+        reads = asked() if asked is not None else ()
+        probs, entropies, found = scores.read_rows(start, stop, entropy, reads)
         if take is not None:
-            take(start, probs, entropies)
+            given = found is not None and asked is not None  # a listener that reads them
+            take(start, probs, entropies, *((found,) if given else ()))
         rows, width = stop - start, probs.shape[-1]
         weighted = probs.reshape(batch, kv_heads, groups * rows, width) @ v[:, :, :width]
         out[:, :, start:stop] = weighted.view(batch, n_heads, rows, -1)  # (B, H, b, d)
