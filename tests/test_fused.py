@@ -172,3 +172,24 @@ def test_the_pass_misread_fails_the_comparison(monkeypatch):
     probs = np.stack([whole.probs[layer] for layer in range(layers)])
     got = np.stack([by_blocks["max"].result(layer).values for layer in range(layers)])
     assert np.abs(got - pool(probs, POOL, "max", True).values).max() > 1e-3
+
+
+@needs_kernel
+def test_rows_that_carry_a_gradient_are_made_by_torch():
+    """q and k that need a gradient (a pass with autograd on): torch's operations make the
+    rows, whose gradient reaches q as the float64 formula's does."""
+    import torch
+
+    scores = _scores(1, 2, 2, 12, True)
+    assert fused.applies(scores)
+    q = scores.query.clone().requires_grad_(True)
+    graded = recording.Scores(q, scores.key, None, None, True)
+    assert not fused.applies(graded)
+    probs, _, found = graded.read_rows(0, 12)
+    (probs * torch.arange(12.0)).sum().backward()
+    exact = recording.Scores(q.detach().double().requires_grad_(True), scores.key.double(),
+                             None, None, True)  # fmt: skip
+    raw = exact._raw(0, 12).double()
+    later = torch.ones(12, 12, dtype=torch.bool).triu_(1)
+    (torch.softmax(raw.masked_fill(later, float("-inf")), -1) * torch.arange(12.0)).sum().backward()
+    assert found is None and float((q.grad - exact.query.grad).abs().max()) < 1e-5

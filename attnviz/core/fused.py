@@ -102,10 +102,13 @@ def _cpu_features() -> str:
 def applies(scores: Any) -> bool:
     """Whether a block of these scores (`recording.Scores`) can be made here: on the CPU,
     with no mask (every row sees every key, or a causal layer's each the keys up to its
-    own), soft cap, position bias or sink logits; and the pass is built."""
-    return (scores.query.device.type == "cpu" and scores.mask is None
-            and scores.softcap is None and scores.position_bias is None
-            and scores.sinks is None and kernel() is not None)  # fmt: skip
+    own), soft cap, position bias or sink logits, and no gradient to carry (the pass writes
+    the rows outside autograd: head importance's gradients go through torch's); and the
+    pass is built."""
+    q, k = scores.query, scores.key
+    return (q.device.type == "cpu" and scores.mask is None and scores.softcap is None
+            and scores.position_bias is None and scores.sinks is None
+            and not (q.requires_grad or k.requires_grad) and kernel() is not None)  # fmt: skip
 
 
 def block(raw: torch.Tensor, start: int, causal: bool, entropy: bool,
