@@ -38,7 +38,9 @@ A `rows` recorder may register what it reads of every row of a block (`core.redu
 row's sums over weighted keys, a key's over weighted queries, bins of rows pooled, a row's
 largest weight) with `reductions(layer)`: every recorder's are read in one place from each
 block while it is in cache, and handed beside the block as `receive_rows(…, found=[its
-results])`.
+results])`. The attention function asks for them (`reductions(site)`) before it makes a
+block, so that on the CPU the compiled pass makes them with the rows (`core.fused`); else
+they are read here from the block.
 
 The model runs attnviz's attention function (`core.recording`): `probs`, `rows`, `entropy`,
 `heads` and `scores` come from inside the model's own attention call, the probabilities made
