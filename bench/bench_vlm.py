@@ -27,8 +27,9 @@ Sides:
 
 Each side runs twice in its process: the first call, what `attnviz show` pays once (its
 lazy imports, first allocations), and the same call again, what each further answer costs
-(the API or `serve` in a loop). Peak RSS of each process (model load included) is given
-beside.
+(the API or `serve` in a loop). Both sides load the model the way `show` finds it (the
+process's model for its settings, `models.get`), before the clock starts: show's first call
+loads nothing. Peak RSS of each process (model load included) is given beside.
 
 Run: .venv/bin/python bench/bench_vlm.py [--runs 3] [--new 20] [--width 256] [--head-dim N]
 [--quick]
@@ -63,12 +64,12 @@ def text_config(width: int, head_dim: int | None = None) -> dict:
 SIDE = """
 import sys, time
 import torch
-from attnviz.core.models import load_model
 side, folder, picture, question, n_new, result = sys.argv[1:7]
 n_new = int(n_new)
-loaded = load_model(folder, "cpu")
-from attnviz.core import generation, vlm
+from attnviz.core import models
 from attnviz.core.settings import Load
+loaded = models.get(Load(folder, "cpu")).load()  # the model show finds: it loads none itself
+from attnviz.core import generation, vlm
 from attnviz.pipelines.request import ShowRequest
 from attnviz.pipelines.show import show
 
