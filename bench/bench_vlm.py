@@ -6,7 +6,8 @@ the model is loaded.
 Models (random weights, built here from configs; float32 on the CPU):
 - llava: LLaVA-shaped, a CLIP tower over 336 × 336 pixels in 14-pixel patches (576 image
   tokens), a Llama language model of 4 layers × 8 heads (256 wide; `--width 1024`: 16
-  heads of 64, where the model's own work weighs more against its attention maps);
+  heads of 64, where the model's own work weighs more against its attention maps;
+  `--head-dim 128`: heads of 128, LLaVA-1.5's, so 32 heads at 4096 wide);
 - qwen2_vl: Qwen2-VL-shaped, a 672 × 672 picture in 14-pixel patches merged 2 × 2 (576 image
   tokens), a Qwen2 language model of the same size.
 
@@ -26,10 +27,12 @@ Sides:
 
 Each side runs twice in its process: the first call, what `attnviz show` pays once (its
 lazy imports, first allocations), and the same call again, what each further answer costs
-(the API or `serve` in a loop). Peak RSS of each process (model load included) is given
-beside.
+(the API or `serve` in a loop). Both sides load the model the way `show` finds it (the
+process's model for its settings, `models.get`), before the clock starts: show's first call
+loads nothing. Peak RSS of each process (model load included) is given beside.
 
-Run: .venv/bin/python bench/bench_vlm.py [--runs 3] [--new 20] [--quick]
+Run: .venv/bin/python bench/bench_vlm.py [--runs 3] [--new 20] [--width 256] [--head-dim N]
+[--quick]
 """
 
 from __future__ import annotations
@@ -47,10 +50,11 @@ FAMILIES = ("llava", "qwen2_vl")
 TEXT = dict(num_hidden_layers=4, max_position_embeddings=4096)
 
 
-def text_config(width: int) -> dict:
-    """The language model's shape at `width` (256 by default): heads of 32 a side at 256, of
-    64 wider, half as many key/value heads, an MLP 2.69 times as wide (Llama's ratio)."""
-    d_head = 32 if width <= 256 else 64
+def text_config(width: int, head_dim: int | None = None) -> dict:
+    """The language model's shape at `width` (256 by default): heads of `head_dim` (default
+    32 at 256, 64 wider), half as many key/value heads, an MLP 2.69 times as wide (Llama's
+    ratio)."""
+    d_head = head_dim or (32 if width <= 256 else 64)
     heads = width // d_head
     return dict(TEXT, hidden_size=width, num_attention_heads=heads,
                 num_key_value_heads=heads // 2, head_dim=d_head,
@@ -60,12 +64,12 @@ def text_config(width: int) -> dict:
 SIDE = """
 import sys, time
 import torch
-from attnviz.core.models import load_model
 side, folder, picture, question, n_new, result = sys.argv[1:7]
 n_new = int(n_new)
-loaded = load_model(folder, "cpu")
-from attnviz.core import generation, vlm
+from attnviz.core import models
 from attnviz.core.settings import Load
+loaded = models.get(Load(folder, "cpu")).load()  # the model show finds: it loads none itself
+from attnviz.core import generation, vlm
 from attnviz.pipelines.request import ShowRequest
 from attnviz.pipelines.show import show
 
@@ -96,7 +100,7 @@ open(result, "w").write(f"{seconds[0]} {seconds[1]} {written} {length}")
 """
 
 
-def _llava(tok, template, width):
+def _llava(tok, template, width, head_dim):
     import transformers as tf
 
     vision = dict(model_type="clip_vision_model", hidden_size=64, num_hidden_layers=2,
@@ -104,7 +108,7 @@ def _llava(tok, template, width):
                   patch_size=14)  # fmt: skip
     image = tok.convert_tokens_to_ids("<image>")
     config = tf.LlavaConfig(text_config=dict(model_type="llama", vocab_size=len(tok),
-                                             **text_config(width)),
+                                             **text_config(width, head_dim)),
                             vision_config=vision, image_token_id=image)  # fmt: skip
     images = tf.CLIPImageProcessorPil(size={"shortest_edge": 336},
                                       crop_size={"height": 336, "width": 336})  # fmt: skip
@@ -115,14 +119,14 @@ def _llava(tok, template, width):
     return tf.LlavaForConditionalGeneration(config), processor, (336, 336)
 
 
-def _qwen2_vl(tok, template, width):
+def _qwen2_vl(tok, template, width, head_dim):
     import transformers as tf
 
     from attnviz.core.vlm import _without_video
 
     ids = {name: tok.convert_tokens_to_ids(f"<|{name}|>")
            for name in ("image_pad", "vision_start", "vision_end")}  # fmt: skip
-    shape = text_config(width)
+    shape = text_config(width, head_dim)
     unit = shape["head_dim"] // 16  # the rotary half (head_dim / 2) split 2 : 3 : 3
     text = dict(model_type="qwen2_vl_text", vocab_size=len(tok), **shape,
                 rope_scaling={"type": "mrope", "mrope_section": [2 * unit, 3 * unit,
@@ -142,9 +146,11 @@ def _qwen2_vl(tok, template, width):
     return tf.AutoModelForImageTextToText.from_config(config), processor, (side, side)
 
 
-def build(family: str, folder: Path, width: int = 256) -> tuple[Path, Path, str]:
-    """A random `family` model saved in `folder`, a random picture of the size its processor
-    reads whole, and a question of QUESTION_TOKENS tokens: (model folder, picture, question)."""
+def build(family: str, folder: Path, width: int = 256,
+          head_dim: int | None = None) -> tuple[Path, Path, str]:  # fmt: skip
+    """A random `family` model (its language model `width` wide, heads of `head_dim`) saved in
+    `folder`, a random picture of the size its processor reads whole, and a question of
+    QUESTION_TOKENS tokens: (model folder, picture, question)."""
     import numpy as np
     import torch
     from PIL import Image
@@ -153,10 +159,10 @@ def build(family: str, folder: Path, width: int = 256) -> tuple[Path, Path, str]
     torch.manual_seed(0)
     if family == "llava":
         tok = tokenizer("<image>")
-        model, processor, size = _llava(tok, TEMPLATE, width)
+        model, processor, size = _llava(tok, TEMPLATE, width, head_dim)
     else:
         tok = tokenizer("<|image_pad|>", "<|vision_start|>", "<|vision_end|>")
-        model, processor, size = _qwen2_vl(tok, TEMPLATE, width)
+        model, processor, size = _qwen2_vl(tok, TEMPLATE, width, head_dim)
     with torch.no_grad():
         for parameter in model.parameters():
             if parameter.dim() >= 2:
@@ -180,6 +186,13 @@ def main() -> None:
         default=256,
         help="the language model's width (default 256; 1024: 16 heads of 64)",
     )
+    options.add_argument(
+        "--head-dim",
+        type=int,
+        default=None,
+        help="the language model's head size (default 32 at 256 wide, 64 wider; 128: "
+        "LLaVA-1.5's, 32 heads at 4096 wide)",
+    )
     args = options.parse_args()
     if args.quick:
         args.new, args.runs = 4, min(args.runs, QUICK_RUNS)
@@ -189,7 +202,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "tests"))  # the tiny tokenizer and processors' helpers
     with tempfile.TemporaryDirectory() as tmp:
         for family in FAMILIES:
-            folder, picture, question = build(family, Path(tmp), args.width)
+            folder, picture, question = build(family, Path(tmp), args.width, args.head_dim)
             times: dict[str, list[float]] = {side: [] for side in sides}
             again: dict[str, list[float]] = {side: [] for side in sides}
             peaks: dict[str, list[float]] = {side: [] for side in sides}
@@ -209,7 +222,9 @@ def main() -> None:
             if others:
                 raise SystemExit(f"{family}: the sides wrote different numbers of tokens: "
                                  f"{sorted(counts)}")  # fmt: skip
-            print(f"### {family}, a language model {args.width} wide\n\n"
+            shape = text_config(args.width, args.head_dim)
+            print(f"### {family}, a language model {args.width} wide "
+                  f"({shape['num_attention_heads']} heads of {shape['head_dim']})\n\n"
                   f"A {length}-token prompt (576 image tokens, a "
                   f"{QUESTION_TOKENS}-token question, the chat template's), {written} tokens "
                   "written (greedy); ratios to `generate` in the same round, min / median / max "

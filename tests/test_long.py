@@ -72,6 +72,27 @@ def test_long_maps_are_drawn_pooled_alike_held_or_streamed(tiny_model_dirs, monk
     assert any("maps pooled: each cell the" in note for note in held.drawn.notes)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_maps_nothing_draws_are_not_pooled(tiny_model_dirs, monkeypatch, stream):
+    """Without images (`--no-images`) the figures' pooled maps are not made (`drawn` None),
+    held or streamed, and everything else is the run's with images; one layer and one head
+    are still drawn pooled (the terminal's heatmap)."""
+    from attnviz.analysis import pooling
+
+    monkeypatch.setattr(pooling, "MAX_SIDE", 7)  # a 24-token text's maps: 4 × 4 blocks
+    if stream:
+        monkeypatch.setattr(memory, "STREAM_ABOVE", 0)
+    load = Load(str(tiny_model_dirs["llama"]), "cpu")
+    drawn = show(ShowRequest(load, text=TEXT, out=None))
+    undrawn = show(ShowRequest(load, text=TEXT, out=None, images=False))
+    assert drawn.drawn.pooled is not None and undrawn.drawn is None
+    assert undrawn.as_dict() == drawn.as_dict()
+    np.testing.assert_array_equal(undrawn.attention.weights, drawn.attention.weights)
+    one = show(ShowRequest(load, text=TEXT, out=None, images=False, layers=(1,), heads=(2,)))
+    assert one.drawn.pooled == drawn.drawn.pooled  # (layer 1 read alone: within float32's)
+    np.testing.assert_allclose(one.drawn.weights[0], drawn.drawn.weights[1], atol=1e-6)
+
+
 def test_a_window_is_the_exact_cells_held_or_streamed(tiny_model_dirs, monkeypatch):
     held, streamed = _both(tiny_model_dirs, "bert", monkeypatch, window=(3, 9))
     expected = held.attention.weights[:, :, 3:9, 3:9]

@@ -48,7 +48,9 @@ class ShowResult:
     ablation: AblationView | None = None  # with ablate: the text with those heads removed
     # with ablate: (L, H) how far each kept head's pattern moved (JS divergence, nats)
     ablation_divergence: Any = None
-    drawn: Attention | None = None  # what the figures show: `attention`, or it pooled
+    # what the figures show: `attention`, or it pooled; None where nothing draws it
+    # (no images, and not one layer and head's heatmap)
+    drawn: Attention | None = None
     window: Attention | None = None  # --window's exact cells
     # a decoder's --generate / --target: each continuation token and where it looked
     continuation: Written | None = None

@@ -5,7 +5,8 @@ than a picture or the page can show (`analysis.pooling`), and the exact cells of
 A run that holds its maps whole (`run.streamed` False) pools and cuts them at the end; a
 streamed one gets the same numbers from recorders fed by the pass, a block of rows at a time.
 The views land on the run: `run.drawn` (figures, the terminal's heatmap), `run.page_view`
-(the page) and `run.window`.
+(the page) and `run.window`. A view nothing draws is not made: `run.drawn` is None where no
+figure is drawn (`--no-images`) and the terminal draws no heatmap (one layer and one head).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Views:
         r = run.request
         self.how, self.causal = r.pool, run.loaded.info.causal
         self.layers, self.n_heads = run.layers, run.loaded.info.n_heads
+        self.draws = _draws(run)
         self.image_size = image_pool_size(len(run.layers), self.n_heads, n, n_keys)
         size = page_pool_size(len(run.layers), self.n_heads, n, n_keys)
         self.page_size = size if r.html else None
@@ -75,7 +77,7 @@ class Views:
         from attnviz.analysis.pooling import Pooled
         from attnviz.analysis.window import WindowCells
 
-        for size in {self.image_size, self.page_size} - {None}:
+        for size in {self.image_size if self.draws else None, self.page_size} - {None}:
             self.pooled[size] = Pooled(self.layers, self.n_heads, n, n, size, self.how,
                                        self.causal)  # fmt: skip
         if self.span is not None:
@@ -87,7 +89,7 @@ class Views:
         from attnviz.analysis.window import window_attention, window_of
 
         shown = run.shown
-        run.drawn = self._pooled(shown, self.image_size)
+        run.drawn = self._pooled(shown, self.image_size) if self.draws else None
         run.page_view = self._pooled(shown, self.page_size) if self.page_size else None
         if self.span is not None:
             if self.cells is not None:
@@ -104,6 +106,14 @@ class Views:
             return pooled(att, size, self.how, self.causal)
         found = self.pooled[size]
         return pooled_attention(att, {layer: found.result(layer) for layer in att.held_layers()})
+
+
+def _draws(run: Run) -> bool:
+    """Whether anything draws the run's maps (`run.drawn`): its figures, or the terminal's
+    heatmap of one head, which it draws where one layer and one head are chosen."""
+    r = run.request
+    n_heads = len(r.heads) if r.heads else run.loaded.info.n_heads
+    return r.images or (len(run.layers) == 1 and n_heads == 1)
 
 
 def pooled(att: Attention, size: int, how: str = "max", causal: bool = False) -> Attention:

@@ -86,7 +86,8 @@ class Run:
     stacks: dict[str, Attention] | None = None  # encoder-decoder models: each stack read
     shown: Attention | None = None  # after --words / --hide-special
     streamed: bool = False  # no map held whole: blocks of rows summed as the pass made them
-    drawn: Attention | None = None  # what figures draw: `shown`, or pooled (`views.Views`)
+    # what figures draw: `shown`, or pooled (`views.Views`); None where nothing draws it
+    drawn: Attention | None = None
     page_view: Attention | None = None  # what the page carries: `shown`, or pooled coarser
     window: Attention | None = None  # --window's exact cells
     views: Any = None  # pipelines.views.Views: how the views are made
