@@ -12,11 +12,12 @@ block in one place), to:
     all       the four together, as `show - -m smollm2 --html` has them
 
 Each side runs the function with each row's entropy (what the summary asks); a recorder's
-cost is its side's time less the function's alone ("function+entropy"), per layer and times
-the model's 30 layers. SDPA on the same q, k and v is the floor. q, k and v are random; the
-text's tokens (its special and punctuation tokens, its repeats) are SmolLM2's. Rounds run
-every side once, in an order rotated every round; medians over the rounds. Run it on two
-checkouts (PYTHONPATH) for a before and after.
+cost is its side's time less the function's alone ("function+entropy"), times the model's 30
+layers. Every side runs twice a round: with the compiled pass (`core.fused`) and with torch's
+operations, so that both meet the same machine. SDPA on the same q, k and v is the floor.
+q, k and v are random; the text's tokens (its special and punctuation tokens, its repeats)
+are SmolLM2's. Rounds run every side once, in an order rotated every round; medians over the
+rounds.
 
 Run: .venv/bin/python bench/bench_recorders.py [--runs 3] [--tokens 8085] [--block-rows N]
 """
@@ -106,6 +107,24 @@ def setup(n: int, block_rows: int | None):
     return sides, rows, n
 
 
+def fused_kernel():
+    """The compiled pass this checkout builds (`core.fused.kernel`), or None before it."""
+    try:
+        from attnviz.core import fused
+    except ImportError:
+        return lambda: None
+    return fused.kernel
+
+
+def use(kernel) -> None:
+    """Blocks made by `kernel` from now on: the compiled pass, or torch's operations."""
+    try:
+        from attnviz.core import fused
+    except ImportError:
+        return
+    fused.kernel = kernel
+
+
 def main() -> None:
     import torch
 
@@ -119,25 +138,37 @@ def main() -> None:
     header("show --html's recorders, one layer", args)
     torch.manual_seed(0)
     sides, rows, n = setup(tokens, args.block_rows)
-    times: dict[str, list[float]] = {name: [] for name in sides}
+    # each side twice: with the compiled pass (core.fused), and with torch's operations
+    kinds = {"compiled": fused_kernel(), "torch": lambda: None}
+    times: dict[tuple[str, str], list[float]] = {}
     clock = time.process_time if args.cpu_time else time.perf_counter
     with torch.inference_mode():
-        for order in rounds(args.runs, list(sides)):
-            for name in order:
+        for order in rounds(args.runs, [(name, kind) for name in sides for kind in kinds]):
+            for name, kind in order:
+                use(kinds[kind])
                 start = clock()
                 sides[name]()
-                times[name].append(clock() - start)
-    median = {name: statistics.median(found) for name, found in times.items()}
-    base = median["function+entropy"]
+                times.setdefault((name, kind), []).append(clock() - start)
+    use(kinds["compiled"])
+    median = {key: statistics.median(found) for key, found in times.items()}
     what = "CPU seconds" if args.cpu_time else "seconds"
-    print(f"{n:,} tokens, blocks of {rows} rows, {torch.get_num_threads()} threads, {what}; "
-          f"medians of {args.runs} rounds.\n")  # fmt: skip
-    print(f"| side | s a layer | ÷ sdpa | added s a layer | added s × {LAYERS} layers |")
-    print("|---|---|---|---|---|")
-    for name, seconds in median.items():
-        added = seconds - base if name in (*RECORDERS, "all") else None
-        cells = ("–", "–") if added is None else (f"{added:.3f}", f"{added * LAYERS:.1f}")
-        print(f"| {name} | {seconds:.3f} | {seconds / median['sdpa']:.2f} | {' | '.join(cells)} |")
+    print(
+        f"{n:,} tokens, blocks of {rows} rows, {torch.get_num_threads()} threads, {what}; "
+        f"medians of {args.runs} rounds; each side with attnviz's compiled pass "
+        "(core/fused.py) and with torch's operations (ATTNVIZ_KERNEL=0) in the same rounds.\n"
+    )
+    print(
+        f"| side | s a layer, compiled | s a layer, torch's | ÷ sdpa, compiled | "
+        f"added × {LAYERS} layers, compiled | added × {LAYERS} layers, torch's |"
+    )
+    print("|---|---|---|---|---|---|")
+    sdpa = median[("sdpa", "compiled")]
+    for name in sides:
+        mine, theirs = median[(name, "compiled")], median[(name, "torch")]
+        added = [median[(name, kind)] - median[("function+entropy", kind)] for kind in kinds]
+        cells = (["–", "–"] if name not in (*RECORDERS, "all")
+                 else [f"{a * LAYERS:.1f}" for a in added])  # fmt: skip
+        print(f"| {name} | {mine:.3f} | {theirs:.3f} | {mine / sdpa:.2f} | {' | '.join(cells)} |")
     footer()
 
 
