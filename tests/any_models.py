@@ -6,8 +6,9 @@ check attnviz's attention recording against each model's eager `output_attention
   4 experts top-2 for mixture-of-experts types). Each of them sends its attention through
   transformers' `AttentionInterface` (checked: a function registered there is called once
   a layer and stack, and returns the eager probabilities).
-- BYPASS: model types whose attention does not go through `AttentionInterface` (transformers
-  5.24), with why; `build` and `save` make them too, from BYPASS_CONFIGS.
+- BYPASS: model types whose attention does not go through `AttentionInterface` in the
+  installed transformers, with why (Falcon's does from 5.25 on); `build` and `save` make them
+  too, from BYPASS_CONFIGS.
 - STACKS: the attention stacks of the encoder-decoder types.
 - SDPA: the types of TYPES that accept `model.set_attn_implementation("sdpa")`.
 - build(model_type): the base model (no head), eval mode, float32, eager attention, its
@@ -189,6 +190,16 @@ TYPES: dict[str, dict[str, Any]] = {
                 "max_target_positions": 64, "begin_suppress_tokens": None},
 }
 
+
+
+def _before(version: str) -> bool:
+    """Whether the installed transformers is older than `version`."""
+    import transformers
+    from packaging.version import Version
+
+    return Version(transformers.__version__) < Version(version)
+
+
 # Each computes its probabilities in its own code, not through AttentionInterface:
 # `set_attn_implementation` leaves them eager (with a warning), and a function registered
 # there is never called.
@@ -204,6 +215,8 @@ BYPASS: dict[str, str] = {
     "fsmt": "fsmt.Attention: fairseq's multi-head attention, its own softmax",
     "longformer": "LongformerSelfAttention: a band of keys around each query, its own softmax",
 }
+if not _before("5.25"):  # transformers 5.25 moved Falcon's attention onto the interface
+    del BYPASS["falcon"]
 BYPASS_CONFIGS: dict[str, dict[str, Any]] = {
     "bloom": dict(vocab_size=128, hidden_size=32, n_layer=2, n_head=4),
     "falcon": dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

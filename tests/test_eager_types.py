@@ -1,9 +1,10 @@
-"""Model types whose attention bypasses transformers' attention interface (BLOOM, Falcon, MPT,
-GPT-Neo, XGLM, DeBERTa-v2, MPNet, RoFormer: `any_models.BYPASS`) run eager with
-`output_attentions`: attnviz finds each layer's attention module from the model's own
-attentions and reads the probabilities from its output. Tiny random models (two layers) saved
-as a user's checkpoints are; the API and `show` give transformers' own eager
-`output_attentions`, and every command runs on them.
+"""Model types whose attention bypasses transformers' attention interface (BLOOM, Falcon before
+transformers 5.25, MPT, GPT-Neo, XGLM, DeBERTa-v2, MPNet, RoFormer: `any_models.BYPASS`) run
+eager with `output_attentions`: attnviz finds each layer's attention module from the model's
+own attentions and reads the probabilities from its output. Tiny random models (two layers)
+saved as a user's checkpoints are; the API and `show` give transformers' own eager
+`output_attentions`, and every command runs on them. Falcon from transformers 5.25 on goes
+through the interface, and attnviz reads it there (SDPA): the same checks hold.
 
 The memory estimate counts that eager holds a layer's whole scores and probabilities, and a
 run that would not fit is refused in one line before the weights load.
@@ -28,6 +29,12 @@ KINDS = {"bloom": "decoder", "falcon": "decoder", "mpt": "decoder", "gpt_neo": "
          "xglm": "decoder", "deberta-v2": "encoder", "mpnet": "encoder",
          "roformer": "encoder"}  # fmt: skip
 EXACT = 1e-5
+
+
+def _path(kind: str) -> str:
+    """The attention attnviz runs `kind` with: eager where it bypasses the interface in the
+    installed transformers, else SDPA through the interface."""
+    return "eager" if kind in any_models.BYPASS else "sdpa"
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +79,7 @@ def _eager(folder: str, ids: list[int]) -> np.ndarray:
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_the_api_gives_the_model_s_own_eager_attention(kind, folders):
     found = attnviz.attention(TEXT, model=folders[kind], device="cpu")
-    assert found.info.model_type == kind and found.info.implementation == "eager"
+    assert found.info.model_type == kind and found.info.implementation == _path(kind)
     assert found.info.causal == (KINDS[kind] == "decoder")
     own = _eager(folders[kind], _ids(folders[kind], TEXT))
     assert found.weights.shape == own.shape
@@ -91,7 +98,7 @@ def test_show_gives_the_model_s_own_eager_attention(kind, folders):
                                 "--no-images", "--json", "--query", str(query)])  # fmt: skip
     assert shown.exit_code == 0, shown.output
     said = json.loads(shown.output)
-    assert said["attention"] == "eager" and said["model"]["model_type"] == kind
+    assert said["attention"] == _path(kind) and said["model"]["model_type"] == kind
     own = _eager(folders[kind], _ids(folders[kind], TEXT))
     assert len(said["heads"]) == own.shape[0] * own.shape[1]
     for head in said["heads"]:

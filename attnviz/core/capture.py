@@ -47,10 +47,11 @@ The model runs attnviz's attention function (`core.recording`): `probs`, `rows`,
 from its q and k a block of `block_rows` query rows at a time; the other kinds from hooks on
 the modules the layer map names (`core.layer_map`, asked once a pass). With eager attention
 (`--attention eager`, `check`) `probs` is read from the attention module's output instead. A
-model type whose attention bypasses transformers' interface (BLOOM, Falcon, GPT-Neo, …) runs
-eager with `output_attentions`: its attention modules are found once by `own_attention`, and
-each layer's probabilities, read, are dropped from the module's output, as the model drops
-them without `output_attentions`, so that no more than one layer's are held at once.
+model type whose attention bypasses transformers' interface (BLOOM, GPT-Neo, Falcon before
+transformers 5.25, …) runs eager with `output_attentions`: its attention modules are found once
+by `own_attention`, and each layer's probabilities, read, are dropped from the module's output,
+as the model drops them without `output_attentions`, so that no more than one layer's are held
+at once.
 
 A caller is a `Recorder`: the layers and kinds it wants, and a `receive(layer, tensors)`
 called once that layer has produced all of them. Tensors are moved to the CPU as they come

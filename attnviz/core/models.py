@@ -730,7 +730,7 @@ def _decoder(config: Any) -> bool:
 
 def eager_only(config: Any) -> bool:
     """Whether the model type computes its attention in its own code, not through
-    transformers' `AttentionInterface` (BLOOM, Falcon, MPT, GPT-Neo, DeBERTa-v2, …), so that
+    transformers' `AttentionInterface` (BLOOM, MPT, GPT-Neo, DeBERTa-v2, …), so that
     it runs eager attention with `output_attentions`: read before the weights load. Refused
     in one line where transformers has no model for the type, and for an encoder-decoder of
     that kind (FSMT, ProphetNet), whose stacks attnviz finds through the interface alone."""

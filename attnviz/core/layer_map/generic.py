@@ -7,7 +7,7 @@ which is all the norm measure needs beside v. How the block's output joins the r
 stream (ALTI and the mixing ratios) is read from the model itself (`core.residual`); `check`
 (X's projections by name, the weights: `core.families`) stays with the named families.
 
-A model type whose attention bypasses the interface (BLOOM, Falcon, MPT, GPT-Neo,
+A model type whose attention bypasses the interface (BLOOM, MPT, GPT-Neo,
 DeBERTa-v2: `bypasses_interface`, from transformers' source files) runs eager attention with
 `output_attentions`: its layers are the modules whose outputs hold the tensors the model hands
 back as its attentions (`capture.own_attention` finds them in one pass over four tokens, and
