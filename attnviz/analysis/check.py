@@ -135,8 +135,11 @@ def compare(
     7 significant digits, so an output of 180 (SmolLM2 has some) is only known to ~1e-5.
     """
     real = query_mask.bool()  # (B, T): padded query rows are not part of any text
-    probs_diff = (model_probs.double() - ours.probs).abs()  # (B, H, T, S)
-    per_head = probs_diff.masked_fill(~real[:, None, :, None], 0).amax(dim=(0, 2, 3))  # (H,)
+    padded = ~real[:, :, None]  # (B, T, 1)
+    per_head = []  # a head at a time: one (B, T, S) float64 difference, not four (B, H, T, S)
+    for head in range(model_probs.shape[1]):
+        diff = model_probs[:, head].double().sub_(ours.probs[:, head]).abs_()  # (B, T, S)
+        per_head.append(diff.masked_fill_(padded, 0).amax())
     output = model_output.double().masked_fill(~real[:, :, None], 0)  # (B, T, d_model)
     output_diff = (output - ours.output).abs().masked_fill(~real[:, :, None], 0)
     output_error = output_diff.max() / max(1.0, float(output.abs().max()))
