@@ -26,6 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import transformers
+from packaging.version import Version
+
 LENGTH = 10  # tokens a row (encoder-decoders: LENGTH - 2 decoder tokens)
 PADDING = 3  # pad tokens at the end of the second row
 WINDOW = 4  # sliding windows: shorter than LENGTH, longer than PADDING (no row sees no key)
@@ -190,16 +193,6 @@ TYPES: dict[str, dict[str, Any]] = {
                 "max_target_positions": 64, "begin_suppress_tokens": None},
 }
 
-
-
-def _before(version: str) -> bool:
-    """Whether the installed transformers is older than `version`."""
-    import transformers
-    from packaging.version import Version
-
-    return Version(transformers.__version__) < Version(version)
-
-
 # Each computes its probabilities in its own code, not through AttentionInterface:
 # `set_attn_implementation` leaves them eager (with a warning), and a function registered
 # there is never called.
@@ -215,7 +208,7 @@ BYPASS: dict[str, str] = {
     "fsmt": "fsmt.Attention: fairseq's multi-head attention, its own softmax",
     "longformer": "LongformerSelfAttention: a band of keys around each query, its own softmax",
 }
-if not _before("5.25"):  # transformers 5.25 moved Falcon's attention onto the interface
+if Version(transformers.__version__) >= Version("5.25"):  # Falcon's moved onto the interface
     del BYPASS["falcon"]
 BYPASS_CONFIGS: dict[str, dict[str, Any]] = {
     "bloom": dict(vocab_size=128, hidden_size=32, n_layer=2, n_head=4),

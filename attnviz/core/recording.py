@@ -71,7 +71,8 @@ class Listener(Protocol):
 
     def reductions(self, site: Any) -> tuple:
         """What `site`'s recorders read of each block (`core.reductions`): made with the
-        block where the function can (`Scores.read_rows`), handed to `block` as `found`."""
+        block where the function can (`Scores.read_rows`), handed to `block` as `found`.
+        Optional: a listener without it (generation's) is handed the rows alone."""
 
     def block(self, site: Any, start: int, rows: Any, entropy: Any, found: Any = None) -> None:
         """Rows start … start+b−1 of every head, (B, H, b, W), W ≤ S keys; `found`, what
