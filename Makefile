@@ -22,12 +22,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/attnviz show "$(SENTENCE)"
 
+# The suite a worker a core (pytest-xdist), a test file's tests in one worker (its
+# module-scoped models built once); `make test WORKERS=0` runs it in this process alone.
+WORKERS ?= auto
+PYTEST := $(PY) -m pytest -q $(if $(filter-out 0,$(WORKERS)),-n $(WORKERS) --dist loadfile)
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # Everything but the slow tests (browser, SmolLM2, killed processes): under a minute.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # Each benchmark's output (Markdown: its header, then its tables) is shown and saved as
 # bench/results/NAME.md, replaced only when the benchmark succeeds; `make perf-doc` puts the

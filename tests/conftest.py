@@ -18,6 +18,12 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 # SmolLM2's needle test the same either way. Set before torch is imported (libgomp reads it
 # once), and inherited by the commands the tests start.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Under pytest-xdist (`make test` runs a worker a core), each worker's torch gets its share of
+# the cores, so that the workers' threads together do not outnumber them.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    _share = (_cores or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 
 from pathlib import Path  # noqa: E402
 
