@@ -633,3 +633,20 @@ def test_every_measure_page_of_a_batch_row_with_words_or_special_hidden(loaded_t
     )
     assert "norm" not in hidden.others and hidden.lengths is None
     assert hidden.weights.hidden_special and hidden.others["rollout"].hidden_special
+
+
+@pytest.mark.parametrize("d_model", [48, 8])  # wider than a head, and narrower (QR's R wide)
+def test_a_head_s_lengths_are_its_vectors_lengths(d_model):
+    """‖v^h_j W_O^h‖ from QR's R (`maths.head_lengths`) equals the length of the product
+    itself in float64, within float32's rounding."""
+    import torch
+
+    from attnviz.analysis.contributions.maths import head_lengths
+
+    generator = torch.Generator().manual_seed(0)
+    heads = torch.randn(2, 7, 3, 16, generator=generator)  # (B, T, H, d)
+    w_o = torch.randn(3, 16, d_model, generator=generator) / 4
+    exact = torch.einsum("bthk,hkd->bhtd", heads.double(), w_o.double()).norm(dim=-1)
+    found = head_lengths(heads, w_o)
+    assert found.shape == (2, 3, 7) and found.dtype == torch.float32
+    torch.testing.assert_close(found.double(), exact, rtol=1e-6, atol=1e-6)

@@ -36,21 +36,26 @@ def value_vectors(x: torch.Tensor, weights: Any) -> torch.Tensor:
 def value_lengths(values: torch.Tensor, projection: Any) -> torch.Tensor:
     """‖v^h_j W_O^h‖ for every query head, (B, H, S), from the values the model handed its
     attention (B, H_kv, S, d) and its output projection (W_O^h: rows h·d … (h+1)·d of W in
-    `X @ W` form; query head h reads value head h // G). A head at a time: no (B, H, S,
-    d_model) tensor."""
-    import torch
-
+    `X @ W` form; query head h reads value head h // G): `head_lengths`."""
     from attnviz.core.families.base import linear
 
     w_o, _ = linear(projection)  # (H·d, d_model); the bias is added once, no key's
-    batch, kv_heads, length, d = values.shape
+    d = values.shape[-1]
     n_heads = w_o.shape[0] // d
-    group = n_heads // kv_heads
-    lengths = torch.empty(batch, n_heads, length)
-    for h in range(n_heads):
-        v = values[:, h // group].float()  # (B, S, d)
-        lengths[:, h] = (v @ w_o[h * d : (h + 1) * d].float()).norm(dim=-1)
-    return lengths
+    heads = values.float().transpose(1, 2).repeat_interleave(n_heads // values.shape[1], dim=2)
+    return head_lengths(heads, w_o.float().reshape(n_heads, d, -1))
+
+
+def head_lengths(heads: torch.Tensor, w_o: torch.Tensor) -> torch.Tensor:
+    """‖v^h_j W_O^h‖, (B, H, T), of each head's values `heads` (B, T, H, d) and output
+    projection `w_o` (H, d, d_model), without the (B, H, T, d_model) vectors: W_O^hᵀ = Q R
+    (its QR factors, in float64), so v W_O^h = v Rᵀ Qᵀ, whose length is ‖v Rᵀ‖ (Q's columns
+    are orthonormal): d × d products, not d × d_model."""
+    import torch
+
+    r = torch.linalg.qr(w_o.double().transpose(-2, -1), mode="r").R  # (H, min(d, d_model), d)
+    found = torch.einsum("bthk,hjk->bhtj", heads.float(), r.float())
+    return torch.linalg.vector_norm(found, dim=-1)
 
 
 def rollout_layer(

@@ -12,6 +12,7 @@ from attnviz.analysis.contributions.maths import (
     AltiLayer,
     Mixed,
     alti_layer,
+    head_lengths,
     mixed,
     mixing_ratios,
     mixing_rows,
@@ -20,8 +21,6 @@ from attnviz.analysis.contributions.maths import (
     special_reads,
     special_rows,
     value_heads,
-    value_lengths,
-    value_vectors,
 )
 from attnviz.analysis.contributions.measures import (
     DEFAULT,
@@ -97,10 +96,9 @@ class Values:
         return v, w_o.reshape(n_heads, d, -1)
 
     def of(self, layer: int, tensors: dict[str, Any]) -> torch.Tensor:
-        """‖f^h(x_j)‖ of `layer`, (B, H, S) float32, from its tensors of the pass."""
-        if self.weights is not None:
-            return value_vectors(tensors[self.kind].float(), self.weights[layer]).norm(dim=-1)
-        return value_lengths(tensors["values"], self._projections[layer])
+        """‖f^h(x_j)‖ of `layer`, (B, H, S) float32, from its tensors of the pass
+        (`maths.head_lengths`)."""
+        return head_lengths(*self.heads(layer, tensors))
 
 
 def values_of(loaded: LoadedModel, stack: str | None = None) -> Values | None:
