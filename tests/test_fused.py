@@ -34,10 +34,20 @@ def _asked(batch, n_heads, length, seed=1):
     own = torch.rand(batch, n_heads, 3, length + 4)[..., :length]  # a strided view
     marks = np.zeros(length, bool)
     marks[length // 2 :: 3] = True  # late keys alone: early rows of a causal block see none
+
+    def lists(start, stop):  # each row's own keys, 0 … 5 of them, some past any row's width
+        made = np.random.default_rng(start)
+        found = []
+        for _ in range(2):
+            counts = made.integers(0, 6, stop - start)
+            found.append((np.r_[0, np.cumsum(counts)], made.integers(0, length + 3, counts.sum())))
+        return found
+
     return (reductions.KeySums(lambda a, b, w: shared[:, :w]),
             reductions.KeySums(lambda a, b, w: own[..., :w]),
             reductions.QuerySums(rng.random((2, length)).astype("f4")),
-            reductions.RowBins(5, "max"), reductions.RowBins(7, "sum"),
+            reductions.Bins(5, "max"), reductions.Bins(7, "sum"), reductions.Bins(1, "max"),
+            reductions.KeyLists(lists),
             reductions.KeyMax(marks), reductions.KeyMax(np.zeros(length, bool)))  # fmt: skip
 
 
@@ -61,14 +71,21 @@ def _definitions(probs, start, asked):
         elif isinstance(reduction, reductions.QuerySums):
             weights = torch.from_numpy(reduction.weights[:, start : start + b]).double()
             found.append(weights @ p)
-        elif isinstance(reduction, reductions.RowBins):
-            size, rows = reduction.size, torch.arange(start, start + b)
-            bins = [
-                p[..., rows // size == k, :]
-                for k in range(start // size, (start + b - 1) // size + 1)
-            ]
-            pooled = [part.amax(-2) if reduction.how == "max" else part.sum(-2) for part in bins]
-            found.append(torch.stack(pooled, -2))
+        elif isinstance(reduction, reductions.Bins):
+            size, rows, keys = reduction.size, torch.arange(start, start + b), torch.arange(width)
+            columns = range(-(-width // size))
+            squares = [[p[..., rows // size == k, :][..., keys // size == c] for c in columns]
+                       for k in range(start // size, (start + b - 1) // size + 1)]  # fmt: skip
+            pooled = [[cell.amax((-2, -1)) if reduction.how == "max" else cell.sum((-2, -1))
+                       for cell in row] for row in squares]  # fmt: skip
+            found.append(torch.stack([torch.stack(row, -1) for row in pooled], -2))
+        elif isinstance(reduction, reductions.KeyLists):
+            sums = torch.zeros(*p.shape[:-1], 2, dtype=torch.float64)
+            for g, (offsets, keys) in enumerate(reduction.lists(start, start + b)):
+                for i in range(b):
+                    mine = [int(k) for k in keys[offsets[i] : offsets[i + 1]] if k < width]
+                    sums[..., i, g] = p[..., i, mine].sum(-1)
+            found.append(sums)
         else:
             keys = torch.from_numpy(reduction.keys[:width])
             found.append(p[..., keys].amax(-1) if bool(keys.any())
@@ -110,8 +127,14 @@ def test_a_block_is_its_definitions(causal, batch, length, start, stop):
     torch.testing.assert_close(got, torch_rows, rtol=0, atol=2e-6)
     torch.testing.assert_close(entropy, torch_entropy, rtol=0, atol=1e-4)  # torch's: 1e-5 off
     for mine, theirs, reduction in zip(found, _definitions(got, start, asked), asked):
-        assert mine.shape == theirs.shape and mine.dtype == torch.float32, reduction
+        wide = isinstance(reduction, reductions.KeyLists)  # summed in float64
+        assert mine.shape == theirs.shape, reduction
+        assert mine.dtype == (torch.float64 if wide else torch.float32), reduction
         torch.testing.assert_close(mine.double(), theirs, rtol=1e-6, atol=1e-6)
+    # the lists' sums as torch's read makes them from the same rows: the same bits
+    lists = [r for r in asked if isinstance(r, reductions.KeyLists)][0]
+    assert torch.equal(found[6], reductions.read(got, start, [lists])[0])
+    assert float(found[6].abs().sum()) > 0
     if causal and start == 13:  # rows 13 … 19 see no marked key (20, 23, …): 0, as torch's
         assert bool((found[-2][..., :7] == 0).all()) and bool((found[-2][..., 7:] > 0).all())
     assert bool((found[-1] == -1).all())  # no marked key among the block's: −1
@@ -120,7 +143,7 @@ def test_a_block_is_its_definitions(causal, batch, length, start, stop):
 @needs_kernel
 def test_a_run_reads_each_block_in_one_compiled_pass(monkeypatch):
     """A causal pass over blocks of 4 rows: one compiled pass a block, each with every
-    reduction its recorders asked (the summary's three, a pooled map's one), none by torch."""
+    reduction its recorders asked (the summary's four, a pooled map's one), none by torch."""
     from tests.test_reductions import _a_streamed_show_pass
 
     calls, reads = [], []
@@ -129,7 +152,7 @@ def test_a_run_reads_each_block_in_one_compiled_pass(monkeypatch):
         len(asked)) or real(raw, start, causal, entropy, asked))  # fmt: skip
     monkeypatch.setattr(reductions, "read", lambda *args: reads.append(args) or [])
     blocks = _a_streamed_show_pass()
-    assert len(calls) == blocks and all(count == 3 + 2 for count in calls) and not reads
+    assert len(calls) == blocks and all(count == 4 + 2 for count in calls) and not reads
 
 
 def test_without_a_compiler_torch_makes_the_rows(monkeypatch, tmp_path):
@@ -163,7 +186,7 @@ def test_the_pass_misread_fails_the_comparison(monkeypatch):
     real = fused.block
 
     def misread(raw, start, causal, entropy, asked):
-        wrong = [reductions.RowBins(r.size, "sum") if isinstance(r, reductions.RowBins) else r
+        wrong = [reductions.Bins(r.size, "sum") if isinstance(r, reductions.Bins) else r
                  for r in asked]  # fmt: skip
         return real(raw, start, causal, entropy, tuple(wrong))
 

@@ -28,8 +28,9 @@ def _block(lead=(2, 3), b=5, width=11, seed=0):
 
 
 def test_each_reduction_is_its_definition():
-    """KeySums (shared and per-head tables, several at once), QuerySums, RowBins (max and
-    sum, bins begun in an earlier block) and KeyMax against their formulas, in float64."""
+    """KeySums (shared and per-head tables, several at once), QuerySums, Bins (max and sum,
+    row bins begun in an earlier block, a narrower last bin of keys), KeyMax and KeyLists
+    against their formulas, in float64."""
     import torch
 
     rows, start = _block(), 4  # rows 4 … 8 of a text: bins of 3 are {3,4,5}, {6,7,8}
@@ -40,7 +41,7 @@ def test_each_reduction_is_its_definition():
     keys = np.array([0, 1, 1, 0, 1, 1, 1, 0, 0, 0, 1], dtype=bool)
     asked = [reductions.KeySums(lambda a, b, w: shared[:, :w]),
              reductions.KeySums(lambda a, b, w: own[..., :w]), reductions.QuerySums(weights),
-             reductions.RowBins(3, "max"), reductions.RowBins(3, "sum"),
+             reductions.Bins(3, "max"), reductions.Bins(3, "sum"),
              reductions.KeyMax(keys)]  # fmt: skip
     by_shared, by_own, by_query, top, summed, key_max = reductions.read(rows, start, asked)
     expect = r64 @ torch.from_numpy(shared).double().T
@@ -49,27 +50,45 @@ def test_each_reduction_is_its_definition():
     assert torch.allclose(by_own.double(), expect, rtol=1e-6, atol=1e-7)
     expect = torch.from_numpy(weights[:, start : start + 5]).double() @ r64
     assert torch.allclose(by_query.double(), expect, rtol=1e-6, atol=1e-7)
-    bins = [(0, 2), (2, 5)]  # the block's rows of bin 1 (rows 4, 5) and bin 2 (6, 7, 8)
-    assert torch.equal(top, torch.stack([rows[..., a:b, :].amax(-2) for a, b in bins], -2))
-    expect = torch.stack([r64[..., a:b, :].sum(-2) for a, b in bins], -2)
+    # the block's rows of bin 1 (rows 4, 5) and bin 2 (6, 7, 8); keys 0-2, 3-5, 6-8, 9-10
+    bins, columns = [(0, 2), (2, 5)], [(0, 3), (3, 6), (6, 9), (9, 11)]
+
+    def squares(cells, reduce):
+        return torch.stack([torch.stack([reduce(cells[..., a:b, c:d]) for c, d in columns], -1)
+                            for a, b in bins], -2)  # fmt: skip
+
+    assert top.shape == summed.shape == (2, 3, 2, 4)
+    assert torch.equal(top, squares(rows, lambda x: x.amax(dim=(-2, -1))))
+    expect = squares(r64, lambda x: x.sum(dim=(-2, -1)))
     assert torch.allclose(summed.double(), expect, rtol=1e-6)
     assert torch.equal(key_max, rows[..., torch.from_numpy(keys)].amax(-1))
     nothing = reductions.read(rows, start, [reductions.KeyMax(np.zeros(11, bool))])[0]
     assert bool((nothing == -1).all())
+    # KeyLists: row 0 two keys (one twice), row 1 none, row 2 one past the width, rows 3, 4 one
+    lists = [(np.array([0, 3, 3, 4, 5, 6]), np.array([2, 7, 2, 11, 0, 10])),
+             (np.array([0, 0, 0, 0, 0, 0]), np.array([], dtype=np.int64))]  # fmt: skip
+    asked = reductions.KeyLists(lambda a, b: lists if (a, b) == (start, start + 5) else None)
+    (found,) = reductions.read(rows[:, 1:], start, [asked])  # a strided view
+    r64 = r64[:, 1:]
+    expect = torch.zeros(*found.shape, dtype=torch.float64)
+    expect[..., 0, 0] = 2 * r64[..., 0, 2] + r64[..., 0, 7]
+    expect[..., 3, 0], expect[..., 4, 0] = r64[..., 3, 0], r64[..., 4, 10]
+    assert found.dtype == torch.float64 and found.shape == (2, 2, 5, 2)
+    assert torch.allclose(found, expect, rtol=1e-12, atol=0)
 
 
 def test_equal_reductions_are_read_once(monkeypatch):
-    """Two recorders' equal RowBins and one KeyMax's keys asked twice: each read once."""
+    """Two recorders' equal Bins and one KeyMax's keys asked twice: each read once."""
     rows = _block()
     calls = []
-    real = reductions._row_bins
+    real = reductions._bins
 
     def counted(*args):
         calls.append(args[2])
         return real(*args)
 
-    monkeypatch.setattr(reductions, "_row_bins", counted)
-    first, second = reductions.read(rows, 0, [reductions.RowBins(3), reductions.RowBins(3)])
+    monkeypatch.setattr(reductions, "_bins", counted)
+    first, second = reductions.read(rows, 0, [reductions.Bins(3), reductions.Bins(3)])
     assert calls == [3] and first is second
 
 
@@ -176,8 +195,8 @@ def test_blocks_misread_fail_the_comparison(monkeypatch):
     from attnviz.analysis.pooling import pool
 
     model, given, layers, att = _text("llama")
-    real = reductions._row_bins
-    monkeypatch.setattr(reductions, "_row_bins", lambda rows, start, *rest: real(rows, start + 1,
+    real = reductions._bins
+    monkeypatch.setattr(reductions, "_bins", lambda rows, start, *rest: real(rows, start + 1,
                         *rest))  # fmt: skip
     whole, _, by_blocks = _streamed(model, given, layers, 4, att)
     probs = np.stack([whole.probs[layer] for layer in range(layers)])
@@ -217,4 +236,4 @@ def test_a_block_is_read_once_for_all_its_recorders(monkeypatch):
         (start, len(asked))) or real(rows, start, asked))  # fmt: skip
     blocks = _a_streamed_show_pass()
     assert len(reads) == blocks
-    assert all(count == 3 + 2 for _, count in reads)  # the summary's three, a pool's one each
+    assert all(count == 4 + 2 for _, count in reads)  # the summary's four, a pool's one each

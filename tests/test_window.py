@@ -101,8 +101,7 @@ def test_pooled_figures_count_the_texts_tokens(sentence):
     from attnviz.outputs.figures import Labels, LayerFigure, Style
     from tests.conftest import overview_of
 
-    maps = {layer: pool(sentence.weights[layer], 3) for layer in range(len(sentence.weights))}
-    pooled = pooled_attention(sentence, maps)
+    pooled = pooled_attention(sentence, pool(sentence.weights, 3))
     assert len(pooled.tokens) == 6 and len(sentence.tokens) == 16
     assert pooled.token_counts() == (16, 16)
     layers, heads = list(range(len(sentence.weights))), [0, 1, 2]
@@ -151,8 +150,7 @@ def test_the_terminal_says_how_the_images_show_a_long_text(sentence):
     from attnviz.analysis.pooling import pool, pooled_attention
     from attnviz.outputs.terminal import print_written
 
-    maps = {layer: pool(sentence.weights[layer], 3, "max") for layer in range(6)}
-    pooled = pooled_attention(sentence, maps)
+    pooled = pooled_attention(sentence, pool(sentence.weights, 3, "max"))
     said = []
     for drawn, window in ((pooled, None), (pooled, window_of(sentence, 2, 8)), (sentence, None)):
         console = Console(record=True, width=200)

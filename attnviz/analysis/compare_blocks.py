@@ -170,14 +170,12 @@ class PairBlocks:
         (a, b), (grid_a, grid_b) = self.sides, self.grids
         role_change = changes(a.stats.role_scores(), b.stats.role_scores())
         special = b.stats.special_shares() - a.stats.special_shares()
-        views = [
-            pooled_attention(side.att, {layer: side.pooled.result(layer) for layer in self.layers})
-            for side in self.sides
-        ]
+        views = [pooled_attention(side.att, side.pooled.stacked(self.layers))
+                 for side in self.sides]  # fmt: skip
         return Compared(
             views[0], views[1], self.alignment,
-            np.stack([grid_a.result(layer).values for layer in self.layers]),  # float32
-            np.stack([grid_b.result(layer).values for layer in self.layers]),
+            grid_a.stacked(self.layers).values,  # float32
+            grid_b.stacked(self.layers).values,
             self.js, divergence, role_change, special,
             unit_size=grid_a.size, texts=(a.att, b.att), stats=(a.stats, b.stats),
             kept={unit: rows for unit, rows in self.keep.items()},

@@ -82,6 +82,11 @@ def as_tensor(rows: Any) -> torch.Tensor:
         return torch.as_tensor(rows)
 
 
+# The tables of key weights a text's blocks keep for its later layers (`BlockReads.table`):
+# 8,085 tokens read in blocks of 172 rows keep 48 tables of (8, ≤ 8,085), 6 MB.
+TABLES_BYTES = 32 * 2**20
+
+
 class BlockReads:
     """What `Rows` reads of every row of a text's blocks, registered with the one pass over
     each block (`core.reductions`): each row's sums over sets of keys (`by_key`'s table) and
@@ -102,12 +107,24 @@ class BlockReads:
         # the table's columns that do not depend on the block (see `Rows.by_key`)
         self.fixed = np.stack([keys == 0, separators, punctuation, key_special]).astype(np.float32)
         self.key_sums = KeySums(self.table)
+        self._tables: dict[tuple[int, int, int], np.ndarray] = {}  # kept for later layers
+        self._tables_bytes = 0
         self.content = KeyMax(~key_special)
         self.asked = (self.key_sums, self.content)
 
     def table(self, start: int, stop: int, width: int) -> np.ndarray:
         """`Rows.by_key`'s key weights for query rows start … stop−1, (8, W): lo … hi are the
-        block's first and last non-special queries."""
+        block's first and last non-special queries. Made once a block and kept for the
+        text's later layers while they take at most `TABLES_BYTES`."""
+        found = self._tables.get((start, stop, width))
+        if found is None:
+            found = self._table(start, stop, width)
+            if self._tables_bytes + found.nbytes <= TABLES_BYTES:
+                self._tables[(start, stop, width)] = found
+                self._tables_bytes += found.nbytes
+        return found
+
+    def _table(self, start: int, stop: int, width: int) -> np.ndarray:
         import numpy as np
 
         block = np.arange(start, stop)
@@ -502,37 +519,40 @@ def repeat_totals(att: Attention, block_rows: int | None = None) -> tuple[np.nda
     return sums, counts
 
 
-def repeat_sums(att: Attention, start: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def repeat_sums(att: Attention, start: int, rows: np.ndarray, found: Any = None,
+                lists: Any = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """`repeat_scores`' sums over one block of query rows start … start+b−1, rows (L, H, b, S):
-    (2, L, H) and the queries each counted, (2,)."""
+    (2, L, H) and the queries each counted, (2,); from `found`, each row's sums over its
+    repeat cells `lists` (`repeat_lists`, made here if not given), (L, H, b, 2), where the
+    pass made them (`reductions.KeyLists`), else read here."""
     import numpy as np
-    import torch
+
+    from attnviz.core.reductions import key_list_sums
 
     rows = as_tensor(rows)
-    sums, counts = np.zeros((2, *rows.shape[:2])), np.zeros(2, dtype=int)
-    width = min(rows.shape[-1], len(att.tokens))
-    query, key = _earlier(tuple(att.tokens), tuple(att.special), start, start + rows.shape[2])
+    lists = lists or repeat_lists(att, start, start + rows.shape[2])
+    if found is None:
+        found = key_list_sums(rows[..., : len(att.tokens)], lists)
+    sums = found.sum(dim=-2).permute(2, 0, 1).numpy()  # (2, L, H)
+    counts = np.array([np.count_nonzero(np.diff(offsets)) for offsets, _ in lists])
+    return sums, counts  # counts: the queries with a pair
+
+
+def repeat_lists(att: Attention, start: int, stop: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The repeat cells of query rows start … stop−1 (`reductions.KeyLists`' lists): each
+    row's induction keys (the token after each earlier occurrence of its own, before the
+    query), then its duplicate-token keys (each earlier occurrence), as (offsets (b+1,),
+    keys) with rows 0 … b−1 and each row's keys in the text's order."""
+    import numpy as np
+
+    query, key = _earlier(tuple(att.tokens), tuple(att.special), start, stop)
     later = key + 1 < query  # induction: the key after an earlier occurrence, before the query
-    for slot, (q, k) in enumerate(((query[later], key[later] + 1), (query, key))):
-        held = k < width  # a block's keys: all of them before its queries
-        if len(q):
-            picked = _cells(rows, q[held] - start, k[held])  # (L, H, P)
-            sums[slot] += picked.sum(dim=-1, dtype=torch.float64).numpy()
-            counts[slot] += np.count_nonzero(np.bincount(q - start))  # queries with a pair
-    return sums, counts
-
-
-def _cells(rows: torch.Tensor, queries: np.ndarray, keys: np.ndarray) -> torch.Tensor:
-    """rows[:, :, queries, keys] of rows (L, H, b, W), (L, H, P): one gather along each
-    head's cells where they lie in row order (a block of the pass), else by index."""
-    import torch
-
-    n_layers, n_heads, _, width = rows.shape
-    if not rows.is_contiguous():
-        return rows[:, :, torch.from_numpy(queries), torch.from_numpy(keys)]
-    flat = rows.view(n_layers * n_heads, -1)  # (L·H, b·W)
-    picked = flat.index_select(1, torch.from_numpy(queries * width + keys))
-    return picked.view(n_layers, n_heads, -1)
+    lists = []
+    for q, k in ((query[later], key[later] + 1), (query, key)):
+        order = np.lexsort((k, q))  # by row, then key
+        counts = np.bincount(q - start, minlength=stop - start)
+        lists.append((np.r_[0, np.cumsum(counts)], k[order]))
+    return lists
 
 
 @lru_cache(maxsize=4)

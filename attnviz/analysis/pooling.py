@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnviz.core.reductions import RowBins
+from attnviz.core.reductions import Bins
 
 if TYPE_CHECKING:
     import numpy as np
@@ -79,19 +79,21 @@ class Pooled:
             raise ValueError(f"unknown pooling {how!r}; known: {', '.join(POOLS)}")
         self.size, self.how, self.causal = size, how, causal
         self.n_queries, self.n_keys = n_queries, n_keys
+        self.layers = list(layers)
         shape = (n_heads, math.ceil(n_queries / size), math.ceil(n_keys / size))
-        start = 0.0  # sums, or maxima of weights (never below 0)
-        # sums or maxima in float32: a long text's 30 × 9 maps of 512² cells are 283 MB
-        self.held = {layer: np.full(shape, start, np.float32) for layer in layers}
+        # sums or maxima (of weights, never below 0) from 0, in float32, every layer's in one
+        # array: a long text's 30 × 9 maps of 512² cells are 283 MB
+        self.grid = np.zeros((len(self.layers), *shape), np.float32)
+        self.held = {layer: self.grid[i] for i, layer in enumerate(self.layers)}
         self.counts = _visible_counts(n_queries, n_keys, size, causal) if how == "mean" else None
         self.wants = {layer: ("rows",) for layer in layers}
-        self.bins = RowBins(size, "sum" if how == "mean" else "max")
+        self.bins = Bins(size, "sum" if how == "mean" else "max")
 
     def receive(self, layer: int, tensors: dict[str, Any]) -> None:
         return None
 
     def reductions(self, layer: int) -> tuple:
-        """What it reads of every block (`core.reductions`): its bins of rows, pooled."""
+        """What it reads of every block (`core.reductions`): its squares of cells, pooled."""
         return (self.bins,)
 
     def receive_rows(self, layer: int, start: int, rows: Any, found: Any = None) -> None:
@@ -100,8 +102,9 @@ class Pooled:
 
     def add(self, layer: int, start: int, rows: np.ndarray, bins: Any = None) -> None:
         """Take query rows start … start+b−1 of `layer`, (H, b, W): W ≤ S keys (a decoder's
-        block stops at its last query's key); `bins`, their row bins pooled where the pass
-        read them (`core.reductions.RowBins`)."""
+        block stops at its last query's key); `bins`, their squares pooled where the pass
+        read them (`core.reductions.Bins`). A max needs no mask: a masked cell's weight is
+        0, and weights are ≥ 0."""
         import torch
 
         from attnviz.core.reductions import read
@@ -109,40 +112,36 @@ class Pooled:
         if bins is None:
             block = torch.as_tensor(rows)  # no copy: numpy's, or the pass's own tensor
             (bins,) = read(block, start, (self.bins,))
-        held = torch.from_numpy(self.held[layer])  # (H, R, C), a view
-        # Rows first: each row bin's rows summed (or maxed) along the block's long, contiguous
-        # key axis (`bins`, (H, bins, W)), then the column bins of what is s times smaller. A
-        # max needs no mask: a masked cell's weight is 0, and weights are ≥ 0.
         first = start // self.size
-        self._add_columns(held[:, first : first + bins.shape[1]], bins, self.how == "mean")
-
-    def _add_columns(self, held: Any, by_row: Any, mean: bool) -> None:
-        """Add row bins' sums (or maxima) over keys, (…, W), to their pooled cells `held` (…,
-        C): the columns summed (or maxed) a bin of `size` keys at a time."""
-        import torch
-
-        s, n_keys = self.size, by_row.shape[-1]
-        full = n_keys - n_keys % s
-        bins = [by_row[..., :full].reshape(*by_row.shape[:-1], full // s, s)]
-        if full < n_keys:
-            bins.append(by_row[..., None, full:])  # the last, narrower column bin
-        found = torch.cat([part.sum(dim=-1) if mean else part.amax(dim=-1) for part in bins], -1)
-        target = held[..., : found.shape[-1]]  # a decoder's block: its first W keys
-        if mean:
-            target += found
+        held = torch.from_numpy(self.held[layer])  # (H, R, C), a view
+        target = held[:, first : first + bins.shape[1], : bins.shape[2]]  # a decoder's: W keys
+        if self.how == "mean":
+            target += bins
         else:
-            torch.maximum(target, found, out=target)
+            torch.maximum(target, bins, out=target)
 
     def result(self, layer: int) -> PooledMap:
-        """The layer's pooled maps, (H, ⌈T/size⌉, ⌈S/size⌉) float32."""
+        """The layer's pooled maps, (H, ⌈T/size⌉, ⌈S/size⌉) float32 (the maxima: a view of
+        what it holds)."""
+        return PooledMap(self._values(self.held[layer]), self.size, self.how)
+
+    def stacked(self, layers: Sequence[int]) -> PooledMap:
+        """The pooled maps of `layers`, (L, H, ⌈T/size⌉, ⌈S/size⌉) float32: the maxima of every
+        layer it holds, in its order, are what it holds (no copy)."""
         import numpy as np
 
-        held = self.held[layer]
-        if self.how == "mean":
-            values = np.where(self.counts > 0, held / np.maximum(self.counts, 1), 0.0)
+        if list(layers) == self.layers:
+            held = self.grid
         else:
-            values = held
-        return PooledMap(values.astype(np.float32), self.size, self.how)
+            held = np.stack([self.held[layer] for layer in layers])
+        return PooledMap(self._values(held), self.size, self.how)
+
+    def _values(self, held: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        if self.how == "max":
+            return held
+        return np.where(self.counts > 0, held / np.maximum(self.counts, 1), 0.0).astype(np.float32)
 
 
 def pool(grid: np.ndarray, size: int, how: str = "mean", causal: bool = False) -> PooledMap:
@@ -152,7 +151,7 @@ def pool(grid: np.ndarray, size: int, how: str = "mean", causal: bool = False) -
     *lead, n_queries, n_keys = grid.shape
     heads = int(np.prod(lead)) if lead else 1
     found = Pooled([0], heads, n_queries, n_keys, size, how, causal)
-    found.add(0, 0, grid.reshape(heads, n_queries, n_keys))
+    found.add(0, 0, grid.reshape(heads, n_queries, n_keys).astype(np.float32, copy=False))
     pooled = found.result(0)
     values = pooled.values.reshape(*lead, *pooled.values.shape[1:])
     return PooledMap(values, size, how)
@@ -175,22 +174,18 @@ def _visible_counts(n_queries: int, n_keys: int, size: int, causal: bool) -> np.
     return counts
 
 
-def pooled_attention(att: Attention, maps: dict[int, PooledMap]) -> Attention:
-    """`att`'s view drawn from its pooled maps (one per layer of `att`, all of one size and
-    kind): `weights` (L, H, ⌈T/size⌉, ⌈S/size⌉), `tokens` each block's first token (and
-    `special` whether the block holds a special token), `pooled` (size, how). Figures, the
-    page and the terminal draw it as they draw any attention, their labels giving token
-    positions."""
+def pooled_attention(att: Attention, maps: PooledMap) -> Attention:
+    """`att`'s view drawn from its pooled maps, those of its layers in order, (L, H,
+    ⌈T/size⌉, ⌈S/size⌉): `weights` the maps, `tokens` each block's first token (and `special`
+    whether the block holds a special token), `pooled` (size, how). Figures, the page and
+    the terminal draw it as they draw any attention, their labels giving token positions."""
     from dataclasses import replace
 
     import numpy as np
 
     from attnviz.core.attention import Keys
 
-    layers = att.held_layers()
-    first = maps[layers[0]]
-    size = first.size
-    weights = np.stack([maps[layer].values for layer in layers])  # (L, H, R, C)
+    first, size, weights = maps, maps.size, maps.values
     if size == 1:  # the exact cells (kept from blocks of rows)
         return replace(att, weights=weights)
 

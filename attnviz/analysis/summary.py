@@ -40,12 +40,13 @@ from attnviz.analysis.metrics import (
     Rows,
     as_tensor,
     metric_sums,
+    repeat_lists,
     repeat_means,
     repeat_sums,
     row_blocks,
 )
 from attnviz.analysis.roles import MIXED, ROLES, Thresholds
-from attnviz.core.reductions import QuerySums
+from attnviz.core.reductions import KeyLists, QuerySums
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,6 +59,9 @@ TOKEN = "token"  # the pattern of a head whose queries agree on one content toke
 REMOVED = "removed"  # the pattern of a head removed from the pass (`Attention.removed`)
 REMOVED_MARK = "✗"  # what the terminal's maps show for it
 SINKS = ("first-token sink", "separator sink")
+# The repeat cells a text's blocks keep for its later layers (`HeadStats.repeat_lists`): 8,085
+# tokens of English prose (bench/bench_long.py's text) have 1.1 million, 9 MB.
+LISTS_BYTES = 32 * 2**20
 AVERAGED = (
     "top: each key's weight averaged over the non-special queries that can see it (on a "
     "decoder, those at or after it); special_share: the mean over non-special queries of the "
@@ -217,7 +221,13 @@ class HeadStats:
         # key's weight summed over the non-special queries
         self.reads = BlockReads(att.special, self.key_special, keys)
         self.key_weights = QuerySums(self.queries[None].astype(np.float32))
-        self.asked = (*self.reads.asked, self.key_weights)
+        # a decoder's text read by itself: each row's sums over its repeat cells, the lists
+        # made once a block of rows and kept for every layer's
+        self.reads_itself = att.info.causal and att.keys is None
+        self._lists: dict[tuple[int, int], Any] = {}
+        self._lists_bytes = 0
+        repeats = (KeyLists(self.repeat_lists),) if self.reads_itself else ()
+        self.asked = (*self.reads.asked, self.key_weights, *repeats)
 
     @classmethod
     def of(cls, att: Attention, block_rows: int | None = None) -> HeadStats:
@@ -245,11 +255,14 @@ class HeadStats:
         rows = as_tensor(rows)
         if found is None:
             found = read(rows[..., : self.n_keys], start, self.asked)
-        *by_rows, by_keys = found
+        reads_itself = self.reads_itself
+        *by_rows, by_keys = found[: len(found) - reads_itself]
+        if reads_itself:  # a decoder's text, read by itself: its repeats
+            stop = start + rows.shape[2]
+            repeats, counted = repeat_sums(self.att, start, rows, found[-1],
+                                           self.repeat_lists(start, stop))  # fmt: skip
         found = Rows(self.att, rows, start, entropy, found=by_rows)  # its non-special rows
         sums, counts = metric_sums(found)  # (M, l, H), (M,)
-        reads_itself = self.att.info.causal and self.att.keys is None
-        repeats, counted = repeat_sums(self.att, start, rows) if reads_itself else (None, None)
         special = found.summed(found.by_key["special"]) if found.count else None
         self._add_keys(by_keys, at)
         self.metric_sums[:, at] += sums
@@ -262,6 +275,19 @@ class HeadStats:
         self._keys(found, at)
         self.special[at] += special
         self.special_count[at] += found.count
+
+    def repeat_lists(self, start: int, stop: int) -> list[tuple[Any, Any]]:
+        """The repeat cells of rows start … stop−1 (`metrics.repeat_lists`), made once a
+        block and kept for the text's every layer while they take at most `LISTS_BYTES` (a
+        text of few distinct tokens has many: then each layer makes them again)."""
+        lists = self._lists.get((start, stop))
+        if lists is None:
+            lists = repeat_lists(self.att, start, stop)
+            size = sum(offsets.nbytes + keys.nbytes for offsets, keys in lists)
+            if self._lists_bytes + size <= LISTS_BYTES:
+                self._lists[(start, stop)] = lists
+                self._lists_bytes += size
+        return lists
 
     def _add_keys(self, by_keys: Any, at: slice) -> None:
         """Each key's weight from the block's non-special queries that see it (a decoder's

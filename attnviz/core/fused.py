@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 SOURCE = Path(__file__).with_name("fused.c")
 FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-ffast-math", "-fopenmp",
          "-fPIC", "-shared")  # fmt: skip
-VERSION = 2  # what `attnviz_fused_version` returns: a stale build is not used
+VERSION = 4  # what `attnviz_fused_version` returns: a stale build is not used
 OFF = "ATTNVIZ_KERNEL"  # "0": torch's operations, never the compiled pass
 
 
@@ -119,7 +119,7 @@ def block(raw: torch.Tensor, start: int, causal: bool, entropy: bool,
     import numpy as np
     import torch
 
-    from attnviz.core.reductions import KeyMax, KeySums, QuerySums, RowBins
+    from attnviz.core.reductions import Bins, KeyLists, KeyMax, KeySums, QuerySums
 
     batch, n_heads, b, width = raw.shape
     units, stop = batch * n_heads, start + b
@@ -135,6 +135,7 @@ def block(raw: torch.Tensor, start: int, causal: bool, entropy: bool,
     queries: list[tuple[int, ...]] = []
     maxima: list[tuple[int, ...]] = []
     bins: list[tuple[int, ...]] = []
+    lists: list[tuple[int, ...]] = []
     found: list[Any] = []
     for reduction in asked:
         if isinstance(reduction, KeySums):
@@ -164,10 +165,17 @@ def block(raw: torch.Tensor, start: int, causal: bool, entropy: bool,
             marks = torch.as_tensor(np.ascontiguousarray(reduction.keys[:width], np.float32))
             out = torch.empty(*lead, b)
             maxima.append((at(marks), int(bool(marks.any())), at(out)))
-        elif isinstance(reduction, RowBins):
+        elif isinstance(reduction, Bins):
             count = (stop - 1) // reduction.size - start // reduction.size + 1
-            out = torch.empty(*lead, count, width)
+            out = torch.empty(*lead, count, -(-width // reduction.size))
             bins.append((reduction.size, int(reduction.how == "max"), at(out)))
+        elif isinstance(reduction, KeyLists):
+            given = reduction.lists(start, stop)
+            out = torch.empty(*lead, b, len(given), dtype=torch.float64)
+            for g, (offsets, keys) in enumerate(given):
+                offsets = torch.as_tensor(np.ascontiguousarray(offsets, np.int64))
+                keys = torch.as_tensor(np.ascontiguousarray(keys, np.int64))
+                lists.append((at(offsets), at(keys), at(out) + 8 * g, len(given)))
         found.append(out)
 
     def columns(groups: list[tuple[int, ...]], n: int) -> list[Any]:
@@ -191,6 +199,8 @@ def block(raw: torch.Tensor, start: int, causal: bool, entropy: bool,
         *columns(maxima, 3),
         int64(len(bins)),
         *columns(bins, 3),
+        int64(len(lists)),
+        *columns(lists, 4),
         int64(torch.get_num_threads()),
     )
     return raw, entropies, found

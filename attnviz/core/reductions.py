@@ -15,9 +15,12 @@ and read a few cells of the block themselves (a band around the diagonal, a repe
                (…, k, W) (the norm measure's ‖f^h(x_j)‖)
     QuerySums  Σ_i w[r, i] a[i, j]: each key's weight summed over the block's queries,
                weighted, (…, R, W)
-    RowBins    the max (or sum) of each bin of `size` query rows, bins starting at multiples
-               of `size` (the pooled maps), (…, bins, W): the bins the block touches
+    Bins       the max (or sum) of each square of `size` × `size` cells, squares starting at
+               multiples of `size` (the pooled maps), (…, row bins, ⌈W/size⌉): the row bins
+               the block touches
     KeyMax     each row's largest weight on the keys `keys` marks, (…, b); −1 where none
+    KeyLists   each row's sum of its weights at keys of its own (G lists a row), (…, b, G)
+               float64: the cells of a text's repeats (induction, duplicate tokens)
 
 The products run in the orientation that reads the block as the wide operand (a table's
 k columns as k rows, times the block's rows transposed): 2–3 times faster on the CPU than
@@ -52,9 +55,10 @@ class QuerySums:
 
 
 @dataclass(frozen=True)
-class RowBins:
-    """The max (`how` "max") or sum ("sum") of each bin of `size` query rows, bins starting at
-    the multiples of `size`: (…, bins, W), the first being bin start // size."""
+class Bins:
+    """The max (`how` "max") or sum ("sum") of each square of `size` query rows by `size`
+    keys, squares starting at the multiples of `size` (the last along the keys narrower where
+    W is no multiple): (…, row bins, ⌈W/size⌉), the first row bin being start // size."""
 
     size: int
     how: str = "max"
@@ -67,13 +71,23 @@ class KeyMax:
     keys: np.ndarray
 
 
-Reduction = KeySums | QuerySums | RowBins | KeyMax
+@dataclass(frozen=True, eq=False)
+class KeyLists:
+    """Each row's sum of its weights at keys of its own: `lists(start, stop)` gives, for
+    rows start … stop−1, G lists as (offsets (b+1,), keys (P,)) int64, row i's keys being
+    keys[offsets[i] : offsets[i+1]] (keys past a block's width count 0); (…, b, G) float64,
+    each row's cells summed in float64 in the order listed."""
+
+    lists: Callable[[int, int], Sequence[tuple[np.ndarray, np.ndarray]]]
+
+
+Reduction = KeySums | QuerySums | Bins | KeyMax | KeyLists
 
 
 def read(rows: torch.Tensor, start: int, asked: Sequence[Reduction]) -> list[Any]:
     """Every reduction `asked` of query rows start … start+b−1, `rows` (…, b, W) float32 (W ≤
     S keys: a decoder's block stops at its last query's key), in the order asked; one product
-    for every KeySums and one for every QuerySums, each RowBins and KeyMax once however often
+    for every KeySums and one for every QuerySums, each Bins and KeyMax once however often
     it is asked (equal ones)."""
     import torch
 
@@ -96,14 +110,18 @@ def read(rows: torch.Tensor, start: int, asked: Sequence[Reduction]) -> list[Any
             first += count
     once: dict[Any, Any] = {}
     for reduction in asked:
-        if isinstance(reduction, RowBins):
+        if isinstance(reduction, Bins):
             key = reduction
             if key not in once:
-                once[key] = _row_bins(rows, start, reduction.size, reduction.how == "max")
+                once[key] = _bins(rows, start, reduction.size, reduction.how == "max")
         elif isinstance(reduction, KeyMax):
             key = id(reduction.keys)
             if key not in once:
                 once[key] = _key_max(rows, reduction.keys[:width])
+        elif isinstance(reduction, KeyLists):
+            key = id(reduction)
+            if key not in once:
+                once[key] = key_list_sums(rows, reduction.lists(start, stop))
         else:
             continue
         found[id(reduction)] = once[key]
@@ -131,13 +149,14 @@ def _key_sums(rows: torch.Tensor, tables: list[torch.Tensor]) -> list[torch.Tens
     return list(torch.split(found, counts, dim=-1))
 
 
-def _row_bins(rows: torch.Tensor, start: int, size: int, largest: bool) -> torch.Tensor:
-    """The max (or sum) of each bin of `size` rows the block touches, (…, bins, W): the rows
-    that end a bin begun in an earlier block, whole bins, and the rows that begin the next,
-    each reduced along the rows while the keys stay contiguous."""
+def _bins(rows: torch.Tensor, start: int, size: int, largest: bool) -> torch.Tensor:
+    """The max (or sum) of each square of `size` × `size` cells the block touches, (…, row
+    bins, ⌈W/size⌉): along the rows first (the rows that end a bin begun in an earlier block,
+    whole bins, and the rows that begin the next, each reduced while the keys stay
+    contiguous), then along the keys, `size` at a time (the last bin narrower)."""
     import torch
 
-    b = rows.shape[-2]
+    b, width = rows.shape[-2:]
     head = min(b, -start % size)  # rows that end a bin begun in an earlier block
     whole = (b - head) // size * size  # then whole bins
     parts = []
@@ -145,9 +164,17 @@ def _row_bins(rows: torch.Tensor, start: int, size: int, largest: bool) -> torch
         if hi <= lo:
             continue
         part = rows[..., lo:hi, :]
-        part = part.reshape(*rows.shape[:-2], -(-(hi - lo) // size), -1, rows.shape[-1])
+        part = part.reshape(*rows.shape[:-2], -(-(hi - lo) // size), -1, width)
         parts.append(part.amax(dim=-2) if largest else part.sum(dim=-2))
-    return torch.cat(parts, dim=-2) if len(parts) > 1 else parts[0]
+    by_row = torch.cat(parts, dim=-2) if len(parts) > 1 else parts[0]  # (…, bins, W)
+    if size == 1:
+        return by_row
+    full = width - width % size
+    columns = [by_row[..., :full].reshape(*by_row.shape[:-1], full // size, size)]
+    if full < width:
+        columns.append(by_row[..., None, full:])  # the last, narrower bin of keys
+    found = [part.amax(dim=-1) if largest else part.sum(dim=-1) for part in columns]
+    return torch.cat(found, dim=-1) if len(found) > 1 else found[0]
 
 
 def _key_max(rows: torch.Tensor, keys: np.ndarray) -> torch.Tensor:
@@ -162,3 +189,36 @@ def _key_max(rows: torch.Tensor, keys: np.ndarray) -> torch.Tensor:
     for first, stop in zip(edges[::2], edges[1::2]):
         torch.maximum(best, rows[..., first:stop].amax(dim=-1), out=best)
     return best
+
+
+def key_list_sums(rows: torch.Tensor, lists: Sequence[tuple[np.ndarray, np.ndarray]]) -> Any:
+    """`KeyLists`' sums of rows (…, b, W) for `lists` (its (offsets, keys) each): (…, b, G)
+    float64, each row's cells gathered and added in the order listed (what `core.fused`
+    does row by row)."""
+    import numpy as np
+    import torch
+
+    lead, (b, width) = rows.shape[:-2], rows.shape[-2:]
+    found = torch.zeros(len(lists), rows[..., 0, 0].numel(), b, dtype=torch.float64)
+    for g, (offsets, keys) in enumerate(lists):
+        which = np.repeat(np.arange(b), np.diff(offsets))  # each cell's row
+        held = keys < width
+        if not held.any():
+            continue
+        which, keys = which[held], keys[held]
+        picked = cells(rows, which, keys).reshape(-1, len(keys)).double()  # (N, P)
+        found[g].index_add_(1, torch.from_numpy(which), picked)
+    return found.permute(1, 2, 0).reshape(*lead, b, len(lists))
+
+
+def cells(rows: torch.Tensor, queries: np.ndarray, keys: np.ndarray) -> torch.Tensor:
+    """rows[…, queries, keys] of rows (…, b, W), (…, P): one gather along each head's cells
+    where they lie in row order (a block of the pass), else by index."""
+    import torch
+
+    lead, (b, width) = rows.shape[:-2], rows.shape[-2:]
+    if not rows.is_contiguous():
+        return rows[..., torch.from_numpy(queries), torch.from_numpy(keys)]
+    flat = rows.view(-1, b * width)  # (N, b·W)
+    picked = flat.index_select(1, torch.from_numpy(queries * width + keys))
+    return picked.view(*lead, -1)

@@ -104,8 +104,7 @@ class Views:
 
         if size not in self.pooled:
             return pooled(att, size, self.how, self.causal)
-        found = self.pooled[size]
-        return pooled_attention(att, {layer: found.result(layer) for layer in att.held_layers()})
+        return pooled_attention(att, self.pooled[size].stacked(att.held_layers()))
 
 
 def _draws(run: Run) -> bool:
@@ -119,14 +118,15 @@ def _draws(run: Run) -> bool:
 def pooled(att: Attention, size: int, how: str = "max", causal: bool = False) -> Attention:
     """`att`'s maps, held whole, pooled `size` × `size` by each block's `how` (max or mean;
     `causal`: the blocks past the diagonal are masked, not 0): `att` itself for 1."""
-    from attnviz.analysis.pooling import pool, pooled_attention
+    import numpy as np
+
+    from attnviz.analysis.pooling import PooledMap, pool, pooled_attention
 
     if size == 1:
         return att
-    maps = {
-        layer: pool(att.weights[att.slot(layer)], size, how, causal) for layer in att.held_layers()
-    }
-    return pooled_attention(att, maps)
+    maps = [pool(att.weights[att.slot(layer)], size, how, causal).values
+            for layer in att.held_layers()]  # fmt: skip
+    return pooled_attention(att, PooledMap(np.stack(maps), size, how))
 
 
 # Why a notebook's page of an Attention has no inside view (the page says it there).
