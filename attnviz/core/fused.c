@@ -13,7 +13,8 @@ cache, every reduction the recorders asked of the block (`core/reductions.py`):
               out (U, b)
     bins      the max (or sum) of each square of `size` rows by `size` keys, squares at
               multiples of `size` of the text's rows and keys: out (U, count, C), C = ⌈W/size⌉,
-              set here
+              set here; each key's over a bin's rows first, into `scratch` (U, count, W),
+              then, once a unit's rows are done, `size` keys at a time into a cell
     lists     Σ p[k] over the row's own keys k (row i's: keys[offsets[i] … offsets[i+1]−1],
               those past the row's width counting 0), in double, in the order listed: out
               (U, b) doubles `stride` apart
@@ -29,7 +30,7 @@ from the cache once for GROUP rows, not once for each. */
 
 #define GROUP 4
 
-int64_t attnviz_fused_version(void) { return 4; }
+int64_t attnviz_fused_version(void) { return 5; }
 
 /* Row r (of v keys seen, W in all) from scores into probabilities, in place; its entropy. */
 static float softmax(float *r, int64_t v, int64_t W)
@@ -86,6 +87,7 @@ void attnviz_fused_block(
     int64_t n_keymax, const int64_t *keymax_marks, const int64_t *keymax_any,
     const int64_t *keymax_out,
     int64_t n_bins, const int64_t *bin_size, const int64_t *bin_largest, const int64_t *bin_out,
+    const int64_t *bin_scratch,
     int64_t n_lists, const int64_t *list_offsets, const int64_t *list_keys,
     const int64_t *list_out, const int64_t *list_stride,
     int64_t threads)
@@ -93,9 +95,8 @@ void attnviz_fused_block(
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t u = 0; u < U; u++) {
         for (int64_t g = 0; g < n_bins; g++) {
-            int64_t size = bin_size[g], C = (W + size - 1) / size;
-            int64_t count = (start + b - 1) / size - start / size + 1;
-            memset((float *)bin_out[g] + u * count * C, 0, (size_t)(count * C) * sizeof(float));
+            int64_t count = (start + b - 1) / bin_size[g] - start / bin_size[g] + 1;
+            memset((float *)bin_scratch[g] + u * count * W, 0, (size_t)(count * W) * sizeof(float));
         }
         for (int64_t first = 0; first < b; first += GROUP) {
             int64_t n = b - first < GROUP ? b - first : GROUP;  /* rows in this group */
@@ -171,51 +172,53 @@ void attnviz_fused_block(
                     out[(u * b + i) * list_stride[g]] = sum;
                 }
             }
-            /* the squares: each row's into its own row bin, a run of rows of one bin at once,
-               `size` keys at a time into one cell */
+            /* the squares' rows: each row's into its own row bin, key by key, a run of rows of
+               one bin at once */
             for (int64_t g = 0; g < n_bins; g++) {
-                int64_t size = bin_size[g], largest = bin_largest[g], C = (W + size - 1) / size;
+                int64_t size = bin_size[g], largest = bin_largest[g];
                 int64_t count = (start + b - 1) / size - start / size + 1;
                 for (int64_t k = 0; k < n;) {
                     int64_t bin = (start + first + k) / size, run = 1;
                     while (k + run < n && (start + first + k + run) / size == bin) run++;
-                    float *out = (float *)bin_out[g] + (u * count + bin - start / size) * C;
+                    float *out = (float *)bin_scratch[g] + (u * count + bin - start / size) * W;
                     const float *p0 = p[k], *p1 = p[k + (run > 1)], *p2 = p[k + 2 * (run > 2)],
                                 *p3 = p[k + 3 * (run > 3)];  /* a row twice: max, or 0 × */
-                    float c1 = run > 1, c2 = run > 2, c3 = run > 3;
-                    if (size == 1) {  /* cells of one key: the rows' own, key by key */
+                    if (largest) {
 #pragma omp simd
                         for (int64_t j = 0; j < seen; j++) {
                             float x = p0[j] > p1[j] ? p0[j] : p1[j];
                             float y = p2[j] > p3[j] ? p2[j] : p3[j];
                             x = x > y ? x : y;
-                            float add = p0[j] + c1 * p1[j] + c2 * p2[j] + c3 * p3[j];
-                            out[j] = largest ? (x > out[j] ? x : out[j]) : out[j] + add;
+                            out[j] = x > out[j] ? x : out[j];
                         }
-                        k += run;
-                        continue;
-                    }
-                    for (int64_t c = 0; c * size < seen; c++) {
-                        int64_t lo = c * size, hi = lo + size < seen ? lo + size : seen;
-                        if (largest) {
-                            float m = 0.f;  /* weights are ≥ 0 */
-#pragma omp simd reduction(max : m)
-                            for (int64_t j = lo; j < hi; j++) {
-                                float x = p0[j] > p1[j] ? p0[j] : p1[j];
-                                float y = p2[j] > p3[j] ? p2[j] : p3[j];
-                                x = x > y ? x : y;
-                                m = x > m ? x : m;
-                            }
-                            out[c] = m > out[c] ? m : out[c];
-                        } else {
-                            float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-                            for (int64_t j = lo; j < hi; j++)
-                                sum += p0[j] + c1 * p1[j] + c2 * p2[j] + c3 * p3[j];
-                            out[c] += sum;
-                        }
+                    } else {
+                        float c1 = run > 1, c2 = run > 2, c3 = run > 3;
+#pragma omp simd
+                        for (int64_t j = 0; j < seen; j++)
+                            out[j] += p0[j] + c1 * p1[j] + c2 * p2[j] + c3 * p3[j];
                     }
                     k += run;
+                }
+            }
+        }
+        /* then the squares' keys: each row bin's keys, `size` at a time, into one cell */
+        for (int64_t g = 0; g < n_bins; g++) {
+            int64_t size = bin_size[g], largest = bin_largest[g], C = (W + size - 1) / size;
+            int64_t count = (start + b - 1) / size - start / size + 1;
+            for (int64_t r = 0; r < count; r++) {
+                const float *row = (const float *)bin_scratch[g] + (u * count + r) * W;
+                float *out = (float *)bin_out[g] + (u * count + r) * C;
+                for (int64_t c = 0; c < C; c++) {
+                    int64_t lo = c * size, hi = lo + size < W ? lo + size : W;
+                    float m = 0.f;  /* weights are ≥ 0: a max from 0 */
+                    if (largest) {
+#pragma omp simd reduction(max : m)
+                        for (int64_t j = lo; j < hi; j++) m = row[j] > m ? row[j] : m;
+                    } else {
+#pragma omp simd reduction(+ : m)
+                        for (int64_t j = lo; j < hi; j++) m += row[j];
+                    }
+                    out[c] = m;
                 }
             }
         }

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 SOURCE = Path(__file__).with_name("fused.c")
 FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-ffast-math", "-fopenmp",
          "-fPIC", "-shared")  # fmt: skip
-VERSION = 4  # what `attnviz_fused_version` returns: a stale build is not used
+VERSION = 5  # what `attnviz_fused_version` returns: a stale build is not used
 OFF = "ATTNVIZ_KERNEL"  # "0": torch's operations, never the compiled pass
 
 
@@ -168,7 +168,8 @@ def block(raw: torch.Tensor, start: int, causal: bool, entropy: bool,
         elif isinstance(reduction, Bins):
             count = (stop - 1) // reduction.size - start // reduction.size + 1
             out = torch.empty(*lead, count, -(-width // reduction.size))
-            bins.append((reduction.size, int(reduction.how == "max"), at(out)))
+            scratch = torch.empty(*lead, count, width)  # each key's over a bin's rows
+            bins.append((reduction.size, int(reduction.how == "max"), at(out), at(scratch)))
         elif isinstance(reduction, KeyLists):
             given = reduction.lists(start, stop)
             out = torch.empty(*lead, b, len(given), dtype=torch.float64)
@@ -198,7 +199,7 @@ def block(raw: torch.Tensor, start: int, causal: bool, entropy: bool,
         int64(len(maxima)),
         *columns(maxima, 3),
         int64(len(bins)),
-        *columns(bins, 3),
+        *columns(bins, 4),
         int64(len(lists)),
         *columns(lists, 4),
         int64(torch.get_num_threads()),
