@@ -87,6 +87,33 @@ def as_tensor(rows: Any) -> torch.Tensor:
 TABLES_BYTES = 32 * 2**20
 
 
+class Kept:
+    """`make(*block)` of a text's blocks of rows, made once a block and kept for the text's
+    later layers while what is kept takes at most `budget` bytes (past it, made each time)."""
+
+    def __init__(self, make: Callable[..., Any], budget: int) -> None:
+        self.make, self.budget = make, budget
+        self.kept: dict[tuple, Any] = {}
+        self.size = 0
+
+    def __call__(self, *block: int) -> Any:
+        found = self.kept.get(block)
+        if found is None:
+            found = self.make(*block)
+            size = _nbytes(found)
+            if self.size + size <= self.budget:
+                self.kept[block] = found
+                self.size += size
+        return found
+
+
+def _nbytes(found: Any) -> int:
+    """The bytes of an array, or of the arrays in nested lists and tuples."""
+    if isinstance(found, (list, tuple)):
+        return sum(_nbytes(part) for part in found)
+    return found.nbytes
+
+
 class BlockReads:
     """What `Rows` reads of every row of a text's blocks, registered with the one pass over
     each block (`core.reductions`): each row's sums over sets of keys (`by_key`'s table) and
@@ -106,25 +133,14 @@ class BlockReads:
         punctuation = _punctuation(tuple(key_tokens)) & ~key_special
         # the table's columns that do not depend on the block (see `Rows.by_key`)
         self.fixed = np.stack([keys == 0, separators, punctuation, key_special]).astype(np.float32)
+        self.table = Kept(self._table, TABLES_BYTES)  # (start, stop, width): for later layers
         self.key_sums = KeySums(self.table)
-        self._tables: dict[tuple[int, int, int], np.ndarray] = {}  # kept for later layers
-        self._tables_bytes = 0
         self.content = KeyMax(~key_special)
         self.asked = (self.key_sums, self.content)
 
-    def table(self, start: int, stop: int, width: int) -> np.ndarray:
-        """`Rows.by_key`'s key weights for query rows start … stop−1, (8, W): lo … hi are the
-        block's first and last non-special queries. Made once a block and kept for the
-        text's later layers while they take at most `TABLES_BYTES`."""
-        found = self._tables.get((start, stop, width))
-        if found is None:
-            found = self._table(start, stop, width)
-            if self._tables_bytes + found.nbytes <= TABLES_BYTES:
-                self._tables[(start, stop, width)] = found
-                self._tables_bytes += found.nbytes
-        return found
-
     def _table(self, start: int, stop: int, width: int) -> np.ndarray:
+        """`Rows.by_key`'s key weights for query rows start … stop−1, (8, W): lo … hi are the
+        block's first and last non-special queries (`table`: made once a block)."""
         import numpy as np
 
         block = np.arange(start, stop)

@@ -151,7 +151,7 @@ def pool(grid: np.ndarray, size: int, how: str = "mean", causal: bool = False) -
     *lead, n_queries, n_keys = grid.shape
     heads = int(np.prod(lead)) if lead else 1
     found = Pooled([0], heads, n_queries, n_keys, size, how, causal)
-    found.add(0, 0, grid.reshape(heads, n_queries, n_keys).astype(np.float32, copy=False))
+    found.add(0, 0, grid.reshape(heads, n_queries, n_keys))
     pooled = found.result(0)
     values = pooled.values.reshape(*lead, *pooled.values.shape[1:])
     return PooledMap(values, size, how)

@@ -37,6 +37,7 @@ from attnviz.analysis.metrics import (
     METRICS,
     PROBES,
     BlockReads,
+    Kept,
     Rows,
     as_tensor,
     metric_sums,
@@ -224,8 +225,7 @@ class HeadStats:
         # a decoder's text read by itself: each row's sums over its repeat cells, the lists
         # made once a block of rows and kept for every layer's
         self.reads_itself = att.info.causal and att.keys is None
-        self._lists: dict[tuple[int, int], Any] = {}
-        self._lists_bytes = 0
+        self.repeat_lists = Kept(lambda start, stop: repeat_lists(att, start, stop), LISTS_BYTES)
         repeats = (KeyLists(self.repeat_lists),) if self.reads_itself else ()
         self.asked = (*self.reads.asked, self.key_weights, *repeats)
 
@@ -275,19 +275,6 @@ class HeadStats:
         self._keys(found, at)
         self.special[at] += special
         self.special_count[at] += found.count
-
-    def repeat_lists(self, start: int, stop: int) -> list[tuple[Any, Any]]:
-        """The repeat cells of rows start … stop−1 (`metrics.repeat_lists`), made once a
-        block and kept for the text's every layer while they take at most `LISTS_BYTES` (a
-        text of few distinct tokens has many: then each layer makes them again)."""
-        lists = self._lists.get((start, stop))
-        if lists is None:
-            lists = repeat_lists(self.att, start, stop)
-            size = sum(offsets.nbytes + keys.nbytes for offsets, keys in lists)
-            if self._lists_bytes + size <= LISTS_BYTES:
-                self._lists[(start, stop)] = lists
-                self._lists_bytes += size
-        return lists
 
     def _add_keys(self, by_keys: Any, at: slice) -> None:
         """Each key's weight from the block's non-special queries that see it (a decoder's

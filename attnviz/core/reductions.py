@@ -206,12 +206,12 @@ def key_list_sums(rows: torch.Tensor, lists: Sequence[tuple[np.ndarray, np.ndarr
         if not held.any():
             continue
         which, keys = which[held], keys[held]
-        picked = cells(rows, which, keys).reshape(-1, len(keys)).double()  # (N, P)
+        picked = _cells(rows, which, keys).reshape(-1, len(keys)).double()  # (N, P)
         found[g].index_add_(1, torch.from_numpy(which), picked)
     return found.permute(1, 2, 0).reshape(*lead, b, len(lists))
 
 
-def cells(rows: torch.Tensor, queries: np.ndarray, keys: np.ndarray) -> torch.Tensor:
+def _cells(rows: torch.Tensor, queries: np.ndarray, keys: np.ndarray) -> torch.Tensor:
     """rows[…, queries, keys] of rows (…, b, W), (…, P): one gather along each head's cells
     where they lie in row order (a block of the pass), else by index."""
     import torch

@@ -45,8 +45,6 @@ from attnviz.analysis.contributions.maths import (
     special_means,
     special_rows,
     value_heads,
-    value_lengths,
-    value_vectors,
 )
 from attnviz.analysis.contributions.measures import (
     DEFAULT,
@@ -85,8 +83,6 @@ __all__ = [
     "shares",
     "BLOCK_FLOATS",
     "value_heads",
-    "value_vectors",
-    "value_lengths",
     "rollout_layer",
     "AltiLayer",
     "alti_layer",

@@ -23,29 +23,6 @@ def value_heads(x: torch.Tensor, weights: Any) -> torch.Tensor:
     return v.unflatten(-1, (weights.kv_heads, d_k)).repeat_interleave(group, dim=-2)
 
 
-def value_vectors(x: torch.Tensor, weights: Any) -> torch.Tensor:
-    """f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h for every head: (B, H, T, d_model) from x (B, T,
-    d_model) and a layer's `mha.LayerWeights` (query head h reads value head h // group)."""
-    import torch
-
-    heads = value_heads(x, weights)  # v^h_j: (B, T, H, d_k)
-    w_o = weights.w_o.reshape(weights.n_heads, weights.d_k, -1)  # W_O^h: (H, d_k, d_model)
-    return torch.einsum("bthk,hkd->bhtd", heads, w_o)
-
-
-def value_lengths(values: torch.Tensor, projection: Any) -> torch.Tensor:
-    """‖v^h_j W_O^h‖ for every query head, (B, H, S), from the values the model handed its
-    attention (B, H_kv, S, d) and its output projection (W_O^h: rows h·d … (h+1)·d of W in
-    `X @ W` form; query head h reads value head h // G): `head_lengths`."""
-    from attnviz.core.families.base import linear
-
-    w_o, _ = linear(projection)  # (H·d, d_model); the bias is added once, no key's
-    d = values.shape[-1]
-    n_heads = w_o.shape[0] // d
-    heads = values.float().transpose(1, 2).repeat_interleave(n_heads // values.shape[1], dim=2)
-    return head_lengths(heads, w_o.float().reshape(n_heads, d, -1))
-
-
 def head_lengths(heads: torch.Tensor, w_o: torch.Tensor) -> torch.Tensor:
     """‖v^h_j W_O^h‖, (B, H, T), of each head's values `heads` (B, T, H, d) and output
     projection `w_o` (H, d, d_model), without the (B, H, T, d_model) vectors: W_O^hᵀ = Q R
