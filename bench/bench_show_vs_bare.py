@@ -7,7 +7,10 @@ the interpreter's teardown (`os._exit`, skipping ~0.8 s of freeing torch's objec
 like-for-like baseline is the bare script leaving the same way ("no teardown"); the ratio to
 the bare script that pays its teardown is given beside it.
 
-Each run is a fresh process. A round runs the three once each, in an order rotated every
+`show --no-images` (the summary and the terminal view alone) is run beside them, so that
+the images' share is read off the same rounds.
+
+Each run is a fresh process. A round runs the four once each, in an order rotated every
 round, so all meet the same machine load and none always goes first; each ratio is taken
 within a round, then min / median / max over the rounds. Peak memory is the largest sum of
 RSS over the process and its drawing workers (see _rss.py); medians (min–max) of the rounds.
@@ -89,6 +92,7 @@ def main() -> None:
             out = Path(tmp) / str(n)
             commands = {
                 "show": [ATTNVIZ, "show", text, "--out", str(out)],
+                "no images": [ATTNVIZ, "show", text, "--no-images"],
                 "no teardown": [sys.executable, "-c", BARE_NO_TEARDOWN, path, text],
                 "bare": [sys.executable, "-c", BARE, path, text],
             }
@@ -114,28 +118,30 @@ def main() -> None:
 
     print("Ratios of wall time, one per round; min / median / max over the rounds.\n")
     print("| tokens | **show ÷ bare, no teardown** (like for like) | show ÷ bare with teardown |"
-          " images |")  # fmt: skip
-    print("|---|---|---|---|")
+          " --no-images ÷ bare, no teardown | images |")  # fmt: skip
+    print("|---|---|---|---|---|")
     for n, runs, count, megabytes, _ in rows:
-        show = seconds(runs["show"])
+        show, bare = seconds(runs["show"]), seconds(runs["no teardown"])
         print(
-            f"| {n} | {spread(ratios(show, seconds(runs['no teardown'])), bold=True)} | "
-            f"{spread(ratios(show, seconds(runs['bare'])))} | {count} files, {megabytes:.1f} MB |"
+            f"| {n} | {spread(ratios(show, bare), bold=True)} | "
+            f"{spread(ratios(show, seconds(runs['bare'])))} | "
+            f"{spread(ratios(seconds(runs['no images']), bare))} | "
+            f"{count} files, {megabytes:.1f} MB |"
         )
     print("\nWall seconds (min / median / max) and peak RSS MiB (median (min–max)), this machine"
           " and load only:\n")  # fmt: skip
-    print("| tokens | show s | bare, no teardown s | bare s | show MiB | show MiB, its shared "
-          "memory once | bare MiB |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+    print("| tokens | show s | --no-images s | bare, no teardown s | bare s | show MiB | "
+          "show MiB, shared once | bare MiB |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for n, runs, _, _, once in rows:
         print(
-            f"| {n} | {spread(seconds(runs['show']))} | {spread(seconds(runs['no teardown']))} | "
-            f"{spread(seconds(runs['bare']))} | {mib(runs['show'])} | {_median_range(once)} | "
-            f"{mib(runs['bare'])} |"
+            f"| {n} | {spread(seconds(runs['show']))} | {spread(seconds(runs['no images']))} | "
+            f"{spread(seconds(runs['no teardown']))} | {spread(seconds(runs['bare']))} | "
+            f"{mib(runs['show'])} | {_median_range(once)} | {mib(runs['bare'])} |"
         )
     print("\nshow's drawing processes map the text's weights from a file in /dev/shm, a layer at"
-          " a time: the RSS sum counts what is mapped, as often as it is; 'its shared memory"
-          " once' counts the whole file once instead.")  # fmt: skip
+          " a time: the RSS sum counts what is mapped, as often as it is; 'shared once'"
+          " counts the whole file once instead.")  # fmt: skip
     footer()
 
 
