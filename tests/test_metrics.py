@@ -275,3 +275,24 @@ def test_role_kinds_are_where_a_role_can_be_given():
     given |= {s.pattern.role for s in summarise(att, [0], list(range(len(KINDS))))}
     assert given - {MIXED.name, TOKEN} <= decoder, given
     assert "previous-token" in given and "next-token" not in decoder
+
+
+def test_kept_makes_a_block_once_under_its_budget_and_once_a_layer_past_it():
+    """Under the budget a block's is made once for every layer; past it, once a layer (the
+    pass and the recorder both ask a block's in turn), and what is kept stays in budget."""
+    from attnviz.analysis.metrics import Kept
+
+    made = []
+
+    def make(start, stop):
+        made.append((start, stop))
+        return np.zeros(stop - start, np.float64)  # 8 bytes a row
+
+    kept = Kept(make, budget=8 * 10)  # the first block of 8 rows fits, the later ones do not
+    blocks = ((0, 8), (8, 16), (16, 24))
+    for _layer in range(3):
+        for block in blocks:
+            first, again = kept(*block), kept(*block)
+            assert first is again and len(first) == 8
+    assert made == [(0, 8), *blocks[1:] * 3]
+    assert kept.size == 64 and list(kept.kept) == [(0, 8)]

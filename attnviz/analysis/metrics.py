@@ -89,21 +89,29 @@ TABLES_BYTES = 32 * 2**20
 
 class Kept:
     """`make(*block)` of a text's blocks of rows, made once a block and kept for the text's
-    later layers while what is kept takes at most `budget` bytes (past it, made each time)."""
+    later layers while what is kept takes at most `budget` bytes. Past it, a block's is made
+    once a layer: the last one made is kept until another block's is asked (the pass and
+    the recorder that asked it both ask a block's)."""
 
     def __init__(self, make: Callable[..., Any], budget: int) -> None:
         self.make, self.budget = make, budget
         self.kept: dict[tuple, Any] = {}
         self.size = 0
+        self.last: tuple[tuple, Any] | None = None  # past the budget: (block, what was made)
 
     def __call__(self, *block: int) -> Any:
         found = self.kept.get(block)
-        if found is None:
-            found = self.make(*block)
-            size = _nbytes(found)
-            if self.size + size <= self.budget:
-                self.kept[block] = found
-                self.size += size
+        if found is not None:
+            return found
+        if self.last is not None and self.last[0] == block:
+            return self.last[1]
+        found = self.make(*block)
+        size = _nbytes(found)
+        if self.size + size <= self.budget:
+            self.kept[block] = found
+            self.size += size
+        else:
+            self.last = (block, found)
         return found
 
 

@@ -255,21 +255,20 @@ class HeadStats:
         rows = as_tensor(rows)
         if found is None:
             found = read(rows[..., : self.n_keys], start, self.asked)
-        reads_itself = self.reads_itself
-        *by_rows, by_keys = found[: len(found) - reads_itself]
-        if reads_itself:  # a decoder's text, read by itself: its repeats
+        if self.reads_itself:  # a decoder's text, read by itself: its repeats, asked last
+            *found, repeated = found
             stop = start + rows.shape[2]
-            repeats, counted = repeat_sums(self.att, start, rows, found[-1],
+            repeats, counted = repeat_sums(self.att, start, rows, repeated,
                                            self.repeat_lists(start, stop))  # fmt: skip
+            self.repeats[:, at] += repeats
+            self.repeat_counts[:, at] += counted[:, None]
+        *by_rows, by_keys = found
         found = Rows(self.att, rows, start, entropy, found=by_rows)  # its non-special rows
         sums, counts = metric_sums(found)  # (M, l, H), (M,)
         special = found.summed(found.by_key["special"]) if found.count else None
         self._add_keys(by_keys, at)
         self.metric_sums[:, at] += sums
         self.metric_counts[:, at] += counts[:, None]
-        if reads_itself:  # a decoder's text, read by itself: its repeats
-            self.repeats[:, at] += repeats
-            self.repeat_counts[:, at] += counted[:, None]
         if not found.count:
             return
         self._keys(found, at)

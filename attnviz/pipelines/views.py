@@ -118,16 +118,11 @@ def _draws(run: Run) -> bool:
 def pooled(att: Attention, size: int, how: str = "max", causal: bool = False) -> Attention:
     """`att`'s maps, held whole, pooled `size` × `size` by each block's `how` (max or mean;
     `causal`: the blocks past the diagonal are masked, not 0): `att` itself for 1."""
-    from attnviz.analysis.pooling import Pooled, pooled_attention
+    from attnviz.analysis.pooling import pool, pooled_attention
 
     if size == 1:
         return att
-    layers = att.held_layers()
-    n_heads, n, n_keys = att.weights.shape[1:]
-    found = Pooled(layers, n_heads, n, n_keys, size, how, causal)
-    for layer in layers:  # each layer's maps as one block of rows, as a streamed run's
-        found.add(layer, 0, att.weights[att.slot(layer)])
-    return pooled_attention(att, found.stacked(layers))
+    return pooled_attention(att, pool(att.weights, size, how, causal))  # its layers in order
 
 
 # Why a notebook's page of an Attention has no inside view (the page says it there).
